@@ -1,0 +1,204 @@
+#include "moeserve/engine/tensor_layout.hpp"
+
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "moeserve/kernels/mxfp4.hpp"
+
+namespace moeserve::engine {
+
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
+  std::vector<TensorSpec> out;
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  auto dense = [&](std::string name, std::vector<int64_t> shape, int layer) {
+    int64_t fan_in = shape.size() == 2 ? shape[1] : 0;
+    out.push_back({std::move(name), std::move(shape), TensorClass::kBf16, layer, false, fan_in});
+  };
+  auto f32 = [&](std::string name, std::vector<int64_t> shape, int layer) {
+    out.push_back({std::move(name), std::move(shape), TensorClass::kFloat32, layer, false, 0});
+  };
+
+  dense("embed.weight", {V, D}, -1);
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    f32(p + "attn_norm.weight", {D}, i);
+    f32(p + "ffn_norm.weight", {D}, i);
+    LayerKind kind = c.layer_types[i];
+    if (kind == LayerKind::kMla || kind == LayerKind::kDsa) {
+      const MlaConfig& m = c.mla;
+      const int64_t H = m.num_heads;
+      dense(p + "attn.wq_a.weight", {m.q_lora_rank, D}, i);
+      f32(p + "attn.q_norm.weight", {m.q_lora_rank}, i);
+      dense(p + "attn.wq_b.weight", {H * m.qk_head_dim(), m.q_lora_rank}, i);
+      dense(p + "attn.wkv_a.weight", {m.kv_lora_rank + m.qk_rope_head_dim, D}, i);
+      f32(p + "attn.kv_norm.weight", {m.kv_lora_rank}, i);
+      dense(p + "attn.wkv_b.weight", {H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, i);
+      dense(p + "attn.wo.weight", {D, H * m.v_head_dim}, i);
+      if (m.output_gate) dense(p + "attn.wg.weight", {H * m.v_head_dim, D}, i);
+      if (kind == LayerKind::kDsa) {
+        const DsaConfig& d = c.dsa;
+        dense(p + "attn.indexer.wq_b.weight", {int64_t{d.index_n_heads} * d.index_head_dim, m.q_lora_rank}, i);
+        dense(p + "attn.indexer.wk.weight", {d.index_head_dim, D}, i);
+        f32(p + "attn.indexer.k_norm.weight", {d.index_head_dim}, i);
+        f32(p + "attn.indexer.k_norm.bias", {d.index_head_dim}, i);
+        dense(p + "attn.indexer.weights_proj.weight", {d.index_n_heads, D}, i);
+      }
+    } else {
+      const DeltaConfig& d = c.delta;
+      const int64_t Hd = d.num_heads, dk = d.head_k_dim, dv = d.head_v_dim;
+      dense(p + "attn.q_proj.weight", {Hd * dk, D}, i);
+      dense(p + "attn.k_proj.weight", {Hd * dk, D}, i);
+      dense(p + "attn.v_proj.weight", {Hd * dv, D}, i);
+      dense(p + "attn.a_proj.weight", {Hd, D}, i);
+      dense(p + "attn.b_proj.weight", {Hd, D}, i);
+      dense(p + "attn.g_proj.weight", {Hd * dv, D}, i);
+      dense(p + "attn.o_proj.weight", {D, Hd * dv}, i);
+      dense(p + "attn.q_conv1d.weight", {Hd * dk, d.conv_size}, i);
+      dense(p + "attn.k_conv1d.weight", {Hd * dk, d.conv_size}, i);
+      dense(p + "attn.v_conv1d.weight", {Hd * dv, d.conv_size}, i);
+      f32(p + "attn.A_log", {Hd}, i);
+      f32(p + "attn.dt_bias", {Hd}, i);
+      f32(p + "attn.o_norm.weight", {dv}, i);
+    }
+    if (!c.IsMoeLayer(i)) {
+      const int64_t F = c.intermediate_size;
+      dense(p + "ffn.w1.weight", {F, D}, i);
+      dense(p + "ffn.w3.weight", {F, D}, i);
+      dense(p + "ffn.w2.weight", {D, F}, i);
+    } else {
+      const MoeConfig& m = c.moe;
+      const int64_t E = m.num_experts, I = m.moe_intermediate_size, S = int64_t{m.num_shared_experts} * I;
+      dense(p + "ffn.gate.weight", {E, D}, i);
+      f32(p + "ffn.gate.bias", {E}, i);
+      out.push_back({p + "ffn.experts.w13.blocks", {E, 2 * I, D / 32, 16}, TensorClass::kMxfp4Blocks, i, true, D});
+      out.push_back({p + "ffn.experts.w13.scales", {E, 2 * I, D / 32}, TensorClass::kMxfp4Scales, i, true, D});
+      out.push_back({p + "ffn.experts.w2.blocks", {E, D, I / 32, 16}, TensorClass::kMxfp4Blocks, i, true, I});
+      out.push_back({p + "ffn.experts.w2.scales", {E, D, I / 32}, TensorClass::kMxfp4Scales, i, true, I});
+      if (S > 0) {
+        dense(p + "ffn.shared.w1.weight", {S, D}, i);
+        dense(p + "ffn.shared.w3.weight", {S, D}, i);
+        dense(p + "ffn.shared.w2.weight", {D, S}, i);
+      }
+    }
+  }
+  f32("norm.weight", {D}, -1);
+  dense("head.weight", {V, D}, -1);
+  return out;
+}
+
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+bool DTypeAllowed(TensorClass cls, DType t) {
+  switch (cls) {
+    case TensorClass::kFloat32: return t == DType::kF32;
+    case TensorClass::kBf16: return t == DType::kBF16 || t == DType::kF32;
+    case TensorClass::kMxfp4Blocks:
+    case TensorClass::kMxfp4Scales: return t == DType::kU8;
+  }
+  return false;
+}
+
+std::string_view AllowedText(TensorClass cls) {
+  switch (cls) {
+    case TensorClass::kFloat32: return "F32";
+    case TensorClass::kBf16: return "BF16 or F32";
+    default: return "U8 (MXFP4)";
+  }
+}
+
+}  // namespace
+
+Status ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& config, std::vector<std::string>* warnings) {
+  std::set<std::string> expected;
+  for (const TensorSpec& spec : ExpectedTensors(config)) {
+    expected.insert(spec.name);
+    const TensorView* t = ck.Find(spec.name);
+    if (!t) {
+      std::string where = ck.shards().size() == 1 ? ck.shards()[0]->path() : "checkpoint";
+      return Fail(Error::Corruption(where, "tensor '" + spec.name + "' is missing (the config needs shape " +
+                                               ShapeString(spec.shape) + ")"));
+    }
+    if (!DTypeAllowed(spec.cls, t->dtype))
+      return Fail(Error::Corruption(*t->file, "tensor '" + spec.name + "': dtype " + std::string(DTypeName(t->dtype)) +
+                                                  " is not allowed here (expected " + std::string(AllowedText(spec.cls)) + ")"));
+    if (t->shape != spec.shape)
+      return Fail(Error::Corruption(*t->file, "tensor '" + spec.name + "': shape " + t->ShapeString() +
+                                                  " but the config needs " + ShapeString(spec.shape)));
+    if (spec.cls == TensorClass::kMxfp4Scales) {
+      long long bad = kernels::Mxfp4FindNanScale(t->data, t->nbytes);
+      if (bad >= 0)
+        return Fail(Error::Corruption(*t->file, "tensor '" + spec.name + "': scale byte " + std::to_string(bad) +
+                                                    " is 255 (NaN in E8M0)"));
+    }
+  }
+  if (warnings)
+    for (const TensorView* t : ck.AllTensors())
+      if (!expected.count(t->name)) warnings->push_back(*t->file + ": tensor '" + t->name + "' is not used by this config");
+  return Ok();
+}
+
+ModelSummary Summarize(const Checkpoint& ck, const ModelConfig& c) {
+  ModelSummary s;
+  for (int i = 0; i < c.num_layers; ++i) {
+    s.layers_by_kind[std::string(LayerKindName(c.layer_types[i]))]++;
+    s.layers_by_kind[c.IsMoeLayer(i) ? "moe_ffn" : "dense_ffn"]++;
+  }
+  const double active_fraction =
+      c.moe.num_experts ? static_cast<double>(c.moe.experts_per_token) / c.moe.num_experts : 0.0;
+  for (const TensorSpec& spec : ExpectedTensors(c)) {
+    const TensorView* t = ck.Find(spec.name);
+    if (!t) continue;
+    s.bytes_by_dtype[std::string(DTypeName(t->dtype))] += t->nbytes;
+    s.total_bytes += t->nbytes;
+    if (spec.cls == TensorClass::kMxfp4Scales) continue;  // scales are not parameters
+    int64_t params = t->numel();
+    if (spec.cls == TensorClass::kMxfp4Blocks) params *= 2;  // two E2M1 elements per byte
+    s.total_params += params;
+    s.active_params += spec.routed_expert ? static_cast<int64_t>(params * active_fraction) : params;
+  }
+  return s;
+}
+
+std::string FormatSummary(const ModelSummary& s, const ModelConfig& c) {
+  std::ostringstream o;
+  auto human = [](double v) {
+    char buf[32];
+    if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", v / 1e9);
+    else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+    else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", v / 1e3);
+    else std::snprintf(buf, sizeof buf, "%.0f", v);
+    return std::string(buf);
+  };
+  o << "architecture   " << c.architecture << "\n";
+  o << "layers         " << c.num_layers << " (";
+  bool first = true;
+  for (const char* k : {"mla", "dsa", "delta"}) {
+    auto it = s.layers_by_kind.find(k);
+    if (it == s.layers_by_kind.end()) continue;
+    o << (first ? "" : ", ") << k << " " << it->second;
+    first = false;
+  }
+  o << "; ffn: dense " << (s.layers_by_kind.count("dense_ffn") ? s.layers_by_kind.at("dense_ffn") : 0) << ", moe "
+    << (s.layers_by_kind.count("moe_ffn") ? s.layers_by_kind.at("moe_ffn") : 0) << ")\n";
+  o << "layer kinds    ";
+  for (int i = 0; i < c.num_layers; ++i)
+    o << (i ? " " : "") << LayerKindName(c.layer_types[i]) << (c.IsMoeLayer(i) ? "+moe" : "+dense");
+  o << "\n";
+  o << "hidden         " << c.hidden_size << ", vocab " << c.vocab_size << ", experts " << c.moe.num_experts
+    << " (top-" << c.moe.experts_per_token << ", " << c.moe.num_shared_experts << " shared)\n";
+  o << "parameters     total " << human(static_cast<double>(s.total_params)) << " (" << s.total_params
+    << "), active " << human(static_cast<double>(s.active_params)) << " (" << s.active_params << ")\n";
+  o << "bytes          " << human(static_cast<double>(s.total_bytes)) << "B total";
+  for (const auto& [dtype, bytes] : s.bytes_by_dtype) o << "; " << dtype << " " << bytes;
+  o << "\n";
+  return o.str();
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,105 @@
+// config.json of the moe-dsa-v1 family (model.md section 2), parsed and
+// validated. Every failure names the field: "config.json: moe.topk_group: 5
+// must be <= moe.n_group (4)".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+
+namespace moeserve::engine {
+
+enum class LayerKind { kMla, kDsa, kDelta };
+std::string_view LayerKindName(LayerKind k);
+
+struct MlaConfig {
+  int num_heads = 0;
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  bool output_gate = true;
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+struct DsaConfig {
+  int index_n_heads = 0;
+  int index_head_dim = 0;
+  int index_topk = 2048;
+};
+
+struct DeltaConfig {
+  int num_heads = 0;
+  int head_k_dim = 0;
+  int head_v_dim = 0;
+  int conv_size = 4;
+  double norm_eps = 1e-5;
+};
+
+struct MoeConfig {
+  int num_experts = 0;
+  int experts_per_token = 0;
+  int num_shared_experts = 0;
+  int moe_intermediate_size = 0;
+  int n_group = 1;
+  int topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  std::string score_func = "sigmoid";
+};
+
+struct RopeConfig {
+  double theta = 10000.0;
+  bool yarn = false;  // "scaling": "yarn" (else "none")
+  double factor = 1.0;
+  int64_t original_max_position = 4096;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double mscale = 1.0;
+};
+
+struct ThinkingBudgets {
+  int low = 256;
+  int medium = 2048;
+  int high = 16384;
+};
+
+struct ModelConfig {
+  std::string architecture;
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+  std::vector<LayerKind> layer_types;
+  int first_dense_layers = 0;
+  int intermediate_size = 0;
+  double rms_norm_eps = 1e-6;
+  MlaConfig mla;
+  DsaConfig dsa;
+  DeltaConfig delta;
+  MoeConfig moe;
+  RopeConfig rope;
+  int64_t max_position_embeddings = 0;
+  ThinkingBudgets thinking_budgets;
+
+  bool HasKind(LayerKind k) const;
+  bool IsMoeLayer(int layer) const { return layer >= first_dense_layers; }
+  int CountKind(LayerKind k) const;
+
+  // The checkpoint's config.json form (inverse of ParseModelConfig).
+  std::string ToJson() const;
+};
+
+// Parses and validates; `source` names the file in messages.
+Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& source = "config.json");
+Result<ModelConfig> LoadModelConfig(const std::string& path);
+// Validation alone (used after programmatic edits, e.g. by moe-model-gen).
+Status ValidateModelConfig(const ModelConfig& c, const std::string& source = "config.json");
+// With expert parallelism: num_experts % world_size == 0.
+Status ValidateWorldSize(const ModelConfig& c, int world_size);
+
+// The two presets of moe-model-gen: "tiny" (model.md section 2) and "small".
+Result<ModelConfig> PresetConfig(const std::string& name);
+
+}  // namespace moeserve::engine

@@ -1,0 +1,53 @@
+// The fixed tensor names, shapes and dtypes of a moe-dsa-v1 checkpoint
+// (model.md section 1.1), derived from a ModelConfig. One list serves the
+// loader (what must be present) and the generator (what to write).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/engine/model_config.hpp"
+#include "moeserve/engine/safetensors.hpp"
+
+namespace moeserve::engine {
+
+enum class TensorClass {
+  kFloat32,       // norms, k_norm.bias, A_log, dt_bias, ffn.gate.bias: F32 only
+  kBf16,          // every other dense tensor: BF16 (F32 also accepted)
+  kMxfp4Blocks,   // U8 [..., rows, cols/32, 16]
+  kMxfp4Scales,   // U8 [..., rows, cols/32]
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorClass cls;
+  int layer = -1;          // -1 for embed/norm/head
+  bool routed_expert = false;  // counted as active only for experts_per_token of num_experts
+  // For initialisation: the fan-in of a matrix (its input dimension).
+  int64_t fan_in = 0;
+};
+
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
+
+// Checks a checkpoint against the layout: every tensor present, of an allowed
+// dtype and the exact shape, and no MXFP4 scale equal to 255 (NaN). Errors
+// name the shard file and the tensor. Extra tensors are reported as warnings.
+Status ValidateCheckpoint(const Checkpoint& checkpoint, const ModelConfig& config,
+                          std::vector<std::string>* warnings = nullptr);
+
+struct ModelSummary {
+  std::map<std::string, int> layers_by_kind;  // "mla" -> 2, "dense_ffn" -> 1, "moe_ffn" -> 5
+  int64_t total_params = 0;
+  int64_t active_params = 0;   // per token: all dense tensors + experts_per_token routed experts
+  std::map<std::string, uint64_t> bytes_by_dtype;
+  uint64_t total_bytes = 0;
+};
+
+ModelSummary Summarize(const Checkpoint& checkpoint, const ModelConfig& config);
+std::string FormatSummary(const ModelSummary& s, const ModelConfig& config);
+
+}  // namespace moeserve::engine
