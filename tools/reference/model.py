@@ -2,10 +2,15 @@
 
 Reads top to bottom like the spec: config (section 2), checkpoint (1.1),
 block (3), YaRN RoPE (4), gated MLA / DSA / Gated DeltaNet (5), MoE (6).
-Every position is computed (full causal prefill, O(T^2) attention); there is
-no KV cache. Where model.md is silent the three public references decide:
-DeepSeek-V3.2-Exp inference/model.py (MLA, indexer, gate, YaRN) and
-flash-linear-attention (Gated DeltaNet); the choices are listed in README.md.
+Every position is computed (full causal prefill, O(T^2) attention). A
+sequence may also be fed in pieces with a per-layer cache holding exactly the
+state model.md allows (MLA: c and k_pe; DSA: also the indexer key; DeltaNet:
+conv history and S); feeding a prompt whole or token by token gives the same
+numbers, which is how the CLI decodes quickly.
+
+Where model.md is silent the public references decide: DeepSeek-V3.2-Exp
+inference/model.py (MLA, indexer, gate, YaRN) and flash-linear-attention
+(Gated DeltaNet); the choices made are listed in README.md.
 
 All weights are converted to fp32 once at load (BF16 exactly, MXFP4 experts
 dequantised by mxfp4.decode); all math runs in fp32.
@@ -334,60 +339,78 @@ def mla_softmax_scale(cfg):
 # ----------------------------------------------------------------------------
 
 
-def indexer_scores(W, p, cfg, x, qr, cos, sin):
-    """I(t, s) = sum_j w_j ReLU(iq_j . ik_s), fp32 [T, T]; -inf where s > t."""
-    T = x.shape[0]
+def indexer_scores(W, p, cfg, x, qr, cos, sin, positions, cache):
+    """I(t, s) = sum_j w_j ReLU(iq_j . ik_s) for the new queries t (rows)
+    against every cached key s (columns), fp32; -inf where s > t.
+    The indexer key ik of the new tokens is appended to cache["ik"]."""
+    n = x.shape[0]
     IH, ID, R = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
-    iq = (qr @ W[p + "indexer.wq_b.weight"].T).view(T, IH, ID)
+    iq = (qr @ W[p + "indexer.wq_b.weight"].T).view(n, IH, ID)
     iq = torch.cat([rope_half_split(iq[..., :R], cos, sin), iq[..., R:]], dim=-1)
     ik = layer_norm(x @ W[p + "indexer.wk.weight"].T, W[p + "indexer.k_norm.weight"], W[p + "indexer.k_norm.bias"], 1e-6)
     ik = torch.cat([rope_half_split(ik[..., :R], cos, sin), ik[..., R:]], dim=-1)
-    w = (x @ W[p + "indexer.weights_proj.weight"].T) * (IH**-0.5) * (ID**-0.5)  # [T, IH]
-    dots = torch.relu(torch.einsum("tjd,sd->tjs", iq, ik))  # [T, IH, T]
+    ik = _append(cache, "ik", ik)  # [S, ID], one key head shared by all index heads
+    w = (x @ W[p + "indexer.weights_proj.weight"].T) * (IH**-0.5) * (ID**-0.5)  # [n, IH]
+    dots = torch.relu(torch.einsum("tjd,sd->tjs", iq, ik))  # [n, IH, S]
     I = torch.einsum("tj,tjs->ts", w, dots)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    return I.masked_fill(~causal, float("-inf"))
+    return I.masked_fill(~_causal(positions, ik.shape[0]), float("-inf"))
 
 
-def dsa_select(I, topk):
-    """For each t: the k = min(topk, t+1) positions s <= t with the largest
-    I(t, s), ties to the lower s. Returns (keep mask [T, T], selected lists,
-    margins (I of k-th minus (k+1)-th, None when all of s <= t are kept),
-    max |I(t, s)| over s <= t)."""
-    T = I.shape[0]
+def dsa_select(I, topk, positions=None):
+    """For each query t (row, at absolute position positions[r]): the
+    k = min(topk, t+1) positions s <= t with the largest I(t, s), ties to the
+    lower s. Returns (keep mask like I, selected lists, margins (I of the k-th
+    minus the (k+1)-th, None when every s <= t is kept), max |I(t, s)| over s <= t)."""
+    n = I.shape[0]
+    if positions is None:
+        positions = torch.arange(n)
     # Stable descending sort keeps equal scores in index order: lower s first.
     # Masked (s > t) entries are -inf and sort last.
     order_vals, order = torch.sort(I, dim=-1, descending=True, stable=True)
-    keep = torch.zeros(T, T, dtype=torch.bool)
+    keep = torch.zeros(I.shape, dtype=torch.bool)
     selected, margins, max_abs = [], [], []
-    for t in range(T):
+    for r in range(n):
+        t = int(positions[r])
         k = min(topk, t + 1)
-        chosen = order[t, :k]
-        keep[t, chosen] = True
+        chosen = order[r, :k]
+        keep[r, chosen] = True
         selected.append(sorted(chosen.tolist()))
-        margins.append(float(order_vals[t, k - 1] - order_vals[t, k]) if k < t + 1 else None)
-        max_abs.append(float(I[t, : t + 1].abs().max()))
+        margins.append(float(order_vals[r, k - 1] - order_vals[r, k]) if k < t + 1 else None)
+        max_abs.append(float(I[r, : t + 1].abs().max()))
     return keep, selected, margins, max_abs
 
 
-def mla_attention(W, p, cfg, x, positions, dsa=False, absorbed=False):
-    """Gated MLA over all positions of x [T, D] (the attn_norm'ed input).
+def _append(cache, key, new):
+    """Concatenate new rows to cache[key] (created on first use) and return all rows."""
+    cache[key] = new if key not in cache else torch.cat([cache[key], new], dim=0)
+    return cache[key]
+
+
+def _causal(positions, n_keys):
+    """[n_queries, n_keys] bool: key s visible from the query at position t iff s <= t."""
+    return torch.arange(n_keys)[None, :] <= positions[:, None]
+
+
+def mla_attention(W, p, cfg, x, positions, cache, dsa=False, absorbed=False):
+    """Gated MLA for the new tokens x [n, D] (attn_norm'ed input) at absolute
+    `positions`, attending to every earlier token. `cache` holds, per token,
+    only what model.md 5.1 allows: the latent c and k_pe (plus the indexer key
+    for DSA); the new tokens are appended to it.
     absorbed=False expands keys/values per head (the prefill "MHA" path);
-    absorbed=True scores against the latent cache c, k_pe only (the decode
-    path). With dsa=True the lightning indexer restricts the keys.
-    Returns (out [T, D], dsa info dict or None)."""
-    T = x.shape[0]
+    absorbed=True scores against the latent cache directly (the decode path).
+    Returns (out [n, D], dsa info dict or None)."""
+    n = x.shape[0]
     H, nope, R, vd = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
     eps = cfg.rms_norm_eps
     cos, sin = rope_angles(rope_frequencies(cfg), positions)
 
     qr = rms_norm(x @ W[p + "wq_a.weight"].T, W[p + "q_norm.weight"], eps)
-    q = (qr @ W[p + "wq_b.weight"].T).view(T, H, nope + R)
+    q = (qr @ W[p + "wq_b.weight"].T).view(n, H, nope + R)
     q_nope, q_pe = q[..., :nope], rope_interleaved(q[..., nope:], cos, sin)
 
     kv = x @ W[p + "wkv_a.weight"].T
-    c = rms_norm(kv[:, : cfg.kv_lora_rank], W[p + "kv_norm.weight"], eps)  # cached latent
-    k_pe = rope_interleaved(kv[:, cfg.kv_lora_rank :], cos, sin)  # cached, one head shared by all
+    c = _append(cache, "c", rms_norm(kv[:, : cfg.kv_lora_rank], W[p + "kv_norm.weight"], eps))  # [S, kv_lora]
+    k_pe = _append(cache, "k_pe", rope_interleaved(kv[:, cfg.kv_lora_rank :], cos, sin))  # [S, R], shared by heads
     wkv_b = W[p + "wkv_b.weight"].view(H, nope + vd, cfg.kv_lora_rank)
     w_uk, w_uv = wkv_b[:, :nope], wkv_b[:, nope:]  # [H, nope, kv_lora], [H, v, kv_lora]
 
@@ -400,14 +423,14 @@ def mla_attention(W, p, cfg, x, positions, dsa=False, absorbed=False):
         scores = torch.einsum("thn,shn->hts", q_nope, k_nope) + torch.einsum("thr,sr->hts", q_pe, k_pe)
     scores = scores * scale
 
-    visible = torch.ones(T, T, dtype=torch.bool).tril()
+    visible = _causal(positions, c.shape[0])
     info = None
     if dsa:
-        I = indexer_scores(W, p, cfg, x, qr, cos, sin)
-        keep, selected, margins, max_abs = dsa_select(I, cfg.index_topk)
+        I = indexer_scores(W, p, cfg, x, qr, cos, sin, positions, cache)
+        keep, selected, margins, max_abs = dsa_select(I, cfg.index_topk, positions)
         visible = visible & keep
         info = {"selected": selected, "margin": margins, "max_abs_score": max_abs}
-    probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)  # [H, T, T]
+    probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)  # [H, n, S]
 
     if absorbed:
         o_lat = torch.einsum("hts,sc->thc", probs, c)
@@ -415,21 +438,19 @@ def mla_attention(W, p, cfg, x, positions, dsa=False, absorbed=False):
     else:
         v = torch.einsum("sc,hvc->shv", c, w_uv)
         o = torch.einsum("hts,shv->thv", probs, v)
-    o = o.reshape(T, H * vd)
+    o = o.reshape(n, H * vd)
     if cfg.output_gate:
         o = o * torch.sigmoid(x @ W[p + "wg.weight"].T)
     return o @ W[p + "wo.weight"].T, info
 
 
-# ----------------------------------------------------------------------------
-# Section 5.3: Gated DeltaNet
-# ----------------------------------------------------------------------------
-
-
-def causal_depthwise_conv(u, w):
-    """out_t[c] = sum_j w[c, j] u_{t-conv+1+j}[c], zeros before t = 0, no bias."""
+def causal_depthwise_conv(u, w, history=None):
+    """out_t[c] = sum_j w[c, j] u_{t-conv+1+j}[c], no bias. `history` holds
+    the conv-1 inputs before u (zeros at the start of the sequence)."""
     T, conv = u.shape[0], w.shape[1]
-    padded = torch.cat([u.new_zeros(conv - 1, u.shape[1]), u], dim=0)
+    if history is None:
+        history = u.new_zeros(conv - 1, u.shape[1])
+    padded = torch.cat([history, u], dim=0)
     return sum(w[:, j] * padded[j : j + T] for j in range(conv))
 
 
@@ -437,12 +458,14 @@ def l2_normalize(x):
     return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + 1e-6)
 
 
-def delta_rule_recurrent(q, k, v, beta, g):
+def delta_rule_recurrent(q, k, v, beta, g, S=None):
     """fla naive_recurrent_gated_delta_rule. q, k [T, H, dk] (q already
-    scaled by dk^-0.5), v [T, H, dv], beta, g [T, H]. Returns o [T, H, dv]
-    and the final state S [H, dk, dv]."""
+    scaled by dk^-0.5), v [T, H, dv], beta, g [T, H], S the state
+    [H, dk, dv] before the first step (zeros when None). Returns o [T, H, dv]
+    and the final state."""
     T, H, dk = k.shape
-    S = q.new_zeros(H, dk, v.shape[-1])
+    if S is None:
+        S = q.new_zeros(H, dk, v.shape[-1])
     outs = []
     for t in range(T):
         S = torch.exp(g[t])[:, None, None] * S
@@ -452,7 +475,7 @@ def delta_rule_recurrent(q, k, v, beta, g):
     return torch.stack(outs), S
 
 
-def delta_rule_chunked(q, k, v, beta, g, chunk=64):
+def delta_rule_chunked(q, k, v, beta, g, S=None, chunk=64):
     """The same recurrence in chunked (WY / UT-transform) form: a second
     oracle for engines that prefill chunk by chunk. Within a chunk with
     G_i = cumsum(g)_i and state S0 at its start,
@@ -466,7 +489,8 @@ def delta_rule_chunked(q, k, v, beta, g, chunk=64):
     # Padded steps have k = 0, beta = 0, g = 0: they leave the state unchanged.
     q, k, v = (F.pad(a.permute(1, 0, 2), (0, 0, 0, pad)) for a in (q, k, v))  # [H, T', d]
     beta, g = (F.pad(a.T, (0, pad)) for a in (beta, g))  # [H, T']
-    S = q.new_zeros(H, dk, dv)
+    if S is None:
+        S = q.new_zeros(H, dk, dv)
     eye = torch.eye(chunk, dtype=q.dtype)
     incl = torch.ones(chunk, chunk, dtype=torch.bool).tril()
     outs = []
@@ -486,22 +510,29 @@ def delta_rule_chunked(q, k, v, beta, g, chunk=64):
     return o, S
 
 
-def gated_deltanet(W, p, cfg, x, chunked=False):
-    """Gated DeltaNet over all positions of x [T, D] (normed input)."""
-    T = x.shape[0]
-    Hd, dk, dv = cfg.delta_heads, cfg.head_k_dim, cfg.head_v_dim
-    q = F.silu(causal_depthwise_conv(x @ W[p + "q_proj.weight"].T, W[p + "q_conv1d.weight"]))
-    k = F.silu(causal_depthwise_conv(x @ W[p + "k_proj.weight"].T, W[p + "k_conv1d.weight"]))
-    v = F.silu(causal_depthwise_conv(x @ W[p + "v_proj.weight"].T, W[p + "v_conv1d.weight"]))
-    q = l2_normalize(q.view(T, Hd, dk)) * dk**-0.5
-    k = l2_normalize(k.view(T, Hd, dk))
-    v = v.view(T, Hd, dv)
-    beta = torch.sigmoid(x @ W[p + "b_proj.weight"].T)  # [T, Hd]
+def gated_deltanet(W, p, cfg, x, cache, chunked=False):
+    """Gated DeltaNet for the new tokens x [n, D] (normed input). `cache`
+    holds the per-sequence state model.md 5.3 allows: the last conv-1 inputs
+    of each conv and S; both are updated."""
+    n = x.shape[0]
+    Hd, dk, dv, keep = cfg.delta_heads, cfg.head_k_dim, cfg.head_v_dim, cfg.conv_size - 1
+
+    def conv(name):
+        u = x @ W[p + f"{name}_proj.weight"].T
+        out = causal_depthwise_conv(u, W[p + f"{name}_conv1d.weight"], cache.get("conv_" + name))
+        hist = torch.cat([cache.get("conv_" + name, u.new_zeros(keep, u.shape[1])), u], dim=0)
+        cache["conv_" + name] = hist[hist.shape[0] - keep :]
+        return F.silu(out)
+
+    q = l2_normalize(conv("q").view(n, Hd, dk)) * dk**-0.5
+    k = l2_normalize(conv("k").view(n, Hd, dk))
+    v = conv("v").view(n, Hd, dv)
+    beta = torch.sigmoid(x @ W[p + "b_proj.weight"].T)  # [n, Hd]
     g = -torch.exp(W[p + "A_log"]) * F.softplus(x @ W[p + "a_proj.weight"].T + W[p + "dt_bias"])
-    o, _ = (delta_rule_chunked if chunked else delta_rule_recurrent)(q, k, v, beta, g)
+    o, cache["S"] = (delta_rule_chunked if chunked else delta_rule_recurrent)(q, k, v, beta, g, cache.get("S"))
     o = rms_norm(o, W[p + "o_norm.weight"], cfg.delta_norm_eps)  # per head over dv
-    o = o * F.silu(x @ W[p + "g_proj.weight"].T).view(T, Hd, dv)
-    return o.reshape(T, Hd * dv) @ W[p + "o_proj.weight"].T
+    o = o * F.silu(x @ W[p + "g_proj.weight"].T).view(n, Hd, dv)
+    return o.reshape(n, Hd * dv) @ W[p + "o_proj.weight"].T
 
 
 # ----------------------------------------------------------------------------
@@ -566,23 +597,37 @@ class Model:
         cfg = Config.load(model_dir)
         return Model(cfg, load_weights(model_dir, cfg))
 
-    def forward(self, tokens, mla_absorbed=False, delta_chunked=False):
-        """tokens: list of ids. Returns (logits [T, V] fp32, {layer: dsa info})."""
+    def new_cache(self):
+        """Per-layer state of one sequence (empty = nothing seen yet)."""
+        return {"length": 0, "layers": [{} for _ in range(self.cfg.num_layers)]}
+
+    def forward(self, tokens, cache=None, mla_absorbed=False, delta_chunked=False):
+        """Run `tokens` (list of ids) after whatever `cache` has seen (a fresh
+        sequence when None) and return (logits [len(tokens), V] fp32,
+        {layer: dsa info for these tokens}). With an empty cache this is the
+        plain full causal forward; feeding one token at a time with the same
+        cache is greedy decoding, and gives the same numbers."""
         cfg, W = self.cfg, self.W
+        if cache is None:
+            cache = self.new_cache()
         for i, tok in enumerate(tokens):
             if not (0 <= tok < FIRST_PADDING_ID and tok < cfg.vocab_size):
                 raise ModelError(f"token {i} = {tok} is not a byte or special id (0..{FIRST_PADDING_ID - 1})")
         ids = torch.tensor(tokens, dtype=torch.long)
-        positions = torch.arange(len(tokens))
+        positions = torch.arange(cache["length"], cache["length"] + len(tokens))
+        cache["length"] += len(tokens)
         x = W["embed.weight"][ids]
         dsa_info = {}
         for i, kind in enumerate(cfg.layer_types):
             p = f"layers.{i}."
+            lc = cache["layers"][i]
             a = rms_norm(x, W[p + "attn_norm.weight"], cfg.rms_norm_eps)
             if kind == "delta":
-                attn = gated_deltanet(W, p + "attn.", cfg, a, chunked=delta_chunked)
+                attn = gated_deltanet(W, p + "attn.", cfg, a, lc, chunked=delta_chunked)
             else:
-                attn, info = mla_attention(W, p + "attn.", cfg, a, positions, dsa=(kind == "dsa"), absorbed=mla_absorbed)
+                attn, info = mla_attention(
+                    W, p + "attn.", cfg, a, positions, lc, dsa=(kind == "dsa"), absorbed=mla_absorbed
+                )
                 if info is not None:
                     dsa_info[i] = info
             h = x + attn

@@ -35,22 +35,25 @@ def top2_margin(row):
 
 
 def run(model, prompt, n_decode, mla_absorbed=False, delta_chunked=False):
-    """Greedy decode by re-running the full causal forward each step.
-    Row t of the result comes from the last pass that ended at position t, so
-    greedy_tokens[n] is exactly the argmax of row prompt_len-1+n. The DSA sets
-    come from one final pass over the whole sequence (causality makes them the
-    same sets the shorter passes saw)."""
-    seq = list(prompt)
-    logits, dsa = model.forward(seq, mla_absorbed, delta_chunked)
+    """Prefill the prompt (one full causal forward), then greedy-decode
+    n_decode tokens, feeding each chosen token back through the per-layer
+    cache. Row t of the result is the logits at position t of the final
+    sequence prompt + generated, so greedy_tokens[n] is exactly the argmax of
+    row prompt_len-1+n; the generated token is fed even on the last step so
+    that its row exists too. DSA information is gathered the same way."""
+    cache = model.new_cache()
+    logits, dsa = model.forward(list(prompt), cache, mla_absorbed, delta_chunked)
     rows = [logits]
     generated = []
-    for n in range(n_decode):
+    for _ in range(n_decode):
         nxt = greedy_pick(rows[-1][-1])
         generated.append(nxt)
-        seq.append(nxt)
-        logits, dsa = model.forward(seq, mla_absorbed, delta_chunked)
-        rows.append(logits[-1:])
-    return torch.cat(rows, dim=0), generated, dsa, seq
+        logits, step_dsa = model.forward([nxt], cache, mla_absorbed, delta_chunked)
+        rows.append(logits)
+        for layer, info in step_dsa.items():
+            for key, vals in info.items():
+                dsa[layer][key].extend(vals)
+    return torch.cat(rows, dim=0), generated, dsa, list(prompt) + generated
 
 
 def main(argv=None):

@@ -358,6 +358,25 @@ class ModelTest(unittest.TestCase):
         ref = self.logits[:17]
         self.assertLess((prefix - ref).abs().max().item(), 1e-5 * ref.abs().max().item())
 
+    def test_incremental_equals_full(self):
+        # Prefill in pieces, then one token at a time, through the cache.
+        for topk in (2048, 8):
+            cfg = M.Config(with_changes(dsa={"index_topk": topk}))
+            model = M.Model(cfg, self.model.W)
+            full, full_dsa = model.forward(self.tokens)
+            for absorbed, chunked in ((False, False), (True, True)):
+                cache = model.new_cache()
+                parts, sel = [], {2: [], 4: []}
+                for piece in [self.tokens[:17], self.tokens[17:30]] + [[t] for t in self.tokens[30:]]:
+                    logits, dsa = model.forward(piece, cache, mla_absorbed=absorbed, delta_chunked=chunked)
+                    parts.append(logits)
+                    for layer in sel:
+                        sel[layer] += dsa[layer]["selected"]
+                inc = torch.cat(parts)
+                self.assertLess((inc - full).abs().max().item(), 1e-5 * full.abs().max().item(), (topk, absorbed))
+                for layer in sel:
+                    self.assertEqual(sel[layer], full_dsa[layer]["selected"])
+
     def test_second_forms_agree(self):
         # absorbed vs expanded MLA, chunked vs recurrent DeltaNet: 1e-4 * max|ref| (section 10).
         alt, dsa = self.model.forward(self.tokens, mla_absorbed=True, delta_chunked=True)
