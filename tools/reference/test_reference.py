@@ -464,5 +464,34 @@ class ModelTest(unittest.TestCase):
             self.assertEqual(len(meta["top2_margin"]), 17)
 
 
+GENERATOR = os.path.join(HERE, "..", "..", "build", "engine", "moe-model-gen")
+
+
+@unittest.skipUnless(os.access(GENERATOR, os.X_OK), "build/engine/moe-model-gen not built")
+class GeneratorCheckpointTest(unittest.TestCase):
+    """The C++ generator's tiny checkpoint loads here, its MXFP4 blocks are
+    canonical (decode then encode is the identity), and the model runs."""
+
+    def test_tiny_preset(self):
+        torch.set_num_threads(2)
+        with tempfile.TemporaryDirectory() as tmp:
+            d = os.path.join(tmp, "m")  # the generator creates the directory itself
+            subprocess.run([GENERATOR, "--preset", "tiny", "--seed", "1", "--index-topk", "16", "--out", d],
+                           check=True, capture_output=True)
+            raw = read_checkpoint(d)
+            for name, r in raw.items():
+                if name.endswith(".blocks"):
+                    blocks, scales = r.to_torch(), raw[name[: -len(".blocks")] + ".scales"].to_torch()
+                    b2, s2 = mxfp4.encode(mxfp4.decode(blocks, scales))
+                    self.assertTrue(torch.equal(b2, blocks) and torch.equal(s2, scales), name)
+            model = M.Model.load(d)
+            tokens = list(range(250, 268)) + list(range(0, 240, 9))
+            full, dsa = model.forward(tokens)
+            self.assertTrue(torch.isfinite(full).all())
+            self.assertEqual([len(s) for s in dsa[3]["selected"]], [min(16, t + 1) for t in range(len(tokens))])
+            cache = model.new_cache()
+            inc = torch.cat([model.forward(tokens[:20], cache)[0]] + [model.forward([t], cache)[0] for t in tokens[20:]])
+            self.assertLess((inc - full).abs().max().item(), 1e-5 * full.abs().max().item())
+
 if __name__ == "__main__":
     unittest.main()
