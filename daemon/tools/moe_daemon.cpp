@@ -1,0 +1,11 @@
+// moe-daemon: `moe-daemon pull ...` runs the weight puller alone; anything
+// else (or `moe-daemon serve ...`) serves the OpenAI-compatible API.
+#include <cstring>
+
+#include "moeserve/daemon/commands.hpp"
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "pull") == 0) return moeserve::daemon::RunPullCommand(argc - 1, argv + 1);
+  if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return moeserve::daemon::RunServeCommand(argc - 1, argv + 1);
+  return moeserve::daemon::RunServeCommand(argc, argv);
+}
