@@ -18,7 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from model import FIRST_PADDING_ID, Model  # noqa: E402
+from model import FIRST_PADDING_ID, Model, ModelError  # noqa: E402
+from mxfp4 import MXFP4Error  # noqa: E402
+from safetensors_io import SafetensorsError  # noqa: E402
 
 
 def greedy_pick(row):
@@ -78,10 +80,15 @@ def main(argv=None):
         ap.error("--decode must be >= 0")
 
     t0 = time.time()
-    model = Model.load(args.model)
-    t1 = time.time()
-    with torch.no_grad():
-        logits, generated, dsa, seq = run(model, prompt, args.decode, args.mla_absorbed, args.delta_chunked)
+    try:
+        model = Model.load(args.model)
+        t1 = time.time()
+        with torch.no_grad():
+            logits, generated, dsa, seq = run(model, prompt, args.decode, args.mla_absorbed, args.delta_chunked)
+    except (ModelError, SafetensorsError, MXFP4Error, OSError) as e:
+        # A bad checkpoint or input is a clear one-line error, not a traceback.
+        print(f"reference: error: {e}", file=sys.stderr)
+        return 1
     t2 = time.time()
 
     os.makedirs(args.out, exist_ok=True)

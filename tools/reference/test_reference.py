@@ -462,6 +462,11 @@ class ModelTest(unittest.TestCase):
                 self.assertEqual(tok, int(np.argmax(logits[11 + n, :268])))
             self.assertEqual(len(meta["dsa_selected"]["2"]), 17)
             self.assertEqual(len(meta["top2_margin"]), 17)
+            bad = subprocess.run(
+                [sys.executable, os.path.join(HERE, "reference.py"), "--model", sharded, "--tokens", "1,268",
+                 "--out", out], capture_output=True, text=True)
+            self.assertEqual(bad.returncode, 1)
+            self.assertIn("token 1 = 268", bad.stderr)
 
 
 GENERATOR = os.path.join(HERE, "..", "..", "build", "engine", "moe-model-gen")
