@@ -1,0 +1,181 @@
+// Gated MLA (model.md 5.1) and gated DSA (5.2): MLA whose keys are restricted
+// per query by the lightning indexer.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "layers.hpp"
+#include "moeserve/kernels/cpu_ops.hpp"
+
+namespace moeserve::engine {
+
+namespace {
+
+struct CacheLayout {
+  int kv_lora, rope, index_dim;  // index_dim 0 for plain MLA
+};
+
+float* CacheRow(KvPool& pool, const SequenceCache& cache, int64_t pos, size_t offset) {
+  const int bt = pool.block_tokens();
+  return pool.TokenRow(cache.blocks[static_cast<size_t>(pos / bt)], static_cast<int>(pos % bt)) + offset;
+}
+
+float Dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// The lightning indexer's choice for one query at position p: the k =
+// min(index_topk, p+1) positions with the largest I(p, s), ties to lower s.
+// O(p) selection (nth_element), then sorted for a deterministic order.
+std::vector<int> SelectTopK(const std::vector<float>& scores, int k) {
+  std::vector<int> idx(scores.size());
+  for (size_t s = 0; s < idx.size(); ++s) idx[s] = static_cast<int>(s);
+  auto better = [&](int a, int b) { return scores[a] != scores[b] ? scores[a] > scores[b] : a < b; };
+  std::nth_element(idx.begin(), idx.begin() + k, idx.end(), better);
+  idx.resize(static_cast<size_t>(k));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+}  // namespace
+
+void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out) {
+  const ModelConfig& cfg = ctx.config;
+  const MlaConfig& m = cfg.mla;
+  const bool dsa = w.kind == LayerKind::kDsa;
+  const int H = m.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, vd = m.v_head_dim;
+  const int qk = nope + rope, kvl = m.kv_lora_rank, ql = m.q_lora_rank;
+  const int IH = dsa ? cfg.dsa.index_n_heads : 0, ID = dsa ? cfg.dsa.index_head_dim : 0;
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  const size_t off_c = ctx.cache_offset, off_pe = off_c + kvl, off_ik = off_pe + rope;
+
+  // 1. Queries: qr = RMSNorm(wq_a x) [n, q_lora]; q = wq_b qr [n, H, nope|rope].
+  std::vector<float> qa(static_cast<size_t>(n) * ql), qr(qa.size()), q(static_cast<size_t>(n) * H * qk);
+  Linear(w.wq_a, x, n, qa.data());
+  for (int t = 0; t < n; ++t) kernels::RmsNormRef(&qa[t * ql], w.q_norm.data(), eps, ql, &qr[t * ql]);
+  Linear(w.wq_b, qr.data(), n, q.data());
+
+  // 2. Latent keys/values [n, kv_lora | rope]: c = RMSNorm(c), rope on k_pe; into the cache.
+  std::vector<float> kv(static_cast<size_t>(n) * (kvl + rope));
+  Linear(w.wkv_a, x, n, kv.data());
+
+  // 3. DSA: indexer queries [n, IH, ID], weights [n, IH], keys into the cache.
+  std::vector<float> iq, iw, ikraw;
+  if (dsa) {
+    iq.resize(static_cast<size_t>(n) * IH * ID);
+    iw.resize(static_cast<size_t>(n) * IH);
+    ikraw.resize(static_cast<size_t>(n) * ID);
+    Linear(w.idx_wq_b, qr.data(), n, iq.data());
+    Linear(w.idx_weights_proj, x, n, iw.data());
+    Linear(w.idx_wk, x, n, ikraw.data());
+    const float wscale = 1.0f / std::sqrt(static_cast<float>(IH)) / std::sqrt(static_cast<float>(ID));
+    for (auto& v : iw) v *= wscale;
+  }
+
+  for (const SegmentRows& seg : ctx.segments) {
+    for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
+      const int64_t pos = seg.pos0 + (r - seg.row0);
+      for (int h = 0; h < H; ++h) RopeInterleaved(&q[(static_cast<size_t>(r) * H + h) * qk + nope], rope, pos, ctx.rope_freqs);
+      float* row = CacheRow(ctx.pool, *seg.cache, pos, off_c);
+      kernels::RmsNormRef(&kv[static_cast<size_t>(r) * (kvl + rope)], w.kv_norm.data(), eps, kvl, row);
+      std::copy_n(&kv[static_cast<size_t>(r) * (kvl + rope) + kvl], rope, row + kvl);
+      RopeInterleaved(row + kvl, rope, pos, ctx.rope_freqs);
+      if (dsa) {
+        float* ik = CacheRow(ctx.pool, *seg.cache, pos, off_ik);
+        kernels::LayerNormRef(&ikraw[static_cast<size_t>(r) * ID], w.idx_k_norm_w.data(), w.idx_k_norm_b.data(), 1e-6f, ID, ik);
+        RopeHalfSplit(ik, rope, pos, ctx.rope_freqs);
+        for (int j = 0; j < IH; ++j) RopeHalfSplit(&iq[(static_cast<size_t>(r) * IH + j) * ID], rope, pos, ctx.rope_freqs);
+      }
+    }
+  }
+
+  // 4. Attention per query over its sequence's cache (causal; DSA-restricted).
+  std::vector<float> o(static_cast<size_t>(n) * H * vd, 0.0f);
+  for (const SegmentRows& seg : ctx.segments) {
+    const int64_t ctx_len = seg.pos0 + seg.n;
+    bool absorbed = ctx.options.mla_form == MlaForm::kAbsorbed ||
+                    (ctx.options.mla_form == MlaForm::kAuto && seg.n == 1);
+    // Expanded form: per-head keys and values for every cached position.
+    std::vector<float> k_nope, vals;
+    if (!absorbed) {
+      k_nope.resize(static_cast<size_t>(ctx_len) * H * nope);
+      vals.resize(static_cast<size_t>(ctx_len) * H * vd);
+      for (int64_t s = 0; s < ctx_len; ++s) {
+        const float* c = CacheRow(ctx.pool, *seg.cache, s, off_c);
+        for (int h = 0; h < H; ++h) {
+          const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
+          for (int i = 0; i < nope; ++i) k_nope[(s * H + h) * nope + i] = Dot(wb + static_cast<size_t>(i) * kvl, c, kvl);
+          for (int j = 0; j < vd; ++j) vals[(s * H + h) * vd + j] = Dot(wb + static_cast<size_t>(nope + j) * kvl, c, kvl);
+        }
+      }
+    }
+    std::vector<float> scores, index_scores, q_abs(static_cast<size_t>(kvl)), lat(static_cast<size_t>(kvl));
+    for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
+      const int64_t pos = seg.pos0 + (r - seg.row0);
+      // Which keys this query sees.
+      std::vector<int> keys;
+      if (dsa && pos + 1 > cfg.dsa.index_topk) {
+        index_scores.assign(static_cast<size_t>(pos + 1), 0.0f);
+        for (int64_t s = 0; s <= pos; ++s) {
+          const float* ik = CacheRow(ctx.pool, *seg.cache, s, off_ik);
+          float I = 0.0f;
+          for (int j = 0; j < IH; ++j)
+            I += iw[static_cast<size_t>(r) * IH + j] * std::max(0.0f, Dot(&iq[(static_cast<size_t>(r) * IH + j) * ID], ik, ID));
+          index_scores[static_cast<size_t>(s)] = I;
+        }
+        keys = SelectTopK(index_scores, cfg.dsa.index_topk);
+      } else {
+        keys.resize(static_cast<size_t>(pos + 1));
+        for (int64_t s = 0; s <= pos; ++s) keys[static_cast<size_t>(s)] = static_cast<int>(s);
+      }
+      if (dsa && ctx.trace) ctx.trace->dsa_selected[ctx.layer].push_back(keys);
+
+      scores.resize(keys.size());
+      for (int h = 0; h < H; ++h) {
+        const float* qh = &q[(static_cast<size_t>(r) * H + h) * qk];
+        const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
+        float* oh = &o[(static_cast<size_t>(r) * H + h) * vd];
+        if (absorbed) {
+          // q_abs = W_uk^T q_nope: scores against the latent c directly.
+          std::fill(q_abs.begin(), q_abs.end(), 0.0f);
+          for (int i = 0; i < nope; ++i)
+            for (int l = 0; l < kvl; ++l) q_abs[l] += qh[i] * wb[static_cast<size_t>(i) * kvl + l];
+          for (size_t k = 0; k < keys.size(); ++k) {
+            const float* row = CacheRow(ctx.pool, *seg.cache, keys[k], off_c);
+            scores[k] = ctx.mla_scale * (Dot(q_abs.data(), row, kvl) + Dot(qh + nope, row + kvl, rope));
+          }
+          kernels::SoftmaxRef(scores.data(), scores.size());
+          std::fill(lat.begin(), lat.end(), 0.0f);
+          for (size_t k = 0; k < keys.size(); ++k) {
+            const float* c = CacheRow(ctx.pool, *seg.cache, keys[k], off_c);
+            for (int l = 0; l < kvl; ++l) lat[l] += scores[k] * c[l];
+          }
+          for (int j = 0; j < vd; ++j) oh[j] = Dot(wb + static_cast<size_t>(nope + j) * kvl, lat.data(), kvl);
+        } else {
+          for (size_t k = 0; k < keys.size(); ++k) {
+            const int s = keys[k];
+            const float* pe = CacheRow(ctx.pool, *seg.cache, s, off_pe);
+            scores[k] = ctx.mla_scale * (Dot(qh, &k_nope[(static_cast<size_t>(s) * H + h) * nope], nope) + Dot(qh + nope, pe, rope));
+          }
+          kernels::SoftmaxRef(scores.data(), scores.size());
+          for (size_t k = 0; k < keys.size(); ++k) {
+            const float* v = &vals[(static_cast<size_t>(keys[k]) * H + h) * vd];
+            for (int j = 0; j < vd; ++j) oh[j] += scores[k] * v[j];
+          }
+        }
+      }
+    }
+  }
+
+  // 5. Output gate and projection: out = wo(o * sigmoid(wg x)).
+  if (m.output_gate) {
+    std::vector<float> gate(o.size());
+    Linear(w.wg, x, n, gate.data());
+    for (size_t i = 0; i < o.size(); ++i) o[i] *= kernels::Sigmoid(gate[i]);
+  }
+  Linear(w.wo, o.data(), n, out);
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,113 @@
+// The FFNs: dense SwiGLU (model.md 3) and the MoE with group-limited sigmoid
+// routing and shared experts (6).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "layers.hpp"
+#include "moeserve/kernels/cpu_ops.hpp"
+
+namespace moeserve::engine {
+
+void Linear(const Matrix& W, const float* X, int n, float* Y) {
+  kernels::MatMulF32Ref(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+}
+
+namespace {
+
+// SwiGLU(x) = w2(silu(w1 x) * (w3 x)), accumulated into out with a weight.
+void SwiGlu(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int n, float* out) {
+  std::vector<float> h1(static_cast<size_t>(n) * w1.rows), h3(h1.size());
+  Linear(w1, x, n, h1.data());
+  Linear(w3, x, n, h3.data());
+  for (size_t i = 0; i < h1.size(); ++i) h1[i] = kernels::Silu(h1[i]) * h3[i];
+  Linear(w2, h1.data(), n, out);
+}
+
+// Indices of the k largest values, ties to the lower index, in rank order.
+std::vector<int> TopK(const std::vector<float>& v, int k) {
+  std::vector<int> idx(v.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return v[a] > v[b]; });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+}  // namespace
+
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out) { SwiGlu(w.w1, w.w3, w.w2, x, n, out); }
+
+void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n, float* out,
+            std::vector<uint64_t>* expert_tokens) {
+  const MoeConfig& m = cfg.moe;
+  const int D = cfg.hidden_size, E = m.num_experts, I = m.moe_intermediate_size;
+  const int per_group = E / m.n_group;
+
+  // 1. Routing per token: sigmoid scores; the bias only selects.
+  std::vector<float> logits(static_cast<size_t>(n) * E);
+  Linear(w.gate, x, n, logits.data());
+  std::vector<std::vector<std::pair<int, float>>> by_expert(static_cast<size_t>(E));  // (token, weight)
+  for (int t = 0; t < n; ++t) {
+    std::vector<float> s(static_cast<size_t>(E)), sb(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) {
+      s[e] = kernels::Sigmoid(logits[static_cast<size_t>(t) * E + e]);
+      sb[e] = s[e] + w.gate_bias[e];
+    }
+    if (m.n_group > 1) {
+      std::vector<float> group_score(static_cast<size_t>(m.n_group));
+      for (int gi = 0; gi < m.n_group; ++gi) {
+        std::vector<float> members(sb.begin() + gi * per_group, sb.begin() + (gi + 1) * per_group);
+        std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<float>());
+        group_score[gi] = members[0] + members[1];
+      }
+      std::vector<int> keep = TopK(group_score, m.topk_group);
+      std::vector<bool> kept(static_cast<size_t>(m.n_group), false);
+      for (int gi : keep) kept[gi] = true;
+      for (int e = 0; e < E; ++e)
+        if (!kept[e / per_group]) sb[e] = -std::numeric_limits<float>::infinity();
+    }
+    std::vector<int> idx = TopK(sb, m.experts_per_token);
+    float sum = 0.0f;
+    for (int e : idx) sum += s[e];
+    for (int e : idx) {
+      by_expert[e].push_back({t, s[e] / sum * static_cast<float>(m.routed_scaling_factor)});
+      if (expert_tokens) (*expert_tokens)[e]++;
+    }
+  }
+
+  // 2. Shared experts for every token.
+  if (m.num_shared_experts > 0) {
+    SwiGlu(w.shared_w1, w.shared_w3, w.shared_w2, x, n, out);
+  } else {
+    std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
+  }
+
+  // 3. Routed experts, grouped: one pass per expert over the tokens routed to it.
+  std::vector<float> xe, h13, act, ye;
+  for (int e = 0; e < E; ++e) {
+    const auto& routed = by_expert[e];
+    if (routed.empty()) continue;
+    const int ne = static_cast<int>(routed.size());
+    xe.resize(static_cast<size_t>(ne) * D);
+    for (int r = 0; r < ne; ++r) std::copy_n(x + static_cast<size_t>(routed[r].first) * D, D, &xe[static_cast<size_t>(r) * D]);
+    h13.resize(static_cast<size_t>(ne) * 2 * I);
+    kernels::MatMulMxfp4Ref(w.w13.expert_blocks(e), w.w13.expert_scales(e), static_cast<size_t>(2 * I), static_cast<size_t>(D),
+                            xe.data(), static_cast<size_t>(ne), h13.data());
+    act.resize(static_cast<size_t>(ne) * I);
+    for (int r = 0; r < ne; ++r)
+      for (int j = 0; j < I; ++j)
+        act[static_cast<size_t>(r) * I + j] =
+            kernels::Silu(h13[static_cast<size_t>(r) * 2 * I + j]) * h13[static_cast<size_t>(r) * 2 * I + I + j];
+    ye.resize(static_cast<size_t>(ne) * D);
+    kernels::MatMulMxfp4Ref(w.w2e.expert_blocks(e), w.w2e.expert_scales(e), static_cast<size_t>(D), static_cast<size_t>(I),
+                            act.data(), static_cast<size_t>(ne), ye.data());
+    for (int r = 0; r < ne; ++r) {
+      float* o = out + static_cast<size_t>(routed[r].first) * D;
+      const float wt = routed[r].second;
+      for (int j = 0; j < D; ++j) o[j] += wt * ye[static_cast<size_t>(r) * D + j];
+    }
+  }
+}
+
+}  // namespace moeserve::engine

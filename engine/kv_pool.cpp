@@ -1,0 +1,48 @@
+#include "moeserve/engine/kv_pool.hpp"
+
+#include <string>
+
+namespace moeserve::engine {
+
+KvPool::KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token)
+    : block_tokens_(block_tokens),
+      floats_per_token_(floats_per_token),
+      data_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_tokens) * floats_per_token, 0.0f),
+      refs_(static_cast<size_t>(num_blocks), 0) {
+  free_.reserve(static_cast<size_t>(num_blocks));
+  // Hand out low block ids first (stack order).
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int>(b));
+}
+
+Result<int> KvPool::Allocate() {
+  if (free_.empty())
+    return Fail(Error::ResourceExhausted("KV cache pool is full (" + std::to_string(num_blocks()) + " blocks of " +
+                                         std::to_string(block_tokens_) + " tokens all in use)"));
+  int b = free_.back();
+  free_.pop_back();
+  refs_[static_cast<size_t>(b)] = 1;
+  return b;
+}
+
+void KvPool::Ref(int block) { ++refs_[static_cast<size_t>(block)]; }
+
+void KvPool::Unref(int block) {
+  int& r = refs_[static_cast<size_t>(block)];
+  if (r > 0 && --r == 0) free_.push_back(block);
+}
+
+Status EnsureBlocks(KvPool& pool, SequenceCache& cache, int64_t new_length) {
+  const int64_t needed = (new_length + pool.block_tokens() - 1) / pool.block_tokens();
+  while (static_cast<int64_t>(cache.blocks.size()) < needed) {
+    MOE_ASSIGN_OR_RETURN(int b, pool.Allocate());
+    cache.blocks.push_back(b);
+  }
+  return Ok();
+}
+
+void ReleaseBlocks(KvPool& pool, SequenceCache& cache) {
+  for (int b : cache.blocks) pool.Unref(b);
+  cache.blocks.clear();
+}
+
+}  // namespace moeserve::engine

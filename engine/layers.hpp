@@ -1,0 +1,54 @@
+// The layer kinds of model.md section 5 and 6, one function each. Inputs are
+// the normed hidden states of every token in the batch, [N, D] row-major; the
+// batch is a list of segments (consecutive token rows of one sequence).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/model.hpp"
+#include "weights.hpp"
+
+namespace moeserve::engine {
+
+// One segment's rows within the batch: rows [row0, row0 + n) hold positions
+// [pos0, pos0 + n) of `cache`.
+struct SegmentRows {
+  SequenceCache* cache;
+  int row0;
+  int n;
+  int64_t pos0;
+};
+
+struct LayerContext {
+  const ModelConfig& config;
+  const ModelOptions& options;
+  KvPool& pool;
+  std::span<const SegmentRows> segments;
+  int layer;
+  size_t cache_offset;                 // this layer's floats within a token row
+  const std::vector<float>& rope_freqs;
+  float mla_scale;
+  ForwardTrace* trace;
+};
+
+// Linear helpers over the batch: Y[N, W.rows] = X[N, W.cols] W^T.
+void Linear(const Matrix& W, const float* X, int n, float* Y);
+
+// Gated MLA / DSA (5.1, 5.2): writes [N, D] into out.
+void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
+// Gated DeltaNet (5.3).
+void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
+// Dense SwiGLU (3) and MoE (6).
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out);
+void MoeFfn(const ModelConfig& config, const LayerWeights& w, const float* x, int n, float* out,
+            std::vector<uint64_t>* expert_tokens);
+
+// RoPE (4): YaRN frequencies and the two pairings.
+std::vector<float> RopeFrequencies(const ModelConfig& config);
+float MlaSoftmaxScale(const ModelConfig& config);
+void RopeInterleaved(float* x, int dim, int64_t pos, const std::vector<float>& freqs);
+void RopeHalfSplit(float* x, int dim, int64_t pos, const std::vector<float>& freqs);
+
+}  // namespace moeserve::engine

@@ -1,0 +1,111 @@
+#include "moeserve/engine/model.hpp"
+
+#include <algorithm>
+
+#include "layers.hpp"
+#include "moeserve/engine/tensor_layout.hpp"
+#include "moeserve/kernels/cpu_ops.hpp"
+#include "weights.hpp"
+
+namespace moeserve::engine {
+
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptions& options) {
+  std::unique_ptr<Model> model(new Model());
+  model->config_ = dir.config;
+  model->options_ = options;
+  MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(dir.checkpoint, dir.config));
+  model->weights_ = std::make_unique<ModelWeights>(std::move(w));
+  const ModelConfig& c = model->config_;
+  // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa)].
+  size_t off = 0;
+  for (int i = 0; i < c.num_layers; ++i) {
+    model->layer_offset_.push_back(off);
+    if (c.layer_types[i] == LayerKind::kDelta) continue;
+    off += static_cast<size_t>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+    if (c.layer_types[i] == LayerKind::kDsa) off += static_cast<size_t>(c.dsa.index_head_dim);
+  }
+  model->floats_per_token_ = std::max<size_t>(off, 1);
+  if (c.HasKind(LayerKind::kMla) || c.HasKind(LayerKind::kDsa)) {
+    model->rope_freqs_ = RopeFrequencies(c);
+    model->mla_scale_ = MlaSoftmaxScale(c);
+  }
+  return model;
+}
+
+SequenceCache Model::NewSequence() const {
+  SequenceCache cache;
+  cache.delta.resize(static_cast<size_t>(config_.num_layers));
+  const DeltaConfig& d = config_.delta;
+  for (int i = 0; i < config_.num_layers; ++i) {
+    if (config_.layer_types[i] != LayerKind::kDelta) continue;
+    const size_t channels = static_cast<size_t>(2 * d.num_heads * d.head_k_dim + d.num_heads * d.head_v_dim);
+    cache.delta[static_cast<size_t>(i)].conv_tail.assign(static_cast<size_t>(d.conv_size - 1) * channels, 0.0f);
+    cache.delta[static_cast<size_t>(i)].S.assign(static_cast<size_t>(d.num_heads) * d.head_k_dim * d.head_v_dim, 0.0f);
+  }
+  return cache;
+}
+
+Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
+                      std::vector<std::vector<uint64_t>>* expert_tokens) const {
+  const ModelConfig& c = config_;
+  const int D = c.hidden_size, V = c.vocab_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // Lay the segments out as consecutive rows of one batch.
+  std::vector<SegmentRows> rows;
+  int N = 0;
+  for (auto& s : segments) {
+    if (s.tokens.empty()) return Fail(Error::InvalidArgument("forward: empty segment"));
+    if (static_cast<int64_t>(s.cache->blocks.size()) * pool.block_tokens() < s.cache->length + static_cast<int64_t>(s.tokens.size()))
+      return Fail(Error::Internal("forward: cache blocks do not cover the new tokens (call EnsureBlocks)"));
+    rows.push_back({s.cache, N, static_cast<int>(s.tokens.size()), s.cache->length});
+    N += static_cast<int>(s.tokens.size());
+  }
+
+  // x_0 = embed[token]
+  std::vector<float> x(static_cast<size_t>(N) * D), normed(x.size()), branch(x.size());
+  int r = 0;
+  for (auto& s : segments)
+    for (int tok : s.tokens) {
+      if (tok < 0 || tok >= V) return Fail(Error::InvalidArgument("forward: token id " + std::to_string(tok) + " out of range"));
+      std::copy_n(&weights_->embed.w[static_cast<size_t>(tok) * D], D, &x[static_cast<size_t>(r++) * D]);
+    }
+
+  for (int i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& w = weights_->layers[static_cast<size_t>(i)];
+    LayerContext ctx{c, options_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace};
+    // h = x + Attn(RMSNorm(x; attn_norm))
+    for (int t = 0; t < N; ++t) kernels::RmsNormRef(&x[static_cast<size_t>(t) * D], w.attn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D]);
+    if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
+    else MlaAttention(ctx, w, normed.data(), N, branch.data());
+    for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
+    // y = h + FFN(RMSNorm(h; ffn_norm))
+    for (int t = 0; t < N; ++t) kernels::RmsNormRef(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D]);
+    if (w.moe) MoeFfn(c, w, normed.data(), N, branch.data(), expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr);
+    else DenseFfn(w, normed.data(), N, branch.data());
+    for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
+  }
+
+  for (auto& s : segments) s.cache->length += static_cast<int64_t>(s.tokens.size());
+
+  // logits_t = head(RMSNorm(y_t; norm)) for the rows asked for.
+  if (logits) {
+    std::vector<int> want;
+    for (size_t k = 0; k < segments.size(); ++k) {
+      if (segments[k].all_logits)
+        for (int t = 0; t < rows[k].n; ++t) want.push_back(rows[k].row0 + t);
+      else
+        want.push_back(rows[k].row0 + rows[k].n - 1);
+    }
+    std::vector<float> final_norm(want.size() * static_cast<size_t>(D));
+    for (size_t k = 0; k < want.size(); ++k)
+      kernels::RmsNormRef(&x[static_cast<size_t>(want[k]) * D], weights_->norm.data(), eps, D, &final_norm[k * D]);
+    logits->resize(want.size() * static_cast<size_t>(V));
+    Linear(weights_->head, final_norm.data(), static_cast<int>(want.size()), logits->data());
+  }
+  return Ok();
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,55 @@
+// Weights in the layout the CPU kernels use: dense tensors as fp32 (BF16 is
+// widened once at load), MXFP4 experts kept packed in the file layout.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/engine/model_config.hpp"
+#include "moeserve/engine/safetensors.hpp"
+
+namespace moeserve::engine {
+
+struct Matrix {
+  std::vector<float> w;  // [rows, cols]
+  int rows = 0, cols = 0;
+};
+
+struct Mxfp4Stack {  // [experts, rows, cols] in blocks/scales form
+  std::vector<uint8_t> blocks, scales;
+  int experts = 0, rows = 0, cols = 0;
+  const uint8_t* expert_blocks(int e) const { return blocks.data() + static_cast<size_t>(e) * rows * (cols / 2); }
+  const uint8_t* expert_scales(int e) const { return scales.data() + static_cast<size_t>(e) * rows * (cols / 32); }
+};
+
+struct LayerWeights {
+  LayerKind kind;
+  std::vector<float> attn_norm, ffn_norm;
+  // MLA / DSA
+  Matrix wq_a, wq_b, wkv_a, wkv_b, wo, wg;
+  std::vector<float> q_norm, kv_norm;
+  // DSA indexer
+  Matrix idx_wq_b, idx_wk, idx_weights_proj;
+  std::vector<float> idx_k_norm_w, idx_k_norm_b;
+  // Gated DeltaNet
+  Matrix q_proj, k_proj, v_proj, a_proj, b_proj, g_proj, o_proj, q_conv, k_conv, v_conv;
+  std::vector<float> A_log, dt_bias, o_norm;
+  // FFN
+  bool moe = false;
+  Matrix w1, w3, w2;                   // dense SwiGLU
+  Matrix gate;                          // [E, D]
+  std::vector<float> gate_bias;         // [E]
+  Mxfp4Stack w13, w2e;                  // routed experts
+  Matrix shared_w1, shared_w3, shared_w2;
+};
+
+struct ModelWeights {
+  Matrix embed, head;
+  std::vector<float> norm;
+  std::vector<LayerWeights> layers;
+};
+
+Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config);
+
+}  // namespace moeserve::engine

@@ -1,0 +1,67 @@
+// The per-sequence caches of model.md: MLA/DSA keep, per token and layer, the
+// latent c (kv_lora_rank), k_pe (qk_rope_head_dim) and, for DSA, the indexer
+// key (index_head_dim); Gated DeltaNet keeps O(1) state per sequence (conv
+// tails and S).
+//
+// KvPool is a paged allocator: fixed-size blocks of `block_tokens` token rows
+// shared by all sequences, reference-counted so that the prefix cache and
+// several sequences can hold the same full block. Allocation failure is an
+// error value, never an abort.
+//
+// Thread safety: none; the engine's step thread owns the pool.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+
+namespace moeserve::engine {
+
+class KvPool {
+ public:
+  KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token);
+
+  Result<int> Allocate();  // refcount 1; kResourceExhausted when full
+  void Ref(int block);
+  void Unref(int block);   // frees at refcount 0
+  int refcount(int block) const { return refs_[static_cast<size_t>(block)]; }
+
+  float* TokenRow(int block, int slot) {
+    return data_.data() + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
+  }
+  const float* TokenRow(int block, int slot) const {
+    return data_.data() + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
+  }
+
+  int block_tokens() const { return block_tokens_; }
+  int64_t num_blocks() const { return static_cast<int64_t>(refs_.size()); }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  size_t floats_per_token() const { return floats_per_token_; }
+
+ private:
+  int block_tokens_;
+  size_t floats_per_token_;
+  std::vector<float> data_;
+  std::vector<int> refs_;
+  std::vector<int> free_;
+};
+
+// State of one Gated DeltaNet layer for one sequence.
+struct DeltaLayerState {
+  std::vector<float> conv_tail;  // [conv_size-1, q+k+v channels]: the last pre-conv inputs
+  std::vector<float> S;          // [heads, head_k_dim, head_v_dim]
+};
+
+struct SequenceCache {
+  std::vector<int> blocks;              // block table: position p lives in blocks[p / block_tokens]
+  std::vector<DeltaLayerState> delta;   // indexed by layer; empty for attention layers
+  int64_t length = 0;                   // tokens whose state is in the cache
+};
+
+// Makes the block table cover `new_length` tokens (allocating as needed).
+Status EnsureBlocks(KvPool& pool, SequenceCache& cache, int64_t new_length);
+// Drops every block reference of the cache.
+void ReleaseBlocks(KvPool& pool, SequenceCache& cache);
+
+}  // namespace moeserve::engine

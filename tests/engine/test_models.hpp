@@ -1,0 +1,93 @@
+// Shared helpers for engine tests: generated model directories (cached per
+// test process) and the PyTorch reference runner.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/model_gen.hpp"
+
+namespace moeserve::engine::testing_util {
+
+inline std::string TempPath(const std::string& tag) {
+  return ::testing::TempDir() + "/moe_" + tag + "_" + std::to_string(::getpid());
+}
+
+// A tiny-preset model with the given seed and index_topk, generated once per process.
+inline const std::string& TinyModel(uint64_t seed = 1, int index_topk = 2048) {
+  static std::map<std::pair<uint64_t, int>, std::string> dirs;
+  auto key = std::make_pair(seed, index_topk);
+  auto it = dirs.find(key);
+  if (it != dirs.end()) return it->second;
+  std::string dir = TempPath("tiny_s" + std::to_string(seed) + "_k" + std::to_string(index_topk));
+  std::filesystem::remove_all(dir);
+  ModelGenOptions o;
+  o.config = *PresetConfig("tiny");
+  o.config.dsa.index_topk = index_topk;
+  o.seed = seed;
+  auto st = GenerateModel(o, dir);
+  if (!st) ADD_FAILURE() << st.error().ToString();
+  return dirs[key] = dir;
+}
+
+struct ReferenceRun {
+  int prompt_len = 0, positions = 0, vocab = 0;
+  std::vector<float> logits;  // [positions, vocab]
+  std::vector<int> tokens, greedy;
+  std::vector<double> top2_margin;
+  nlohmann::json meta;
+};
+
+// Runs tools/reference/reference.py; returns false (with a test failure) if it fails.
+inline bool RunReference(const std::string& model, const std::vector<int>& prompt, int decode, ReferenceRun* out) {
+  const char* src = std::getenv("MOESERVE_SOURCE_DIR");
+  std::string root = src ? src : ".";
+  std::string outdir = TempPath("ref_" + std::to_string(decode) + "_" + std::to_string(prompt.size()));
+  std::filesystem::remove_all(outdir);
+  std::string toks;
+  for (size_t i = 0; i < prompt.size(); ++i) toks += (i ? "," : "") + std::to_string(prompt[i]);
+  std::string cmd = "/usr/bin/python3 " + root + "/tools/reference/reference.py --model " + model + " --tokens " + toks +
+                    " --decode " + std::to_string(decode) + " --out " + outdir + " --threads 1 2>&1";
+  int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    ADD_FAILURE() << "reference failed (" << rc << "): " << cmd.substr(0, 200);
+    return false;
+  }
+  std::ifstream mf(outdir + "/meta.json");
+  out->meta = nlohmann::json::parse(mf);
+  out->prompt_len = out->meta["prompt_len"];
+  out->positions = out->meta["positions"];
+  out->vocab = out->meta["vocab_size"];
+  out->tokens = out->meta["tokens"].get<std::vector<int>>();
+  out->greedy = out->meta["greedy_tokens"].get<std::vector<int>>();
+  out->top2_margin = out->meta["top2_margin"].get<std::vector<double>>();
+  out->logits.resize(static_cast<size_t>(out->positions) * out->vocab);
+  std::ifstream lf(outdir + "/logits.f32", std::ios::binary);
+  lf.read(reinterpret_cast<char*>(out->logits.data()), static_cast<std::streamsize>(out->logits.size() * 4));
+  std::filesystem::remove_all(outdir);
+  return static_cast<bool>(lf);
+}
+
+// A deterministic 300-ish token prompt: a rendered-looking chat with bytes.
+inline std::vector<int> TestPrompt(int n, uint64_t seed = 5) {
+  std::vector<int> p = {256, 258};
+  uint64_t s = seed;
+  while (static_cast<int>(p.size()) < n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    int r = static_cast<int>((s >> 33) % 300);
+    p.push_back(r < 256 ? (r % 95) + 32 : 256 + (r % 12));
+  }
+  return p;
+}
+
+}  // namespace moeserve::engine::testing_util
