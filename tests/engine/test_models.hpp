@@ -51,7 +51,7 @@ struct ReferenceRun {
 // Runs tools/reference/reference.py; returns false (with a test failure) if it fails.
 inline bool RunReference(const std::string& model, const std::vector<int>& prompt, int decode, ReferenceRun* out) {
   const char* src = std::getenv("MOESERVE_SOURCE_DIR");
-  std::string root = src ? src : ".";
+  std::string root = src ? src : MOESERVE_SOURCE_DIR_DEFAULT;
   std::string outdir = TempPath("ref_" + std::to_string(decode) + "_" + std::to_string(prompt.size()));
   std::filesystem::remove_all(outdir);
   std::string toks;
