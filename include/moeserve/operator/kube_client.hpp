@@ -1,0 +1,133 @@
+// A Kubernetes API client on cpprestsdk's HTTP client, JSON via nlohmann.
+//
+// Connection: a kubeconfig (current context: server, bearer token or token
+// file, client certificate and key, CA data or file, insecure-skip-tls-verify)
+// or in-cluster (service-account token, CA, KUBERNETES_SERVICE_HOST/PORT). A
+// token file is re-read whenever its modification time changes, because the
+// kubelet rotates projected service-account tokens in place.
+//
+// Errors: HTTP failures become Errors whose code says what a caller does next:
+// 404 kNotFound, 409 kConflict (stale resourceVersion or AlreadyExists: requeue),
+// 410 kUnavailable with message starting "410" (relist), 422/400 kInvalidArgument,
+// 401/403 kPermissionDenied, 429/5xx/transport kUnavailable. The message is the
+// apiserver's Status message.
+//
+// Thread safety: a KubeClient may be used from many threads at once.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "moeserve/common/status.hpp"
+
+namespace moeserve::op {
+
+using nlohmann::json;
+
+struct KubeConfig {
+  std::string server;  // https://host:port or http://127.0.0.1:port
+  std::string token;
+  std::string token_file;  // re-read on change; wins over token
+  std::string ca_file, ca_data;
+  std::string client_cert_file, client_cert_data, client_key_file, client_key_data;
+  bool insecure_skip_tls_verify = false;
+  std::string namespace_name = "default";  // the context's namespace
+  std::string user_agent = "moe-operator";
+  double request_timeout_s = 30;
+};
+
+// Reads `path`, or $KUBECONFIG when path is empty, using its current context.
+Result<KubeConfig> LoadKubeconfig(const std::string& path);
+// From the pod's environment; `secrets_dir` is where the service account is mounted.
+Result<KubeConfig> InClusterConfig(const std::string& secrets_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+// --kubeconfig flag, then $KUBECONFIG, then in-cluster, then ~/.kube/config.
+Result<KubeConfig> ResolveKubeConfig(const std::string& kubeconfig_flag);
+
+// Which API resource: the path pieces of /apis/<group>/<version>/<plural>.
+struct ResourceRef {
+  std::string group;  // "" for the core group
+  std::string version;
+  std::string plural;
+  std::string kind;
+  bool namespaced = true;
+  std::string ApiVersion() const { return group.empty() ? version : group + "/" + version; }
+  // The collection path (ns "" = all namespaces), with name and subresource when given.
+  std::string Path(const std::string& ns, const std::string& name = "", const std::string& subresource = "") const;
+};
+
+namespace resources {
+extern const ResourceRef kMoEDeployment, kQuotaPolicy, kConfigMap, kSecret, kService, kStatefulSet,
+    kPodDisruptionBudget, kPod, kEvent, kLease, kNamespace;
+}  // namespace resources
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+};
+
+struct WatchOptions {
+  std::string resource_version;
+  std::string label_selector;
+  int timeout_seconds = 300;  // the server ends the watch after this
+  bool allow_bookmarks = true;
+};
+
+// How a watch stream ended.
+enum class WatchEnd {
+  kClosed,     // the server ended it (timeout, or the double's fault injection); re-watch from the last rv
+  kGone,       // 410: the resourceVersion is too old; relist
+  kCancelled,  // Cancel() was called
+};
+
+class KubeClient {
+ public:
+  static Result<std::unique_ptr<KubeClient>> Create(const KubeConfig& config);
+  ~KubeClient();
+
+  Result<json> Get(const ResourceRef& r, const std::string& ns, const std::string& name);
+  Result<json> List(const ResourceRef& r, const std::string& ns, const ListOptions& options = {});
+  Result<json> Create(const ResourceRef& r, const std::string& ns, const json& object);
+  Result<json> Update(const ResourceRef& r, const json& object);        // PUT, with metadata.resourceVersion
+  Result<json> UpdateStatus(const ResourceRef& r, const json& object);  // PUT .../status
+  // patch_type: "application/merge-patch+json", "application/strategic-merge-patch+json",
+  // "application/json-patch+json" or "application/apply-patch+yaml" (with field_manager).
+  Result<json> Patch(const ResourceRef& r, const std::string& ns, const std::string& name,
+                     const std::string& patch_type, const json& patch, const std::string& subresource = "",
+                     const std::string& field_manager = "", bool force = false);
+  Status Delete(const ResourceRef& r, const std::string& ns, const std::string& name,
+                const std::string& propagation = "Background");
+  Status DeleteCollection(const ResourceRef& r, const std::string& ns, const std::string& label_selector);
+
+  // Streams a watch, calling on_event(type, object) for each event (ADDED,
+  // MODIFIED, DELETED, BOOKMARK). Returns how it ended, or an error when it
+  // could not start or broke mid-stream (reconnect with backoff).
+  Result<WatchEnd> Watch(const ResourceRef& r, const std::string& ns, const WatchOptions& options,
+                         const std::function<void(const std::string& type, const json& object)>& on_event);
+  // Ends every watch in progress and makes new ones return kCancelled.
+  void CancelWatches();
+
+  const KubeConfig& config() const { return config_; }
+
+ private:
+  struct Impl;
+  explicit KubeClient(KubeConfig config);
+  Result<json> Call(const std::string& method, const std::string& path_and_query, const std::string& content_type,
+                    const std::string& body);
+  std::string BearerToken();
+
+  KubeConfig config_;
+  std::unique_ptr<Impl> impl_;
+  std::mutex token_mu_;
+  std::string token_;
+  int64_t token_mtime_ns_ = -1;
+};
+
+// Query-string escaping for selectors and names.
+std::string UrlEncode(const std::string& s);
+
+}  // namespace moeserve::op

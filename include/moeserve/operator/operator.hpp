@@ -1,0 +1,78 @@
+// moe-operator's runtime: informers feeding a rate-limited work queue,
+// workers running the MoEDeployment reconciler (only while leading, when
+// leader election is on), controller metrics and health endpoints.
+//
+// Thread safety: Run blocks on the calling thread; RequestStop and the
+// accessors may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "moeserve/operator/informer.hpp"
+#include "moeserve/operator/kube_client.hpp"
+#include "moeserve/operator/leader_election.hpp"
+#include "moeserve/operator/reconciler.hpp"
+#include "moeserve/operator/work_queue.hpp"
+
+namespace moeserve::op {
+
+struct OperatorOptions {
+  std::string watch_namespace;  // "" = all namespaces
+  int workers = 4;
+  bool leader_elect = false;
+  LeaderElectionOptions election;
+  InformerOptions informer;
+  RateLimiterOptions rate_limits;
+  MoEDeploymentReconcilerOptions reconciler;
+  std::string metrics_addr;  // host:port or :port; "" or "0" = off
+  std::string health_addr;
+};
+
+class Operator {
+ public:
+  Operator(KubeClient& client, OperatorOptions options);
+  ~Operator();
+
+  // Runs until RequestStop, or until leadership is lost (an error: a process
+  // that lost its lease must not keep acting; the caller exits).
+  Status Run();
+  void RequestStop();
+
+  bool Synced() const;
+  bool Leading() const { return leading_; }
+  uint64_t reconciles() const { return reconciles_; }
+  uint64_t reconcile_errors() const { return reconcile_errors_; }
+  size_t QueueDepth() const { return queue_.Len(); }
+  const ObjectCache& moedeployments() const;
+
+ private:
+  struct Metrics;
+  struct Servers;
+  void StartWorkers();
+  void Worker();
+  void EnqueueOwner(const json& object);
+
+  KubeClient& client_;
+  OperatorOptions options_;
+  mutable WorkQueue queue_;
+  std::unique_ptr<EventRecorder> events_;
+  std::vector<std::unique_ptr<Informer>> informers_;
+  Informer* md_informer_ = nullptr;
+  std::unique_ptr<MoEDeploymentReconciler> reconciler_;
+  std::vector<std::thread> workers_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Servers> servers_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> leading_{false};
+  std::atomic<bool> lost_leadership_{false};
+  std::atomic<uint64_t> reconciles_{0}, reconcile_errors_{0};
+};
+
+// "host:port" or ":port" to an http:// listener URI; "" when off.
+std::string ListenUri(const std::string& addr);
+
+}  // namespace moeserve::op

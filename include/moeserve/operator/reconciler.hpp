@@ -1,0 +1,124 @@
+// The MoEDeployment reconciler, kubebuilder style: it reads desired state,
+// compares it with what the caches hold, acts, and reports status. It keeps
+// nothing between reconciles that the API server does not hold, and a
+// reconcile with nothing to change writes nothing.
+//
+// Seams for later issues: SecretSource (Vault), CleanupHook (Vault lease
+// revocation), QuotaCheck (QuotaPolicy admission).
+//
+// Thread safety: Reconcile may run on several workers at once for different
+// keys; the work queue never hands one key to two workers.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "moeserve/operator/events.hpp"
+#include "moeserve/operator/informer.hpp"
+#include "moeserve/operator/kube_client.hpp"
+#include "moeserve/operator/moedeployment.hpp"
+
+namespace moeserve::op {
+
+struct ReconcileResult {
+  std::chrono::milliseconds requeue_after{0};  // 0: only when something changes
+};
+
+class Reconciler {
+ public:
+  virtual ~Reconciler() = default;
+  virtual Result<ReconcileResult> Reconcile(const std::string& key) = 0;
+};
+
+// Resolves a SecretReference to key -> value. The default reads Kubernetes
+// Secrets (secretRef); Vault paths are refused until the Vault issue lands.
+class SecretSource {
+ public:
+  virtual ~SecretSource() = default;
+  virtual Result<std::map<std::string, std::string>> Fetch(const std::string& ns, const SecretReference& ref) = 0;
+};
+
+class KubernetesSecretSource : public SecretSource {
+ public:
+  explicit KubernetesSecretSource(KubeClient& client) : client_(client) {}
+  Result<std::map<std::string, std::string>> Fetch(const std::string& ns, const SecretReference& ref) override;
+
+ private:
+  KubeClient& client_;
+};
+
+// Runs under the finalizer before a MoEDeployment goes away.
+class CleanupHook {
+ public:
+  virtual ~CleanupHook() = default;
+  virtual Status Cleanup(const json& moedeployment) = 0;
+};
+
+struct QuotaDecision {
+  bool admitted = true;
+  std::string reason = "NoQuotaEnforcement";
+  std::string message = "quota enforcement is not enabled in this operator";
+};
+using QuotaCheck = std::function<QuotaDecision(const json& moedeployment, const MoEDeploymentSpec& spec)>;
+
+// The informers' caches the reconciler reads (and writes through after its own writes).
+struct ReconcilerCaches {
+  ObjectCache* moedeployments = nullptr;
+  ObjectCache* statefulsets = nullptr;
+  ObjectCache* services = nullptr;
+  ObjectCache* configmaps = nullptr;
+  ObjectCache* secrets = nullptr;
+  ObjectCache* pdbs = nullptr;
+};
+
+struct MoEDeploymentReconcilerOptions {
+  SecretSource* secret_source = nullptr;  // default: KubernetesSecretSource
+  CleanupHook* cleanup = nullptr;         // default: nothing to clean up
+  QuotaCheck quota;                       // default: admitted
+  // Referenced Secrets are not watched; look at them again this often.
+  std::chrono::milliseconds secret_resync{std::chrono::seconds(60)};
+};
+
+class MoEDeploymentReconciler : public Reconciler {
+ public:
+  MoEDeploymentReconciler(KubeClient& client, ReconcilerCaches caches, EventRecorder* events,
+                          MoEDeploymentReconcilerOptions options = {});
+  Result<ReconcileResult> Reconcile(const std::string& key) override;
+
+  // Whether a StatefulSet's pods all run its current template and are ready.
+  static bool GroupReady(const json& statefulset);
+
+ private:
+  struct Rollout {
+    int groups = 0;
+    int ready = 0;    // up to date and ready
+    int updated = 0;  // running the current template
+    int existing = 0;
+  };
+  struct SecretsState {
+    bool synced = true;
+    std::string reason = "Synced", message;
+    std::map<std::string, std::string> data;
+  };
+
+  Result<ReconcileResult> Finalize(json md);
+  Status EnsureFinalizer(json& md);
+  SecretsState GatherSecrets(const json& md, const MoEDeploymentSpec& spec);
+  // Creates `want` or updates the existing object until it contains `want`.
+  Result<json> Apply(const ResourceRef& ref, ObjectCache* cache, const json& md, const json& want);
+  Result<Rollout> RollOut(const json& md, const MoEDeploymentSpec& spec, const std::string& config_hash);
+  Status RemoveSurplusGroups(const json& md, const MoEDeploymentSpec& spec);
+  Status WriteStatus(json& md, const MoEDeploymentSpec* spec, const Rollout& rollout, const SecretsState& secrets,
+                     const QuotaDecision& quota, const std::string& failure);
+
+  KubeClient& client_;
+  ReconcilerCaches caches_;
+  EventRecorder* events_;
+  MoEDeploymentReconcilerOptions options_;
+  std::unique_ptr<SecretSource> default_secret_source_;
+};
+
+}  // namespace moeserve::op

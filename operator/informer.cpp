@@ -1,0 +1,202 @@
+#include "moeserve/operator/informer.hpp"
+
+#include "moeserve/common/log.hpp"
+
+namespace moeserve::op {
+
+std::string ObjectKey(const json& object) {
+  const json& m = object["metadata"];
+  std::string ns = m.value("namespace", "");
+  return ns.empty() ? m.value("name", "") : ns + "/" + m.value("name", "");
+}
+
+std::optional<json> ObjectCache::Get(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<json> ObjectCache::List(const std::string& ns, const std::map<std::string, std::string>& labels) const {
+  std::lock_guard lock(mu_);
+  std::vector<json> out;
+  for (const auto& [key, object] : objects_) {
+    const json& m = object["metadata"];
+    if (!ns.empty() && m.value("namespace", "") != ns) continue;
+    bool match = true;
+    for (const auto& [k, v] : labels) {
+      const json& l = m.contains("labels") ? m["labels"] : json::object();
+      if (!l.contains(k) || l[k] != v) {
+        match = false;
+        break;
+      }
+    }
+    if (match) out.push_back(object);
+  }
+  return out;
+}
+
+size_t ObjectCache::Size() const {
+  std::lock_guard lock(mu_);
+  return objects_.size();
+}
+
+void ObjectCache::Upsert(const json& object) {
+  std::lock_guard lock(mu_);
+  objects_[ObjectKey(object)] = object;
+}
+
+void ObjectCache::Remove(const std::string& key) {
+  std::lock_guard lock(mu_);
+  objects_.erase(key);
+}
+
+std::vector<json> ObjectCache::Replace(std::map<std::string, json> objects) {
+  std::lock_guard lock(mu_);
+  std::vector<json> gone;
+  for (const auto& [key, object] : objects_)
+    if (!objects.count(key)) gone.push_back(object);
+  objects_ = std::move(objects);
+  return gone;
+}
+
+Informer::Informer(KubeClient& client, ResourceRef resource, std::string ns, InformerOptions options,
+                   InformerHandlers handlers)
+    : client_(client),
+      resource_(std::move(resource)),
+      ns_(std::move(ns)),
+      options_(std::move(options)),
+      handlers_(std::move(handlers)) {}
+
+Informer::~Informer() { Stop(); }
+
+void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Informer::Stop() {
+  stopping_ = true;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return synced_.load() || stopping_.load(); }) && synced_;
+}
+
+std::string Informer::last_resource_version() const {
+  std::lock_guard lock(mu_);
+  return rv_;
+}
+
+void Informer::SleepFor(std::chrono::milliseconds d) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, d, [&] { return stopping_.load(); });
+}
+
+Status Informer::ListAndReplace() {
+  ListOptions list_options;
+  list_options.label_selector = options_.label_selector;
+  MOE_ASSIGN_OR_RETURN(json list, client_.List(resource_, ns_, list_options));
+  std::map<std::string, json> fresh;
+  for (auto& item : list["items"]) {
+    // Lists carry kind/apiVersion on the list, not on items; handlers want them.
+    item["kind"] = resource_.kind;
+    item["apiVersion"] = resource_.ApiVersion();
+    fresh[ObjectKey(item)] = item;
+  }
+  std::vector<std::pair<std::optional<json>, json>> changes;
+  for (const auto& [key, object] : fresh) {
+    auto old = cache_.Get(key);
+    if (!old || (*old)["metadata"].value("resourceVersion", "") != object["metadata"].value("resourceVersion", ""))
+      changes.push_back({old, object});
+  }
+  std::vector<json> gone = cache_.Replace(std::move(fresh));
+  {
+    std::lock_guard lock(mu_);
+    rv_ = list["metadata"].value("resourceVersion", "");
+    synced_ = true;
+  }
+  cv_.notify_all();
+  relists_++;
+  for (const auto& [old, object] : changes) {
+    if (old) {
+      if (handlers_.on_update) handlers_.on_update(*old, object);
+    } else if (handlers_.on_add) {
+      handlers_.on_add(object);
+    }
+  }
+  for (const auto& object : gone)
+    if (handlers_.on_delete) handlers_.on_delete(object);
+  return Ok();
+}
+
+void Informer::Run() {
+  bool need_list = true;
+  auto backoff = options_.backoff_initial;
+  while (!stopping_) {
+    if (need_list) {
+      auto listed = ListAndReplace();
+      if (!listed) {
+        log::Warn("informer " + resource_.plural + ": list failed: " + listed.error().ToString());
+        SleepFor(backoff);
+        backoff = std::min(backoff * 2, options_.backoff_max);
+        continue;
+      }
+      need_list = false;
+    }
+    WatchOptions watch_options;
+    watch_options.resource_version = last_resource_version();
+    watch_options.label_selector = options_.label_selector;
+    watch_options.timeout_seconds = options_.watch_timeout_s;
+    size_t delivered = 0;
+    auto ended = client_.Watch(resource_, ns_, watch_options, [&](const std::string& type, const json& in) {
+      json object = in;
+      std::string rv = object["metadata"].value("resourceVersion", "");
+      if (type == "BOOKMARK") {
+        std::lock_guard lock(mu_);
+        rv_ = rv;
+        return;
+      }
+      delivered++;
+      const std::string key = ObjectKey(object);
+      auto old = cache_.Get(key);
+      if (type == "DELETED") {
+        cache_.Remove(key);
+      } else {
+        cache_.Upsert(object);
+      }
+      {
+        std::lock_guard lock(mu_);
+        rv_ = rv;
+      }
+      if (type == "DELETED") {
+        if (handlers_.on_delete) handlers_.on_delete(object);
+      } else if (old) {
+        if (handlers_.on_update) handlers_.on_update(*old, object);
+      } else if (handlers_.on_add) {
+        handlers_.on_add(object);
+      }
+    });
+    if (stopping_) break;
+    watch_restarts_++;
+    if (!ended) {
+      log::Debug("informer " + resource_.plural + ": watch broke: " + ended.error().ToString());
+      SleepFor(backoff);
+      backoff = std::min(backoff * 2, options_.backoff_max);
+      continue;
+    }
+    switch (*ended) {
+      case WatchEnd::kCancelled:
+        return;
+      case WatchEnd::kGone:
+        log::Debug("informer " + resource_.plural + ": 410 Gone, relisting");
+        need_list = true;
+        break;
+      case WatchEnd::kClosed:
+        if (delivered > 0) backoff = options_.backoff_initial;
+        break;
+    }
+  }
+}
+
+}  // namespace moeserve::op

@@ -1,0 +1,305 @@
+#include "moeserve/operator/moedeployment.hpp"
+
+#include "moeserve/common/sha256.hpp"
+
+namespace moeserve::op {
+namespace {
+
+SecretReference ReadSecretReference(const json& j) {
+  SecretReference ref;
+  if (!j.is_object()) return ref;
+  if (j.contains("vault")) ref.vault_path = j["vault"].value("path", "");
+  if (j.contains("secretRef")) ref.secret_name = j["secretRef"].value("name", "");
+  return ref;
+}
+
+}  // namespace
+
+Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
+  if (!spec.is_object()) return Fail(Error::InvalidArgument("spec: missing"));
+  MoEDeploymentSpec s;
+  try {
+    s.image = spec.value("image", "");
+    if (s.image.empty()) return Fail(Error::InvalidArgument("spec.image: required"));
+    const json model = spec.value("model", json::object());
+    s.model_uri = model.value("uri", "");
+    if (s.model_uri.empty()) return Fail(Error::InvalidArgument("spec.model.uri: required"));
+    s.model_revision = model.value("revision", "latest");
+    s.model_endpoint = model.value("endpoint", "");
+    s.model_credentials = ReadSecretReference(model.value("credentials", json::object()));
+    const json vault = spec.value("vault", json::object());
+    s.vault_role = vault.value("role", "");
+    s.vault_service_account = vault.value("serviceAccount", "moeserve-vault");
+    const json engine = spec.value("engine", json::object());
+    s.max_context_tokens = engine.value("maxContextTokens", int64_t{131072});
+    const json thinking = engine.value("thinking", json::object());
+    s.default_tier = thinking.value("defaultTier", "medium");
+    s.thinking_budgets = thinking.value("budgets", json::object());
+    const json par = spec.value("parallelism", json::object());
+    s.nodes_per_replica = par.value("nodesPerReplica", 1);
+    s.gpus_per_node = par.value("gpusPerNode", 8);
+    s.replicas = spec.value("replicas", 1);
+    s.resources = spec.value("resources", json::object());
+    s.node_selector = spec.value("nodeSelector", json());
+    s.tolerations = spec.value("tolerations", json());
+    s.affinity = spec.value("affinity", json());
+    const json cache = spec.value("cache", json::object());
+    s.cache_host_path = cache.value("hostPath", "/var/lib/moeserve/cache");
+    s.cache_size_gi = cache.value("sizeLimitGi", int64_t{0});
+    const json endpoint = spec.value("endpoint", json::object());
+    s.port = endpoint.value("port", 8000);
+    s.api_keys = ReadSecretReference(endpoint.value("apiKeys", json::object()));
+    if (endpoint.contains("tls")) s.tls_secret = endpoint["tls"].value("secretName", "");
+    if (spec.contains("quotaPolicyRef")) s.quota_policy = spec["quotaPolicyRef"].value("name", "");
+    s.max_unavailable_replicas = spec.value("rollout", json::object()).value("maxUnavailableReplicas", 1);
+  } catch (const json::exception& e) {
+    return Fail(Error::InvalidArgument(std::string("spec: ") + e.what()));
+  }
+  // The CRD schema enforces these; an object stored before the schema did is still refused here.
+  if (s.replicas < 0) return Fail(Error::InvalidArgument("spec.replicas: must be >= 0"));
+  if (s.nodes_per_replica < 1) return Fail(Error::InvalidArgument("spec.parallelism.nodesPerReplica: must be >= 1"));
+  if (s.gpus_per_node < 0) return Fail(Error::InvalidArgument("spec.parallelism.gpusPerNode: must be >= 0"));
+  if (s.max_unavailable_replicas < 1)
+    return Fail(Error::InvalidArgument("spec.rollout.maxUnavailableReplicas: must be >= 1"));
+  return s;
+}
+
+bool Contains(const json& have, const json& want) {
+  if (want.is_object()) {
+    if (!have.is_object()) return false;
+    for (const auto& [k, v] : want.items()) {
+      if (!have.contains(k)) {
+        if (v.is_null() || (v.is_object() && v.empty()) || (v.is_array() && v.empty())) continue;
+        return false;
+      }
+      if (!Contains(have[k], v)) return false;
+    }
+    return true;
+  }
+  if (want.is_array()) {
+    if (!have.is_array() || have.size() != want.size()) return false;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!Contains(have[i], want[i])) return false;
+    return true;
+  }
+  return have == want;
+}
+
+std::string Base64Encode(const std::string& in) {
+  static const char* kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int val = 0, bits = -6;
+  for (unsigned char c : in) {
+    val = (val << 8) + c;
+    bits += 8;
+    while (bits >= 0) {
+      out.push_back(kChars[(val >> bits) & 0x3F]);
+      bits -= 6;
+    }
+  }
+  if (bits > -6) out.push_back(kChars[((val << 8) >> (bits + 8)) & 0x3F]);
+  while (out.size() % 4) out.push_back('=');
+  return out;
+}
+
+std::string Base64Decode(const std::string& in) {
+  static int table[256];
+  static bool init = [] {
+    for (int& t : table) t = -1;
+    const char* chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; ++i) table[static_cast<unsigned char>(chars[i])] = i;
+    return true;
+  }();
+  (void)init;
+  std::string out;
+  int val = 0, bits = -8;
+  for (unsigned char c : in) {
+    if (table[c] == -1) continue;
+    val = (val << 6) + table[c];
+    bits += 6;
+    if (bits >= 0) {
+      out.push_back(static_cast<char>((val >> bits) & 0xFF));
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
+namespace desired {
+
+std::string Name(const json& md) { return md["metadata"].value("name", ""); }
+std::string Namespace(const json& md) { return md["metadata"].value("namespace", ""); }
+
+json Labels(const json& md, const std::string& component) {
+  return {{"app.kubernetes.io/name", "moeserve"},
+          {"app.kubernetes.io/instance", Name(md)},
+          {"app.kubernetes.io/managed-by", kManagedBy},
+          {"app.kubernetes.io/component", component}};
+}
+
+json OwnerReference(const json& md) {
+  return {{"apiVersion", "moeserve.io/v1alpha1"}, {"kind", "MoEDeployment"},
+          {"name", Name(md)},                      {"uid", md["metadata"].value("uid", "")},
+          {"controller", true},                    {"blockOwnerDeletion", true}};
+}
+
+json Metadata(const json& md, const std::string& name, const std::string& component) {
+  return {{"name", name},
+          {"namespace", Namespace(md)},
+          {"labels", Labels(md, component)},
+          {"ownerReferences", json::array({OwnerReference(md)})}};
+}
+
+std::string GroupName(const json& md, int replica) { return Name(md) + "-r" + std::to_string(replica); }
+std::string ConfigMapName(const json& md) { return Name(md) + "-config"; }
+std::string SecretName(const json& md) { return Name(md) + "-secrets"; }
+
+std::string Endpoint(const json& md, const MoEDeploymentSpec& spec) {
+  return std::string(spec.tls_secret.empty() ? "http" : "https") + "://" + Name(md) + "." + Namespace(md) +
+         ".svc:" + std::to_string(spec.port) + "/v1";
+}
+
+json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
+  // The daemon's configuration. JSON is YAML, and nlohmann orders keys, so
+  // the same spec always yields the same bytes (and the same hash).
+  json config = {
+      {"model", {{"uri", spec.model_uri}, {"revision", spec.model_revision}, {"endpoint", spec.model_endpoint}}},
+      {"engine",
+       {{"maxContextTokens", spec.max_context_tokens},
+        {"thinking", {{"defaultTier", spec.default_tier}, {"budgets", spec.thinking_budgets}}}}},
+      {"parallelism", {{"nodesPerReplica", spec.nodes_per_replica}, {"gpusPerNode", spec.gpus_per_node}}},
+      {"server", {{"port", spec.port}, {"tls", !spec.tls_secret.empty()}}},
+      {"cache", {{"path", "/var/cache/moeserve"}, {"sizeLimitGi", spec.cache_size_gi}}},
+      {"secrets", {{"dir", "/etc/moeserve/secrets"}}},
+  };
+  if (!spec.quota_policy.empty()) config["quota"] = {{"policy", spec.quota_policy}};
+  json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", Metadata(md, ConfigMapName(md), "config")}};
+  cm["data"] = {{"config.yaml", config.dump(2) + "\n"}};
+  return cm;
+}
+
+json Secret(const json& md, const std::map<std::string, std::string>& data) {
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"type", "Opaque"},
+                 {"metadata", Metadata(md, SecretName(md), "secrets")}};
+  json encoded = json::object();
+  for (const auto& [k, v] : data) encoded[k] = Base64Encode(v);
+  secret["data"] = encoded;
+  return secret;
+}
+
+json GroupSelector(const json& md, int replica) {
+  return {{"app.kubernetes.io/instance", Name(md)},
+          {"app.kubernetes.io/component", "daemon"},
+          {kReplicaLabel, std::to_string(replica)}};
+}
+
+json GroupService(const json& md, const MoEDeploymentSpec& spec, int replica) {
+  json meta = Metadata(md, GroupName(md, replica), "discovery");
+  meta["labels"][kReplicaLabel] = std::to_string(replica);
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", meta},
+          {"spec",
+           {{"clusterIP", "None"},
+            // Ranks find each other before they are Ready: rendezvous comes first.
+            {"publishNotReadyAddresses", true},
+            {"selector", GroupSelector(md, replica)},
+            {"ports", json::array({{{"name", "http"}, {"port", spec.port}, {"targetPort", spec.port}}})}}}};
+}
+
+json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, const std::string& config_hash) {
+  const std::string group = GroupName(md, replica);
+  json meta = Metadata(md, group, "daemon");
+  meta["labels"][kReplicaLabel] = std::to_string(replica);
+  json pod_labels = Labels(md, "daemon");
+  pod_labels[kReplicaLabel] = std::to_string(replica);
+  json resources = spec.resources.is_object() ? spec.resources : json::object();
+  if (spec.gpus_per_node > 0) {
+    resources["limits"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
+    resources["requests"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
+  }
+  auto env = [](const std::string& name, const std::string& value) { return json{{"name", name}, {"value", value}}; };
+  json container = {
+      {"name", "moe-daemon"},
+      {"image", spec.image},
+      {"args", {"--config", "/etc/moeserve/config.yaml"}},
+      {"ports", json::array({{{"name", "http"}, {"containerPort", spec.port}, {"protocol", "TCP"}}})},
+      {"env",
+       json::array({
+           // The StatefulSet controller labels each pod with its ordinal.
+           {{"name", "MOE_NODE_RANK"},
+            {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.labels['apps.kubernetes.io/pod-index']"}}}}}},
+           env("MOE_NUM_NODES", std::to_string(spec.nodes_per_replica)),
+           env("MOE_MASTER_ADDR", group + "-0." + group),
+           env("MOE_LOCAL_RANKS", std::to_string(spec.LocalRanks())),
+           env("MOE_REPLICA_INDEX", std::to_string(replica)),
+       })},
+      {"resources", resources},
+      {"readinessProbe", {{"httpGet", {{"path", "/health"}, {"port", "http"}}}, {"periodSeconds", 10}}},
+      {"volumeMounts",
+       json::array({{{"name", "config"}, {"mountPath", "/etc/moeserve"}, {"readOnly", true}},
+                    {{"name", "secrets"}, {"mountPath", "/etc/moeserve/secrets"}, {"readOnly", true}},
+                    {{"name", "cache"}, {"mountPath", "/var/cache/moeserve"}}})},
+  };
+  json volumes = json::array({{{"name", "config"}, {"configMap", {{"name", ConfigMapName(md)}}}},
+                              {{"name", "secrets"}, {"secret", {{"secretName", SecretName(md)}}}},
+                              {{"name", "cache"}, {"hostPath", {{"path", spec.cache_host_path}, {"type", "DirectoryOrCreate"}}}}});
+  if (!spec.tls_secret.empty()) {
+    container["volumeMounts"].push_back({{"name", "tls"}, {"mountPath", "/etc/moeserve/tls"}, {"readOnly", true}});
+    volumes.push_back({{"name", "tls"}, {"secret", {{"secretName", spec.tls_secret}}}});
+  }
+  json pod_spec = {{"containers", json::array({container})}, {"volumes", volumes}};
+  if (spec.node_selector.is_object()) pod_spec["nodeSelector"] = spec.node_selector;
+  if (spec.tolerations.is_array()) pod_spec["tolerations"] = spec.tolerations;
+  if (spec.affinity.is_object()) pod_spec["affinity"] = spec.affinity;
+  return {{"apiVersion", "apps/v1"},
+          {"kind", "StatefulSet"},
+          {"metadata", meta},
+          {"spec",
+           {{"serviceName", group},
+            {"replicas", spec.nodes_per_replica},
+            {"podManagementPolicy", "Parallel"},
+            // The operator replaces a group's pods together (a group with
+            // mixed revisions cannot serve), so the controller must not roll them one by one.
+            {"updateStrategy", {{"type", "OnDelete"}}},
+            {"selector", {{"matchLabels", GroupSelector(md, replica)}}},
+            {"template",
+             {{"metadata",
+               {{"labels", pod_labels},
+                {"annotations",
+                 {{kConfigHashAnnotation, config_hash}, {"moeserve.io/model-revision", spec.model_revision}}}}},
+              {"spec", pod_spec}}}}}};
+}
+
+json PodDisruptionBudget(const json& md, const MoEDeploymentSpec& spec, int replica) {
+  json meta = Metadata(md, GroupName(md, replica), "disruption-budget");
+  meta["labels"][kReplicaLabel] = std::to_string(replica);
+  // One pod of a group at a time: a drain takes a group down but never
+  // evicts two of its ranks at once, and never blocks forever.
+  return {{"apiVersion", "policy/v1"},
+          {"kind", "PodDisruptionBudget"},
+          {"metadata", meta},
+          {"spec", {{"maxUnavailable", 1}, {"selector", {{"matchLabels", GroupSelector(md, replica)}}}}}};
+}
+
+json EndpointService(const json& md, const MoEDeploymentSpec& spec) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", Metadata(md, Name(md), "endpoint")},
+          {"spec",
+           {{"type", "ClusterIP"},
+            {"selector",
+             {{"app.kubernetes.io/instance", Name(md)},
+              {"app.kubernetes.io/component", "daemon"},
+              {"apps.kubernetes.io/pod-index", "0"}}},
+            {"ports", json::array({{{"name", "http"}, {"port", spec.port}, {"targetPort", spec.port}}})}}}};
+}
+
+std::string ConfigHash(const json& config_map, const json& secret) {
+  return Sha256Hex(config_map["data"].dump() + "\n" + secret["data"].dump()).substr(0, 16);
+}
+
+}  // namespace desired
+}  // namespace moeserve::op

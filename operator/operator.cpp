@@ -1,0 +1,235 @@
+#include "moeserve/operator/operator.hpp"
+
+#include <chrono>
+
+#include <cpprest/http_listener.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "moeserve/common/log.hpp"
+
+namespace moeserve::op {
+
+namespace http = web::http;
+
+struct Operator::Metrics {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  prometheus::Family<prometheus::Counter>& reconcile_total =
+      prometheus::BuildCounter().Name("moe_operator_reconcile_total").Help("Reconciles by result").Register(*registry);
+  prometheus::Family<prometheus::Counter>& reconcile_errors =
+      prometheus::BuildCounter().Name("moe_operator_reconcile_errors_total").Help("Reconciles that failed and were requeued").Register(*registry);
+  prometheus::Family<prometheus::Histogram>& reconcile_duration =
+      prometheus::BuildHistogram().Name("moe_operator_reconcile_duration_seconds").Help("Time per reconcile").Register(*registry);
+  prometheus::Family<prometheus::Gauge>& queue_depth =
+      prometheus::BuildGauge().Name("moe_operator_workqueue_depth").Help("Keys waiting in the work queue").Register(*registry);
+  prometheus::Family<prometheus::Gauge>& leader =
+      prometheus::BuildGauge().Name("moe_operator_leader").Help("1 while this replica holds the lease").Register(*registry);
+  prometheus::Counter& success = reconcile_total.Add({{"controller", "moedeployment"}, {"result", "success"}});
+  prometheus::Counter& error = reconcile_total.Add({{"controller", "moedeployment"}, {"result", "error"}});
+  prometheus::Counter& errors = reconcile_errors.Add({{"controller", "moedeployment"}});
+  prometheus::Histogram& duration = reconcile_duration.Add(
+      {{"controller", "moedeployment"}},
+      prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  prometheus::Gauge& depth = queue_depth.Add({{"name", "moedeployment"}});
+  prometheus::Gauge& is_leader = leader.Add({});
+};
+
+struct Operator::Servers {
+  std::unique_ptr<http::experimental::listener::http_listener> metrics, health;
+  ~Servers() {
+    for (auto* l : {metrics.get(), health.get()})
+      if (l) try {
+          l->close().wait();
+        } catch (...) {
+        }
+  }
+};
+
+std::string ListenUri(const std::string& addr) {
+  if (addr.empty() || addr == "0") return "";
+  std::string a = addr;
+  if (a[0] == ':') a = "0.0.0.0" + a;
+  return "http://" + a;
+}
+
+Operator::Operator(KubeClient& client, OperatorOptions options)
+    : client_(client), options_(std::move(options)), queue_(options_.rate_limits), metrics_(std::make_unique<Metrics>()) {
+  events_ = std::make_unique<EventRecorder>(client_, "moe-operator");
+  auto enqueue = [this](const json& o) {
+    queue_.Add(ObjectKey(o));
+    metrics_->depth.Set(static_cast<double>(queue_.Len()));
+  };
+  InformerHandlers md_handlers;
+  md_handlers.on_add = enqueue;
+  md_handlers.on_update = [enqueue](const json&, const json& o) { enqueue(o); };
+  md_handlers.on_delete = enqueue;
+  auto md = std::make_unique<Informer>(client_, resources::kMoEDeployment, options_.watch_namespace, options_.informer,
+                                       md_handlers);
+  md_informer_ = md.get();
+  informers_.push_back(std::move(md));
+  // Children: only what this operator manages, mapped back to their owner.
+  InformerOptions child_options = options_.informer;
+  child_options.label_selector = std::string("app.kubernetes.io/managed-by=") + kManagedBy;
+  InformerHandlers child_handlers;
+  child_handlers.on_add = [this](const json& o) { EnqueueOwner(o); };
+  child_handlers.on_update = [this](const json&, const json& o) { EnqueueOwner(o); };
+  child_handlers.on_delete = [this](const json& o) { EnqueueOwner(o); };
+  ReconcilerCaches caches;
+  caches.moedeployments = const_cast<ObjectCache*>(&md_informer_->cache());
+  for (const ResourceRef* ref : {&resources::kStatefulSet, &resources::kService, &resources::kConfigMap,
+                                 &resources::kSecret, &resources::kPodDisruptionBudget}) {
+    auto informer =
+        std::make_unique<Informer>(client_, *ref, options_.watch_namespace, child_options, child_handlers);
+    ObjectCache* cache = const_cast<ObjectCache*>(&informer->cache());
+    if (ref == &resources::kStatefulSet) caches.statefulsets = cache;
+    if (ref == &resources::kService) caches.services = cache;
+    if (ref == &resources::kConfigMap) caches.configmaps = cache;
+    if (ref == &resources::kSecret) caches.secrets = cache;
+    if (ref == &resources::kPodDisruptionBudget) caches.pdbs = cache;
+    informers_.push_back(std::move(informer));
+  }
+  reconciler_ = std::make_unique<MoEDeploymentReconciler>(client_, caches, events_.get(), options_.reconciler);
+}
+
+Operator::~Operator() {
+  RequestStop();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
+}
+
+const ObjectCache& Operator::moedeployments() const { return md_informer_->cache(); }
+
+bool Operator::Synced() const {
+  for (const auto& i : informers_)
+    if (!i->HasSynced()) return false;
+  return true;
+}
+
+void Operator::RequestStop() {
+  stop_ = true;
+  queue_.ShutDown();
+}
+
+void Operator::EnqueueOwner(const json& object) {
+  for (const auto& ref : object["metadata"].value("ownerReferences", json::array())) {
+    if (ref.value("kind", "") != "MoEDeployment" || !ref.value("controller", false)) continue;
+    queue_.Add(object["metadata"].value("namespace", "") + "/" + ref.value("name", ""));
+  }
+  metrics_->depth.Set(static_cast<double>(queue_.Len()));
+}
+
+void Operator::Worker() {
+  while (auto key = queue_.Get()) {
+    metrics_->depth.Set(static_cast<double>(queue_.Len()));
+    const auto start = std::chrono::steady_clock::now();
+    auto result = reconciler_->Reconcile(*key);
+    metrics_->duration.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    reconciles_++;
+    if (!result) {
+      reconcile_errors_++;
+      metrics_->error.Increment();
+      metrics_->errors.Increment();
+      // A conflict is the normal price of optimistic concurrency: retry quietly.
+      if (result.error().code() == ErrorCode::kConflict)
+        log::Debug("reconcile " + *key + ": " + result.error().ToString());
+      else
+        log::Warn("reconcile " + *key + ": " + result.error().ToString());
+      queue_.AddRateLimited(*key);
+    } else {
+      metrics_->success.Increment();
+      queue_.Forget(*key);
+      if (result->requeue_after.count() > 0) queue_.AddAfter(*key, result->requeue_after);
+    }
+    queue_.Done(*key);
+  }
+}
+
+void Operator::StartWorkers() {
+  for (int i = 0; i < std::max(1, options_.workers); ++i) workers_.emplace_back([this] { Worker(); });
+}
+
+Status Operator::Run() {
+  // 1. Caches first, on every replica, so a new leader starts warm.
+  for (auto& i : informers_) i->Start();
+
+  // 2. Metrics and health.
+  servers_ = std::make_unique<Servers>();
+  try {
+    if (auto uri = ListenUri(options_.metrics_addr); !uri.empty()) {
+      servers_->metrics = std::make_unique<http::experimental::listener::http_listener>(uri);
+      servers_->metrics->support(http::methods::GET, [this](http::http_request req) {
+        if (req.relative_uri().path() != "/metrics") return (void)req.reply(http::status_codes::NotFound);
+        metrics_->depth.Set(static_cast<double>(queue_.Len()));
+        metrics_->is_leader.Set(leading_ ? 1 : 0);
+        http::http_response resp(http::status_codes::OK);
+        resp.set_body(prometheus::TextSerializer().Serialize(metrics_->registry->Collect()),
+                      "text/plain; version=0.0.4");
+        req.reply(resp);
+      });
+      servers_->metrics->open().wait();
+    }
+    if (auto uri = ListenUri(options_.health_addr); !uri.empty()) {
+      servers_->health = std::make_unique<http::experimental::listener::http_listener>(uri);
+      servers_->health->support(http::methods::GET, [this](http::http_request req) {
+        const std::string path = req.relative_uri().path();
+        if (path == "/healthz") return (void)req.reply(http::status_codes::OK, "ok");
+        if (path == "/readyz")
+          return (void)req.reply(Synced() ? http::status_codes::OK : http::status_codes::ServiceUnavailable,
+                                 Synced() ? "ok" : "caches not synced");
+        req.reply(http::status_codes::NotFound);
+      });
+      servers_->health->open().wait();
+    }
+  } catch (const std::exception& e) {
+    RequestStop();
+    client_.CancelWatches();
+    for (auto& i : informers_) i->Stop();
+    return Fail(Error::Unavailable(std::string("metrics/health listener: ") + e.what()));
+  }
+
+  // 3. Wait for the caches, then work (while leading, when electing).
+  while (!stop_ && !Synced()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::thread elector_thread;
+  std::unique_ptr<LeaderElector> elector;
+  if (options_.leader_elect) {
+    elector = std::make_unique<LeaderElector>(client_, options_.election);
+    elector_thread = std::thread([&] {
+      elector->Run(
+          stop_,
+          [&] {
+            leading_ = true;
+            metrics_->is_leader.Set(1);
+            StartWorkers();
+          },
+          [&] {
+            leading_ = false;
+            metrics_->is_leader.Set(0);
+            if (!stop_) {
+              lost_leadership_ = true;
+              RequestStop();
+            }
+          });
+    });
+  } else if (!stop_) {
+    leading_ = true;
+    StartWorkers();
+  }
+  while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+
+  // 4. Shut down: workers finish their key, watches end, the lease is released.
+  queue_.ShutDown();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
+  workers_.clear();
+  if (elector_thread.joinable()) elector_thread.join();
+  client_.CancelWatches();
+  for (auto& i : informers_) i->Stop();
+  servers_.reset();
+  if (lost_leadership_) return Fail(Error::Unavailable("leader election lost; exiting so a fresh process can rejoin"));
+  return Ok();
+}
+
+}  // namespace moeserve::op

@@ -1,0 +1,107 @@
+// moe-operator: reconciles MoEDeployments into StatefulSets, Services,
+// ConfigMaps, Secrets and PodDisruptionBudgets.
+//
+//   moe-operator [--kubeconfig PATH] [--namespace NS|all] [--leader-elect]
+//                [--leader-election-namespace NS] [--leader-election-id NAME] [--identity ID]
+//                [--lease-duration S] [--renew-deadline S] [--retry-period S]
+//                [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "moeserve/common/log.hpp"
+#include "moeserve/operator/operator.hpp"
+
+namespace {
+
+moeserve::op::Operator* g_operator = nullptr;
+
+void OnSignal(int) {
+  if (g_operator) g_operator->RequestStop();
+}
+
+int Usage(const std::string& why) {
+  std::cerr << "moe-operator: " << why << "\n"
+            << "usage: moe-operator [--kubeconfig PATH] [--namespace NS|all] [--leader-elect]\n"
+               "       [--leader-election-namespace NS] [--leader-election-id NAME] [--identity ID]\n"
+               "       [--lease-duration S] [--renew-deadline S] [--retry-period S]\n"
+               "       [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]\n";
+  return 2;
+}
+
+std::chrono::milliseconds Seconds(const std::string& s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::stod(s) * 1000));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace moeserve;
+  std::string kubeconfig, ns = "all", election_ns, metrics_addr = ":8080", health_addr = ":8081";
+  op::OperatorOptions options;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  options.election.identity = std::string(host) + "_" + std::to_string(getpid());
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      std::string value;
+      if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
+        value = a.substr(eq + 1);
+        a = a.substr(0, eq);
+      } else if (a != "--leader-elect" && a != "--help" && i + 1 < argc) {
+        value = argv[++i];
+      }
+      if (a == "--kubeconfig") kubeconfig = value;
+      else if (a == "--namespace") ns = value;
+      else if (a == "--leader-elect") options.leader_elect = value.empty() || value == "true";
+      else if (a == "--leader-election-namespace") election_ns = value;
+      else if (a == "--leader-election-id") options.election.lease_name = value;
+      else if (a == "--identity") options.election.identity = value;
+      else if (a == "--lease-duration") options.election.lease_duration = Seconds(value);
+      else if (a == "--renew-deadline") options.election.renew_deadline = Seconds(value);
+      else if (a == "--retry-period") options.election.retry_period = Seconds(value);
+      else if (a == "--metrics-addr") metrics_addr = value;
+      else if (a == "--health-addr") health_addr = value;
+      else if (a == "--workers") options.workers = std::stoi(value);
+      else if (a == "--watch-timeout") options.informer.watch_timeout_s = std::stoi(value);
+      else if (a == "--help") return Usage("help");
+      else return Usage("unknown flag " + a);
+    }
+  } catch (const std::exception& e) {
+    return Usage(std::string("bad flag value: ") + e.what());
+  }
+  auto config = op::ResolveKubeConfig(kubeconfig);
+  if (!config) {
+    std::cerr << "moe-operator: " << config.error().ToString() << "\n";
+    return 1;
+  }
+  config->user_agent = "moe-operator/" + options.election.identity;
+  auto client = op::KubeClient::Create(*config);
+  if (!client) {
+    std::cerr << "moe-operator: " << client.error().ToString() << "\n";
+    return 1;
+  }
+  options.watch_namespace = ns == "all" ? "" : ns;
+  options.election.lease_namespace =
+      !election_ns.empty() ? election_ns : (!options.watch_namespace.empty() ? options.watch_namespace : config->namespace_name);
+  options.metrics_addr = metrics_addr;
+  options.health_addr = health_addr;
+  op::Operator oper(**client, options);
+  g_operator = &oper;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  log::Info("moe-operator " + options.election.identity + " watching " +
+            (options.watch_namespace.empty() ? std::string("all namespaces") : "namespace " + options.watch_namespace) +
+            " on " + config->server);
+  auto ran = oper.Run();
+  g_operator = nullptr;
+  if (!ran) {
+    std::cerr << "moe-operator: " << ran.error().ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
