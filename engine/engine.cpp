@@ -1,0 +1,298 @@
+#include "moeserve/engine/engine.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "moeserve/engine/model.hpp"
+#include "moeserve/engine/sampler.hpp"
+#include "moeserve/engine/tokenizer.hpp"
+#include "prefix_cache.hpp"
+
+namespace moeserve::engine {
+
+namespace {
+
+struct Sequence {
+  SequenceId id = 0;
+  GenerationRequest req;
+  std::vector<int> tokens;  // prompt, then every emitted token
+  int64_t prompt_len = 0;
+  int64_t snapshot_at = 0;  // block-aligned prompt prefix whose state the prefix cache keeps
+  SequenceCache cache;
+  std::mt19937_64 rng;
+  bool in_reasoning = false;
+  SequenceUsage usage;
+};
+
+bool IsStop(const Sequence& s, int token) {
+  if (s.req.stop_tokens.empty()) return token == tok::kEnd || token == tok::kEos;
+  return std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), token) != s.req.stop_tokens.end();
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvPool> pool;
+  PrefixCache prefix;
+  int max_context = 0;
+
+  mutable std::mutex mu;  // guards the fields below and the metrics
+  SequenceId next_id = 1;
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  std::set<SequenceId> cancels;
+  int running_count = 0;
+  EngineMetrics metrics;
+
+  std::vector<std::unique_ptr<Sequence>> running;  // Step thread only
+
+  int64_t BlocksFor(int64_t tokens) const { return (tokens + options.block_tokens - 1) / options.block_tokens; }
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const EngineOptions& options) {
+  if (options.block_tokens <= 0 || options.cache_tokens < options.block_tokens || options.max_running <= 0 ||
+      options.prefill_chunk_tokens <= 0 || options.max_waiting < 0)
+    return Fail(Error::InvalidArgument("engine options: block_tokens, cache_tokens, max_running and prefill_chunk_tokens must be positive"));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  ModelOptions mo;
+  mo.kernels = options.kernels;
+  MOE_ASSIGN_OR_RETURN(impl->model, Model::Load(model_dir, mo));
+  const int64_t blocks = options.cache_tokens / options.block_tokens;
+  impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());
+  int64_t ctx = model_dir.config.max_position_embeddings;
+  if (options.max_context > 0) ctx = std::min<int64_t>(ctx, options.max_context);
+  ctx = std::min<int64_t>(ctx, blocks * options.block_tokens);  // one sequence must fit the pool
+  impl->max_context = static_cast<int>(std::min<int64_t>(ctx, 1 << 30));
+  const auto& c = model_dir.config;
+  impl->metrics.expert_tokens.resize(static_cast<size_t>(c.num_layers));
+  for (int i = 0; i < c.num_layers; ++i)
+    if (c.IsMoeLayer(i)) impl->metrics.expert_tokens[static_cast<size_t>(i)].assign(static_cast<size_t>(c.moe.num_experts), 0);
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const ModelConfig& Engine::config() const { return impl_->model->config(); }
+int Engine::max_context() const { return impl_->max_context; }
+
+Result<SequenceId> Engine::Submit(GenerationRequest request) {
+  const int V = config().vocab_size;
+  if (request.prompt.empty()) return Fail(Error::InvalidArgument("the prompt is empty"));
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    int id = request.prompt[i];
+    if (id < 0 || id >= V) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " has id " + std::to_string(id) + ", outside the vocabulary"));
+    if (id >= tok::kFirstPadding) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " is padding id " + std::to_string(id) + ", which is refused in input"));
+  }
+  if (request.max_tokens < 1) return Fail(Error::InvalidArgument("max_tokens must be at least 1"));
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (total > impl_->max_context)
+    return Fail(Error::InvalidArgument("context length exceeded: the prompt has " + std::to_string(request.prompt.size()) +
+                                       " tokens and max_tokens is " + std::to_string(request.max_tokens) +
+                                       ", but this deployment's context window is " + std::to_string(impl_->max_context) + " tokens"));
+  auto seq = std::make_unique<Sequence>();
+  seq->prompt_len = static_cast<int64_t>(request.prompt.size());
+  seq->tokens = request.prompt;
+  seq->rng.seed(request.sampling.seed);
+  seq->in_reasoning = request.starts_in_reasoning;
+  seq->usage.prompt_tokens = static_cast<int>(seq->prompt_len);
+  seq->req = std::move(request);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (static_cast<int>(impl_->waiting.size()) >= impl_->options.max_waiting)
+    return Fail(Error::ResourceExhausted("the request queue is full (" + std::to_string(impl_->options.max_waiting) + " waiting)"));
+  seq->id = impl_->next_id++;
+  SequenceId id = seq->id;
+  impl_->waiting.push_back(std::move(seq));
+  impl_->metrics.waiting = static_cast<int>(impl_->waiting.size());
+  return id;
+}
+
+void Engine::Cancel(SequenceId id) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->cancels.insert(id);
+}
+
+bool Engine::HasWork() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return !impl_->waiting.empty() || impl_->running_count > 0 || !impl_->cancels.empty();
+}
+
+EngineMetrics Engine::Metrics() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->metrics;
+}
+
+std::vector<TokenEvent> Engine::Step() {
+  Impl& m = *impl_;
+  std::vector<TokenEvent> events;
+  KvPool& pool = *m.pool;
+  const int bt = m.options.block_tokens;
+
+  auto finish = [&](Sequence& s, FinishReason why, int token, bool reasoning, bool forced) {
+    events.push_back({s.id, token, reasoning, forced, why, s.usage});
+    ReleaseBlocks(pool, s.cache);
+  };
+
+  // 1. Cancellations, then admission of waiting sequences while the pool has
+  //    room for their whole length (so a running sequence never runs out).
+  std::set<SequenceId> cancels;
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    cancels.swap(m.cancels);
+    waiting.swap(m.waiting);
+  }
+  std::erase_if(m.running, [&](std::unique_ptr<Sequence>& s) {
+    if (!cancels.count(s->id)) return false;
+    finish(*s, FinishReason::kCancelled, -1, false, false);
+    return true;
+  });
+  std::erase_if(waiting, [&](std::unique_ptr<Sequence>& s) {
+    if (!cancels.count(s->id)) return false;
+    events.push_back({s->id, -1, false, false, FinishReason::kCancelled, s->usage});
+    return true;
+  });
+  while (!waiting.empty() && static_cast<int>(m.running.size()) < m.options.max_running) {
+    Sequence& s = *waiting.front();
+    s.cache = m.model->NewSequence();
+    // Reuse the longest cached prefix, leaving at least one prompt token to compute.
+    if (m.options.prefix_cache) {
+      PrefixCache::Hit hit = m.prefix.Lookup(s.tokens, s.prompt_len - 1);
+      if (hit.length > 0) {
+        s.cache.blocks = *hit.blocks;
+        for (int b : s.cache.blocks) pool.Ref(b);
+        s.cache.delta = *hit.delta;
+        s.cache.length = hit.length;
+        s.usage.cached_tokens = static_cast<int>(hit.length);
+      }
+    }
+    const int64_t total = s.prompt_len + s.req.max_tokens;
+    const int64_t need = m.BlocksFor(total) - static_cast<int64_t>(s.cache.blocks.size());
+    while (pool.free_blocks() < need && m.prefix.EvictOne(pool)) {
+    }
+    if (pool.free_blocks() < need) {  // wait for running sequences to finish
+      ReleaseBlocks(pool, s.cache);
+      s.usage.cached_tokens = 0;
+      break;
+    }
+    if (auto st = EnsureBlocks(pool, s.cache, total); !st) break;  // cannot happen: checked above
+    s.snapshot_at = ((s.prompt_len - 1) / bt) * bt;
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      m.metrics.prefix_lookup_tokens += static_cast<uint64_t>(s.prompt_len);
+      m.metrics.prefix_hit_tokens += static_cast<uint64_t>(s.usage.cached_tokens);
+    }
+    m.running.push_back(std::move(waiting.front()));
+    waiting.pop_front();
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    // Keep arrival order: sequences still waiting go before ones submitted meanwhile.
+    while (!waiting.empty()) {
+      m.waiting.push_front(std::move(waiting.back()));
+      waiting.pop_back();
+    }
+  }
+
+  // 2. One batch: every decoding sequence's next token, plus prompt chunks up
+  //    to the prefill budget. A chunk stops at the block boundary where the
+  //    prefix cache snapshots DeltaNet state.
+  std::vector<ForwardSegment> segments;
+  std::vector<Sequence*> owners;
+  int prefill_budget = m.options.prefill_chunk_tokens;
+  for (auto& sp : m.running) {
+    Sequence& s = *sp;
+    int64_t start = s.cache.length;
+    int64_t end = static_cast<int64_t>(s.tokens.size());
+    if (end - start > 1 || start < s.prompt_len) {  // prefill (or a run of forced tokens)
+      if (prefill_budget <= 0) continue;
+      end = std::min<int64_t>(end, start + prefill_budget);
+      if (m.options.prefix_cache && start < s.snapshot_at && end > s.snapshot_at) end = s.snapshot_at;
+      prefill_budget -= static_cast<int>(end - start);
+    }
+    segments.push_back({&s.cache, std::span<const int>(s.tokens.data() + start, static_cast<size_t>(end - start)), false});
+    owners.push_back(&s);
+  }
+  if (segments.empty()) {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.running_count = static_cast<int>(m.running.size());
+    m.metrics.running = m.running_count;
+    m.metrics.waiting = static_cast<int>(m.waiting.size());
+    return events;
+  }
+  std::vector<float> logits;
+  std::vector<std::vector<uint64_t>> expert_counts(m.metrics.expert_tokens.size());
+  for (size_t i = 0; i < expert_counts.size(); ++i) expert_counts[i].assign(m.metrics.expert_tokens[i].size(), 0);
+  if (auto st = m.model->Forward(pool, segments, &logits, nullptr, &expert_counts); !st) {
+    // A forward failure is a bug (inputs were validated at Submit): fail the batch loudly.
+    for (auto& sp : m.running) finish(*sp, FinishReason::kCancelled, -1, false, false);
+    m.running.clear();
+    return events;
+  }
+
+  // 3. Prefix snapshots, then sampling for sequences whose known tokens are all computed.
+  const int V = config().vocab_size;
+  std::set<Sequence*> done;
+  for (size_t k = 0; k < owners.size(); ++k) {
+    Sequence& s = *owners[k];
+    if (m.options.prefix_cache && s.cache.length == s.snapshot_at && s.snapshot_at > 0)
+      m.prefix.Insert(pool, s.tokens, s.snapshot_at, s.cache);
+    if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
+
+    std::deque<std::pair<int, bool>> emit;  // (token, forced)
+    const bool budget_spent = s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget;
+    if (budget_spent) {
+      emit.push_back({tok::kEndThink, true});
+    } else {
+      std::span<float> row(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
+      MaskPadding(row);
+      if (s.req.controller) s.req.controller->Mask(row);
+      int t = SampleToken(row, s.req.sampling, s.rng);
+      if (t < 0) t = tok::kEnd;  // a controller that masks everything ends the turn
+      emit.push_back({t, false});
+    }
+    while (!emit.empty()) {
+      auto [t, forced] = emit.front();
+      emit.pop_front();
+      bool reasoning = false;
+      if (s.in_reasoning) {
+        if (t == tok::kEndThink) s.in_reasoning = false;
+        else reasoning = true, ++s.usage.reasoning_tokens;
+      }
+      s.tokens.push_back(t);
+      ++s.usage.completion_tokens;
+      FinishReason why = IsStop(s, t) ? FinishReason::kStop
+                         : s.usage.completion_tokens >= s.req.max_tokens ? FinishReason::kLength
+                                                                         : FinishReason::kNone;
+      if (why != FinishReason::kNone) {
+        finish(s, why, t, reasoning, forced);
+        done.insert(&s);
+        break;
+      }
+      events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}});
+      if (s.req.controller)
+        for (int f : s.req.controller->OnToken(t)) emit.push_back({f, true});
+      // Thinking budget reached by this token: close the span next.
+      if (emit.empty() && s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget)
+        emit.push_back({tok::kEndThink, true});
+    }
+  }
+  std::erase_if(m.running, [&](std::unique_ptr<Sequence>& s) { return done.count(s.get()) > 0; });
+
+  std::lock_guard<std::mutex> lock(m.mu);
+  for (size_t i = 0; i < expert_counts.size(); ++i)
+    for (size_t e = 0; e < expert_counts[i].size(); ++e) m.metrics.expert_tokens[i][e] += expert_counts[i][e];
+  m.running_count = static_cast<int>(m.running.size());
+  m.metrics.running = m.running_count;
+  m.metrics.waiting = static_cast<int>(m.waiting.size());
+  m.metrics.cache_usage_ratio = 1.0 - static_cast<double>(pool.free_blocks()) / static_cast<double>(pool.num_blocks());
+  return events;
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,21 @@
+// Token sampling: greedy, temperature, top-k, top-p, from a per-sequence
+// seeded generator (same seed and logits, same token, on every machine: the
+// generator is std::mt19937_64 and the draw is a plain double in [0, 1)).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+
+#include "moeserve/engine/engine.hpp"
+
+namespace moeserve::engine {
+
+// Sets padding ids (>= 268) to -inf: they are never sampled (model.md 8).
+void MaskPadding(std::span<float> logits);
+
+// Chooses a token from logits (modified in place). Greedy when temperature
+// <= 0 (ties to the lower id). Returns -1 when every token is masked.
+int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19937_64& rng);
+
+}  // namespace moeserve::engine

@@ -1,0 +1,317 @@
+// Engine invariants of model.md section 10 (two forms of one layer, cache
+// consistency, batched vs alone, prefix-cached vs not: 1e-4 * max|ref|, same
+// tokens) plus sampling, thinking budgets, cancellation and pool limits.
+#include "moeserve/engine/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "moeserve/engine/model.hpp"
+#include "moeserve/engine/sampler.hpp"
+#include "moeserve/engine/tokenizer.hpp"
+#include "test_models.hpp"
+
+namespace moeserve::engine {
+namespace {
+
+using namespace testing_util;
+
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b, int V) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t row = 0; row * V < a.size(); ++row) {
+    double mx = 0, diff = 0;
+    for (int v = 0; v < V; ++v) {
+      mx = std::max(mx, std::fabs(static_cast<double>(b[row * V + v])));
+      diff = std::max(diff, std::fabs(static_cast<double>(a[row * V + v]) - b[row * V + v]));
+    }
+    worst = std::max(worst, diff / mx);
+  }
+  return worst;
+}
+
+struct Fixture {
+  ModelDir dir;
+  std::unique_ptr<Model> model;
+};
+
+Fixture Load(const std::string& path) {
+  auto d = OpenModelDir(path);
+  EXPECT_TRUE(d) << d.error().ToString();
+  auto m = Model::Load(*d);
+  EXPECT_TRUE(m) << m.error().ToString();
+  return {std::move(*d), std::move(*m)};
+}
+
+// Logits of every position of `tokens`, fed in pieces of the given sizes.
+std::vector<float> RunPieces(Model& model, const std::vector<int>& tokens, const std::vector<int>& pieces, ForwardTrace* trace = nullptr) {
+  KvPool pool(64, 16, model.cache_floats_per_token());
+  SequenceCache cache = model.NewSequence();
+  std::vector<float> all, logits;
+  size_t at = 0;
+  for (int n : pieces) {
+    EXPECT_TRUE(EnsureBlocks(pool, cache, cache.length + n));
+    ForwardSegment seg{&cache, std::span<const int>(tokens.data() + at, static_cast<size_t>(n)), true};
+    auto st = model.Forward(pool, std::span(&seg, 1), &logits, trace);
+    EXPECT_TRUE(st) << st.error().ToString();
+    all.insert(all.end(), logits.begin(), logits.end());
+    at += static_cast<size_t>(n);
+  }
+  return all;
+}
+
+TEST(EngineForms, PrefillThenDecodeEqualsLongerPrefill) {
+  auto f = Load(TinyModel(1, 16));  // sparse DSA selection is active past 16 tokens
+  const auto tokens = TestPrompt(80);
+  const int V = f.dir.config.vocab_size;
+  auto whole = RunPieces(*f.model, tokens, {80});
+  std::vector<int> pieces = {60};
+  for (int i = 0; i < 20; ++i) pieces.push_back(1);
+  auto split = RunPieces(*f.model, tokens, pieces);
+  double d = MaxRelDiff(split, whole, V);
+  std::printf("prefill 60 + 20 decode vs prefill 80: %.3g\n", d);
+  EXPECT_LE(d, 1e-4);
+  auto odd = RunPieces(*f.model, tokens, {17, 1, 31, 2, 29});
+  EXPECT_LE(MaxRelDiff(odd, whole, V), 1e-4);
+}
+
+TEST(EngineForms, AbsorbedEqualsExpandedAndChunkedEqualsRecurrent) {
+  auto f = Load(TinyModel(1, 16));
+  const auto tokens = TestPrompt(150);
+  const int V = f.dir.config.vocab_size;
+  ModelOptions o;
+  o.mla_form = MlaForm::kExpanded;
+  o.delta_form = DeltaForm::kRecurrent;
+  f.model->set_options(o);
+  auto ref = RunPieces(*f.model, tokens, {150});
+  for (auto [mla, delta, chunk] : {std::tuple{MlaForm::kAbsorbed, DeltaForm::kRecurrent, 64},
+                                   std::tuple{MlaForm::kExpanded, DeltaForm::kChunked, 64},
+                                   std::tuple{MlaForm::kAbsorbed, DeltaForm::kChunked, 16},
+                                   std::tuple{MlaForm::kExpanded, DeltaForm::kChunked, 1}}) {
+    o.mla_form = mla;
+    o.delta_form = delta;
+    o.delta_chunk = chunk;
+    f.model->set_options(o);
+    double d = MaxRelDiff(RunPieces(*f.model, tokens, {150}), ref, V);
+    std::printf("form mla=%d delta=%d chunk=%d vs expanded+recurrent: %.3g\n", static_cast<int>(mla), static_cast<int>(delta), chunk, d);
+    EXPECT_LE(d, 1e-4);
+  }
+}
+
+TEST(EngineForms, DsaShorterThanTopkEqualsDenseMlaExactly) {
+  auto f = Load(TinyModel(1, 2048));
+  ModelDir dense_dir = std::move(f.dir);
+  auto sparse_logits = RunPieces(*f.model, TestPrompt(100), {100});
+  for (auto& k : dense_dir.config.layer_types)
+    if (k == LayerKind::kDsa) k = LayerKind::kMla;
+  auto dense = Model::Load(dense_dir);
+  ASSERT_TRUE(dense);
+  auto dense_logits = RunPieces(**dense, TestPrompt(100), {100});
+  ASSERT_EQ(sparse_logits.size(), dense_logits.size());
+  EXPECT_EQ(std::memcmp(sparse_logits.data(), dense_logits.data(), sparse_logits.size() * 4), 0);
+}
+
+TEST(EngineForms, SparseSelectionDropsTokens) {
+  auto f = Load(TinyModel(1, 16));
+  ForwardTrace trace;
+  RunPieces(*f.model, TestPrompt(64), {64}, &trace);
+  ASSERT_EQ(trace.dsa_selected.size(), 2u);
+  for (auto& [layer, sets] : trace.dsa_selected) {
+    ASSERT_EQ(sets.size(), 64u);
+    EXPECT_EQ(sets[10].size(), 11u);  // short context: everything
+    EXPECT_EQ(sets[63].size(), 16u);  // long context: top 16 only
+  }
+}
+
+// Runs requests to completion; returns each one's tokens and final usage.
+struct Outcome {
+  std::vector<int> tokens;
+  SequenceUsage usage;
+  FinishReason finish = FinishReason::kNone;
+};
+std::map<SequenceId, Outcome> Drain(Engine& engine) {
+  std::map<SequenceId, Outcome> out;
+  for (int guard = 0; engine.HasWork() && guard < 100000; ++guard)
+    for (const TokenEvent& e : engine.Step()) {
+      if (e.token >= 0) out[e.id].tokens.push_back(e.token);
+      if (e.finish != FinishReason::kNone) {
+        out[e.id].finish = e.finish;
+        out[e.id].usage = e.usage;
+      }
+    }
+  return out;
+}
+
+std::unique_ptr<Engine> MakeEngine(const ModelDir& dir, EngineOptions o = {}) {
+  auto e = Engine::Create(dir, o);
+  EXPECT_TRUE(e) << e.error().ToString();
+  return std::move(*e);
+}
+
+GenerationRequest Request(std::vector<int> prompt, int max_tokens, float temperature, uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = seed;
+  return r;
+}
+
+TEST(EngineBatching, BatchOfFourEqualsEachAlone) {
+  auto d = OpenModelDir(TinyModel(1, 16));
+  ASSERT_TRUE(d);
+  std::vector<GenerationRequest> reqs = {Request(TestPrompt(40, 1), 24, 0.0f, 0), Request(TestPrompt(75, 2), 24, 0.8f, 11),
+                                         Request(TestPrompt(9, 3), 24, 1.0f, 12), Request(TestPrompt(130, 4), 24, 0.0f, 0)};
+  std::vector<Outcome> alone;
+  for (auto& r : reqs) {
+    auto e = MakeEngine(*d);
+    auto id = e->Submit(r);
+    ASSERT_TRUE(id);
+    alone.push_back(Drain(*e)[*id]);
+  }
+  EngineOptions o;
+  o.prefill_chunk_tokens = 48;  // several steps of chunked prefill while others decode
+  auto e = MakeEngine(*d, o);
+  std::vector<SequenceId> ids;
+  for (auto& r : reqs) ids.push_back(*e->Submit(r));
+  auto together = Drain(*e);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(together[ids[i]].tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(together[ids[i]].finish, alone[i].finish);
+    EXPECT_EQ(together[ids[i]].usage.completion_tokens, static_cast<int>(alone[i].tokens.size()));
+  }
+}
+
+TEST(EngineBatching, SeedReproducesAndDiffers) {
+  auto d = OpenModelDir(TinyModel(1));
+  ASSERT_TRUE(d);
+  auto run = [&](uint64_t seed) {
+    auto e = MakeEngine(*d);
+    auto id = *e->Submit(Request(TestPrompt(20), 32, 1.0f, seed));
+    return Drain(*e)[id].tokens;
+  };
+  EXPECT_EQ(run(5), run(5));
+  EXPECT_NE(run(5), run(6));
+}
+
+TEST(EnginePrefix, CacheOnAndOffGiveSameTokens) {
+  auto d = OpenModelDir(TinyModel(1, 16));
+  ASSERT_TRUE(d);
+  const auto history = TestPrompt(200, 9);
+  auto turn2 = history;
+  for (int t : TestPrompt(30, 10)) turn2.push_back(t);
+  auto run = [&](bool prefix) {
+    EngineOptions o;
+    o.prefix_cache = prefix;
+    auto e = MakeEngine(*d, o);
+    auto a = *e->Submit(Request(history, 8, 0.0f, 0));
+    auto first = Drain(*e);
+    auto b = *e->Submit(Request(turn2, 16, 0.7f, 3));
+    auto second = Drain(*e);
+    return std::make_tuple(first[a], second[b], e->Metrics());
+  };
+  auto [on1, on2, on_metrics] = run(true);
+  auto [off1, off2, off_metrics] = run(false);
+  EXPECT_EQ(on1.tokens, off1.tokens);
+  EXPECT_EQ(on2.tokens, off2.tokens);
+  EXPECT_EQ(off2.usage.cached_tokens, 0);
+  EXPECT_EQ(on2.usage.cached_tokens, 192);  // (200-1) rounded down to 16-token blocks
+  EXPECT_EQ(on_metrics.prefix_hit_tokens, 192u);
+  std::printf("prefix cache: second turn reused %d of %d prompt tokens\n", on2.usage.cached_tokens, on2.usage.prompt_tokens);
+}
+
+// Forbids closing the thinking span or the turn, so only the budget can close it.
+class KeepThinking : public DecodeController {
+ public:
+  void Mask(std::span<float> logits) override {
+    for (int t : {tok::kEndThink, tok::kEnd, tok::kEos}) logits[static_cast<size_t>(t)] = -INFINITY;
+  }
+};
+
+TEST(EngineThinking, BudgetForcesEndOfThinking) {
+  auto d = OpenModelDir(TinyModel(1));
+  ASSERT_TRUE(d);
+  auto e = MakeEngine(*d);
+  auto r = Request(TestPrompt(12), 20, 1.0f, 1);
+  r.thinking_budget = 8;
+  r.controller = std::make_shared<KeepThinking>();
+  auto id = *e->Submit(r);
+  std::vector<TokenEvent> events;
+  while (e->HasWork())
+    for (auto& ev : e->Step()) events.push_back(ev);
+  ASSERT_GE(events.size(), 9u);
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(events[i].reasoning) << i;
+  EXPECT_EQ(events[8].token, tok::kEndThink);
+  EXPECT_TRUE(events[8].forced);
+  EXPECT_FALSE(events[8].reasoning);
+  EXPECT_FALSE(events[9].reasoning);
+  EXPECT_EQ(events.back().usage.reasoning_tokens, 8);
+  EXPECT_EQ(events.back().usage.completion_tokens, 20);
+  EXPECT_EQ(events.back().finish, FinishReason::kLength);
+  (void)id;
+}
+
+TEST(EngineLimits, RefusesBadPromptsAndCancels) {
+  auto d = OpenModelDir(TinyModel(1));
+  ASSERT_TRUE(d);
+  EngineOptions o;
+  o.cache_tokens = 256;
+  o.max_waiting = 2;
+  auto e = MakeEngine(*d, o);
+  EXPECT_EQ(e->max_context(), 256);
+  auto too_long = e->Submit(Request(TestPrompt(250), 10, 0, 0));
+  ASSERT_FALSE(too_long);
+  EXPECT_NE(too_long.error().message().find("context length exceeded"), std::string::npos);
+  auto padding = e->Submit(Request({256, 300, 1}, 4, 0, 0));
+  ASSERT_FALSE(padding);
+  EXPECT_NE(padding.error().message().find("padding id 300"), std::string::npos);
+  EXPECT_FALSE(e->Submit(Request({}, 4, 0, 0)));
+  auto a = *e->Submit(Request(TestPrompt(20), 100, 0, 0));
+  auto b = *e->Submit(Request(TestPrompt(20), 100, 0, 0));
+  auto full = e->Submit(Request(TestPrompt(20), 100, 0, 0));
+  ASSERT_FALSE(full);
+  EXPECT_EQ(full.error().code(), ErrorCode::kResourceExhausted);
+  e->Step();
+  e->Cancel(a);
+  auto ev = e->Step();
+  bool cancelled = std::any_of(ev.begin(), ev.end(), [&](auto& x) { return x.id == a && x.finish == FinishReason::kCancelled; });
+  EXPECT_TRUE(cancelled);
+  e->Cancel(b);
+  Drain(*e);
+  EXPECT_DOUBLE_EQ(e->Metrics().cache_usage_ratio, 0.0 + e->Metrics().cache_usage_ratio);  // metrics readable
+}
+
+TEST(KvPoolTest, FullPoolIsAnError) {
+  KvPool pool(2, 4, 8);
+  SequenceCache c;
+  EXPECT_TRUE(EnsureBlocks(pool, c, 8));
+  auto st = EnsureBlocks(pool, c, 9);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(st.error().message().find("KV cache pool is full"), std::string::npos);
+  ReleaseBlocks(pool, c);
+  EXPECT_EQ(pool.free_blocks(), 2);
+}
+
+TEST(Sampler, GreedyTopKTopP) {
+  std::vector<float> l = {1, 5, 5, 2};
+  std::mt19937_64 rng(1);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(SampleToken(l, greedy, rng), 1);  // tie -> lower id
+  SamplingParams k1;
+  k1.top_k = 1;
+  EXPECT_EQ(SampleToken(l, k1, rng), 1);
+  SamplingParams p;
+  p.top_p = 0.01f;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(SampleToken(l, p, rng), 1);
+  std::vector<float> padded(384, 0.0f);
+  padded[300] = 100;
+  MaskPadding(padded);
+  EXPECT_LT(SampleToken(padded, greedy, rng), 268);
+}
+
+}  // namespace
+}  // namespace moeserve::engine
