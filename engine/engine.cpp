@@ -261,7 +261,8 @@ std::vector<TokenEvent> Engine::Step() {
       auto [t, forced] = emit.front();
       emit.pop_front();
       bool reasoning = false;
-      if (s.in_reasoning) {
+      // A stop token ends the turn; it is never a reasoning token.
+      if (s.in_reasoning && !IsStop(s, t)) {
         if (t == tok::kEndThink) s.in_reasoning = false;
         else reasoning = true, ++s.usage.reasoning_tokens;
       }

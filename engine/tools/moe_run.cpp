@@ -1,0 +1,141 @@
+// moe-run: loads a model directory, renders a chat, generates, and prints the
+// reasoning, the answer and the prefill/decode speeds.
+//
+//   moe-run --model DIR --prompt TEXT [--system TEXT] [--max-tokens N]
+//           [--temperature T] [--top-p P] [--top-k K] [--seed S]
+//           [--reasoning-effort low|medium|high] [--thinking-budget N]
+//           [--kernels fast|reference] [--ignore-eos]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "moeserve/engine/chat_format.hpp"
+#include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/tokenizer.hpp"
+
+using namespace moeserve;
+using namespace moeserve::engine;
+
+namespace {
+
+int Usage(const std::string& msg) {
+  if (!msg.empty()) std::fprintf(stderr, "moe-run: %s\n", msg.c_str());
+  std::fprintf(stderr,
+               "usage: moe-run --model DIR --prompt TEXT [--system TEXT] [--max-tokens N] [--temperature T]\n"
+               "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
+               "               [--thinking-budget N] [--kernels fast|reference] [--ignore-eos]\n");
+  return 2;
+}
+
+bool ToInt(const std::string& s, long long lo, long long hi, long long* out) {
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+bool ToFloat(const std::string& s, double lo, double hi, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || !(v >= lo && v <= hi)) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, prompt, system, effort = "medium", kernels = "fast";
+  long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
+  double temperature = 0.0, top_p = 1.0;
+  bool ignore_eos = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string("\x01"); };
+    std::string v;
+    if (a == "--ignore-eos") { ignore_eos = true; continue; }
+    if (a == "--help" || a == "-h") return Usage("");
+    v = next();
+    if (v == "\x01") return Usage(a + " needs a value");
+    if (a == "--model") model_path = v;
+    else if (a == "--prompt") prompt = v;
+    else if (a == "--system") system = v;
+    else if (a == "--reasoning-effort") effort = v;
+    else if (a == "--kernels") kernels = v;
+    else if (a == "--max-tokens") { if (!ToInt(v, 1, 1 << 24, &max_tokens)) return Usage("--max-tokens must be a positive integer"); }
+    else if (a == "--seed") { if (!ToInt(v, 0, (1ll << 62), &seed)) return Usage("--seed must be a non-negative integer"); }
+    else if (a == "--top-k") { if (!ToInt(v, 0, 1 << 20, &top_k)) return Usage("--top-k must be a non-negative integer"); }
+    else if (a == "--thinking-budget") { if (!ToInt(v, 0, 1 << 24, &budget)) return Usage("--thinking-budget must be a non-negative integer"); }
+    else if (a == "--temperature") { if (!ToFloat(v, 0, 100, &temperature)) return Usage("--temperature must be in [0, 100]"); }
+    else if (a == "--top-p") { if (!ToFloat(v, 0, 1, &top_p) || top_p == 0) return Usage("--top-p must be in (0, 1]"); }
+    else return Usage("unknown argument '" + a + "'");
+  }
+  if (model_path.empty() || prompt.empty()) return Usage("--model and --prompt are required");
+  if (effort != "low" && effort != "medium" && effort != "high") return Usage("--reasoning-effort must be low, medium or high");
+  if (kernels != "fast" && kernels != "reference") return Usage("--kernels must be fast or reference");
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto dir = OpenModelDir(model_path);
+  if (!dir) return std::fprintf(stderr, "moe-run: %s\n", dir.error().ToString().c_str()), 1;
+  EngineOptions eo;
+  eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
+  eo.cache_tokens = 1 << 15;
+  auto engine = Engine::Create(*dir, eo);
+  if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
+  auto t_loaded = std::chrono::steady_clock::now();
+
+  std::vector<ChatMessage> messages;
+  if (!system.empty()) messages.push_back({ChatRole::kSystem, system, std::nullopt, {}, ""});
+  messages.push_back({ChatRole::kUser, prompt, std::nullopt, {}, ""});
+  auto ids = RenderChat(messages, nullptr, true);
+  if (!ids) return std::fprintf(stderr, "moe-run: %s\n", ids.error().ToString().c_str()), 1;
+
+  const auto& tb = dir->config.thinking_budgets;
+  int tier_budget = effort == "low" ? tb.low : effort == "medium" ? tb.medium : tb.high;
+  GenerationRequest req;
+  req.prompt = *ids;
+  req.max_tokens = static_cast<int>(max_tokens);
+  req.thinking_budget = budget >= 0 ? std::min<int>(static_cast<int>(budget), tier_budget) : tier_budget;
+  req.sampling.temperature = static_cast<float>(temperature);
+  req.sampling.top_p = static_cast<float>(top_p);
+  req.sampling.top_k = static_cast<int>(top_k);
+  req.sampling.seed = static_cast<uint64_t>(seed);
+  if (ignore_eos) req.stop_tokens = {-1};  // benchmark mode: always run max_tokens
+  auto id = (*engine)->Submit(req);
+  if (!id) return std::fprintf(stderr, "moe-run: %s\n", id.error().ToString().c_str()), 1;
+
+  std::vector<int> reasoning, answer;
+  SequenceUsage usage;
+  FinishReason finish = FinishReason::kNone;
+  std::chrono::steady_clock::time_point t_first;
+  bool first = true;
+  while ((*engine)->HasWork()) {
+    for (const TokenEvent& e : (*engine)->Step()) {
+      if (e.token >= 0 && first) {
+        t_first = std::chrono::steady_clock::now();
+        first = false;
+      }
+      if (e.token >= 0) (e.reasoning ? reasoning : answer).push_back(e.token);
+      if (e.finish != FinishReason::kNone) {
+        usage = e.usage;
+        finish = e.finish;
+      }
+    }
+  }
+  auto t_end = std::chrono::steady_clock::now();
+  auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const Tokenizer& tk = dir->tokenizer;
+  std::printf("reasoning (%d tokens): %s\n", usage.reasoning_tokens, tk.Decode(reasoning, true).c_str());
+  std::printf("answer: %s\n", tk.Decode(answer, true).c_str());
+  const char* why = finish == FinishReason::kStop ? "stop" : finish == FinishReason::kLength ? "length" : "cancelled";
+  double prefill_s = first ? secs(t_loaded, t_end) : secs(t_loaded, t_first);
+  double decode_s = first ? 0 : secs(t_first, t_end);
+  std::printf("finish %s; prompt %d tokens, completion %d tokens; load %.2fs\n", why, usage.prompt_tokens,
+              usage.completion_tokens, secs(t0, t_loaded));
+  std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (kernels: %s)\n", usage.prompt_tokens / prefill_s,
+              usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0, kernels.c_str());
+  return 0;
+}
