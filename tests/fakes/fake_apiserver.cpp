@@ -888,6 +888,20 @@ Outcome FakeApiServer::Dispatch(const Request& r) {
     if (body.is_discarded()) return Failure(400, "BadRequest", "the body of the request was not valid JSON");
     return DoCreate(r, body);
   }
+  if (collection && r.method == "DELETE") {
+    // deletecollection: every object matching the selectors, each as DELETE would.
+    json deleted = json::array();
+    for (const auto& item : DoList(r).body["items"]) {
+      Request one = r;
+      one.ns = item["metadata"].value("namespace", "");
+      one.name = item["metadata"].value("name", "");
+      one.body.clear();
+      Outcome o = DoDelete(one);
+      if (o.code == 200) deleted.push_back(o.body);
+    }
+    return {200, {{"kind", r.type->list_kind}, {"apiVersion", r.type->GroupVersion()},
+                  {"metadata", {{"resourceVersion", std::to_string(rv_)}}}, {"items", deleted}}};
+  }
   if (collection) return Failure(405, "MethodNotAllowed", "the server does not allow this method on the requested resource");
   if (r.subresource == "scale") return DoScale(r);
   if (!r.subresource.empty() && r.subresource != "status")

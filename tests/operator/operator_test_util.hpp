@@ -1,0 +1,169 @@
+// Shared pieces of the operator tests: the API double with our CRDs, a
+// client for it, an operator running on a thread, and a stand-in for the
+// kubelet and StatefulSet controller that marks StatefulSets ready.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "fake_apiserver.hpp"
+#include "moeserve/operator/kube_client.hpp"
+#include "moeserve/operator/operator.hpp"
+
+namespace moeserve::op::testing {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+inline std::string SourceDir() {
+  const char* d = std::getenv("MOESERVE_SOURCE_DIR");
+  return d ? d : ".";
+}
+
+inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+inline json MoEDeploymentManifest(const std::string& ns, const std::string& name, int replicas, int nodes,
+                                  const std::string& revision = "2026-11-01", int max_unavailable = 1) {
+  return {{"apiVersion", "moeserve.io/v1alpha1"},
+          {"kind", "MoEDeployment"},
+          {"metadata", {{"name", name}, {"namespace", ns}}},
+          {"spec",
+           {{"image", "moeserve/moe-daemon:0.1.0"},
+            {"model", {{"uri", "s3://models/ultra/"}, {"revision", revision}}},
+            {"parallelism", {{"nodesPerReplica", nodes}, {"gpusPerNode", 8}}},
+            {"replicas", replicas},
+            {"endpoint", {{"port", 8000}}},
+            {"rollout", {{"maxUnavailableReplicas", max_unavailable}}}}}};
+}
+
+// The API double with crds/ registered and a namespace to work in.
+class FakeCluster {
+ public:
+  explicit FakeCluster(fakes::FakeApiServerOptions options = {}) : server(options) {
+    for (const char* f : {"/crds/moeserve.io_moedeployments.yaml", "/crds/moeserve.io_quotapolicies.yaml"}) {
+      auto s = server.RegisterCrdFile(SourceDir() + f);
+      EXPECT_TRUE(s) << s.error().ToString();
+    }
+    EXPECT_GT(server.Start(0), 0);
+    (void)server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}});
+  }
+  std::unique_ptr<KubeClient> Client(const std::string& user_agent = "moe-operator/test") {
+    KubeConfig c;
+    c.server = server.url();
+    c.token = "test-token";
+    c.user_agent = user_agent;
+    c.request_timeout_s = 10;
+    auto client = KubeClient::Create(c);
+    EXPECT_TRUE(client);
+    return std::move(*client);
+  }
+  fakes::FakeApiServer server;
+};
+
+// An operator on its own thread.
+class RunningOperator {
+ public:
+  RunningOperator(KubeClient& client, OperatorOptions options) : op(client, WithTestTimings(std::move(options))) {
+    thread = std::thread([this] { status = op.Run(); });
+  }
+  ~RunningOperator() { Stop(); }
+  void Stop() {
+    op.RequestStop();
+    if (thread.joinable()) thread.join();
+  }
+  static OperatorOptions WithTestTimings(OperatorOptions o) {
+    o.informer.watch_timeout_s = 5;
+    o.informer.backoff_initial = 20ms;
+    o.informer.backoff_max = 200ms;
+    return o;
+  }
+  Operator op;
+  std::thread thread;
+  Status status;
+};
+
+// Plays the StatefulSet controller and kubelet: a StatefulSet whose
+// generation moved has its pods restarted (unready), and after `delay` they
+// are ready on the new revision. Records the most groups of one
+// MoEDeployment ever unready at once.
+class Kubelet {
+ public:
+  Kubelet(fakes::FakeApiServer& server, std::chrono::milliseconds delay) : server_(server), delay_(delay) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Kubelet() {
+    stop_ = true;
+    thread_.join();
+  }
+  int max_unready() const { return max_unready_; }
+  void reset_max() { max_unready_ = 0; }
+  void set_paused(bool p) { paused_ = p; }
+
+ private:
+  static bool Unready(const json& sts) {
+    const json st = sts.value("status", json::object());
+    return st.value("observedGeneration", int64_t{0}) != sts["metadata"].value("generation", int64_t{0}) ||
+           st.value("readyReplicas", 0) < sts["spec"].value("replicas", 1) ||
+           st.value("updatedReplicas", 0) < sts["spec"].value("replicas", 1);
+  }
+  void Loop() {
+    while (!stop_) {
+      std::map<std::string, int> unready_per_owner;
+      for (const auto& sts : server_.List("statefulsets.apps")) {
+        const std::string owner = sts["metadata"]["labels"].value("app.kubernetes.io/instance", "");
+        if (Unready(sts)) unready_per_owner[owner]++;
+        if (paused_) continue;
+        const std::string key = sts["metadata"]["namespace"].get<std::string>() + "/" + sts["metadata"]["name"].get<std::string>();
+        const int64_t gen = sts["metadata"].value("generation", int64_t{0});
+        const int want = sts["spec"].value("replicas", 1);
+        const json st = sts.value("status", json::object());
+        if (st.value("observedGeneration", int64_t{0}) != gen) {
+          restarted_[key] = std::chrono::steady_clock::now();
+          (void)server_.Mutate("statefulsets.apps", sts["metadata"]["namespace"], sts["metadata"]["name"],
+                               [&](json& o) {
+                                 o["status"] = {{"observedGeneration", gen}, {"replicas", want}, {"readyReplicas", 0},
+                                                {"updatedReplicas", 0}, {"currentRevision", "rev-" + std::to_string(gen - 1)},
+                                                {"updateRevision", "rev-" + std::to_string(gen)}};
+                               }, true);
+        } else if (Unready(sts) && std::chrono::steady_clock::now() - restarted_[key] >= delay_) {
+          (void)server_.Mutate("statefulsets.apps", sts["metadata"]["namespace"], sts["metadata"]["name"],
+                               [&](json& o) {
+                                 o["status"] = {{"observedGeneration", gen}, {"replicas", want}, {"readyReplicas", want},
+                                                {"updatedReplicas", want}, {"availableReplicas", want},
+                                                {"currentRevision", "rev-" + std::to_string(gen)},
+                                                {"updateRevision", "rev-" + std::to_string(gen)}};
+                               }, true);
+        }
+      }
+      for (const auto& [owner, n] : unready_per_owner) max_unready_ = std::max(max_unready_.load(), n);
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  fakes::FakeApiServer& server_;
+  std::chrono::milliseconds delay_;
+  std::atomic<bool> stop_{false}, paused_{false};
+  std::atomic<int> max_unready_{0};
+  std::map<std::string, std::chrono::steady_clock::time_point> restarted_;
+  std::thread thread_;
+};
+
+inline json StatusOf(fakes::FakeApiServer& server, const std::string& ns, const std::string& name) {
+  auto md = server.Get("moedeployments.moeserve.io", ns, name);
+  return md ? md->value("status", json::object()) : json::object();
+}
+
+}  // namespace moeserve::op::testing
