@@ -469,7 +469,7 @@ class ModelTest(unittest.TestCase):
             self.assertIn("token 1 = 268", bad.stderr)
 
 
-GENERATOR = os.path.join(HERE, "..", "..", "build", "engine", "moe-model-gen")
+GENERATOR = os.path.join(os.environ.get("MOESERVE_BINARY_DIR", os.path.join(HERE, "..", "..", "build")), "engine", "moe-model-gen")
 
 
 @unittest.skipUnless(os.access(GENERATOR, os.X_OK), "build/engine/moe-model-gen not built")
