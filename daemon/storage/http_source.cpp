@@ -1,0 +1,290 @@
+// http(s):// and s3:// sources over libcurl. S3 is HTTP plus SigV4 headers,
+// bucket/key addressing and S3's XML error bodies.
+#include <curl/curl.h>
+#include <strings.h>
+
+#include <cstring>
+
+#include <algorithm>
+#include <mutex>
+#include <regex>
+
+#include "moeserve/daemon/storage/sigv4.hpp"
+#include "source_factories.hpp"
+
+namespace moeserve::daemon::storage {
+namespace {
+
+void GlobalCurlInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::string XmlField(const std::string& xml, const std::string& tag) {
+  size_t b = xml.find("<" + tag + ">");
+  if (b == std::string::npos) return "";
+  b += tag.size() + 2;
+  size_t e = xml.find("</" + tag + ">", b);
+  return e == std::string::npos ? "" : xml.substr(b, e - b);
+}
+
+std::string XmlUnescape(std::string s) {
+  static const std::pair<const char*, const char*> kEntities[] = {
+      {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}, {"&#39;", "'"}, {"&amp;", "&"}};
+  for (const auto& [from, to] : kEntities) {
+    size_t pos = 0;
+    while ((pos = s.find(from, pos)) != std::string::npos) {
+      s.replace(pos, std::strlen(from), to);
+      pos += std::strlen(to);
+    }
+  }
+  return s;
+}
+
+// What the server said, in one line: S3's <Code>: <Message>, else the body's start.
+std::string ServerSaid(const std::string& body) {
+  std::string code = XmlField(body, "Code"), message = XmlUnescape(XmlField(body, "Message"));
+  if (!code.empty()) return code + (message.empty() ? "" : ": " + message);
+  std::string s = body.substr(0, 200);
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  return s.empty() ? "(empty body)" : s;
+}
+
+struct Transfer {
+  uint64_t offset = 0;
+  uint64_t want = kToEnd;
+  const ByteSink* sink = nullptr;
+  CURL* curl = nullptr;
+  long status = 0;
+  bool status_known = false;
+  uint64_t skip = 0;         // bytes to drop when a server ignored the Range header
+  uint64_t delivered = 0;
+  bool got_enough = false;   // we stopped the transfer on purpose
+  Status sink_status = Ok();
+  std::string error_body;
+  std::optional<std::chrono::milliseconds> retry_after;
+};
+
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::string_view line(data, size * n);
+  if (line.starts_with("HTTP/")) t->retry_after.reset();
+  if (line.size() > 12 && strncasecmp(line.data(), "retry-after:", 12) == 0) {
+    std::string v(line.substr(12));
+    try {
+      size_t used = 0;
+      long seconds = std::stol(v, &used);
+      if (seconds >= 0) t->retry_after = std::chrono::milliseconds(seconds * 1000);
+    } catch (...) {
+      // An HTTP-date Retry-After falls back to our own backoff.
+    }
+  }
+  return size * n;
+}
+
+size_t OnBody(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t total = size * n;
+  if (!t->status_known) {
+    curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &t->status);
+    t->status_known = true;
+    if (t->status == 200 && t->offset > 0) t->skip = t->offset;
+  }
+  if (t->status < 200 || t->status >= 300) {
+    if (t->error_body.size() < 16384) t->error_body.append(data, std::min<size_t>(total, 16384));
+    return total;
+  }
+  size_t pos = 0;
+  if (t->skip > 0) {
+    size_t drop = static_cast<size_t>(std::min<uint64_t>(t->skip, total));
+    t->skip -= drop;
+    pos = drop;
+  }
+  size_t take = total - pos;
+  if (t->want != kToEnd) take = static_cast<size_t>(std::min<uint64_t>(take, t->want - t->delivered));
+  if (take > 0) {
+    t->sink_status = (*t->sink)(data + pos, take);
+    if (!t->sink_status) return 0;
+    t->delivered += take;
+  }
+  if (t->want != kToEnd && t->delivered >= t->want && pos + take < total) {
+    t->got_enough = true;  // a 200 with the whole object: we have our range
+    return 0;
+  }
+  return total;
+}
+
+std::string EncodeKeyPath(const std::string& key) { return AwsUriEncode(key, false); }
+
+class HttpConnection final : public ObjectConnection {
+ public:
+  HttpConnection(const std::string& base_url, const std::optional<S3Target>& s3, const SourceOptions& options)
+      : base_url_(base_url), s3_(s3), options_(options) {
+    GlobalCurlInit();
+    curl_ = curl_easy_init();
+  }
+  ~HttpConnection() override { curl_easy_cleanup(curl_); }
+
+  Result<uint64_t> Get(const std::string& key, uint64_t offset, uint64_t length, const ByteSink& sink) override {
+    if (length == 0) return uint64_t{0};
+    KeyValues extra;
+    if (offset > 0 || length != kToEnd) {
+      std::string range = "bytes=" + std::to_string(offset) + "-";
+      if (length != kToEnd) range += std::to_string(offset + length - 1);
+      extra.emplace_back("range", range);
+    }
+    HttpRequestSpec spec;
+    if (s3_) {
+      spec = BuildS3Request(s3_->endpoint, s3_->credentials, "GET", s3_->bucket, s3_->prefix + key, {}, extra,
+                            std::chrono::system_clock::now());
+    } else {
+      spec = {"GET", base_url_ + EncodeKeyPath(key), extra};
+    }
+    Transfer t;
+    t.offset = offset;
+    t.want = length;
+    t.sink = &sink;
+    MOE_TRY(Perform(spec, t));
+    retry_after_ = t.retry_after;
+    if (t.status >= 200 && t.status < 300) {
+      if (length != kToEnd && t.delivered < length)
+        return Fail(Error::Unavailable(Describe(key) + ": short body: got " + std::to_string(t.delivered) + " of " +
+                                       std::to_string(length) + " bytes"));
+      return t.delivered;
+    }
+    return Fail(StatusError(key, t));
+  }
+
+  // Lists bucket/prefix with ListObjectsV2, following continuation tokens.
+  Result<std::vector<ObjectInfo>> List() {
+    std::vector<ObjectInfo> out;
+    std::string token;
+    for (;;) {
+      KeyValues query = {{"list-type", "2"}, {"prefix", s3_->prefix}};
+      if (!token.empty()) query.emplace_back("continuation-token", token);
+      HttpRequestSpec spec = BuildS3Request(s3_->endpoint, s3_->credentials, "GET", s3_->bucket, "", query, {},
+                                            std::chrono::system_clock::now());
+      std::string body;
+      ByteSink sink = [&](const char* d, size_t n) {
+        body.append(d, n);
+        return Ok();
+      };
+      Transfer t;
+      t.sink = &sink;
+      MOE_TRY(Perform(spec, t));
+      if (t.status != 200) return Fail(StatusError("", t));
+      size_t pos = 0;
+      while ((pos = body.find("<Contents>", pos)) != std::string::npos) {
+        size_t end = body.find("</Contents>", pos);
+        std::string item = body.substr(pos, end - pos);
+        std::string key = XmlUnescape(XmlField(item, "Key"));
+        if (key.size() > s3_->prefix.size() && !key.ends_with("/"))
+          out.push_back({key.substr(s3_->prefix.size()), std::stoull("0" + XmlField(item, "Size"))});
+        pos = end;
+      }
+      if (XmlField(body, "IsTruncated") != "true") break;
+      token = XmlUnescape(XmlField(body, "NextContinuationToken"));
+      if (token.empty()) break;
+    }
+    return out;
+  }
+
+  std::optional<std::chrono::milliseconds> RetryAfter() const override { return retry_after_; }
+
+  std::string Describe(const std::string& key) const {
+    if (s3_) return "bucket '" + s3_->bucket + "', key '" + s3_->prefix + key + "'";
+    return base_url_ + EncodeKeyPath(key);
+  }
+
+ private:
+  Status Perform(const HttpRequestSpec& spec, Transfer& t) {
+    t.curl = curl_;
+    curl_easy_reset(curl_);
+    curl_slist* headers = nullptr;
+    for (const auto& [k, v] : spec.headers) headers = curl_slist_append(headers, (k + ": " + v).c_str());
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(curl_, CURLOPT_URL, spec.url.c_str());
+    curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(curl_, CURLOPT_FOLLOWLOCATION, s3_ ? 0L : 1L);
+    curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
+    curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max<int64_t>(1, options_.stall_timeout.count())));
+    curl_easy_setopt(curl_, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, OnHeader);
+    curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &t);
+    CURLcode rc = curl_easy_perform(curl_);
+    curl_slist_free_all(headers);
+    if (!t.status_known) curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &t.status);
+    MOE_TRY(t.sink_status);
+    if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && t.got_enough)) return Ok();
+    std::string what = spec.method + " " + spec.url + ": " + curl_easy_strerror(rc) +
+                       (errbuf[0] ? std::string(" (") + errbuf + ")" : "") + " after " +
+                       std::to_string(t.delivered) + " body bytes";
+    switch (rc) {
+      case CURLE_OPERATION_TIMEDOUT:
+        return Fail(Error::Timeout(what));
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+      case CURLE_PEER_FAILED_VERIFICATION:
+      case CURLE_SSL_CACERT_BADFILE:
+        return Fail(Error::InvalidArgument(what));
+      default:
+        return Fail(Error::Unavailable(what));  // resets, refused connections, partial bodies
+    }
+  }
+
+  Error StatusError(const std::string& key, const Transfer& t) const {
+    std::string where = s3_ ? (key.empty() ? "bucket '" + s3_->bucket + "', prefix '" + s3_->prefix + "'" : Describe(key))
+                            : Describe(key);
+    std::string msg = where + ": HTTP " + std::to_string(t.status) + ": " + ServerSaid(t.error_body);
+    if (t.status == 404) return Error::NotFound(msg);
+    if (t.status == 401 || t.status == 403) return Error::PermissionDenied(msg);
+    if (t.status == 408 || t.status == 429 || t.status >= 500) return Error::Unavailable(msg);
+    return Error::InvalidArgument(msg);
+  }
+
+  std::string base_url_;
+  std::optional<S3Target> s3_;
+  SourceOptions options_;
+  CURL* curl_ = nullptr;
+  std::optional<std::chrono::milliseconds> retry_after_;
+};
+
+class HttpSource final : public ObjectSource {
+ public:
+  HttpSource(std::string base_url, std::optional<S3Target> s3, SourceOptions options)
+      : base_url_(std::move(base_url)), s3_(std::move(s3)), options_(std::move(options)) {}
+  std::unique_ptr<ObjectConnection> Connect() override {
+    return std::make_unique<HttpConnection>(base_url_, s3_, options_);
+  }
+  Result<std::vector<ObjectInfo>> List() override {
+    if (!s3_)
+      return Fail(Error::InvalidArgument("source '" + base_url_ +
+                                         "': http(s) sources cannot be listed; a manifest.json is required"));
+    HttpConnection conn(base_url_, s3_, options_);
+    return conn.List();
+  }
+  std::string Describe(const std::string& key) const override {
+    if (s3_) return "s3://" + s3_->bucket + "/" + s3_->prefix + key;
+    return base_url_ + EncodeKeyPath(key);
+  }
+
+ private:
+  std::string base_url_;
+  std::optional<S3Target> s3_;
+  SourceOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<ObjectSource> MakeHttpSource(const std::string& base_url, std::optional<S3Target> s3,
+                                             const SourceOptions& options) {
+  return std::make_unique<HttpSource>(base_url, std::move(s3), options);
+}
+
+}  // namespace moeserve::daemon::storage
