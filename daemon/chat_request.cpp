@@ -1,0 +1,439 @@
+#include "moeserve/daemon/chat_request.hpp"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+namespace moeserve::daemon {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string TypeName(const ojson& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+ApiError WrongType(const std::string& param, const std::string& expected, const ojson& got) {
+  return ApiError::InvalidRequest("'" + param + "' must be " + expected + ", got " + TypeName(got), param);
+}
+
+// OpenAI content: a string, null, or an array of {"type":"text","text":...}
+// parts (images and audio are refused: the model reads text only).
+ApiResult<std::string> ReadContent(const ojson& v, const std::string& param) {
+  if (v.is_null()) return std::string();
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) return ApiFail(WrongType(param, "a string or an array of text parts", v));
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string p = param + "[" + std::to_string(i) + "]";
+    const ojson& part = v[i];
+    if (!part.is_object()) return ApiFail(WrongType(p, "an object", part));
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string() || *type != "text") {
+      return ApiFail(ApiError::InvalidRequest("'" + p + ".type' must be \"text\": this model reads text only", p + ".type"));
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) return ApiFail(WrongType(p + ".text", "a string", t == part.end() ? ojson() : *t));
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+ApiResult<std::optional<std::string>> OptionalString(const ojson& obj, const char* key, const std::string& param) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string()) return ApiFail(WrongType(param, "a string", *it));
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+ApiResult<engine::ChatToolCall> ReadToolCall(const ojson& v, const std::string& param) {
+  if (!v.is_object()) return ApiFail(WrongType(param, "an object", v));
+  engine::ChatToolCall call;
+  auto id = v.find("id");
+  if (id == v.end() || !id->is_string() || id->get<std::string>().empty()) {
+    return ApiFail(ApiError::InvalidRequest("'" + param + ".id' must be a non-empty string", param + ".id"));
+  }
+  call.id = id->get<std::string>();
+  auto type = v.find("type");
+  if (type != v.end() && !(type->is_string() && *type == "function")) {
+    return ApiFail(ApiError::InvalidRequest("'" + param + ".type' must be \"function\"", param + ".type"));
+  }
+  auto fn = v.find("function");
+  if (fn == v.end() || !fn->is_object()) {
+    return ApiFail(WrongType(param + ".function", "an object", fn == v.end() ? ojson() : *fn));
+  }
+  auto name = fn->find("name");
+  if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {
+    return ApiFail(ApiError::InvalidRequest("'" + param + ".function.name' must be a non-empty string", param + ".function.name"));
+  }
+  call.name = name->get<std::string>();
+  auto args = fn->find("arguments");
+  if (args == fn->end() || args->is_null()) {
+    call.arguments_json_text = "{}";
+  } else if (args->is_string()) {
+    call.arguments_json_text = args->get<std::string>();
+  } else if (args->is_object()) {
+    // Some clients send the object itself; render it as the JSON it is.
+    call.arguments_json_text = args->dump();
+  } else {
+    return ApiFail(WrongType(param + ".function.arguments", "a string", *args));
+  }
+  return call;
+}
+
+ApiResult<engine::ChatMessage> ReadMessage(const ojson& v, const std::string& param) {
+  if (!v.is_object()) return ApiFail(WrongType(param, "an object", v));
+  auto role_it = v.find("role");
+  if (role_it == v.end() || !role_it->is_string()) {
+    return ApiFail(ApiError::InvalidRequest("'" + param + ".role' must be one of system, developer, user, assistant, tool",
+                                            param + ".role"));
+  }
+  auto role = engine::ParseChatRole(role_it->get<std::string>());
+  if (!role) {
+    return ApiFail(ApiError::InvalidRequest("'" + param + ".role' is '" + role_it->get<std::string>() +
+                                                "'; expected system, developer, user, assistant or tool",
+                                            param + ".role"));
+  }
+  engine::ChatMessage m;
+  m.role = *role;
+  auto content = v.find("content");
+  if (content != v.end()) {
+    auto text = ReadContent(*content, param + ".content");
+    if (!text) return ApiFail(text.error());
+    m.content = std::move(*text);
+  } else if (m.role != engine::ChatRole::kAssistant) {
+    return ApiFail(ApiError::InvalidRequest("'" + param + ".content' is required for a " +
+                                                role_it->get<std::string>() + " message",
+                                            param + ".content"));
+  }
+  if (m.role == engine::ChatRole::kAssistant) {
+    // Both names are read (api.md): dropping earlier reasoning would change
+    // what the model sees from one turn to the next.
+    auto rc = OptionalString(v, "reasoning_content", param + ".reasoning_content");
+    if (!rc) return ApiFail(rc.error());
+    auto r = OptionalString(v, "reasoning", param + ".reasoning");
+    if (!r) return ApiFail(r.error());
+    if (*rc) m.reasoning = **rc;
+    else if (*r) m.reasoning = **r;
+    auto calls = v.find("tool_calls");
+    if (calls != v.end() && !calls->is_null()) {
+      if (!calls->is_array()) return ApiFail(WrongType(param + ".tool_calls", "an array", *calls));
+      for (size_t i = 0; i < calls->size(); ++i) {
+        auto call = ReadToolCall((*calls)[i], param + ".tool_calls[" + std::to_string(i) + "]");
+        if (!call) return ApiFail(call.error());
+        m.tool_calls.push_back(std::move(*call));
+      }
+    }
+  }
+  if (m.role == engine::ChatRole::kTool) {
+    auto id = v.find("tool_call_id");
+    if (id == v.end() || !id->is_string() || id->get<std::string>().empty()) {
+      return ApiFail(ApiError::InvalidRequest("'" + param + ".tool_call_id' must be the id of the tool call it answers",
+                                              param + ".tool_call_id"));
+    }
+    m.tool_call_id = id->get<std::string>();
+  }
+  return m;
+}
+
+ApiResult<void> ReadTools(const ojson& body, ChatRequest& req) {
+  auto tools = body.find("tools");
+  if (tools == body.end() || tools->is_null()) return {};
+  if (!tools->is_array()) return ApiFail(WrongType("tools", "an array", *tools));
+  std::set<std::string> names;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    std::string p = "tools[" + std::to_string(i) + "]";
+    const ojson& t = (*tools)[i];
+    if (!t.is_object()) return ApiFail(WrongType(p, "an object", t));
+    auto type = t.find("type");
+    if (type == t.end() || !type->is_string() || *type != "function") {
+      return ApiFail(ApiError::InvalidRequest("'" + p + ".type' must be \"function\"", p + ".type"));
+    }
+    auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) return ApiFail(WrongType(p + ".function", "an object", fn == t.end() ? ojson() : *fn));
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {
+      return ApiFail(ApiError::InvalidRequest("'" + p + ".function.name' must be a non-empty string", p + ".function.name"));
+    }
+    ToolSpec spec;
+    spec.name = name->get<std::string>();
+    if (!names.insert(spec.name).second) {
+      return ApiFail(ApiError::InvalidRequest("'" + p + ".function.name': the tool name '" + spec.name + "' appears twice",
+                                              p + ".function.name"));
+    }
+    auto params = fn->find("parameters");
+    if (params == fn->end() || params->is_null()) {
+      spec.parameters = ojson::object();
+    } else if (!params->is_object()) {
+      return ApiFail(WrongType(p + ".function.parameters", "a JSON schema object", *params));
+    } else {
+      spec.parameters = *params;
+    }
+    req.tool_specs.push_back(std::move(spec));
+  }
+  if (!tools->empty()) req.tools = *tools;
+  return {};
+}
+
+ApiResult<void> ReadToolChoice(const ojson& body, ChatRequest& req) {
+  auto tc = body.find("tool_choice");
+  if (tc == body.end() || tc->is_null()) {
+    req.tool_choice = req.tool_specs.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+    return {};
+  }
+  if (tc->is_string()) {
+    std::string s = tc->get<std::string>();
+    if (s == "auto") req.tool_choice = ToolChoice::kAuto;
+    else if (s == "none") req.tool_choice = ToolChoice::kNone;
+    else if (s == "required") req.tool_choice = ToolChoice::kRequired;
+    else return ApiFail(ApiError::InvalidRequest("'tool_choice' is '" + s + "'; expected auto, none, required or {\"type\":\"function\",\"function\":{\"name\":...}}", "tool_choice"));
+  } else if (tc->is_object()) {
+    auto fn = tc->find("function");
+    auto name = (fn != tc->end() && fn->is_object()) ? fn->find("name") : tc->end();
+    if (fn == tc->end() || !fn->is_object() || name == fn->end() || !name->is_string()) {
+      return ApiFail(ApiError::InvalidRequest("'tool_choice.function.name' must name one of the request's tools",
+                                              "tool_choice.function.name"));
+    }
+    req.tool_choice = ToolChoice::kNamed;
+    req.tool_choice_name = name->get<std::string>();
+    bool found = false;
+    for (const auto& t : req.tool_specs) found |= t.name == req.tool_choice_name;
+    if (!found) {
+      return ApiFail(ApiError::InvalidRequest("'tool_choice.function.name' is '" + req.tool_choice_name +
+                                                  "', which is not among the request's tools",
+                                              "tool_choice.function.name"));
+    }
+  } else {
+    return ApiFail(WrongType("tool_choice", "a string or an object", *tc));
+  }
+  if ((req.tool_choice == ToolChoice::kRequired) && req.tool_specs.empty()) {
+    return ApiFail(ApiError::InvalidRequest("'tool_choice' is required but the request has no tools", "tool_choice"));
+  }
+  return {};
+}
+
+ApiResult<std::optional<int>> OptionalCount(const ojson& body, const char* key, int min_value) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::optional<int>();
+  if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>())) {
+    return ApiFail(WrongType(key, "an integer", *it));
+  }
+  double v = it->get<double>();
+  if (v < min_value || v > std::numeric_limits<int>::max()) {
+    return ApiFail(ApiError::InvalidRequest("'" + std::string(key) + "' must be at least " + std::to_string(min_value) +
+                                                " (got " + it->dump() + ")",
+                                            key));
+  }
+  return std::optional<int>(static_cast<int>(v));
+}
+
+ApiResult<void> ReadSampling(const ojson& body, ChatRequest& req) {
+  auto number = [&](const char* key, float lo, float hi, float& out) -> ApiResult<void> {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return {};
+    if (!it->is_number()) return ApiFail(WrongType(key, "a number", *it));
+    double v = it->get<double>();
+    if (!(v >= lo && v <= hi)) {
+      return ApiFail(ApiError::InvalidRequest("'" + std::string(key) + "' must be between " + std::to_string(lo) + " and " +
+                                                  std::to_string(hi) + " (got " + it->dump() + ")",
+                                              key));
+    }
+    out = static_cast<float>(v);
+    return {};
+  };
+  auto t = number("temperature", 0.0f, 2.0f, req.temperature);
+  if (!t) return t;
+  auto p = number("top_p", 0.0f, 1.0f, req.top_p);
+  if (!p) return p;
+  if (req.top_p <= 0.0f) return ApiFail(ApiError::InvalidRequest("'top_p' must be greater than 0", "top_p"));
+  auto seed = body.find("seed");
+  if (seed != body.end() && !seed->is_null()) {
+    if (seed->is_number_unsigned()) req.seed = seed->get<uint64_t>();
+    else if (seed->is_number_integer()) req.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    else return ApiFail(WrongType("seed", "an integer", *seed));
+  }
+  auto mt = OptionalCount(body, "max_tokens", 1);
+  if (!mt) return ApiFail(mt.error());
+  auto mct = OptionalCount(body, "max_completion_tokens", 1);
+  if (!mct) return ApiFail(mct.error());
+  req.max_tokens = *mct ? *mct : *mt;
+  auto stop = body.find("stop");
+  if (stop != body.end() && !stop->is_null()) {
+    if (stop->is_string()) {
+      req.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > 4) return ApiFail(ApiError::InvalidRequest("'stop' may hold at most 4 sequences", "stop"));
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].is_string()) return ApiFail(WrongType("stop[" + std::to_string(i) + "]", "a string", (*stop)[i]));
+        req.stop.push_back((*stop)[i].get<std::string>());
+      }
+    } else {
+      return ApiFail(WrongType("stop", "a string or an array of strings", *stop));
+    }
+    for (size_t i = 0; i < req.stop.size(); ++i) {
+      if (req.stop[i].empty()) return ApiFail(ApiError::InvalidRequest("'stop' sequences must not be empty", "stop"));
+    }
+  }
+  return {};
+}
+
+ApiResult<void> ReadFlags(const ojson& body, ChatRequest& req) {
+  auto boolean = [&](const char* key, bool& out) -> ApiResult<void> {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return {};
+    if (!it->is_boolean()) return ApiFail(WrongType(key, "a boolean", *it));
+    out = it->get<bool>();
+    return {};
+  };
+  if (auto r = boolean("stream", req.stream); !r) return r;
+  if (auto r = boolean("parallel_tool_calls", req.parallel_tool_calls); !r) return r;
+  auto so = body.find("stream_options");
+  if (so != body.end() && !so->is_null()) {
+    if (!so->is_object()) return ApiFail(WrongType("stream_options", "an object", *so));
+    auto iu = so->find("include_usage");
+    if (iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean()) return ApiFail(WrongType("stream_options.include_usage", "a boolean", *iu));
+      req.include_usage = iu->get<bool>();
+    }
+  }
+  auto user = OptionalString(body, "user", "user");
+  if (!user) return ApiFail(user.error());
+  if (*user) req.user = **user;
+  auto rf = body.find("response_format");
+  if (rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object()) return ApiFail(WrongType("response_format", "an object", *rf));
+    auto type = rf->find("type");
+    if (type == rf->end() || !type->is_string()) {
+      return ApiFail(ApiError::InvalidRequest("'response_format.type' must be \"text\" or \"json_object\"", "response_format.type"));
+    }
+    std::string t = type->get<std::string>();
+    if (t == "json_object") req.json_object = true;
+    else if (t != "text") {
+      return ApiFail(ApiError::InvalidRequest("'response_format.type' is '" + t +
+                                                  "'; this server supports \"text\" and \"json_object\"",
+                                              "response_format.type"));
+    }
+  }
+  auto effort = OptionalString(body, "reasoning_effort", "reasoning_effort");
+  if (!effort) return ApiFail(effort.error());
+  if (*effort) {
+    req.reasoning_effort = ParseReasoningEffort(**effort);
+    if (!req.reasoning_effort) {
+      return ApiFail(ApiError::InvalidRequest("'reasoning_effort' is '" + **effort + "'; expected low, medium or high",
+                                              "reasoning_effort"));
+    }
+  }
+  auto tb = OptionalCount(body, "thinking_budget", 0);
+  if (!tb) return ApiFail(tb.error());
+  req.thinking_budget = *tb;
+  return {};
+}
+
+}  // namespace
+
+std::string_view ReasoningEffortName(ReasoningEffort e) {
+  switch (e) {
+    case ReasoningEffort::kLow: return "low";
+    case ReasoningEffort::kMedium: return "medium";
+    case ReasoningEffort::kHigh: return "high";
+  }
+  return "medium";
+}
+
+std::optional<ReasoningEffort> ParseReasoningEffort(std::string_view s) {
+  if (s == "low") return ReasoningEffort::kLow;
+  if (s == "medium") return ReasoningEffort::kMedium;
+  if (s == "high") return ReasoningEffort::kHigh;
+  return std::nullopt;
+}
+
+ApiResult<void> ValidateToolHistory(const std::vector<engine::ChatMessage>& messages) {
+  // id -> "messages[i].tool_calls[j]" for every call not yet answered
+  std::map<std::string, std::string> pending;
+  std::set<std::string> answered;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    std::string p = "messages[" + std::to_string(i) + "]";
+    switch (m.role) {
+      case engine::ChatRole::kAssistant:
+        for (size_t j = 0; j < m.tool_calls.size(); ++j) {
+          const auto& id = m.tool_calls[j].id;
+          if (pending.contains(id) || answered.contains(id)) {
+            return ApiFail(ApiError::InvalidToolHistory(
+                "tool call id '" + id + "' is used by more than one assistant tool call",
+                p + ".tool_calls[" + std::to_string(j) + "].id"));
+          }
+          pending[id] = p + ".tool_calls[" + std::to_string(j) + "]";
+        }
+        break;
+      case engine::ChatRole::kTool: {
+        auto it = pending.find(m.tool_call_id);
+        if (it == pending.end()) {
+          std::string why = answered.contains(m.tool_call_id) ? "was already answered by an earlier tool message"
+                                                              : "matches no earlier assistant tool call";
+          return ApiFail(ApiError::InvalidToolHistory(
+              p + ".tool_call_id '" + m.tool_call_id + "' " + why, p + ".tool_call_id"));
+        }
+        answered.insert(it->first);
+        pending.erase(it);
+        break;
+      }
+      case engine::ChatRole::kUser:
+        if (!pending.empty()) {
+          const auto& [id, where] = *pending.begin();
+          return ApiFail(ApiError::InvalidToolHistory(
+              where + " (id '" + id + "') has no tool message with its result before the user message " + p,
+              where));
+        }
+        break;
+      case engine::ChatRole::kSystem:
+        break;
+    }
+  }
+  return {};
+}
+
+ApiResult<ChatRequest> ParseChatRequestJson(const ojson& body) {
+  if (!body.is_object()) return ApiFail(ApiError::InvalidRequest("The request body must be a JSON object, got " + TypeName(body)));
+  ChatRequest req;
+  auto model = body.find("model");
+  if (model != body.end() && !model->is_null()) {
+    if (!model->is_string()) return ApiFail(WrongType("model", "a string", *model));
+    req.model = model->get<std::string>();
+  }
+  auto messages = body.find("messages");
+  if (messages == body.end() || messages->is_null()) {
+    return ApiFail(ApiError::InvalidRequest("'messages' is required: the conversation to continue", "messages"));
+  }
+  if (!messages->is_array()) return ApiFail(WrongType("messages", "an array", *messages));
+  if (messages->empty()) return ApiFail(ApiError::InvalidRequest("'messages' must hold at least one message", "messages"));
+  for (size_t i = 0; i < messages->size(); ++i) {
+    auto m = ReadMessage((*messages)[i], "messages[" + std::to_string(i) + "]");
+    if (!m) return ApiFail(m.error());
+    req.messages.push_back(std::move(*m));
+  }
+  if (auto r = ReadTools(body, req); !r) return ApiFail(r.error());
+  if (auto r = ReadToolChoice(body, req); !r) return ApiFail(r.error());
+  if (auto r = ReadSampling(body, req); !r) return ApiFail(r.error());
+  if (auto r = ReadFlags(body, req); !r) return ApiFail(r.error());
+  if (auto r = ValidateToolHistory(req.messages); !r) return ApiFail(r.error());
+  return req;
+}
+
+ApiResult<ChatRequest> ParseChatRequest(std::string_view body) {
+  if (body.empty()) return ApiFail(ApiError::InvalidRequest("The request body is empty; expected a JSON object"));
+  ojson parsed = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    // nlohmann rejects invalid UTF-8 inside strings too, so one message covers both.
+    return ApiFail(ApiError::InvalidRequest("The request body is not valid JSON (or not valid UTF-8)"));
+  }
+  return ParseChatRequestJson(parsed);
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,238 @@
+#include "moeserve/daemon/output_assembler.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "moeserve/engine/chat_format.hpp"
+
+namespace moeserve::daemon {
+
+namespace tok = engine::tok;
+
+namespace {
+
+// Reads the rendered head {"id":"..","name":"..","arguments": and returns the
+// offset where the arguments start, or 0 while it is incomplete or differs.
+size_t ArgumentsOffset(const std::string& span, std::string* id, std::string* name) {
+  // Ids and names are JSON strings; parse each with nlohmann to honour escapes.
+  static const std::string kId = "{\"id\":";
+  if (span.compare(0, kId.size(), kId) != 0) return 0;
+  auto read_string = [&](size_t at, std::string* out) -> size_t {
+    if (at >= span.size() || span[at] != '"') return 0;
+    for (size_t i = at + 1; i < span.size(); ++i) {
+      if (span[i] == '\\') { ++i; continue; }
+      if (span[i] == '"') {
+        auto v = nlohmann::json::parse(span.substr(at, i + 1 - at), nullptr, false);
+        if (v.is_discarded() || !v.is_string()) return 0;
+        *out = v.get<std::string>();
+        return i + 1;
+      }
+    }
+    return 0;
+  };
+  size_t p = read_string(kId.size(), id);
+  static const std::string kName = ",\"name\":";
+  if (p == 0 || span.compare(p, kName.size(), kName) != 0) return 0;
+  p = read_string(p + kName.size(), name);
+  static const std::string kArgs = ",\"arguments\":";
+  if (p == 0 || span.compare(p, kArgs.size(), kArgs) != 0) return 0;
+  return p + kArgs.size();
+}
+
+}  // namespace
+
+void OutputAssembler::ReleaseContent(OutputDelta& out, bool all) {
+  size_t end = content_all_.size();
+  if (!all && !stop_.empty()) {
+    // Hold back the longest tail that could still grow into a stop string.
+    size_t hold = 0;
+    for (const auto& s : stop_) {
+      for (size_t k = std::min(s.size() - 1, content_all_.size() - content_released_); k > hold; --k) {
+        if (content_all_.compare(content_all_.size() - k, k, s, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+      }
+    }
+    end -= hold;
+  }
+  if (end > content_released_) {
+    out.content += content_all_.substr(content_released_, end - content_released_);
+    content_ += content_all_.substr(content_released_, end - content_released_);
+    content_released_ = end;
+  }
+}
+
+void OutputAssembler::AppendContent(const std::string& text, OutputDelta& out) {
+  if (text.empty() || stop_matched_) return;
+  size_t search_from = content_released_;
+  content_all_ += text;
+  size_t first = std::string::npos;
+  for (const auto& s : stop_) {
+    size_t at = content_all_.find(s, search_from);
+    if (at != std::string::npos) first = std::min(first, at);
+  }
+  if (first != std::string::npos) {
+    content_all_.resize(first);
+    ReleaseContent(out, true);
+    stop_matched_ = true;
+    ended_ = true;
+    return;
+  }
+  ReleaseContent(out, false);
+}
+
+void OutputAssembler::SpanBytes(const std::string& text, OutputDelta& out) {
+  span_ += text;
+  const int index = static_cast<int>(calls_.size());
+  if (!head_sent_) {
+    std::string id, name;
+    size_t off = ArgumentsOffset(span_, &id, &name);
+    if (off == 0) return;
+    head_sent_ = true;
+    args_start_ = off;
+    args_sent_ = 0;
+    ToolCallDelta d;
+    d.index = index;
+    d.id = id;
+    d.name = name;
+    out.tool_calls.push_back(std::move(d));
+  }
+  // Stream the arguments except a trailing run of '}' and whitespace: the
+  // last '}' belongs to the span, not to the arguments.
+  size_t end = span_.size();
+  while (end > args_start_ + args_sent_ &&
+         (span_[end - 1] == '}' || span_[end - 1] == ' ' || span_[end - 1] == '\n' || span_[end - 1] == '\t' ||
+          span_[end - 1] == '\r'))
+    --end;
+  // Leading whitespace is trimmed from the final arguments: never stream it.
+  size_t from = args_start_ + args_sent_;
+  if (args_sent_ == 0) {
+    while (from < end && (span_[from] == ' ' || span_[from] == '\n' || span_[from] == '\t' || span_[from] == '\r')) ++from;
+    args_start_ = from;
+  }
+  if (end > from) {
+    ToolCallDelta d;
+    d.index = index;
+    d.arguments = span_.substr(from, end - from);
+    args_sent_ = end - args_start_;
+    if (!out.tool_calls.empty() && out.tool_calls.back().index == index) out.tool_calls.back().arguments += d.arguments;
+    else out.tool_calls.push_back(std::move(d));
+  }
+}
+
+void OutputAssembler::CloseSpan(OutputDelta& out) {
+  SpanBytes(span_decoder_.Finish(), out);
+  in_span_ = false;
+  const int index = static_cast<int>(calls_.size());
+  auto parsed = engine::ParseToolCallSpan(span_);
+  AssembledToolCall call;
+  if (parsed) {
+    call.id = parsed->id;
+    call.name = parsed->name;
+    call.arguments = parsed->arguments_text;
+    call.arguments_valid = parsed->arguments_is_object;
+  } else {
+    // Not even an id and a name: keep what was generated, as the arguments of
+    // a nameless call, so that nothing is silently lost.
+    std::string id, name;
+    ArgumentsOffset(span_, &id, &name);
+    call.id = id.empty() ? engine::NewToolCallId() : id;
+    call.name = name;
+    call.arguments = span_;
+  }
+  if (!call.arguments_valid) ++parse_errors_;
+  const std::string streamed = head_sent_ ? span_.substr(args_start_, args_sent_) : std::string();
+  if (!head_sent_) {
+    ToolCallDelta d;
+    d.index = index;
+    d.id = call.id;
+    d.name = call.name;
+    d.arguments = call.arguments;
+    out.tool_calls.push_back(std::move(d));
+  } else if (call.arguments.compare(0, streamed.size(), streamed) == 0 && call.arguments.size() > streamed.size()) {
+    ToolCallDelta d;
+    d.index = index;
+    d.arguments = call.arguments.substr(streamed.size());
+    if (!out.tool_calls.empty() && out.tool_calls.back().index == index) out.tool_calls.back().arguments += d.arguments;
+    else out.tool_calls.push_back(std::move(d));
+  } else if (call.arguments.compare(0, streamed.size(), streamed) != 0) {
+    // The parser re-serialised arguments we already streamed (keys out of
+    // the rendered order). The streamed text is what the client has, so make
+    // the final message agree with it.
+    call.arguments = streamed;
+  }
+  calls_.push_back(std::move(call));
+  span_.clear();
+  head_sent_ = false;
+  args_start_ = args_sent_ = 0;
+}
+
+OutputDelta OutputAssembler::OnToken(int token, bool reasoning) {
+  OutputDelta out;
+  if (ended_ || token < 0) return out;
+  if (tok::IsByte(token)) {
+    const auto byte = static_cast<uint8_t>(token);
+    if (in_span_) SpanBytes(span_decoder_.Push(byte), out);
+    else if (in_think_ || reasoning) {
+      std::string t = reasoning_decoder_.Push(byte);
+      reasoning_ += t;
+      out.reasoning += t;
+    } else {
+      AppendContent(content_decoder_.Push(byte), out);
+    }
+    return out;
+  }
+  // A special token ends any half character of the channel it interrupts.
+  auto flush_text = [&] {
+    std::string r = reasoning_decoder_.Finish();
+    reasoning_ += r;
+    out.reasoning += r;
+    AppendContent(content_decoder_.Finish(), out);
+  };
+  switch (token) {
+    case tok::kThink:
+      flush_text();
+      in_think_ = true;
+      break;
+    case tok::kEndThink:
+      flush_text();
+      in_think_ = false;
+      break;
+    case tok::kToolCall:
+      flush_text();
+      if (in_span_) CloseSpan(out);  // a span opened twice: the first ends here
+      in_span_ = true;
+      break;
+    case tok::kEndToolCall:
+      if (in_span_) CloseSpan(out);
+      break;
+    case tok::kEnd:
+    case tok::kEos: {
+      OutputDelta rest = Finish();
+      out.reasoning += rest.reasoning;
+      out.content += rest.content;
+      for (auto& d : rest.tool_calls) out.tool_calls.push_back(std::move(d));
+      ended_ = true;
+      break;
+    }
+    default:
+      break;  // other specials carry no text
+  }
+  return out;
+}
+
+OutputDelta OutputAssembler::Finish() {
+  OutputDelta out;
+  if (ended_) return out;
+  std::string r = reasoning_decoder_.Finish();
+  reasoning_ += r;
+  out.reasoning += r;
+  AppendContent(content_decoder_.Finish(), out);
+  if (in_span_) CloseSpan(out);
+  if (!stop_matched_) ReleaseContent(out, true);
+  return out;
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,68 @@
+// POST /v1/chat/completions bodies: parsing, validation and the mapping of
+// OpenAI messages onto the engine's ChatMessage.
+//
+// Every refusal is an ApiError whose `param` names the culprit in the
+// request's own terms ("messages[3].tool_call_id", "tools[0].function.name").
+// Unknown fields are ignored, as OpenAI does. Checks that need the model or
+// the deployment (context length, model name, tier budgets) happen later, in
+// chat_handler.cpp; this file needs nothing but the body.
+//
+// Thread safety: free functions over values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "moeserve/daemon/api_error.hpp"
+#include "moeserve/engine/chat_format.hpp"
+
+namespace moeserve::daemon {
+
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
+struct ToolSpec {
+  std::string name;
+  nlohmann::ordered_json parameters;  // the function's JSON schema ({} when absent)
+};
+
+enum class ReasoningEffort { kLow, kMedium, kHigh };
+std::string_view ReasoningEffortName(ReasoningEffort e);
+std::optional<ReasoningEffort> ParseReasoningEffort(std::string_view s);
+
+struct ChatRequest {
+  std::string model;
+  std::vector<engine::ChatMessage> messages;
+  nlohmann::ordered_json tools;        // the request's `tools` array as sent, or null
+  std::vector<ToolSpec> tool_specs;    // tools[].function, in order
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;        // kNamed only
+  bool parallel_tool_calls = true;
+  std::optional<int> max_tokens;       // max_completion_tokens wins over max_tokens
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;
+  std::string user;
+  bool json_object = false;            // response_format {"type":"json_object"}
+  std::optional<ReasoningEffort> reasoning_effort;
+  std::optional<int> thinking_budget;  // extension: lowers the tier's budget
+};
+
+// Parses raw body bytes (checked as UTF-8 JSON) and validates them.
+ApiResult<ChatRequest> ParseChatRequest(std::string_view body);
+// Validates an already-parsed body.
+ApiResult<ChatRequest> ParseChatRequestJson(const nlohmann::ordered_json& body);
+
+// api.md invalid_tool_history: every tool message answers an earlier assistant
+// tool call (by id, at most once), and every assistant tool call is answered
+// before the next user message.
+ApiResult<void> ValidateToolHistory(const std::vector<engine::ChatMessage>& messages);
+
+}  // namespace moeserve::daemon

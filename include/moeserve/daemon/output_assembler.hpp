@@ -1,0 +1,98 @@
+// Turns one sequence's generated tokens into what the API returns: reasoning
+// text, answer text and tool calls, both as incremental deltas (streaming)
+// and as the final message (non-streaming). Feeding the same tokens gives the
+// same final message either way, and the streamed deltas concatenate to it.
+//
+// Routing (model.md section 8):
+//   - bytes inside <|think|>..<|/think|> go to reasoning_content;
+//   - <|tool_call|> .. <|/tool_call|> is a call, wherever it appears (a call
+//     opened inside the reasoning span is still a call, never reasoning text);
+//   - other bytes go to content; <|end|> / <|eos|> end the message; other
+//     special tokens are dropped.
+// Text is UTF-8 decoded per channel (Utf8StreamDecoder), so no delta ends in
+// half a character. `stop` strings apply to content: the content is cut
+// before the first match and StopMatched() turns true (the caller cancels
+// the sequence); a partial match at the end is held back until resolved.
+//
+// A call streams as: first a delta with index, id and name (once the span's
+// `{"id":..,"name":..,"arguments":` head has been read), then the arguments
+// text in pieces; the closing brace of the span is held back until the span
+// ends, so the pieces add up exactly to the final arguments.
+//
+// Thread safety: one assembler per sequence, used by one thread at a time.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moeserve/engine/tokenizer.hpp"
+
+namespace moeserve::daemon {
+
+struct ToolCallDelta {
+  int index = 0;
+  std::optional<std::string> id;    // first delta of a call only
+  std::optional<std::string> name;  // first delta of a call only
+  std::string arguments;            // a piece of the arguments text
+};
+
+struct OutputDelta {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCallDelta> tool_calls;
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+};
+
+struct AssembledToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;
+  bool arguments_valid = false;  // arguments parsed as a JSON object
+};
+
+class OutputAssembler {
+ public:
+  explicit OutputAssembler(std::vector<std::string> stop = {}) : stop_(std::move(stop)) {}
+
+  // One generated token (`reasoning` as TokenEvent::reasoning reports it).
+  OutputDelta OnToken(int token, bool reasoning);
+  // End of generation: flushes held-back text and an unfinished call.
+  OutputDelta Finish();
+
+  bool StopMatched() const { return stop_matched_; }
+  bool Ended() const { return ended_; }  // <|end|>/<|eos|> seen or a stop matched
+
+  const std::string& reasoning() const { return reasoning_; }
+  const std::string& content() const { return content_; }
+  const std::vector<AssembledToolCall>& tool_calls() const { return calls_; }
+  int tool_call_parse_errors() const { return parse_errors_; }
+
+ private:
+  void AppendContent(const std::string& text, OutputDelta& out);
+  void ReleaseContent(OutputDelta& out, bool all);
+  void SpanBytes(const std::string& text, OutputDelta& out);
+  void CloseSpan(OutputDelta& out);
+
+  std::vector<std::string> stop_;
+  bool stop_matched_ = false;
+  bool ended_ = false;
+  bool in_think_ = true;  // chat generation starts inside <|think|>
+  bool in_span_ = false;
+
+  engine::Utf8StreamDecoder reasoning_decoder_, content_decoder_, span_decoder_;
+  std::string reasoning_;
+  std::string content_;        // what the client gets (stop-trimmed)
+  std::string content_all_;    // decoded content, before stop handling
+  size_t content_released_ = 0;
+
+  // the call being read
+  std::string span_;             // decoded span text so far
+  bool head_sent_ = false;       // id/name delta sent
+  size_t args_start_ = 0;        // offset of the arguments in span_
+  size_t args_sent_ = 0;         // bytes of arguments already streamed
+  std::vector<AssembledToolCall> calls_;
+  int parse_errors_ = 0;
+};
+
+}  // namespace moeserve::daemon

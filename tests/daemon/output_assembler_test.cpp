@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+
+#include "moeserve/daemon/output_assembler.hpp"
+
+namespace moeserve::daemon {
+namespace {
+
+namespace tok = engine::tok;
+
+std::vector<std::pair<int, bool>> Tokens(std::initializer_list<std::variant<int, std::string>> parts, bool* reasoning_state = nullptr) {
+  std::vector<std::pair<int, bool>> out;
+  bool reasoning = true;
+  for (const auto& p : parts) {
+    if (std::holds_alternative<int>(p)) {
+      int t = std::get<int>(p);
+      if (t == tok::kEndThink) reasoning = false;
+      out.push_back({t, t != tok::kEndThink && reasoning});
+    } else {
+      for (unsigned char c : std::get<std::string>(p)) out.push_back({c, reasoning});
+    }
+  }
+  return out;
+}
+
+struct Collected {
+  std::string reasoning, content;
+  std::vector<AssembledToolCall> calls;
+};
+
+Collected Stream(OutputAssembler& a, const std::vector<std::pair<int, bool>>& tokens) {
+  Collected c;
+  auto add = [&](const OutputDelta& d) {
+    c.reasoning += d.reasoning;
+    c.content += d.content;
+    for (const auto& t : d.tool_calls) {
+      if (t.index >= static_cast<int>(c.calls.size())) c.calls.resize(t.index + 1);
+      if (t.id) c.calls[t.index].id = *t.id;
+      if (t.name) c.calls[t.index].name = *t.name;
+      c.calls[t.index].arguments += t.arguments;
+    }
+  };
+  for (auto [t, r] : tokens) add(a.OnToken(t, r));
+  add(a.Finish());
+  return c;
+}
+
+TEST(OutputAssembler, RoutesReasoningContentAndCalls) {
+  auto tokens = Tokens({std::string("let me think"), tok::kEndThink, std::string("Hi "), tok::kToolCall,
+                        std::string("{\"id\":\"call_1\",\"name\":\"f\",\"arguments\":{\"a\":{\"b\":1}}}"),
+                        tok::kEndToolCall, tok::kEnd});
+  OutputAssembler a;
+  auto c = Stream(a, tokens);
+  EXPECT_EQ(a.reasoning(), "let me think");
+  EXPECT_EQ(a.content(), "Hi ");
+  ASSERT_EQ(a.tool_calls().size(), 1u);
+  EXPECT_EQ(a.tool_calls()[0].id, "call_1");
+  EXPECT_EQ(a.tool_calls()[0].name, "f");
+  EXPECT_EQ(a.tool_calls()[0].arguments, "{\"a\":{\"b\":1}}");
+  EXPECT_TRUE(a.tool_calls()[0].arguments_valid);
+  // streamed pieces add up to the same message
+  EXPECT_EQ(c.reasoning, a.reasoning());
+  EXPECT_EQ(c.content, a.content());
+  ASSERT_EQ(c.calls.size(), 1u);
+  EXPECT_EQ(c.calls[0].arguments, a.tool_calls()[0].arguments);
+  EXPECT_EQ(c.calls[0].id, "call_1");
+  EXPECT_TRUE(a.Ended());
+}
+
+TEST(OutputAssembler, CallInsideReasoningIsStillACall) {
+  auto tokens = Tokens({std::string("hmm"), tok::kToolCall, std::string("{\"id\":\"call_2\",\"name\":\"g\",\"arguments\":{}}"),
+                        tok::kEndToolCall, tok::kEnd});
+  OutputAssembler a;
+  Stream(a, tokens);
+  EXPECT_EQ(a.reasoning(), "hmm");
+  ASSERT_EQ(a.tool_calls().size(), 1u);
+  EXPECT_EQ(a.tool_calls()[0].arguments, "{}");
+}
+
+TEST(OutputAssembler, InvalidArgumentsAreKeptAndCounted) {
+  auto tokens = Tokens({tok::kEndThink, tok::kToolCall, std::string("{\"id\":\"call_3\",\"name\":\"g\",\"arguments\":{\"a\":"),
+                        tok::kEnd});
+  OutputAssembler a;
+  auto c = Stream(a, tokens);
+  ASSERT_EQ(a.tool_calls().size(), 1u);
+  EXPECT_EQ(a.tool_calls()[0].arguments, "{\"a\":");
+  EXPECT_EQ(a.tool_call_parse_errors(), 1);
+  EXPECT_EQ(c.calls[0].arguments, a.tool_calls()[0].arguments);
+}
+
+TEST(OutputAssembler, StopStringsCutContentAndHoldBackPartialMatches) {
+  OutputAssembler a({"STOP"});
+  std::string streamed;
+  for (auto [t, r] : Tokens({tok::kEndThink, std::string("abcST")})) streamed += a.OnToken(t, r).content;
+  EXPECT_EQ(streamed, "abc");  // "ST" held back
+  for (auto [t, r] : Tokens({std::string("Xy")})) streamed += a.OnToken(t, false).content;
+  EXPECT_EQ(streamed, "abcSTXy");
+  for (auto [t, r] : Tokens({std::string("zSTOPtail")})) streamed += a.OnToken(t, false).content;
+  EXPECT_EQ(streamed, "abcSTXyz");
+  EXPECT_TRUE(a.StopMatched());
+  EXPECT_EQ(a.content(), "abcSTXyz");
+}
+
+TEST(OutputAssembler, SplitsNoUtf8Character) {
+  OutputAssembler a;
+  a.OnToken(tok::kEndThink, false);
+  auto d1 = a.OnToken(0xC3, false);
+  EXPECT_EQ(d1.content, "");
+  auto d2 = a.OnToken(0xA9, false);
+  EXPECT_EQ(d2.content, "\xC3\xA9");
+  auto d3 = a.OnToken(0xFF, false);
+  EXPECT_EQ(d3.content, "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace moeserve::daemon
