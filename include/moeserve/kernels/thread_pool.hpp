@@ -1,0 +1,54 @@
+// A small fixed thread pool for the CPU kernels: a parallel-for over task
+// indices, the calling thread taking part. Sized to the cores at start-up
+// (MOESERVE_CPU_THREADS overrides).
+//
+// Thread safety: ParallelFor may be called from any thread. Only one
+// parallel-for runs on the pool at a time; a call made while the pool is busy
+// (another thread's call, or a nested call from inside a task) runs its tasks
+// serially on the calling thread instead of waiting, so it never deadlocks.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moeserve::kernels {
+
+class ThreadPool {
+ public:
+  // threads counts the caller: threads - 1 workers are started (at least 1 total).
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(i) for every i in [0, n), each exactly once, and returns when all
+  // are done. Tasks are handed out dynamically.
+  void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunTasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // held for the whole of one ParallelFor
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  const std::function<void(size_t)>* fn_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  int active_ = 0;  // workers still inside the current generation
+};
+
+// The process-wide pool the kernels use.
+ThreadPool& DefaultThreadPool();
+
+}  // namespace moeserve::kernels

@@ -1,0 +1,47 @@
+// The per-ISA kernel variants behind cpu_kernels.hpp (one signature per family).
+// *_avx2.cpp and *_avx512.cpp are compiled with their ISA flags (see
+// kernels/CMakeLists.txt) and are only ever called after a CPU check; they use
+// no inline library templates, so no AVX code leaks into shared COMDATs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moeserve::kernels::cpu {
+
+// Below this many activation rows the MXFP4/F32 matmuls run as matrix-vector
+// products (no weight packing); at or above it, as a packed GEMM.
+inline constexpr size_t kGemmMinRows = 8;
+
+#define MOESERVE_DECLARE_VARIANTS(sfx)                                                                           \
+  void mxfp4_matmul_##sfx(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X,  \
+                          size_t n, float* Y, size_t o_begin, size_t o_end);                                    \
+  void f32_matmul_##sfx(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,              \
+                        size_t o_begin, size_t o_end);                                                          \
+  void rms_norm_##sfx(const float* x, const float* w, float eps, size_t d, float* y);
+
+MOESERVE_DECLARE_VARIANTS(scalar)
+MOESERVE_DECLARE_VARIANTS(avx2)
+MOESERVE_DECLARE_VARIANTS(avx512)
+#undef MOESERVE_DECLARE_VARIANTS
+
+// 2^(s-127) for an E8M0 scale byte (255 gives +inf here; loaders refuse it),
+// and half of it (for kernels that look up twice the E2M1 value).
+struct E8M0Table {
+  float v[256];
+  float half[256];
+};
+constexpr E8M0Table MakeE8M0Table() {
+  E8M0Table t{};
+  for (unsigned s = 0; s < 256; ++s) {
+    t.v[s] = __builtin_bit_cast(float, s == 0 ? 0x00400000u : s << 23);
+    t.half[s] = __builtin_bit_cast(float, s == 0 ? 0x00200000u : s == 1 ? 0x00400000u : (s - 1) << 23);
+  }
+  return t;
+}
+inline constexpr E8M0Table kE8M0 = MakeE8M0Table();
+// Aligned scratch (64 bytes), from a non-ISA translation unit.
+float* AllocScratch(size_t floats);
+void FreeScratch(float* p);
+
+}  // namespace moeserve::kernels::cpu
