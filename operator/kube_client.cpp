@@ -124,9 +124,9 @@ Result<KubeConfig> LoadKubeconfig(const std::string& path_in) {
       return YAML::Node();
     };
     YAML::Node context = find("contexts", current);
-    if (!context) return Fail(Error::InvalidArgument(path + ": context \"" + current + "\" not found"));
+    if (!context || context.IsNull()) return Fail(Error::InvalidArgument(path + ": context \"" + current + "\" not found"));
     YAML::Node cluster = find("clusters", context["context"]["cluster"].as<std::string>(""));
-    if (!cluster) return Fail(Error::InvalidArgument(path + ": the current context's cluster is not defined"));
+    if (!cluster || cluster.IsNull()) return Fail(Error::InvalidArgument(path + ": the current context's cluster is not defined"));
     YAML::Node user = find("users", context["context"]["user"].as<std::string>(""));
     // Relative file paths in a kubeconfig are relative to the file.
     std::string dir = path.substr(0, path.find_last_of('/') + 1);
@@ -137,7 +137,7 @@ Result<KubeConfig> LoadKubeconfig(const std::string& path_in) {
     c.ca_file = resolve(cl["certificate-authority"].as<std::string>(""));
     if (cl["certificate-authority-data"]) c.ca_data = Base64Decode(cl["certificate-authority-data"].as<std::string>());
     c.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>(false);
-    if (user) {
+    if (user && !user.IsNull()) {
       const YAML::Node u = user["user"];
       c.token = u["token"].as<std::string>("");
       c.token_file = resolve(u["tokenFile"].as<std::string>(""));

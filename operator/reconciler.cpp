@@ -56,7 +56,8 @@ Result<std::map<std::string, std::string>> KubernetesSecretSource::Fetch(const s
     return Fail(Error::Unavailable("Vault is not configured in this operator; cannot read " + ref.vault_path));
   MOE_ASSIGN_OR_RETURN(json secret, client_.Get(resources::kSecret, ns, ref.secret_name));
   std::map<std::string, std::string> out;
-  for (const auto& [k, v] : secret.value("data", json::object()).items())
+  const json data = secret.value("data", json::object());
+  for (const auto& [k, v] : data.items())
     if (v.is_string()) out[k] = Base64Decode(v.get<std::string>());
   return out;
 }
