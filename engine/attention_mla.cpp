@@ -53,13 +53,13 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
 
   // 1. Queries: qr = RMSNorm(wq_a x) [n, q_lora]; q = wq_b qr [n, H, nope|rope].
   std::vector<float> qa(static_cast<size_t>(n) * ql), qr(qa.size()), q(static_cast<size_t>(n) * H * qk);
-  Linear(w.wq_a, x, n, qa.data());
-  for (int t = 0; t < n; ++t) kernels::RmsNormRef(&qa[t * ql], w.q_norm.data(), eps, ql, &qr[t * ql]);
-  Linear(w.wq_b, qr.data(), n, q.data());
+  Linear(w.wq_a, x, n, qa.data(), ctx.options.kernels);
+  for (int t = 0; t < n; ++t) RmsNormRow(&qa[t * ql], w.q_norm.data(), eps, ql, &qr[t * ql], ctx.options.kernels);
+  Linear(w.wq_b, qr.data(), n, q.data(), ctx.options.kernels);
 
   // 2. Latent keys/values [n, kv_lora | rope]: c = RMSNorm(c), rope on k_pe; into the cache.
   std::vector<float> kv(static_cast<size_t>(n) * (kvl + rope));
-  Linear(w.wkv_a, x, n, kv.data());
+  Linear(w.wkv_a, x, n, kv.data(), ctx.options.kernels);
 
   // 3. DSA: indexer queries [n, IH, ID], weights [n, IH], keys into the cache.
   std::vector<float> iq, iw, ikraw;
@@ -67,9 +67,9 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     iq.resize(static_cast<size_t>(n) * IH * ID);
     iw.resize(static_cast<size_t>(n) * IH);
     ikraw.resize(static_cast<size_t>(n) * ID);
-    Linear(w.idx_wq_b, qr.data(), n, iq.data());
-    Linear(w.idx_weights_proj, x, n, iw.data());
-    Linear(w.idx_wk, x, n, ikraw.data());
+    Linear(w.idx_wq_b, qr.data(), n, iq.data(), ctx.options.kernels);
+    Linear(w.idx_weights_proj, x, n, iw.data(), ctx.options.kernels);
+    Linear(w.idx_wk, x, n, ikraw.data(), ctx.options.kernels);
     const float wscale = 1.0f / std::sqrt(static_cast<float>(IH)) / std::sqrt(static_cast<float>(ID));
     for (auto& v : iw) v *= wscale;
   }
@@ -79,7 +79,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       const int64_t pos = seg.pos0 + (r - seg.row0);
       for (int h = 0; h < H; ++h) RopeInterleaved(&q[(static_cast<size_t>(r) * H + h) * qk + nope], rope, pos, ctx.rope_freqs);
       float* row = CacheRow(ctx.pool, *seg.cache, pos, off_c);
-      kernels::RmsNormRef(&kv[static_cast<size_t>(r) * (kvl + rope)], w.kv_norm.data(), eps, kvl, row);
+      RmsNormRow(&kv[static_cast<size_t>(r) * (kvl + rope)], w.kv_norm.data(), eps, kvl, row, ctx.options.kernels);
       std::copy_n(&kv[static_cast<size_t>(r) * (kvl + rope) + kvl], rope, row + kvl);
       RopeInterleaved(row + kvl, rope, pos, ctx.rope_freqs);
       if (dsa) {
@@ -172,10 +172,10 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   // 5. Output gate and projection: out = wo(o * sigmoid(wg x)).
   if (m.output_gate) {
     std::vector<float> gate(o.size());
-    Linear(w.wg, x, n, gate.data());
+    Linear(w.wg, x, n, gate.data(), ctx.options.kernels);
     for (size_t i = 0; i < o.size(); ++i) o[i] *= kernels::Sigmoid(gate[i]);
   }
-  Linear(w.wo, o.data(), n, out);
+  Linear(w.wo, o.data(), n, out, ctx.options.kernels);
 }
 
 }  // namespace moeserve::engine

@@ -6,23 +6,32 @@
 #include <numeric>
 
 #include "layers.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 
 namespace moeserve::engine {
 
-void Linear(const Matrix& W, const float* X, int n, float* Y) {
-  kernels::MatMulF32Ref(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+void Linear(const Matrix& W, const float* X, int n, float* Y, KernelChoice kc) {
+  if (kc == KernelChoice::kReference)
+    kernels::MatMulF32Ref(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+  else
+    kernels::MatMulF32(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+}
+
+void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kc) {
+  if (kc == KernelChoice::kReference) kernels::RmsNormRef(x, w, eps, static_cast<size_t>(d), y);
+  else kernels::RmsNorm(x, w, eps, static_cast<size_t>(d), y);
 }
 
 namespace {
 
 // SwiGLU(x) = w2(silu(w1 x) * (w3 x)), accumulated into out with a weight.
-void SwiGlu(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int n, float* out) {
+void SwiGlu(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int n, float* out, KernelChoice kc) {
   std::vector<float> h1(static_cast<size_t>(n) * w1.rows), h3(h1.size());
-  Linear(w1, x, n, h1.data());
-  Linear(w3, x, n, h3.data());
+  Linear(w1, x, n, h1.data(), kc);
+  Linear(w3, x, n, h3.data(), kc);
   for (size_t i = 0; i < h1.size(); ++i) h1[i] = kernels::Silu(h1[i]) * h3[i];
-  Linear(w2, h1.data(), n, out);
+  Linear(w2, h1.data(), n, out, kc);
 }
 
 // Indices of the k largest values, ties to the lower index, in rank order.
@@ -36,17 +45,24 @@ std::vector<int> TopK(const std::vector<float>& v, int k) {
 
 }  // namespace
 
-void DenseFfn(const LayerWeights& w, const float* x, int n, float* out) { SwiGlu(w.w1, w.w3, w.w2, x, n, out); }
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, KernelChoice kc) {
+  SwiGlu(w.w1, w.w3, w.w2, x, n, out, kc);
+}
 
 void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n, float* out,
-            std::vector<uint64_t>* expert_tokens) {
+            std::vector<uint64_t>* expert_tokens, KernelChoice kc) {
+  const auto mxfp4_matmul = kc == KernelChoice::kReference
+                                ? +[](const uint8_t* b, const uint8_t* s, size_t o, size_t i, const float* X, size_t n,
+                                      float* Y) { kernels::MatMulMxfp4Ref(b, s, o, i, X, n, Y); }
+                                : +[](const uint8_t* b, const uint8_t* s, size_t o, size_t i, const float* X, size_t n,
+                                      float* Y) { kernels::MatMulMxfp4(b, s, o, i, X, n, Y); };
   const MoeConfig& m = cfg.moe;
   const int D = cfg.hidden_size, E = m.num_experts, I = m.moe_intermediate_size;
   const int per_group = E / m.n_group;
 
   // 1. Routing per token: sigmoid scores; the bias only selects.
   std::vector<float> logits(static_cast<size_t>(n) * E);
-  Linear(w.gate, x, n, logits.data());
+  Linear(w.gate, x, n, logits.data(), kc);
   std::vector<std::vector<std::pair<int, float>>> by_expert(static_cast<size_t>(E));  // (token, weight)
   for (int t = 0; t < n; ++t) {
     std::vector<float> s(static_cast<size_t>(E)), sb(static_cast<size_t>(E));
@@ -78,7 +94,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
 
   // 2. Shared experts for every token.
   if (m.num_shared_experts > 0) {
-    SwiGlu(w.shared_w1, w.shared_w3, w.shared_w2, x, n, out);
+    SwiGlu(w.shared_w1, w.shared_w3, w.shared_w2, x, n, out, kc);
   } else {
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
   }
@@ -92,7 +108,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     xe.resize(static_cast<size_t>(ne) * D);
     for (int r = 0; r < ne; ++r) std::copy_n(x + static_cast<size_t>(routed[r].first) * D, D, &xe[static_cast<size_t>(r) * D]);
     h13.resize(static_cast<size_t>(ne) * 2 * I);
-    kernels::MatMulMxfp4Ref(w.w13.expert_blocks(e), w.w13.expert_scales(e), static_cast<size_t>(2 * I), static_cast<size_t>(D),
+    mxfp4_matmul(w.w13.expert_blocks(e), w.w13.expert_scales(e), static_cast<size_t>(2 * I), static_cast<size_t>(D),
                             xe.data(), static_cast<size_t>(ne), h13.data());
     act.resize(static_cast<size_t>(ne) * I);
     for (int r = 0; r < ne; ++r)
@@ -100,7 +116,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
         act[static_cast<size_t>(r) * I + j] =
             kernels::Silu(h13[static_cast<size_t>(r) * 2 * I + j]) * h13[static_cast<size_t>(r) * 2 * I + I + j];
     ye.resize(static_cast<size_t>(ne) * D);
-    kernels::MatMulMxfp4Ref(w.w2e.expert_blocks(e), w.w2e.expert_scales(e), static_cast<size_t>(D), static_cast<size_t>(I),
+    mxfp4_matmul(w.w2e.expert_blocks(e), w.w2e.expert_scales(e), static_cast<size_t>(D), static_cast<size_t>(I),
                             act.data(), static_cast<size_t>(ne), ye.data());
     for (int r = 0; r < ne; ++r) {
       float* o = out + static_cast<size_t>(routed[r].first) * D;

@@ -128,12 +128,12 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   // 1. Projections for the whole batch: [n, q|k|v] pre-conv, a, b, g.
   std::vector<float> pre(static_cast<size_t>(n) * C), tmp_q(static_cast<size_t>(n) * Cq), tmp_k(tmp_q.size()),
       tmp_v(static_cast<size_t>(n) * Cv), a(static_cast<size_t>(n) * Hd), b(a.size()), gp(static_cast<size_t>(n) * Cv);
-  Linear(w.q_proj, x, n, tmp_q.data());
-  Linear(w.k_proj, x, n, tmp_k.data());
-  Linear(w.v_proj, x, n, tmp_v.data());
-  Linear(w.a_proj, x, n, a.data());
-  Linear(w.b_proj, x, n, b.data());
-  Linear(w.g_proj, x, n, gp.data());
+  Linear(w.q_proj, x, n, tmp_q.data(), ctx.options.kernels);
+  Linear(w.k_proj, x, n, tmp_k.data(), ctx.options.kernels);
+  Linear(w.v_proj, x, n, tmp_v.data(), ctx.options.kernels);
+  Linear(w.a_proj, x, n, a.data(), ctx.options.kernels);
+  Linear(w.b_proj, x, n, b.data(), ctx.options.kernels);
+  Linear(w.g_proj, x, n, gp.data(), ctx.options.kernels);
   for (int t = 0; t < n; ++t) {
     std::copy_n(&tmp_q[static_cast<size_t>(t) * Cq], Cq, &pre[static_cast<size_t>(t) * C]);
     std::copy_n(&tmp_k[static_cast<size_t>(t) * Cq], Cq, &pre[static_cast<size_t>(t) * C + Cq]);
@@ -202,10 +202,10 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < Hd; ++h) {
       float* oh = &o[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv];
-      kernels::RmsNormRef(oh, w.o_norm.data(), eps, dv, normed.data());
+      RmsNormRow(oh, w.o_norm.data(), eps, dv, normed.data(), ctx.options.kernels);
       for (int j = 0; j < dv; ++j) oh[j] = normed[j] * kernels::Silu(gp[static_cast<size_t>(t) * Cv + h * dv + j]);
     }
-  Linear(w.o_proj, o.data(), n, out);
+  Linear(w.o_proj, o.data(), n, out, ctx.options.kernels);
 }
 
 }  // namespace moeserve::engine

@@ -33,17 +33,21 @@ struct LayerContext {
   ForwardTrace* trace;
 };
 
-// Linear helpers over the batch: Y[N, W.rows] = X[N, W.cols] W^T.
-void Linear(const Matrix& W, const float* X, int n, float* Y);
+// Linear helpers over the batch: Y[N, W.rows] = X[N, W.cols] W^T. kFast runs
+// the dispatched, threaded CPU kernels (cpu_kernels.hpp); kReference the plain
+// reference loops.
+void Linear(const Matrix& W, const float* X, int n, float* Y, KernelChoice kernels = KernelChoice::kFast);
+// RMSNorm of one row of length d, by the chosen kernels.
+void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kernels);
 
 // Gated MLA / DSA (5.1, 5.2): writes [N, D] into out.
 void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
 // Gated DeltaNet (5.3).
 void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
 // Dense SwiGLU (3) and MoE (6).
-void DenseFfn(const LayerWeights& w, const float* x, int n, float* out);
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, KernelChoice kernels = KernelChoice::kFast);
 void MoeFfn(const ModelConfig& config, const LayerWeights& w, const float* x, int n, float* out,
-            std::vector<uint64_t>* expert_tokens);
+            std::vector<uint64_t>* expert_tokens, KernelChoice kernels = KernelChoice::kFast);
 
 // RoPE (4): YaRN frequencies and the two pairings.
 std::vector<float> RopeFrequencies(const ModelConfig& config);

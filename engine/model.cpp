@@ -77,14 +77,14 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
     const LayerWeights& w = weights_->layers[static_cast<size_t>(i)];
     LayerContext ctx{c, options_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace};
     // h = x + Attn(RMSNorm(x; attn_norm))
-    for (int t = 0; t < N; ++t) kernels::RmsNormRef(&x[static_cast<size_t>(t) * D], w.attn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D]);
+    for (int t = 0; t < N; ++t) RmsNormRow(&x[static_cast<size_t>(t) * D], w.attn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D], options_.kernels);
     if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
     else MlaAttention(ctx, w, normed.data(), N, branch.data());
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
     // y = h + FFN(RMSNorm(h; ffn_norm))
-    for (int t = 0; t < N; ++t) kernels::RmsNormRef(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D]);
-    if (w.moe) MoeFfn(c, w, normed.data(), N, branch.data(), expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr);
-    else DenseFfn(w, normed.data(), N, branch.data());
+    for (int t = 0; t < N; ++t) RmsNormRow(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D], options_.kernels);
+    if (w.moe) MoeFfn(c, w, normed.data(), N, branch.data(), expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr, options_.kernels);
+    else DenseFfn(w, normed.data(), N, branch.data(), options_.kernels);
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
   }
 
@@ -101,9 +101,9 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
     }
     std::vector<float> final_norm(want.size() * static_cast<size_t>(D));
     for (size_t k = 0; k < want.size(); ++k)
-      kernels::RmsNormRef(&x[static_cast<size_t>(want[k]) * D], weights_->norm.data(), eps, D, &final_norm[k * D]);
+      RmsNormRow(&x[static_cast<size_t>(want[k]) * D], weights_->norm.data(), eps, D, &final_norm[k * D], options_.kernels);
     logits->resize(want.size() * static_cast<size_t>(V));
-    Linear(weights_->head, final_norm.data(), static_cast<int>(want.size()), logits->data());
+    Linear(weights_->head, final_norm.data(), static_cast<int>(want.size()), logits->data(), options_.kernels);
   }
   return Ok();
 }

@@ -107,5 +107,22 @@ TEST(ForwardReference, SparseIndexTopk16MatchesReference) {
   EXPECT_GT(cmp.dsa_checked, 300);  // sparse selection really was exercised and compared
 }
 
+// The same comparisons through the fast (dispatched, threaded) CPU kernels,
+// under the same 1e-3 * max|ref| bound.
+TEST(ForwardReference, TinyPresetMatchesReferenceFastKernels) {
+  Comparison cmp;
+  CompareWithReference(TinyModel(1, 2048), KernelChoice::kFast, &cmp);
+  std::printf("fast kernels, tiny (index_topk 2048): worst max|diff|/max|ref| = %.3g; greedy checked %d, mismatches %d\n",
+              cmp.worst_ratio, cmp.greedy_checked, cmp.greedy_mismatch);
+}
+
+TEST(ForwardReference, SparseIndexTopk16MatchesReferenceFastKernels) {
+  Comparison cmp;
+  CompareWithReference(TinyModel(1, 16), KernelChoice::kFast, &cmp);
+  std::printf("fast kernels, tiny (index_topk 16): worst max|diff|/max|ref| = %.3g; greedy checked %d, mismatches %d; dsa sets checked %d, mismatches %d\n",
+              cmp.worst_ratio, cmp.greedy_checked, cmp.greedy_mismatch, cmp.dsa_checked, cmp.dsa_mismatch);
+  EXPECT_GT(cmp.dsa_checked, 300);
+}
+
 }  // namespace
 }  // namespace moeserve::engine
