@@ -1,0 +1,95 @@
+// Google Benchmark for the CPU kernels at flagship-like shapes, every variant
+// this CPU supports: MXFP4 matmul at batch 1 and 512 (the batch-512 runs are
+// kept to few iterations), F32 matmul, RMSNorm. Counters: bytes/s (weights +
+// activations read) and FLOP/s.
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "../kernels/shapes.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
+
+namespace mb = moeserve::bench;
+namespace mk = moeserve::kernels;
+
+namespace {
+
+void SetCounters(benchmark::State& st, double bytes, double flops) {
+  st.counters["bytes/s"] = benchmark::Counter(bytes * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  st.counters["FLOP/s"] = benchmark::Counter(flops * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_Mxfp4MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in, size_t n) {
+  static mb::Mxfp4Matrix m;  // one shape at a time; regenerated when it changes
+  static size_t mo = 0, mi = 0;
+  if (mo != out || mi != in) {
+    m = mb::RandomMxfp4(out, in);
+    mo = out;
+    mi = in;
+  }
+  std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
+  for (auto _ : st) {
+    mk::MatMulMxfp4(m.blocks.data(), m.scales.data(), out, in, x.data(), n, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));
+}
+
+void BM_F32MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in, size_t n) {
+  std::vector<float> w = mb::RandomFloats(out * in, 3), x = mb::RandomFloats(n * in), y(n * out);
+  for (auto _ : st) {
+    mk::MatMulF32(w.data(), out, in, x.data(), n, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetCounters(st, 4.0 * static_cast<double>(out * in + n * in), mb::MatMulFlops(out, in, n));
+}
+
+void BM_RmsNorm(benchmark::State& st, mk::CpuIsa isa, size_t d) {
+  std::vector<float> x = mb::RandomFloats(d), w = mb::RandomFloats(d, 5), y(d);
+  for (auto _ : st) {
+    mk::RmsNorm(x.data(), w.data(), 1e-6f, d, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetCounters(st, 8.0 * static_cast<double>(d), 4.0 * static_cast<double>(d));
+}
+
+int Register() {
+  for (mk::CpuIsa isa : mk::SupportedCpuIsas()) {
+    const std::string v = mk::CpuIsaName(isa);
+    for (const auto& s : mb::kMxfp4Shapes) {
+      benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/" + s.name + "/n1").c_str(), BM_Mxfp4MatMul, isa, s.out, s.in,
+                                   size_t{1})
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.5)
+          ->UseRealTime();
+      if (isa == mk::CpuIsa::kScalar) continue;  // the scalar GEMM at batch 512 takes minutes
+      benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/" + s.name + "/n512").c_str(), BM_Mxfp4MatMul, isa, s.out,
+                                   s.in, size_t{512})
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(2)
+          ->UseRealTime();
+    }
+    benchmark::RegisterBenchmark(("f32_matmul/" + v + "/2048x2048/n1").c_str(), BM_F32MatMul, isa, size_t{2048},
+                                 size_t{2048}, size_t{1})
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    if (isa != mk::CpuIsa::kScalar)
+      benchmark::RegisterBenchmark(("f32_matmul/" + v + "/2048x2048/n128").c_str(), BM_F32MatMul, isa, size_t{2048},
+                                   size_t{2048}, size_t{128})
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(3)
+          ->UseRealTime();
+    benchmark::RegisterBenchmark(("rms_norm/" + v + "/7168").c_str(), BM_RmsNorm, isa, size_t{7168});
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Register();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

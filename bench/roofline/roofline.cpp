@@ -1,0 +1,199 @@
+// This machine's ceilings and the kernels' fraction of them:
+//  - read bandwidth: a vectorised sum over an array far larger than the caches
+//    (512 MiB by default), on every core at once, best of several passes;
+//  - fp32 FMA peak: independent FMA chains in registers on every core;
+//  then the MXFP4 matmul at batch 1 (vs bandwidth) and batch 512 (vs FMA
+//  peak) at flagship-like shapes, and the F32 matvec (vs bandwidth).
+// Usage: bench_roofline [--ceilings] [--mib N]
+//   --ceilings prints only "read_bw_GBps=... fma_peak_GFLOPs=..." (for scripts/bench).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "../kernels/shapes.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
+
+namespace mb = moeserve::bench;
+namespace mk = moeserve::kernels;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  float t[8];
+  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+// FMA chains: 12 independent accumulators, 2 * width * 12 FLOP per iteration.
+__attribute__((target("avx512f,fma"))) float FmaAvx512(size_t iters) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (size_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) float FmaAvx2(size_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (size_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  float t[8];
+  _mm256_storeu_ps(t, s);
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+// Runs fn(thread_index) on `threads` threads started together; returns seconds.
+template <class Fn>
+double OnAllCores(int threads, Fn fn) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> ts;
+  Clock::time_point start;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      ready++;
+      while (!go.load()) {
+      }
+      fn(t);
+    });
+  while (ready.load() < threads) {
+  }
+  start = Clock::now();
+  go = true;
+  for (auto& t : ts) t.join();
+  return Seconds(start, Clock::now());
+}
+
+volatile float g_sink;
+
+double ReadBandwidth(int threads, size_t mib, bool avx512) {
+  const size_t n = mib * (size_t{1} << 20) / sizeof(float);
+  float* a = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  // First touch from the thread that will read each part.
+  const size_t part = n / static_cast<size_t>(threads) / 64 * 64;
+  OnAllCores(threads, [&](int t) {
+    for (size_t i = 0; i < part; ++i) a[static_cast<size_t>(t) * part + i] = 1.0f;
+  });
+  double best = 0.0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const double s = OnAllCores(threads, [&](int t) {
+      const float* p = a + static_cast<size_t>(t) * part;
+      g_sink = avx512 ? SumAvx512(p, part) : SumAvx2(p, part);
+    });
+    best = std::max(best, static_cast<double>(part) * threads * sizeof(float) / s);
+  }
+  std::free(a);
+  return best;
+}
+
+double FmaPeak(int threads, bool avx512) {
+  const size_t iters = 50'000'000;
+  double best = 0.0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const double s = OnAllCores(threads, [&](int) { g_sink = avx512 ? FmaAvx512(iters) : FmaAvx2(iters); });
+    best = std::max(best, 2.0 * (avx512 ? 16 : 8) * 12.0 * static_cast<double>(iters) * threads / s);
+  }
+  return best;
+}
+
+template <class Fn>
+double BestOf(int reps, Fn fn) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto a = Clock::now();
+    fn();
+    best = std::min(best, Seconds(a, Clock::now()));
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool ceilings_only = false;
+  size_t mib = 512;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--ceilings")) ceilings_only = true;
+    else if (!std::strcmp(argv[i], "--mib") && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
+  }
+  const int threads = mk::DefaultThreadPool().size();
+  const bool avx512 = mk::CpuSupports(mk::CpuIsa::kAvx512);
+  if (!mk::CpuSupports(mk::CpuIsa::kAvx2)) {
+    std::printf("roofline needs AVX2\n");
+    return 0;
+  }
+  const double bw = ReadBandwidth(threads, mib, avx512);
+  const double peak = FmaPeak(threads, avx512);
+  if (ceilings_only) {
+    std::printf("read_bw_GBps=%.2f fma_peak_GFLOPs=%.2f threads=%d\n", bw / 1e9, peak / 1e9, threads);
+    return 0;
+  }
+  std::printf("ceilings (%d threads, %s): read bandwidth %.2f GB/s (%zu MiB array), fp32 FMA peak %.1f GFLOP/s\n",
+              threads, avx512 ? "avx512" : "avx2", bw / 1e9, mib, peak / 1e9);
+  std::printf("%-34s %10s %10s %10s %10s  %s\n", "kernel (active isa)", "ms", "GB/s", "GFLOP/s", "fraction", "ceiling");
+  const mk::CpuIsa isa = mk::ActiveCpuIsa();
+  for (const auto& s : mb::kMxfp4Shapes) {
+    const mb::Mxfp4Matrix m = mb::RandomMxfp4(s.out, s.in);
+    for (size_t n : {size_t{1}, size_t{512}}) {
+      std::vector<float> x = mb::RandomFloats(n * s.in), y(n * s.out);
+      const double sec = BestOf(n == 1 ? 20 : 2, [&] {
+        mk::MatMulMxfp4(m.blocks.data(), m.scales.data(), s.out, s.in, x.data(), n, y.data(), isa);
+      });
+      const double bps = mb::Mxfp4Bytes(s.out, s.in, n) / sec, fps = mb::MatMulFlops(s.out, s.in, n) / sec;
+      const bool mem = n == 1;
+      std::printf("%-34s %10.3f %10.2f %10.2f %9.1f%%  %s\n",
+                  (std::string("mxfp4_matmul ") + s.name + " n=" + std::to_string(n) + " (" + mk::CpuIsaName(isa) + ")")
+                      .c_str(),
+                  sec * 1e3, bps / 1e9, fps / 1e9, 100.0 * (mem ? bps / bw : fps / peak), mem ? "read bw" : "fma peak");
+    }
+  }
+  {
+    const size_t out = 4096, in = 4096;
+    std::vector<float> w = mb::RandomFloats(out * in, 3), x = mb::RandomFloats(in), y(out);
+    const double sec = BestOf(10, [&] { mk::MatMulF32(w.data(), out, in, x.data(), 1, y.data(), isa); });
+    const double bps = 4.0 * static_cast<double>(out * in + in) / sec;
+    std::printf("%-34s %10.3f %10.2f %10.2f %9.1f%%  %s\n", "f32_matmul 4096x4096 n=1", sec * 1e3, bps / 1e9,
+                2.0 * out * in / sec / 1e9, 100.0 * bps / bw, "read bw");
+  }
+  return 0;
+}
