@@ -134,13 +134,14 @@ void OutputAssembler::CloseSpan(OutputDelta& out) {
     call.arguments = parsed->arguments_text;
     call.arguments_valid = parsed->arguments_is_object;
   } else {
-    // Not even an id and a name: keep what was generated, as the arguments of
-    // a nameless call, so that nothing is silently lost.
+    // Not even an id and a name: the call is reported (finish_reason tells
+    // why it is short) and counted as a parse error.
+    // (Generation stopped inside the head: there are no arguments yet.)
     std::string id, name;
     ArgumentsOffset(span_, &id, &name);
     call.id = id.empty() ? engine::NewToolCallId() : id;
     call.name = name;
-    call.arguments = span_;
+    call.arguments = "";
   }
   if (!call.arguments_valid) ++parse_errors_;
   const std::string streamed = head_sent_ ? span_.substr(args_start_, args_sent_) : std::string();

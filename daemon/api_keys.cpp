@@ -1,0 +1,82 @@
+#include "moeserve/daemon/api_keys.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "moeserve/common/sha256.hpp"
+
+namespace moeserve::daemon {
+
+Result<ApiKeys> ApiKeys::LoadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Fail(Error::Io("API keys file " + path + ": cannot be opened"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Parse(ss.str(), path);
+}
+
+Result<ApiKeys> ApiKeys::Parse(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Fail(Error::InvalidArgument(source + ": not valid YAML: " + e.what()));
+  }
+  if (!root.IsMap() || !root["keys"] || !root["keys"].IsSequence()) {
+    return Fail(Error::InvalidArgument(source + ": expected a map with a 'keys' list of {key|sha256, tenant, role}"));
+  }
+  ApiKeys keys;
+  keys.enabled_ = true;
+  size_t i = 0;
+  for (const auto& entry : root["keys"]) {
+    std::string where = source + ": keys[" + std::to_string(i++) + "]";
+    if (!entry.IsMap()) return Fail(Error::InvalidArgument(where + ": must be a map"));
+    std::string hash;
+    try {
+      if (entry["key"]) {
+        std::string key = entry["key"].as<std::string>();
+        if (key.empty()) return Fail(Error::InvalidArgument(where + ".key: must not be empty"));
+        hash = Sha256Hex(std::string_view(key));
+      } else if (entry["sha256"]) {
+        hash = entry["sha256"].as<std::string>();
+        if (hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos) {
+          return Fail(Error::InvalidArgument(where + ".sha256: must be 64 lowercase hex digits"));
+        }
+      } else {
+        return Fail(Error::InvalidArgument(where + ": needs 'key' or 'sha256'"));
+      }
+      Principal p;
+      if (entry["tenant"]) p.tenant = entry["tenant"].as<std::string>();
+      if (p.tenant.empty()) return Fail(Error::InvalidArgument(where + ".tenant: must not be empty"));
+      if (entry["role"]) {
+        std::string role = entry["role"].as<std::string>();
+        if (role != "admin" && role != "user") {
+          return Fail(Error::InvalidArgument(where + ".role: '" + role + "' is not admin or user"));
+        }
+        p.admin = role == "admin";
+      }
+      if (keys.by_hash_.contains(hash)) return Fail(Error::InvalidArgument(where + ": the same key is listed twice"));
+      keys.by_hash_.emplace(hash, p);
+    } catch (const YAML::Exception& e) {
+      return Fail(Error::InvalidArgument(where + ": " + e.what()));
+    }
+  }
+  if (keys.by_hash_.empty()) return Fail(Error::InvalidArgument(source + ": lists no keys; every request would be refused"));
+  return keys;
+}
+
+std::optional<Principal> ApiKeys::Authenticate(std::string_view header) const {
+  if (!enabled_) return Principal{};
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return std::nullopt;
+  std::string_view key = header.substr(kBearer.size());
+  // A hash lookup leaks nothing useful about keys through timing: the
+  // attacker controls the input to SHA-256, not the comparison.
+  auto it = by_hash_.find(Sha256Hex(key));
+  if (it == by_hash_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace moeserve::daemon

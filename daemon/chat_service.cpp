@@ -1,0 +1,160 @@
+#include "moeserve/daemon/chat_service.hpp"
+
+#include <random>
+
+#include "completion_sink.hpp"
+#include "moeserve/common/log.hpp"
+#include "moeserve/daemon/decode_policy.hpp"
+
+namespace moeserve::daemon {
+
+namespace http = web::http;
+
+void ReplyJson(http::http_request request, int status, const std::string& json_text) {
+  http::http_response response(static_cast<http::status_code>(status));
+  response.set_body(json_text, "application/json");
+  request.reply(response).then([](pplx::task<void> t) {
+    try {
+      t.get();
+    } catch (...) {
+      // The client went away before the answer: nothing left to tell it.
+    }
+  });
+}
+
+void ReplyError(http::http_request request, const ApiError& error) {
+  http::http_response response(static_cast<http::status_code>(error.status));
+  if (error.retry_after_seconds > 0) response.headers().add("Retry-After", std::to_string(error.retry_after_seconds));
+  response.set_body(error.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  request.reply(response).then([](pplx::task<void> t) {
+    try {
+      t.get();
+    } catch (...) {
+    }
+  });
+}
+
+namespace {
+
+std::string NewCompletionId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::uniform_int_distribution<int> pick(0, 61);
+  std::string id = "chatcmpl-";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(rng)];
+  return id;
+}
+
+// "messages[3]: system message after ..." -> "messages[3]"
+std::string ParamOfRenderError(const std::string& message) {
+  auto colon = message.find(':');
+  if (colon == std::string::npos) return "messages";
+  std::string head = message.substr(0, colon);
+  if (head.starts_with("messages[") || head.starts_with("tools[")) return head;
+  return "messages";
+}
+
+struct Prepared {
+  engine::GenerationRequest generation;
+  std::string tier;
+};
+
+ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
+  if (!req.model.empty() && req.model != facts.model_name) return ApiFail(ApiError::ModelNotFound(req.model));
+  const nlohmann::ordered_json* tools = req.tools.is_array() ? &req.tools : nullptr;
+  auto prompt = engine::RenderChat(req.messages, tools, /*add_generation_prompt=*/true);
+  if (!prompt) {
+    return ApiFail(ApiError::InvalidRequest(prompt.error().message(), ParamOfRenderError(prompt.error().message())));
+  }
+  const int prompt_tokens = static_cast<int>(prompt->size());
+  if (prompt_tokens >= facts.max_context) {
+    return ApiFail(ApiError::ContextLengthExceeded(
+        "The conversation renders to " + std::to_string(prompt_tokens) + " tokens, but this model's context window is " +
+        std::to_string(facts.max_context) + " tokens (including the answer); shorten the messages"));
+  }
+  int max_tokens;
+  if (req.max_tokens) {
+    max_tokens = *req.max_tokens;
+    if (static_cast<int64_t>(prompt_tokens) + max_tokens > facts.max_context) {
+      return ApiFail(ApiError::ContextLengthExceeded(
+          "The conversation renders to " + std::to_string(prompt_tokens) + " tokens and max_tokens is " +
+          std::to_string(max_tokens) + ", together more than this model's context window of " +
+          std::to_string(facts.max_context) + " tokens; lower max_tokens or shorten the messages"));
+    }
+  } else {
+    max_tokens = std::min(facts.default_max_tokens, facts.max_context - prompt_tokens);
+  }
+
+  ReasoningEffort effort = req.reasoning_effort.value_or(facts.default_effort);
+  int budget = effort == ReasoningEffort::kLow      ? facts.budgets.low
+               : effort == ReasoningEffort::kMedium ? facts.budgets.medium
+                                                    : facts.budgets.high;
+  // thinking_budget may lower the tier's budget, never raise it (model.md 9).
+  if (req.thinking_budget) budget = std::min(budget, *req.thinking_budget);
+
+  Prepared p;
+  p.tier = std::string(ReasoningEffortName(effort));
+  auto& g = p.generation;
+  g.prompt = std::move(*prompt);
+  g.max_tokens = max_tokens;
+  g.thinking_budget = budget;
+  g.starts_in_reasoning = true;
+  g.sampling.temperature = req.temperature;
+  g.sampling.top_p = req.top_p;
+  g.sampling.seed = req.seed ? *req.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
+
+  DecodePolicyOptions policy;
+  policy.id_seed = g.sampling.seed ^ 0x9E3779B97F4A7C15ull;  // same seed, same call ids
+  if (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed) {
+    policy.mode = DecodeMode::kMustCall;
+    for (const auto& t : req.tool_specs) {
+      if (req.tool_choice == ToolChoice::kRequired || t.name == req.tool_choice_name) policy.tools.push_back(t);
+    }
+    policy.parallel_calls = req.parallel_tool_calls && req.tool_choice == ToolChoice::kRequired;
+  } else if (req.json_object) {
+    policy.mode = DecodeMode::kJsonObject;
+  } else if (req.tool_choice == ToolChoice::kAuto && !req.tool_specs.empty()) {
+    policy.mode = DecodeMode::kFree;
+  } else {
+    policy.mode = DecodeMode::kNoTools;
+  }
+  auto controller = DecodePolicy::Create(std::move(policy));
+  if (!controller) return ApiFail(ApiError::InvalidRequest(controller.error().message(), "tools"));
+  g.controller = std::move(*controller);
+  return p;
+}
+
+}  // namespace
+
+void ChatService::Handle(http::http_request request, const std::string& body, const Principal& who,
+                         Clock::time_point received) {
+  auto fail = [&](const ApiError& e) {
+    metrics_.RequestFinished(e.status, std::chrono::duration<double>(Clock::now() - received).count());
+    ReplyError(request, e);
+  };
+  auto req = ParseChatRequest(body);
+  if (!req) return fail(req.error());
+  auto prepared = Prepare(*req, facts_);
+  if (!prepared) return fail(prepared.error());
+
+  CompletionInfo info;
+  info.id = NewCompletionId();
+  info.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  info.model = facts_.model_name;
+  info.stream = req->stream;
+  info.include_usage = req->include_usage;
+  info.tenant = who.tenant;
+  info.tier = prepared->tier;
+  info.stop = req->stop;
+  info.received = received;
+  auto sink = std::make_shared<CompletionSink>(std::move(info), request, scheduler_, metrics_);
+
+  auto id = scheduler_.Submit(std::move(prepared->generation), sink);
+  if (!id) return fail(ApiError::FromError(id.error()));
+  // The stream's head goes out only once the sequence exists, so a refused
+  // request still gets a plain HTTP error status.
+  if (req->stream) sink->BeginStream();
+  sink->SetSequence(*id);
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,174 @@
+#include "completion_sink.hpp"
+
+#include "moeserve/common/log.hpp"
+#include "moeserve/daemon/chat_service.hpp"
+
+namespace moeserve::daemon {
+
+using json = nlohmann::json;
+
+CompletionSink::CompletionSink(CompletionInfo info, web::http::http_request request, Scheduler& scheduler,
+                               DaemonMetrics& metrics)
+    : info_(std::move(info)), request_(std::move(request)), scheduler_(scheduler), metrics_(metrics), assembler_(info_.stop) {
+  // The role chunk goes into the stream's buffer first, before any event can.
+  if (info_.stream) sse_.Send(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr).dump());
+}
+
+void CompletionSink::BeginStream() {
+  std::weak_ptr<CompletionSink> weak = weak_from_this();
+  sse_.Attach(request_, [weak] {
+    if (auto self = weak.lock()) self->OnDisconnect();
+  });
+}
+
+void CompletionSink::SetSequence(engine::SequenceId id) {
+  bool cancel;
+  {
+    std::lock_guard lock(id_mu_);
+    sequence_ = id;
+    cancel = cancel_requested_;
+  }
+  if (cancel) scheduler_.Cancel(id);
+}
+
+void CompletionSink::OnDisconnect() {
+  if (disconnected_.exchange(true)) return;
+  metrics_.AddClientDisconnect();
+  std::optional<engine::SequenceId> id;
+  {
+    std::lock_guard lock(id_mu_);
+    id = sequence_;
+    cancel_requested_ = true;
+  }
+  if (id) scheduler_.Cancel(*id);
+}
+
+void CompletionSink::AbortStream(const json& error_body) {
+  sse_.Send(error_body.dump());
+  sse_.Send("[DONE]");
+  sse_.Close();
+}
+
+json CompletionSink::Chunk(json delta, const char* finish_reason) const {
+  json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                 {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+  json chunk = {{"id", info_.id},       {"object", "chat.completion.chunk"}, {"created", info_.created},
+                {"model", info_.model}, {"system_fingerprint", nullptr},     {"choices", json::array({choice})}};
+  if (info_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+json CompletionSink::Usage(const engine::SequenceUsage& u) const {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+void CompletionSink::SendDelta(const OutputDelta& d) {
+  if (!info_.stream || d.empty()) return;
+  if (!d.reasoning.empty()) sse_.Send(Chunk({{"reasoning_content", d.reasoning}}, nullptr).dump());
+  if (!d.content.empty()) sse_.Send(Chunk({{"content", d.content}}, nullptr).dump());
+  if (!d.tool_calls.empty()) {
+    json calls = json::array();
+    for (const auto& t : d.tool_calls) {
+      json c = {{"index", t.index}};
+      json fn = {{"arguments", t.arguments}};
+      if (t.id) {
+        c["id"] = *t.id;
+        c["type"] = "function";
+      }
+      if (t.name) fn["name"] = *t.name;
+      c["function"] = std::move(fn);
+      calls.push_back(std::move(c));
+    }
+    sse_.Send(Chunk({{"tool_calls", std::move(calls)}}, nullptr).dump());
+  }
+}
+
+void CompletionSink::OnEvent(const engine::TokenEvent& e) {
+  const auto now = std::chrono::steady_clock::now();
+  if (e.token >= 0) {
+    if (!last_token_at_) {
+      metrics_.ObserveTimeToFirstToken(std::chrono::duration<double>(now - info_.received).count());
+    } else {
+      metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last_token_at_).count());
+    }
+    last_token_at_ = now;
+    SendDelta(assembler_.OnToken(e.token, e.reasoning));
+    if (assembler_.StopMatched() && !stop_cancel_sent_ && e.finish == engine::FinishReason::kNone) {
+      // A stop string ended the answer: free the sequence now.
+      stop_cancel_sent_ = true;
+      scheduler_.Cancel(e.id);
+    }
+  }
+  if (e.finish != engine::FinishReason::kNone) Finish(e);
+}
+
+void CompletionSink::Finish(const engine::TokenEvent& e) {
+  SendDelta(assembler_.Finish());
+  const auto& u = e.usage;
+  metrics_.AddTokens(info_.tenant, info_.tier, "input", static_cast<uint64_t>(u.prompt_tokens - u.cached_tokens));
+  metrics_.AddTokens(info_.tenant, info_.tier, "cached_input", static_cast<uint64_t>(u.cached_tokens));
+  metrics_.AddTokens(info_.tenant, info_.tier, "reasoning", static_cast<uint64_t>(u.reasoning_tokens));
+  metrics_.AddTokens(info_.tenant, info_.tier, "output", static_cast<uint64_t>(u.completion_tokens - u.reasoning_tokens));
+  if (assembler_.tool_call_parse_errors() > 0) metrics_.AddToolCallParseErrors(assembler_.tool_call_parse_errors());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - info_.received).count();
+
+  const bool cancelled = e.finish == engine::FinishReason::kCancelled && !assembler_.StopMatched();
+  if (cancelled && disconnected_.load()) {
+    metrics_.RequestFinished(499, seconds);  // nginx's "client closed request"
+    sse_.Close();
+    return;
+  }
+  if (cancelled) {
+    // Not the client and not a stop string: the daemon is shutting down.
+    ApiError err = ApiError::Unavailable("The server is shutting down; the request was cancelled before it finished", 1);
+    metrics_.RequestFinished(err.status, seconds);
+    if (info_.stream) AbortStream(err.ToJson());
+    else ReplyError(request_, err);
+    return;
+  }
+  const char* finish_reason = "stop";
+  if (assembler_.StopMatched()) finish_reason = "stop";
+  else if (e.finish == engine::FinishReason::kLength) finish_reason = "length";
+  else if (!assembler_.tool_calls().empty()) finish_reason = "tool_calls";
+  metrics_.RequestFinished(200, seconds);
+
+  if (info_.stream) {
+    sse_.Send(Chunk(json::object(), finish_reason).dump());
+    if (info_.include_usage) {
+      json last = {{"id", info_.id},       {"object", "chat.completion.chunk"}, {"created", info_.created},
+                   {"model", info_.model}, {"system_fingerprint", nullptr},     {"choices", json::array()},
+                   {"usage", Usage(u)},    {"tier", info_.tier}};
+      sse_.Send(last.dump());
+    }
+    sse_.Send("[DONE]");
+    sse_.Close();
+    return;
+  }
+  json message = {{"role", "assistant"}};
+  const bool has_calls = !assembler_.tool_calls().empty();
+  message["content"] = (has_calls && assembler_.content().empty()) ? json(nullptr) : json(assembler_.content());
+  message["reasoning_content"] = assembler_.reasoning().empty() ? json(nullptr) : json(assembler_.reasoning());
+  if (has_calls) {
+    json calls = json::array();
+    for (const auto& c : assembler_.tool_calls()) {
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  json body = {{"id", info_.id},
+               {"object", "chat.completion"},
+               {"created", info_.created},
+               {"model", info_.model},
+               {"system_fingerprint", nullptr},
+               {"choices", json::array({{{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
+                                         {"finish_reason", finish_reason}}})},
+               {"usage", Usage(u)},
+               {"tier", info_.tier}};
+  ReplyJson(request_, 200, body.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,167 @@
+#include "moeserve/daemon/config.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace moeserve::daemon {
+namespace {
+
+// Every setting is a string value applied by key, so the YAML file and the
+// flags share one set of parsers and messages.
+Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& value, const std::string& where) {
+  auto bad = [&](const std::string& what) {
+    return Fail(Error::InvalidArgument(where + ": " + key + ": " + what + " (got '" + value + "')"));
+  };
+  auto integer = [&](int64_t lo, int64_t hi, auto& out) -> Status {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || p != value.data() + value.size()) return bad("must be an integer");
+    if (v < lo || v > hi) return bad("must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+    return Ok();
+  };
+  auto boolean = [&](bool& out) -> Status {
+    if (value == "true" || value == "1" || value == "yes") out = true;
+    else if (value == "false" || value == "0" || value == "no") out = false;
+    else return bad("must be true or false");
+    return Ok();
+  };
+  if (key == "model") {
+    if (value.empty()) return bad("must name a model directory");
+    c.model = value;
+  } else if (key == "host") {
+    if (value.empty()) return bad("must be an address such as 127.0.0.1 or 0.0.0.0");
+    c.host = value;
+  } else if (key == "port") return integer(1, 65535, c.port);
+  else if (key == "served_model_name") c.served_model_name = value;
+  else if (key == "api_keys_file") c.api_keys_file = value;
+  else if (key == "max_running") return integer(1, 4096, c.max_running);
+  else if (key == "max_queue") return integer(1, 1 << 20, c.max_queue);
+  else if (key == "prefill_chunk_tokens") return integer(1, 1 << 20, c.prefill_chunk_tokens);
+  else if (key == "cache_tokens") return integer(16, int64_t{1} << 40, c.cache_tokens);
+  else if (key == "block_tokens") return integer(1, 4096, c.block_tokens);
+  else if (key == "prefix_cache") return boolean(c.prefix_cache);
+  else if (key == "threads") return integer(0, 4096, c.threads);
+  else if (key == "max_context") return integer(0, int64_t{1} << 31, c.max_context);
+  else if (key == "default_max_tokens") return integer(1, int64_t{1} << 30, c.default_max_tokens);
+  else if (key == "default_reasoning_effort") {
+    auto e = ParseReasoningEffort(value);
+    if (!e) return bad("must be low, medium or high");
+    c.default_reasoning_effort = *e;
+  } else if (key == "thinking_budgets.low" || key == "thinking_budgets.medium" || key == "thinking_budgets.high") {
+    if (!c.thinking_budgets) c.thinking_budgets = engine::ThinkingBudgets{};
+    int& slot = key.ends_with("low") ? c.thinking_budgets->low
+                : key.ends_with("medium") ? c.thinking_budgets->medium : c.thinking_budgets->high;
+    return integer(0, int64_t{1} << 30, slot);
+  } else if (key == "shutdown_grace_seconds") {
+    try {
+      size_t used = 0;
+      double v = std::stod(value, &used);
+      if (used != value.size() || v < 0 || v > 3600) return bad("must be a number of seconds between 0 and 3600");
+      c.shutdown_grace_seconds = v;
+    } catch (...) {
+      return bad("must be a number of seconds");
+    }
+  } else if (key == "max_body_bytes") {
+    return integer(1024, int64_t{1} << 32, c.max_body_bytes);
+  } else if (key == "kernels") {
+    if (value != "fast" && value != "reference") return bad("must be fast or reference");
+    c.kernels = value;
+  } else {
+    return Fail(Error::InvalidArgument(where + ": unknown setting '" + key + "'; see `moe-daemon serve --help`"));
+  }
+  return Ok();
+}
+
+Status CheckBudgets(const DaemonConfig& c, const std::string& where) {
+  if (c.thinking_budgets && !(c.thinking_budgets->low <= c.thinking_budgets->medium &&
+                              c.thinking_budgets->medium <= c.thinking_budgets->high)) {
+    return Fail(Error::InvalidArgument(where + ": thinking_budgets: must satisfy low <= medium <= high"));
+  }
+  return Ok();
+}
+
+}  // namespace
+
+Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::string& source, DaemonConfig base) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Fail(Error::InvalidArgument(source + ": not valid YAML: " + e.what()));
+  }
+  if (root.IsNull()) return base;
+  if (!root.IsMap()) return Fail(Error::InvalidArgument(source + ": must be a map of settings"));
+  for (const auto& kv : root) {
+    std::string key = kv.first.as<std::string>();
+    if (key == "thinking_budgets") {
+      if (!kv.second.IsMap()) return Fail(Error::InvalidArgument(source + ": thinking_budgets: must be a map {low, medium, high}"));
+      for (const auto& b : kv.second) {
+        std::string sub = "thinking_budgets." + b.first.as<std::string>();
+        if (!b.second.IsScalar()) return Fail(Error::InvalidArgument(source + ": " + sub + ": must be an integer"));
+        MOE_TRY(ApplySetting(base, sub, b.second.Scalar(), source));
+      }
+      continue;
+    }
+    if (!kv.second.IsScalar()) return Fail(Error::InvalidArgument(source + ": " + key + ": must be a single value"));
+    MOE_TRY(ApplySetting(base, key, kv.second.Scalar(), source));
+  }
+  MOE_TRY(CheckBudgets(base, source));
+  return base;
+}
+
+std::string ServeUsage() {
+  return "usage: moe-daemon [serve] --model DIR [--port N] [--host ADDR] [--config FILE]\n"
+         "                  [--api-keys-file FILE] [--served-model-name NAME] [--max-running N]\n"
+         "                  [--max-queue N] [--cache-tokens N] [--no-prefix-cache] [--threads N]\n"
+         "                  [--default-max-tokens N] [--shutdown-grace-seconds S] [--kernels fast|reference]\n"
+         "Every YAML setting (see include/moeserve/daemon/config.hpp) is also a flag: --max_context 4096\n"
+         "or --max-context 4096. Flags override the --config file.\n";
+}
+
+Result<DaemonConfig> ParseServeArgs(int argc, char** argv) {
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string config_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") return Fail(Error::InvalidArgument(ServeUsage()));
+    if (!a.starts_with("--")) return Fail(Error::InvalidArgument("unexpected argument '" + a + "'\n" + ServeUsage()));
+    std::string key = a.substr(2), value;
+    if (auto eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else if (key == "no-prefix-cache") {
+      key = "prefix_cache";
+      value = "false";
+    } else {
+      if (i + 1 >= argc) return Fail(Error::InvalidArgument("flag --" + key + " needs a value"));
+      value = argv[++i];
+    }
+    for (char& ch : key)
+      if (ch == '-') ch = '_';
+    if (key == "config") config_path = value;
+    else flags.emplace_back(key, value);
+  }
+  DaemonConfig c;
+  if (!config_path.empty()) {
+    std::ifstream in(config_path);
+    if (!in) return Fail(Error::Io("--config " + config_path + ": cannot be opened"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    MOE_ASSIGN_OR_RETURN(c, ParseDaemonConfigYaml(ss.str(), config_path, c));
+  }
+  for (const auto& [k, v] : flags) MOE_TRY(ApplySetting(c, k, v, "--" + k));
+  MOE_TRY(CheckBudgets(c, "flags"));
+  if (c.model.empty()) {
+    return Fail(Error::InvalidArgument("no model: pass --model DIR or set 'model' in the --config file\n" + ServeUsage()));
+  }
+  return c;
+}
+
+}  // namespace moeserve::daemon

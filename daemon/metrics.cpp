@@ -1,0 +1,110 @@
+#include "moeserve/daemon/metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+#include "moeserve/daemon/storage/pull_metrics.hpp"
+
+namespace moeserve::daemon {
+
+namespace {
+// Latency buckets from 5 ms to 2 minutes: TTFT of a long prompt on CPU and a
+// full completion both land inside.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+}
+}  // namespace
+
+DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  using namespace prometheus;
+  requests_ = &BuildCounter().Name("moe_requests_total").Help("Chat completion requests by HTTP status").Register(*registry_);
+  request_duration_ = &BuildHistogram()
+                           .Name("moe_request_duration_seconds")
+                           .Help("Time from request received to response complete")
+                           .Register(*registry_)
+                           .Add({}, LatencyBuckets());
+  ttft_ = &BuildHistogram()
+               .Name("moe_time_to_first_token_seconds")
+               .Help("Time from request received to the first generated token")
+               .Register(*registry_)
+               .Add({}, LatencyBuckets());
+  itl_ = &BuildHistogram()
+              .Name("moe_inter_token_latency_seconds")
+              .Help("Time between consecutive generated tokens of one sequence")
+              .Register(*registry_)
+              .Add({}, LatencyBuckets());
+  tokens_ = &BuildCounter()
+                 .Name("moe_tokens_total")
+                 .Help("Tokens by tenant, tier and kind (input, cached_input, output, reasoning)")
+                 .Register(*registry_);
+  cost_ = &BuildCounter().Name("moe_cost_usd_total").Help("Cost in USD by tenant and tier").Register(*registry_);
+  budget_remaining_ = &BuildGauge()
+                           .Name("moe_budget_remaining_ratio")
+                           .Help("Share of the tenant's budget left in the period")
+                           .Register(*registry_);
+  running_ = &BuildGauge().Name("moe_requests_running").Help("Sequences in the running batch").Register(*registry_).Add({});
+  waiting_ = &BuildGauge().Name("moe_requests_waiting").Help("Sequences queued for admission").Register(*registry_).Add({});
+  kv_usage_ = &BuildGauge().Name("moe_kv_cache_usage_ratio").Help("Used KV cache blocks / all blocks").Register(*registry_).Add({});
+  prefix_hit_ratio_ = &BuildGauge()
+                           .Name("moe_prefix_cache_hit_ratio")
+                           .Help("Prompt tokens served from the prefix cache / prompt tokens looked up, since start")
+                           .Register(*registry_)
+                           .Add({});
+  expert_tokens_ = &BuildCounter()
+                        .Name("moe_expert_tokens_total")
+                        .Help("Tokens routed to each expert of each MoE layer (routing balance)")
+                        .Register(*registry_);
+  alert_deliveries_ = &BuildCounter()
+                           .Name("moe_alert_deliveries_total")
+                           .Help("Cost-alert hook deliveries by result")
+                           .Register(*registry_);
+  tool_call_parse_errors_ = &BuildCounter()
+                                 .Name("moe_tool_call_parse_errors_total")
+                                 .Help("Generated tool calls whose arguments are not a valid JSON object")
+                                 .Register(*registry_)
+                                 .Add({});
+  client_disconnects_ = &BuildCounter()
+                             .Name("moe_client_disconnects_total")
+                             .Help("Streaming clients that went away before the end; their sequences were cancelled")
+                             .Register(*registry_)
+                             .Add({});
+}
+
+void DaemonMetrics::RequestFinished(int http_status, double seconds) {
+  requests_->Add({{"status", std::to_string(http_status)}}).Increment();
+  request_duration_->Observe(seconds);
+}
+void DaemonMetrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(seconds); }
+void DaemonMetrics::ObserveInterTokenLatency(double seconds) { itl_->Observe(seconds); }
+void DaemonMetrics::AddTokens(const std::string& tenant, const std::string& tier, const std::string& kind, uint64_t n) {
+  tokens_->Add({{"tenant", tenant}, {"tier", tier}, {"kind", kind}}).Increment(static_cast<double>(n));
+}
+void DaemonMetrics::AddToolCallParseErrors(uint64_t n) { tool_call_parse_errors_->Increment(static_cast<double>(n)); }
+void DaemonMetrics::AddClientDisconnect() { client_disconnects_->Increment(); }
+
+void DaemonMetrics::UpdateFromEngine(const engine::EngineMetrics& m) {
+  running_->Set(m.running);
+  waiting_->Set(m.waiting);
+  kv_usage_->Set(m.cache_usage_ratio);
+  prefix_hit_ratio_->Set(m.prefix_lookup_tokens ? static_cast<double>(m.prefix_hit_tokens) / m.prefix_lookup_tokens : 0.0);
+  std::lock_guard lock(mu_);
+  if (last_expert_tokens_.size() < m.expert_tokens.size()) last_expert_tokens_.resize(m.expert_tokens.size());
+  for (size_t layer = 0; layer < m.expert_tokens.size(); ++layer) {
+    auto& last = last_expert_tokens_[layer];
+    if (last.size() < m.expert_tokens[layer].size()) last.resize(m.expert_tokens[layer].size(), 0);
+    for (size_t e = 0; e < m.expert_tokens[layer].size(); ++e) {
+      uint64_t now = m.expert_tokens[layer][e];
+      auto& c = expert_tokens_->Add({{"layer", std::to_string(layer)}, {"expert", std::to_string(e)}});
+      if (now > last[e]) c.Increment(static_cast<double>(now - last[e]));
+      last[e] = now;
+    }
+  }
+}
+
+std::string DaemonMetrics::Scrape() {
+  prometheus::TextSerializer serializer;
+  auto families = registry_->Collect();
+  for (auto& f : storage::PullMetricsCollectable()->Collect()) families.push_back(std::move(f));
+  return serializer.Serialize(families);
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,45 @@
+// API keys: a YAML file (mounted from a Kubernetes Secret) that maps keys to
+// tenants. Only the SHA-256 of each key is kept in memory and keys are never
+// logged; a request is matched by hashing its bearer token.
+//
+//   keys:
+//     - key: sk-live-abc           # or   sha256: <64 hex digits>
+//       tenant: acme               # default "default"
+//       role: admin                # optional; "admin" sees every tenant's usage
+//
+// Thread safety: immutable after loading; share freely.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "moeserve/common/status.hpp"
+
+namespace moeserve::daemon {
+
+struct Principal {
+  std::string tenant = "default";
+  bool admin = false;
+};
+
+class ApiKeys {
+ public:
+  // No file: every request is let in as tenant "default".
+  static ApiKeys Open() { return ApiKeys(); }
+  static Result<ApiKeys> LoadFile(const std::string& path);
+  static Result<ApiKeys> Parse(const std::string& yaml_text, const std::string& source);
+
+  bool enabled() const { return enabled_; }
+  size_t size() const { return by_hash_.size(); }
+  // The principal of an Authorization header value ("Bearer <key>"), or
+  // nullopt when the header is missing, malformed or the key unknown.
+  std::optional<Principal> Authenticate(std::string_view authorization_header) const;
+
+ private:
+  bool enabled_ = false;
+  std::unordered_map<std::string, Principal> by_hash_;  // hex sha256 -> principal
+};
+
+}  // namespace moeserve::daemon

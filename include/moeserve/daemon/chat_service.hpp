@@ -1,0 +1,52 @@
+// POST /v1/chat/completions after authentication: validate the request
+// against the deployment, render it, build the decode policy, submit it to
+// the scheduler and answer (a JSON body, or an SSE stream) when events come.
+//
+// Thread safety: Handle may be called from any thread concurrently.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <cpprest/http_listener.h>
+
+#include "moeserve/daemon/api_error.hpp"
+#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/metrics.hpp"
+#include "moeserve/daemon/scheduler.hpp"
+#include "moeserve/engine/model_config.hpp"
+
+namespace moeserve::daemon {
+
+struct ServingFacts {
+  std::string model_name;
+  int max_context = 0;
+  int default_max_tokens = 1024;
+  engine::ThinkingBudgets budgets;
+  ReasoningEffort default_effort = ReasoningEffort::kMedium;
+};
+
+class ChatService {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ChatService(Scheduler& scheduler, DaemonMetrics& metrics, ServingFacts facts)
+      : scheduler_(scheduler), metrics_(metrics), facts_(std::move(facts)) {}
+
+  // Answers the request itself, now (errors) or later (from the scheduler thread).
+  void Handle(web::http::http_request request, const std::string& body, const Principal& who, Clock::time_point received);
+
+  const ServingFacts& facts() const { return facts_; }
+
+ private:
+  Scheduler& scheduler_;
+  DaemonMetrics& metrics_;
+  ServingFacts facts_;
+};
+
+// Sends an api.md error body (with Retry-After when set).
+void ReplyError(web::http::http_request request, const ApiError& error);
+// Sends a JSON body with the given status.
+void ReplyJson(web::http::http_request request, int status, const std::string& json_text);
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,68 @@
+// moe-daemon serve configuration: a YAML file (--config) plus flags; flags
+// win. Every field is validated with a message naming the file or flag, the
+// field and the allowed range.
+//
+//   model: /models/tiny           # directory (required, or --model)
+//   host: 127.0.0.1               # listen address (0.0.0.0 in a pod)
+//   port: 8000
+//   served_model_name: tiny       # the id /v1/models reports (default: directory name)
+//   api_keys_file: /etc/moe/keys.yaml   # absent: no authentication
+//   max_running: 64               # sequences decoded together
+//   max_queue: 256                # waiting sequences before 503
+//   prefill_chunk_tokens: 512
+//   cache_tokens: 65536           # KV pool size in tokens
+//   block_tokens: 16
+//   prefix_cache: true
+//   threads: 0                    # 0: all cores
+//   max_context: 0                # 0: the model's
+//   default_max_tokens: 1024
+//   default_reasoning_effort: medium
+//   thinking_budgets: {low: 256, medium: 2048, high: 16384}   # default: the model's config
+//   shutdown_grace_seconds: 30
+//   max_body_bytes: 8388608
+//   kernels: fast                 # fast | reference
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/engine/model_config.hpp"
+
+namespace moeserve::daemon {
+
+struct DaemonConfig {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string served_model_name;
+  std::string api_keys_file;
+  int max_running = 64;
+  int max_queue = 256;
+  int prefill_chunk_tokens = 512;
+  int64_t cache_tokens = 1 << 16;
+  int block_tokens = 16;
+  bool prefix_cache = true;
+  int threads = 0;
+  int max_context = 0;
+  int default_max_tokens = 1024;
+  ReasoningEffort default_reasoning_effort = ReasoningEffort::kMedium;
+  std::optional<engine::ThinkingBudgets> thinking_budgets;
+  double shutdown_grace_seconds = 30;
+  size_t max_body_bytes = 8u << 20;
+  std::string kernels = "fast";
+};
+
+// YAML text; `source` names the file in messages. Unknown keys are refused
+// (a typo would otherwise silently keep a default).
+Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::string& source, DaemonConfig base = {});
+// argv of `moe-daemon serve` (argv[0] is the command): --config is read
+// first, then every flag overrides. --help gives kInvalidArgument with the usage.
+Result<DaemonConfig> ParseServeArgs(int argc, char** argv);
+std::string ServeUsage();
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,53 @@
+// One moe-daemon: the HTTP listener (cpprestsdk) and everything behind it.
+//
+// Lifecycle: Create (config, API keys) -> Start (listens: /healthz and
+// /readyz answer while weights are pulled or loaded; chat requests get 503
+// until ready) -> LoadModel (opens the directory, creates the Engine and the
+// scheduler loop, sets readiness "ready") -> Shutdown (readiness "draining",
+// new chat requests 503, in-flight ones finish within the grace period, the
+// rest are cancelled; then the listener closes).
+//
+// Routes: POST /v1/chat/completions, GET /v1/models, GET /healthz,
+// GET /readyz, GET /metrics. /v1/* need `Authorization: Bearer <key>` when an
+// API keys file is configured. Sessions and /v1/usage arrive with their own work.
+//
+// Thread safety: Start, LoadModel and Shutdown from the owning thread;
+// requests are served on cpprestsdk's pool threads.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/daemon/config.hpp"
+#include "moeserve/daemon/readiness.hpp"
+
+namespace moeserve::daemon {
+
+class DaemonMetrics;
+class Scheduler;
+
+class Daemon {
+ public:
+  static Result<std::unique_ptr<Daemon>> Create(DaemonConfig config);
+  ~Daemon();
+
+  Status Start();
+  Status LoadModel();
+  void Shutdown(double grace_seconds);
+
+  std::string url() const;  // http://host:port
+  Readiness& readiness();
+  DaemonMetrics& metrics();
+  // Sequences with a client waiting on them (0 before LoadModel).
+  size_t InFlight() const;
+
+  struct Impl;
+
+ private:
+  explicit Daemon(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,73 @@
+// The daemon's Prometheus metrics (api.md "Metrics"), exposed as text on
+// GET /metrics by Scrape(). Families that later work fills (cost, budgets,
+// alert deliveries) are registered now so that dashboards and alert rules
+// can rely on their names; they have no samples until then.
+//
+// The weight puller's counters (moe_weights_bytes_pulled_total, ...) live in
+// storage/pull_metrics and are appended to every scrape.
+//
+// Engine-side numbers (running, waiting, cache usage, prefix hits, expert
+// routing) are pulled from Engine::Metrics() at scrape time; counters the
+// engine reports as running totals are advanced by their difference.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "moeserve/engine/engine.hpp"
+
+namespace moeserve::daemon {
+
+class DaemonMetrics {
+ public:
+  DaemonMetrics();
+
+  // One finished chat completion (or refused request) with its HTTP status.
+  void RequestFinished(int http_status, double seconds);
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  // kind: input | cached_input | output | reasoning
+  void AddTokens(const std::string& tenant, const std::string& tier, const std::string& kind, uint64_t n);
+  void AddToolCallParseErrors(uint64_t n);
+  void AddClientDisconnect();
+
+  void UpdateFromEngine(const engine::EngineMetrics& m);
+  // Text exposition format 0.0.4.
+  std::string Scrape();
+
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Histogram* request_duration_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Family<prometheus::Counter>* tokens_;
+  prometheus::Family<prometheus::Counter>* cost_;
+  prometheus::Family<prometheus::Gauge>* budget_remaining_;
+  prometheus::Gauge* running_;
+  prometheus::Gauge* waiting_;
+  prometheus::Gauge* kv_usage_;
+  prometheus::Gauge* prefix_hit_ratio_;
+  prometheus::Family<prometheus::Counter>* expert_tokens_;
+  prometheus::Family<prometheus::Counter>* alert_deliveries_;
+  prometheus::Counter* tool_call_parse_errors_;
+  prometheus::Counter* client_disconnects_;
+
+  std::mutex mu_;  // guards the last-seen engine totals
+  std::vector<std::vector<uint64_t>> last_expert_tokens_;
+};
+
+}  // namespace moeserve::daemon
