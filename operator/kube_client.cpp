@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
@@ -350,26 +352,51 @@ Result<WatchEnd> KubeClient::Watch(const ResourceRef& r, const std::string& ns, 
     int code = resp.status_code();
     if (code == 410) return WatchEnd::kGone;
     if (code >= 300) return Fail(HttpError(code, resp.extract_utf8string(true).get(), what));
-    auto body = resp.body();
-    while (true) {
-      concurrency::streams::container_buffer<std::string> line;
-      size_t n = body.read_line(line).get();
-      const std::string& text = line.collection();
-      if (n == 0 && text.empty()) {
-        if (body.is_eof()) break;
-        continue;
+    // One event per line. Read whatever has arrived in bulk, blocking for a
+    // single byte only when nothing has: cpprest's read_line costs a task per
+    // character, which made watches the operator's hottest path.
+    auto buffer = resp.body().streambuf();
+    using traits = concurrency::streams::istream::traits;
+    std::string pending;
+    std::vector<uint8_t> chunk(64 * 1024);
+    std::optional<WatchEnd> ended;
+    auto drain_lines = [&]() -> Status {
+      size_t newline;
+      while ((newline = pending.find('\n')) != std::string::npos) {
+        std::string line = pending.substr(0, newline);
+        pending.erase(0, newline + 1);
+        json event = json::parse(line, nullptr, false);
+        if (event.is_discarded() || !event.is_object()) continue;
+        std::string type = event.value("type", "");
+        if (type == "ERROR") {
+          const json& status = event["object"];
+          if (status.value("code", 0) == 410) {
+            ended = WatchEnd::kGone;
+            return Ok();
+          }
+          return Fail(Error::Unavailable(what + ": " + status.value("message", "watch error")));
+        }
+        on_event(type, event["object"]);
+        if (impl_->cancelled) {
+          ended = WatchEnd::kCancelled;
+          return Ok();
+        }
       }
-      json event = json::parse(text, nullptr, false);
-      if (event.is_discarded() || !event.is_object()) continue;
-      std::string type = event.value("type", "");
-      if (type == "ERROR") {
-        const json& status = event["object"];
-        if (status.value("code", 0) == 410) return WatchEnd::kGone;
-        return Fail(Error::Unavailable(what + ": " + status.value("message", "watch error")));
+      return Ok();
+    };
+    while (!ended) {
+      size_t available = buffer.in_avail();
+      if (available == 0) {
+        auto c = buffer.bumpc().get();
+        if (c == traits::eof()) break;
+        pending.push_back(static_cast<char>(c));
+      } else {
+        size_t n = buffer.getn(chunk.data(), std::min(available, chunk.size())).get();
+        pending.append(reinterpret_cast<const char*>(chunk.data()), n);
       }
-      on_event(type, event["object"]);
-      if (impl_->cancelled) return WatchEnd::kCancelled;
+      MOE_TRY(drain_lines());
     }
+    if (ended) return *ended;
     return impl_->cancelled ? WatchEnd::kCancelled : WatchEnd::kClosed;
   } catch (const pplx::task_canceled&) {
     return WatchEnd::kCancelled;
