@@ -20,15 +20,20 @@ void SetCounters(benchmark::State& st, double bytes, double flops) {
 }
 
 void BM_Mxfp4MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in, size_t n) {
-  static mb::Mxfp4Matrix m;  // one shape at a time; regenerated when it changes
+  // Batch 1 cycles through copies so the weights come from memory, not cache.
+  static std::vector<mb::Mxfp4Matrix> ms;  // one shape at a time
   static size_t mo = 0, mi = 0;
-  if (mo != out || mi != in) {
-    m = mb::RandomMxfp4(out, in);
+  const size_t copies = n == 1 ? mb::ColdCopies(mb::Mxfp4Bytes(out, in, 0)) : 1;
+  if (mo != out || mi != in || ms.size() < copies) {
+    ms.clear();
+    for (size_t c = 0; c < copies; ++c) ms.push_back(mb::RandomMxfp4(out, in, static_cast<uint32_t>(c + 1)));
     mo = out;
     mi = in;
   }
   std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
+  size_t next = 0;
   for (auto _ : st) {
+    const mb::Mxfp4Matrix& m = ms[next++ % copies];
     mk::MatMulMxfp4(m.blocks.data(), m.scales.data(), out, in, x.data(), n, y.data(), isa);
     benchmark::DoNotOptimize(y.data());
   }

@@ -41,6 +41,13 @@ inline std::vector<float> RandomFloats(size_t n, uint32_t seed = 2) {
   return v;
 }
 
+// How many copies of a weight set of `bytes` to cycle through so that each
+// batch-1 run reads its weights from memory, not from the caches (>= 768 MiB; L3 here may be large).
+inline size_t ColdCopies(double bytes) {
+  const double want = 768.0 * 1024 * 1024;
+  return bytes >= want ? 1 : static_cast<size_t>(want / bytes) + 1;
+}
+
 // Bytes a matmul must read at least once: the weights plus the activations.
 inline double Mxfp4Bytes(size_t out, size_t in, size_t n) {
   return static_cast<double>(out) * static_cast<double>(in) * 17.0 / 32.0 + 4.0 * static_cast<double>(n * in);

@@ -1,6 +1,6 @@
 // This machine's ceilings and the kernels' fraction of them:
 //  - read bandwidth: a vectorised sum over an array far larger than the caches
-//    (512 MiB by default), on every core at once, best of several passes;
+//    (1 GiB by default), on every core at once, best of several passes;
 //  - fp32 FMA peak: independent FMA chains in registers on every core;
 //  then the MXFP4 matmul at batch 1 (vs bandwidth) and batch 512 (vs FMA
 //  peak) at flagship-like shapes, and the F32 matvec (vs bandwidth).
@@ -29,24 +29,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// Four concurrent streams per thread, as a 4-row matvec reads.
 __attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  const size_t q = n / 4 / 16 * 16;
+  const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
+  for (size_t i = 0; i < q; i += 16) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p0 + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p1 + i));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p2 + i));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p3 + i));
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 __attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  const size_t q = n / 4 / 8 * 8;
+  const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
+  for (size_t i = 0; i < q; i += 8) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p0 + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p1 + i));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p2 + i));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p3 + i));
   }
   float t[8];
   _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
@@ -115,7 +120,7 @@ double ReadBandwidth(int threads, size_t mib, bool avx512) {
     for (size_t i = 0; i < part; ++i) a[static_cast<size_t>(t) * part + i] = 1.0f;
   });
   double best = 0.0;
-  for (int pass = 0; pass < 5; ++pass) {
+  for (int pass = 0; pass < 12; ++pass) {
     const double s = OnAllCores(threads, [&](int t) {
       const float* p = a + static_cast<size_t>(t) * part;
       g_sink = avx512 ? SumAvx512(p, part) : SumAvx2(p, part);
@@ -151,7 +156,7 @@ double BestOf(int reps, Fn fn) {
 
 int main(int argc, char** argv) {
   bool ceilings_only = false;
-  size_t mib = 512;
+  size_t mib = 1024;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--ceilings")) ceilings_only = true;
     else if (!std::strcmp(argv[i], "--mib") && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
@@ -173,10 +178,16 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10s %10s %10s %10s  %s\n", "kernel (active isa)", "ms", "GB/s", "GFLOP/s", "fraction", "ceiling");
   const mk::CpuIsa isa = mk::ActiveCpuIsa();
   for (const auto& s : mb::kMxfp4Shapes) {
-    const mb::Mxfp4Matrix m = mb::RandomMxfp4(s.out, s.in);
+    // Batch 1 cycles through enough weight copies that every run reads its
+    // weights from memory (as decode does: each expert's weights once a step).
+    const size_t copies = mb::ColdCopies(mb::Mxfp4Bytes(s.out, s.in, 0));
+    std::vector<mb::Mxfp4Matrix> ms;
+    for (size_t c = 0; c < copies; ++c) ms.push_back(mb::RandomMxfp4(s.out, s.in, static_cast<uint32_t>(c + 1)));
     for (size_t n : {size_t{1}, size_t{512}}) {
       std::vector<float> x = mb::RandomFloats(n * s.in), y(n * s.out);
-      const double sec = BestOf(n == 1 ? 20 : 2, [&] {
+      size_t next = 0;
+      const double sec = BestOf(n == 1 ? 3 * static_cast<int>(copies) : 2, [&] {
+        const mb::Mxfp4Matrix& m = ms[next++ % copies];
         mk::MatMulMxfp4(m.blocks.data(), m.scales.data(), s.out, s.in, x.data(), n, y.data(), isa);
       });
       const double bps = mb::Mxfp4Bytes(s.out, s.in, n) / sec, fps = mb::MatMulFlops(s.out, s.in, n) / sec;
@@ -189,8 +200,14 @@ int main(int argc, char** argv) {
   }
   {
     const size_t out = 4096, in = 4096;
-    std::vector<float> w = mb::RandomFloats(out * in, 3), x = mb::RandomFloats(in), y(out);
-    const double sec = BestOf(10, [&] { mk::MatMulF32(w.data(), out, in, x.data(), 1, y.data(), isa); });
+    const size_t copies = mb::ColdCopies(4.0 * out * in);
+    std::vector<std::vector<float>> ws;
+    for (size_t c = 0; c < copies; ++c) ws.push_back(mb::RandomFloats(out * in, static_cast<uint32_t>(c + 3)));
+    std::vector<float> x = mb::RandomFloats(in), y(out);
+    size_t next = 0;
+    const double sec = BestOf(3 * static_cast<int>(copies), [&] {
+      mk::MatMulF32(ws[next++ % copies].data(), out, in, x.data(), 1, y.data(), isa);
+    });
     const double bps = 4.0 * static_cast<double>(out * in + in) / sec;
     std::printf("%-34s %10.3f %10.2f %10.2f %9.1f%%  %s\n", "f32_matmul 4096x4096 n=1", sec * 1e3, bps / 1e9,
                 2.0 * out * in / sec / 1e9, 100.0 * bps / bw, "read bw");
