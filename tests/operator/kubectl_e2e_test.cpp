@@ -98,7 +98,24 @@ TEST_F(KubectlE2E, ApplyGetDescribeDelete) {
   ASSERT_EQ(short_name.rc, 0) << short_name.output;
   EXPECT_EQ(short_name.output, "2026-11-01");
 
+  // An Event about it, as the operator records them; describe lists it.
+  auto md = server_.Get("moedeployments.moeserve.io", "team-a", "ultra");
+  ASSERT_TRUE(server_.Create("events", {{"apiVersion", "v1"}, {"kind", "Event"},
+      {"metadata", {{"name", "ultra.1"}, {"namespace", "team-a"}}},
+      {"involvedObject", {{"apiVersion", "moeserve.io/v1alpha1"}, {"kind", "MoEDeployment"}, {"name", "ultra"},
+                          {"namespace", "team-a"}, {"uid", (*md)["metadata"]["uid"]}}},
+      {"type", "Normal"}, {"reason", "PhaseReady"}, {"message", "phase Pulling -> Ready"},
+      {"source", {{"component", "moe-operator"}}}, {"count", 1},
+      {"firstTimestamp", (*md)["metadata"]["creationTimestamp"]}, {"lastTimestamp", (*md)["metadata"]["creationTimestamp"]}}));
+
+  // The scale subresource.
+  auto scale = Kubectl("scale moedeployment ultra -n team-a --replicas=3");
+  ASSERT_EQ(scale.rc, 0) << scale.output;
+  EXPECT_EQ((*server_.Get("moedeployments.moeserve.io", "team-a", "ultra"))["spec"]["replicas"], 3);
+
   auto describe = Kubectl("describe moedeployment ultra -n team-a");
+  EXPECT_NE(describe.output.find("PhaseReady"), std::string::npos) << describe.output;
+  EXPECT_NE(describe.output.find("phase Pulling -> Ready"), std::string::npos) << describe.output;
   ASSERT_EQ(describe.rc, 0) << describe.output;
   EXPECT_NE(describe.output.find("Name:"), std::string::npos) << describe.output;
   EXPECT_NE(describe.output.find("s3://models/ultra-moe-2.8t/"), std::string::npos) << describe.output;
