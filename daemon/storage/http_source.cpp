@@ -62,6 +62,12 @@ struct Transfer {
   uint64_t delivered = 0;
   bool got_enough = false;   // we stopped the transfer on purpose
   Status sink_status = Ok();
+  // Our own stall detector: curl's LOW_SPEED_TIME averages over ~5 s windows,
+  // so after a fast burst it notices a dead stream several seconds late.
+  std::chrono::steady_clock::time_point last_byte = std::chrono::steady_clock::now();
+  curl_off_t last_now = 0;
+  std::chrono::milliseconds stall_timeout{0};
+  bool stalled = false;
   std::string error_body;
   std::optional<std::chrono::milliseconds> retry_after;
 };
@@ -113,6 +119,21 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
     return 0;
   }
   return total;
+}
+
+int OnProgress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t ulnow) {
+  auto* t = static_cast<Transfer*>(user);
+  auto now = std::chrono::steady_clock::now();
+  if (dlnow + ulnow != t->last_now) {
+    t->last_now = dlnow + ulnow;
+    t->last_byte = now;
+    return 0;
+  }
+  if (now - t->last_byte > t->stall_timeout) {
+    t->stalled = true;
+    return 1;  // aborts with CURLE_ABORTED_BY_CALLBACK
+  }
+  return 0;
 }
 
 std::string EncodeKeyPath(const std::string& key) { return AwsUriEncode(key, false); }
@@ -210,8 +231,11 @@ class HttpConnection final : public ObjectConnection {
     curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(curl_, CURLOPT_FOLLOWLOCATION, s3_ ? 0L : 1L);
     curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
-    curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max<int64_t>(1, options_.stall_timeout.count())));
+    t.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.stall_timeout);
+    t.last_byte = std::chrono::steady_clock::now();
+    curl_easy_setopt(curl_, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl_, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(curl_, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(curl_, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &t);
@@ -225,6 +249,10 @@ class HttpConnection final : public ObjectConnection {
     std::string what = spec.method + " " + spec.url + ": " + curl_easy_strerror(rc) +
                        (errbuf[0] ? std::string(" (") + errbuf + ")" : "") + " after " +
                        std::to_string(t.delivered) + " body bytes";
+    if (t.stalled)
+      return Fail(Error::Timeout(spec.method + " " + spec.url + ": no byte for " +
+                                 std::to_string(t.stall_timeout.count()) + " ms after " + std::to_string(t.delivered) +
+                                 " body bytes (stalled)"));
     switch (rc) {
       case CURLE_OPERATION_TIMEDOUT:
         return Fail(Error::Timeout(what));
