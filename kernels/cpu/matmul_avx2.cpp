@@ -83,8 +83,13 @@ inline void MicroTail(size_t mr, const float* Wp, const float* X, size_t ldx, si
 template <class Pack>
 void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
   float* Wp = AllocScratch(kKC * kNR);
+  // The k-chunk of X, copied contiguous: X's own row stride can alias cache
+  // sets (e.g. 14336 floats = 14 x 4 KiB) and defeat the caches.
+  float* Xp = AllocScratch(n * kKC);
   for (size_t k0 = 0; k0 < in; k0 += kKC) {
     const size_t kc = Min(kKC, in - k0);
+    for (size_t t = 0; t < n; ++t)
+      for (size_t k = 0; k < kc; ++k) Xp[t * kc + k] = X[t * in + k0 + k];
     for (size_t o0 = o_begin; o0 < o_end; o0 += kNR) {
       const size_t nr = Min(kNR, o_end - o0);
       pack(Wp, o0, nr, k0, kc);
@@ -92,10 +97,11 @@ void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, 
       const bool full = nr == kNR;
       size_t t = 0;
       for (; t + kMR <= n; t += kMR)
-        Micro<kMR>(Wp, X + t * in + k0, in, kc, Y + t * out + o0, out, m0, m1, full, k0 == 0);
-      if (t < n) MicroTail(n - t, Wp, X + t * in + k0, in, kc, Y + t * out + o0, out, m0, m1, full, k0 == 0);
+        Micro<kMR>(Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, full, k0 == 0);
+      if (t < n) MicroTail(n - t, Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, full, k0 == 0);
     }
   }
+  FreeScratch(Xp);
   FreeScratch(Wp);
 }
 
