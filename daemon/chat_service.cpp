@@ -105,6 +105,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
 
   DecodePolicyOptions policy;
   policy.id_seed = g.sampling.seed ^ 0x9E3779B97F4A7C15ull;  // same seed, same call ids
+  policy.limits.max_string_bytes = facts.constrained_max_string_bytes;
   if (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed) {
     policy.mode = DecodeMode::kMustCall;
     for (const auto& t : req.tool_specs) {

@@ -70,6 +70,8 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
     }
   } else if (key == "max_body_bytes") {
     return integer(1024, int64_t{1} << 32, c.max_body_bytes);
+  } else if (key == "constrained_max_string_bytes") {
+    return integer(1, 1 << 20, c.constrained_max_string_bytes);
   } else if (key == "kernels") {
     if (value != "fast" && value != "reference") return bad("must be fast or reference");
     c.kernels = value;

@@ -211,6 +211,7 @@ Status Daemon::LoadModel() {
   facts.default_max_tokens = m.config.default_max_tokens;
   facts.budgets = m.config.thinking_budgets.value_or(m.engine->config().thinking_budgets);
   facts.default_effort = m.config.default_reasoning_effort;
+  facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, facts);

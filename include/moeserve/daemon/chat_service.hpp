@@ -25,6 +25,7 @@ struct ServingFacts {
   int default_max_tokens = 1024;
   engine::ThinkingBudgets budgets;
   ReasoningEffort default_effort = ReasoningEffort::kMedium;
+  int constrained_max_string_bytes = 256;
 };
 
 class ChatService {

@@ -21,6 +21,7 @@
 //   shutdown_grace_seconds: 30
 //   max_body_bytes: 8388608
 //   kernels: fast                 # fast | reference
+//   constrained_max_string_bytes: 256   # longest string in a constrained tool call
 //
 // Thread safety: plain values.
 #pragma once
@@ -55,6 +56,9 @@ struct DaemonConfig {
   double shutdown_grace_seconds = 30;
   size_t max_body_bytes = 8u << 20;
   std::string kernels = "fast";
+  // Constrained decoding: the longest string a tool argument (or json_object
+  // value) may hold. A bound keeps a poorly sampling model from running on.
+  int constrained_max_string_bytes = 256;
 };
 
 // YAML text; `source` names the file in messages. Unknown keys are refused
