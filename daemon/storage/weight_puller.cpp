@@ -152,8 +152,10 @@ class Download {
       uint64_t done = record_.Done(p);
       if (done >= part.length) return Ok();
       uint64_t pos = part.offset + done;
+      // After another part failed for good, transfers in flight still run to
+      // their end (and are recorded): aborting them would throw away bytes the
+      // network already carried, which the next pull would fetch again.
       auto got = conn.Get(file.path, pos, part.length - done, [&](const char* data, size_t n) -> Status {
-        if (abort_.load()) return Fail(Error::Unavailable("pull aborted"));
         size_t written = 0;
         while (written < n) {
           ssize_t w = ::pwrite(fd, data + written, n - written, static_cast<off_t>(pos + written));
