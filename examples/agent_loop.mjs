@@ -2,7 +2,7 @@
 // official `openai` client and one tool, a calculator.
 //
 //   node examples/agent_loop.mjs --base-url http://127.0.0.1:8000/v1 [--model tiny]
-//        [--task "..."] [--turns 3] [--effort low] [--api-key KEY] [--seed 1]
+//        [--task "..."] [--turns 3] [--effort low] [--thinking-budget 24] [--api-key KEY] [--seed 1]
 //
 // Each turn: the model thinks (reasoning_content: Thought), calls the
 // calculator (tool_calls: Action), and the tool result goes back into the
@@ -22,6 +22,8 @@ const model = arg("model", "tiny");
 const turns = Number(arg("turns", "3"));
 const effort = arg("effort", "low");
 const seed = Number(arg("seed", "1"));
+// moe-daemon's extension: lowers the tier's reasoning budget for this loop.
+const thinkingBudget = Number(arg("thinking-budget", "24"));
 const task = arg("task", "What is (17 + 25) * 3? Use the calculator.");
 const client = new OpenAI({ baseURL, apiKey: arg("api-key", process.env.OPENAI_API_KEY ?? "none"), maxRetries: 2 });
 
@@ -62,14 +64,21 @@ function calculate(expression) {
   }
   try {
     const v = sum();
-    if (pos !== s.length) throw new Error(`unexpected '${s[pos]}' at ${pos}`);
+    // codePointAt, not s[pos]: half a surrogate pair is not valid Unicode,
+    // and the daemon refuses a request that carries one.
+    if (pos !== s.length) throw new Error(`unexpected '${String.fromCodePoint(s.codePointAt(pos))}' at ${pos}`);
     return String(v);
   } catch (e) {
     return `error: ${e.message}`;
   }
 }
 
-const show = (text, n = 160) => JSON.stringify(text.length > n ? text.slice(0, n) + "…" : text);
+// Control characters and replacement characters (a random-weight model makes
+// many) print as "·" so each turn stays on one readable line.
+const show = (text, n = 160) => {
+  const clean = [...String(text)].map((ch) => (/[\p{Cc}\uFFFD]/u.test(ch) ? "·" : ch)).join("");
+  return JSON.stringify(clean.length > n ? clean.slice(0, n) + "…" : clean);
+};
 const messages = [
   { role: "system", content: "You are a careful assistant. Think, then use the calculator." },
   { role: "user", content: task },
@@ -82,7 +91,7 @@ for (let turn = 1; turn <= turns + 1; turn++) {
   const last = turn > turns;
   const res = await client.chat.completions.create({
     model, messages, tools, tool_choice: last ? "none" : "required", parallel_tool_calls: false,
-    reasoning_effort: effort, max_tokens: last ? 48 : 240, seed: seed + turn, temperature: 0.7,
+    reasoning_effort: effort, thinking_budget: thinkingBudget, max_tokens: last ? 48 : 240, seed: seed + turn, temperature: 0.7,
   });
   const msg = res.choices[0].message;
   const u = res.usage;
