@@ -128,6 +128,12 @@ std::vector<CachedEntry> ListEntries(const std::string& root) {
 }
 }  // namespace
 
+uint64_t ModelCache::ModelBytes(const std::string& key) const {
+  for (const auto& e : ListEntries(config_.root))
+    if (e.key == key) return e.bytes;
+  return 0;
+}
+
 uint64_t ModelCache::UsedBytes() const {
   uint64_t total = 0;
   for (const auto& e : ListEntries(config_.root)) total += e.bytes;

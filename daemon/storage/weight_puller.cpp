@@ -337,6 +337,7 @@ Result<PulledModel> WeightPuller::Pull(const std::string& uri_text, const PullOp
       if (lease) {
         out.lease = std::move(*lease);
         out.stats.reused = true;
+        out.stats.bytes_total = cache.ModelBytes(key);
         return out;
       }
     }

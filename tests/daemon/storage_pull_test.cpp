@@ -72,6 +72,7 @@ TEST_F(PullTest, SecondPullReusesTheCache) {
   auto second = puller.Pull("file://" + src_, options_);
   ASSERT_TRUE(second) << second.error().ToString();
   EXPECT_TRUE(second->stats.reused);
+  EXPECT_EQ(second->stats.bytes_total, total_);
   EXPECT_EQ(second->stats.bytes_fetched, 0u);
   EXPECT_EQ(second->dir, first->dir);
   // Another revision of the same URI is another cache entry.

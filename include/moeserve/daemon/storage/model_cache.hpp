@@ -70,6 +70,8 @@ class ModelCache {
   Status Publish(const std::string& key, const std::string& uri, const std::string& revision,
                  uint64_t bytes) const;
 
+  // Size of one complete model from its meta file (0 when unknown).
+  uint64_t ModelBytes(const std::string& key) const;
   // Bytes held by complete models (from meta files).
   uint64_t UsedBytes() const;
   // Evicts LRU models no process uses (skipping keep_key) until
