@@ -104,7 +104,12 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   g.sampling.seed = req.seed ? *req.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
 
   DecodePolicyOptions policy;
-  policy.id_seed = g.sampling.seed ^ 0x9E3779B97F4A7C15ull;  // same seed, same call ids
+  // Same request, same call ids (streamed and not agree); the prompt is in
+  // the seed so that a client sending one seed every turn still gets fresh
+  // ids for each turn's calls.
+  uint64_t prompt_hash = 0xcbf29ce484222325ull;  // FNV-1a over the token ids
+  for (int t : g.prompt) prompt_hash = (prompt_hash ^ static_cast<uint32_t>(t)) * 0x100000001b3ull;
+  policy.id_seed = g.sampling.seed ^ prompt_hash;
   policy.limits.max_string_bytes = facts.constrained_max_string_bytes;
   if (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed) {
     policy.mode = DecodeMode::kMustCall;

@@ -1,0 +1,73 @@
+// daemon.config: the YAML file, the flags over it, and the API keys file.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "moeserve/common/sha256.hpp"
+#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/config.hpp"
+
+namespace moeserve::daemon {
+namespace {
+
+TEST(DaemonConfig, YamlThenFlags) {
+  std::string path = ::testing::TempDir() + "/moe_cfg_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << "model: /m\nport: 9000\nprefix_cache: false\nthinking_budgets: {low: 1, medium: 2, high: 3}\n"
+                         "default_reasoning_effort: high\n";
+  std::vector<std::string> args = {"serve", "--config", path, "--port", "9100", "--max-running=8"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  auto c = ParseServeArgs(static_cast<int>(argv.size()), argv.data());
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->model, "/m");
+  EXPECT_EQ(c->port, 9100);
+  EXPECT_EQ(c->max_running, 8);
+  EXPECT_FALSE(c->prefix_cache);
+  EXPECT_EQ(c->thinking_budgets->medium, 2);
+  EXPECT_EQ(c->default_reasoning_effort, ReasoningEffort::kHigh);
+}
+
+TEST(DaemonConfig, ClearMessages) {
+  auto bad = [](const std::string& yaml) {
+    auto c = ParseDaemonConfigYaml(yaml, "daemon.yaml");
+    EXPECT_FALSE(c.has_value()) << yaml;
+    return c ? std::string() : c.error().message();
+  };
+  EXPECT_EQ(bad("port: abc"), "daemon.yaml: port: must be an integer (got 'abc')");
+  EXPECT_EQ(bad("port: 70000"), "daemon.yaml: port: must be between 1 and 65535 (got '70000')");
+  EXPECT_NE(bad("prot: 80").find("unknown setting 'prot'"), std::string::npos);
+  EXPECT_NE(bad("kernels: gpu").find("must be fast or reference"), std::string::npos);
+  EXPECT_NE(bad("thinking_budgets: {low: 9, medium: 2, high: 3}").find("low <= medium <= high"), std::string::npos);
+  EXPECT_NE(bad("[1, 2]").find("must be a map"), std::string::npos);
+  EXPECT_NE(bad("port: [").find("not valid YAML"), std::string::npos);
+  std::vector<std::string> args = {"serve", "--port", "1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  auto c = ParseServeArgs(static_cast<int>(argv.size()), argv.data());
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message().find("no model"), std::string::npos);
+}
+
+TEST(ApiKeys, HashesOnlyAndTenants) {
+  auto keys = ApiKeys::Parse("keys:\n  - key: sk-a\n    tenant: acme\n    role: admin\n  - sha256: " +
+                                 Sha256Hex(std::string_view("sk-b")) + "\n",
+                             "keys.yaml");
+  ASSERT_TRUE(keys.has_value()) << keys.error().message();
+  auto a = keys->Authenticate("Bearer sk-a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->tenant, "acme");
+  EXPECT_TRUE(a->admin);
+  auto b = keys->Authenticate("Bearer sk-b");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->tenant, "default");
+  EXPECT_FALSE(keys->Authenticate("Bearer sk-c").has_value());
+  EXPECT_FALSE(keys->Authenticate("sk-a").has_value());
+  EXPECT_FALSE(keys->Authenticate("").has_value());
+  EXPECT_FALSE(ApiKeys::Parse("keys: []", "k").has_value());
+  EXPECT_FALSE(ApiKeys::Parse("keys:\n  - sha256: xyz\n", "k").has_value());
+  EXPECT_FALSE(ApiKeys::Parse("keys:\n  - key: a\n  - key: a\n", "k").has_value());
+  EXPECT_TRUE(ApiKeys::Open().Authenticate("").has_value());
+}
+
+}  // namespace
+}  // namespace moeserve::daemon
