@@ -61,7 +61,7 @@ rm -f "$WORK"/curl/*
 ARGS=()
 for u in "${URLS[@]}"; do ARGS+=("$u" -o "$WORK/curl/$(basename "$u")"); done
 t0=$(now)
-curl -sf --parallel --parallel-max "$CONN" "${ARGS[@]}"
+curl -sf --no-progress-meter --parallel --parallel-max "$CONN" "${ARGS[@]}"
 t1=$(now)
 report "curl --parallel (1 stream/object)" "$(echo "$t1 - $t0" | bc)" "$BYTES"
 

@@ -172,8 +172,10 @@ int RunPullCommand(int argc, char** argv) {
       log::Info("pull " + args->uri + ": already in the cache");
     } else {
       double rate = s.seconds > 0 ? static_cast<double>(s.bytes_fetched) / s.seconds : 0;
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%.2f", s.seconds);
       log::Info("pull " + args->uri + ": " + FormatBytes(static_cast<double>(s.bytes_total)) + " verified; fetched " +
-                FormatBytes(static_cast<double>(s.bytes_fetched)) + " in " + std::to_string(s.seconds) + " s (" +
+                FormatBytes(static_cast<double>(s.bytes_fetched)) + " in " + secs + " s (" +
                 FormatBytes(rate) + "/s), resumed " + FormatBytes(static_cast<double>(s.bytes_resumed)));
     }
   }

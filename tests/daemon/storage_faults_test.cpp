@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/engine/manifest.hpp"
 #include "storage/test_servers.hpp"
 
 namespace moeserve::daemon::storage {
@@ -82,6 +84,23 @@ TEST_F(FaultsTest, ServerErrorsAreRetriedWithBackoff) {
   auto pulled = puller.Pull(proxy.url() + "/", options_);
   ASSERT_TRUE(pulled) << pulled.error().ToString();
   EXPECT_EQ(proxy.faults(), 4);
+}
+
+TEST_F(FaultsTest, BytesCorruptedInTransitAreCaughtAndFetchedOnceMore) {
+  RangeFileServer server(src_);
+  FaultPlan plan;
+  plan.corrupt_at_byte = 150000;  // inside the body of whatever the first connection carries
+  plan.faulty_connections = 3;    // the manifest's connection is too short to be hit; two part streams are
+  FaultProxy proxy(server.port(), plan);
+  options_.connections = 2;
+  WeightPuller puller({cache_});
+  auto pulled = puller.Pull(proxy.url() + "/", options_);
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  EXPECT_GE(proxy.faults(), 1);
+  EXPECT_GE(pulled->stats.files_refetched, 1) << "sha256 caught the flipped byte";
+  std::ifstream in(pulled->dir + "/manifest.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(engine::VerifyManifest(*engine::ParseManifest(text), pulled->dir));
 }
 
 TEST_F(FaultsTest, PersistentFailureGivesUpAndTheNextPullResumes) {

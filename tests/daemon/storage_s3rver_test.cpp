@@ -160,6 +160,22 @@ TEST_F(S3rverTest, TooManyRequestsHonoursRetryAfterThenSucceeds) {
   EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(1900));
 }
 
+TEST_F(S3rverTest, ConnectionsCutMidBodyResumeWithRanges) {
+  FaultPlan plan;
+  plan.cut_after_bytes = 90 << 10;
+  FaultProxy proxy(server_->port(), plan);
+  options_.source.endpoint_url = proxy.url();
+  options_.retry.base_delay = std::chrono::milliseconds(5);
+  options_.retry.max_delay = std::chrono::milliseconds(50);
+  WeightPuller puller({cache_});
+  auto pulled = puller.Pull("s3://models/rand/v1/", options_);
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  EXPECT_GT(proxy.faults(), 5);
+  // s3rver's response headers are larger than a file server's; allow them on top of the body.
+  EXPECT_LT(static_cast<double>(proxy.bytes_to_client()), 1.1 * static_cast<double>(pulled->stats.bytes_fetched));
+  EXPECT_EQ(fs::file_size(pulled->dir + "/a.bin"), 700000u);
+}
+
 TEST_F(S3rverTest, ForbiddenFailsAtOnce) {
   FaultPlan plan;
   std::string body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";

@@ -233,6 +233,7 @@ struct FaultPlan {
   uint64_t cut_after_bytes = 0;    // close after this many upstream->client bytes (0: never)
   uint64_t stall_after_bytes = 0;  // stop forwarding (keep the socket open) after this many (0: never)
   std::string canned_response;     // reply this instead of forwarding, then close
+  uint64_t corrupt_at_byte = 0;    // flip the byte at this upstream->client offset (0: never)
   int faulty_connections = -1;     // the first N connections get the fault; -1: every one
 };
 
@@ -290,6 +291,10 @@ class FaultProxy {
         if (limit) want = static_cast<size_t>(std::min<uint64_t>(want, limit - forwarded));
         ssize_t n = ::recv(upstream, buf, want, 0);
         if (n <= 0) break;
+        if (faulty && plan.corrupt_at_byte > 0 && plan.corrupt_at_byte >= forwarded && plan.corrupt_at_byte < forwarded + static_cast<uint64_t>(n)) {
+          buf[plan.corrupt_at_byte - forwarded] ^= 0x20;
+          faults_++;
+        }
         if (!SendAll(client, buf, static_cast<size_t>(n))) break;
         forwarded += static_cast<uint64_t>(n);
         to_client_ += static_cast<uint64_t>(n);
