@@ -194,7 +194,8 @@ Result<json> MoEDeploymentReconciler::Apply(const ResourceRef& ref, ObjectCache*
     created["kind"] = ref.kind;
     created["apiVersion"] = ref.ApiVersion();
     cache->Upsert(created);
-    if (events_) events_->Record(md, "Normal", "Created", "Created " + ref.kind + " " + Name(want));
+    // No Event per child: Events mark transitions (phase, rollout, scale),
+    // and six per MoEDeployment would be a third of all writes at scale.
     return created;
   }
   if (Contains(*existing, want)) return *existing;

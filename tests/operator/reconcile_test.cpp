@@ -121,7 +121,12 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   EXPECT_TRUE(ready_event);
 
   // Idempotent: touching the object (a label, so a reconcile runs) writes nothing but that label.
-  std::this_thread::sleep_for(300ms);
+  // Quiet first: nothing written for half a second.
+  ASSERT_TRUE(WaitFor([&] {
+    const size_t n = server.Writes().size();
+    std::this_thread::sleep_for(500ms);
+    return server.Writes().size() == n;
+  }));
   const size_t writes_before = server.Writes().size();
   const uint64_t reconciles_before = running.op.reconciles();
   ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra",
