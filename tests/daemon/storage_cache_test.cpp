@@ -93,6 +93,34 @@ TEST_F(CacheTest, TwoProcessesPullingOneModelDownloadItOnce) {
   EXPECT_EQ(server.body_bytes(), total_) << "one download (manifest included), the other process reused it";
 }
 
+TEST_F(CacheTest, ASecondPullerWaitsForTheLockThenReuses) {
+  PullOptions options;
+  options.revision = "r";
+  options.log_progress = false;
+  std::string uri = "file://" + src_;
+  WeightPuller puller({cache_});
+  ASSERT_TRUE(puller.Pull(uri, options));
+  auto cache = ModelCache::Open({cache_});
+  ASSERT_TRUE(cache);
+  // This test plays the first puller: it holds the model's pull lock.
+  auto lock = cache->LockForPull(ModelCache::Key(uri, "r"));
+  ASSERT_TRUE(lock);
+  PullStatus status;
+  Result<PulledModel> second = Fail(Error::Internal("not run"));
+  std::thread waiter([&] { second = puller.Pull(uri, options, &status); });
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (status.Snapshot().state != PullState::kWaitingForLock && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(status.Snapshot().state, PullState::kWaitingForLock) << "still blocked behind the lock";
+  EXPECT_NE(status.Snapshot().ToJson().find("waiting_for_lock"), std::string::npos);
+  lock->Release();
+  waiter.join();
+  ASSERT_TRUE(second) << second.error().ToString();
+  EXPECT_TRUE(second->stats.reused);
+  EXPECT_TRUE(status.Ready());
+}
+
 TEST_F(CacheTest, KillDashNineMidPullThenResume) {
   RangeFileServer server(src_);
   FaultPlan plan;
