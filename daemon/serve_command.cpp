@@ -1,5 +1,8 @@
 // moe-daemon serve: parse the configuration, listen, load the model, serve
 // until SIGTERM or SIGINT, then shut down gracefully.
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -11,14 +14,32 @@
 
 namespace moeserve::daemon {
 
+namespace {
+
+// SIGTERM/SIGINT write one byte here; the main thread waits on the read end.
+// A handler (not a blocked mask + sigwait) because threads started by static
+// initialisers before main() would not inherit the mask, and a signal
+// delivered to one of them would kill the process without draining.
+int g_signal_pipe[2] = {-1, -1};
+
+void OnShutdownSignal(int sig) {
+  const char byte = static_cast<char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+}
+
+}  // namespace
+
 int RunServeCommand(int argc, char** argv) {
-  // Block the shutdown signals before any thread starts, so every thread
-  // inherits the mask and sigwait below is the one place that sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (::pipe(g_signal_pipe) != 0) {
+    std::cerr << "moe-daemon: cannot create the signal pipe\n";
+    return 1;
+  }
+  struct sigaction action {};
+  action.sa_handler = OnShutdownSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a vanished client must not kill the daemon
 
   auto config = ParseServeArgs(argc, argv);
@@ -42,8 +63,9 @@ int RunServeCommand(int argc, char** argv) {
     return 1;
   }
   std::cerr << "moe-daemon: ready\n";
-  int sig = 0;
-  sigwait(&signals, &sig);
+  char sig = 0;
+  while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+  }
   std::cerr << "moe-daemon: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining (up to "
             << config->shutdown_grace_seconds << " s)\n";
   (*daemon)->Shutdown(config->shutdown_grace_seconds);
