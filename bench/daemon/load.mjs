@@ -32,25 +32,27 @@ if (mode === "rps") {
   console.log(JSON.stringify({ requests: latencies.length, errors, rps: +(latencies.length / seconds).toFixed(1),
                                p50_ms: +q(0.5), p99_ms: +q(0.99), clients }));
 } else if (mode === "ttft") {
+  // The agent case the prefix cache serves: turn 2 repeats turn 1's prompt
+  // and adds to it. TTFT = until the first event after the role chunk.
   const n = Number(process.argv[4] ?? 2000);
-  const system = "x".repeat(n - 20);  // ~1 token per byte, plus the chat format's few
-  async function ttft(question) {
+  const system = "x".repeat(n - 20);  // one token per byte, plus the chat format's few
+  async function ttft(messages) {
     const t0 = performance.now();
-    const r = await chat({ messages: [{ role: "system", content: system }, { role: "user", content: question }],
-                           max_tokens: 1, thinking_budget: 0, stream: true, stream_options: { include_usage: true } });
+    const r = await chat({ messages, max_tokens: 1, thinking_budget: 0, stream: true, stream_options: { include_usage: true } });
     const reader = r.body.getReader();
     let first = null, text = "";
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
       text += Buffer.from(value).toString();
-      if (first === null && /"(reasoning_content|content|tool_calls)":"?[^"]/.test(text.split("\n\n").slice(1).join(""))) first = performance.now();
+      if (first === null && text.split("\n\n").length > 2) first = performance.now();
     }
     const usage = JSON.parse(text.split("\n\n").filter((e) => e.includes('"usage":{')).pop().slice(6)).usage;
-    return { ttft_ms: +((first ?? performance.now()) - t0).toFixed(1), prompt_tokens: usage.prompt_tokens,
+    return { ttft_ms: +(first - t0).toFixed(1), prompt_tokens: usage.prompt_tokens,
              cached_tokens: usage.prompt_tokens_details.cached_tokens };
   }
-  const cold = await ttft("first question");
-  const cached = await ttft("second question");
+  const turn1 = [{ role: "system", content: system }, { role: "user", content: "first question" }];
+  const cold = await ttft(turn1);
+  const cached = await ttft([...turn1, { role: "assistant", content: "a" }, { role: "user", content: "second question" }]);
   console.log(JSON.stringify({ cold, cached }));
 }
