@@ -131,8 +131,21 @@ TEST_F(CacheTest, KillDashNineMidPullThenResume) {
   std::string partial = cache_ + "/partial/" + key;
   Subprocess child = StartPuller(uri, cache_, {"--stall-timeout", "60"});
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (RecordedBytes(partial) < (1u << 20) && std::chrono::steady_clock::now() < until)
+  // Kill once every stream has hit the stall and the child has written what
+  // it received (the record stops growing): bytes still in socket buffers at
+  // the kill would be lost and fetched again, which is not what this measures.
+  uint64_t last = 0;
+  auto stable_since = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < until) {
+    uint64_t now_bytes = RecordedBytes(partial);
+    if (now_bytes != last) {
+      last = now_bytes;
+      stable_since = std::chrono::steady_clock::now();
+    } else if (now_bytes >= (1u << 20) && std::chrono::steady_clock::now() - stable_since > std::chrono::milliseconds(500)) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   uint64_t before_kill = RecordedBytes(partial);
   ASSERT_GE(before_kill, 1u << 20) << "the child never got going";
   child.Kill();  // SIGKILL: no cleanup runs
