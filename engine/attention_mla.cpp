@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "layers.hpp"
+#include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 
 namespace moeserve::engine {
@@ -24,19 +25,6 @@ float Dot(const float* a, const float* b, int n) {
   float s = 0.0f;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
-}
-
-// The lightning indexer's choice for one query at position p: the k =
-// min(index_topk, p+1) positions with the largest I(p, s), ties to lower s.
-// O(p) selection (nth_element), then sorted for a deterministic order.
-std::vector<int> SelectTopK(const std::vector<float>& scores, int k) {
-  std::vector<int> idx(scores.size());
-  for (size_t s = 0; s < idx.size(); ++s) idx[s] = static_cast<int>(s);
-  auto better = [&](int a, int b) { return scores[a] != scores[b] ? scores[a] > scores[b] : a < b; };
-  std::nth_element(idx.begin(), idx.begin() + k, idx.end(), better);
-  idx.resize(static_cast<size_t>(k));
-  std::sort(idx.begin(), idx.end());
-  return idx;
 }
 
 }  // namespace
@@ -111,59 +99,68 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         }
       }
     }
-    std::vector<float> scores, index_scores, q_abs(static_cast<size_t>(kvl)), lat(static_cast<size_t>(kvl));
+    // Row pointers of this sequence's cached tokens (the pool is paged).
+    std::vector<const float*> rows(static_cast<size_t>(ctx_len));
+    for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
+    const bool fast = ctx.options.kernels == KernelChoice::kFast;
+    std::vector<float> scores, index_scores, q_abs(static_cast<size_t>(H) * kvl), q_pe(static_cast<size_t>(H) * rope),
+        lat(static_cast<size_t>(H) * kvl);
+    std::vector<int> keys;
     for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
       const int64_t pos = seg.pos0 + (r - seg.row0);
-      // Which keys this query sees.
-      std::vector<int> keys;
-      if (dsa && pos + 1 > cfg.dsa.index_topk) {
-        index_scores.assign(static_cast<size_t>(pos + 1), 0.0f);
-        for (int64_t s = 0; s <= pos; ++s) {
-          const float* ik = CacheRow(ctx.pool, *seg.cache, s, off_ik);
-          float I = 0.0f;
-          for (int j = 0; j < IH; ++j)
-            I += iw[static_cast<size_t>(r) * IH + j] * std::max(0.0f, Dot(&iq[(static_cast<size_t>(r) * IH + j) * ID], ik, ID));
-          index_scores[static_cast<size_t>(s)] = I;
-        }
-        keys = SelectTopK(index_scores, cfg.dsa.index_topk);
+      // Which keys this query sees: all s <= pos, or the indexer's top k.
+      const bool sparse = dsa && pos + 1 > cfg.dsa.index_topk;
+      if (sparse) {
+        index_scores.resize(static_cast<size_t>(pos + 1));
+        const float* iqr = &iq[static_cast<size_t>(r) * IH * ID];
+        const float* iwr = &iw[static_cast<size_t>(r) * IH];
+        if (fast) kernels::IndexerScores(iqr, iwr, IH, ID, rows.data(), off_ik, static_cast<int>(pos + 1), index_scores.data());
+        else kernels::IndexerScoresRef(iqr, iwr, IH, ID, rows.data(), off_ik, static_cast<int>(pos + 1), index_scores.data());
+        keys.resize(static_cast<size_t>(cfg.dsa.index_topk));
+        kernels::TopKIndices(index_scores.data(), static_cast<int>(pos + 1), cfg.dsa.index_topk, keys.data());
       } else {
         keys.resize(static_cast<size_t>(pos + 1));
-        for (int64_t s = 0; s <= pos; ++s) keys[static_cast<size_t>(s)] = static_cast<int>(s);
+        for (int64_t sidx = 0; sidx <= pos; ++sidx) keys[static_cast<size_t>(sidx)] = static_cast<int>(sidx);
       }
       if (dsa && ctx.trace) ctx.trace->dsa_selected[ctx.layer].push_back(keys);
 
+      if (absorbed) {
+        // q_abs = W_uk^T q_nope per head: scores against the latent c directly,
+        // reading only the cache (model.md 5.1's decode form).
+        for (int h = 0; h < H; ++h) {
+          const float* qh = &q[(static_cast<size_t>(r) * H + h) * qk];
+          const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
+          float* qa_h = &q_abs[static_cast<size_t>(h) * kvl];
+          std::fill(qa_h, qa_h + kvl, 0.0f);
+          for (int i = 0; i < nope; ++i)
+            for (int l = 0; l < kvl; ++l) qa_h[l] += qh[i] * wb[static_cast<size_t>(i) * kvl + l];
+          std::copy_n(qh + nope, rope, &q_pe[static_cast<size_t>(h) * rope]);
+        }
+        const kernels::MlaDecodeShape shape{H, kvl, rope, ctx.mla_scale};
+        const int* key_ptr = sparse ? keys.data() : nullptr;
+        if (fast) kernels::MlaDecode(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
+        else kernels::MlaDecodeRef(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
+        for (int h = 0; h < H; ++h) {
+          const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
+          float* oh = &o[(static_cast<size_t>(r) * H + h) * vd];
+          for (int j = 0; j < vd; ++j) oh[j] = Dot(wb + static_cast<size_t>(nope + j) * kvl, &lat[static_cast<size_t>(h) * kvl], kvl);
+        }
+        continue;
+      }
+      // Expanded form: per-head keys/values computed from c above.
       scores.resize(keys.size());
       for (int h = 0; h < H; ++h) {
         const float* qh = &q[(static_cast<size_t>(r) * H + h) * qk];
-        const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
         float* oh = &o[(static_cast<size_t>(r) * H + h) * vd];
-        if (absorbed) {
-          // q_abs = W_uk^T q_nope: scores against the latent c directly.
-          std::fill(q_abs.begin(), q_abs.end(), 0.0f);
-          for (int i = 0; i < nope; ++i)
-            for (int l = 0; l < kvl; ++l) q_abs[l] += qh[i] * wb[static_cast<size_t>(i) * kvl + l];
-          for (size_t k = 0; k < keys.size(); ++k) {
-            const float* row = CacheRow(ctx.pool, *seg.cache, keys[k], off_c);
-            scores[k] = ctx.mla_scale * (Dot(q_abs.data(), row, kvl) + Dot(qh + nope, row + kvl, rope));
-          }
-          kernels::SoftmaxRef(scores.data(), scores.size());
-          std::fill(lat.begin(), lat.end(), 0.0f);
-          for (size_t k = 0; k < keys.size(); ++k) {
-            const float* c = CacheRow(ctx.pool, *seg.cache, keys[k], off_c);
-            for (int l = 0; l < kvl; ++l) lat[l] += scores[k] * c[l];
-          }
-          for (int j = 0; j < vd; ++j) oh[j] = Dot(wb + static_cast<size_t>(nope + j) * kvl, lat.data(), kvl);
-        } else {
-          for (size_t k = 0; k < keys.size(); ++k) {
-            const int s = keys[k];
-            const float* pe = CacheRow(ctx.pool, *seg.cache, s, off_pe);
-            scores[k] = ctx.mla_scale * (Dot(qh, &k_nope[(static_cast<size_t>(s) * H + h) * nope], nope) + Dot(qh + nope, pe, rope));
-          }
-          kernels::SoftmaxRef(scores.data(), scores.size());
-          for (size_t k = 0; k < keys.size(); ++k) {
-            const float* v = &vals[(static_cast<size_t>(keys[k]) * H + h) * vd];
-            for (int j = 0; j < vd; ++j) oh[j] += scores[k] * v[j];
-          }
+        for (size_t k = 0; k < keys.size(); ++k) {
+          const int sidx = keys[k];
+          const float* pe = rows[static_cast<size_t>(sidx)] + off_pe;
+          scores[k] = ctx.mla_scale * (Dot(qh, &k_nope[(static_cast<size_t>(sidx) * H + h) * nope], nope) + Dot(qh + nope, pe, rope));
+        }
+        kernels::SoftmaxRef(scores.data(), scores.size());
+        for (size_t k = 0; k < keys.size(); ++k) {
+          const float* v = &vals[(static_cast<size_t>(keys[k]) * H + h) * vd];
+          for (int j = 0; j < vd; ++j) oh[j] += scores[k] * v[j];
         }
       }
     }

@@ -1,0 +1,47 @@
+// Decode-time attention kernels over a paged cache (model.md 5.1, 5.2), each
+// a plain function with a reference beside it:
+//   - absorbed MLA decode for one query over a set of cached rows,
+//   - the DSA lightning indexer's scores over cached keys,
+//   - top-k selection in O(n) (ties to the lower index).
+// Cache rows are passed as an array of row pointers (one per cached token;
+// a paged pool makes them non-contiguous) plus this layer's float offset in
+// a row: [c (kv_lora) | k_pe (rope)] for MLA, [ik (index_dim)] for the indexer.
+//
+// The fast variants read each cache row once for all heads (not once per
+// head), split the keys across the kernel thread pool, and use AVX2/FMA dot
+// products where the CPU has them. They differ from the reference only by
+// fp32 summation order.
+//
+// Thread safety: pure functions over caller buffers.
+#pragma once
+
+#include <cstddef>
+
+namespace moeserve::kernels {
+
+struct MlaDecodeShape {
+  int heads;
+  int kv_lora;
+  int rope;
+  float scale;  // softmax scale (YaRN m^2 included)
+};
+
+// For each head h: p = softmax over keys of scale * (q_abs[h] . c_s + q_pe[h] . kpe_s),
+// lat[h] = sum_s p_s c_s.  q_abs [heads, kv_lora], q_pe [heads, rope],
+// lat [heads, kv_lora]. keys: indices into rows (nullptr: rows 0..n_keys-1).
+void MlaDecodeRef(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
+                  size_t offset, const int* keys, int n_keys, float* lat);
+void MlaDecode(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
+               size_t offset, const int* keys, int n_keys, float* lat);
+
+// scores[s] = sum_j w[j] * ReLU(iq[j] . ik_s) for s in [0, n); iq [heads, dim].
+void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset,
+                      int n, float* scores);
+void IndexerScores(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset, int n,
+                   float* scores);
+
+// The k (<= n) indices with the largest scores, ties to the lower index,
+// written in ascending order. O(n) expected (nth_element), not a full sort.
+void TopKIndices(const float* scores, int n, int k, int* out);
+
+}  // namespace moeserve::kernels
