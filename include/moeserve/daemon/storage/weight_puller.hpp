@@ -1,9 +1,14 @@
 // WeightPuller: object storage -> verified, node-local model directory.
 //
-//   WeightPuller puller({.root = "/var/cache/moeserve"});
-//   auto status = std::make_shared<PullStatus>();     // show in /readyz
-//   MOE_ASSIGN_OR_RETURN(PulledModel m, puller.Pull("s3://b/models/tiny/", opts, status.get()));
-//   OpenModelDir(m.dir);                               // keep m (its lease) while serving
+//   WeightPuller puller({.root = "/var/cache/moeserve", .size_limit_bytes = 0});
+//   PullOptions opts;
+//   opts.revision = "v1";
+//   opts.source.endpoint_url = "http://minio:9000";    // empty for AWS
+//   // /readyz stays 503 with the pull's state until Pull returns:
+//   opts.on_progress = [&](const PullProgress& p) { readiness.Set("pulling", p.ToLogLine()); };
+//   PullStatus status;                                   // or poll status.Snapshot().ToJson()
+//   MOE_ASSIGN_OR_RETURN(PulledModel m, puller.Pull("s3://b/models/tiny/", opts, &status));
+//   OpenModelDir(m.dir);                                 // keep m (its lease) while serving
 //
 // Guarantees: manifest.json lists every file with size and sha256, and each is
 // checked before the model becomes visible (a missing manifest is an error
