@@ -237,6 +237,7 @@ class HttpConnection final : public ObjectConnection {
     curl_easy_setopt(curl_, CURLOPT_XFERINFOFUNCTION, OnProgress);
     curl_easy_setopt(curl_, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(curl_, CURLOPT_TCP_KEEPALIVE, 1L);
+    if (!options_.ca_file.empty()) curl_easy_setopt(curl_, CURLOPT_CAINFO, options_.ca_file.c_str());
     curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, OnBody);

@@ -26,6 +26,7 @@ constexpr const char* kUsage =
     "  --region R               S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)\n"
     "  --path-style | --virtual-host   S3 addressing (default: path style with --endpoint, else virtual host)\n"
     "  --credentials-file F     shared-credentials INI file (default: AWS_* variables, ~/.aws/credentials)\n"
+    "  --ca-bundle F            PEM certificates to trust for https (default: the system's)\n"
     "  --connections N          parallel ranged downloads (default 8)\n"
     "  --part-size SIZE         bytes per ranged GET, e.g. 8MiB (default 8MiB)\n"
     "  --cache-size-limit SIZE  evict least-recently-used unused models above this (default: no limit)\n"
@@ -89,6 +90,8 @@ Result<PullArgs> ParseArgs(int argc, char** argv) {
       a.options.source.addressing = S3AddressingStyle::kVirtualHost;
     } else if (arg == "--credentials-file") {
       MOE_ASSIGN_OR_RETURN(a.options.source.credentials_file, value());
+    } else if (arg == "--ca-bundle") {
+      MOE_ASSIGN_OR_RETURN(a.options.source.ca_file, value());
     } else if (arg == "--connections") {
       MOE_ASSIGN_OR_RETURN(std::string v, value());
       MOE_ASSIGN_OR_RETURN(long n, ParseInt(arg, v, 1));

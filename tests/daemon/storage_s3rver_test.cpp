@@ -192,5 +192,36 @@ TEST_F(S3rverTest, ForbiddenFailsAtOnce) {
   EXPECT_NE(pulled.error().message().find("bucket 'models'"), std::string::npos) << pulled.error().message();
 }
 
+TEST(S3rverTls, HttpsWithAPrivateCa) {
+  std::string dir = MakeTempDir("s3-tls");
+  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                    "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " + dir + "/key.pem -out " + dir +
+                    "/cert.pem > /dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "openssl CLI not available";
+  std::string why;
+  auto server = S3rver::Start("models", &why, dir + "/cert.pem", dir + "/key.pem");
+  if (!server) GTEST_SKIP() << why;
+  std::string model = dir + "/model";
+  testing::WriteRandomModel(model, {{"w.bin", 300000}});
+  ASSERT_TRUE(server->UploadDir("models", "tls/", model));
+  PullOptions options;
+  options.revision = "v1";
+  options.log_progress = false;
+  options.source.endpoint_url = server->endpoint();
+  options.source.credentials = AwsCredentials{S3rver::kAccessKey, S3rver::kSecretKey, ""};
+  WeightPuller puller({dir + "/cache"});
+  // Untrusted certificate: a clear, final error.
+  options.retry.max_attempts = 2;
+  auto untrusted = puller.Pull("s3://models/tls/", options);
+  ASSERT_FALSE(untrusted);
+  EXPECT_NE(untrusted.error().message().find("https://127.0.0.1"), std::string::npos) << untrusted.error().message();
+  options.source.ca_file = dir + "/cert.pem";
+  auto pulled = puller.Pull("s3://models/tls/", options);
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  EXPECT_EQ(fs::file_size(pulled->dir + "/w.bin"), 300000u);
+  server.reset();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace moeserve::daemon::storage

@@ -20,7 +20,9 @@ class S3rver {
   static constexpr const char* kSecretKey = "S3RVER";
 
   // Empty unique_ptr (and *why set) when node or s3rver are not installed.
-  static std::unique_ptr<S3rver> Start(const std::string& bucket, std::string* why) {
+  // With cert and key (PEM files), s3rver serves https.
+  static std::unique_ptr<S3rver> Start(const std::string& bucket, std::string* why, const std::string& cert = "",
+                                       const std::string& key = "") {
     std::string script = SourceDir() + "/node_modules/s3rver/bin/s3rver.js";
     if (!std::filesystem::exists(script)) {
       *why = "s3rver is not installed (run scripts/setup: npm ci)";
@@ -33,9 +35,11 @@ class S3rver {
     auto s = std::unique_ptr<S3rver>(new S3rver());
     s->dir_ = MakeTempDir("s3rver");
     // --service-endpoint localhost: virtual-host requests to <bucket>.s3.localhost resolve the bucket.
-    s->process_ = std::make_unique<Subprocess>(std::vector<std::string>{
-        "node", script, "-d", s->dir_, "-a", "127.0.0.1", "-p", "0", "--silent", "--configure-bucket", bucket,
-        "--service-endpoint", "localhost"});
+    std::vector<std::string> argv = {"node", script, "-d", s->dir_, "-a", "127.0.0.1", "-p", "0", "--silent",
+                                     "--configure-bucket", bucket, "--service-endpoint", "localhost"};
+    if (!cert.empty()) argv.insert(argv.end(), {"--cert", cert, "--key", key});
+    s->tls_ = !cert.empty();
+    s->process_ = std::make_unique<Subprocess>(argv);
     std::string line = s->process_->WaitForLine("listening on", std::chrono::seconds(30));
     if (line.empty()) {
       *why = "s3rver did not start";
@@ -49,7 +53,7 @@ class S3rver {
     std::filesystem::remove_all(dir_);
   }
   int port() const { return port_; }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string endpoint() const { return (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(port_); }
 
   // PUTs every file under dir to bucket/prefix<relative path> (anonymous: s3rver allows it).
   bool UploadDir(const std::string& bucket, const std::string& prefix, const std::string& dir) const {
@@ -71,6 +75,7 @@ class S3rver {
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, data.data());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(data.size()));
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t s, size_t n, void*) { return s * n; });
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);  // test uploads only
     CURLcode rc = curl_easy_perform(curl);
     long status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
@@ -83,6 +88,7 @@ class S3rver {
   std::string dir_;
   std::unique_ptr<Subprocess> process_;
   int port_ = 0;
+  bool tls_ = false;
 };
 
 }  // namespace moeserve::testing

@@ -62,6 +62,7 @@ struct SourceOptions {
   std::string credentials_file;
   std::optional<AwsCredentials> credentials;  // overrides the environment when set
   // http(s) and S3.
+  std::string ca_file;  // PEM bundle to trust instead of the system's (private CAs, tests)
   std::chrono::milliseconds connect_timeout{10000};
   // A transfer that moves no byte for this long is abandoned (then retried).
   std::chrono::seconds stall_timeout{30};
