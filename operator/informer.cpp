@@ -102,6 +102,7 @@ Status Informer::ListAndReplace() {
     // Lists carry kind/apiVersion on the list, not on items; handlers want them.
     item["kind"] = resource_.kind;
     item["apiVersion"] = resource_.ApiVersion();
+    if (options_.strip_managed_fields) item["metadata"].erase("managedFields");
     fresh[ObjectKey(item)] = item;
   }
   std::vector<std::pair<std::optional<json>, json>> changes;
@@ -151,6 +152,7 @@ void Informer::Run() {
     size_t delivered = 0;
     auto ended = client_.Watch(resource_, ns_, watch_options, [&](const std::string& type, const json& in) {
       json object = in;
+      if (options_.strip_managed_fields && object.contains("metadata")) object["metadata"].erase("managedFields");
       std::string rv = object["metadata"].value("resourceVersion", "");
       if (type == "BOOKMARK") {
         std::lock_guard lock(mu_);

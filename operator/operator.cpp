@@ -78,12 +78,12 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   child_handlers.on_update = [this](const json&, const json& o) { EnqueueOwner(o); };
   child_handlers.on_delete = [this](const json& o) { EnqueueOwner(o); };
   ReconcilerCaches caches;
-  caches.moedeployments = const_cast<ObjectCache*>(&md_informer_->cache());
+  caches.moedeployments = &md_informer_->mutable_cache();
   for (const ResourceRef* ref : {&resources::kStatefulSet, &resources::kService, &resources::kConfigMap,
                                  &resources::kSecret, &resources::kPodDisruptionBudget}) {
     auto informer =
         std::make_unique<Informer>(client_, *ref, options_.watch_namespace, child_options, child_handlers);
-    ObjectCache* cache = const_cast<ObjectCache*>(&informer->cache());
+    ObjectCache* cache = &informer->mutable_cache();
     if (ref == &resources::kStatefulSet) caches.statefulsets = cache;
     if (ref == &resources::kService) caches.services = cache;
     if (ref == &resources::kConfigMap) caches.configmaps = cache;

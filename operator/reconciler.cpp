@@ -193,6 +193,7 @@ Result<json> MoEDeploymentReconciler::Apply(const ResourceRef& ref, ObjectCache*
     MOE_ASSIGN_OR_RETURN(json created, client_.Create(ref, Namespace(want), want));
     created["kind"] = ref.kind;
     created["apiVersion"] = ref.ApiVersion();
+    created["metadata"].erase("managedFields");
     cache->Upsert(created);
     // No Event per child: Events mark transitions (phase, rollout, scale),
     // and six per MoEDeployment would be a third of all writes at scale.
@@ -202,6 +203,7 @@ Result<json> MoEDeploymentReconciler::Apply(const ResourceRef& ref, ObjectCache*
   MOE_ASSIGN_OR_RETURN(json updated, client_.Update(ref, Overlay(*existing, want)));
   updated["kind"] = ref.kind;
   updated["apiVersion"] = ref.ApiVersion();
+  updated["metadata"].erase("managedFields");
   cache->Upsert(updated);
   return updated;
 }

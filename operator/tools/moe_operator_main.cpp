@@ -12,6 +12,9 @@
 #include <iostream>
 #include <thread>
 
+#include <utility>  // before pplx/threadpool.h, whose boost headers need std::exchange
+#include <pplx/threadpool.h>
+
 #include "moeserve/common/log.hpp"
 #include "moeserve/operator/operator.hpp"
 
@@ -73,6 +76,12 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     return Usage(std::string("bad flag value: ") + e.what());
+  }
+  // cpprestsdk's pool runs every HTTP continuation; its default of 40
+  // threads mostly wakes threads to find nothing to do.
+  try {
+    crossplat::threadpool::initialize_with_threads(static_cast<size_t>(std::max(4, options.workers + 2)));
+  } catch (const std::exception&) {
   }
   auto config = op::ResolveKubeConfig(kubeconfig);
   if (!config) {

@@ -829,6 +829,16 @@ Outcome FakeApiServer::DoDelete(const Request& r) {
   }
   std::string policy = options.is_object() ? options.value("propagationPolicy", "Background") : "Background";
   Commit(t, "DELETED", object);
+  if (t.kind == "Namespace") {
+    // The namespace controller's job, done at once: everything in it goes.
+    for (const auto& type : std::vector<ResourceType>(types_)) {
+      if (!type.namespaced) continue;
+      std::vector<json> inside;
+      for (const auto& [key, o] : objects_[type.Qualified()])
+        if (o["metadata"].value("namespace", "") == r.name) inside.push_back(o);
+      for (auto& o : inside) Commit(type, "DELETED", o);
+    }
+  }
   if (policy != "Orphan") CollectGarbageLocked(object["metadata"].value("uid", ""));
   return {200, object};
 }

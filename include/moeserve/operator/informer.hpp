@@ -59,6 +59,9 @@ struct InformerOptions {
   int watch_timeout_s = 300;
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{30000};
+  // managedFields are often the largest part of an object and nothing here
+  // reads them (controller-runtime's TransformStripManagedFields).
+  bool strip_managed_fields = true;
 };
 
 class Informer {
@@ -73,6 +76,9 @@ class Informer {
   // Waits until the first list was applied, or the timeout passed.
   bool WaitForSync(std::chrono::milliseconds timeout) const;
   const ObjectCache& cache() const { return cache_; }
+  // For a reconciler that writes its own writes through (the informer's
+  // next event for the object replaces them).
+  ObjectCache& mutable_cache() { return cache_; }
   const ResourceRef& resource() const { return resource_; }
 
   size_t relists() const { return relists_; }
