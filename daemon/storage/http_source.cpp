@@ -83,7 +83,10 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
       long seconds = std::stol(v, &used);
       if (seconds >= 0) t->retry_after = std::chrono::milliseconds(seconds * 1000);
     } catch (...) {
-      // An HTTP-date Retry-After falls back to our own backoff.
+      // Retry-After may also be an HTTP-date.
+      time_t when = curl_getdate(v.c_str(), nullptr);
+      time_t now = time(nullptr);
+      if (when > 0) t->retry_after = std::chrono::milliseconds(std::max<int64_t>(0, (when - now) * 1000));
     }
   }
   return size * n;
