@@ -23,6 +23,18 @@ std::string Env(const json& sts, const std::string& name) {
   return "";
 }
 
+// Stands in for the Vault lease revocation that will run under the finalizer.
+class CountingCleanup : public CleanupHook {
+ public:
+  Status Cleanup(const json& md) override {
+    std::lock_guard lock(mu);
+    cleaned.push_back(md["metadata"]["name"]);
+    return Ok();
+  }
+  std::mutex mu;
+  std::vector<std::string> cleaned;
+};
+
 TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   FakeCluster cluster;
   auto& server = cluster.server;
@@ -38,6 +50,8 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
 
   OperatorOptions options;
   options.workers = 2;
+  CountingCleanup cleanup;
+  options.reconciler.cleanup = &cleanup;
   RunningOperator running(*client, options);
 
   // Every child, owned and labelled.
@@ -140,6 +154,7 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   ASSERT_TRUE(WaitFor([&] { return !server.Get("moedeployments.moeserve.io", "team-a", "ultra"); }));
   EXPECT_TRUE(server.List("statefulsets.apps", "team-a").empty());
   EXPECT_TRUE(server.List("configmaps", "team-a").empty());
+  EXPECT_EQ(cleanup.cleaned, std::vector<std::string>{"ultra"});
   running.Stop();
   EXPECT_TRUE(running.status) << running.status.error().ToString();
 }
