@@ -428,10 +428,35 @@ ApiResult<ChatRequest> ParseChatRequestJson(const ojson& body) {
 
 ApiResult<ChatRequest> ParseChatRequest(std::string_view body) {
   if (body.empty()) return ApiFail(ApiError::InvalidRequest("The request body is empty; expected a JSON object"));
-  ojson parsed = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    // nlohmann rejects invalid UTF-8 inside strings too, so one message covers both.
-    return ApiFail(ApiError::InvalidRequest("The request body is not valid JSON (or not valid UTF-8)"));
+  // Schemas and contents are walked recursively later (grammar compiler,
+  // renderer); refuse absurd nesting up front so no body can exhaust the stack.
+  constexpr int kMaxDepth = 64;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > kMaxDepth) {
+        return ApiFail(ApiError::InvalidRequest("The request body nests objects and arrays more than " +
+                                                std::to_string(kMaxDepth) + " levels deep"));
+      }
+    } else if (ch == '}' || ch == ']') {
+      --depth;
+    }
+  }
+  ojson parsed;
+  try {
+    parsed = ojson::parse(body.begin(), body.end());
+  } catch (const ojson::parse_error& e) {
+    // nlohmann rejects invalid UTF-8 inside strings too; its message names the
+    // byte offset ("parse error at line 1, column 17: ..."), which is what a
+    // person needs to find the mistake. (ReplyError re-encodes any stray bytes.)
+    return ApiFail(ApiError::InvalidRequest(std::string("The request body is not valid JSON: ") + e.what()));
   }
   return ParseChatRequestJson(parsed);
 }

@@ -97,6 +97,13 @@ TEST_F(Malformed, HugeAndInvalidBodies) {
   ExpectClientError("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\xc0\xaf\"}]}", "invalid UTF-8");
   ExpectClientError("{\"messages\":[{\"role\":\"user\",\"content\":\"\xed\xa0\x80\"}]}", "a UTF-8 surrogate");
   ExpectClientError(std::string(100000, '['), "deep nesting");
+  {
+    // Valid JSON, nested a million levels deep inside a tool's schema.
+    std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+    ExpectClientError(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"enum":[)" +
+                          deep + "]}}}}}],\"tool_choice\":\"required\"}",
+                      "a million-deep schema");
+  }
   ExpectClientError("", "empty body");
   ExpectClientError("null", "null");
   ExpectClientError(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"array"}}}],"tool_choice":"required"})",
