@@ -56,8 +56,24 @@ Status WithRetries(const RetryPolicy& policy, ObjectConnection& conn, std::mt199
   }
 }
 
+// A file descriptor closed on scope exit. Files are opened per task rather
+// than all at once, so a checkpoint of thousands of shards stays within the
+// process's descriptor limit.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 struct OpenFile {
-  int fd = -1;
   std::atomic<size_t> parts_left{0};
   std::atomic<int> refetches{0};
 };
@@ -69,10 +85,6 @@ class Download {
       : source_(source), manifest_(manifest), record_(record), dir_(dir), options_(options), status_(status),
         files_(manifest.files.size()) {}
 
-  ~Download() {
-    for (auto& f : files_)
-      if (f.fd >= 0) ::close(f.fd);
-  }
 
   Status Run(PullStats& stats) {
     MOE_TRY(OpenFiles());
@@ -107,9 +119,9 @@ class Download {
       std::string path = dir_ + "/" + manifest_.files[f].path;
       std::error_code ec;
       fs::create_directories(fs::path(path).parent_path(), ec);
-      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      ScopedFd file(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+      int fd = file.get();
       if (fd < 0) return Fail(Error::Io("cache: open '" + path + "': " + std::strerror(errno)));
-      files_[f].fd = fd;
       struct stat st{};
       ::fstat(fd, &st);
       if (static_cast<uint64_t>(st.st_size) != manifest_.files[f].size &&
@@ -147,7 +159,9 @@ class Download {
   Status FetchPart(size_t p, ObjectConnection& conn, std::mt19937_64& rng) {
     const PartSpan& part = record_.parts()[p];
     const engine::ManifestEntry& file = manifest_.files[part.file];
-    int fd = files_[part.file].fd;
+    MOE_ASSIGN_OR_RETURN(int raw_fd, Open(part.file));
+    ScopedFd file_fd(raw_fd);
+    int fd = file_fd.get();
     auto attempt = [&]() -> Status {
       uint64_t done = record_.Done(p);
       if (done >= part.length) return Ok();
@@ -201,12 +215,21 @@ class Download {
     return VerifyFile(f, conn, rng);
   }
 
+  Result<int> Open(size_t f) {
+    std::string path = dir_ + "/" + manifest_.files[f].path;
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return Fail(Error::Io("cache: open '" + path + "': " + std::strerror(errno)));
+    return fd;
+  }
+
   Result<std::string> HashFile(size_t f) {
+    MOE_ASSIGN_OR_RETURN(int raw_fd, Open(f));
+    ScopedFd file(raw_fd);
     Sha256 h;
     std::vector<char> buf(1 << 20);
     uint64_t off = 0, size = manifest_.files[f].size;
     while (off < size) {
-      ssize_t n = ::pread(files_[f].fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off)),
+      ssize_t n = ::pread(file.get(), buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off)),
                           static_cast<off_t>(off));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return Fail(Error::Io("cache: reading back '" + manifest_.files[f].path + "' to verify it"));
@@ -217,7 +240,9 @@ class Download {
   }
 
   Status FsyncFile(size_t f) {
-    if (::fsync(files_[f].fd) != 0)
+    MOE_ASSIGN_OR_RETURN(int raw_fd, Open(f));
+    ScopedFd file(raw_fd);
+    if (::fsync(file.get()) != 0)
       return Fail(Error::Io("cache: fsync '" + manifest_.files[f].path + "': " + std::strerror(errno)));
     return Ok();
   }
