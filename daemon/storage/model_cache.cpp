@@ -159,8 +159,34 @@ Result<bool> ModelCache::TryEvict(const std::string& key) const {
   return true;
 }
 
+namespace {
+// Apparent size of a folder (files are pre-sized, so a partial counts in full).
+uint64_t FolderBytes(const fs::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; it != end; it.increment(ec)) {
+    if (ec) break;
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  }
+  return total;
+}
+}  // namespace
+
 Status ModelCache::MakeRoom(uint64_t incoming_bytes, const std::string& keep_key) const {
   if (config_.size_limit_bytes == 0) return Ok();
+  // Partial downloads nobody is pulling (their puller failed or died) go
+  // before any complete model: they are worth less, and resuming them later
+  // only saves bandwidth.
+  std::vector<std::pair<std::string, uint64_t>> partials;
+  uint64_t partial_bytes = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(config_.root + "/partial", ec)) {
+    std::string key = e.path().filename().string();
+    if (key == keep_key) continue;
+    uint64_t bytes = FolderBytes(e.path());
+    partials.emplace_back(key, bytes);
+    partial_bytes += bytes;
+  }
   if (incoming_bytes > config_.size_limit_bytes)
     return Fail(Error::ResourceExhausted("cache '" + config_.root + "': model needs " + std::to_string(incoming_bytes) +
                                          " bytes, more than the cache limit of " +
@@ -168,9 +194,18 @@ Status ModelCache::MakeRoom(uint64_t incoming_bytes, const std::string& keep_key
   auto entries = ListEntries(config_.root);
   std::sort(entries.begin(), entries.end(),
             [](const CachedEntry& a, const CachedEntry& b) { return a.last_used < b.last_used; });
-  uint64_t used = 0;
+  uint64_t used = partial_bytes;
   for (const auto& e : entries)
     if (e.key != keep_key) used += e.bytes;
+  for (const auto& [key, bytes] : partials) {
+    if (used + incoming_bytes <= config_.size_limit_bytes) break;
+    MOE_ASSIGN_OR_RETURN(FileLock pull, LockFile(config_.root + "/locks/" + key + ".pull", LockMode::kExclusive, true));
+    if (!pull.held()) continue;  // someone is pulling it right now
+    fs::remove_all(PartialPath(key), ec);
+    if (ec) return Fail(Error::Io("cache: removing abandoned '" + PartialPath(key) + "': " + ec.message()));
+    log::Info("cache: removed abandoned partial download " + key + " from " + config_.root);
+    used -= bytes;
+  }
   for (const auto& e : entries) {
     if (used + incoming_bytes <= config_.size_limit_bytes) break;
     if (e.key == keep_key) continue;

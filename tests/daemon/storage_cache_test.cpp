@@ -211,6 +211,30 @@ TEST_F(CacheTest, LruEvictionNeverEvictsAModelInUse) {
   EXPECT_TRUE(fs::exists(c->dir));
 }
 
+TEST_F(CacheTest, AbandonedPartialDownloadsGoFirstUnderTheLimit) {
+  std::string a = src_ + "/a", b = src_ + "/b";
+  testing::WriteRandomModel(a, {{"w.bin", 1000000}}, 7);
+  testing::WriteRandomModel(b, {{"w.bin", 1000000}}, 8);
+  PullOptions options;
+  options.revision = "r";
+  options.log_progress = false;
+  // a's pull fails for good (the object vanished), leaving a 1 MB partial download.
+  fs::rename(a + "/w.bin", a + "/w.moved");
+  fs::copy_file(a + "/w.moved", a + "/w.bin.part");
+  {
+    std::ofstream(a + "/w.bin", std::ios::binary) << std::string(500000, 'x');  // too short: a hard error
+  }
+  WeightPuller puller({cache_, 1500000});
+  auto failed = puller.Pull("file://" + a, options);
+  ASSERT_FALSE(failed);
+  std::string a_partial = cache_ + "/partial/" + ModelCache::Key("file://" + a, "r");
+  ASSERT_TRUE(fs::exists(a_partial));
+  // b needs the room: the abandoned partial goes.
+  auto pulled = puller.Pull("file://" + b, options);
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  EXPECT_FALSE(fs::exists(a_partial));
+}
+
 TEST_F(CacheTest, ModelHeldByAnotherProcessIsNotEvicted) {
   auto cache = ModelCache::Open({cache_, 1});
   ASSERT_TRUE(cache);

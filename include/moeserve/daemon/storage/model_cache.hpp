@@ -74,9 +74,9 @@ class ModelCache {
   uint64_t ModelBytes(const std::string& key) const;
   // Bytes held by complete models (from meta files).
   uint64_t UsedBytes() const;
-  // Evicts LRU models no process uses (skipping keep_key) until
-  // UsedBytes() + incoming <= size limit. kResourceExhausted when that cannot
-  // be reached because the rest is in use. No-op without a limit.
+  // Frees room under the size limit for incoming bytes (keep_key aside):
+  // first partial downloads nobody is pulling, then LRU models no process
+  // uses. kResourceExhausted when the rest is in use. No-op without a limit.
   Status MakeRoom(uint64_t incoming_bytes, const std::string& keep_key) const;
   // Evicts one model if nobody uses or pulls it; false when it is in use.
   Result<bool> TryEvict(const std::string& key) const;
