@@ -6,12 +6,20 @@
 #include <numeric>
 
 #include "layers.hpp"
+#include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 
 namespace moeserve::engine {
 
 void Linear(const Matrix& W, const float* X, int n, float* Y, KernelChoice kc) {
+  if (!W.bf16.empty()) {
+    if (kc == KernelChoice::kReference)
+      kernels::MatMulBf16Ref(W.bf16.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+    else
+      kernels::MatMulBf16(W.bf16.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+    return;
+  }
   if (kc == KernelChoice::kReference)
     kernels::MatMulF32Ref(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
   else

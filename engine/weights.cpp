@@ -32,7 +32,19 @@ class Loader {
   Result<Matrix> Mat(const std::string& name) {
     const TensorView* t = ck_.Find(name);
     if (!t || t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
-    return Matrix{ToF32(*t), static_cast<int>(t->shape[0]), static_cast<int>(t->shape[1])};
+    return Matrix{ToF32(*t), {}, static_cast<int>(t->shape[0]), static_cast<int>(t->shape[1])};
+  }
+  // A matrix only multiplied through Linear(): BF16 stays BF16.
+  Result<Matrix> Linear(const std::string& name) {
+    const TensorView* t = ck_.Find(name);
+    if (!t || t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
+    if (t->dtype != DType::kBF16) return Mat(name);
+    Matrix m;
+    m.bf16.resize(static_cast<size_t>(t->numel()));
+    std::memcpy(m.bf16.data(), t->data, t->nbytes);
+    m.rows = static_cast<int>(t->shape[0]);
+    m.cols = static_cast<int>(t->shape[1]);
+    return m;
   }
   Result<Mxfp4Stack> Experts(const std::string& base) {
     const TensorView* b = ck_.Find(base + ".blocks");
@@ -57,7 +69,7 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
   Loader L(ck);
   ModelWeights w;
   MOE_ASSIGN_OR_RETURN(w.embed, L.Mat("embed.weight"));
-  MOE_ASSIGN_OR_RETURN(w.head, L.Mat("head.weight"));
+  MOE_ASSIGN_OR_RETURN(w.head, L.Linear("head.weight"));
   MOE_ASSIGN_OR_RETURN(w.norm, L.Vec("norm.weight"));
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
@@ -66,31 +78,31 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
     MOE_ASSIGN_OR_RETURN(lw.attn_norm, L.Vec(p + "attn_norm.weight"));
     MOE_ASSIGN_OR_RETURN(lw.ffn_norm, L.Vec(p + "ffn_norm.weight"));
     if (lw.kind != LayerKind::kDelta) {
-      MOE_ASSIGN_OR_RETURN(lw.wq_a, L.Mat(p + "attn.wq_a.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wq_a, L.Linear(p + "attn.wq_a.weight"));
       MOE_ASSIGN_OR_RETURN(lw.q_norm, L.Vec(p + "attn.q_norm.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wq_b, L.Mat(p + "attn.wq_b.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wkv_a, L.Mat(p + "attn.wkv_a.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wq_b, L.Linear(p + "attn.wq_b.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wkv_a, L.Linear(p + "attn.wkv_a.weight"));
       MOE_ASSIGN_OR_RETURN(lw.kv_norm, L.Vec(p + "attn.kv_norm.weight"));
       MOE_ASSIGN_OR_RETURN(lw.wkv_b, L.Mat(p + "attn.wkv_b.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wo, L.Mat(p + "attn.wo.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
       if (c.mla.output_gate) {
-        MOE_ASSIGN_OR_RETURN(lw.wg, L.Mat(p + "attn.wg.weight"));
+        MOE_ASSIGN_OR_RETURN(lw.wg, L.Linear(p + "attn.wg.weight"));
       }
       if (lw.kind == LayerKind::kDsa) {
-        MOE_ASSIGN_OR_RETURN(lw.idx_wq_b, L.Mat(p + "attn.indexer.wq_b.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.idx_wk, L.Mat(p + "attn.indexer.wk.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.idx_weights_proj, L.Mat(p + "attn.indexer.weights_proj.weight"));
+        MOE_ASSIGN_OR_RETURN(lw.idx_wq_b, L.Linear(p + "attn.indexer.wq_b.weight"));
+        MOE_ASSIGN_OR_RETURN(lw.idx_wk, L.Linear(p + "attn.indexer.wk.weight"));
+        MOE_ASSIGN_OR_RETURN(lw.idx_weights_proj, L.Linear(p + "attn.indexer.weights_proj.weight"));
         MOE_ASSIGN_OR_RETURN(lw.idx_k_norm_w, L.Vec(p + "attn.indexer.k_norm.weight"));
         MOE_ASSIGN_OR_RETURN(lw.idx_k_norm_b, L.Vec(p + "attn.indexer.k_norm.bias"));
       }
     } else {
-      MOE_ASSIGN_OR_RETURN(lw.q_proj, L.Mat(p + "attn.q_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.k_proj, L.Mat(p + "attn.k_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.v_proj, L.Mat(p + "attn.v_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.a_proj, L.Mat(p + "attn.a_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.b_proj, L.Mat(p + "attn.b_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.g_proj, L.Mat(p + "attn.g_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.o_proj, L.Mat(p + "attn.o_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.q_proj, L.Linear(p + "attn.q_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.k_proj, L.Linear(p + "attn.k_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.v_proj, L.Linear(p + "attn.v_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.a_proj, L.Linear(p + "attn.a_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.b_proj, L.Linear(p + "attn.b_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.g_proj, L.Linear(p + "attn.g_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.o_proj, L.Linear(p + "attn.o_proj.weight"));
       MOE_ASSIGN_OR_RETURN(lw.q_conv, L.Mat(p + "attn.q_conv1d.weight"));
       MOE_ASSIGN_OR_RETURN(lw.k_conv, L.Mat(p + "attn.k_conv1d.weight"));
       MOE_ASSIGN_OR_RETURN(lw.v_conv, L.Mat(p + "attn.v_conv1d.weight"));
@@ -100,18 +112,18 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
     }
     lw.moe = c.IsMoeLayer(i);
     if (!lw.moe) {
-      MOE_ASSIGN_OR_RETURN(lw.w1, L.Mat(p + "ffn.w1.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.w3, L.Mat(p + "ffn.w3.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.w2, L.Mat(p + "ffn.w2.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.w1, L.Linear(p + "ffn.w1.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.w3, L.Linear(p + "ffn.w3.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.w2, L.Linear(p + "ffn.w2.weight"));
     } else {
-      MOE_ASSIGN_OR_RETURN(lw.gate, L.Mat(p + "ffn.gate.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.gate, L.Linear(p + "ffn.gate.weight"));
       MOE_ASSIGN_OR_RETURN(lw.gate_bias, L.Vec(p + "ffn.gate.bias"));
       MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13"));
       MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2"));
       if (c.moe.num_shared_experts > 0) {
-        MOE_ASSIGN_OR_RETURN(lw.shared_w1, L.Mat(p + "ffn.shared.w1.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.shared_w3, L.Mat(p + "ffn.shared.w3.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.shared_w2, L.Mat(p + "ffn.shared.w2.weight"));
+        MOE_ASSIGN_OR_RETURN(lw.shared_w1, L.Linear(p + "ffn.shared.w1.weight"));
+        MOE_ASSIGN_OR_RETURN(lw.shared_w3, L.Linear(p + "ffn.shared.w3.weight"));
+        MOE_ASSIGN_OR_RETURN(lw.shared_w2, L.Linear(p + "ffn.shared.w2.weight"));
       }
     }
     w.layers.push_back(std::move(lw));

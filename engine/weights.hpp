@@ -11,9 +11,14 @@
 
 namespace moeserve::engine {
 
+// A dense matrix [rows, cols]. Matrices only ever used through Linear() keep
+// the checkpoint's BF16 (decode reads half the bytes); ones whose elements
+// the layers index directly (wkv_b, conv weights, the embedding) are fp32.
 struct Matrix {
-  std::vector<float> w;  // [rows, cols]
+  std::vector<float> w;        // fp32 elements, or empty when bf16 is used
+  std::vector<uint16_t> bf16;  // BF16 elements, or empty
   int rows = 0, cols = 0;
+  size_t bytes() const { return w.size() * 4 + bf16.size() * 2; }
 };
 
 struct Mxfp4Stack {  // [experts, rows, cols] in blocks/scales form

@@ -4,7 +4,11 @@
 //   moe-run --model DIR --prompt TEXT [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-p P] [--top-k K] [--seed S]
 //           [--reasoning-effort low|medium|high] [--thinking-budget N]
-//           [--kernels fast|reference] [--ignore-eos]
+//           [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS]
+//
+// With --read-bw (the machine's read bandwidth, as bench_roofline measures
+// it) it also prints decode speed as a fraction of the memory roofline:
+// read bandwidth / bytes of weights read per decoded token.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +17,7 @@
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 
 using namespace moeserve;
@@ -25,7 +30,7 @@ int Usage(const std::string& msg) {
   std::fprintf(stderr,
                "usage: moe-run --model DIR --prompt TEXT [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
-               "               [--thinking-budget N] [--kernels fast|reference] [--ignore-eos]\n");
+               "               [--thinking-budget N] [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS]\n");
   return 2;
 }
 
@@ -50,7 +55,7 @@ bool ToFloat(const std::string& s, double lo, double hi, double* out) {
 int main(int argc, char** argv) {
   std::string model_path, prompt, system, effort = "medium", kernels = "fast";
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
-  double temperature = 0.0, top_p = 1.0;
+  double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool ignore_eos = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
     else if (a == "--top-k") { if (!ToInt(v, 0, 1 << 20, &top_k)) return Usage("--top-k must be a non-negative integer"); }
     else if (a == "--thinking-budget") { if (!ToInt(v, 0, 1 << 24, &budget)) return Usage("--thinking-budget must be a non-negative integer"); }
     else if (a == "--temperature") { if (!ToFloat(v, 0, 100, &temperature)) return Usage("--temperature must be in [0, 100]"); }
+    else if (a == "--read-bw") { if (!ToFloat(v, 0.001, 1e6, &read_bw)) return Usage("--read-bw must be a positive number of GB/s"); }
     else if (a == "--top-p") { if (!ToFloat(v, 0, 1, &top_p) || top_p == 0) return Usage("--top-p must be in (0, 1]"); }
     else return Usage("unknown argument '" + a + "'");
   }
@@ -137,5 +143,28 @@ int main(int argc, char** argv) {
               usage.completion_tokens, secs(t0, t_loaded));
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (kernels: %s)\n", usage.prompt_tokens / prefill_s,
               usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0, kernels.c_str());
+  // Weights one decoded token reads, as the engine holds them in memory:
+  // BF16 matrices as BF16 (wkv_b and the conv weights widened to fp32), F32
+  // vectors, one embedding row, and of the routed experts only
+  // experts_per_token of num_experts (blocks + scales).
+  const ModelConfig& cfg = dir->config;
+  double bytes = 0;
+  for (const TensorSpec& t : ExpectedTensors(cfg)) {
+    double n = 1;
+    for (auto d : t.shape) n *= static_cast<double>(d);
+    if (t.name == "embed.weight") bytes += 4.0 * cfg.hidden_size;
+    else if (t.routed_expert) bytes += n * cfg.moe.experts_per_token / cfg.moe.num_experts;
+    else if (t.cls == TensorClass::kBf16 && t.name.find("wkv_b") == std::string::npos &&
+             t.name.find("conv1d") == std::string::npos)
+      bytes += 2.0 * n;
+    else bytes += 4.0 * n;
+  }
+  double decode_tps = usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0;
+  std::printf("weights read per decoded token: %.1f MB\n", bytes / 1e6);
+  if (read_bw > 0) {
+    double roof = read_bw * 1e9 / bytes;
+    std::printf("roofline %.1f tokens/s (%.2f GB/s / %.1f MB); decode reached %.1f%% of it\n", roof, read_bw, bytes / 1e6,
+                100.0 * decode_tps / roof);
+  }
   return 0;
 }
