@@ -96,7 +96,8 @@ void Informer::SleepFor(std::chrono::milliseconds d) {
 Status Informer::ListAndReplace() {
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
-  MOE_ASSIGN_OR_RETURN(json list, client_.List(resource_, ns_, list_options));
+  list_options.limit = options_.list_page_size;
+  MOE_ASSIGN_OR_RETURN(json list, client_.ListAll(resource_, ns_, list_options));
   std::map<std::string, json> fresh;
   for (auto& item : list["items"]) {
     // Lists carry kind/apiVersion on the list, not on items; handlers want them.

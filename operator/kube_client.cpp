@@ -295,7 +295,24 @@ Result<json> KubeClient::List(const ResourceRef& r, const std::string& ns, const
   std::string q;
   if (!options.label_selector.empty()) q += "&labelSelector=" + UrlEncode(options.label_selector);
   if (!options.field_selector.empty()) q += "&fieldSelector=" + UrlEncode(options.field_selector);
+  if (options.limit > 0) q += "&limit=" + std::to_string(options.limit);
+  if (!options.continue_token.empty()) q += "&continue=" + UrlEncode(options.continue_token);
   return Call("GET", r.Path(ns) + (q.empty() ? "" : "?" + q.substr(1)), "", "");
+}
+
+Result<json> KubeClient::ListAll(const ResourceRef& r, const std::string& ns, ListOptions options) {
+  if (options.limit <= 0) options.limit = 500;
+  options.continue_token.clear();
+  MOE_ASSIGN_OR_RETURN(json all, List(r, ns, options));
+  std::string next = all["metadata"].value("continue", "");
+  while (!next.empty()) {
+    options.continue_token = next;
+    MOE_ASSIGN_OR_RETURN(json page, List(r, ns, options));
+    for (auto& item : page["items"]) all["items"].push_back(std::move(item));
+    next = page["metadata"].value("continue", "");
+  }
+  all["metadata"].erase("continue");
+  return all;
 }
 
 Result<json> KubeClient::Create(const ResourceRef& r, const std::string& ns, const json& object) {

@@ -557,19 +557,51 @@ Outcome FakeApiServer::DoGet(const Request& r) {
   return {200, it->second};
 }
 
+// Pages: `limit` objects at a time in key order, and a continue token
+// naming where the next page starts and the resourceVersion of the first
+// page. Unlike etcd, later pages show the current state rather than a
+// snapshot; a token older than the kept history is 410 Expired, as etcd
+// compaction makes it.
 Outcome FakeApiServer::DoList(const Request& r) {
+  int64_t limit = 0;
+  try {
+    if (!r.Query("limit").empty()) limit = std::stoll(r.Query("limit"));
+  } catch (...) {
+  }
+  std::string start_after;
+  std::string list_rv = std::to_string(rv_);
+  if (!r.Query("continue").empty()) {
+    json token = json::parse(r.Query("continue"), nullptr, false);
+    if (!token.is_object()) return Failure(400, "BadRequest", "continue key is not valid");
+    if (token.value("rv", int64_t{0}) < compacted_rv_)
+      return Failure(410, "Expired",
+                     "The provided continue parameter is too old to display a consistent list result. You can start "
+                     "a new list without the continue parameter, or use the continue token in this response to "
+                     "retrieve the remainder of the results. Continuing with the provided token results in an "
+                     "inconsistent list - objects that were created, modified, or deleted between the time the first "
+                     "chunk was returned and now may show up in the list.");
+    start_after = token.value("start", "");
+    list_rv = std::to_string(token.value("rv", rv_));
+  }
   json items = json::array();
-  for (const auto& [key, object] : objects_[r.type->Qualified()]) {
+  std::string last_key;
+  bool more = false;
+  auto& store = objects_[r.type->Qualified()];
+  for (auto it = start_after.empty() ? store.begin() : store.upper_bound(start_after); it != store.end(); ++it) {
+    const json& object = it->second;
     if (!r.ns.empty() && object["metadata"].value("namespace", "") != r.ns) continue;
     if (!MatchesLabelSelector(object, r.Query("labelSelector"))) continue;
     if (!MatchesFieldSelector(object, r.Query("fieldSelector"))) continue;
+    if (limit > 0 && static_cast<int64_t>(items.size()) == limit) {
+      more = true;
+      break;
+    }
     items.push_back(object);
+    last_key = it->first;
   }
-  return {200,
-          {{"kind", r.type->list_kind},
-           {"apiVersion", r.type->GroupVersion()},
-           {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
-           {"items", items}}};
+  json meta = {{"resourceVersion", list_rv}};
+  if (more) meta["continue"] = json({{"rv", std::stoll(list_rv)}, {"start", last_key}}).dump();
+  return {200, {{"kind", r.type->list_kind}, {"apiVersion", r.type->GroupVersion()}, {"metadata", meta}, {"items", items}}};
 }
 
 Outcome FakeApiServer::DoCreate(const Request& r, json object) {
@@ -1393,7 +1425,8 @@ void FakeApiServer::SetFaults(const FakeFaults& faults) {
 
 void FakeApiServer::CompactHistory() {
   std::lock_guard lock(mu_);
-  compacted_rv_ = rv_;
+  // Every resourceVersion handed out so far, the latest included, is now too old.
+  compacted_rv_ = rv_ + 1;
   history_.clear();
 }
 

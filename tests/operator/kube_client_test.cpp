@@ -274,3 +274,35 @@ TEST(Operator, MetricsAndHealthEndpoints) {
 
 }  // namespace
 }  // namespace moeserve::op::testing
+
+namespace moeserve::op::testing {
+namespace {
+
+TEST(KubeClient, ListsPageWithContinueTokens) {
+  FakeCluster cluster;
+  auto client = cluster.Client();
+  for (int i = 0; i < 23; ++i)
+    ASSERT_TRUE(cluster.server.Create("configmaps", {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
+                                                     {"metadata", {{"name", "p" + std::to_string(i)}, {"namespace", "team-a"}}}}));
+  ListOptions page;
+  page.limit = 10;
+  auto first = client->List(resources::kConfigMap, "team-a", page);
+  ASSERT_TRUE(first);
+  EXPECT_EQ((*first)["items"].size(), 10u);
+  ASSERT_FALSE((*first)["metadata"].value("continue", "").empty());
+  auto all = client->ListAll(resources::kConfigMap, "team-a", page);
+  ASSERT_TRUE(all);
+  EXPECT_EQ((*all)["items"].size(), 23u);
+  EXPECT_EQ((*all)["metadata"]["resourceVersion"], (*first)["metadata"]["resourceVersion"]);
+  // A continue token from before a compaction is 410 Expired.
+  cluster.server.CompactHistory();
+  (void)cluster.server.Create("configmaps", {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
+                                             {"metadata", {{"name", "late"}, {"namespace", "team-a"}}}});
+  page.continue_token = (*first)["metadata"]["continue"];
+  auto expired = client->List(resources::kConfigMap, "team-a", page);
+  ASSERT_FALSE(expired);
+  EXPECT_NE(expired.error().message().find("410"), std::string::npos) << expired.error().message();
+}
+
+}  // namespace
+}  // namespace moeserve::op::testing

@@ -62,6 +62,7 @@ struct InformerOptions {
   // managedFields are often the largest part of an object and nothing here
   // reads them (controller-runtime's TransformStripManagedFields).
   bool strip_managed_fields = true;
+  int64_t list_page_size = 500;  // client-go's page size
 };
 
 class Informer {

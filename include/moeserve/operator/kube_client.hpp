@@ -68,6 +68,8 @@ extern const ResourceRef kMoEDeployment, kQuotaPolicy, kConfigMap, kSecret, kSer
 struct ListOptions {
   std::string label_selector;
   std::string field_selector;
+  int64_t limit = 0;          // page size; 0 = everything at once
+  std::string continue_token;  // from the previous page's metadata.continue
 };
 
 struct WatchOptions {
@@ -91,6 +93,10 @@ class KubeClient {
 
   Result<json> Get(const ResourceRef& r, const std::string& ns, const std::string& name);
   Result<json> List(const ResourceRef& r, const std::string& ns, const ListOptions& options = {});
+  // Every page of a list (options.limit per page, 500 when unset), joined.
+  // The resourceVersion is the first page's, so a watch from it replays
+  // whatever changed while later pages were read.
+  Result<json> ListAll(const ResourceRef& r, const std::string& ns, ListOptions options = {});
   Result<json> Create(const ResourceRef& r, const std::string& ns, const json& object);
   Result<json> Update(const ResourceRef& r, const json& object);        // PUT, with metadata.resourceVersion
   Result<json> UpdateStatus(const ResourceRef& r, const json& object);  // PUT .../status
