@@ -154,27 +154,43 @@ std::string GroupName(const json& md, int replica) { return Name(md) + "-r" + st
 std::string ConfigMapName(const json& md) { return Name(md) + "-config"; }
 std::string SecretName(const json& md) { return Name(md) + "-secrets"; }
 
+std::string ModelDirectory(const MoEDeploymentSpec& spec) {
+  return std::string(kCacheDir) + "/models/" + Sha256Hex(spec.model_uri).substr(0, 12) + "/" + spec.model_revision;
+}
+
 std::string Endpoint(const json& md, const MoEDeploymentSpec& spec) {
   return std::string(spec.tls_secret.empty() ? "http" : "https") + "://" + Name(md) + "." + Namespace(md) +
          ".svc:" + std::to_string(spec.port) + "/v1";
 }
 
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
-  // The daemon's configuration. JSON is YAML, and nlohmann orders keys, so
-  // the same spec always yields the same bytes (and the same hash).
-  json config = {
-      {"model", {{"uri", spec.model_uri}, {"revision", spec.model_revision}, {"endpoint", spec.model_endpoint}}},
-      {"engine",
-       {{"maxContextTokens", spec.max_context_tokens},
-        {"thinking", {{"defaultTier", spec.default_tier}, {"budgets", spec.thinking_budgets}}}}},
-      {"parallelism", {{"nodesPerReplica", spec.nodes_per_replica}, {"gpusPerNode", spec.gpus_per_node}}},
-      {"server", {{"port", spec.port}, {"tls", !spec.tls_secret.empty()}}},
-      {"cache", {{"path", "/var/cache/moeserve"}, {"sizeLimitGi", spec.cache_size_gi}}},
-      {"secrets", {{"dir", "/etc/moeserve/secrets"}}},
+  // config.yaml is moe-daemon's serve configuration (daemon/config.hpp; it
+  // refuses unknown keys, so only keys it knows). Where the weights come
+  // from is in model-source.yaml for the weight puller. JSON is YAML, and
+  // nlohmann orders keys, so the same spec gives the same bytes and hash.
+  json serve = {
+      {"model", ModelDirectory(spec)},
+      {"host", "0.0.0.0"},
+      {"port", spec.port},
+      {"served_model_name", Name(md)},
+      {"max_context", spec.max_context_tokens},
+      {"default_reasoning_effort", spec.default_tier},
   };
-  if (!spec.quota_policy.empty()) config["quota"] = {{"policy", spec.quota_policy}};
+  json budgets = json::object();
+  for (const char* tier : {"low", "medium", "high"})
+    if (spec.thinking_budgets.contains(tier)) budgets[tier] = spec.thinking_budgets[tier];
+  if (!budgets.empty()) serve["thinking_budgets"] = budgets;
+  if (!spec.api_keys.empty()) serve["api_keys_file"] = std::string(kSecretsDir) + "/api-keys.yaml";
+  json source = {{"uri", spec.model_uri},
+                 {"revision", spec.model_revision},
+                 {"endpoint", spec.model_endpoint},
+                 {"directory", ModelDirectory(spec)},
+                 {"credentials_prefix", spec.model_credentials.empty() ? "" : "object-store."},
+                 {"cache", {{"path", kCacheDir}, {"sizeLimitGi", spec.cache_size_gi}}},
+                 {"parallelism", {{"nodesPerReplica", spec.nodes_per_replica}, {"gpusPerNode", spec.gpus_per_node}}}};
+  if (!spec.quota_policy.empty()) source["quotaPolicy"] = spec.quota_policy;
   json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", Metadata(md, ConfigMapName(md), "config")}};
-  cm["data"] = {{"config.yaml", config.dump(2) + "\n"}};
+  cm["data"] = {{"config.yaml", serve.dump(2) + "\n"}, {"model-source.yaml", source.dump(2) + "\n"}};
   return cm;
 }
 
@@ -224,7 +240,7 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
   json container = {
       {"name", "moe-daemon"},
       {"image", spec.image},
-      {"args", {"--config", "/etc/moeserve/config.yaml"}},
+      {"args", {"serve", "--config", std::string(kConfigDir) + "/config.yaml"}},
       {"ports", json::array({{{"name", "http"}, {"containerPort", spec.port}, {"protocol", "TCP"}}})},
       {"env",
        json::array({
@@ -235,13 +251,16 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
            env("MOE_MASTER_ADDR", group + "-0." + group),
            env("MOE_LOCAL_RANKS", std::to_string(spec.LocalRanks())),
            env("MOE_REPLICA_INDEX", std::to_string(replica)),
+           env("MOE_MODEL_URI", spec.model_uri),
+           env("MOE_MODEL_REVISION", spec.model_revision),
        })},
       {"resources", resources},
-      {"readinessProbe", {{"httpGet", {{"path", "/health"}, {"port", "http"}}}, {"periodSeconds", 10}}},
+      {"readinessProbe", {{"httpGet", {{"path", "/readyz"}, {"port", "http"}}}, {"periodSeconds", 10}}},
+      {"livenessProbe", {{"httpGet", {{"path", "/healthz"}, {"port", "http"}}}, {"periodSeconds", 20}, {"failureThreshold", 6}}},
       {"volumeMounts",
-       json::array({{{"name", "config"}, {"mountPath", "/etc/moeserve"}, {"readOnly", true}},
-                    {{"name", "secrets"}, {"mountPath", "/etc/moeserve/secrets"}, {"readOnly", true}},
-                    {{"name", "cache"}, {"mountPath", "/var/cache/moeserve"}}})},
+       json::array({{{"name", "config"}, {"mountPath", kConfigDir}, {"readOnly", true}},
+                    {{"name", "secrets"}, {"mountPath", kSecretsDir}, {"readOnly", true}},
+                    {{"name", "cache"}, {"mountPath", kCacheDir}}})},
   };
   json volumes = json::array({{{"name", "config"}, {"configMap", {{"name", ConfigMapName(md)}}}},
                               {{"name", "secrets"}, {"secret", {{"secretName", SecretName(md)}}}},

@@ -180,7 +180,20 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(con
     for (const auto& [k, v] : *fetched) state.data[prefix + k] = v;
   };
   gather(spec.model_credentials, "object-store.");
-  gather(spec.api_keys, "api-keys.");
+  // The API keys source maps tenant -> key; the daemon reads them as
+  // api-keys.yaml (daemon/api_keys.hpp: keys: [{key, tenant}]).
+  if (!spec.api_keys.empty() && state.synced) {
+    auto keys = options_.secret_source->Fetch(Namespace(md), spec.api_keys);
+    if (!keys) {
+      state.synced = false;
+      state.reason = spec.api_keys.vault_path.empty() ? "SecretNotFound" : "VaultUnavailable";
+      state.message = keys.error().message();
+    } else {
+      json file = {{"keys", json::array()}};
+      for (const auto& [tenant, key] : *keys) file["keys"].push_back({{"key", key}, {"tenant", tenant}});
+      state.data["api-keys.yaml"] = file.dump(2) + "\n";
+    }
+  }
   if (state.synced) state.message = "secrets are in Secret " + desired::SecretName(md);
   return state;
 }

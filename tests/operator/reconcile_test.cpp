@@ -43,8 +43,12 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
                                         {"metadata", {{"name", "object-store"}, {"namespace", "team-a"}}},
                                         {"stringData", {{"AWS_ACCESS_KEY_ID", "AKIA"}, {"AWS_SECRET_ACCESS_KEY", "s3cr3t"}}}}));
+  ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                        {"metadata", {{"name", "ultra-api-keys"}, {"namespace", "team-a"}}},
+                                        {"stringData", {{"acme", "sk-acme-1"}}}}));
   json manifest = MoEDeploymentManifest("team-a", "ultra", 2, 2);
   manifest["spec"]["model"]["credentials"] = {{"secretRef", {{"name", "object-store"}}}};
+  manifest["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "ultra-api-keys"}}}};
   auto md = server.Create("moedeployments.moeserve.io", manifest);
   ASSERT_TRUE(md) << md.error().ToString();
 
@@ -94,6 +98,15 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   EXPECT_EQ(endpoint["spec"]["selector"]["apps.kubernetes.io/pod-index"], "0");
   auto secret = *server.Get("secrets", "team-a", "ultra-secrets");
   EXPECT_EQ(Base64Decode(secret["data"]["object-store.AWS_SECRET_ACCESS_KEY"]), "s3cr3t");
+  // API keys in moe-daemon's file format, and a serve config that points at them.
+  json keys = json::parse(Base64Decode(secret["data"]["api-keys.yaml"]));
+  EXPECT_EQ(keys["keys"][0]["tenant"], "acme");
+  EXPECT_EQ(keys["keys"][0]["key"], "sk-acme-1");
+  json serve = json::parse((*server.Get("configmaps", "team-a", "ultra-config"))["data"]["config.yaml"].get<std::string>());
+  EXPECT_EQ(serve["host"], "0.0.0.0");
+  EXPECT_EQ(serve["port"], 8000);
+  EXPECT_EQ(serve["api_keys_file"], "/etc/moeserve/secrets/api-keys.yaml");
+  EXPECT_EQ(serve["default_reasoning_effort"], "medium");
   EXPECT_NE(server.Get("moedeployments.moeserve.io", "team-a", "ultra")->dump().find(kFinalizer), std::string::npos);
 
   // Not ready yet: Pulling, with conditions per the API conventions.

@@ -15,6 +15,10 @@ inline constexpr char kFinalizer[] = "moeserve.io/cleanup";
 inline constexpr char kConfigHashAnnotation[] = "moeserve.io/config-hash";
 inline constexpr char kReplicaLabel[] = "moeserve.io/replica";
 inline constexpr char kManagedBy[] = "moe-operator";
+// Where the daemon's pod finds things.
+inline constexpr char kConfigDir[] = "/etc/moeserve/config";
+inline constexpr char kSecretsDir[] = "/etc/moeserve/secrets";
+inline constexpr char kCacheDir[] = "/var/cache/moeserve";
 
 // Where a secret comes from: exactly one of a Vault path or a Secret's name.
 struct SecretReference {
@@ -57,6 +61,8 @@ std::string GroupName(const json& md, int replica);  // <name>-r<replica>
 std::string ConfigMapName(const json& md);            // <name>-config
 std::string SecretName(const json& md);               // <name>-secrets
 std::string Endpoint(const json& md, const MoEDeploymentSpec& spec);
+// Where the weight puller puts a revision: the cache, by source and revision.
+std::string ModelDirectory(const MoEDeploymentSpec& spec);
 
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec);
 json Secret(const json& md, const std::map<std::string, std::string>& data);
