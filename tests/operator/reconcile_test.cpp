@@ -174,3 +174,32 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
 
 }  // namespace
 }  // namespace moeserve::op::testing
+
+namespace moeserve::op::testing {
+namespace {
+
+TEST(Reconcile, UnreachableSecretSourceIsReportedNotFatal) {
+  // Vault is a later issue: a vault path cannot be read yet. The children are
+  // still made, and SecretsSynced=False says why (the path, never a value).
+  FakeCluster cluster;
+  auto client = cluster.Client();
+  json manifest = MoEDeploymentManifest("team-a", "v", 1, 1);
+  manifest["spec"]["model"]["credentials"] = {{"vault", {{"path", "kv/data/team-a/object-store"}}}};
+  ASSERT_TRUE(cluster.server.Create("moedeployments.moeserve.io", manifest));
+  RunningOperator running(*client, {});
+  auto condition = [&](const std::string& type) {
+    for (const auto& c : StatusOf(cluster.server, "team-a", "v").value("conditions", json::array()))
+      if (c["type"] == type) return c;
+    return json();
+  };
+  ASSERT_TRUE(WaitFor([&] { return !condition("SecretsSynced").is_null(); }));
+  json synced = condition("SecretsSynced");
+  EXPECT_EQ(synced["status"], "False");
+  EXPECT_EQ(synced["reason"], "VaultUnavailable");
+  EXPECT_NE(synced["message"].get<std::string>().find("kv/data/team-a/object-store"), std::string::npos);
+  EXPECT_TRUE(cluster.server.Get("statefulsets.apps", "team-a", "v-r0"));
+  EXPECT_TRUE(cluster.server.Get("secrets", "team-a", "v-secrets"));
+}
+
+}  // namespace
+}  // namespace moeserve::op::testing
