@@ -35,7 +35,18 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
   if (key == "model") {
     if (value.empty()) return bad("must name a model directory");
     c.model = value;
-  } else if (key == "host") {
+  } else if (key == "model_revision") {
+    if (value.empty()) return bad("must name a revision");
+    c.model_revision = value;
+  } else if (key == "weights_cache") {
+    if (value.empty()) return bad("must name a directory");
+    c.weights_cache = value;
+  } else if (key == "weights_cache_limit_bytes") return integer(0, int64_t{1} << 60, c.weights_cache_limit_bytes);
+  else if (key == "storage_endpoint") c.storage_endpoint = value;
+  else if (key == "storage_region") c.storage_region = value;
+  else if (key == "storage_ca_file") c.storage_ca_file = value;
+  else if (key == "pull_connections") return integer(1, 256, c.pull_connections);
+  else if (key == "host") {
     if (value.empty()) return bad("must be an address such as 127.0.0.1 or 0.0.0.0");
     c.host = value;
   } else if (key == "port") return integer(1, 65535, c.port);
@@ -119,7 +130,8 @@ Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::s
 }
 
 std::string ServeUsage() {
-  return "usage: moe-daemon [serve] --model DIR [--port N] [--host ADDR] [--config FILE]\n"
+  return "usage: moe-daemon [serve] --model DIR|URI [--port N] [--host ADDR] [--config FILE]\n"
+         "                  [--model-revision R] [--weights-cache DIR] [--storage-endpoint URL]\n"
          "                  [--api-keys-file FILE] [--served-model-name NAME] [--max-running N]\n"
          "                  [--max-queue N] [--cache-tokens N] [--no-prefix-cache] [--threads N]\n"
          "                  [--default-max-tokens N] [--shutdown-grace-seconds S] [--kernels fast|reference]\n"

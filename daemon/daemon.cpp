@@ -1,4 +1,5 @@
 #include "moeserve/daemon/daemon.hpp"
+#include "moeserve/daemon/storage/weight_puller.hpp"
 
 #include <filesystem>
 #include <thread>
@@ -22,6 +23,7 @@ struct Daemon::Impl {
   DaemonConfig config;
   ApiKeys keys = ApiKeys::Open();
   Readiness readiness;
+  std::unique_ptr<storage::PulledModel> pulled;  // set when the model came from a URI
   DaemonMetrics metrics;
   std::unique_ptr<http::experimental::listener::http_listener> listener;
   std::unique_ptr<engine::Engine> engine;
@@ -183,8 +185,28 @@ Status Daemon::Start() {
 
 Status Daemon::LoadModel() {
   Impl& m = *impl_;
-  m.readiness.Set("loading", m.config.model);
-  auto dir = engine::OpenModelDir(m.config.model);
+  std::string model_dir = m.config.model;
+  if (model_dir.find("://") != std::string::npos) {
+    // A URI: pull into the node-local cache first; /readyz reports the pull.
+    storage::PullOptions po;
+    po.revision = m.config.model_revision;
+    po.connections = m.config.pull_connections;
+    po.source.endpoint_url = m.config.storage_endpoint;
+    po.source.region = m.config.storage_region;
+    po.source.ca_file = m.config.storage_ca_file;
+    po.on_progress = [&m](const storage::PullProgress& p) { m.readiness.Set("pulling", p.ToLogLine()); };
+    m.readiness.Set("pulling", m.config.model + " @ " + m.config.model_revision);
+    storage::WeightPuller puller(storage::CacheConfig{m.config.weights_cache, static_cast<uint64_t>(m.config.weights_cache_limit_bytes)});
+    auto pulled = puller.Pull(m.config.model, po);
+    if (!pulled) {
+      m.readiness.Set("failed", pulled.error().message());
+      return Fail(pulled.error().WithContext("pulling model " + m.config.model));
+    }
+    model_dir = pulled->dir;
+    m.pulled = std::make_unique<storage::PulledModel>(std::move(*pulled));  // its lease keeps the model from eviction
+  }
+  m.readiness.Set("loading", model_dir);
+  auto dir = engine::OpenModelDir(model_dir);
   if (!dir) {
     m.readiness.Set("failed", dir.error().message());
     return Fail(dir.error().WithContext("loading model " + m.config.model));

@@ -2,7 +2,14 @@
 // win. Every field is validated with a message naming the file or flag, the
 // field and the allowed range.
 //
-//   model: /models/tiny           # directory (required, or --model)
+//   model: /models/tiny           # directory, or s3:// https:// file:// URI (required, or --model)
+//   model_revision: main          # with a URI: the revision (cache key with the URI)
+//   weights_cache: /var/cache/moeserve   # with a URI: the node-local cache the puller fills
+//   weights_cache_limit_bytes: 0  # 0: no limit (else LRU eviction of models no process holds)
+//   storage_endpoint: ""          # S3-compatible endpoint (MinIO, Ceph RGW); empty: AWS
+//   storage_region: ""            # empty: AWS_REGION / AWS_DEFAULT_REGION / us-east-1
+//   storage_ca_file: ""           # PEM bundle to trust for https / S3
+//   pull_connections: 8           # parallel ranged downloads
 //   host: 127.0.0.1               # listen address (0.0.0.0 in a pod)
 //   port: 8000
 //   served_model_name: tiny       # the id /v1/models reports (default: directory name)
@@ -38,6 +45,13 @@ namespace moeserve::daemon {
 
 struct DaemonConfig {
   std::string model;
+  std::string model_revision = "main";
+  std::string weights_cache = "/var/cache/moeserve";
+  int64_t weights_cache_limit_bytes = 0;
+  std::string storage_endpoint;
+  std::string storage_region;
+  std::string storage_ca_file;
+  int pull_connections = 8;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_model_name;
