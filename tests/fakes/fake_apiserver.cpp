@@ -157,7 +157,8 @@ bool MatchesLabelSelector(const json& object, const std::string& selector) {
   static const std::regex kSet(R"(^([^\s!=]+)\s+(in|notin)\s+\((.*)\)$)");
   for (const auto& term : SplitTerms(selector)) {
     std::smatch m;
-    if (std::regex_match(term, m, kSet)) {
+    const bool set_based = term.find(" in ") != std::string::npos || term.find(" notin ") != std::string::npos;
+    if (set_based && std::regex_match(term, m, kSet)) {
       std::set<std::string> values;
       for (auto& v : SplitTerms(m[3].str())) values.insert(v);
       auto v = label(m[1].str());
@@ -1369,6 +1370,15 @@ std::vector<json> FakeApiServer::List(const std::string& resource, const std::st
   for (const auto& [key, object] : objects_[resource])
     if (ns.empty() || object["metadata"].value("namespace", "") == ns) out.push_back(object);
   return out;
+}
+
+size_t FakeApiServer::Count(const std::string& resource, const std::string& ns,
+                            const std::function<bool(const json&)>& pred) {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [key, object] : objects_[resource])
+    if ((ns.empty() || object["metadata"].value("namespace", "") == ns) && pred(object)) n++;
+  return n;
 }
 
 Result<json> FakeApiServer::Create(const std::string& resource, const json& object) {

@@ -94,6 +94,8 @@ class FakeApiServer {
   // resource is "configmaps", "statefulsets.apps", "moedeployments.moeserve.io".
   Result<nlohmann::json> Get(const std::string& resource, const std::string& ns, const std::string& name);
   std::vector<nlohmann::json> List(const std::string& resource, const std::string& ns = "");
+  // How many objects match, without copying them.
+  size_t Count(const std::string& resource, const std::string& ns, const std::function<bool(const nlohmann::json&)>& pred);
   Result<nlohmann::json> Create(const std::string& resource, const nlohmann::json& object);
   // Reads, mutates and writes back (retrying internal conflicts); status=true
   // writes through the status subresource.
