@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/durable_file.hpp"
 #include "moeserve/engine/manifest.hpp"
 #include "moeserve/engine/safetensors.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
@@ -108,7 +109,7 @@ Result<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> GenerateExperts(co
 }
 
 Status WriteText(const fs::path& path, const std::string& text) {
-  return WriteFileAtomic(path.string(), std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  return WriteFileDurably(path.string(), text);
 }
 
 }  // namespace

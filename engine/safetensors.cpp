@@ -1,5 +1,7 @@
 #include "moeserve/engine/safetensors.hpp"
 
+#include "moeserve/common/durable_file.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -294,42 +296,7 @@ std::vector<uint8_t> SafetensorsWriter::Serialize() const {
 
 Status SafetensorsWriter::WriteFile(const std::string& path) const {
   auto bytes = Serialize();
-  return WriteFileAtomic(path, bytes);
-}
-
-Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Fail(Error::Io(tmp + ": cannot create: " + std::strerror(errno)));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Fail(Error::Io(tmp + ": write failed: " + std::strerror(err)));
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return Fail(Error::Io(tmp + ": fsync/close failed: " + std::strerror(err)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return Fail(Error::Io(path + ": rename failed: " + std::strerror(err)));
-  }
-  std::string folder = std::filesystem::path(path).parent_path().string();
-  int dfd = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Ok();
+  return WriteFileDurably(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace moeserve::engine

@@ -19,7 +19,7 @@
 
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/sha256.hpp"
-#include "fs_util.hpp"
+#include "moeserve/common/durable_file.hpp"
 
 namespace moeserve::daemon::storage {
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fs_util.hpp"
+#include "moeserve/common/durable_file.hpp"
 
 namespace moeserve::daemon::storage {
 namespace fs = std::filesystem;

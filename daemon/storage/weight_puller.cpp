@@ -24,7 +24,7 @@
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/storage/pull_metrics.hpp"
-#include "fs_util.hpp"
+#include "moeserve/common/durable_file.hpp"
 #include "resume_record.hpp"
 
 namespace moeserve::daemon::storage {

@@ -2,6 +2,7 @@
 // with an error naming the file and the tensor, and never crashes: hundreds of
 // truncated, bit-flipped and oversized headers are generated below.
 #include "moeserve/engine/safetensors.hpp"
+#include "moeserve/common/durable_file.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -221,8 +222,7 @@ TEST(Checkpoint, ShardedIndexMustMatchShards) {
   EXPECT_NE(none.error().message().find("no model.safetensors.index.json"), std::string::npos);
 
   auto write_index = [&](const std::string& text) {
-    std::vector<uint8_t> bytes(text.begin(), text.end());
-    ASSERT_TRUE(WriteFileAtomic(dir + "/model.safetensors.index.json", bytes));
+    ASSERT_TRUE(WriteFileDurably(dir + "/model.safetensors.index.json", text));
   };
   write_index(R"({"weight_map":{"x":"s1.safetensors","y":"s2.safetensors"}})");
   auto ok = Checkpoint::Open(dir);

@@ -85,7 +85,8 @@ class Checkpoint {
 };
 
 // Builds a safetensors file in memory and writes it atomically (temporary
-// file, fsync, rename). Tensors are stored in the order they were added.
+// file, fsync, rename: WriteFileDurably). Tensors are stored in the order
+// they were added.
 class SafetensorsWriter {
  public:
   Status Add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
@@ -108,8 +109,5 @@ class SafetensorsWriter {
   std::map<std::string, std::string> metadata_;
   size_t data_bytes_ = 0;
 };
-
-// Writes bytes to path atomically: path.tmp, fsync, rename, fsync the folder.
-Status WriteFileAtomic(const std::string& path, std::span<const uint8_t> bytes);
 
 }  // namespace moeserve::engine
