@@ -46,6 +46,16 @@ void ObjectCache::Upsert(const json& object) {
   objects_[ObjectKey(object)] = object;
 }
 
+bool ObjectCache::UpsertIfUnchanged(const json& object, const std::string& expected_rv) {
+  std::lock_guard lock(mu_);
+  const std::string key = ObjectKey(object);
+  auto it = objects_.find(key);
+  const std::string current = it == objects_.end() ? "" : it->second["metadata"].value("resourceVersion", "");
+  if (it == objects_.end() ? !expected_rv.empty() : current != expected_rv) return false;
+  objects_[key] = object;
+  return true;
+}
+
 void ObjectCache::Remove(const std::string& key) {
   std::lock_guard lock(mu_);
   objects_.erase(key);

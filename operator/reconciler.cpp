@@ -158,9 +158,10 @@ Status MoEDeploymentReconciler::EnsureFinalizer(json& md) {
   if (std::find(finalizers.begin(), finalizers.end(), kFinalizer) != finalizers.end()) return Ok();
   finalizers.push_back(kFinalizer);
   md["metadata"]["finalizers"] = finalizers;
+  const std::string based_on = md["metadata"].value("resourceVersion", "");
   MOE_ASSIGN_OR_RETURN(json updated, client_.Update(resources::kMoEDeployment, md));
   md = updated;
-  caches_.moedeployments->Upsert(md);
+  caches_.moedeployments->UpsertIfUnchanged(md, based_on);
   return Ok();
 }
 
@@ -207,7 +208,7 @@ Result<json> MoEDeploymentReconciler::Apply(const ResourceRef& ref, ObjectCache*
     created["kind"] = ref.kind;
     created["apiVersion"] = ref.ApiVersion();
     created["metadata"].erase("managedFields");
-    cache->Upsert(created);
+    cache->UpsertIfUnchanged(created, "");
     // No Event per child: Events mark transitions (phase, rollout, scale),
     // and six per MoEDeployment would be a third of all writes at scale.
     return created;
@@ -217,7 +218,7 @@ Result<json> MoEDeploymentReconciler::Apply(const ResourceRef& ref, ObjectCache*
   updated["kind"] = ref.kind;
   updated["apiVersion"] = ref.ApiVersion();
   updated["metadata"].erase("managedFields");
-  cache->Upsert(updated);
+  cache->UpsertIfUnchanged(updated, (*existing)["metadata"].value("resourceVersion", ""));
   return updated;
 }
 
@@ -357,9 +358,10 @@ Status MoEDeploymentReconciler::WriteStatus(json& md, const MoEDeploymentSpec* s
   if (status == old_status) return Ok();
   json updated_object = md;
   updated_object["status"] = status;
+  const std::string based_on = md["metadata"].value("resourceVersion", "");
   MOE_ASSIGN_OR_RETURN(json written, client_.UpdateStatus(resources::kMoEDeployment, updated_object));
   md = written;
-  caches_.moedeployments->Upsert(md);
+  caches_.moedeployments->UpsertIfUnchanged(md, based_on);
   const std::string old_phase = old_status.value("phase", "");
   if (events_ && old_phase != phase)
     events_->Record(md, phase == "Failed" || phase == "Degraded" ? "Warning" : "Normal", "Phase" + phase,

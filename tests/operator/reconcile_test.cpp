@@ -142,10 +142,12 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
     if (w.path.find("/moedeployments/ultra/status") != std::string::npos && w.method == "PUT") status_written = true;
   EXPECT_TRUE(status_written);
   // Events were recorded for the object.
-  bool ready_event = false;
-  for (const auto& e : server.List("events", "team-a"))
-    if (e["involvedObject"]["name"] == "ultra" && e["reason"] == "PhaseReady") ready_event = true;
-  EXPECT_TRUE(ready_event);
+  // (recorded just after the status write that it describes)
+  EXPECT_TRUE(WaitFor([&] {
+    for (const auto& e : server.List("events", "team-a"))
+      if (e["involvedObject"]["name"] == "ultra" && e["reason"] == "PhaseReady") return true;
+    return false;
+  }));
 
   // Idempotent: touching the object (a label, so a reconcile runs) writes nothing but that label.
   // Quiet first: nothing written for half a second.

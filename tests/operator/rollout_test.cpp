@@ -33,7 +33,9 @@ void RollRevision(int max_unavailable) {
   ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra",
                             [](json& o) { o["spec"]["model"]["revision"] = "2026-12-01"; }));
   // Mid-rollout the status says so.
-  ASSERT_TRUE(WaitFor([&] { return StatusOf(server, "team-a", "ultra").value("phase", "") != "Ready"; }, 5s));
+  ASSERT_TRUE(WaitFor([&] { return StatusOf(server, "team-a", "ultra").value("phase", "") != "Ready"; }, 5s))
+      << StatusOf(server, "team-a", "ultra").dump(2) << "\nreconciles " << running.op.reconciles() << " errors "
+      << running.op.reconcile_errors();
   ASSERT_TRUE(WaitFor(
       [&] {
         json st = StatusOf(server, "team-a", "ultra");

@@ -54,7 +54,7 @@ TEST(WorkQueue, NeverHandsOneKeyToTwoWorkersAtOnce) {
   q.ShutDown();
   for (auto& t : workers) t.join();
   EXPECT_FALSE(overlap);
-  EXPECT_GT(processed.load(), 4);
+  EXPECT_GE(processed.load(), 4);  // adds collapse while a key waits: 4 is enough
 }
 
 TEST(WorkQueue, AddAfterDelays) {

@@ -39,6 +39,11 @@ class ObjectCache {
   size_t Size() const;
 
   void Upsert(const json& object);
+  // Write-through after our own write: stores `object` only if the cached
+  // copy still has `expected_rv` ("" = still absent). If the informer has
+  // moved on (our own write's event, or a newer change), its copy stays:
+  // replacing it could put an older object back and hide the newer change.
+  bool UpsertIfUnchanged(const json& object, const std::string& expected_rv);
   void Remove(const std::string& key);
   // Replaces everything; returns the objects that disappeared.
   std::vector<json> Replace(std::map<std::string, json> objects);
