@@ -1305,6 +1305,20 @@ void FakeApiServer::HandleWatch(const Request& r, HttpResponseWriter& writer) {
                        std::chrono::milliseconds(static_cast<int64_t>(options_.bookmark_interval_s * 1000));
   int sent = 0;
   bool peer_alive = true;
+  // kubectl get -w asks for Tables: each event's object becomes a one-row
+  // Table, the first one with the column definitions.
+  const bool as_table = r.accept.find("as=Table") != std::string::npos;
+  bool columns_sent = false;
+  auto render = [&](json e) {
+    if (as_table && e.value("type", "") != "BOOKMARK" && e.value("type", "") != "ERROR") {
+      json table = ToTable(*r.type, {e["object"]}, e["object"]["metadata"].value("resourceVersion", ""),
+                           r.Query("includeObject") == "Object");
+      if (columns_sent) table["columnDefinitions"] = json::array();
+      columns_sent = true;
+      e["object"] = table;
+    }
+    return e.dump() + "\n";
+  };
   while (peer_alive && !stopping_) {
     std::deque<json> batch;
     {
@@ -1314,7 +1328,7 @@ void FakeApiServer::HandleWatch(const Request& r, HttpResponseWriter& writer) {
       batch.swap(w->events);
     }
     for (auto& e : batch) {
-      if (!writer.WriteChunk(e.dump() + "\n")) {
+      if (!writer.WriteChunk(render(e))) {
         peer_alive = false;
         break;
       }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "fake_apiserver.hpp"
 
@@ -93,6 +94,17 @@ TEST_F(KubectlE2E, ApplyGetDescribeDelete) {
   EXPECT_NE(get.output.find("2/2"), std::string::npos) << get.output;
   EXPECT_NE(get.output.find("2026-11-01"), std::string::npos) << get.output;
   EXPECT_NE(get.output.find("http://ultra.team-a.svc:8000/v1"), std::string::npos) << get.output;
+
+  // get -w: Table rows streamed over the watch as the status changes.
+  std::thread changer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    (void)server_.Mutate("moedeployments.moeserve.io", "team-a", "ultra",
+                         [](nlohmann::json& o) { o["status"]["phase"] = "Degraded"; o["status"]["ready"] = "1/2"; }, true);
+  });
+  auto watched = Kubectl("get moedeployments -n team-a -w --request-timeout=4s");
+  changer.join();
+  EXPECT_NE(watched.output.find("Degraded"), std::string::npos) << watched.output;
+  EXPECT_NE(watched.output.find("1/2"), std::string::npos) << watched.output;
 
   auto short_name = Kubectl("get moed ultra -n team-a -o jsonpath={.spec.model.revision}");
   ASSERT_EQ(short_name.rc, 0) << short_name.output;
