@@ -99,3 +99,44 @@ TEST(LeaderElection, OnlyTheLeaderWritesAndTheOtherTakesOver) {
 
 }  // namespace
 }  // namespace moeserve::op::testing
+
+namespace moeserve::op::testing {
+namespace {
+
+TEST(LeaderElection, StepsDownWhenItCannotRenewWithinTheDeadline) {
+  FakeCluster cluster;
+  auto client = cluster.Client("moe-operator/in-process");
+  LeaderElectionOptions options;
+  options.lease_namespace = "team-a";
+  options.identity = "me";
+  options.lease_duration = 1000ms;
+  options.renew_deadline = 600ms;
+  options.retry_period = 100ms;
+  LeaderElector elector(*client, options);
+  std::atomic<bool> stop{false}, started{false}, stopped{false};
+  std::thread t([&] {
+    elector.Run(stop, [&] { started = true; }, [&] { stopped = true; });
+  });
+  ASSERT_TRUE(WaitFor([&] { return started.load(); }, 5s));
+  EXPECT_TRUE(elector.IsLeader());
+  // Someone else takes the Lease and keeps renewing it: our renewals fail.
+  std::atomic<bool> intruding{true};
+  std::thread intruder([&] {
+    while (intruding) {
+      (void)cluster.server.Mutate("leases.coordination.k8s.io", "team-a", "moe-operator-leader", [](json& o) {
+        o["spec"]["holderIdentity"] = "intruder";
+        o["spec"]["renewTime"] = std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+      });
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  EXPECT_TRUE(WaitFor([&] { return stopped.load(); }, 5s)) << "never stepped down";
+  EXPECT_FALSE(elector.IsLeader());
+  intruding = false;
+  intruder.join();
+  stop = true;
+  t.join();
+}
+
+}  // namespace
+}  // namespace moeserve::op::testing
