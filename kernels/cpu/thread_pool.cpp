@@ -15,7 +15,7 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
@@ -32,19 +32,40 @@ void ThreadPool::RunTasks() {
   tl_in_pool_task = was;
 }
 
+namespace {
+// About 20-50 microseconds of polling: longer than the gap between two
+// parallel-fors of one decode step, far shorter than a scheduler quantum.
+constexpr int kSpinIterations = 4000;
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+    bool woke = false;
+    for (int spin = 0; spin < kSpinIterations; ++spin) {
+      if (generation_.load() != seen || stop_.load()) {
+        woke = true;
+        break;
+      }
+      CpuRelax();
     }
+    if (!woke) {
+      std::unique_lock<std::mutex> lk(mu_);
+      sleepers_.fetch_add(1);
+      cv_start_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+    }
+    if (stop_.load()) return;
+    seen = generation_.load();
     RunTasks();
-    {
+    if (active_.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--active_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
@@ -56,18 +77,30 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  {
+  fn_ = &fn;
+  n_ = n;
+  next_.store(0);
+  active_.store(static_cast<int>(workers_.size()));
+  // Publishes fn_/n_ (seq_cst). A worker either sees the new generation
+  // before it sleeps, or is counted in sleepers_ and is woken here.
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(mu_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0, std::memory_order_relaxed);
-    active_ = static_cast<int>(workers_.size());
-    ++generation_;
+    cv_start_.notify_all();
   }
-  cv_start_.notify_all();
   RunTasks();
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return active_ == 0; });
+  bool done = false;
+  for (int spin = 0; spin < kSpinIterations; ++spin) {
+    if (active_.load() == 0) {
+      done = true;
+      break;
+    }
+    CpuRelax();
+  }
+  if (!done) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_done_.wait(lk, [&] { return active_.load() == 0; });
+  }
   fn_ = nullptr;
 }
 

@@ -38,14 +38,18 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::mutex run_mu_;  // held for the whole of one ParallelFor
+  // Decode issues hundreds of short parallel-fors per token: workers and the
+  // caller spin briefly on these atomics before sleeping on the condition
+  // variables, so most hand-offs cost no system call.
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> sleepers_{0};  // workers blocked on cv_start_
   const std::function<void(size_t)>* fn_ = nullptr;
   size_t n_ = 0;
   std::atomic<size_t> next_{0};
-  int active_ = 0;  // workers still inside the current generation
+  std::atomic<int> active_{0};  // workers still inside the current generation
 };
 
 // The process-wide pool the kernels use.
