@@ -165,11 +165,16 @@ std::string Endpoint(const json& md, const MoEDeploymentSpec& spec) {
 
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
   // config.yaml is moe-daemon's serve configuration (daemon/config.hpp; it
-  // refuses unknown keys, so only keys it knows). Where the weights come
-  // from is in model-source.yaml for the weight puller. JSON is YAML, and
-  // nlohmann orders keys, so the same spec gives the same bytes and hash.
+  // refuses unknown keys, so only keys it knows; tests/e2e parses it with the
+  // daemon's own parser). The daemon pulls `model` (a URI) at `model_revision`
+  // into the node-local cache before /readyz turns 200. model-source.yaml
+  // restates the source for people and tools. JSON is YAML, and nlohmann
+  // orders keys, so the same spec gives the same bytes and hash.
   json serve = {
-      {"model", ModelDirectory(spec)},
+      {"model", spec.model_uri},
+      {"model_revision", spec.model_revision},
+      {"weights_cache", kCacheDir},
+      {"weights_cache_limit_bytes", spec.cache_size_gi << 30},
       {"host", "0.0.0.0"},
       {"port", spec.port},
       {"served_model_name", Name(md)},
@@ -181,6 +186,7 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
     if (spec.thinking_budgets.contains(tier)) budgets[tier] = spec.thinking_budgets[tier];
   if (!budgets.empty()) serve["thinking_budgets"] = budgets;
   if (!spec.api_keys.empty()) serve["api_keys_file"] = std::string(kSecretsDir) + "/api-keys.yaml";
+  if (!spec.model_endpoint.empty()) serve["storage_endpoint"] = spec.model_endpoint;
   json source = {{"uri", spec.model_uri},
                  {"revision", spec.model_revision},
                  {"endpoint", spec.model_endpoint},
@@ -262,6 +268,14 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
                     {{"name", "secrets"}, {"mountPath", kSecretsDir}, {"readOnly", true}},
                     {{"name", "cache"}, {"mountPath", kCacheDir}}})},
   };
+  // Object-store credentials reach the weight puller as the standard AWS
+  // variables, from the keys the operator copied into the Secret.
+  if (!spec.model_credentials.empty())
+    for (const char* key : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}) {
+      json ref = {{"name", SecretName(md)}, {"key", std::string("object-store.") + key}, {"optional", true}};
+      json var = {{"name", key}, {"valueFrom", {{"secretKeyRef", ref}}}};
+      container["env"].push_back(var);
+    }
   json volumes = json::array({{{"name", "config"}, {"configMap", {{"name", ConfigMapName(md)}}}},
                               {{"name", "secrets"}, {"secret", {{"secretName", SecretName(md)}}}},
                               {{"name", "cache"}, {"hostPath", {{"path", spec.cache_host_path}, {"type", "DirectoryOrCreate"}}}}});

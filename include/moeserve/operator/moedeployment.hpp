@@ -61,7 +61,8 @@ std::string GroupName(const json& md, int replica);  // <name>-r<replica>
 std::string ConfigMapName(const json& md);            // <name>-config
 std::string SecretName(const json& md);               // <name>-secrets
 std::string Endpoint(const json& md, const MoEDeploymentSpec& spec);
-// Where the weight puller puts a revision: the cache, by source and revision.
+// A display path for a revision in the cache (the puller keys its own
+// entries by a hash of the URI and revision; see model-source.yaml).
 std::string ModelDirectory(const MoEDeploymentSpec& spec);
 
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec);
