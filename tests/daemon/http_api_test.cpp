@@ -117,8 +117,12 @@ TEST_F(HttpApi, EveryClientErrorHasItsStatusCodeAndParam) {
     EXPECT_EQ(e["code"], c.code) << c.body.substr(0, 200);
     EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty());
     EXPECT_TRUE(e.contains("type") && e.contains("param"));
-    if (!c.param.empty()) EXPECT_EQ(e["param"], c.param) << c.body.substr(0, 200);
-    if (c.status == 400 || c.status == 404) EXPECT_EQ(e["type"], "invalid_request_error");
+    if (!c.param.empty()) {
+      EXPECT_EQ(e["param"], c.param) << c.body.substr(0, 200);
+    }
+    if (c.status == 400 || c.status == 404) {
+      EXPECT_EQ(e["type"], "invalid_request_error");
+    }
   }
   EXPECT_EQ(Http(port_, "GET", "/v1/chat/completions").status, 405);
   EXPECT_EQ(Http(port_, "GET", "/nope").status, 404);
@@ -145,7 +149,9 @@ TEST_F(HttpApi, QueueFullAndDrainingAnswer503WithRetryAfter) {
     });
   for (auto& t : clients) t.join();
   for (int i = 0; i < 6; ++i)
-    if (statuses[i] == 503) EXPECT_TRUE(retry_after[i]);
+    if (statuses[i] == 503) {
+      EXPECT_TRUE(retry_after[i]);
+    }
   int unavailable = 0;
   for (int s : statuses) unavailable += s == 503;
   EXPECT_GE(unavailable, 1) << "6 clients at once never filled a queue of 1";

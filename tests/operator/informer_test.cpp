@@ -47,8 +47,9 @@ TEST(Informer, CacheStaysCorrectThroughDroppedWatchesAndGone) {
   for (int i = 0; i < 120; ++i) {
     const std::string name = "cm-" + std::to_string(i);
     ASSERT_TRUE(server.Create("configmaps", ConfigMap(name, 0)));
-    if (i % 3 == 0)
+    if (i % 3 == 0) {
       ASSERT_TRUE(server.Mutate("configmaps", "team-a", name, [&](json& o) { o["data"]["v"] = std::to_string(i); }));
+    }
     if (i % 5 == 0) {
       ASSERT_TRUE(server.Delete("configmaps", "team-a", name));
       deleted.insert(name);
