@@ -7,7 +7,9 @@
 #include <set>
 #include <thread>
 
+#include "moeserve/common/log.hpp"
 #include "moeserve/engine/model.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 #include "moeserve/engine/sampler.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 #include "prefix_cache.hpp"
@@ -61,6 +63,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
   if (options.block_tokens <= 0 || options.cache_tokens < options.block_tokens || options.max_running <= 0 ||
       options.prefill_chunk_tokens <= 0 || options.max_waiting < 0)
     return Fail(Error::InvalidArgument("engine options: block_tokens, cache_tokens, max_running and prefill_chunk_tokens must be positive"));
+  if (!kernels::RequestDefaultThreadPoolSize(options.threads))
+    log::Warn("engine: threads=" + std::to_string(options.threads) +
+              " ignored: the kernel thread pool was already started with another size");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   ModelOptions mo;

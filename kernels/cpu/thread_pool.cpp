@@ -104,14 +104,29 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   fn_ = nullptr;
 }
 
+namespace {
+std::atomic<int> g_requested_threads{0};
+std::atomic<int> g_created_threads{0};
+}  // namespace
+
+bool RequestDefaultThreadPoolSize(int threads) {
+  if (threads <= 0) return true;
+  g_requested_threads.store(threads);
+  const int created = g_created_threads.load();
+  return created == 0 || created == threads;
+}
+
 ThreadPool& DefaultThreadPool() {
   static ThreadPool pool([] {
-    if (const char* env = std::getenv("MOESERVE_CPU_THREADS")) {
-      int v = std::atoi(env);
-      if (v > 0) return v;
+    int n = 0;
+    if (const char* env = std::getenv("MOESERVE_CPU_THREADS")) n = std::atoi(env);
+    if (n <= 0) n = g_requested_threads.load();
+    if (n <= 0) {
+      unsigned hc = std::thread::hardware_concurrency();
+      n = hc == 0 ? 1 : static_cast<int>(hc);
     }
-    unsigned hc = std::thread::hardware_concurrency();
-    return hc == 0 ? 1 : static_cast<int>(hc);
+    g_created_threads.store(n);
+    return n;
   }());
   return pool;
 }

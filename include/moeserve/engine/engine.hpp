@@ -92,7 +92,7 @@ struct EngineOptions {
   int block_tokens = 16;             // tokens per cache block (prefix-cache granularity)
   bool prefix_cache = true;
   KernelChoice kernels = KernelChoice::kFast;
-  int threads = 0;                   // 0: all cores
+  int threads = 0;                   // kernel threads, 0: all cores (MOESERVE_CPU_THREADS wins; fixed at first use)
   int max_context = 0;               // 0: the model's max_position_embeddings
 };
 

@@ -54,5 +54,9 @@ class ThreadPool {
 
 // The process-wide pool the kernels use.
 ThreadPool& DefaultThreadPool();
+// Sizes the process-wide pool before its first use (MOESERVE_CPU_THREADS
+// still wins when set). Returns false when the pool already exists with
+// another size: the request then has no effect.
+bool RequestDefaultThreadPoolSize(int threads);
 
 }  // namespace moeserve::kernels
