@@ -1,5 +1,7 @@
 #include "moeserve/operator/kube_client.hpp"
 
+#include "moeserve/common/base64.hpp"
+
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -41,28 +43,6 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-std::string Base64Decode(const std::string& in) {
-  static int table[256];
-  static bool init = [] {
-    for (int& t : table) t = -1;
-    const char* chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 64; ++i) table[static_cast<unsigned char>(chars[i])] = i;
-    return true;
-  }();
-  (void)init;
-  std::string out;
-  int val = 0, bits = -8;
-  for (unsigned char c : in) {
-    if (table[c] == -1) continue;
-    val = (val << 6) + table[c];
-    bits += 6;
-    if (bits >= 0) {
-      out.push_back(static_cast<char>((val >> bits) & 0xFF));
-      bits -= 8;
-    }
-  }
-  return out;
-}
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();

@@ -85,45 +85,7 @@ bool Contains(const json& have, const json& want) {
   return have == want;
 }
 
-std::string Base64Encode(const std::string& in) {
-  static const char* kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  int val = 0, bits = -6;
-  for (unsigned char c : in) {
-    val = (val << 8) + c;
-    bits += 8;
-    while (bits >= 0) {
-      out.push_back(kChars[(val >> bits) & 0x3F]);
-      bits -= 6;
-    }
-  }
-  if (bits > -6) out.push_back(kChars[((val << 8) >> (bits + 8)) & 0x3F]);
-  while (out.size() % 4) out.push_back('=');
-  return out;
-}
 
-std::string Base64Decode(const std::string& in) {
-  static int table[256];
-  static bool init = [] {
-    for (int& t : table) t = -1;
-    const char* chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 64; ++i) table[static_cast<unsigned char>(chars[i])] = i;
-    return true;
-  }();
-  (void)init;
-  std::string out;
-  int val = 0, bits = -8;
-  for (unsigned char c : in) {
-    if (table[c] == -1) continue;
-    val = (val << 6) + table[c];
-    bits += 6;
-    if (bits >= 0) {
-      out.push_back(static_cast<char>((val >> bits) & 0xFF));
-      bits -= 8;
-    }
-  }
-  return out;
-}
 
 namespace desired {
 

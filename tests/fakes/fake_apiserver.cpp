@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 
+#include "moeserve/common/base64.hpp"
 #include "openapi_schema.hpp"
 #include "patches.hpp"
 #include "yaml_json.hpp"
@@ -82,22 +83,6 @@ std::string HumanDuration(int64_t seconds) {
   return s(hours / 24 / 365) + "y";
 }
 
-std::string Base64Encode(const std::string& in) {
-  static const char* kChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  int val = 0, bits = -6;
-  for (unsigned char c : in) {
-    val = (val << 8) + c;
-    bits += 8;
-    while (bits >= 0) {
-      out.push_back(kChars[(val >> bits) & 0x3F]);
-      bits -= 6;
-    }
-  }
-  if (bits > -6) out.push_back(kChars[((val << 8) >> (bits + 8)) & 0x3F]);
-  while (out.size() % 4) out.push_back('=');
-  return out;
-}
 
 json StatusBody(int code, const std::string& reason, const std::string& message, json details = nullptr) {
   json s = {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Failure"},

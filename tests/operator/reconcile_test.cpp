@@ -97,9 +97,9 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   auto endpoint = *server.Get("services", "team-a", "ultra");
   EXPECT_EQ(endpoint["spec"]["selector"]["apps.kubernetes.io/pod-index"], "0");
   auto secret = *server.Get("secrets", "team-a", "ultra-secrets");
-  EXPECT_EQ(Base64Decode(secret["data"]["object-store.AWS_SECRET_ACCESS_KEY"]), "s3cr3t");
+  EXPECT_EQ(Base64Decode(secret["data"]["object-store.AWS_SECRET_ACCESS_KEY"].get<std::string>()), "s3cr3t");
   // API keys in moe-daemon's file format, and a serve config that points at them.
-  json keys = json::parse(Base64Decode(secret["data"]["api-keys.yaml"]));
+  json keys = json::parse(Base64Decode(secret["data"]["api-keys.yaml"].get<std::string>()));
   EXPECT_EQ(keys["keys"][0]["tenant"], "acme");
   EXPECT_EQ(keys["keys"][0]["key"], "sk-acme-1");
   json serve = json::parse((*server.Get("configmaps", "team-a", "ultra-config"))["data"]["config.yaml"].get<std::string>());

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "moeserve/common/base64.hpp"
 #include "moeserve/common/status.hpp"
 #include "moeserve/operator/kube_client.hpp"
 
@@ -79,7 +80,5 @@ std::string ConfigHash(const json& config_map, const json& secret);
 // status) do not count as differences.
 bool Contains(const json& have, const json& want);
 
-std::string Base64Encode(const std::string& in);
-std::string Base64Decode(const std::string& in);
 
 }  // namespace moeserve::op
