@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/loopback.hpp"
 #include "moeserve/daemon/daemon.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/model_gen.hpp"
@@ -25,6 +26,8 @@
 namespace moeserve::daemon::testing {
 
 using json = nlohmann::json;
+using test_support::ConnectLoopback;
+using test_support::FreeLoopbackPort;
 
 inline const std::string& TinyModelDir() {
   static std::string dir = [] {
@@ -40,25 +43,11 @@ inline const std::string& TinyModelDir() {
   return dir;
 }
 
-inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
 inline DaemonConfig TestConfig() {
   DaemonConfig c;
   c.model = TinyModelDir();
   c.served_model_name = "tiny";
-  c.port = FreePort();
+  c.port = FreeLoopbackPort();
   c.max_context = 4096;
   c.cache_tokens = 1 << 16;
   c.default_max_tokens = 16;
@@ -104,19 +93,6 @@ struct HttpResponse {
     return out;
   }
 };
-
-inline int Connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 inline bool SendAll(int fd, const std::string& data) {
   size_t sent = 0;
@@ -200,7 +176,7 @@ inline std::string ReadResponse(int fd) {
 // One request on its own connection (Connection: close), read to the end.
 inline HttpResponse Http(int port, const std::string& method, const std::string& path, const std::string& body = "",
                          const std::map<std::string, std::string>& headers = {}, bool content_type_json = true) {
-  int fd = Connect(port);
+  int fd = ConnectLoopback(port);
   if (fd < 0) return HttpResponse{0, {}, "", "connect failed"};
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
   if (content_type_json && !body.empty()) req += "Content-Type: application/json\r\n";

@@ -170,7 +170,7 @@ TEST_F(HttpApi, QueueFullAndDrainingAnswer503WithRetryAfter) {
 TEST_F(HttpApi, DisconnectedStreamIsCancelled) {
   json body = {{"messages", UserTurn("go on")}, {"max_tokens", 3000}, {"thinking_budget", 0}, {"stream", true},
                {"temperature", 1.0}};
-  int fd = Connect(port_);
+  int fd = ConnectLoopback(port_);
   ASSERT_GE(fd, 0);
   std::string b = body.dump();
   SendAll(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test-1\r\nContent-Type: application/json\r\nContent-Length: " +

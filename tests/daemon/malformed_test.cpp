@@ -114,7 +114,7 @@ TEST_F(Malformed, HugeAndInvalidBodies) {
 TEST_F(Malformed, BrokenHttp) {
   for (const std::string raw : {std::string("GARBAGE\r\n\r\n"), std::string("POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"),
                                 std::string("\x00\x01\x02\r\n\r\n", 7)}) {
-    int fd = Connect(port_);
+    int fd = ConnectLoopback(port_);
     ASSERT_GE(fd, 0);
     SendAll(fd, raw);
     ::shutdown(fd, SHUT_WR);

@@ -2,6 +2,7 @@
 // configuration (token file re-read when it changes), CRUD, 409 on a stale
 // update, the patch types, server-side apply conflicts, status subresource,
 // watches; and moe-operator's metrics and health endpoints.
+#include "../support/loopback.hpp"
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -229,24 +230,12 @@ TEST(KubeClient, WatchStreamsEventsFromAResourceVersion) {
   EXPECT_EQ(*gone, WatchEnd::kGone);
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(Operator, MetricsAndHealthEndpoints) {
   FakeCluster cluster;
   auto client = cluster.Client();
   ASSERT_TRUE(cluster.server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "m", 1, 1)));
   OperatorOptions options;
-  const int metrics_port = FreePort(), health_port = FreePort();
+  const int metrics_port = test_support::FreeLoopbackPort(), health_port = test_support::FreeLoopbackPort();
   options.metrics_addr = "127.0.0.1:" + std::to_string(metrics_port);
   options.health_addr = "127.0.0.1:" + std::to_string(health_port);
   RunningOperator running(*client, options);

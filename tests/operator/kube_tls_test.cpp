@@ -3,6 +3,7 @@
 // server, the client certificate and key authenticate us, and
 // insecure-skip-tls-verify skips verification. A response that is "not JSON"
 // means the TLS handshake and the HTTP exchange succeeded.
+#include "../support/loopback.hpp"
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -34,18 +35,6 @@ std::string Read(const fs::path& p) {
   return ss.str();
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 class KubeTls : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -62,7 +51,7 @@ class KubeTls : public ::testing::Test {
         "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=moe-operator 2>/dev/null && "
         "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 1 2>/dev/null";
     ASSERT_EQ(system(script.c_str()), 0);
-    port_ = FreePort();
+    port_ = test_support::FreeLoopbackPort();
     std::vector<std::string> args = {"/usr/bin/openssl", "s_server", "-quiet", "-accept", std::to_string(port_),
                                      "-cert", d + "/server.pem", "-key", d + "/server.key", "-CAfile", d + "/ca.pem",
                                      "-Verify", "1", "-www"};
