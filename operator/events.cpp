@@ -5,7 +5,7 @@
 #include <ctime>
 
 #include "moeserve/common/log.hpp"
-#include "moeserve/operator/time_util.hpp"
+#include "moeserve/common/rfc3339.hpp"
 
 namespace moeserve::op {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "moeserve/common/log.hpp"
-#include "moeserve/operator/time_util.hpp"
+#include "moeserve/common/rfc3339.hpp"
 
 namespace moeserve::op {
 namespace {

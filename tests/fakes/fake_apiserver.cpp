@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "moeserve/common/base64.hpp"
+#include "moeserve/common/rfc3339.hpp"
 #include "openapi_schema.hpp"
 #include "patches.hpp"
 #include "yaml_json.hpp"
@@ -43,23 +44,6 @@ struct FakeApiServer::Request {
 };
 
 namespace {
-
-std::string NowRfc3339(bool micro = false) {
-  auto now = std::chrono::system_clock::now();
-  std::time_t t = std::chrono::system_clock::to_time_t(now);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::string out = buf;
-  if (micro) {
-    auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
-    char frac[16];
-    snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(us));
-    out += frac;
-  }
-  return out + "Z";
-}
 
 int64_t ParseRfc3339(const std::string& s) {
   std::tm tm{};

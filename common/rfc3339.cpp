@@ -1,9 +1,9 @@
-#include "moeserve/operator/time_util.hpp"
+#include "moeserve/common/rfc3339.hpp"
 
 #include <cstdio>
 #include <ctime>
 
-namespace moeserve::op {
+namespace moeserve {
 
 std::string NowRfc3339() {
   std::time_t t = std::time(nullptr);
@@ -36,4 +36,4 @@ double ParseMicroTime(const std::string& s) {
   return static_cast<double>(timegm(&tm)) + frac;
 }
 
-}  // namespace moeserve::op
+}  // namespace moeserve
