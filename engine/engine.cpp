@@ -251,6 +251,7 @@ std::vector<TokenEvent> Engine::Step() {
     if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
 
     std::deque<std::pair<int, bool>> emit;  // (token, forced)
+    // A spent thinking budget closes the span instead of sampling (model.md 9).
     const bool budget_spent = s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget;
     if (budget_spent) {
       emit.push_back({tok::kEndThink, true});
@@ -284,9 +285,6 @@ std::vector<TokenEvent> Engine::Step() {
       events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}});
       if (s.req.controller)
         for (int f : s.req.controller->OnToken(t)) emit.push_back({f, true});
-      // Thinking budget reached by this token: close the span next.
-      if (emit.empty() && s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget)
-        emit.push_back({tok::kEndThink, true});
     }
   }
   std::erase_if(m.running, [&](std::unique_ptr<Sequence>& s) { return done.count(s.get()) > 0; });
