@@ -59,11 +59,14 @@ void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, KernelCh
 
 void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n, float* out,
             std::vector<uint64_t>* expert_tokens, KernelChoice kc) {
-  const auto mxfp4_matmul = kc == KernelChoice::kReference
-                                ? +[](const uint8_t* b, const uint8_t* s, size_t o, size_t i, const float* X, size_t n,
-                                      float* Y) { kernels::MatMulMxfp4Ref(b, s, o, i, X, n, Y); }
-                                : +[](const uint8_t* b, const uint8_t* s, size_t o, size_t i, const float* X, size_t n,
-                                      float* Y) { kernels::MatMulMxfp4(b, s, o, i, X, n, Y); };
+  std::vector<uint8_t> ref_blocks, ref_scales;  // the reference path's unpacked expert
+  const auto mxfp4_matmul = [&](const kernels::Mxfp4PackedView& W, const float* X, int n, float* Y) {
+    if (kc != KernelChoice::kReference) return kernels::MatMulMxfp4(W, X, static_cast<size_t>(n), Y);
+    ref_blocks.resize(W.out * W.in / 2);
+    ref_scales.resize(W.out * W.in / 32);
+    kernels::UnpackMxfp4(W, ref_blocks.data(), ref_scales.data());
+    kernels::MatMulMxfp4Ref(ref_blocks.data(), ref_scales.data(), W.out, W.in, X, static_cast<size_t>(n), Y);
+  };
   const MoeConfig& m = cfg.moe;
   const int D = cfg.hidden_size, E = m.num_experts, I = m.moe_intermediate_size;
   const int per_group = E / m.n_group;
@@ -116,16 +119,14 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     xe.resize(static_cast<size_t>(ne) * D);
     for (int r = 0; r < ne; ++r) std::copy_n(x + static_cast<size_t>(routed[r].first) * D, D, &xe[static_cast<size_t>(r) * D]);
     h13.resize(static_cast<size_t>(ne) * 2 * I);
-    mxfp4_matmul(w.w13.expert_blocks(e), w.w13.expert_scales(e), static_cast<size_t>(2 * I), static_cast<size_t>(D),
-                            xe.data(), static_cast<size_t>(ne), h13.data());
+    mxfp4_matmul(w.w13.expert(e), xe.data(), ne, h13.data());
     act.resize(static_cast<size_t>(ne) * I);
     for (int r = 0; r < ne; ++r)
       for (int j = 0; j < I; ++j)
         act[static_cast<size_t>(r) * I + j] =
             kernels::Silu(h13[static_cast<size_t>(r) * 2 * I + j]) * h13[static_cast<size_t>(r) * 2 * I + I + j];
     ye.resize(static_cast<size_t>(ne) * D);
-    mxfp4_matmul(w.w2e.expert_blocks(e), w.w2e.expert_scales(e), static_cast<size_t>(D), static_cast<size_t>(I),
-                            act.data(), static_cast<size_t>(ne), ye.data());
+    mxfp4_matmul(w.w2e.expert(e), act.data(), ne, ye.data());
     for (int r = 0; r < ne; ++r) {
       float* o = out + static_cast<size_t>(routed[r].first) * D;
       const float wt = routed[r].second;

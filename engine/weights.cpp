@@ -51,11 +51,11 @@ class Loader {
     const TensorView* s = ck_.Find(base + ".scales");
     if (!b || !s) return Fail(Error::NotFound("MXFP4 weight '" + base + "' is missing"));
     Mxfp4Stack m;
-    m.blocks.assign(b->data, b->data + b->nbytes);
-    m.scales.assign(s->data, s->data + s->nbytes);
     m.experts = static_cast<int>(b->shape[0]);
     m.rows = static_cast<int>(b->shape[1]);
     m.cols = static_cast<int>(b->shape[2] * 32);
+    m.packed = kernels::Mxfp4PackedStack(b->data, s->data, static_cast<size_t>(m.experts), static_cast<size_t>(m.rows),
+                                         static_cast<size_t>(m.cols));
     return m;
   }
 

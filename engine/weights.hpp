@@ -1,5 +1,5 @@
-// Weights in the layout the CPU kernels use: dense tensors as fp32 (BF16 is
-// widened once at load), MXFP4 experts kept packed in the file layout.
+// Weights in the layout the CPU kernels use: dense tensors as fp32 or BF16
+// (see Matrix), MXFP4 experts repacked for the integer dot-product kernels.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/safetensors.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::engine {
 
@@ -21,11 +22,13 @@ struct Matrix {
   size_t bytes() const { return w.size() * 4 + bf16.size() * 2; }
 };
 
-struct Mxfp4Stack {  // [experts, rows, cols] in blocks/scales form
-  std::vector<uint8_t> blocks, scales;
+// [experts, rows, cols], repacked at load for the CPU kernels (lossless; see
+// kernels/mxfp4_packed.hpp). The file layout is not kept: the reference
+// kernels unpack an expert when they need it.
+struct Mxfp4Stack {
+  kernels::Mxfp4PackedStack packed;
   int experts = 0, rows = 0, cols = 0;
-  const uint8_t* expert_blocks(int e) const { return blocks.data() + static_cast<size_t>(e) * rows * (cols / 2); }
-  const uint8_t* expert_scales(int e) const { return scales.data() + static_cast<size_t>(e) * rows * (cols / 32); }
+  kernels::Mxfp4PackedView expert(int e) const { return packed.matrix(static_cast<size_t>(e)); }
 };
 
 struct LayerWeights {

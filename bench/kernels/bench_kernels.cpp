@@ -8,6 +8,7 @@
 
 #include "../kernels/shapes.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace mb = moeserve::bench;
 namespace mk = moeserve::kernels;
@@ -34,7 +35,7 @@ void BM_Mxfp4MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in,
   size_t next = 0;
   for (auto _ : st) {
     const mb::Mxfp4Matrix& m = ms[next++ % copies];
-    mk::MatMulMxfp4(m.blocks.data(), m.scales.data(), out, in, x.data(), n, y.data(), isa);
+    mk::MatMulMxfp4(m.view(), x.data(), n, y.data(), isa);
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));

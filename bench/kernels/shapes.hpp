@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::bench {
 
@@ -18,19 +19,19 @@ struct MatShape {
 // [out, in]: a w2-like 4096 x 14336 and a 7168 x 2048 expert projection.
 inline constexpr MatShape kMxfp4Shapes[] = {{"4096x14336", 4096, 14336}, {"7168x2048", 7168, 2048}};
 
+// Packed as the engine loads experts (kernels/mxfp4_packed.hpp).
 struct Mxfp4Matrix {
-  std::vector<uint8_t> blocks, scales;
+  kernels::Mxfp4PackedStack packed;
+  kernels::Mxfp4PackedView view() const { return packed.matrix(0); }
 };
 
 // Random bytes are valid MXFP4 except scale 255; scales kept near 127.
 inline Mxfp4Matrix RandomMxfp4(size_t out, size_t in, uint32_t seed = 1) {
-  Mxfp4Matrix m;
-  m.blocks.resize(out * in / 2);
-  m.scales.resize(out * in / 32);
+  std::vector<uint8_t> blocks(out * in / 2), scales(out * in / 32);
   std::mt19937 rng(seed);
-  for (auto& b : m.blocks) b = static_cast<uint8_t>(rng());
-  for (auto& s : m.scales) s = static_cast<uint8_t>(120 + rng() % 8);
-  return m;
+  for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+  for (auto& s : scales) s = static_cast<uint8_t>(120 + rng() % 8);
+  return {kernels::Mxfp4PackedStack(blocks.data(), scales.data(), 1, out, in)};
 }
 
 inline std::vector<float> RandomFloats(size_t n, uint32_t seed = 2) {

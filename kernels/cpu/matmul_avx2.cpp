@@ -1,10 +1,11 @@
 // AVX2 + FMA variants, compiled with those flags only here. Same structure as
-// matmul_avx512.cpp with 8-float vectors: MXFP4 blocks are decoded with a
-// byte shuffle into twice the E2M1 value (an int8), widened to float and
-// scaled by half the block scale; the GEMM tile is 6 rows x 16 columns.
+// matmul_avx512.cpp with 8-lane vectors: the MXFP4 matrix-vector product
+// works on the packed layout with vpmaddubsw/vpmaddwd in place of VNNI (each
+// 16-row group is two 8-row halves); the GEMM tile is 6 rows x 16 columns.
 #include <immintrin.h>
 
 #include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 #include "variants.hpp"
 
 namespace moeserve::kernels::cpu {
@@ -13,9 +14,6 @@ namespace {
 constexpr size_t kNR = 16;
 constexpr size_t kMR = 6;
 constexpr size_t kKC = 256;
-
-alignas(32) constexpr float kLut[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 inline size_t Min(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -105,84 +103,99 @@ void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, 
   FreeScratch(Wp);
 }
 
-inline __m256 Widen(__m128i bytes8) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes8)); }
+inline int32_t Load4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
 
-template <size_t R>
-inline void Mxfp4DotRows(const uint8_t* blocks, const uint8_t* scales, size_t nb, size_t o, const float* xs,
-                         float* acc_out) {
-  // Twice the E2M1 values, as int8.
-  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m128i m = _mm_set1_epi8(0x0F);
-  __m256 acc[R];
-#pragma GCC unroll 8
-  for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (size_t b = 0; b < nb; ++b) {
-    const float* x = xs + b * 32;
-#pragma GCC unroll 8
-    for (size_t r = 0; r < R; ++r) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + ((o + r) * nb + b) * 16));
-      const __m128i ve = _mm_shuffle_epi8(lut, _mm_and_si128(q, m));
-      const __m128i vo = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m));
-      __m256 p = _mm256_mul_ps(Widen(ve), _mm256_load_ps(x));
-      p = _mm256_fmadd_ps(Widen(_mm_srli_si128(ve, 8)), _mm256_load_ps(x + 8), p);
-      p = _mm256_fmadd_ps(Widen(vo), _mm256_load_ps(x + 16), p);
-      p = _mm256_fmadd_ps(Widen(_mm_srli_si128(vo, 8)), _mm256_load_ps(x + 24), p);
-      acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(kE8M0.half[scales[(o + r) * nb + b]]), acc[r]);
-    }
+// One half (8 rows) of a 64-byte line of packed codes against 4 + 4
+// broadcast bytes of each int8 activation part: vpmaddubsw pairs, summed to
+// 32-bit lanes by vpmaddwd. No saturation: |(2v + 12) * a| <= 24 * 64.
+inline void DotHalf(const uint8_t* codes32, __m256i lut, __m256i nibble, __m256i ones, const __m256i (&a)[3][2],
+                    __m256i (&acc)[3]) {
+  const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes32));
+  const __m256i w_lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
+  const __m256i w_hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+#pragma GCC unroll 3
+  for (int p = 0; p < 3; ++p) {
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w_lo, a[p][0]), _mm256_maddubs_epi16(w_hi, a[p][1]));
+    acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(pairs, ones));
   }
-#pragma GCC unroll 8
-  for (size_t r = 0; r < R; ++r) acc_out[r] = HSum(acc[r]);
+}
+
+// Applies one block's scales to 8 rows' exact integer sums.
+inline __m256 ScaleRows(const __m256i (&acc)[3], int32_t offset, const uint8_t* scales8, float act_scale, __m256 y) {
+  const __m256i q = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(acc[0], 14), _mm256_slli_epi32(acc[1], 7)),
+                                     acc[2]);
+  const __m256i d = _mm256_sub_epi32(q, _mm256_set1_epi32(offset));
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales8)));
+  const __m256i zero_scale = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
+  const __m256i bits = _mm256_blendv_epi8(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(0x00400000), zero_scale);
+  const __m256 s = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(act_scale));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, y);
 }
 
 }  // namespace
 
-void mxfp4_matmul_avx2(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X,
-                       size_t n, float* Y, size_t o_begin, size_t o_end) {
-  const size_t nb = in / 32;
-  if (n >= kGemmMinRows) {
-    auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
-      const size_t b0 = k0 / 32, nbc = kc / 32;
-      for (size_t c = 0; c < kNR; ++c) {
-        if (c >= nr) {
-          for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = 0.0f;
-          continue;
-        }
-        const uint8_t* q = blocks + ((o0 + c) * nb + b0) * 16;
-        const uint8_t* s = scales + (o0 + c) * nb + b0;
-        for (size_t b = 0; b < nbc; ++b) {
-          const float sc = kE8M0.v[s[b]];
-          float* w = Wp + b * 32 * kNR + c;
-          for (size_t j = 0; j < 16; ++j) {
-            const uint8_t byte = q[b * 16 + j];
-            w[(2 * j) * kNR] = kLut[byte & 15] * sc;
-            w[(2 * j + 1) * kNR] = kLut[byte >> 4] * sc;
+void mxfp4_matvec_avx2(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
+                       size_t g_end, size_t b_begin, size_t b_end) {
+  const size_t nb = w.in / 32;
+  const __m256i lut = _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (size_t g = g_begin; g < g_end; ++g) {
+    const size_t rows = Min(16, w.out - g * 16);
+    const __m256i valid0 = Mask(rows), valid1 = Mask(rows > 8 ? rows - 8 : 0);
+    const uint8_t* gcodes = w.codes + g * nb * 256;
+    const uint8_t* gscales = w.scales + g * nb * 16;
+    for (size_t t = 0; t < x.n; ++t) {
+      const int8_t* part[3] = {x.part(t, 0), x.part(t, 1), x.part(t, 2)};
+      float* out = Y + t * w.out + g * 16;
+      __m256 y0 = _mm256_setzero_ps(), y1 = y0;
+      if (b_begin > 0) {
+        y0 = _mm256_maskload_ps(out, valid0);
+        y1 = _mm256_maskload_ps(out + 8, valid1);
+      }
+      for (size_t b = b_begin; b < b_end; ++b) {
+        const uint8_t* codes = gcodes + b * 256;
+#pragma GCC unroll 4
+        for (size_t line = 0; line < 256; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T0);
+        __m256i acc0[3] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        __m256i acc1[3] = {acc0[0], acc0[0], acc0[0]};
+#pragma GCC unroll 4
+        for (size_t c = 0; c < 4; ++c) {
+          __m256i a[3][2];
+          for (int p = 0; p < 3; ++p) {
+            a[p][0] = _mm256_set1_epi32(Load4(part[p] + b * 32 + c * 8));
+            a[p][1] = _mm256_set1_epi32(Load4(part[p] + b * 32 + c * 8 + 4));
           }
+          DotHalf(codes + c * 64, lut, nibble, ones, a, acc0);
+          DotHalf(codes + c * 64 + 32, lut, nibble, ones, a, acc1);
         }
+        const float as = x.scale[t * nb + b];
+        const int32_t off = x.offset[t * nb + b];
+        y0 = ScaleRows(acc0, off, gscales + b * 16, as, y0);
+        y1 = ScaleRows(acc1, off, gscales + b * 16 + 8, as, y1);
       }
-    };
-    Gemm(pack, out, in, X, n, Y, o_begin, o_end);
-    return;
+      _mm256_maskstore_ps(out, valid0, y0);
+      _mm256_maskstore_ps(out + 8, valid1, y1);
+    }
   }
-  float* xs = AllocScratch(n * in);
-  for (size_t t = 0; t < n; ++t)
-    for (size_t b = 0; b < nb; ++b)
-      for (size_t j = 0; j < 16; ++j) {
-        xs[t * in + b * 32 + j] = X[t * in + b * 32 + 2 * j];
-        xs[t * in + b * 32 + 16 + j] = X[t * in + b * 32 + 2 * j + 1];
+}
+
+void mxfp4_gemm_avx2(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
+  auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
+    for (size_t c = 0; c < kNR; ++c) {
+      if (c < nr) {
+        DecodePackedRow(w, o0 + c, k0 / 32, kc / 32, Wp + c, kNR);
+      } else {
+        for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = 0.0f;
       }
-  size_t o = o_begin;
-  float acc[4];
-  for (; o + 4 <= o_end; o += 4)
-    for (size_t t = 0; t < n; ++t) {
-      Mxfp4DotRows<4>(blocks, scales, nb, o, xs + t * in, acc);
-      for (size_t r = 0; r < 4; ++r) Y[t * out + o + r] = acc[r];
     }
-  for (; o < o_end; ++o)
-    for (size_t t = 0; t < n; ++t) {
-      Mxfp4DotRows<1>(blocks, scales, nb, o, xs + t * in, acc);
-      Y[t * out + o] = acc[0];
-    }
-  FreeScratch(xs);
+  };
+  Gemm(pack, w.out, w.in, X, n, Y, o_begin, o_end);
 }
 
 void f32_matmul_avx2(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin,

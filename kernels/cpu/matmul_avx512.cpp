@@ -1,15 +1,15 @@
-// AVX-512 variants (F, BW, VL, DQ + FMA), compiled with those flags only here.
+// AVX-512 variants (F, BW, VL, DQ, VNNI, VBMI + FMA), compiled with those flags
+// only here.
 //
-// Matrix-vector (n < kGemmMinRows): each MXFP4 block's 16 bytes become two
-// 16-float vectors (low nibbles = even elements, high = odd) by a table
-// permute; x is pre-split per block into its even and odd halves to match, so
-// one block costs two FMAs and one scaled accumulate per row.
+// MXFP4 matrix-vector: integer dot products over the packed layout (see
+// mxfp4_matvec_avx512 below and mxfp4_packed.hpp).
 // GEMM: weights are dequantised (or, for F32, transposed) into a k-major panel
 // of 32 columns x 256 k, then an 8-row x 32-column register tile accumulates
 // broadcasts of X against the panel; panels are produced once per call.
 #include <immintrin.h>
 
 #include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 #include "variants.hpp"
 
 namespace moeserve::kernels::cpu {
@@ -18,9 +18,6 @@ namespace {
 constexpr size_t kNR = 32;   // columns per packed strip (two vectors)
 constexpr size_t kMR = 8;    // activation rows per register tile
 constexpr size_t kKC = 256;  // k per panel (multiple of 32)
-
-alignas(64) constexpr float kLut[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 inline size_t Min(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -95,89 +92,131 @@ void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, 
 
 inline float HSum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// Decodes 16 packed bytes into (even elements, odd elements), unscaled.
-inline void DecodeHalves(const uint8_t* q16, __m512 lut, __m512* even, __m512* odd) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q16));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(q, m);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
-  *even = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(lo), lut);
-  *odd = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(hi), lut);
-}
-
-template <size_t R>
-inline void Mxfp4DotRows(const uint8_t* blocks, const uint8_t* scales, size_t nb, size_t o, const float* xs,
-                         float* acc_out) {
-  const __m512 lut = _mm512_load_ps(kLut);
-  __m512 acc[R];
-#pragma GCC unroll 8
-  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (size_t b = 0; b < nb; ++b) {
-    const __m512 xe = _mm512_load_ps(xs + b * 32);
-    const __m512 xo = _mm512_load_ps(xs + b * 32 + 16);
-#pragma GCC unroll 8
-    for (size_t r = 0; r < R; ++r) {
-      __m512 we, wo;
-      DecodeHalves(blocks + ((o + r) * nb + b) * 16, lut, &we, &wo);
-      __m512 p = _mm512_mul_ps(we, xe);
-      p = _mm512_fmadd_ps(wo, xo, p);
-      acc[r] = _mm512_fmadd_ps(p, _mm512_set1_ps(kE8M0.v[scales[(o + r) * nb + b]]), acc[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (size_t r = 0; r < R; ++r) acc_out[r] = HSum(acc[r]);
+inline int32_t Load4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
 }
 
 }  // namespace
 
-void mxfp4_matmul_avx512(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X,
-                         size_t n, float* Y, size_t o_begin, size_t o_end) {
-  const size_t nb = in / 32;
-  if (n >= kGemmMinRows) {
-    auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
-      const size_t b0 = k0 / 32, nbc = kc / 32;
-      for (size_t c = 0; c < kNR; ++c) {
-        if (c >= nr) {
-          for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = 0.0f;
-          continue;
+// Per group of 16 rows and block of 32 elements: four 64-byte lines of codes
+// (16 rows x 8 elements each) are split into low and high nibbles, mapped by
+// a byte permute (VBMI) to twice the E2M1 value plus 12 (so unsigned), and
+// multiplied against 4 broadcast activation bytes by vpdpbusd, once per int8
+// part of the activation. The block's 16 row sums are then exact integers;
+// one convert, one scale product and one FMA apply both scales to all 16 rows.
+void mxfp4_matvec_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
+                         size_t g_end, size_t b_begin, size_t b_end) {
+  const size_t nb = w.in / 32;
+  // vpermb reads 6 index bits; with the 16-entry table repeated 4 times,
+  // bits 4-5 (the other nibble, or bits shifted in) select an identical copy,
+  // so neither nibble needs masking.
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i denormal_scale = _mm512_set1_epi32(0x00400000);  // E8M0 0 = 2^-127
+  for (size_t g = g_begin; g < g_end; ++g) {
+    const __mmask16 valid = Mask(Min(16, w.out - g * 16));
+    const uint8_t* gcodes = w.codes + g * nb * 256;
+    const uint8_t* gscales = w.scales + g * nb * 16;
+    for (size_t t = 0; t < x.n; ++t) {
+      const int8_t* hi = x.part(t, 0);
+      const int8_t* mid = x.part(t, 1);
+      const int8_t* lo = x.part(t, 2);
+      const float* as = x.scale + t * nb;
+      const int32_t* off = x.offset + t * nb;
+      float* out = Y + t * w.out + g * 16;
+      __m512 y = b_begin > 0 ? _mm512_maskz_loadu_ps(valid, out) : _mm512_setzero_ps();
+      for (size_t b = b_begin; b < b_end; ++b) {
+        const uint8_t* codes = gcodes + b * 256;
+#pragma GCC unroll 4
+        for (size_t line = 0; line < 256; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T0);
+        const int8_t* h = hi + b * 32;
+        const int8_t* m = mid + b * 32;
+        const int8_t* l = lo + b * 32;
+        // Two accumulators per part (low- and high-nibble elements) halve
+        // the dependency chains.
+        __m512i acc_h0 = _mm512_setzero_si512(), acc_m0 = acc_h0, acc_l0 = acc_h0;
+        __m512i acc_h1 = acc_h0, acc_m1 = acc_h0, acc_l1 = acc_h0;
+#pragma GCC unroll 4
+        for (size_t c = 0; c < 4; ++c) {
+          const __m512i v = _mm512_load_si512(codes + c * 64);
+          const __m512i w_lo = _mm512_permutexvar_epi8(v, lut);
+          const __m512i w_hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
+          acc_h0 = _mm512_dpbusd_epi32(acc_h0, w_lo, _mm512_set1_epi32(Load4(h + c * 8)));
+          acc_m0 = _mm512_dpbusd_epi32(acc_m0, w_lo, _mm512_set1_epi32(Load4(m + c * 8)));
+          acc_l0 = _mm512_dpbusd_epi32(acc_l0, w_lo, _mm512_set1_epi32(Load4(l + c * 8)));
+          acc_h1 = _mm512_dpbusd_epi32(acc_h1, w_hi, _mm512_set1_epi32(Load4(h + c * 8 + 4)));
+          acc_m1 = _mm512_dpbusd_epi32(acc_m1, w_hi, _mm512_set1_epi32(Load4(m + c * 8 + 4)));
+          acc_l1 = _mm512_dpbusd_epi32(acc_l1, w_hi, _mm512_set1_epi32(Load4(l + c * 8 + 4)));
         }
-        const uint8_t* q = blocks + ((o0 + c) * nb + b0) * 16;
-        const uint8_t* s = scales + (o0 + c) * nb + b0;
-        for (size_t b = 0; b < nbc; ++b) {
-          const float sc = kE8M0.v[s[b]];
-          float* w = Wp + b * 32 * kNR + c;
-          for (size_t j = 0; j < 16; ++j) {
-            const uint8_t byte = q[b * 16 + j];
-            w[(2 * j) * kNR] = kLut[byte & 15] * sc;
-            w[(2 * j + 1) * kNR] = kLut[byte >> 4] * sc;
-          }
-        }
+        const __m512i acc_h = _mm512_add_epi32(acc_h0, acc_h1), acc_m = _mm512_add_epi32(acc_m0, acc_m1);
+        const __m512i acc_l = _mm512_add_epi32(acc_l0, acc_l1);
+        const __m512i q = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(acc_h, 14), _mm512_slli_epi32(acc_m, 7)),
+                                           acc_l);
+        const __m512i d = _mm512_sub_epi32(q, _mm512_set1_epi32(off[b]));
+        const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gscales + b * 16)));
+        const __m512i bits =
+            _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                                  denormal_scale);
+        const __m512 s = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(as[b]));
+        y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, y);
       }
-    };
-    Gemm(pack, out, in, X, n, Y, o_begin, o_end);
-    return;
+      _mm512_mask_storeu_ps(out, valid, y);
+    }
   }
-  // x split per block into even then odd elements.
-  float* xs = AllocScratch(n * in);
+}
+
+// As mxfp4_quantize_scalar, 32 activations at a time; vcvtps2dq rounds to
+// nearest even as the scalar code's 1.5 * 2^23 trick does.
+void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset) {
+  const size_t nb = in / 32;
   for (size_t t = 0; t < n; ++t)
-    for (size_t b = 0; b < nb; ++b)
-      for (size_t j = 0; j < 16; ++j) {
-        xs[t * in + b * 32 + j] = X[t * in + b * 32 + 2 * j];
-        xs[t * in + b * 32 + 16 + j] = X[t * in + b * 32 + 2 * j + 1];
+    for (size_t b = 0; b < nb; ++b) {
+      const float* x = X + t * in + b * 32;
+      int8_t* hi = parts + t * kMxfp4ActParts * in + b * 32;
+      int8_t* mid = hi + in;
+      int8_t* lo = mid + in;
+      const __m512 a[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
+      const bool nan = (_mm512_cmp_ps_mask(a[0], a[0], _CMP_UNORD_Q) | _mm512_cmp_ps_mask(a[1], a[1], _CMP_UNORD_Q)) != 0;
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a[0]), _mm512_abs_ps(a[1])));
+      if (nan || !(amax <= 3.40282347e38f)) {
+        __builtin_memset(hi, 0, 32);
+        __builtin_memset(mid, 0, 32);
+        __builtin_memset(lo, 0, 32);
+        scale[t * nb + b] = __builtin_nanf("");
+        offset[t * nb + b] = 0;
+        continue;
       }
-  size_t o = o_begin;
-  float acc[4];
-  for (; o + 4 <= o_end; o += 4)
-    for (size_t t = 0; t < n; ++t) {
-      Mxfp4DotRows<4>(blocks, scales, nb, o, xs + t * in, acc);
-      for (size_t r = 0; r < 4; ++r) Y[t * out + o + r] = acc[r];
+      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 1048576.0f / amax : 0.0f);
+      __m512i sum = _mm512_setzero_si512();
+      for (int half = 0; half < 2; ++half) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(a[half], inv));
+        const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(8192)), 14);
+        const __m512i r = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 14));
+        const __m512i m = _mm512_srai_epi32(_mm512_add_epi32(r, _mm512_set1_epi32(64)), 7);
+        const __m512i l = _mm512_sub_epi32(r, _mm512_slli_epi32(m, 7));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + 16 * half), _mm512_cvtepi32_epi8(h));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(mid + 16 * half), _mm512_cvtepi32_epi8(m));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + 16 * half), _mm512_cvtepi32_epi8(l));
+        sum = _mm512_add_epi32(sum, q);
+      }
+      scale[t * nb + b] = amax * (0.5f / 1048576.0f);
+      offset[t * nb + b] = 12 * _mm512_reduce_add_epi32(sum);
     }
-  for (; o < o_end; ++o)
-    for (size_t t = 0; t < n; ++t) {
-      Mxfp4DotRows<1>(blocks, scales, nb, o, xs + t * in, acc);
-      Y[t * out + o] = acc[0];
+}
+
+void mxfp4_gemm_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
+  auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
+    for (size_t c = 0; c < kNR; ++c) {
+      if (c < nr) {
+        DecodePackedRow(w, o0 + c, k0 / 32, kc / 32, Wp + c, kNR);
+      } else {
+        for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = 0.0f;
+      }
     }
-  FreeScratch(xs);
+  };
+  Gemm(pack, w.out, w.in, X, n, Y, o_begin, o_end);
 }
 
 void f32_matmul_avx512(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin,

@@ -1,6 +1,7 @@
 // Scalar variants (the reference loops restricted to a column range), the
 // runtime dispatch, and the threaded front doors of cpu_kernels.hpp.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -9,6 +10,7 @@
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "variants.hpp"
 
@@ -20,18 +22,52 @@ float* AllocScratch(size_t floats) {
 }
 void FreeScratch(float* p) { ::operator delete(p, std::align_val_t(64)); }
 
-void mxfp4_matmul_scalar(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X,
-                         size_t n, float* Y, size_t o_begin, size_t o_end) {
-  const size_t nb = in / kMxfp4BlockElems;
-  float* row = AllocScratch(in);
+void mxfp4_matvec_scalar(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
+                         size_t g_end, size_t b_begin, size_t b_end) {
+  // Twice the E2M1 value of each code, so every product is an integer.
+  static constexpr int32_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const size_t nb = w.in / 32;
+  for (size_t g = g_begin; g < g_end; ++g) {
+    const size_t rows = std::min(kMxfp4PackRows, w.out - g * kMxfp4PackRows);
+    for (size_t t = 0; t < x.n; ++t) {
+      const int8_t* hi = x.part(t, 0);
+      const int8_t* mid = x.part(t, 1);
+      const int8_t* lo = x.part(t, 2);
+      float* out = Y + t * w.out + g * kMxfp4PackRows;
+      float y[kMxfp4PackRows] = {};
+      if (b_begin > 0)
+        for (size_t r = 0; r < rows; ++r) y[r] = out[r];
+      for (size_t b = b_begin; b < b_end; ++b) {
+        const uint8_t* codes = w.codes + (g * nb + b) * 256;
+        const uint8_t* scales = w.scales + (g * nb + b) * 16;
+        int32_t d[kMxfp4PackRows] = {};
+        for (size_t c = 0; c < 4; ++c)
+          for (size_t r = 0; r < kMxfp4PackRows; ++r)
+            for (size_t j = 0; j < 4; ++j) {
+              const uint8_t byte = codes[c * 64 + r * 4 + j];
+              const size_t k = b * 32 + c * 8 + j;
+              const int32_t q0 = 16384 * hi[k] + 128 * mid[k] + lo[k];
+              const int32_t q1 = 16384 * hi[k + 4] + 128 * mid[k + 4] + lo[k + 4];
+              d[r] += kTwice[byte & 15] * q0 + kTwice[byte >> 4] * q1;
+            }
+        const float as = x.scale[t * nb + b];
+        for (size_t r = 0; r < kMxfp4PackRows; ++r)
+          y[r] = std::fma(static_cast<float>(d[r]), kE8M0.v[scales[r]] * as, y[r]);
+      }
+      for (size_t r = 0; r < rows; ++r) out[r] = y[r];
+    }
+  }
+}
+
+void mxfp4_gemm_scalar(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
+  float* row = AllocScratch(w.in);
   for (size_t o = o_begin; o < o_end; ++o) {
-    for (size_t b = 0; b < nb; ++b)
-      Mxfp4DecodeBlock(blocks + (o * nb + b) * kMxfp4BlockBytes, scales[o * nb + b], row + b * kMxfp4BlockElems);
+    DecodePackedRow(w, o, 0, w.in / 32, row, 1);
     for (size_t t = 0; t < n; ++t) {
-      const float* x = X + t * in;
+      const float* x = X + t * w.in;
       float acc = 0.0f;
-      for (size_t i = 0; i < in; ++i) acc += row[i] * x[i];
-      Y[t * out + o] = acc;
+      for (size_t i = 0; i < w.in; ++i) acc += row[i] * x[i];
+      Y[t * w.out + o] = acc;
     }
   }
   FreeScratch(row);
@@ -69,6 +105,7 @@ bool Detect(CpuIsa isa) {
 #if defined(__x86_64__)
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
              __builtin_cpu_supports("fma");
 #else
       return false;
@@ -78,9 +115,10 @@ bool Detect(CpuIsa isa) {
 }
 
 const CpuKernelSet kSets[3] = {
-    {CpuIsa::kScalar, cpu::mxfp4_matmul_scalar, cpu::f32_matmul_scalar, cpu::rms_norm_scalar},
-    {CpuIsa::kAvx2, cpu::mxfp4_matmul_avx2, cpu::f32_matmul_avx2, cpu::rms_norm_avx2},
-    {CpuIsa::kAvx512, cpu::mxfp4_matmul_avx512, cpu::f32_matmul_avx512, cpu::rms_norm_avx512},
+    {CpuIsa::kScalar, cpu::mxfp4_quantize_scalar, cpu::mxfp4_matvec_scalar, cpu::mxfp4_gemm_scalar, cpu::f32_matmul_scalar, cpu::rms_norm_scalar},
+    {CpuIsa::kAvx2, cpu::mxfp4_quantize_scalar, cpu::mxfp4_matvec_avx2, cpu::mxfp4_gemm_avx2, cpu::f32_matmul_avx2, cpu::rms_norm_avx2},
+    {CpuIsa::kAvx512, cpu::mxfp4_quantize_avx512, cpu::mxfp4_matvec_avx512, cpu::mxfp4_gemm_avx512, cpu::f32_matmul_avx512,
+     cpu::rms_norm_avx512},
 };
 
 // Splits columns [0, out) into tasks: for the GEMM, one contiguous range per
@@ -147,14 +185,6 @@ CpuIsa ActiveCpuIsa() {
 const CpuKernelSet& CpuKernels(CpuIsa isa) {
   if (!CpuSupports(isa)) isa = CpuIsa::kScalar;
   return kSets[static_cast<int>(isa)];
-}
-
-void MatMulMxfp4(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X, size_t n,
-                 float* Y, CpuIsa isa) {
-  if (out == 0 || n == 0) return;
-  if (in == 0) return std::fill(Y, Y + out * n, 0.0f);
-  Mxfp4MatMulFn fn = CpuKernels(isa).mxfp4_matmul;
-  ParallelColumns(out, n, in, [&](size_t o0, size_t o1) { fn(blocks, scales, out, in, X, n, Y, o0, o1); });
 }
 
 void MatMulF32(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y, CpuIsa isa) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::kernels {
@@ -28,18 +30,26 @@ std::vector<float> Random(size_t count, std::mt19937& rng, float scale = 1.0f) {
   return v;
 }
 
-// |a - b| within 1e-5 of the sum of |terms| of that dot product (order only).
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& mag,
-                 const std::string& what) {
+// |a - b| within tol, element by element.
+void ExpectWithin(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& tols,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
-    const float tol = 1e-5f * mag[i] + 1e-30f;
+    const float tol = tols[i];
     if (!(std::fabs(got[i] - want[i]) <= tol)) {
       ADD_FAILURE() << what << " at " << i << ": got " << got[i] << " want " << want[i] << " tol " << tol;
       ++bad;
     }
   }
+}
+
+// |a - b| within 1e-5 of the sum of |terms| of that dot product (order only).
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& mag,
+                 const std::string& what) {
+  std::vector<float> tols(mag.size());
+  for (size_t i = 0; i < mag.size(); ++i) tols[i] = 1e-5f * mag[i] + 1e-30f;
+  ExpectWithin(got, want, tols, what);
 }
 
 const std::vector<Shape>& Shapes() {
@@ -59,47 +69,182 @@ TEST(CpuKernels, ReportsVariants) {
   EXPECT_TRUE(CpuSupports(ActiveCpuIsa()));
 }
 
+// A random MXFP4 matrix spanning many scales, with an all-zero block
+// (scale 0) and, when big enough, blocks at the extreme scales.
+struct Mxfp4Case {
+  std::vector<uint8_t> blocks, scales;
+  std::vector<float> dq;  // the reference dequantisation
+};
+Mxfp4Case MakeMxfp4(size_t out, size_t in, std::mt19937& rng) {
+  std::vector<float> w = Random(out * in, rng);
+  for (size_t i = 0; i < w.size(); ++i) w[i] *= std::ldexp(1.0f, static_cast<int>(i / 32 % 13) - 6);
+  for (size_t i = 0; i < 32 && i < w.size(); ++i) w[i] = 0.0f;
+  Mxfp4Case c;
+  c.blocks.resize(out * in / 2);
+  c.scales.resize(out * in / 32);
+  EXPECT_EQ(Mxfp4EncodeMatrix(w.data(), out, in, c.blocks.data(), c.scales.data()), -1);
+  if (c.scales.size() > 3) {
+    c.scales[1] = 0;    // 2^-127, a float denormal
+    c.scales[2] = 200;  // 2^73
+    c.scales[3] = 1;
+  }
+  c.dq.resize(out * in);
+  Mxfp4DecodeMatrix(c.blocks.data(), c.scales.data(), out, in, c.dq.data());
+  return c;
+}
+
+TEST(Mxfp4Packed, RepackIsLosslessAndDecodesAsTheReference) {
+  std::mt19937 rng(77);
+  for (const Shape& s : Shapes()) {
+    Mxfp4Case c = MakeMxfp4(s.out, s.in, rng);
+    Mxfp4PackedStack packed(c.blocks.data(), c.scales.data(), 1, s.out, s.in);
+    EXPECT_EQ(packed.bytes(), Mxfp4PackedCodeBytes(s.out, s.in) + Mxfp4PackedScaleBytes(s.out, s.in));
+    const Mxfp4PackedView v = packed.matrix(0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.codes) % 64, 0u);
+    std::vector<uint8_t> blocks(c.blocks.size()), scales(c.scales.size());
+    UnpackMxfp4(v, blocks.data(), scales.data());
+    EXPECT_EQ(blocks, c.blocks) << s.out << "x" << s.in;
+    EXPECT_EQ(scales, c.scales) << s.out << "x" << s.in;
+    std::vector<float> row(s.in);
+    for (size_t o = 0; o < s.out; ++o) {
+      DecodePackedRow(v, o, 0, s.in / 32, row.data(), 1);
+      for (size_t k = 0; k < s.in; ++k)
+        ASSERT_EQ(std::memcmp(&row[k], &c.dq[o * s.in + k], 4), 0) << "row " << o << " k " << k;
+    }
+    // Padding rows of the last group are zero codes.
+    const size_t nb = s.in / 32, g = Mxfp4PackedGroups(s.out) - 1;
+    for (size_t r = s.out - g * 16; r < 16; ++r)
+      for (size_t b = 0; b < nb; ++b)
+        for (size_t cc = 0; cc < 4; ++cc)
+          for (size_t j = 0; j < 4; ++j) ASSERT_EQ(v.codes[(g * nb + b) * 256 + cc * 64 + r * 4 + j], 0);
+  }
+  // A stack keeps each matrix at its own offset.
+  Mxfp4Case a = MakeMxfp4(20, 64, rng), b = MakeMxfp4(20, 64, rng);
+  std::vector<uint8_t> blocks = a.blocks, scales = a.scales;
+  blocks.insert(blocks.end(), b.blocks.begin(), b.blocks.end());
+  scales.insert(scales.end(), b.scales.begin(), b.scales.end());
+  Mxfp4PackedStack stack(blocks.data(), scales.data(), 2, 20, 64);
+  std::vector<uint8_t> ub(b.blocks.size()), us(b.scales.size());
+  UnpackMxfp4(stack.matrix(1), ub.data(), us.data());
+  EXPECT_EQ(ub, b.blocks);
+  EXPECT_EQ(us, b.scales);
+}
+
+// Bound on the matrix-vector products' error: the activation rounding (half
+// a step of max|x| / 2^20 per element, per block) times the weights, plus
+// fp32 order.
+std::vector<float> QuantisationBound(const std::vector<float>& dq, const std::vector<float>& x, size_t out, size_t in,
+                                     size_t n, const std::vector<float>& mag) {
+  std::vector<float> bound(n * out);
+  for (size_t t = 0; t < n; ++t)
+    for (size_t o = 0; o < out; ++o) {
+      double e = 0.0;
+      for (size_t b = 0; b < in / 32; ++b) {
+        double amax = 0.0, wsum = 0.0;
+        for (size_t k = b * 32; k < b * 32 + 32; ++k) {
+          amax = std::max(amax, static_cast<double>(std::fabs(x[t * in + k])));
+          wsum += std::fabs(dq[o * in + k]);
+        }
+        e += wsum * amax * (0.5 / 1048576.0) * 1.001;
+      }
+      bound[t * out + o] = static_cast<float>(e) + 1e-5f * mag[t * out + o] + 1e-30f;
+    }
+  return bound;
+}
+
 TEST(CpuKernels, Mxfp4MatMulEveryVariantMatchesReference) {
   std::mt19937 rng(1234);
   for (const Shape& s : Shapes()) {
-    // Weights spanning many scales, including an all-zero block (scale 0).
-    std::vector<float> w = Random(s.out * s.in, rng);
-    for (size_t i = 0; i < w.size(); ++i) w[i] *= std::ldexp(1.0f, static_cast<int>(i / 32 % 13) - 6);
-    for (size_t i = 0; i < 32 && i < w.size(); ++i) w[i] = 0.0f;
-    std::vector<uint8_t> blocks(s.out * s.in / 2), scales(s.out * s.in / 32);
-    ASSERT_EQ(Mxfp4EncodeMatrix(w.data(), s.out, s.in, blocks.data(), scales.data()), -1);
-    std::vector<float> dq(s.out * s.in);
-    Mxfp4DecodeMatrix(blocks.data(), scales.data(), s.out, s.in, dq.data());
+    Mxfp4Case c = MakeMxfp4(s.out, s.in, rng);
+    Mxfp4PackedStack packed(c.blocks.data(), c.scales.data(), 1, s.out, s.in);
+    const Mxfp4PackedView v = packed.matrix(0);
     std::vector<float> x = Random(s.n * s.in, rng);
+    // An activation block of zeros and one with a single outlier.
+    for (size_t k = 0; k < 32 && s.in >= 64; ++k) x[32 + k] = 0.0f;
+    if (s.in >= 96) x[70] = 300.0f;
     std::vector<float> want(s.n * s.out), mag(s.n * s.out);
-    MatMulMxfp4Ref(blocks.data(), scales.data(), s.out, s.in, x.data(), s.n, want.data());
-    std::vector<float> absdq(dq.size()), absx(x.size());
-    for (size_t i = 0; i < dq.size(); ++i) absdq[i] = std::fabs(dq[i]);
+    MatMulMxfp4Ref(c.blocks.data(), c.scales.data(), s.out, s.in, x.data(), s.n, want.data());
+    std::vector<float> absdq(c.dq.size()), absx(x.size());
+    for (size_t i = 0; i < c.dq.size(); ++i) absdq[i] = std::fabs(c.dq[i]);
     for (size_t i = 0; i < x.size(); ++i) absx[i] = std::fabs(x[i]);
     MatMulF32Ref(absdq.data(), s.out, s.in, absx.data(), s.n, mag.data());
+    const bool gemm = s.n >= kMxfp4GemmMinRows;
+    const std::vector<float> bound = gemm ? std::vector<float>() : QuantisationBound(c.dq, x, s.out, s.in, s.n, mag);
+    Mxfp4ActivationBuffer buffer;
+    const Mxfp4Activations& xq = buffer.Quantize(x.data(), s.n, s.in, CpuIsa::kScalar);
+    // Every variant's quantiser writes the same bytes.
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      Mxfp4ActivationBuffer other;
+      const Mxfp4Activations& oq = other.Quantize(x.data(), s.n, s.in, isa);
+      const size_t nb = s.n * s.in / 32;
+      ASSERT_EQ(std::memcmp(oq.parts, xq.parts, s.n * kMxfp4ActParts * s.in), 0) << CpuIsaName(isa);
+      ASSERT_EQ(std::memcmp(oq.scale, xq.scale, nb * 4), 0) << CpuIsaName(isa);
+      ASSERT_EQ(std::memcmp(oq.offset, xq.offset, nb * 4), 0) << CpuIsaName(isa);
+    }
+    std::vector<float> scalar_matvec;
     for (CpuIsa isa : SupportedCpuIsas()) {
       const std::string what = std::string(CpuIsaName(isa)) + " out=" + std::to_string(s.out) +
                                " in=" + std::to_string(s.in) + " n=" + std::to_string(s.n);
-      std::vector<float> got(want.size(), NAN);
-      CpuKernels(isa).mxfp4_matmul(blocks.data(), scales.data(), s.out, s.in, x.data(), s.n, got.data(), 0, s.out);
-      ExpectClose(got, want, mag, what + " single");
-      // A column sub-range leaves the other columns alone.
-      if (s.out > 2) {
-        std::vector<float> part(want.size(), 7.0f);
-        CpuKernels(isa).mxfp4_matmul(blocks.data(), scales.data(), s.out, s.in, x.data(), s.n, part.data(), 1,
-                                     s.out - 1);
-        for (size_t t = 0; t < s.n; ++t) {
-          EXPECT_EQ(part[t * s.out], 7.0f) << what;
-          EXPECT_EQ(part[t * s.out + s.out - 1], 7.0f) << what;
-          for (size_t o = 1; o + 1 < s.out; ++o)
-            ASSERT_LE(std::fabs(part[t * s.out + o] - want[t * s.out + o]), 1e-5f * mag[t * s.out + o] + 1e-30f)
-                << what << " range";
+      if (gemm) {
+        std::vector<float> got(want.size(), NAN);
+        CpuKernels(isa).mxfp4_gemm(v, x.data(), s.n, got.data(), 0, s.out);
+        ExpectClose(got, want, mag, what + " gemm");
+        // A column sub-range leaves the other columns alone.
+        if (s.out > 2) {
+          std::vector<float> part(want.size(), 7.0f);
+          CpuKernels(isa).mxfp4_gemm(v, x.data(), s.n, part.data(), 1, s.out - 1);
+          for (size_t t = 0; t < s.n; ++t) {
+            EXPECT_EQ(part[t * s.out], 7.0f) << what;
+            EXPECT_EQ(part[t * s.out + s.out - 1], 7.0f) << what;
+            for (size_t o = 1; o + 1 < s.out; ++o)
+              ASSERT_LE(std::fabs(part[t * s.out + o] - want[t * s.out + o]), 1e-5f * mag[t * s.out + o] + 1e-30f)
+                  << what << " range";
+          }
+        }
+      } else {
+        // Every variant computes the same integers and scales them in the same
+        // order: bit-identical to the scalar variant, and within the
+        // quantisation bound of the reference.
+        std::vector<float> got(want.size(), NAN);
+        const size_t nb = s.in / 32;
+        CpuKernels(isa).mxfp4_matvec(v, xq, got.data(), 0, Mxfp4PackedGroups(s.out), 0, nb);
+        if (isa == CpuIsa::kScalar) scalar_matvec = got;
+        ASSERT_EQ(std::memcmp(got.data(), scalar_matvec.data(), got.size() * 4), 0) << what << " vs scalar";
+        ExpectWithin(got, want, bound, what + " matvec");
+        // In k-chunks (continuing Y's sums): the same bits.
+        std::vector<float> chunked(want.size(), NAN);
+        for (size_t b0 = 0; b0 < nb; b0 += 3)
+          CpuKernels(isa).mxfp4_matvec(v, xq, chunked.data(), 0, Mxfp4PackedGroups(s.out), b0, std::min(nb, b0 + 3));
+        ASSERT_EQ(std::memcmp(got.data(), chunked.data(), got.size() * 4), 0) << what << " chunked";
+        // A group sub-range leaves the other groups' rows alone.
+        if (s.out > 32) {
+          std::vector<float> part(want.size(), 7.0f);
+          CpuKernels(isa).mxfp4_matvec(v, xq, part.data(), 1, 2, 0, s.in / 32);
+          for (size_t t = 0; t < s.n; ++t)
+            for (size_t o = 0; o < s.out; ++o) {
+              if (o >= 16 && o < 32) ASSERT_EQ(part[t * s.out + o], got[t * s.out + o]) << what;
+              else ASSERT_EQ(part[t * s.out + o], 7.0f) << what << " row " << o;
+            }
         }
       }
       std::vector<float> thr(want.size(), NAN);
-      MatMulMxfp4(blocks.data(), scales.data(), s.out, s.in, x.data(), s.n, thr.data(), isa);
-      ExpectClose(thr, want, mag, what + " threaded");
+      MatMulMxfp4(v, x.data(), s.n, thr.data(), isa);
+      if (gemm) ExpectClose(thr, want, mag, what + " threaded");
+      else ExpectWithin(thr, want, bound, what + " threaded");
     }
+  }
+}
+
+TEST(CpuKernels, Mxfp4MatVecCarriesNonFiniteActivations) {
+  std::mt19937 rng(5);
+  Mxfp4Case c = MakeMxfp4(40, 96, rng);
+  Mxfp4PackedStack packed(c.blocks.data(), c.scales.data(), 1, 40, 96);
+  std::vector<float> x = Random(96, rng);
+  x[40] = NAN;
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    std::vector<float> y(40, 0.0f);
+    MatMulMxfp4(packed.matrix(0), x.data(), 1, y.data(), isa);
+    for (float v : y) EXPECT_TRUE(std::isnan(v)) << CpuIsaName(isa);
   }
 }
 

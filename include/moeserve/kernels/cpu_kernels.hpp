@@ -1,5 +1,6 @@
 // Optimised CPU kernels, a family per operation as ggml does it: a scalar
-// variant, an AVX2+FMA variant and an AVX-512 variant with one signature,
+// variant, an AVX2+FMA variant and an AVX-512 (F/BW/VL/DQ + VNNI, VBMI) variant
+// with one signature,
 // the best one this CPU supports chosen once at start-up (MOESERVE_CPU_ISA =
 // scalar|avx2|avx512 caps it). Each family is tested variant by variant
 // against the plain reference in cpu_ops.hpp.
@@ -29,17 +30,33 @@ std::vector<CpuIsa> SupportedCpuIsas();
 // MOESERVE_CPU_ISA; chosen once.
 CpuIsa ActiveCpuIsa();
 
+struct Mxfp4PackedView;   // mxfp4_packed.hpp
+struct Mxfp4Activations;
+
 // Single-threaded variants compute output columns [o_begin, o_end) of Y for
-// all n rows of X (Y's other columns are left alone).
-using Mxfp4MatMulFn = void (*)(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X,
-                               size_t n, float* Y, size_t o_begin, size_t o_end);
+// all n rows of X (Y's other columns are left alone). The MXFP4
+// matrix-vector form works on whole 16-row groups [g_begin, g_end) of the
+// packed layout and on pre-quantised activations (see mxfp4_packed.hpp), over
+// the 32-element blocks [b_begin, b_end) of each row: from b_begin > 0 it
+// continues the sums Y already holds (so a row can be done in k-chunks whose
+// activations stay in L1, with the same result bit for bit).
+using Mxfp4MatVecFn = void (*)(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
+                               size_t g_end, size_t b_begin, size_t b_end);
+// Quantises n rows of `in` activations for the MXFP4 matrix-vector form
+// (see Mxfp4Activations); every variant writes the same bytes.
+using Mxfp4QuantizeFn = void (*)(const float* X, size_t n, size_t in, int8_t* parts, float* scale,
+                                 int32_t* offset);
+using Mxfp4GemmFn = void (*)(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin,
+                             size_t o_end);
 using F32MatMulFn = void (*)(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,
                              size_t o_begin, size_t o_end);
 using RmsNormFn = void (*)(const float* x, const float* w, float eps, size_t d, float* y);
 
 struct CpuKernelSet {
   CpuIsa isa;
-  Mxfp4MatMulFn mxfp4_matmul;
+  Mxfp4QuantizeFn mxfp4_quantize;
+  Mxfp4MatVecFn mxfp4_matvec;
+  Mxfp4GemmFn mxfp4_gemm;
   F32MatMulFn f32_matmul;
   RmsNormFn rms_norm;
 };
@@ -47,10 +64,8 @@ struct CpuKernelSet {
 // The variant set for isa (which must be supported).
 const CpuKernelSet& CpuKernels(CpuIsa isa);
 
-// Threaded front doors (parallel over output columns). MXFP4: in % 32 == 0,
-// blocks [out, in/32, 16] and scales [out, in/32] in the on-disk layout.
-void MatMulMxfp4(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X, size_t n,
-                 float* Y, CpuIsa isa = ActiveCpuIsa());
+// Threaded front doors (parallel over output columns); MXFP4's is in
+// mxfp4_packed.hpp.
 void MatMulF32(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,
                CpuIsa isa = ActiveCpuIsa());
 // One row; single-threaded (rows are short).

@@ -1,0 +1,144 @@
+// MXFP4 weights repacked at load time for the CPU kernels, and the
+// matrix-vector/matrix-matrix products over them.
+//
+// Why repack: the file layout keeps each row's blocks together, so a
+// matrix-vector product must reduce every row to one number (a horizontal sum
+// per row) and can only scale one block of one row per vector operation. Here
+// rows go in groups of 16 and, within a group, 4 consecutive elements of each
+// of the 16 rows sit side by side: one 64-byte line of codes is 16 rows x 8
+// elements. An integer dot-product instruction (AVX-512 VNNI vpdpbusd, or
+// AVX2 vpmaddubsw) then multiplies 16 rows x 4 elements against 4 broadcast
+// activation bytes and leaves one running sum per row in each 32-bit lane;
+// the per-block scales are applied once per 16 rows x 32 elements. The bytes
+// read per weight stay 4.25 bits.
+//
+// Layout of one [out, in] matrix (in % 32 == 0), G = ceil(out / 16) groups,
+// nb = in / 32 blocks per row:
+//   codes  [G][nb][4][16][4] bytes: byte (g, b, c, r, j) holds, in its low
+//          nibble, the E2M1 code of W[16g + r][32b + 8c + j] and, in its high
+//          nibble, that of W[16g + r][32b + 8c + 4 + j].
+//   scales [G][nb][16]: the E8M0 scale of row 16g + r, block b.
+// Rows past `out` in the last group are zero (code 0, scale 127).
+//
+// Matrix-vector products (fewer than kMxfp4GemmMinRows activation rows)
+// quantise each activation block of 32 to a 21-bit integer split into three
+// int8 parts (q = 16384 hi + 128 mid + lo, |q| <= 2^20, scale = max|x| /
+// 2^20): the integer sums are exact, so the only error is that rounding, at
+// most 2^-21 of the block's largest activation per element, within fp32
+// summation noise. (Two parts, 15 bits, were measured: 1.9e-4 of the largest
+// logit against the fp32 reference, over model.md's 1e-4 for batched vs
+// alone, since batches of 8 or more take the fp32 GEMM.) Every dispatch variant
+// (scalar, AVX2, AVX-512) computes the same integers and applies the scales
+// in the same order, so their results are bit-identical. Larger batches run a
+// fp32 GEMM over weights dequantised exactly, as the reference does.
+//
+// Thread safety: the view functions are pure; the front door shares
+// DefaultThreadPool() (thread_pool.hpp) and may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <vector>
+
+#include "moeserve/kernels/cpu_kernels.hpp"
+
+namespace moeserve::kernels {
+
+inline constexpr size_t kMxfp4PackRows = 16;
+// Activation rows at which the products switch from the integer
+// matrix-vector form to the fp32 GEMM.
+inline constexpr size_t kMxfp4GemmMinRows = 8;
+
+inline size_t Mxfp4PackedGroups(size_t out) { return (out + kMxfp4PackRows - 1) / kMxfp4PackRows; }
+inline size_t Mxfp4PackedCodeBytes(size_t out, size_t in) { return Mxfp4PackedGroups(out) * (in / 32) * 256; }
+inline size_t Mxfp4PackedScaleBytes(size_t out, size_t in) { return Mxfp4PackedGroups(out) * (in / 32) * 16; }
+
+// One packed [out, in] matrix; codes 64-byte aligned.
+struct Mxfp4PackedView {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  size_t out = 0, in = 0;
+};
+
+// Repacks the file layout (blocks [out, in/32, 16], scales [out, in/32]) into
+// codes/scales sized by the functions above. Lossless.
+void PackMxfp4(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, uint8_t* codes,
+               uint8_t* packed_scales);
+// The inverse: back to the file layout.
+void UnpackMxfp4(const Mxfp4PackedView& w, uint8_t* blocks, uint8_t* scales);
+
+// Row o's dequantised values for blocks [b0, b0 + nblocks), written to
+// dst[k * stride] for k = 0 .. 32 * nblocks - 1 (exactly as the reference
+// decodes them).
+void DecodePackedRow(const Mxfp4PackedView& w, size_t o, size_t b0, size_t nblocks, float* dst, size_t stride);
+
+// Large weight buffers are asked for in 2 MiB pages (see AllocateWeights).
+void* AllocateWeights(size_t bytes);
+void FreeWeights(void* p, size_t bytes);
+
+template <class T>
+struct Aligned64Allocator {
+  using value_type = T;
+  Aligned64Allocator() = default;
+  template <class U>
+  Aligned64Allocator(const Aligned64Allocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(AllocateWeights(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { FreeWeights(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const Aligned64Allocator<U>&) const { return true; }
+};
+
+// A stack of `count` equally shaped [out, in] matrices, packed (the MoE's
+// experts of one projection).
+class Mxfp4PackedStack {
+ public:
+  Mxfp4PackedStack() = default;
+  // blocks/scales: `count` matrices back to back in the file layout.
+  Mxfp4PackedStack(const uint8_t* blocks, const uint8_t* scales, size_t count, size_t out, size_t in);
+
+  Mxfp4PackedView matrix(size_t i) const {
+    return {codes_.data() + i * Mxfp4PackedCodeBytes(out_, in_), scales_.data() + i * Mxfp4PackedScaleBytes(out_, in_),
+            out_, in_};
+  }
+  size_t count() const { return count_; }
+  size_t rows() const { return out_; }
+  size_t cols() const { return in_; }
+  size_t bytes() const { return codes_.size() + scales_.size(); }
+
+ private:
+  std::vector<uint8_t, Aligned64Allocator<uint8_t>> codes_;
+  std::vector<uint8_t> scales_;
+  size_t count_ = 0, out_ = 0, in_ = 0;
+};
+
+// Activations quantised for the matrix-vector products: n rows of `in`
+// values as three int8 parts, per block of 32 a scale (max|x| / 2^20, halved
+// because the kernels multiply by twice the E2M1 value) and 12 * sum(q) (the
+// kernels add 12 to every weight code to make it unsigned, and take this back
+// off).
+inline constexpr int kMxfp4ActParts = 3;  // hi, mid, lo
+struct Mxfp4Activations {
+  size_t n = 0, in = 0;
+  const int8_t* parts = nullptr;    // [n][3][in]: hi, mid, lo
+  const float* scale = nullptr;     // [n][in/32]
+  const int32_t* offset = nullptr;  // [n][in/32]
+  const int8_t* part(size_t t, int p) const { return parts + (t * kMxfp4ActParts + static_cast<size_t>(p)) * in; }
+};
+
+// Owns the buffers behind an Mxfp4Activations; reusable across calls.
+class Mxfp4ActivationBuffer {
+ public:
+  const Mxfp4Activations& Quantize(const float* X, size_t n, size_t in, CpuIsa isa = ActiveCpuIsa());
+
+ private:
+  std::vector<int8_t, Aligned64Allocator<int8_t>> parts_;
+  std::vector<float> scale_;
+  std::vector<int32_t> offset_;
+  Mxfp4Activations view_;
+};
+
+// Y[n, out] = X[n, in] * dequant(W)^T.
+void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, CpuIsa isa = ActiveCpuIsa());
+
+}  // namespace moeserve::kernels

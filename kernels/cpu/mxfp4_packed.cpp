@@ -1,0 +1,200 @@
+// The packed MXFP4 layout (see mxfp4_packed.hpp): repacking, unpacking,
+// activation quantisation and the threaded front door.
+#include "moeserve/kernels/mxfp4_packed.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <sys/mman.h>
+
+#include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
+#include "variants.hpp"
+
+namespace moeserve::kernels {
+namespace {
+
+constexpr uint8_t kPadScale = 127;  // 1.0: padding rows hold zeros at a harmless scale
+
+// Byte offset of (row r, element k) within one group's block b, and whether
+// the element is the high nibble.
+struct CodeSlot {
+  size_t byte;
+  bool high;
+};
+inline CodeSlot Slot(size_t r, size_t k_in_block) {
+  const size_t c = k_in_block / 8, j = k_in_block % 8;
+  return {c * 64 + r * 4 + (j & 3), j >= 4};
+}
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+}  // namespace
+
+// Decode streams each expert's codes once a token; with 4 KiB pages the
+// hardware prefetchers stop at every page boundary and each page costs a TLB
+// walk. Buffers of a few huge pages or more are 2 MiB aligned and advised
+// (transparent huge pages are often "madvise" only).
+void* AllocateWeights(size_t bytes) {
+  if (bytes < 2 * kHugePage) return ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(64));
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = ::operator new(rounded, std::align_val_t(kHugePage));
+  ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
+  return p;
+}
+
+void FreeWeights(void* p, size_t bytes) {
+  if (bytes < 2 * kHugePage) return ::operator delete(p, std::align_val_t(64));
+  ::operator delete(p, std::align_val_t(kHugePage));
+}
+
+void PackMxfp4(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, uint8_t* codes,
+               uint8_t* packed_scales) {
+  const size_t nb = in / 32;
+  std::memset(codes, 0, Mxfp4PackedCodeBytes(out, in));
+  std::memset(packed_scales, kPadScale, Mxfp4PackedScaleBytes(out, in));
+  for (size_t o = 0; o < out; ++o) {
+    const size_t g = o / kMxfp4PackRows, r = o % kMxfp4PackRows;
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* dst = codes + (g * nb + b) * 256;
+      packed_scales[(g * nb + b) * 16 + r] = scales[o * nb + b];
+      const uint8_t* src = blocks + (o * nb + b) * kMxfp4BlockBytes;
+      for (size_t k = 0; k < 32; ++k) {
+        const uint8_t code = (k % 2 == 0) ? (src[k / 2] & 0x0F) : (src[k / 2] >> 4);
+        const CodeSlot s = Slot(r, k);
+        dst[s.byte] |= s.high ? static_cast<uint8_t>(code << 4) : code;
+      }
+    }
+  }
+}
+
+void UnpackMxfp4(const Mxfp4PackedView& w, uint8_t* blocks, uint8_t* scales) {
+  const size_t nb = w.in / 32;
+  for (size_t o = 0; o < w.out; ++o) {
+    const size_t g = o / kMxfp4PackRows, r = o % kMxfp4PackRows;
+    for (size_t b = 0; b < nb; ++b) {
+      const uint8_t* src = w.codes + (g * nb + b) * 256;
+      scales[o * nb + b] = w.scales[(g * nb + b) * 16 + r];
+      uint8_t* dst = blocks + (o * nb + b) * kMxfp4BlockBytes;
+      for (size_t k = 0; k < 32; k += 2) {
+        const CodeSlot e = Slot(r, k), od = Slot(r, k + 1);
+        const uint8_t lo = e.high ? (src[e.byte] >> 4) : (src[e.byte] & 0x0F);
+        const uint8_t hi = od.high ? (src[od.byte] >> 4) : (src[od.byte] & 0x0F);
+        dst[k / 2] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    }
+  }
+}
+
+void DecodePackedRow(const Mxfp4PackedView& w, size_t o, size_t b0, size_t nblocks, float* dst, size_t stride) {
+  const size_t nb = w.in / 32;
+  const size_t g = o / kMxfp4PackRows, r = o % kMxfp4PackRows;
+  for (size_t b = b0; b < b0 + nblocks; ++b) {
+    const uint8_t* src = w.codes + (g * nb + b) * 256 + r * 4;
+    const float sc = cpu::kE8M0.v[w.scales[(g * nb + b) * 16 + r]];
+    float* d = dst + (b - b0) * 32 * stride;
+    for (size_t c = 0; c < 4; ++c)
+      for (size_t j = 0; j < 4; ++j) {
+        const uint8_t byte = src[c * 64 + j];
+        d[(8 * c + j) * stride] = kE2M1Values[byte & 0x0F] * sc;
+        d[(8 * c + 4 + j) * stride] = kE2M1Values[byte >> 4] * sc;
+      }
+  }
+}
+
+Mxfp4PackedStack::Mxfp4PackedStack(const uint8_t* blocks, const uint8_t* scales, size_t count, size_t out, size_t in)
+    : codes_(count * Mxfp4PackedCodeBytes(out, in)),
+      scales_(count * Mxfp4PackedScaleBytes(out, in)),
+      count_(count),
+      out_(out),
+      in_(in) {
+  const size_t file_blocks = out * in / 2, file_scales = out * in / 32;
+  for (size_t i = 0; i < count; ++i)
+    PackMxfp4(blocks + i * file_blocks, scales + i * file_scales, out, in,
+              codes_.data() + i * Mxfp4PackedCodeBytes(out, in), scales_.data() + i * Mxfp4PackedScaleBytes(out, in));
+}
+
+const Mxfp4Activations& Mxfp4ActivationBuffer::Quantize(const float* X, size_t n, size_t in, CpuIsa isa) {
+  const size_t nb = in / 32;
+  parts_.resize(n * kMxfp4ActParts * in);
+  scale_.resize(n * nb);
+  offset_.resize(n * nb);
+  CpuKernels(isa).mxfp4_quantize(X, n, in, parts_.data(), scale_.data(), offset_.data());
+  view_ = {n, in, parts_.data(), scale_.data(), offset_.data()};
+  return view_;
+}
+
+namespace cpu {
+
+void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset) {
+  const size_t nb = in / 32;
+  // Adding and taking back 1.5 * 2^23 rounds |v| < 2^22 to the nearest
+  // integer (ties to even, as vcvtps2dq does) in plain float arithmetic.
+  constexpr float kRound = 12582912.0f;
+  for (size_t t = 0; t < n; ++t)
+    for (size_t b = 0; b < nb; ++b) {
+      const float* x = X + t * in + b * 32;
+      float amax = 0.0f;
+      for (size_t k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[k]));
+      bool finite = amax <= std::numeric_limits<float>::max();
+      for (size_t k = 0; k < 32; ++k) finite &= x[k] == x[k];  // NaN fails
+      // A block of zeros gets zero codes at scale 0. A non-finite activation
+      // makes the block's scale NaN (and its codes 0), so the products it
+      // feeds come out NaN, as the fp32 reference's would.
+      const float inv = finite && amax > 0.0f ? 1048576.0f / amax : 0.0f;
+      int8_t* hi = parts + t * kMxfp4ActParts * in + b * 32;
+      int8_t* mid = hi + in;
+      int8_t* lo = mid + in;
+      int32_t sum = 0;
+      for (size_t k = 0; k < 32; ++k) {
+        const float v = finite ? x[k] * inv : 0.0f;
+        const int32_t q = static_cast<int32_t>((v + kRound) - kRound);  // |q| <= 2^20
+        const int32_t h = (q + 8192) >> 14;                            // in [-64, 64]
+        const int32_t r = q - h * 16384;                               // in [-8192, 8191]
+        const int32_t m = (r + 64) >> 7;                               // in [-64, 64]
+        hi[k] = static_cast<int8_t>(h);
+        mid[k] = static_cast<int8_t>(m);
+        lo[k] = static_cast<int8_t>(r - m * 128);  // in [-64, 63]
+        sum += q;
+      }
+      scale[t * nb + b] = finite ? amax * (0.5f / 1048576.0f) : std::numeric_limits<float>::quiet_NaN();
+      offset[t * nb + b] = 12 * sum;
+    }
+}
+
+}  // namespace cpu
+
+void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, CpuIsa isa) {
+  if (w.out == 0 || n == 0) return;
+  if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
+  ThreadPool& pool = DefaultThreadPool();
+  const size_t threads = static_cast<size_t>(pool.size());
+  const bool serial = threads == 1 || static_cast<double>(w.out) * static_cast<double>(w.in) * n < 65536.0;
+  const CpuKernelSet& k = CpuKernels(isa);
+  if (n >= kMxfp4GemmMinRows) {
+    if (serial) return k.mxfp4_gemm(w, X, n, Y, 0, w.out);
+    // One contiguous range per thread, aligned to the 32-column panel.
+    size_t chunk = (w.out + threads - 1) / threads;
+    chunk = (chunk + 31) / 32 * 32;
+    pool.ParallelFor((w.out + chunk - 1) / chunk, [&](size_t i) {
+      k.mxfp4_gemm(w, X, n, Y, i * chunk, std::min(w.out, (i + 1) * chunk));
+    });
+    return;
+  }
+  thread_local Mxfp4ActivationBuffer buffer;
+  const Mxfp4Activations& xq = buffer.Quantize(X, n, w.in, isa);
+  const size_t groups = Mxfp4PackedGroups(w.out), nb = w.in / 32;
+  // Whole rows: the groups' codes then stream from memory in one sequential
+  // run per task (splitting rows into k-chunks that keep the activations in
+  // L1 was tried and lost more to the broken stream than it saved).
+  auto run = [&](size_t g0, size_t g1) { k.mxfp4_matvec(w, xq, Y, g0, g1, 0, nb); };
+  if (serial) return run(0, groups);
+  // Small dynamic chunks of groups balance the two halves of a core pair
+  // when one is briefly busy elsewhere.
+  const size_t chunk = std::max<size_t>(1, groups / (threads * 8));
+  pool.ParallelFor((groups + chunk - 1) / chunk, [&](size_t i) { run(i * chunk, std::min(groups, (i + 1) * chunk)); });
+}
+
+}  // namespace moeserve::kernels
