@@ -39,25 +39,44 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const size_t off_c = ctx.cache_offset, off_pe = off_c + kvl, off_ik = off_pe + rope;
 
+  // Every projection of x first, as one pass (LinearMany); then those of qr.
   // 1. Queries: qr = RMSNorm(wq_a x) [n, q_lora]; q = wq_b qr [n, H, nope|rope].
-  std::vector<float> qa(static_cast<size_t>(n) * ql), qr(qa.size()), q(static_cast<size_t>(n) * H * qk);
-  Linear(w.wq_a, x, n, qa.data(), ctx.options.kernels);
-  for (int t = 0; t < n; ++t) RmsNormRow(&qa[t * ql], w.q_norm.data(), eps, ql, &qr[t * ql], ctx.options.kernels);
-  Linear(w.wq_b, qr.data(), n, q.data(), ctx.options.kernels);
-
   // 2. Latent keys/values [n, kv_lora | rope]: c = RMSNorm(c), rope on k_pe; into the cache.
-  std::vector<float> kv(static_cast<size_t>(n) * (kvl + rope));
-  Linear(w.wkv_a, x, n, kv.data(), ctx.options.kernels);
-
   // 3. DSA: indexer queries [n, IH, ID], weights [n, IH], keys into the cache.
-  std::vector<float> iq, iw, ikraw;
+  // 5 (below) needs the output gate wg x.
+  std::vector<float> qa(static_cast<size_t>(n) * ql), qr(qa.size()), q(static_cast<size_t>(n) * H * qk);
+  std::vector<float> kv(static_cast<size_t>(n) * (kvl + rope));
+  std::vector<float> iq, iw, ikraw, gate;
   if (dsa) {
     iq.resize(static_cast<size_t>(n) * IH * ID);
     iw.resize(static_cast<size_t>(n) * IH);
     ikraw.resize(static_cast<size_t>(n) * ID);
-    Linear(w.idx_wq_b, qr.data(), n, iq.data(), ctx.options.kernels);
-    Linear(w.idx_weights_proj, x, n, iw.data(), ctx.options.kernels);
-    Linear(w.idx_wk, x, n, ikraw.data(), ctx.options.kernels);
+  }
+  if (m.output_gate) gate.resize(static_cast<size_t>(n) * H * vd);
+  const KernelChoice kc = ctx.options.kernels;
+  if (dsa && m.output_gate) {
+    LinearMany({{&w.wq_a, x, qa.data()},
+                {&w.wkv_a, x, kv.data()},
+                {&w.idx_weights_proj, x, iw.data()},
+                {&w.idx_wk, x, ikraw.data()},
+                {&w.wg, x, gate.data()}},
+               n, kc);
+  } else if (dsa) {
+    LinearMany({{&w.wq_a, x, qa.data()}, {&w.wkv_a, x, kv.data()}, {&w.idx_weights_proj, x, iw.data()},
+                {&w.idx_wk, x, ikraw.data()}},
+               n, kc);
+  } else if (m.output_gate) {
+    LinearMany({{&w.wq_a, x, qa.data()}, {&w.wkv_a, x, kv.data()}, {&w.wg, x, gate.data()}}, n, kc);
+  } else {
+    LinearMany({{&w.wq_a, x, qa.data()}, {&w.wkv_a, x, kv.data()}}, n, kc);
+  }
+  for (int t = 0; t < n; ++t) RmsNormRow(&qa[t * ql], w.q_norm.data(), eps, ql, &qr[t * ql], kc);
+  if (dsa) {
+    LinearMany({{&w.wq_b, qr.data(), q.data()}, {&w.idx_wq_b, qr.data(), iq.data()}}, n, kc);
+  } else {
+    Linear(w.wq_b, qr.data(), n, q.data(), kc);
+  }
+  if (dsa) {
     const float wscale = 1.0f / std::sqrt(static_cast<float>(IH)) / std::sqrt(static_cast<float>(ID));
     for (auto& v : iw) v *= wscale;
   }
@@ -127,23 +146,36 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       if (absorbed) {
         // q_abs = W_uk^T q_nope per head: scores against the latent c directly,
         // reading only the cache (model.md 5.1's decode form).
+        const size_t Hs = static_cast<size_t>(H), kv = static_cast<size_t>(kvl), np = static_cast<size_t>(nope);
+        if (fast) {
+          kernels::HeadwiseMatVec(w.w_uk_t.data(), Hs, kv, np, kv * np, &q[static_cast<size_t>(r) * H * qk],
+                                  static_cast<size_t>(qk), q_abs.data(), kv);
+        }
         for (int h = 0; h < H; ++h) {
           const float* qh = &q[(static_cast<size_t>(r) * H + h) * qk];
-          const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
-          float* qa_h = &q_abs[static_cast<size_t>(h) * kvl];
-          std::fill(qa_h, qa_h + kvl, 0.0f);
-          for (int i = 0; i < nope; ++i)
-            for (int l = 0; l < kvl; ++l) qa_h[l] += qh[i] * wb[static_cast<size_t>(i) * kvl + l];
+          if (!fast) {
+            const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
+            float* qa_h = &q_abs[static_cast<size_t>(h) * kvl];
+            std::fill(qa_h, qa_h + kvl, 0.0f);
+            for (int i = 0; i < nope; ++i)
+              for (int l = 0; l < kvl; ++l) qa_h[l] += qh[i] * wb[static_cast<size_t>(i) * kvl + l];
+          }
           std::copy_n(qh + nope, rope, &q_pe[static_cast<size_t>(h) * rope]);
         }
         const kernels::MlaDecodeShape shape{H, kvl, rope, ctx.mla_scale};
         const int* key_ptr = sparse ? keys.data() : nullptr;
         if (fast) kernels::MlaDecode(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
         else kernels::MlaDecodeRef(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
-        for (int h = 0; h < H; ++h) {
-          const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
-          float* oh = &o[(static_cast<size_t>(r) * H + h) * vd];
-          for (int j = 0; j < vd; ++j) oh[j] = Dot(wb + static_cast<size_t>(nope + j) * kvl, &lat[static_cast<size_t>(h) * kvl], kvl);
+        // o = W_uv lat per head (W_uv: rows nope .. nope + vd of each head's block).
+        if (fast) {
+          kernels::HeadwiseMatVec(w.wkv_b.w.data() + np * kv, Hs, static_cast<size_t>(vd), kv, (np + vd) * kv, lat.data(),
+                                  kv, &o[static_cast<size_t>(r) * H * vd], static_cast<size_t>(vd));
+        } else {
+          for (int h = 0; h < H; ++h) {
+            const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
+            float* oh = &o[(static_cast<size_t>(r) * H + h) * vd];
+            for (int j = 0; j < vd; ++j) oh[j] = Dot(wb + static_cast<size_t>(nope + j) * kvl, &lat[static_cast<size_t>(h) * kvl], kvl);
+          }
         }
         continue;
       }
@@ -167,11 +199,8 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   }
 
   // 5. Output gate and projection: out = wo(o * sigmoid(wg x)).
-  if (m.output_gate) {
-    std::vector<float> gate(o.size());
-    Linear(w.wg, x, n, gate.data(), ctx.options.kernels);
+  if (m.output_gate)
     for (size_t i = 0; i < o.size(); ++i) o[i] *= kernels::Sigmoid(gate[i]);
-  }
   Linear(w.wo, o.data(), n, out, ctx.options.kernels);
 }
 

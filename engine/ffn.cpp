@@ -13,17 +13,31 @@
 namespace moeserve::engine {
 
 void Linear(const Matrix& W, const float* X, int n, float* Y, KernelChoice kc) {
-  if (!W.bf16.empty()) {
+  if (W.bf16) {
     if (kc == KernelChoice::kReference)
-      kernels::MatMulBf16Ref(W.bf16.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+      kernels::MatMulBf16Ref(W.bf16, static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
     else
-      kernels::MatMulBf16(W.bf16.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+      kernels::MatMulBf16(W.bf16, static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
     return;
   }
   if (kc == KernelChoice::kReference)
     kernels::MatMulF32Ref(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
   else
     kernels::MatMulF32(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+}
+
+void LinearMany(std::initializer_list<LinearJob> jobs, int n, KernelChoice kc) {
+  bool batched = kc == KernelChoice::kFast && n < 8;
+  for (const LinearJob& j : jobs) batched = batched && j.W->bf16 != nullptr;
+  if (!batched) {
+    for (const LinearJob& j : jobs) Linear(*j.W, j.X, n, j.Y, kc);
+    return;
+  }
+  std::vector<kernels::Bf16MatVecJob> kj;
+  kj.reserve(jobs.size());
+  for (const LinearJob& j : jobs)
+    kj.push_back({j.W->bf16, static_cast<size_t>(j.W->rows), static_cast<size_t>(j.W->cols), j.X, j.Y});
+  kernels::MatVecBf16Many(kj, static_cast<size_t>(n));
 }
 
 void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kc) {
@@ -36,8 +50,7 @@ namespace {
 // SwiGLU(x) = w2(silu(w1 x) * (w3 x)), accumulated into out with a weight.
 void SwiGlu(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int n, float* out, KernelChoice kc) {
   std::vector<float> h1(static_cast<size_t>(n) * w1.rows), h3(h1.size());
-  Linear(w1, x, n, h1.data(), kc);
-  Linear(w3, x, n, h3.data(), kc);
+  LinearMany({{&w1, x, h1.data()}, {&w3, x, h3.data()}}, n, kc);
   for (size_t i = 0; i < h1.size(); ++i) h1[i] = kernels::Silu(h1[i]) * h3[i];
   Linear(w2, h1.data(), n, out, kc);
 }
@@ -71,9 +84,16 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   const int D = cfg.hidden_size, E = m.num_experts, I = m.moe_intermediate_size;
   const int per_group = E / m.n_group;
 
-  // 1. Routing per token: sigmoid scores; the bias only selects.
-  std::vector<float> logits(static_cast<size_t>(n) * E);
-  Linear(w.gate, x, n, logits.data(), kc);
+  // 1. Router logits and the shared experts' gate/up projections of x, as one
+  // pass (LinearMany); routing per token: sigmoid scores, the bias only selects.
+  std::vector<float> logits(static_cast<size_t>(n) * E), sh1, sh3;
+  if (m.num_shared_experts > 0) {
+    sh1.resize(static_cast<size_t>(n) * w.shared_w1.rows);
+    sh3.resize(sh1.size());
+    LinearMany({{&w.gate, x, logits.data()}, {&w.shared_w1, x, sh1.data()}, {&w.shared_w3, x, sh3.data()}}, n, kc);
+  } else {
+    Linear(w.gate, x, n, logits.data(), kc);
+  }
   std::vector<std::vector<std::pair<int, float>>> by_expert(static_cast<size_t>(E));  // (token, weight)
   for (int t = 0; t < n; ++t) {
     std::vector<float> s(static_cast<size_t>(E)), sb(static_cast<size_t>(E));
@@ -105,32 +125,62 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
 
   // 2. Shared experts for every token.
   if (m.num_shared_experts > 0) {
-    SwiGlu(w.shared_w1, w.shared_w3, w.shared_w2, x, n, out, kc);
+    for (size_t i = 0; i < sh1.size(); ++i) sh1[i] = kernels::Silu(sh1[i]) * sh3[i];
+    Linear(w.shared_w2, sh1.data(), n, out, kc);
   } else {
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
   }
 
-  // 3. Routed experts, grouped: one pass per expert over the tokens routed to it.
-  std::vector<float> xe, h13, act, ye;
+  // 3. Routed experts, grouped: one pass per expert over the tokens routed to
+  // it. In decode every expert sees fewer than 8 tokens; then all experts'
+  // gate/up products run as one parallel pass, and all down products as
+  // another (MatVecMxfp4Many), instead of two hand-offs per expert.
+  struct Routed {
+    int e, ne;
+    std::vector<float> xe, h13, act, ye;
+  };
+  std::vector<Routed> work;
+  bool all_matvec = kc != KernelChoice::kReference;
   for (int e = 0; e < E; ++e) {
     const auto& routed = by_expert[e];
     if (routed.empty()) continue;
-    const int ne = static_cast<int>(routed.size());
-    xe.resize(static_cast<size_t>(ne) * D);
-    for (int r = 0; r < ne; ++r) std::copy_n(x + static_cast<size_t>(routed[r].first) * D, D, &xe[static_cast<size_t>(r) * D]);
-    h13.resize(static_cast<size_t>(ne) * 2 * I);
-    mxfp4_matmul(w.w13.expert(e), xe.data(), ne, h13.data());
-    act.resize(static_cast<size_t>(ne) * I);
-    for (int r = 0; r < ne; ++r)
-      for (int j = 0; j < I; ++j)
-        act[static_cast<size_t>(r) * I + j] =
-            kernels::Silu(h13[static_cast<size_t>(r) * 2 * I + j]) * h13[static_cast<size_t>(r) * 2 * I + I + j];
-    ye.resize(static_cast<size_t>(ne) * D);
-    mxfp4_matmul(w.w2e.expert(e), act.data(), ne, ye.data());
-    for (int r = 0; r < ne; ++r) {
-      float* o = out + static_cast<size_t>(routed[r].first) * D;
-      const float wt = routed[r].second;
-      for (int j = 0; j < D; ++j) o[j] += wt * ye[static_cast<size_t>(r) * D + j];
+    Routed r{e, static_cast<int>(routed.size()), {}, {}, {}, {}};
+    r.xe.resize(static_cast<size_t>(r.ne) * D);
+    for (int i = 0; i < r.ne; ++i)
+      std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &r.xe[static_cast<size_t>(i) * D]);
+    r.h13.resize(static_cast<size_t>(r.ne) * 2 * I);
+    r.act.resize(static_cast<size_t>(r.ne) * I);
+    r.ye.resize(static_cast<size_t>(r.ne) * D);
+    all_matvec = all_matvec && static_cast<size_t>(r.ne) < kernels::kMxfp4GemmMinRows;
+    work.push_back(std::move(r));
+  }
+  std::vector<kernels::Mxfp4MatVecJob> jobs;
+  if (all_matvec) {
+    for (Routed& r : work)
+      jobs.push_back({w.w13.expert(r.e), r.xe.data(), static_cast<size_t>(r.ne), r.h13.data()});
+    kernels::MatVecMxfp4Many(jobs);
+  } else {
+    for (Routed& r : work) mxfp4_matmul(w.w13.expert(r.e), r.xe.data(), r.ne, r.h13.data());
+  }
+  // SwiGLU: act = silu(h1) * h3, h13 holding [h1 | h3] per row.
+  for (Routed& r : work)
+    for (int i = 0; i < r.ne; ++i) {
+      const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
+      for (int j = 0; j < I; ++j) r.act[static_cast<size_t>(i) * I + j] = kernels::Silu(h[j]) * h[I + j];
+    }
+  if (all_matvec) {
+    jobs.clear();
+    for (Routed& r : work) jobs.push_back({w.w2e.expert(r.e), r.act.data(), static_cast<size_t>(r.ne), r.ye.data()});
+    kernels::MatVecMxfp4Many(jobs);
+  } else {
+    for (Routed& r : work) mxfp4_matmul(w.w2e.expert(r.e), r.act.data(), r.ne, r.ye.data());
+  }
+  for (const Routed& r : work) {
+    const auto& routed = by_expert[r.e];
+    for (int i = 0; i < r.ne; ++i) {
+      float* o = out + static_cast<size_t>(routed[i].first) * D;
+      const float wt = routed[i].second;
+      for (int j = 0; j < D; ++j) o[j] += wt * r.ye[static_cast<size_t>(i) * D + j];
     }
   }
 }

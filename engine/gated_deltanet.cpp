@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "layers.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
 
@@ -18,12 +19,13 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   // 1. Projections for the whole batch: [n, q|k|v] pre-conv, a, b, g.
   std::vector<float> pre(static_cast<size_t>(n) * C), tmp_q(static_cast<size_t>(n) * Cq), tmp_k(tmp_q.size()),
       tmp_v(static_cast<size_t>(n) * Cv), a(static_cast<size_t>(n) * Hd), b(a.size()), gp(static_cast<size_t>(n) * Cv);
-  Linear(w.q_proj, x, n, tmp_q.data(), ctx.options.kernels);
-  Linear(w.k_proj, x, n, tmp_k.data(), ctx.options.kernels);
-  Linear(w.v_proj, x, n, tmp_v.data(), ctx.options.kernels);
-  Linear(w.a_proj, x, n, a.data(), ctx.options.kernels);
-  Linear(w.b_proj, x, n, b.data(), ctx.options.kernels);
-  Linear(w.g_proj, x, n, gp.data(), ctx.options.kernels);
+  LinearMany({{&w.q_proj, x, tmp_q.data()},
+              {&w.k_proj, x, tmp_k.data()},
+              {&w.v_proj, x, tmp_v.data()},
+              {&w.a_proj, x, a.data()},
+              {&w.b_proj, x, b.data()},
+              {&w.g_proj, x, gp.data()}},
+             n, ctx.options.kernels);
   for (int t = 0; t < n; ++t) {
     std::copy_n(&tmp_q[static_cast<size_t>(t) * Cq], Cq, &pre[static_cast<size_t>(t) * C]);
     std::copy_n(&tmp_k[static_cast<size_t>(t) * Cq], Cq, &pre[static_cast<size_t>(t) * C + Cq]);
@@ -71,7 +73,8 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
     // 4. The delta rule per head.
     const bool chunked = ctx.options.delta_form == DeltaForm::kChunked ||
                          (ctx.options.delta_form == DeltaForm::kAuto && T > 1);
-    for (int h = 0; h < Hd; ++h) {
+    auto head = [&](size_t hs) {
+      const int h = static_cast<int>(hs);
       const float* qh = &conv[static_cast<size_t>(h) * dk];
       const float* kh = &conv[static_cast<size_t>(Cq + h * dk)];
       const float* vh = &conv[static_cast<size_t>(2 * Cq + h * dv)];
@@ -83,6 +86,12 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
       else
         kernels::DeltaRuleRecurrent(qh, kh, vh, &beta[static_cast<size_t>(h) * T], &g[static_cast<size_t>(h) * T], T, dk, dv, C, C, S,
                            oh, Cv);
+    };
+    // Heads are independent: in parallel with the fast kernels.
+    if (ctx.options.kernels == KernelChoice::kFast) {
+      kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(Hd), head);
+    } else {
+      for (int h = 0; h < Hd; ++h) head(static_cast<size_t>(h));
     }
   }
 

@@ -37,6 +37,16 @@ struct LayerContext {
 // the dispatched, threaded CPU kernels (cpu_kernels.hpp); kReference the plain
 // reference loops.
 void Linear(const Matrix& W, const float* X, int n, float* Y, KernelChoice kernels = KernelChoice::kFast);
+// Several Linears over n rows each, as one parallel pass when they are all
+// BF16 matrix-vector products (decode): the projections of one input are
+// small, and a pool hand-off per product costs more than their imbalance.
+// Same results as one Linear per job.
+struct LinearJob {
+  const Matrix* W;
+  const float* X;
+  float* Y;
+};
+void LinearMany(std::initializer_list<LinearJob> jobs, int n, KernelChoice kernels = KernelChoice::kFast);
 // RMSNorm of one row of length d, by the chosen kernels.
 void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kernels);
 

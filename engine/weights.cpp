@@ -23,7 +23,7 @@ std::vector<float> ToF32(const TensorView& t) {
 
 class Loader {
  public:
-  Loader(const Checkpoint& ck) : ck_(ck) {}
+  Loader(const Checkpoint& ck, kernels::WeightArena& arena) : ck_(ck), arena_(arena) {}
   Result<std::vector<float>> Vec(const std::string& name) {
     const TensorView* t = ck_.Find(name);
     if (!t) return Fail(Error::NotFound("tensor '" + name + "' is missing"));
@@ -40,8 +40,9 @@ class Loader {
     if (!t || t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
     if (t->dtype != DType::kBF16) return Mat(name);
     Matrix m;
-    m.bf16.resize(static_cast<size_t>(t->numel()));
-    std::memcpy(m.bf16.data(), t->data, t->nbytes);
+    void* dst = arena_.Allocate(t->nbytes);
+    std::memcpy(dst, t->data, t->nbytes);
+    m.bf16 = static_cast<const uint16_t*>(dst);
     m.rows = static_cast<int>(t->shape[0]);
     m.cols = static_cast<int>(t->shape[1]);
     return m;
@@ -61,13 +62,14 @@ class Loader {
 
  private:
   const Checkpoint& ck_;
+  kernels::WeightArena& arena_;
 };
 
 }  // namespace
 
 Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
-  Loader L(ck);
   ModelWeights w;
+  Loader L(ck, *w.arena);
   MOE_ASSIGN_OR_RETURN(w.embed, L.Mat("embed.weight"));
   MOE_ASSIGN_OR_RETURN(w.head, L.Linear("head.weight"));
   MOE_ASSIGN_OR_RETURN(w.norm, L.Vec("norm.weight"));
@@ -84,6 +86,15 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
       MOE_ASSIGN_OR_RETURN(lw.wkv_a, L.Linear(p + "attn.wkv_a.weight"));
       MOE_ASSIGN_OR_RETURN(lw.kv_norm, L.Vec(p + "attn.kv_norm.weight"));
       MOE_ASSIGN_OR_RETURN(lw.wkv_b, L.Mat(p + "attn.wkv_b.weight"));
+      {
+        const size_t H = static_cast<size_t>(c.mla.num_heads), nope = static_cast<size_t>(c.mla.qk_nope_head_dim);
+        const size_t vd = static_cast<size_t>(c.mla.v_head_dim), kvl = static_cast<size_t>(c.mla.kv_lora_rank);
+        lw.w_uk_t.resize(H * kvl * nope);
+        for (size_t h = 0; h < H; ++h)
+          for (size_t i = 0; i < nope; ++i)
+            for (size_t l = 0; l < kvl; ++l)
+              lw.w_uk_t[(h * kvl + l) * nope + i] = lw.wkv_b.w[(h * (nope + vd) + i) * kvl + l];
+      }
       MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
       if (c.mla.output_gate) {
         MOE_ASSIGN_OR_RETURN(lw.wg, L.Linear(p + "attn.wg.weight"));

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/safetensors.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
+#include "moeserve/kernels/weight_memory.hpp"
 
 namespace moeserve::engine {
 
@@ -16,10 +18,10 @@ namespace moeserve::engine {
 // the checkpoint's BF16 (decode reads half the bytes); ones whose elements
 // the layers index directly (wkv_b, conv weights, the embedding) are fp32.
 struct Matrix {
-  std::vector<float> w;        // fp32 elements, or empty when bf16 is used
-  std::vector<uint16_t> bf16;  // BF16 elements, or empty
+  std::vector<float> w;            // fp32 elements, or empty when bf16 is used
+  const uint16_t* bf16 = nullptr;  // BF16 elements in ModelWeights::arena, or null
   int rows = 0, cols = 0;
-  size_t bytes() const { return w.size() * 4 + bf16.size() * 2; }
+  size_t bytes() const { return w.size() * 4 + (bf16 ? static_cast<size_t>(rows) * cols * 2 : 0); }
 };
 
 // [experts, rows, cols], repacked at load for the CPU kernels (lossless; see
@@ -36,6 +38,9 @@ struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
   // MLA / DSA
   Matrix wq_a, wq_b, wkv_a, wkv_b, wo, wg;
+  // W_uk^T per head [H][kv_lora][nope] (from wkv_b), for the absorbed decode's
+  // q_abs = W_uk^T q_nope as one matrix-vector product per head.
+  std::vector<float> w_uk_t;
   std::vector<float> q_norm, kv_norm;
   // DSA indexer
   Matrix idx_wq_b, idx_wk, idx_weights_proj;
@@ -53,6 +58,8 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
+  // Holds every BF16 matrix (huge pages: see kernels/weight_memory.hpp).
+  std::shared_ptr<kernels::WeightArena> arena = std::make_shared<kernels::WeightArena>();
   Matrix embed, head;
   std::vector<float> norm;
   std::vector<LayerWeights> layers;

@@ -1,6 +1,7 @@
 // This machine's ceilings and the kernels' fraction of them:
-//  - read bandwidth: a vectorised sum over an array far larger than the caches
-//    (1 GiB by default), on every core at once, best of several passes;
+//  - read bandwidth: kernels::MeasureReadBandwidth (a vectorised sum over an
+//    array far larger than the caches, 1 GiB by default, on every core at
+//    once), the best pass before or after the kernels;
 //  - fp32 FMA peak: independent FMA chains in registers on every core;
 //  then the MXFP4 matmul at batch 1 (vs bandwidth) and batch 512 (vs FMA
 //  peak) at flagship-like shapes, and the F32 matvec (vs bandwidth).
@@ -21,6 +22,7 @@
 #include "../kernels/shapes.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
+#include "moeserve/kernels/read_bandwidth.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace mb = moeserve::bench;
@@ -30,50 +32,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Four concurrent streams per thread, as a 4-row matvec reads; with
-// `prefetch`, each stream also prefetches 4 KiB ahead in software (as the
-// MXFP4 kernels do), which reads faster on some machines: the ceiling is the
-// better of the two.
-__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n, bool prefetch) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  const size_t q = n / 4 / 16 * 16;
-  const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
-  for (size_t i = 0; i < q; i += 16) {
-    if (prefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(p0 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p1 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p2 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p3 + i + 1024), _MM_HINT_T0);
-    }
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p0 + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p1 + i));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p2 + i));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p3 + i));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n, bool prefetch) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  const size_t q = n / 4 / 8 * 8;
-  const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
-  for (size_t i = 0; i < q; i += 8) {
-    if (prefetch && i % 16 == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(p0 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p1 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p2 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p3 + i + 1024), _MM_HINT_T0);
-    }
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p0 + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p1 + i));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p2 + i));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p3 + i));
-  }
-  float t[8];
-  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
 
 // FMA chains: 12 independent accumulators, 2 * width * 12 FLOP per iteration.
 __attribute__((target("avx512f,fma"))) float FmaAvx512(size_t iters) {
@@ -128,27 +86,6 @@ double OnAllCores(int threads, Fn fn) {
 
 volatile float g_sink;
 
-double ReadBandwidth(int threads, size_t mib, bool avx512) {
-  const size_t n = mib * (size_t{1} << 20) / sizeof(float);
-  float* a = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
-  // First touch from the thread that will read each part.
-  const size_t part = n / static_cast<size_t>(threads) / 64 * 64;
-  OnAllCores(threads, [&](int t) {
-    for (size_t i = 0; i < part; ++i) a[static_cast<size_t>(t) * part + i] = 1.0f;
-  });
-  double best = 0.0;
-  for (int pass = 0; pass < 12; ++pass) {
-    const bool prefetch = pass % 2 == 1;
-    const double s = OnAllCores(threads, [&](int t) {
-      const float* p = a + static_cast<size_t>(t) * part;
-      g_sink = avx512 ? SumAvx512(p, part, prefetch) : SumAvx2(p, part, prefetch);
-    });
-    best = std::max(best, static_cast<double>(part) * threads * sizeof(float) / s);
-  }
-  std::free(a);
-  return best;
-}
-
 double FmaPeak(int threads, bool avx512) {
   const size_t iters = 50'000'000;
   double best = 0.0;
@@ -185,10 +122,12 @@ int main(int argc, char** argv) {
     std::printf("roofline needs AVX2\n");
     return 0;
   }
-  const double bw = ReadBandwidth(threads, mib, avx512);
+  const mk::ReadBandwidth before = mk::MeasureReadBandwidth(mib, 1.0, 12);
+  const double bw = before.best_bytes_per_s;
   const double peak = FmaPeak(threads, avx512);
   if (ceilings_only) {
-    std::printf("read_bw_GBps=%.2f fma_peak_GFLOPs=%.2f threads=%d\n", bw / 1e9, peak / 1e9, threads);
+    std::printf("read_bw_GBps=%.2f read_bw_mean_GBps=%.2f fma_peak_GFLOPs=%.2f threads=%d\n", bw / 1e9,
+                before.mean_bytes_per_s / 1e9, peak / 1e9, threads);
     return 0;
   }
   struct Row {
@@ -231,11 +170,12 @@ int main(int argc, char** argv) {
   }
   // Measured again after the kernels, the higher kept: on a shared machine
   // one measurement can land in a busy moment and flatter every fraction.
-  const double bw_after = ReadBandwidth(threads, mib, avx512);
-  const double ceiling_bw = std::max(bw, bw_after);
-  std::printf("ceilings (%d threads, %s): read bandwidth %.2f GB/s (best of %.2f before and %.2f after the kernels, "
-              "%zu MiB array), fp32 FMA peak %.1f GFLOP/s\n",
-              threads, avx512 ? "avx512" : "avx2", ceiling_bw / 1e9, bw / 1e9, bw_after / 1e9, mib, peak / 1e9);
+  const mk::ReadBandwidth after = mk::MeasureReadBandwidth(mib, 1.0, 12);
+  const double ceiling_bw = std::max(bw, after.best_bytes_per_s);
+  std::printf("ceilings (%d threads, %s): read bandwidth %.2f GB/s (best pass of %.2f before and %.2f after the "
+              "kernels; mean over all passes %.2f / %.2f GB/s; %zu MiB array), fp32 FMA peak %.1f GFLOP/s\n",
+              threads, avx512 ? "avx512" : "avx2", ceiling_bw / 1e9, bw / 1e9, after.best_bytes_per_s / 1e9,
+              before.mean_bytes_per_s / 1e9, after.mean_bytes_per_s / 1e9, mib, peak / 1e9);
   std::printf("%-34s %10s %10s %10s %10s  %s\n", "kernel (active isa)", "ms", "GB/s", "GFLOP/s", "fraction", "ceiling");
   for (const Row& r : rows)
     std::printf("%-34s %10.3f %10.2f %10.2f %9.1f%%  %s\n", r.name.c_str(), r.sec * 1e3, r.bps / 1e9, r.fps / 1e9,

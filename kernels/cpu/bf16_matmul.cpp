@@ -56,16 +56,67 @@ __attribute__((target("avx2,fma"))) float DotBf16Avx2(const uint16_t* w, const f
   for (; i < n; ++i) s += Bf16(w[i]) * x[i];
   return s;
 }
+
+// Rows [o0, o1) of Y = W x for one activation row, four rows at a time.
+// A 32-element step of a row is one 64-byte load: shifting each 32-bit lane
+// left by 16 gives the even elements as fp32 and masking off its low half the
+// odd ones, so x is passed de-interleaved per 32 (xs: 16 even, then 16 odd;
+// zero-padded to in32). Consecutive rows are contiguous, so the four rows
+// after the current ones are prefetched a line per row-step ahead.
+__attribute__((target("avx512f,avx512bw,fma"))) inline void StepBf16(const uint16_t* row, __mmask32 valid, __m512 xe,
+                                                                       __m512 xo, __m512& ae, __m512& ao) {
+  const __m512i v = _mm512_maskz_loadu_epi16(valid, row);
+  ae = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, ae);
+  ao = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))), xo,
+                       ao);
+}
+
+__attribute__((target("avx512f,avx512bw,fma"))) void RowsBf16Avx512(const uint16_t* W, size_t in, const float* xs,
+                                                                     size_t o0, size_t o1, float* y) {
+  const size_t full = in / 32 * 32;
+  const __mmask32 all = ~__mmask32{0};
+  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (in - full)) - 1);
+  size_t o = o0;
+  for (; o + 4 <= o1; o += 4) {
+    const uint16_t* r = W + o * in;
+    const char* next = reinterpret_cast<const char*>(r + 4 * in);
+    __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, d0 = e0, d1 = e0, d2 = e0, d3 = e0;
+    size_t k = 0;
+    for (; k < full; k += 32) {
+      const __m512 xe = _mm512_loadu_ps(xs + k), xo = _mm512_loadu_ps(xs + k + 16);
+      _mm_prefetch(next + 4 * 2 * k, _MM_HINT_T0);
+      _mm_prefetch(next + 4 * 2 * k + 64, _MM_HINT_T0);
+      _mm_prefetch(next + 4 * 2 * k + 128, _MM_HINT_T0);
+      _mm_prefetch(next + 4 * 2 * k + 192, _MM_HINT_T0);
+      StepBf16(r + k, all, xe, xo, e0, d0);
+      StepBf16(r + in + k, all, xe, xo, e1, d1);
+      StepBf16(r + 2 * in + k, all, xe, xo, e2, d2);
+      StepBf16(r + 3 * in + k, all, xe, xo, e3, d3);
+    }
+    if (k < in) {
+      const __m512 xe = _mm512_loadu_ps(xs + k), xo = _mm512_loadu_ps(xs + k + 16);
+      StepBf16(r + k, tail, xe, xo, e0, d0);
+      StepBf16(r + in + k, tail, xe, xo, e1, d1);
+      StepBf16(r + 2 * in + k, tail, xe, xo, e2, d2);
+      StepBf16(r + 3 * in + k, tail, xe, xo, e3, d3);
+    }
+    y[o] = _mm512_reduce_add_ps(_mm512_add_ps(e0, d0));
+    y[o + 1] = _mm512_reduce_add_ps(_mm512_add_ps(e1, d1));
+    y[o + 2] = _mm512_reduce_add_ps(_mm512_add_ps(e2, d2));
+    y[o + 3] = _mm512_reduce_add_ps(_mm512_add_ps(e3, d3));
+  }
+  for (; o < o1; ++o) {
+    const uint16_t* r = W + o * in;
+    __m512 e = _mm512_setzero_ps(), d = e;
+    size_t k = 0;
+    for (; k < full; k += 32) StepBf16(r + k, all, _mm512_loadu_ps(xs + k), _mm512_loadu_ps(xs + k + 16), e, d);
+    if (k < in) StepBf16(r + k, tail, _mm512_loadu_ps(xs + k), _mm512_loadu_ps(xs + k + 16), e, d);
+    y[o] = _mm512_reduce_add_ps(_mm512_add_ps(e, d));
+  }
+}
 #endif
 
 using DotFn = float (*)(const uint16_t*, const float*, size_t);
-
-DotFn BestDot() {
-#if defined(__x86_64__)
-  if (ActiveCpuIsa() != CpuIsa::kScalar) return DotBf16Avx2;
-#endif
-  return DotBf16Scalar;
-}
 
 }  // namespace
 
@@ -81,7 +132,8 @@ void MatMulBf16Ref(const uint16_t* W, size_t out, size_t in, const float* X, siz
   }
 }
 
-void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
+void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y, CpuIsa isa) {
+  if (out == 0 || n == 0) return;
   if (n >= 8) {
     // Arithmetic-bound: widen once (cost of one read of W) and use the fp32 GEMM.
     thread_local std::vector<float> wide;
@@ -91,17 +143,74 @@ void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t
       const size_t b = c * 256, e = std::min(out, b + 256);
       for (size_t i = b * in; i < e * in; ++i) dst[i] = Bf16(W[i]);
     });
-    MatMulF32(wide.data(), out, in, X, n, Y);
+    MatMulF32(wide.data(), out, in, X, n, Y, isa);
     return;
   }
-  // Memory-bound: read each BF16 row once for all n activations.
-  static const DotFn dot = BestDot();
-  const size_t chunk = 64;
-  DefaultThreadPool().ParallelFor((out + chunk - 1) / chunk, [&](size_t c) {
-    const size_t b = c * chunk, e = std::min(out, b + chunk);
+  const Bf16MatVecJob job{W, out, in, X, Y};
+  MatVecBf16Many(std::span(&job, 1), n, isa);
+}
+
+void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
+  if (!CpuSupports(isa)) isa = CpuIsa::kScalar;
+  // Memory-bound: each task reads a contiguous run of one job's rows once for
+  // all n activations; all jobs' tasks share one parallel-for, and little
+  // work runs on the calling thread alone (a hand-off costs more than its read).
+  constexpr size_t kChunk = 64;
+  struct Task {
+    size_t job, row;
+  };
+  thread_local std::vector<Task> tasks;
+  tasks.clear();
+  double work = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (size_t r = 0; r < jobs[j].out; r += kChunk) tasks.push_back({j, r});
+    work += static_cast<double>(jobs[j].out) * static_cast<double>(jobs[j].in);
+  }
+  if (tasks.empty()) return;
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512) {
+    // x de-interleaved per 32 for RowsBf16Avx512, once per job and row of X.
+    thread_local std::vector<float> split;
+    thread_local std::vector<size_t> offsets;
+    offsets.assign(jobs.size() + 1, 0);
+    for (size_t j = 0; j < jobs.size(); ++j) offsets[j + 1] = offsets[j] + n * ((jobs[j].in + 31) / 32 * 32);
+    split.assign(offsets.back(), 0.0f);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const size_t in = jobs[j].in, in32 = (in + 31) / 32 * 32;
+      float* xs = split.data() + offsets[j];
+      for (size_t t = 0; t < n; ++t)
+        for (size_t i = 0; i < in; ++i) xs[t * in32 + i / 32 * 32 + (i % 2) * 16 + i % 32 / 2] = jobs[j].X[t * in + i];
+    }
+    const float* xs_all = split.data();
+    const size_t* off = offsets.data();
+    const Task* task = tasks.data();
+    auto run = [&](size_t i) {
+      const Bf16MatVecJob& jb = jobs[task[i].job];
+      const size_t b = task[i].row, e = std::min(jb.out, b + kChunk), in32 = (jb.in + 31) / 32 * 32;
+      for (size_t t = 0; t < n; ++t)
+        RowsBf16Avx512(jb.W, jb.in, xs_all + off[task[i].job] + t * in32, b, e, jb.Y + t * jb.out);
+    };
+    if (work * static_cast<double>(n) < 65536.0) {
+      for (size_t i = 0; i < tasks.size(); ++i) run(i);
+    } else {
+      DefaultThreadPool().ParallelFor(tasks.size(), run);
+    }
+    return;
+  }
+#endif
+  const DotFn dot = isa == CpuIsa::kScalar ? DotBf16Scalar : DotBf16Avx2;
+  const Task* task = tasks.data();
+  auto run = [&](size_t i) {
+    const Bf16MatVecJob& jb = jobs[task[i].job];
+    const size_t b = task[i].row, e = std::min(jb.out, b + kChunk);
     for (size_t o = b; o < e; ++o)
-      for (size_t t = 0; t < n; ++t) Y[t * out + o] = dot(W + o * in, X + t * in, in);
-  });
+      for (size_t t = 0; t < n; ++t) jb.Y[t * jb.out + o] = dot(jb.W + o * jb.in, jb.X + t * jb.in, jb.in);
+  };
+  if (work * static_cast<double>(n) < 65536.0) {
+    for (size_t i = 0; i < tasks.size(); ++i) run(i);
+  } else {
+    DefaultThreadPool().ParallelFor(tasks.size(), run);
+  }
 }
 
 }  // namespace moeserve::kernels

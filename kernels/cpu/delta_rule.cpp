@@ -9,6 +9,10 @@ namespace moeserve::kernels {
 
 // One head's gated delta rule over T tokens, recurrent form:
 //   S = exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S += k_t u^T;  o_t = S^T q_t
+// Two passes over S per token, both along its rows (contiguous): the first
+// gathers S^T k, the second decays, updates and gathers S^T q at once. The
+// decay is applied to S^T k instead of to S first (the same product, in
+// another rounding order).
 void DeltaRuleRecurrent(const float* q, const float* k, const float* v, const float* beta, const float* g, int T,
                         int dk, int dv, size_t qk_stride, size_t v_stride, float* S, float* o, size_t o_stride) {
   std::vector<float> u(static_cast<size_t>(dv));
@@ -16,20 +20,25 @@ void DeltaRuleRecurrent(const float* q, const float* k, const float* v, const fl
     const float* qt = q + t * qk_stride;
     const float* kt = k + t * qk_stride;
     const float* vt = v + t * v_stride;
-    const float decay = std::exp(g[t]);
-    for (int i = 0; i < dk * dv; ++i) S[i] *= decay;
-    for (int j = 0; j < dv; ++j) {
-      float ks = 0.0f;
-      for (int i = 0; i < dk; ++i) ks += S[i * dv + j] * kt[i];
-      u[j] = beta[t] * (vt[j] - ks);
-    }
-    for (int i = 0; i < dk; ++i)
-      for (int j = 0; j < dv; ++j) S[i * dv + j] += kt[i] * u[j];
     float* ot = o + t * o_stride;
+    const float decay = std::exp(g[t]);
+    std::fill(u.begin(), u.end(), 0.0f);
+    for (int i = 0; i < dk; ++i) {
+      const float* row = S + static_cast<size_t>(i) * dv;
+      const float ki = kt[i];
+      for (int j = 0; j < dv; ++j) u[j] += row[j] * ki;
+    }
     for (int j = 0; j < dv; ++j) {
-      float acc = 0.0f;
-      for (int i = 0; i < dk; ++i) acc += S[i * dv + j] * qt[i];
-      ot[j] = acc;
+      u[j] = beta[t] * (vt[j] - decay * u[j]);
+      ot[j] = 0.0f;
+    }
+    for (int i = 0; i < dk; ++i) {
+      float* row = S + static_cast<size_t>(i) * dv;
+      const float ki = kt[i], qi = qt[i];
+      for (int j = 0; j < dv; ++j) {
+        row[j] = decay * row[j] + ki * u[j];
+        ot[j] += row[j] * qi;
+      }
     }
   }
 }

@@ -194,6 +194,18 @@ void MatMulF32(const float* W, size_t out, size_t in, const float* X, size_t n, 
   ParallelColumns(out, n, in, [&](size_t o0, size_t o1) { fn(W, out, in, X, n, Y, o0, o1); });
 }
 
+void HeadwiseMatVec(const float* W, size_t heads, size_t rows, size_t cols, size_t head_stride, const float* X,
+                    size_t x_stride, float* Y, size_t y_stride, CpuIsa isa) {
+  const F32MatMulFn fn = CpuKernels(isa).f32_matmul;
+  auto head = [&](size_t h) { fn(W + h * head_stride, rows, cols, X + h * x_stride, 1, Y + h * y_stride, 0, rows); };
+  ThreadPool& pool = DefaultThreadPool();
+  if (pool.size() == 1 || heads < 2 || static_cast<double>(heads) * rows * cols < 65536.0) {
+    for (size_t h = 0; h < heads; ++h) head(h);
+    return;
+  }
+  pool.ParallelFor(heads, head);
+}
+
 void RmsNorm(const float* x, const float* w, float eps, size_t d, float* y, CpuIsa isa) {
   CpuKernels(isa).rms_norm(x, w, eps, d, y);
 }

@@ -7,8 +7,6 @@
 #include <cstring>
 #include <limits>
 
-#include <sys/mman.h>
-
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "variants.hpp"
@@ -29,42 +27,29 @@ inline CodeSlot Slot(size_t r, size_t k_in_block) {
   return {c * 64 + r * 4 + (j & 3), j >= 4};
 }
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
 }  // namespace
-
-// Decode streams each expert's codes once a token; with 4 KiB pages the
-// hardware prefetchers stop at every page boundary and each page costs a TLB
-// walk. Buffers of a few huge pages or more are 2 MiB aligned and advised
-// (transparent huge pages are often "madvise" only).
-void* AllocateWeights(size_t bytes) {
-  if (bytes < 2 * kHugePage) return ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(64));
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = ::operator new(rounded, std::align_val_t(kHugePage));
-  ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
-  return p;
-}
-
-void FreeWeights(void* p, size_t bytes) {
-  if (bytes < 2 * kHugePage) return ::operator delete(p, std::align_val_t(64));
-  ::operator delete(p, std::align_val_t(kHugePage));
-}
 
 void PackMxfp4(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, uint8_t* codes,
                uint8_t* packed_scales) {
-  const size_t nb = in / 32;
-  std::memset(codes, 0, Mxfp4PackedCodeBytes(out, in));
+  const size_t nb = in / 32, groups = Mxfp4PackedGroups(out);
+  // Only the last group can have padding rows: zero codes there.
+  if (out % kMxfp4PackRows != 0) std::memset(codes + (groups - 1) * nb * 256, 0, nb * 256);
   std::memset(packed_scales, kPadScale, Mxfp4PackedScaleBytes(out, in));
   for (size_t o = 0; o < out; ++o) {
     const size_t g = o / kMxfp4PackRows, r = o % kMxfp4PackRows;
     for (size_t b = 0; b < nb; ++b) {
-      uint8_t* dst = codes + (g * nb + b) * 256;
       packed_scales[(g * nb + b) * 16 + r] = scales[o * nb + b];
+      // File byte i holds elements 2i (low nibble) and 2i+1 (high); packed
+      // byte (c, r, j) holds elements 8c+j (low) and 8c+4+j (high).
       const uint8_t* src = blocks + (o * nb + b) * kMxfp4BlockBytes;
-      for (size_t k = 0; k < 32; ++k) {
-        const uint8_t code = (k % 2 == 0) ? (src[k / 2] & 0x0F) : (src[k / 2] >> 4);
-        const CodeSlot s = Slot(r, k);
-        dst[s.byte] |= s.high ? static_cast<uint8_t>(code << 4) : code;
+      uint8_t* dst = codes + (g * nb + b) * 256 + r * 4;
+      for (size_t c = 0; c < 4; ++c) {
+        const uint8_t* q = src + 4 * c;  // elements 8c .. 8c+7
+        const uint8_t e[8] = {static_cast<uint8_t>(q[0] & 15), static_cast<uint8_t>(q[0] >> 4),
+                              static_cast<uint8_t>(q[1] & 15), static_cast<uint8_t>(q[1] >> 4),
+                              static_cast<uint8_t>(q[2] & 15), static_cast<uint8_t>(q[2] >> 4),
+                              static_cast<uint8_t>(q[3] & 15), static_cast<uint8_t>(q[3] >> 4)};
+        for (size_t j = 0; j < 4; ++j) dst[c * 64 + j] = static_cast<uint8_t>(e[j] | (e[j + 4] << 4));
       }
     }
   }
@@ -169,32 +154,65 @@ void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, f
 void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, CpuIsa isa) {
   if (w.out == 0 || n == 0) return;
   if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
+  if (n < kMxfp4GemmMinRows) {
+    const Mxfp4MatVecJob job{w, X, n, Y};
+    return MatVecMxfp4Many(std::span(&job, 1), isa);
+  }
   ThreadPool& pool = DefaultThreadPool();
   const size_t threads = static_cast<size_t>(pool.size());
-  const bool serial = threads == 1 || static_cast<double>(w.out) * static_cast<double>(w.in) * n < 65536.0;
   const CpuKernelSet& k = CpuKernels(isa);
-  if (n >= kMxfp4GemmMinRows) {
-    if (serial) return k.mxfp4_gemm(w, X, n, Y, 0, w.out);
-    // One contiguous range per thread, aligned to the 32-column panel.
-    size_t chunk = (w.out + threads - 1) / threads;
-    chunk = (chunk + 31) / 32 * 32;
-    pool.ParallelFor((w.out + chunk - 1) / chunk, [&](size_t i) {
-      k.mxfp4_gemm(w, X, n, Y, i * chunk, std::min(w.out, (i + 1) * chunk));
-    });
-    return;
+  if (threads == 1 || static_cast<double>(w.out) * static_cast<double>(w.in) * n < 65536.0)
+    return k.mxfp4_gemm(w, X, n, Y, 0, w.out);
+  // One contiguous range per thread, aligned to the 32-column panel.
+  size_t chunk = (w.out + threads - 1) / threads;
+  chunk = (chunk + 31) / 32 * 32;
+  pool.ParallelFor((w.out + chunk - 1) / chunk,
+                   [&](size_t i) { k.mxfp4_gemm(w, X, n, Y, i * chunk, std::min(w.out, (i + 1) * chunk)); });
+}
+
+void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
+  const CpuKernelSet& k = CpuKernels(isa);
+  ThreadPool& pool = DefaultThreadPool();
+  const size_t threads = static_cast<size_t>(pool.size());
+  thread_local std::vector<Mxfp4ActivationBuffer> buffers;
+  if (buffers.size() < jobs.size()) buffers.resize(jobs.size());
+  thread_local std::vector<const Mxfp4Activations*> acts;
+  acts.assign(jobs.size(), nullptr);
+  struct Task {
+    size_t job, g0, g1;
+  };
+  thread_local std::vector<Task> tasks;
+  tasks.clear();
+  double work = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Mxfp4MatVecJob& jb = jobs[j];
+    if (jb.w.out == 0 || jb.n == 0) continue;
+    if (jb.w.in == 0) {
+      std::fill(jb.Y, jb.Y + jb.w.out * jb.n, 0.0f);
+      continue;
+    }
+    acts[j] = &buffers[j].Quantize(jb.X, jb.n, jb.w.in, isa);
+    // Tasks of about kTaskBytes of codes: long enough for the prefetchers
+    // to stream (shorter ones measured slower), short enough that the two
+    // threads finish together; whole rows keep each task one sequential run.
+    const size_t groups = Mxfp4PackedGroups(jb.w.out);
+    constexpr size_t kTaskBytes = 128 << 10;  // 8 KiB tasks: 69 us per 4-expert pass; 128 KiB: 53
+    const size_t chunk = std::max<size_t>(1, std::min(groups / threads, kTaskBytes / (jb.w.in / 32 * 256)));
+    for (size_t g = 0; g < groups; g += chunk) tasks.push_back({j, g, std::min(groups, g + chunk)});
+    work += static_cast<double>(jb.w.out) * static_cast<double>(jb.w.in) * static_cast<double>(jb.n);
   }
-  thread_local Mxfp4ActivationBuffer buffer;
-  const Mxfp4Activations& xq = buffer.Quantize(X, n, w.in, isa);
-  const size_t groups = Mxfp4PackedGroups(w.out), nb = w.in / 32;
-  // Whole rows: the groups' codes then stream from memory in one sequential
-  // run per task (splitting rows into k-chunks that keep the activations in
-  // L1 was tried and lost more to the broken stream than it saved).
-  auto run = [&](size_t g0, size_t g1) { k.mxfp4_matvec(w, xq, Y, g0, g1, 0, nb); };
-  if (serial) return run(0, groups);
-  // Small dynamic chunks of groups balance the two halves of a core pair
-  // when one is briefly busy elsewhere.
-  const size_t chunk = std::max<size_t>(1, groups / (threads * 8));
-  pool.ParallelFor((groups + chunk - 1) / chunk, [&](size_t i) { run(i * chunk, std::min(groups, (i + 1) * chunk)); });
+  // Workers must not name the thread_locals (theirs are other vectors).
+  const Task* task = tasks.data();
+  const Mxfp4Activations* const* act = acts.data();
+  auto run = [&](size_t i) {
+    const Mxfp4MatVecJob& jb = jobs[task[i].job];
+    k.mxfp4_matvec(jb.w, *act[task[i].job], jb.Y, task[i].g0, task[i].g1, 0, jb.w.in / 32);
+  };
+  if (threads == 1 || work < 65536.0) {
+    for (size_t i = 0; i < tasks.size(); ++i) run(i);
+  } else {
+    pool.ParallelFor(tasks.size(), run);
+  }
 }
 
 }  // namespace moeserve::kernels

@@ -26,7 +26,8 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
   std::mt19937 rng(4);
   std::normal_distribution<float> d(0.0f, 1.0f);
   for (auto [out, in, n] : {std::tuple{1, 1, 1}, std::tuple{7, 33, 1}, std::tuple{130, 257, 3}, std::tuple{64, 1024, 7},
-                            std::tuple{100, 96, 8}, std::tuple{301, 515, 19}, std::tuple{1, 4096, 1}}) {
+                            std::tuple{100, 96, 8}, std::tuple{301, 515, 19}, std::tuple{1, 4096, 1},
+                            std::tuple{333, 1024, 2}, std::tuple{70, 1000, 5}, std::tuple{5, 31, 1}, std::tuple{9, 64, 4}}) {
     std::vector<uint16_t> W(static_cast<size_t>(out) * in);
     std::vector<float> Wf(W.size()), X(static_cast<size_t>(n) * in);
     for (size_t i = 0; i < W.size(); ++i) {
@@ -35,13 +36,44 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
       std::memcpy(&Wf[i], &u, 4);
     }
     for (auto& x : X) x = d(rng);
-    std::vector<float> ref(static_cast<size_t>(n) * out), fast(ref.size()), f32(ref.size());
+    std::vector<float> ref(static_cast<size_t>(n) * out), f32(ref.size());
     MatMulBf16Ref(W.data(), out, in, X.data(), n, ref.data());
-    MatMulBf16(W.data(), out, in, X.data(), n, fast.data());
     MatMulF32Ref(Wf.data(), out, in, X.data(), n, f32.data());
-    for (size_t i = 0; i < ref.size(); ++i) {
-      EXPECT_EQ(ref[i], f32[i]) << "reference must equal fp32 on widened weights";
-      EXPECT_NEAR(fast[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(in)) + 1e-5) << out << "x" << in << " n " << n;
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(ref[i], f32[i]) << "reference must equal fp32 on widened weights";
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      std::vector<float> fast(ref.size(), NAN);
+      MatMulBf16(W.data(), out, in, X.data(), n, fast.data(), isa);
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(fast[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(in)) + 1e-5)
+            << CpuIsaName(isa) << " " << out << "x" << in << " n " << n << " at " << i;
+    }
+  }
+}
+
+TEST(Bf16MatMul, ManyJobsEqualEachAloneBitForBit) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const std::vector<std::pair<size_t, size_t>> shapes = {{300, 1024}, {7, 33}, {129, 96}, {64, 1000}, {1, 4096}};
+  for (size_t n : {size_t{1}, size_t{3}, size_t{7}}) {
+    std::vector<std::vector<uint16_t>> W;
+    std::vector<std::vector<float>> X, Y, alone;
+    std::vector<Bf16MatVecJob> jobs;
+    for (auto [out, in] : shapes) {
+      W.emplace_back(out * in);
+      for (auto& w : W.back()) w = ToBf16(d(rng));
+      X.emplace_back(n * in);
+      for (auto& x : X.back()) x = d(rng);
+      Y.emplace_back(n * out, NAN);
+      alone.emplace_back(n * out, NAN);
+    }
+    for (size_t j = 0; j < shapes.size(); ++j)
+      jobs.push_back({W[j].data(), shapes[j].first, shapes[j].second, X[j].data(), Y[j].data()});
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      MatVecBf16Many(jobs, n, isa);
+      for (size_t j = 0; j < shapes.size(); ++j) {
+        MatMulBf16(W[j].data(), shapes[j].first, shapes[j].second, X[j].data(), n, alone[j].data(), isa);
+        ASSERT_EQ(std::memcmp(Y[j].data(), alone[j].data(), Y[j].size() * 4), 0) << CpuIsaName(isa) << " job " << j;
+      }
     }
   }
 }

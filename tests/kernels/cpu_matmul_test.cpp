@@ -235,6 +235,29 @@ TEST(CpuKernels, Mxfp4MatMulEveryVariantMatchesReference) {
   }
 }
 
+TEST(CpuKernels, Mxfp4ManyJobsEqualEachAloneBitForBit) {
+  std::mt19937 rng(11);
+  const std::vector<Shape> shapes = {{768, 1024, 1}, {40, 96, 3}, {1024, 384, 1}, {17, 2080, 7}, {5, 32, 2}};
+  std::vector<Mxfp4PackedStack> packed;
+  std::vector<std::vector<float>> X, Y, alone;
+  for (const Shape& s : shapes) {
+    Mxfp4Case c = MakeMxfp4(s.out, s.in, rng);
+    packed.emplace_back(c.blocks.data(), c.scales.data(), 1, s.out, s.in);
+    X.push_back(Random(s.n * s.in, rng));
+    Y.emplace_back(s.n * s.out, NAN);
+    alone.emplace_back(s.n * s.out, NAN);
+  }
+  std::vector<Mxfp4MatVecJob> jobs;
+  for (size_t j = 0; j < shapes.size(); ++j) jobs.push_back({packed[j].matrix(0), X[j].data(), shapes[j].n, Y[j].data()});
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    MatVecMxfp4Many(jobs, isa);
+    for (size_t j = 0; j < shapes.size(); ++j) {
+      MatMulMxfp4(packed[j].matrix(0), X[j].data(), shapes[j].n, alone[j].data(), isa);
+      ASSERT_EQ(std::memcmp(Y[j].data(), alone[j].data(), Y[j].size() * 4), 0) << CpuIsaName(isa) << " job " << j;
+    }
+  }
+}
+
 TEST(CpuKernels, Mxfp4MatVecCarriesNonFiniteActivations) {
   std::mt19937 rng(5);
   Mxfp4Case c = MakeMxfp4(40, 96, rng);
@@ -270,6 +293,37 @@ TEST(CpuKernels, F32MatMulEveryVariantMatchesReference) {
       std::vector<float> thr(want.size(), NAN);
       MatMulF32(w.data(), s.out, s.in, x.data(), s.n, thr.data(), isa);
       ExpectClose(thr, want, mag, what + " threaded");
+    }
+  }
+}
+
+TEST(CpuKernels, HeadwiseMatVecEveryVariantMatchesPlainLoops) {
+  std::mt19937 rng(21);
+  struct Case {
+    size_t heads, rows, cols, head_stride, x_stride, y_stride;
+  };
+  // MLA's two uses (W_uk^T: kvl x nope per head; W_uv inside wkv_b: vd rows
+  // of kvl, heads nope + vd rows apart), and odd sizes.
+  for (const Case& c : {Case{8, 256, 64, 256 * 64, 96, 256}, Case{8, 64, 256, 128 * 256, 256, 64},
+                        Case{3, 7, 33, 7 * 33 + 5, 40, 9}, Case{1, 1, 1, 1, 1, 1}, Case{16, 128, 512, 128 * 512, 512, 128}}) {
+    std::vector<float> W = Random(c.heads * c.head_stride, rng), X = Random(c.heads * c.x_stride, rng);
+    std::vector<float> want(c.heads * c.y_stride, 0.0f), tol(want.size(), 1e-30f);
+    for (size_t h = 0; h < c.heads; ++h)
+      for (size_t r = 0; r < c.rows; ++r) {
+        double acc = 0, mag = 0;
+        for (size_t k = 0; k < c.cols; ++k) {
+          const double p = static_cast<double>(W[h * c.head_stride + r * c.cols + k]) * X[h * c.x_stride + k];
+          acc += p;
+          mag += std::fabs(p);
+        }
+        want[h * c.y_stride + r] = static_cast<float>(acc);
+        tol[h * c.y_stride + r] = 1e-5f * static_cast<float>(mag) + 1e-30f;
+      }
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      std::vector<float> got(want.size(), 0.0f);
+      HeadwiseMatVec(W.data(), c.heads, c.rows, c.cols, c.head_stride, X.data(), c.x_stride, got.data(), c.y_stride, isa);
+      ExpectWithin(got, want, tol, std::string(CpuIsaName(isa)) + " headwise " + std::to_string(c.rows) + "x" +
+                                       std::to_string(c.cols));
     }
   }
 }

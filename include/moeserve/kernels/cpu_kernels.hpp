@@ -68,6 +68,12 @@ const CpuKernelSet& CpuKernels(CpuIsa isa);
 // mxfp4_packed.hpp.
 void MatMulF32(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,
                CpuIsa isa = ActiveCpuIsa());
+// Per head h < heads: Y[h * y_stride + r] = sum_c W[h * head_stride + r * cols + c]
+// * X[h * x_stride + c] for r < rows (a small matrix-vector product per head,
+// as MLA's absorbed decode needs twice per query). Heads run in parallel when
+// the work is large enough.
+void HeadwiseMatVec(const float* W, size_t heads, size_t rows, size_t cols, size_t head_stride, const float* X,
+                    size_t x_stride, float* Y, size_t y_stride, CpuIsa isa = ActiveCpuIsa());
 // One row; single-threaded (rows are short).
 void RmsNorm(const float* x, const float* w, float eps, size_t d, float* y, CpuIsa isa = ActiveCpuIsa());
 

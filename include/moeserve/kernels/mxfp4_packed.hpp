@@ -39,9 +39,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/weight_memory.hpp"
 
 namespace moeserve::kernels {
 
@@ -73,22 +75,6 @@ void UnpackMxfp4(const Mxfp4PackedView& w, uint8_t* blocks, uint8_t* scales);
 // decodes them).
 void DecodePackedRow(const Mxfp4PackedView& w, size_t o, size_t b0, size_t nblocks, float* dst, size_t stride);
 
-// Large weight buffers are asked for in 2 MiB pages (see AllocateWeights).
-void* AllocateWeights(size_t bytes);
-void FreeWeights(void* p, size_t bytes);
-
-template <class T>
-struct Aligned64Allocator {
-  using value_type = T;
-  Aligned64Allocator() = default;
-  template <class U>
-  Aligned64Allocator(const Aligned64Allocator<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(AllocateWeights(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) { FreeWeights(p, n * sizeof(T)); }
-  template <class U>
-  bool operator==(const Aligned64Allocator<U>&) const { return true; }
-};
-
 // A stack of `count` equally shaped [out, in] matrices, packed (the MoE's
 // experts of one projection).
 class Mxfp4PackedStack {
@@ -107,7 +93,7 @@ class Mxfp4PackedStack {
   size_t bytes() const { return codes_.size() + scales_.size(); }
 
  private:
-  std::vector<uint8_t, Aligned64Allocator<uint8_t>> codes_;
+  std::vector<uint8_t, WeightAllocator<uint8_t>> codes_;
   std::vector<uint8_t> scales_;
   size_t count_ = 0, out_ = 0, in_ = 0;
 };
@@ -132,7 +118,7 @@ class Mxfp4ActivationBuffer {
   const Mxfp4Activations& Quantize(const float* X, size_t n, size_t in, CpuIsa isa = ActiveCpuIsa());
 
  private:
-  std::vector<int8_t, Aligned64Allocator<int8_t>> parts_;
+  std::vector<int8_t, WeightAllocator<int8_t>> parts_;
   std::vector<float> scale_;
   std::vector<int32_t> offset_;
   Mxfp4Activations view_;
@@ -140,5 +126,17 @@ class Mxfp4ActivationBuffer {
 
 // Y[n, out] = X[n, in] * dequant(W)^T.
 void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, CpuIsa isa = ActiveCpuIsa());
+
+// Several matrix-vector products (each n < kMxfp4GemmMinRows) in one
+// parallel pass, e.g. one decode step's routed experts: each expert matrix
+// is small, and one hand-off to the pool per product costs more than sharing
+// one. Same results as MatMulMxfp4 on each job, bit for bit.
+struct Mxfp4MatVecJob {
+  Mxfp4PackedView w;
+  const float* X;  // [n, in]
+  size_t n;
+  float* Y;  // [n, out]
+};
+void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa = ActiveCpuIsa());
 
 }  // namespace moeserve::kernels

@@ -1,0 +1,51 @@
+#include "moeserve/kernels/weight_memory.hpp"
+
+#include <algorithm>
+#include <new>
+
+#include <sys/mman.h>
+
+namespace moeserve::kernels {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kArenaChunk = size_t{64} << 20;
+
+}  // namespace
+
+void* AllocateWeights(size_t bytes) {
+  if (bytes < 2 * kHugePage) return ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(64));
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = ::operator new(rounded, std::align_val_t(kHugePage));
+  ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
+  return p;
+}
+
+void FreeWeights(void* p, size_t bytes) {
+  if (bytes < 2 * kHugePage) return ::operator delete(p, std::align_val_t(64));
+  ::operator delete(p, std::align_val_t(kHugePage));
+}
+
+WeightArena::~WeightArena() {
+  for (const Chunk& c : chunks_) FreeWeights(c.p, c.size);
+}
+
+void* WeightArena::Allocate(size_t bytes) {
+  const size_t need = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  if (chunks_.empty() || used_ + need > chunks_.back().size) {
+    const size_t size = std::max(kArenaChunk, (need + kHugePage - 1) / kHugePage * kHugePage);
+    chunks_.push_back({static_cast<char*>(AllocateWeights(size)), size});
+    used_ = 0;
+  }
+  void* p = chunks_.back().p + used_;
+  used_ += need;
+  return p;
+}
+
+size_t WeightArena::bytes_reserved() const {
+  size_t total = 0;
+  for (const Chunk& c : chunks_) total += c.size;
+  return total;
+}
+
+}  // namespace moeserve::kernels
