@@ -42,9 +42,14 @@ void BM_Mxfp4MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in,
 }
 
 void BM_F32MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in, size_t n) {
-  std::vector<float> w = mb::RandomFloats(out * in, 3), x = mb::RandomFloats(n * in), y(n * out);
+  // Batch 1 cycles through copies so the weights come from memory, not cache.
+  const size_t copies = n == 1 ? mb::ColdCopies(4.0 * static_cast<double>(out * in)) : 1;
+  std::vector<std::vector<float>> ws;
+  for (size_t c = 0; c < copies; ++c) ws.push_back(mb::RandomFloats(out * in, static_cast<uint32_t>(c + 3)));
+  std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
+  size_t next = 0;
   for (auto _ : st) {
-    mk::MatMulF32(w.data(), out, in, x.data(), n, y.data(), isa);
+    mk::MatMulF32(ws[next++ % copies].data(), out, in, x.data(), n, y.data(), isa);
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, 4.0 * static_cast<double>(out * in + n * in), mb::MatMulFlops(out, in, n));

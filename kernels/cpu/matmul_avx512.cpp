@@ -98,6 +98,40 @@ inline int32_t Load4(const int8_t* p) {
   return v;
 }
 
+// One block (16 rows x 32 elements) of one group: y += scales * exact sums.
+inline __m512 Mxfp4BlockRows(const uint8_t* codes, const uint8_t* scales16, const int8_t* h, const int8_t* m,
+                             const int8_t* l, int32_t offset, float act_scale, __m512 y, __m512i lut) {
+#pragma GCC unroll 4
+  for (size_t line = 0; line < 256; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T0);
+  // Two accumulators per part (low- and high-nibble elements) halve the
+  // dependency chains.
+  __m512i acc_h0 = _mm512_setzero_si512(), acc_m0 = acc_h0, acc_l0 = acc_h0;
+  __m512i acc_h1 = acc_h0, acc_m1 = acc_h0, acc_l1 = acc_h0;
+#pragma GCC unroll 4
+  for (size_t c = 0; c < 4; ++c) {
+    const __m512i v = _mm512_load_si512(codes + c * 64);
+    const __m512i w_lo = _mm512_permutexvar_epi8(v, lut);
+    const __m512i w_hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
+    acc_h0 = _mm512_dpbusd_epi32(acc_h0, w_lo, _mm512_set1_epi32(Load4(h + c * 8)));
+    acc_m0 = _mm512_dpbusd_epi32(acc_m0, w_lo, _mm512_set1_epi32(Load4(m + c * 8)));
+    acc_l0 = _mm512_dpbusd_epi32(acc_l0, w_lo, _mm512_set1_epi32(Load4(l + c * 8)));
+    acc_h1 = _mm512_dpbusd_epi32(acc_h1, w_hi, _mm512_set1_epi32(Load4(h + c * 8 + 4)));
+    acc_m1 = _mm512_dpbusd_epi32(acc_m1, w_hi, _mm512_set1_epi32(Load4(m + c * 8 + 4)));
+    acc_l1 = _mm512_dpbusd_epi32(acc_l1, w_hi, _mm512_set1_epi32(Load4(l + c * 8 + 4)));
+  }
+  const __m512i acc_h = _mm512_add_epi32(acc_h0, acc_h1), acc_m = _mm512_add_epi32(acc_m0, acc_m1);
+  const __m512i acc_l = _mm512_add_epi32(acc_l0, acc_l1);
+  const __m512i q =
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(acc_h, 14), _mm512_slli_epi32(acc_m, 7)), acc_l);
+  const __m512i d = _mm512_sub_epi32(q, _mm512_set1_epi32(offset));
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales16)));
+  const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                                             _mm512_set1_epi32(0x00400000));  // E8M0 0 = 2^-127
+  const __m512 sc = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(act_scale));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, y);
+}
+
 }  // namespace
 
 // Per group of 16 rows and block of 32 elements: four 64-byte lines of codes
@@ -113,11 +147,10 @@ void mxfp4_matvec_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, fl
   // bits 4-5 (the other nibble, or bits shifted in) select an identical copy,
   // so neither nibble needs masking.
   const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m512i denormal_scale = _mm512_set1_epi32(0x00400000);  // E8M0 0 = 2^-127
   for (size_t g = g_begin; g < g_end; ++g) {
     const __mmask16 valid = Mask(Min(16, w.out - g * 16));
-    const uint8_t* gcodes = w.codes + g * nb * 256;
-    const uint8_t* gscales = w.scales + g * nb * 16;
+    const uint8_t* codes = w.codes + g * nb * 256;
+    const uint8_t* scales = w.scales + g * nb * 16;
     for (size_t t = 0; t < x.n; ++t) {
       const int8_t* hi = x.part(t, 0);
       const int8_t* mid = x.part(t, 1);
@@ -126,42 +159,9 @@ void mxfp4_matvec_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, fl
       const int32_t* off = x.offset + t * nb;
       float* out = Y + t * w.out + g * 16;
       __m512 y = b_begin > 0 ? _mm512_maskz_loadu_ps(valid, out) : _mm512_setzero_ps();
-      for (size_t b = b_begin; b < b_end; ++b) {
-        const uint8_t* codes = gcodes + b * 256;
-#pragma GCC unroll 4
-        for (size_t line = 0; line < 256; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T0);
-        const int8_t* h = hi + b * 32;
-        const int8_t* m = mid + b * 32;
-        const int8_t* l = lo + b * 32;
-        // Two accumulators per part (low- and high-nibble elements) halve
-        // the dependency chains.
-        __m512i acc_h0 = _mm512_setzero_si512(), acc_m0 = acc_h0, acc_l0 = acc_h0;
-        __m512i acc_h1 = acc_h0, acc_m1 = acc_h0, acc_l1 = acc_h0;
-#pragma GCC unroll 4
-        for (size_t c = 0; c < 4; ++c) {
-          const __m512i v = _mm512_load_si512(codes + c * 64);
-          const __m512i w_lo = _mm512_permutexvar_epi8(v, lut);
-          const __m512i w_hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
-          acc_h0 = _mm512_dpbusd_epi32(acc_h0, w_lo, _mm512_set1_epi32(Load4(h + c * 8)));
-          acc_m0 = _mm512_dpbusd_epi32(acc_m0, w_lo, _mm512_set1_epi32(Load4(m + c * 8)));
-          acc_l0 = _mm512_dpbusd_epi32(acc_l0, w_lo, _mm512_set1_epi32(Load4(l + c * 8)));
-          acc_h1 = _mm512_dpbusd_epi32(acc_h1, w_hi, _mm512_set1_epi32(Load4(h + c * 8 + 4)));
-          acc_m1 = _mm512_dpbusd_epi32(acc_m1, w_hi, _mm512_set1_epi32(Load4(m + c * 8 + 4)));
-          acc_l1 = _mm512_dpbusd_epi32(acc_l1, w_hi, _mm512_set1_epi32(Load4(l + c * 8 + 4)));
-        }
-        const __m512i acc_h = _mm512_add_epi32(acc_h0, acc_h1), acc_m = _mm512_add_epi32(acc_m0, acc_m1);
-        const __m512i acc_l = _mm512_add_epi32(acc_l0, acc_l1);
-        const __m512i q = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(acc_h, 14), _mm512_slli_epi32(acc_m, 7)),
-                                           acc_l);
-        const __m512i d = _mm512_sub_epi32(q, _mm512_set1_epi32(off[b]));
-        const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gscales + b * 16)));
-        const __m512i bits =
-            _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-                                  denormal_scale);
-        const __m512 s = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(as[b]));
-        y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, y);
-      }
+      for (size_t b = b_begin; b < b_end; ++b)
+        y = Mxfp4BlockRows(codes + b * 256, scales + b * 16, hi + b * 32, mid + b * 32, lo + b * 32, off[b], as[b], y,
+                           lut);
       _mm512_mask_storeu_ps(out, valid, y);
     }
   }
