@@ -57,12 +57,6 @@ __attribute__((target("avx2,fma"))) float DotBf16Avx2(const uint16_t* w, const f
   return s;
 }
 
-// Rows [o0, o1) of Y = W x for one activation row, four rows at a time.
-// A 32-element step of a row is one 64-byte load: shifting each 32-bit lane
-// left by 16 gives the even elements as fp32 and masking off its low half the
-// odd ones, so x is passed de-interleaved per 32 (xs: 16 even, then 16 odd;
-// zero-padded to in32). Consecutive rows are contiguous, so the four rows
-// after the current ones are prefetched a line per row-step ahead.
 __attribute__((target("avx512f,avx512bw,fma"))) inline void StepBf16(const uint16_t* row, __mmask32 valid, __m512 xe,
                                                                        __m512 xo, __m512& ae, __m512& ao) {
   const __m512i v = _mm512_maskz_loadu_epi16(valid, row);
@@ -71,41 +65,51 @@ __attribute__((target("avx512f,avx512bw,fma"))) inline void StepBf16(const uint1
                        ao);
 }
 
+// Rows [o0, o1) of Y = W x for one activation row, four rows at a time.
+// A 32-element step of a row is one 64-byte load: shifting each 32-bit lane
+// left by 16 gives the even elements as fp32 and masking off its low half the
+// odd ones, so x is passed de-interleaved per 32 (xs: 16 even, then 16 odd;
+// zero-padded to in32). The four rows are a quarter of the range apart (four
+// memory streams, each prefetched 2 KiB ahead): on the EPYC here that read
+// ~47 GB/s on average against ~40 for four adjacent rows.
 __attribute__((target("avx512f,avx512bw,fma"))) void RowsBf16Avx512(const uint16_t* W, size_t in, const float* xs,
                                                                      size_t o0, size_t o1, float* y) {
+  constexpr size_t kAhead = 2048;  // bytes
   const size_t full = in / 32 * 32;
   const __mmask32 all = ~__mmask32{0};
   const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (in - full)) - 1);
-  size_t o = o0;
-  for (; o + 4 <= o1; o += 4) {
-    const uint16_t* r = W + o * in;
-    const char* next = reinterpret_cast<const char*>(r + 4 * in);
+  const size_t q = (o1 - o0) / 4;
+  for (size_t o = o0; o < o0 + q; ++o) {
+    const uint16_t* r0 = W + o * in;
+    const uint16_t* r1 = r0 + q * in;
+    const uint16_t* r2 = r1 + q * in;
+    const uint16_t* r3 = r2 + q * in;
     __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, d0 = e0, d1 = e0, d2 = e0, d3 = e0;
     size_t k = 0;
     for (; k < full; k += 32) {
       const __m512 xe = _mm512_loadu_ps(xs + k), xo = _mm512_loadu_ps(xs + k + 16);
-      _mm_prefetch(next + 4 * 2 * k, _MM_HINT_T0);
-      _mm_prefetch(next + 4 * 2 * k + 64, _MM_HINT_T0);
-      _mm_prefetch(next + 4 * 2 * k + 128, _MM_HINT_T0);
-      _mm_prefetch(next + 4 * 2 * k + 192, _MM_HINT_T0);
-      StepBf16(r + k, all, xe, xo, e0, d0);
-      StepBf16(r + in + k, all, xe, xo, e1, d1);
-      StepBf16(r + 2 * in + k, all, xe, xo, e2, d2);
-      StepBf16(r + 3 * in + k, all, xe, xo, e3, d3);
+      _mm_prefetch(reinterpret_cast<const char*>(r0 + k) + kAhead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r1 + k) + kAhead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r2 + k) + kAhead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r3 + k) + kAhead, _MM_HINT_T0);
+      StepBf16(r0 + k, all, xe, xo, e0, d0);
+      StepBf16(r1 + k, all, xe, xo, e1, d1);
+      StepBf16(r2 + k, all, xe, xo, e2, d2);
+      StepBf16(r3 + k, all, xe, xo, e3, d3);
     }
     if (k < in) {
       const __m512 xe = _mm512_loadu_ps(xs + k), xo = _mm512_loadu_ps(xs + k + 16);
-      StepBf16(r + k, tail, xe, xo, e0, d0);
-      StepBf16(r + in + k, tail, xe, xo, e1, d1);
-      StepBf16(r + 2 * in + k, tail, xe, xo, e2, d2);
-      StepBf16(r + 3 * in + k, tail, xe, xo, e3, d3);
+      StepBf16(r0 + k, tail, xe, xo, e0, d0);
+      StepBf16(r1 + k, tail, xe, xo, e1, d1);
+      StepBf16(r2 + k, tail, xe, xo, e2, d2);
+      StepBf16(r3 + k, tail, xe, xo, e3, d3);
     }
     y[o] = _mm512_reduce_add_ps(_mm512_add_ps(e0, d0));
-    y[o + 1] = _mm512_reduce_add_ps(_mm512_add_ps(e1, d1));
-    y[o + 2] = _mm512_reduce_add_ps(_mm512_add_ps(e2, d2));
-    y[o + 3] = _mm512_reduce_add_ps(_mm512_add_ps(e3, d3));
+    y[o + q] = _mm512_reduce_add_ps(_mm512_add_ps(e1, d1));
+    y[o + 2 * q] = _mm512_reduce_add_ps(_mm512_add_ps(e2, d2));
+    y[o + 3 * q] = _mm512_reduce_add_ps(_mm512_add_ps(e3, d3));
   }
-  for (; o < o1; ++o) {
+  for (size_t o = o0 + 4 * q; o < o1; ++o) {
     const uint16_t* r = W + o * in;
     __m512 e = _mm512_setzero_ps(), d = e;
     size_t k = 0;

@@ -147,7 +147,36 @@ void mxfp4_matvec_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, fl
   // bits 4-5 (the other nibble, or bits shifted in) select an identical copy,
   // so neither nibble needs masking.
   const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  for (size_t g = g_begin; g < g_end; ++g) {
+  // Four groups a quarter of the range apart go together: four memory
+  // streams keep more misses in flight than one (each group's own sums are
+  // unchanged, so results stay bit-identical to the scalar variant).
+  const size_t q = (g_end - g_begin) / 4;
+  for (size_t g = g_begin; g < g_begin + q; ++g) {
+    const size_t gs[4] = {g, g + q, g + 2 * q, g + 3 * q};
+    for (size_t t = 0; t < x.n; ++t) {
+      const int8_t* hi = x.part(t, 0);
+      const int8_t* mid = x.part(t, 1);
+      const int8_t* lo = x.part(t, 2);
+      const float* as = x.scale + t * nb;
+      const int32_t* off = x.offset + t * nb;
+      __m512 y[4];
+      __mmask16 valid[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        valid[i] = Mask(Min(16, w.out - gs[i] * 16));
+        y[i] = b_begin > 0 ? _mm512_maskz_loadu_ps(valid[i], Y + t * w.out + gs[i] * 16) : _mm512_setzero_ps();
+      }
+      for (size_t b = b_begin; b < b_end; ++b) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i)
+          y[i] = Mxfp4BlockRows(w.codes + (gs[i] * nb + b) * 256, w.scales + (gs[i] * nb + b) * 16, hi + b * 32,
+                                mid + b * 32, lo + b * 32, off[b], as[b], y[i], lut);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(Y + t * w.out + gs[i] * 16, valid[i], y[i]);
+    }
+  }
+  for (size_t g = g_begin + 4 * q; g < g_end; ++g) {
     const __mmask16 valid = Mask(Min(16, w.out - g * 16));
     const uint8_t* codes = w.codes + g * nb * 256;
     const uint8_t* scales = w.scales + g * nb * 16;

@@ -196,8 +196,13 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
     // to stream (shorter ones measured slower), short enough that the two
     // threads finish together; whole rows keep each task one sequential run.
     const size_t groups = Mxfp4PackedGroups(jb.w.out);
-    constexpr size_t kTaskBytes = 128 << 10;  // 8 KiB tasks: 69 us per 4-expert pass; 128 KiB: 53
-    const size_t chunk = std::max<size_t>(1, std::min(groups / threads, kTaskBytes / (jb.w.in / 32 * 256)));
+    // (A small-preset decode step's 4-expert pass: 69 us with 8 KiB tasks,
+    // 53 with 128 KiB; 7168 x 2048 alone: ~53 GB/s best with 128 KiB, ~60
+    // with 512 KiB.)
+    constexpr size_t kTaskBytes = 512 << 10;
+    // At least 4 groups, which the kernels stream side by side.
+    const size_t chunk =
+        std::max<size_t>(1, std::min(groups / threads, std::max<size_t>(4, kTaskBytes / (jb.w.in / 32 * 256))));
     for (size_t g = 0; g < groups; g += chunk) tasks.push_back({j, g, std::min(groups, g + chunk)});
     work += static_cast<double>(jb.w.out) * static_cast<double>(jb.w.in) * static_cast<double>(jb.n);
   }
