@@ -59,15 +59,17 @@ TEST(MlaDecodeKernel, FastMatchesReference) {
     auto q_pe = Random(static_cast<size_t>(heads) * rope, rng, 0.2f);
     MlaDecodeShape shape{heads, kvl, rope, 0.35f};
     std::vector<float> ref(static_cast<size_t>(heads) * kvl), fast(ref.size());
-    MlaDecodeRef(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, nullptr, n, ref.data());
-    MlaDecode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, nullptr, n, fast.data());
-    ExpectClose(fast, ref, 1e-5);
-    // A sparse key set.
-    std::vector<int> keys;
+    std::vector<int> keys;  // a sparse key set
     for (int i = 0; i < n; i += 3) keys.push_back(i);
-    MlaDecodeRef(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), ref.data());
-    MlaDecode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), fast.data());
-    ExpectClose(fast, ref, 1e-5);
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      SCOPED_TRACE(CpuIsaName(isa));
+      MlaDecodeRef(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, nullptr, n, ref.data());
+      MlaDecode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, nullptr, n, fast.data(), isa);
+      ExpectClose(fast, ref, 1e-5);
+      MlaDecodeRef(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), ref.data());
+      MlaDecode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), fast.data(), isa);
+      ExpectClose(fast, ref, 1e-5);
+    }
   }
 }
 
