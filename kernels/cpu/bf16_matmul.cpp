@@ -176,14 +176,32 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
     // x de-interleaved per 32 for RowsBf16Avx512, once per job and row of X.
     thread_local std::vector<float> split;
     thread_local std::vector<size_t> offsets;
-    offsets.assign(jobs.size() + 1, 0);
-    for (size_t j = 0; j < jobs.size(); ++j) offsets[j + 1] = offsets[j] + n * ((jobs[j].in + 31) / 32 * 32);
-    split.assign(offsets.back(), 0.0f);
+    // Jobs with the same input (a layer's projections of x) share one copy.
+    thread_local std::vector<char> owner;  // whether job j fills its copy
+    offsets.assign(jobs.size(), 0);
+    owner.assign(jobs.size(), 1);
+    size_t total = 0;
     for (size_t j = 0; j < jobs.size(); ++j) {
+      for (size_t i = 0; i < j && owner[j]; ++i)
+        if (owner[i] && jobs[i].X == jobs[j].X && jobs[i].in == jobs[j].in) {
+          owner[j] = 0;
+          offsets[j] = offsets[i];
+        }
+      if (!owner[j]) continue;
+      offsets[j] = total;
+      total += n * ((jobs[j].in + 31) / 32 * 32);
+    }
+    split.assign(total, 0.0f);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (!owner[j]) continue;
       const size_t in = jobs[j].in, in32 = (in + 31) / 32 * 32;
       float* xs = split.data() + offsets[j];
-      for (size_t t = 0; t < n; ++t)
-        for (size_t i = 0; i < in; ++i) xs[t * in32 + i / 32 * 32 + (i % 2) * 16 + i % 32 / 2] = jobs[j].X[t * in + i];
+      for (size_t t = 0; t < n; ++t) {
+        const float* x = jobs[j].X + t * in;
+        float* d = xs + t * in32;
+        for (size_t i = 0; i < in; i += 2) d[i / 32 * 32 + i % 32 / 2] = x[i];
+        for (size_t i = 1; i < in; i += 2) d[i / 32 * 32 + 16 + i % 32 / 2] = x[i];
+      }
     }
     const float* xs_all = split.data();
     const size_t* off = offsets.data();

@@ -53,8 +53,8 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
 TEST(Bf16MatMul, ManyJobsEqualEachAloneBitForBit) {
   std::mt19937 rng(8);
   std::normal_distribution<float> d(0.0f, 1.0f);
-  const std::vector<std::pair<size_t, size_t>> shapes = {{300, 1024}, {7, 33}, {129, 96}, {64, 1000}, {1, 4096}};
   for (size_t n : {size_t{1}, size_t{3}, size_t{7}}) {
+    std::vector<std::pair<size_t, size_t>> shapes = {{300, 1024}, {7, 33}, {129, 96}, {64, 1000}, {1, 4096}};
     std::vector<std::vector<uint16_t>> W;
     std::vector<std::vector<float>> X, Y, alone;
     std::vector<Bf16MatVecJob> jobs;
@@ -68,6 +68,16 @@ TEST(Bf16MatMul, ManyJobsEqualEachAloneBitForBit) {
     }
     for (size_t j = 0; j < shapes.size(); ++j)
       jobs.push_back({W[j].data(), shapes[j].first, shapes[j].second, X[j].data(), Y[j].data()});
+    // Two more jobs reading the first job's input (as a layer's projections
+    // of one x do), one of them an empty matrix.
+    W.emplace_back(50 * 1024);
+    for (auto& w : W.back()) w = ToBf16(d(rng));
+    Y.emplace_back(n * 50, NAN);
+    alone.emplace_back(n * 50, NAN);
+    X.push_back(X[0]);
+    jobs.push_back({W.back().data(), 50, 1024, X[0].data(), Y.back().data()});
+    shapes.push_back({50, 1024});
+    jobs.insert(jobs.begin() + 1, Bf16MatVecJob{nullptr, 0, 1024, X[0].data(), nullptr});
     for (CpuIsa isa : SupportedCpuIsas()) {
       MatVecBf16Many(jobs, n, isa);
       for (size_t j = 0; j < shapes.size(); ++j) {
