@@ -54,6 +54,10 @@ __attribute__((target("avx2,fma"))) void AxpyAvx2(float alpha, const float* x, f
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+__attribute__((target("avx512f"))) inline __mmask16 TailMask16(int left) {
+  return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
 // Dot products of one row x[0..n) with up to 8 query rows q + h * n at once:
 // each 16-float piece of x is loaded once for all of them.
 __attribute__((target("avx512f"))) void Dots8Avx512(const float* q, int heads, const float* x, int n, float* out) {
@@ -62,7 +66,7 @@ __attribute__((target("avx512f"))) void Dots8Avx512(const float* q, int heads, c
   for (int h = 0; h < 8; ++h) acc[h] = _mm512_setzero_ps();
   int i = 0;
   for (; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = TailMask16(n - i);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
 #pragma GCC unroll 8
     for (int h = 0; h < 8; ++h)
@@ -75,7 +79,7 @@ __attribute__((target("avx512f"))) void Dots8Avx512(const float* q, int heads, c
 __attribute__((target("avx512f"))) void Axpys8Avx512(const float* p, int heads, const float* x, int n, float* acc) {
   int i = 0;
   for (; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = TailMask16(n - i);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
 #pragma GCC unroll 8
     for (int h = 0; h < 8; ++h)

@@ -187,13 +187,7 @@ void mxfp4_matvec_avx2(const Mxfp4PackedView& w, const Mxfp4Activations& x, floa
 
 void mxfp4_gemm_avx2(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
   auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
-    for (size_t c = 0; c < kNR; ++c) {
-      if (c < nr) {
-        DecodePackedRow(w, o0 + c, k0 / 32, kc / 32, Wp + c, kNR);
-      } else {
-        for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = 0.0f;
-      }
-    }
+    DecodePackedPanel(w, o0, nr, k0, kc, Wp, kNR);
   };
   Gemm(pack, w.out, w.in, X, n, Y, o_begin, o_end);
 }

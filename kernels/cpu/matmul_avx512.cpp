@@ -132,6 +132,35 @@ inline __m512 Mxfp4BlockRows(const uint8_t* codes, const uint8_t* scales16, cons
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, y);
 }
 
+// Groups gs[0..S) (S side by side), every activation row, blocks [b0, b1).
+template <int S>
+inline void Mxfp4Groups(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, const size_t* gs, size_t b0,
+                        size_t b1, __m512i lut) {
+  const size_t nb = w.in / 32;
+  __mmask16 valid[S];
+#pragma GCC unroll 4
+  for (int i = 0; i < S; ++i) valid[i] = Mask(Min(16, w.out - gs[i] * 16));
+  for (size_t t = 0; t < x.n; ++t) {
+    const int8_t* hi = x.part(t, 0);
+    const int8_t* mid = x.part(t, 1);
+    const int8_t* lo = x.part(t, 2);
+    const float* as = x.scale + t * nb;
+    const int32_t* off = x.offset + t * nb;
+    __m512 y[S];
+#pragma GCC unroll 4
+    for (int i = 0; i < S; ++i)
+      y[i] = b0 > 0 ? _mm512_maskz_loadu_ps(valid[i], Y + t * w.out + gs[i] * 16) : _mm512_setzero_ps();
+    for (size_t b = b0; b < b1; ++b) {
+#pragma GCC unroll 4
+      for (int i = 0; i < S; ++i)
+        y[i] = Mxfp4BlockRows(w.codes + (gs[i] * nb + b) * 256, w.scales + (gs[i] * nb + b) * 16, hi + b * 32,
+                              mid + b * 32, lo + b * 32, off[b], as[b], y[i], lut);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < S; ++i) _mm512_mask_storeu_ps(Y + t * w.out + gs[i] * 16, valid[i], y[i]);
+  }
+}
+
 }  // namespace
 
 // Per group of 16 rows and block of 32 elements: four 64-byte lines of codes
@@ -142,7 +171,6 @@ inline __m512 Mxfp4BlockRows(const uint8_t* codes, const uint8_t* scales16, cons
 // one convert, one scale product and one FMA apply both scales to all 16 rows.
 void mxfp4_matvec_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
                          size_t g_end, size_t b_begin, size_t b_end) {
-  const size_t nb = w.in / 32;
   // vpermb reads 6 index bits; with the 16-entry table repeated 4 times,
   // bits 4-5 (the other nibble, or bits shifted in) select an identical copy,
   // so neither nibble needs masking.
@@ -153,47 +181,9 @@ void mxfp4_matvec_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, fl
   const size_t q = (g_end - g_begin) / 4;
   for (size_t g = g_begin; g < g_begin + q; ++g) {
     const size_t gs[4] = {g, g + q, g + 2 * q, g + 3 * q};
-    for (size_t t = 0; t < x.n; ++t) {
-      const int8_t* hi = x.part(t, 0);
-      const int8_t* mid = x.part(t, 1);
-      const int8_t* lo = x.part(t, 2);
-      const float* as = x.scale + t * nb;
-      const int32_t* off = x.offset + t * nb;
-      __m512 y[4];
-      __mmask16 valid[4];
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        valid[i] = Mask(Min(16, w.out - gs[i] * 16));
-        y[i] = b_begin > 0 ? _mm512_maskz_loadu_ps(valid[i], Y + t * w.out + gs[i] * 16) : _mm512_setzero_ps();
-      }
-      for (size_t b = b_begin; b < b_end; ++b) {
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i)
-          y[i] = Mxfp4BlockRows(w.codes + (gs[i] * nb + b) * 256, w.scales + (gs[i] * nb + b) * 16, hi + b * 32,
-                                mid + b * 32, lo + b * 32, off[b], as[b], y[i], lut);
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(Y + t * w.out + gs[i] * 16, valid[i], y[i]);
-    }
+    Mxfp4Groups<4>(w, x, Y, gs, b_begin, b_end, lut);
   }
-  for (size_t g = g_begin + 4 * q; g < g_end; ++g) {
-    const __mmask16 valid = Mask(Min(16, w.out - g * 16));
-    const uint8_t* codes = w.codes + g * nb * 256;
-    const uint8_t* scales = w.scales + g * nb * 16;
-    for (size_t t = 0; t < x.n; ++t) {
-      const int8_t* hi = x.part(t, 0);
-      const int8_t* mid = x.part(t, 1);
-      const int8_t* lo = x.part(t, 2);
-      const float* as = x.scale + t * nb;
-      const int32_t* off = x.offset + t * nb;
-      float* out = Y + t * w.out + g * 16;
-      __m512 y = b_begin > 0 ? _mm512_maskz_loadu_ps(valid, out) : _mm512_setzero_ps();
-      for (size_t b = b_begin; b < b_end; ++b)
-        y = Mxfp4BlockRows(codes + b * 256, scales + b * 16, hi + b * 32, mid + b * 32, lo + b * 32, off[b], as[b], y,
-                           lut);
-      _mm512_mask_storeu_ps(out, valid, y);
-    }
-  }
+  for (size_t g = g_begin + 4 * q; g < g_end; ++g) Mxfp4Groups<1>(w, x, Y, &g, b_begin, b_end, lut);
 }
 
 // As mxfp4_quantize_scalar, 32 activations at a time; vcvtps2dq rounds to
@@ -237,13 +227,7 @@ void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int8_t* parts, f
 
 void mxfp4_gemm_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
   auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
-    for (size_t c = 0; c < kNR; ++c) {
-      if (c < nr) {
-        DecodePackedRow(w, o0 + c, k0 / 32, kc / 32, Wp + c, kNR);
-      } else {
-        for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = 0.0f;
-      }
-    }
+    DecodePackedPanel(w, o0, nr, k0, kc, Wp, kNR);
   };
   Gemm(pack, w.out, w.in, X, n, Y, o_begin, o_end);
 }

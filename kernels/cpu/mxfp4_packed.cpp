@@ -89,6 +89,16 @@ void DecodePackedRow(const Mxfp4PackedView& w, size_t o, size_t b0, size_t nbloc
   }
 }
 
+void DecodePackedPanel(const Mxfp4PackedView& w, size_t o0, size_t nr, size_t k0, size_t kc, float* Wp, size_t width) {
+  for (size_t c = 0; c < width; ++c) {
+    if (c < nr) {
+      DecodePackedRow(w, o0 + c, k0 / 32, kc / 32, Wp + c, width);
+    } else {
+      for (size_t k = 0; k < kc; ++k) Wp[k * width + c] = 0.0f;
+    }
+  }
+}
+
 Mxfp4PackedStack::Mxfp4PackedStack(const uint8_t* blocks, const uint8_t* scales, size_t count, size_t out, size_t in)
     : codes_(count * Mxfp4PackedCodeBytes(out, in)),
       scales_(count * Mxfp4PackedScaleBytes(out, in)),

@@ -74,6 +74,9 @@ void UnpackMxfp4(const Mxfp4PackedView& w, uint8_t* blocks, uint8_t* scales);
 // dst[k * stride] for k = 0 .. 32 * nblocks - 1 (exactly as the reference
 // decodes them).
 void DecodePackedRow(const Mxfp4PackedView& w, size_t o, size_t b0, size_t nblocks, float* dst, size_t stride);
+// A GEMM panel: rows [o0, o0 + nr) over elements [k0, k0 + kc) (multiples of
+// 32) into Wp[k * width + c], columns c in [nr, width) zero.
+void DecodePackedPanel(const Mxfp4PackedView& w, size_t o0, size_t nr, size_t k0, size_t kc, float* Wp, size_t width);
 
 // A stack of `count` equally shaped [out, in] matrices, packed (the MoE's
 // experts of one projection).
