@@ -18,21 +18,7 @@ const json kCalculator = json::parse(R"({"type":"function","function":{"name":"c
     "precision":{"type":"integer"},"mode":{"type":"string","enum":["exact","approx"]},
     "vars":{"type":"array","items":{"type":"number"}}},"required":["expression","mode"]}}})");
 
-class ChatApi : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    daemon_ = StartDaemon().release();
-    port_ = PortOf(*daemon_);
-  }
-  static void TearDownTestSuite() {
-    daemon_->Shutdown(1);
-    delete daemon_;
-  }
-  static Daemon* daemon_;
-  static int port_;
-};
-Daemon* ChatApi::daemon_ = nullptr;
-int ChatApi::port_ = 0;
+class ChatApi : public SharedDaemonSuite {};
 
 // Rebuilds the message of a streamed response from its chunks.
 struct Streamed {
@@ -206,7 +192,9 @@ TEST_F(ChatApi, FiveTurnToolConversationWithFullHistory) {
     ASSERT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << r.body;
     int prompt_tokens = j["usage"]["prompt_tokens"];
     EXPECT_GT(prompt_tokens, last_prompt_tokens) << "the history grows every turn";
-    if (turn > 0) EXPECT_GT(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << "earlier turns are a cached prefix";
+    if (turn > 0) {
+      EXPECT_GT(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << "earlier turns are a cached prefix";
+    }
     last_prompt_tokens = prompt_tokens;
     // The assistant turn goes back with its reasoning (as `reasoning`, vLLM's
     // name, on odd turns) and the tool result answers its call.

@@ -73,6 +73,25 @@ inline std::unique_ptr<Daemon> StartDaemon(DaemonConfig c = TestConfig()) {
 
 inline int PortOf(const Daemon& d) { return std::stoi(d.url().substr(d.url().rfind(':') + 1)); }
 
+// A test suite whose tests share one daemon, started once for the suite
+// (loading the model per test would dominate the run). A suite that needs
+// another configuration defines its own SetUpTestSuite calling StartShared.
+class SharedDaemonSuite : public ::testing::Test {
+ protected:
+  static void StartShared(DaemonConfig c = TestConfig()) {
+    daemon_ = StartDaemon(std::move(c)).release();
+    port_ = daemon_ ? PortOf(*daemon_) : 0;
+  }
+  static void SetUpTestSuite() { StartShared(); }
+  static void TearDownTestSuite() {
+    if (daemon_) daemon_->Shutdown(1);
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  inline static Daemon* daemon_ = nullptr;
+  inline static int port_ = 0;
+};
+
 struct HttpResponse {
   int status = 0;
   std::map<std::string, std::string> headers;  // lower-case names

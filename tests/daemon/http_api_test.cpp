@@ -12,7 +12,7 @@
 namespace moeserve::daemon::testing {
 namespace {
 
-class HttpApi : public ::testing::Test {
+class HttpApi : public SharedDaemonSuite {
  protected:
   static void SetUpTestSuite() {
     std::string keys = ::testing::TempDir() + "/moe_keys_" + std::to_string(::getpid()) + ".yaml";
@@ -21,12 +21,7 @@ class HttpApi : public ::testing::Test {
     auto c = TestConfig();
     c.api_keys_file = keys;
     c.max_body_bytes = 1 << 20;
-    daemon_ = StartDaemon(c).release();
-    port_ = PortOf(*daemon_);
-  }
-  static void TearDownTestSuite() {
-    daemon_->Shutdown(1);
-    delete daemon_;
+    StartShared(c);
   }
   static std::map<std::string, std::string> Auth() { return {{"Authorization", "Bearer sk-test-1"}}; }
   static json Error(const HttpResponse& r) {
@@ -34,11 +29,7 @@ class HttpApi : public ::testing::Test {
     EXPECT_TRUE(j.is_object() && j.contains("error")) << r.body;
     return j.is_object() && j.contains("error") ? j["error"] : json::object();
   }
-  static Daemon* daemon_;
-  static int port_;
 };
-Daemon* HttpApi::daemon_ = nullptr;
-int HttpApi::port_ = 0;
 
 TEST_F(HttpApi, HealthReadyModels) {
   auto h = Http(port_, "GET", "/healthz");

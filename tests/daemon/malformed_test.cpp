@@ -10,16 +10,8 @@
 namespace moeserve::daemon::testing {
 namespace {
 
-class Malformed : public ::testing::Test {
+class Malformed : public SharedDaemonSuite {
  protected:
-  static void SetUpTestSuite() {
-    daemon_ = StartDaemon().release();
-    port_ = PortOf(*daemon_);
-  }
-  static void TearDownTestSuite() {
-    daemon_->Shutdown(1);
-    delete daemon_;
-  }
   static void ExpectClientError(const std::string& body, const std::string& what) {
     auto r = Http(port_, "POST", "/v1/chat/completions", body);
     EXPECT_GE(r.status, 400) << what << ": " << r.body.substr(0, 300);
@@ -33,11 +25,7 @@ class Malformed : public ::testing::Test {
     auto r = Chat(port_, {{"messages", UserTurn("still there?")}, {"max_tokens", 2}});
     ASSERT_EQ(r.status, 200) << r.body;
   }
-  static Daemon* daemon_;
-  static int port_;
 };
-Daemon* Malformed::daemon_ = nullptr;
-int Malformed::port_ = 0;
 
 const std::string kValid =
     R"({"model":"tiny","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],)"
@@ -112,7 +100,7 @@ TEST_F(Malformed, HugeAndInvalidBodies) {
 }
 
 TEST_F(Malformed, BrokenHttp) {
-  for (const std::string raw : {std::string("GARBAGE\r\n\r\n"), std::string("POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"),
+  for (const std::string& raw : {std::string("GARBAGE\r\n\r\n"), std::string("POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{"),
                                 std::string("\x00\x01\x02\r\n\r\n", 7)}) {
     int fd = ConnectLoopback(port_);
     ASSERT_GE(fd, 0);
