@@ -6,6 +6,7 @@
 
 #include "layers.hpp"
 #include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 
 namespace moeserve::engine {
@@ -147,7 +148,12 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         // q_abs = W_uk^T q_nope per head: scores against the latent c directly,
         // reading only the cache (model.md 5.1's decode form).
         const size_t Hs = static_cast<size_t>(H), kv = static_cast<size_t>(kvl), np = static_cast<size_t>(nope);
-        if (fast) {
+        if (fast && w.w_uk_t_bf16) {
+          std::vector<kernels::Bf16MatVecJob> jobs;
+          for (size_t h = 0; h < Hs; ++h)
+            jobs.push_back({w.w_uk_t_bf16 + h * kv * np, kv, np, &q[(static_cast<size_t>(r) * H + h) * qk], &q_abs[h * kv]});
+          kernels::MatVecBf16Many(jobs, 1);
+        } else if (fast) {
           kernels::HeadwiseMatVec(w.w_uk_t.data(), Hs, kv, np, kv * np, &q[static_cast<size_t>(r) * H * qk],
                                   static_cast<size_t>(qk), q_abs.data(), kv);
         }
@@ -167,7 +173,13 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         if (fast) kernels::MlaDecode(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
         else kernels::MlaDecodeRef(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
         // o = W_uv lat per head (W_uv: rows nope .. nope + vd of each head's block).
-        if (fast) {
+        if (fast && w.wkv_b_bf16) {
+          const size_t v = static_cast<size_t>(vd);
+          std::vector<kernels::Bf16MatVecJob> jobs;
+          for (size_t h = 0; h < Hs; ++h)
+            jobs.push_back({w.wkv_b_bf16 + (h * (np + v) + np) * kv, v, kv, &lat[h * kv], &o[(static_cast<size_t>(r) * H + h) * v]});
+          kernels::MatVecBf16Many(jobs, 1);
+        } else if (fast) {
           kernels::HeadwiseMatVec(w.wkv_b.w.data() + np * kv, Hs, static_cast<size_t>(vd), kv, (np + vd) * kv, lat.data(),
                                   kv, &o[static_cast<size_t>(r) * H * vd], static_cast<size_t>(vd));
         } else {

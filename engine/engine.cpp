@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <random>
 #include <set>
 #include <thread>
@@ -72,7 +73,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
   mo.kernels = options.kernels;
   MOE_ASSIGN_OR_RETURN(impl->model, Model::Load(model_dir, mo));
   const int64_t blocks = options.cache_tokens / options.block_tokens;
-  impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());
+  try {
+    impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());
+  } catch (const std::bad_alloc&) {
+    return Fail(Error::ResourceExhausted("KV cache pool of " + std::to_string(options.cache_tokens) +
+                                        " tokens could not be allocated; lower cache_tokens"));
+  }
   int64_t ctx = model_dir.config.max_position_embeddings;
   if (options.max_context > 0) ctx = std::min<int64_t>(ctx, options.max_context);
   ctx = std::min<int64_t>(ctx, blocks * options.block_tokens);  // one sequence must fit the pool

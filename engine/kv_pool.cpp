@@ -1,18 +1,25 @@
 #include "moeserve/engine/kv_pool.hpp"
 
+#include <new>
 #include <string>
+
+#include "moeserve/kernels/weight_memory.hpp"
 
 namespace moeserve::engine {
 
 KvPool::KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token)
     : block_tokens_(block_tokens),
       floats_per_token_(floats_per_token),
-      data_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_tokens) * floats_per_token, 0.0f),
+      bytes_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_tokens) * floats_per_token * sizeof(float)),
+      data_(static_cast<float*>(kernels::AllocateZeroedPages(bytes_))),
       refs_(static_cast<size_t>(num_blocks), 0) {
+  if (data_ == nullptr) throw std::bad_alloc();
   free_.reserve(static_cast<size_t>(num_blocks));
   // Hand out low block ids first (stack order).
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int>(b));
 }
+
+KvPool::~KvPool() { kernels::FreeZeroedPages(data_, bytes_); }
 
 Result<int> KvPool::Allocate() {
   if (free_.empty())

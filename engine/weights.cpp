@@ -89,11 +89,22 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
       {
         const size_t H = static_cast<size_t>(c.mla.num_heads), nope = static_cast<size_t>(c.mla.qk_nope_head_dim);
         const size_t vd = static_cast<size_t>(c.mla.v_head_dim), kvl = static_cast<size_t>(c.mla.kv_lora_rank);
-        lw.w_uk_t.resize(H * kvl * nope);
-        for (size_t h = 0; h < H; ++h)
-          for (size_t i = 0; i < nope; ++i)
-            for (size_t l = 0; l < kvl; ++l)
-              lw.w_uk_t[(h * kvl + l) * nope + i] = lw.wkv_b.w[(h * (nope + vd) + i) * kvl + l];
+        // W_uk^T[h][l][i] = wkv_b[h * (nope + vd) + i][l].
+        const auto transpose = [&](auto* dst, const auto* src) {
+          for (size_t h = 0; h < H; ++h)
+            for (size_t i = 0; i < nope; ++i)
+              for (size_t l = 0; l < kvl; ++l) dst[(h * kvl + l) * nope + i] = src[(h * (nope + vd) + i) * kvl + l];
+        };
+        MOE_ASSIGN_OR_RETURN(Matrix bf16, L.Linear(p + "attn.wkv_b.weight"));
+        if (bf16.bf16) {
+          lw.wkv_b_bf16 = bf16.bf16;
+          auto* t = static_cast<uint16_t*>(w.arena->Allocate(H * kvl * nope * sizeof(uint16_t)));
+          transpose(t, bf16.bf16);
+          lw.w_uk_t_bf16 = t;
+        } else {
+          lw.w_uk_t.resize(H * kvl * nope);
+          transpose(lw.w_uk_t.data(), lw.wkv_b.w.data());
+        }
       }
       MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
       if (c.mla.output_gate) {

@@ -38,8 +38,14 @@ struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
   // MLA / DSA
   Matrix wq_a, wq_b, wkv_a, wkv_b, wo, wg;
-  // W_uk^T per head [H][kv_lora][nope] (from wkv_b), for the absorbed decode's
-  // q_abs = W_uk^T q_nope as one matrix-vector product per head.
+  // The absorbed decode's per-head products (fast kernels): q_abs = W_uk^T
+  // q_nope and o = W_uv lat. When the checkpoint holds wkv_b in BF16 they read
+  // BF16, as stored (wkv_b_bf16: wkv_b's rows, W_uv being each head's last
+  // v_head_dim of them; w_uk_t_bf16: W_uk^T per head [H][kv_lora][nope],
+  // transposed at load, exact). Otherwise w_uk_t holds W_uk^T in fp32 and
+  // wkv_b.w serves W_uv.
+  const uint16_t* wkv_b_bf16 = nullptr;
+  const uint16_t* w_uk_t_bf16 = nullptr;
   std::vector<float> w_uk_t;
   std::vector<float> q_norm, kv_norm;
   // DSA indexer

@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (kernels: %s)\n", usage.prompt_tokens / prefill_s,
               usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0, kernels.c_str());
   // Weights one decoded token reads, as the engine holds them in memory:
-  // BF16 matrices as BF16 (wkv_b and the conv weights widened to fp32), F32
+  // BF16 matrices as BF16 (the conv weights widened to fp32), F32
   // vectors, one embedding row, and of the routed experts only
   // experts_per_token of num_experts (blocks + scales).
   const ModelConfig& cfg = dir->config;
@@ -165,8 +165,7 @@ int main(int argc, char** argv) {
     for (auto d : t.shape) n *= static_cast<double>(d);
     if (t.name == "embed.weight") bytes += 4.0 * cfg.hidden_size;
     else if (t.routed_expert) bytes += n * cfg.moe.experts_per_token / cfg.moe.num_experts;
-    else if (t.cls == TensorClass::kBf16 && t.name.find("wkv_b") == std::string::npos &&
-             t.name.find("conv1d") == std::string::npos)
+    else if (t.cls == TensorClass::kBf16 && t.name.find("conv1d") == std::string::npos)
       bytes += 2.0 * n;
     else bytes += 4.0 * n;
   }

@@ -58,35 +58,94 @@ __attribute__((target("avx512f"))) inline __mmask16 TailMask16(int left) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// Dot products of one row x[0..n) with up to 8 query rows q + h * n at once:
-// each 16-float piece of x is loaded once for all of them.
-__attribute__((target("avx512f"))) void Dots8Avx512(const float* q, int heads, const float* x, int n, float* out) {
-  __m512 acc[8];
-#pragma GCC unroll 8
-  for (int h = 0; h < 8; ++h) acc[h] = _mm512_setzero_ps();
-  int i = 0;
-  for (; i < n; i += 16) {
-    const __mmask16 m = TailMask16(n - i);
-    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-#pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h)
-      if (h < heads) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + static_cast<size_t>(h) * n + i), xv, acc[h]);
-  }
-  for (int h = 0; h < heads; ++h) out[h] = _mm512_reduce_add_ps(acc[h]);
+// Eight dot-product accumulators summed across their lanes at once: a
+// transposing tree (23 shuffles and adds for all eight, where eight separate
+// horizontal sums take ~56), the sums in head order in the low 8 lanes.
+// (The accumulators come by value: an array passed by address would make the
+// compiler store them on every iteration of the caller's loop.)
+__attribute__((target("avx512f"))) inline __m256 SumLanes8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4,
+                                                          __m512 a5, __m512 a6, __m512 a7) {
+  const __m512 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+  __m512 b[4], c[2];
+  for (int i = 0; i < 4; ++i)  // 256-bit halves: b[i] = [a_i | a_{i+4}], 8 partials each
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 4], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 4], 0xEE));
+  for (int i = 0; i < 2; ++i)  // 128-bit lanes: c[i] = [a_i, a_{i+4}, a_{i+2}, a_{i+6}], 4 partials each
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[i], b[i + 2], 0x88), _mm512_shuffle_f32x4(b[i], b[i + 2], 0xDD));
+  // Within each 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3] for x of c[0], y of c[1]; then the pairs.
+  __m512 d = _mm512_add_ps(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
+  d = _mm512_add_ps(d, _mm512_permute_ps(d, _MM_SHUFFLE(1, 0, 3, 2)));
+  // Lane l of 128 bits holds heads (l-th of c[0], l-th of c[1]) in its first two floats:
+  // c's lane order is 0, 4, 2, 6 (c[0]) and 1, 5, 3, 7 (c[1]).
+  const __m512i order = _mm512_setr_epi32(0, 1, 8, 9, 4, 5, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, d));
 }
 
-// acc[h * n + j] += p[h] * x[j] for h < heads: x read once per 16 floats.
-__attribute__((target("avx512f"))) void Axpys8Avx512(const float* p, int heads, const float* x, int n, float* acc) {
-  int i = 0;
-  for (; i < n; i += 16) {
+// Dot products of one row x[0..n) with HN query rows q + h * n: each 16-float
+// piece of x is loaded once for all of them, the accumulators kept in registers.
+template <int HN>
+__attribute__((target("avx512f"))) void DotsAvx512(const float* q, const float* x, int n, float* out) {
+  __m512 acc[HN];
+#pragma GCC unroll 8
+  for (int h = 0; h < HN; ++h) acc[h] = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) {
     const __mmask16 m = TailMask16(n - i);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
 #pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h)
-      if (h < heads) {
-        float* a = acc + static_cast<size_t>(h) * n + i;
-        _mm512_mask_storeu_ps(a, m, _mm512_fmadd_ps(_mm512_set1_ps(p[h]), xv, _mm512_maskz_loadu_ps(m, a)));
-      }
+    for (int h = 0; h < HN; ++h) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + static_cast<size_t>(h) * n + i), xv, acc[h]);
+  }
+  if constexpr (HN == 8) {
+    _mm256_storeu_ps(out, SumLanes8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]));
+  } else {
+    for (int h = 0; h < HN; ++h) out[h] = _mm512_reduce_add_ps(acc[h]);
+  }
+}
+
+__attribute__((target("avx512f"))) void DotsUpTo8Avx512(const float* q, int heads, const float* x, int n, float* out) {
+  switch (heads) {
+    case 8: return DotsAvx512<8>(q, x, n, out);
+    case 7: return DotsAvx512<7>(q, x, n, out);
+    case 6: return DotsAvx512<6>(q, x, n, out);
+    case 5: return DotsAvx512<5>(q, x, n, out);
+    case 4: return DotsAvx512<4>(q, x, n, out);
+    case 3: return DotsAvx512<3>(q, x, n, out);
+    case 2: return DotsAvx512<2>(q, x, n, out);
+    default: return DotsAvx512<1>(q, x, n, out);
+  }
+}
+
+// acc[h * n + j] += p[r][h] * x[r][j] for h < HN, r < NR: each piece of the
+// NR rows is loaded once for all heads, and each accumulator piece is loaded
+// and stored once per NR rows.
+template <int HN, int NR>
+__attribute__((target("avx512f"))) void AxpysAvx512(const float* const* p, const float* const* x, int n, float* acc) {
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask16(n - i);
+    __m512 xv[NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) xv[r] = _mm512_maskz_loadu_ps(m, x[r] + i);
+#pragma GCC unroll 8
+    for (int h = 0; h < HN; ++h) {
+      float* a = acc + static_cast<size_t>(h) * n + i;
+      __m512 av = _mm512_maskz_loadu_ps(m, a);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) av = _mm512_fmadd_ps(_mm512_set1_ps(p[r][h]), xv[r], av);
+      _mm512_mask_storeu_ps(a, m, av);
+    }
+  }
+}
+
+template <int NR>
+__attribute__((target("avx512f"))) void AxpysUpTo8Avx512(const float* const* p, int heads, const float* const* x, int n,
+                                                         float* acc) {
+  switch (heads) {
+    case 8: return AxpysAvx512<8, NR>(p, x, n, acc);
+    case 7: return AxpysAvx512<7, NR>(p, x, n, acc);
+    case 6: return AxpysAvx512<6, NR>(p, x, n, acc);
+    case 5: return AxpysAvx512<5, NR>(p, x, n, acc);
+    case 4: return AxpysAvx512<4, NR>(p, x, n, acc);
+    case 3: return AxpysAvx512<3, NR>(p, x, n, acc);
+    case 2: return AxpysAvx512<2, NR>(p, x, n, acc);
+    default: return AxpysAvx512<1, NR>(p, x, n, acc);
   }
 }
 #endif
@@ -116,6 +175,16 @@ const Vec& FastVec() {
 
 inline int KeyAt(const int* keys, int i) { return keys ? keys[i] : i; }
 
+// Cached rows of one layer lie a whole token's row apart (the pool keeps every
+// layer's entry of a token together), too far apart for the hardware
+// prefetchers: without this, each row's lines arrive one demand miss at a time
+// and the attention passes wait on memory latency, not bandwidth.
+constexpr int kRowsAhead = 8;
+inline void PrefetchFloats(const float* p, int n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int b = 0; b < n * static_cast<int>(sizeof(float)); b += 64) __builtin_prefetch(c + b, 0, 3);
+}
+
 }  // namespace
 
 void MlaDecodeRef(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows,
@@ -141,41 +210,51 @@ void MlaDecodeRef(const MlaDecodeShape& sh, const float* q_abs, const float* q_p
 void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows, size_t offset,
                const int* keys, int n_keys, float* lat, CpuIsa isa) {
   if (!CpuSupports(isa)) isa = CpuIsa::kScalar;
-  const int H = sh.heads, L = sh.kv_lora, R = sh.rope;
+  const int H = sh.heads, L = sh.kv_lora, R = sh.rope, W = L + R;
+#if defined(__x86_64__)
+  const bool avx512 = isa == CpuIsa::kAvx512;
+#endif
   const Vec v = [&] {
 #if defined(__x86_64__)
     if (isa != CpuIsa::kScalar) return Vec{DotAvx2, AxpyAvx2};
 #endif
     return Vec{DotScalar, AxpyScalar};
   }();
+  // Each cached row is [latent | rope key]: with the query likewise joined per
+  // head, a score is one dot product over the whole row.
+  std::vector<float> q(static_cast<size_t>(H) * W);
+  for (int h = 0; h < H; ++h) {
+    std::copy_n(q_abs + static_cast<size_t>(h) * L, L, &q[static_cast<size_t>(h) * W]);
+    std::copy_n(q_pe + static_cast<size_t>(h) * R, R, &q[static_cast<size_t>(h) * W + L]);
+  }
   // Scores of one key row for every head, 8 heads per pass over the row.
   auto head_scores = [&](const float* row, float* s) {
-    float pe[8];
     for (int h0 = 0; h0 < H; h0 += 8) {
       const int hn = std::min(8, H - h0);
 #if defined(__x86_64__)
-      if (isa == CpuIsa::kAvx512) {
-        Dots8Avx512(q_abs + static_cast<size_t>(h0) * L, hn, row, L, s + h0);
-        Dots8Avx512(q_pe + static_cast<size_t>(h0) * R, hn, row + L, R, pe);
-      } else
+      if (avx512) DotsUpTo8Avx512(&q[static_cast<size_t>(h0) * W], hn, row, W, s + h0);
+      else
 #endif
-      {
-        Dots8Generic(v.dot, q_abs + static_cast<size_t>(h0) * L, hn, row, L, s + h0);
-        Dots8Generic(v.dot, q_pe + static_cast<size_t>(h0) * R, hn, row + L, R, pe);
-      }
-      for (int h = 0; h < hn; ++h) s[h0 + h] = sh.scale * (s[h0 + h] + pe[h]);
+        Dots8Generic(v.dot, &q[static_cast<size_t>(h0) * W], hn, row, W, s + h0);
+      for (int h = h0; h < h0 + hn; ++h) s[h] *= sh.scale;
     }
   };
-  auto accumulate = [&](const float* p, const float* row, float* acc) {
+  // acc[h] += p[r][h] * row r's latent, for NR rows (NR = 4, or 1 for the rest).
+  auto accumulate = [&](const float* const* p, const float* const* row, int nr, float* acc) {
     for (int h0 = 0; h0 < H; h0 += 8) {
       const int hn = std::min(8, H - h0);
+      float* acc_h = acc + static_cast<size_t>(h0) * L;
 #if defined(__x86_64__)
-      if (isa == CpuIsa::kAvx512) {
-        Axpys8Avx512(p + h0, hn, row, L, acc + static_cast<size_t>(h0) * L);
+      if (avx512) {
+        const float* ph[4];
+        for (int r = 0; r < nr; ++r) ph[r] = p[r] + h0;
+        if (nr == 4) AxpysUpTo8Avx512<4>(ph, hn, row, L, acc_h);
+        else for (int r = 0; r < nr; ++r) AxpysUpTo8Avx512<1>(ph + r, hn, row + r, L, acc_h);
         continue;
       }
 #endif
-      for (int h = h0; h < h0 + hn; ++h) v.axpy(p[h], row, acc + static_cast<size_t>(h) * L, L);
+      for (int r = 0; r < nr; ++r)
+        for (int h = h0; h < h0 + hn; ++h) v.axpy(p[r][h], row[r], acc + static_cast<size_t>(h) * L, L);
     }
   };
   ThreadPool& pool = DefaultThreadPool();
@@ -191,6 +270,7 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
     const int b = static_cast<int>(c) * chunk, e = std::min(n_keys, b + chunk);
     float* mx = &chunk_max[c * static_cast<size_t>(H)];
     for (int i = b; i < e; ++i) {
+      if (i + kRowsAhead < e) PrefetchFloats(rows[KeyAt(keys, i + kRowsAhead)] + offset, W);
       float* s = &scores[static_cast<size_t>(i) * H];
       head_scores(rows[KeyAt(keys, i)] + offset, s);
       for (int h = 0; h < H; ++h) mx[h] = std::max(mx[h], s[h]);
@@ -204,10 +284,18 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
     const int b = static_cast<int>(c) * chunk, e = std::min(n_keys, b + chunk);
     float* acc = &partial[c * static_cast<size_t>(H) * L];
     float* sum = &chunk_sum[c * static_cast<size_t>(H)];
-    for (int i = b; i < e; ++i) {
-      float* s = &scores[static_cast<size_t>(i) * H];
-      for (int h = 0; h < H; ++h) sum[h] += s[h] = std::exp(s[h] - mx[h]);
-      accumulate(s, rows[KeyAt(keys, i)] + offset, acc);
+    for (int i = b; i < e; i += 4) {
+      const int nr = std::min(4, e - i);
+      const float* p[4];
+      const float* row[4];
+      for (int r = 0; r < nr; ++r) {
+        if (i + r + kRowsAhead < e) PrefetchFloats(rows[KeyAt(keys, i + r + kRowsAhead)] + offset, L);
+        float* s = &scores[static_cast<size_t>(i + r) * H];
+        for (int h = 0; h < H; ++h) sum[h] += s[h] = std::exp(s[h] - mx[h]);
+        p[r] = s;
+        row[r] = rows[KeyAt(keys, i + r)] + offset;
+      }
+      accumulate(p, row, nr, acc);
     }
   });
   std::vector<float> inv(static_cast<size_t>(H), 0.0f);
@@ -243,12 +331,13 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
     const int b = static_cast<int>(c) * chunk, e = std::min(n, b + chunk);
     float d[8];
     for (int s = b; s < e; ++s) {
+      if (s + kRowsAhead < e) PrefetchFloats(rows[s + kRowsAhead] + offset, dim);
       const float* ik = rows[s] + offset;
       float I = 0.0f;
       for (int h0 = 0; h0 < heads; h0 += 8) {
         const int hn = std::min(8, heads - h0);
 #if defined(__x86_64__)
-        if (avx512) Dots8Avx512(iq + static_cast<size_t>(h0) * dim, hn, ik, dim, d);
+        if (avx512) DotsUpTo8Avx512(iq + static_cast<size_t>(h0) * dim, hn, ik, dim, d);
         else
 #endif
           Dots8Generic(v.dot, iq + static_cast<size_t>(h0) * dim, hn, ik, dim, d);

@@ -1,6 +1,7 @@
 #include "moeserve/kernels/weight_memory.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <new>
 
 #include <sys/mman.h>
@@ -24,6 +25,27 @@ void* AllocateWeights(size_t bytes) {
 void FreeWeights(void* p, size_t bytes) {
   if (bytes < 2 * kHugePage) return ::operator delete(p, std::align_val_t(64));
   ::operator delete(p, std::align_val_t(kHugePage));
+}
+
+void* AllocateZeroedPages(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
+  // Over-map by one huge page so the usable range can start 2 MiB aligned.
+  const size_t mapped = rounded + kHugePage;
+  void* m = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > base) ::munmap(m, aligned - base);
+  const uintptr_t end = base + mapped, used_end = aligned + rounded;
+  if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  ::madvise(reinterpret_cast<void*>(aligned), rounded, MADV_HUGEPAGE);  // advice only
+  return reinterpret_cast<void*>(aligned);
+}
+
+void FreeZeroedPages(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
+  ::munmap(p, rounded);
 }
 
 WeightArena::~WeightArena() {

@@ -52,7 +52,7 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, doubl
 TEST(MlaDecodeKernel, FastMatchesReference) {
   std::mt19937 rng(1);
   for (auto [heads, kvl, rope, n] : {std::tuple{4, 64, 16, 1}, std::tuple{3, 37, 6, 5}, std::tuple{16, 128, 32, 1000},
-                                     std::tuple{128, 512, 64, 300}, std::tuple{1, 1, 2, 17}}) {
+                                     std::tuple{128, 512, 64, 300}, std::tuple{1, 1, 2, 17}, std::tuple{12, 40, 8, 33}}) {
     const int offset = 3;  // this layer's data does not start the row
     PagedRows cache(n, offset + kvl + rope, rng);
     auto q_abs = Random(static_cast<size_t>(heads) * kvl, rng, 0.2f);
@@ -85,7 +85,7 @@ TEST(MlaDecodeKernel, ReferenceIsSoftmaxWeightedLatent) {
 
 TEST(IndexerKernel, FastMatchesReference) {
   std::mt19937 rng(2);
-  for (auto [heads, dim, n] : {std::tuple{4, 32, 1}, std::tuple{64, 128, 5000}, std::tuple{3, 19, 77}}) {
+  for (auto [heads, dim, n] : {std::tuple{4, 32, 1}, std::tuple{64, 128, 5000}, std::tuple{3, 19, 77}, std::tuple{8, 64, 9}}) {
     PagedRows cache(n, dim + 5, rng);
     auto iq = Random(static_cast<size_t>(heads) * dim, rng);
     auto w = Random(static_cast<size_t>(heads), rng);

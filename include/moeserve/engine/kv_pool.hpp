@@ -20,7 +20,12 @@ namespace moeserve::engine {
 
 class KvPool {
  public:
+  // The pool's memory is mapped zeroed and touched only as blocks are used
+  // (kernels::AllocateZeroedPages); throws std::bad_alloc when it cannot be mapped.
   KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token);
+  ~KvPool();
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
 
   Result<int> Allocate();  // refcount 1; kResourceExhausted when full
   void Ref(int block);
@@ -28,10 +33,10 @@ class KvPool {
   int refcount(int block) const { return refs_[static_cast<size_t>(block)]; }
 
   float* TokenRow(int block, int slot) {
-    return data_.data() + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
+    return data_ + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
   }
   const float* TokenRow(int block, int slot) const {
-    return data_.data() + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
+    return data_ + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
   }
 
   int block_tokens() const { return block_tokens_; }
@@ -42,7 +47,8 @@ class KvPool {
  private:
   int block_tokens_;
   size_t floats_per_token_;
-  std::vector<float> data_;
+  size_t bytes_;
+  float* data_;
   std::vector<int> refs_;
   std::vector<int> free_;
 };

@@ -20,6 +20,13 @@ namespace moeserve::kernels {
 void* AllocateWeights(size_t bytes);
 void FreeWeights(void* p, size_t bytes);
 
+// Zero-filled memory straight from the kernel (anonymous mmap), 2 MiB
+// aligned and advised for huge pages: pages are zeroed when first touched, so
+// a large cache pool costs nothing at start-up for the part a run never uses.
+// Returns nullptr when the system has no memory to map.
+void* AllocateZeroedPages(size_t bytes);
+void FreeZeroedPages(void* p, size_t bytes);
+
 template <class T>
 struct WeightAllocator {
   using value_type = T;
