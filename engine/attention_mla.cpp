@@ -212,7 +212,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
 
   // 5. Output gate and projection: out = wo(o * sigmoid(wg x)).
   if (m.output_gate)
-    for (size_t i = 0; i < o.size(); ++i) o[i] *= kernels::Sigmoid(gate[i]);
+    SigmoidMulRow(gate.data(), o.data(), o.data(), o.size(), ctx.options.kernels);
   Linear(w.wo, o.data(), n, out, ctx.options.kernels);
 }
 

@@ -9,6 +9,7 @@
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "moeserve/kernels/gating.hpp"
 
 namespace moeserve::engine {
 
@@ -40,6 +41,16 @@ void LinearMany(std::initializer_list<LinearJob> jobs, int n, KernelChoice kc) {
   kernels::MatVecBf16Many(kj, static_cast<size_t>(n));
 }
 
+void SiluMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc) {
+  if (kc == KernelChoice::kReference) kernels::SiluMulRef(a, b, out, n);
+  else kernels::SiluMul(a, b, out, n);
+}
+
+void SigmoidMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc) {
+  if (kc == KernelChoice::kReference) kernels::SigmoidMulRef(a, b, out, n);
+  else kernels::SigmoidMul(a, b, out, n);
+}
+
 void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kc) {
   if (kc == KernelChoice::kReference) kernels::RmsNormRef(x, w, eps, static_cast<size_t>(d), y);
   else kernels::RmsNorm(x, w, eps, static_cast<size_t>(d), y);
@@ -51,7 +62,7 @@ namespace {
 void SwiGlu(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int n, float* out, KernelChoice kc) {
   std::vector<float> h1(static_cast<size_t>(n) * w1.rows), h3(h1.size());
   LinearMany({{&w1, x, h1.data()}, {&w3, x, h3.data()}}, n, kc);
-  for (size_t i = 0; i < h1.size(); ++i) h1[i] = kernels::Silu(h1[i]) * h3[i];
+  SiluMulRow(h1.data(), h3.data(), h1.data(), h1.size(), kc);
   Linear(w2, h1.data(), n, out, kc);
 }
 
@@ -125,7 +136,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
 
   // 2. Shared experts for every token.
   if (m.num_shared_experts > 0) {
-    for (size_t i = 0; i < sh1.size(); ++i) sh1[i] = kernels::Silu(sh1[i]) * sh3[i];
+    SiluMulRow(sh1.data(), sh3.data(), sh1.data(), sh1.size(), kc);
     Linear(w.shared_w2, sh1.data(), n, out, kc);
   } else {
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
@@ -166,7 +177,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   for (Routed& r : work)
     for (int i = 0; i < r.ne; ++i) {
       const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
-      for (int j = 0; j < I; ++j) r.act[static_cast<size_t>(i) * I + j] = kernels::Silu(h[j]) * h[I + j];
+      SiluMulRow(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I), kc);
     }
   if (all_matvec) {
     jobs.clear();

@@ -107,7 +107,8 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
     for (int h = 0; h < Hd; ++h) {
       float* oh = &o[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv];
       RmsNormRow(oh, w.o_norm.data(), eps, dv, normed.data(), ctx.options.kernels);
-      for (int j = 0; j < dv; ++j) oh[j] = normed[j] * kernels::Silu(gp[static_cast<size_t>(t) * Cv + h * dv + j]);
+      SiluMulRow(&gp[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv], normed.data(), oh, static_cast<size_t>(dv),
+                 ctx.options.kernels);
     }
   Linear(w.o_proj, o.data(), n, out, ctx.options.kernels);
 }

@@ -49,6 +49,10 @@ struct LinearJob {
 void LinearMany(std::initializer_list<LinearJob> jobs, int n, KernelChoice kernels = KernelChoice::kFast);
 // RMSNorm of one row of length d, by the chosen kernels.
 void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kernels);
+// out = silu(a) * b and out = sigmoid(a) * b over n floats (out may alias a
+// or b): vectorised with the fast kernels, the scalar forms with the reference.
+void SiluMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc);
+void SigmoidMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc);
 
 // Gated MLA / DSA (5.1, 5.2): writes [N, D] into out.
 void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);

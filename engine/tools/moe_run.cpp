@@ -24,6 +24,7 @@
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 #include "moeserve/kernels/read_bandwidth.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 
 using namespace moeserve;
 using namespace moeserve::engine;
@@ -129,10 +130,12 @@ int main(int argc, char** argv) {
   FinishReason finish = FinishReason::kNone;
   std::chrono::steady_clock::time_point t_first;
   bool first = true;
+  kernels::ThreadPool::Stats pool_at_first;
   while ((*engine)->HasWork()) {
     for (const TokenEvent& e : (*engine)->Step()) {
       if (e.token >= 0 && first) {
         t_first = std::chrono::steady_clock::now();
+        pool_at_first = kernels::DefaultThreadPool().stats();
         first = false;
       }
       if (e.token >= 0) (e.reasoning ? reasoning : answer).push_back(e.token);
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
     }
   }
   auto t_end = std::chrono::steady_clock::now();
+  const kernels::ThreadPool::Stats pool_at_end = kernels::DefaultThreadPool().stats();
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   const Tokenizer& tk = dir->tokenizer;
   std::printf("reasoning (%d tokens): %s\n", usage.reasoning_tokens, tk.Decode(reasoning, true).c_str());
@@ -170,6 +174,16 @@ int main(int argc, char** argv) {
     else bytes += 4.0 * n;
   }
   double decode_tps = usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0;
+  if (usage.completion_tokens > 1 && decode_s > 0) {
+    // Where decode's time went: parallel regions on the kernel pool, or work
+    // the stepping thread did alone (glue between kernels, sampling, the
+    // engine's bookkeeping, kernels too small to hand off).
+    const double tokens = usage.completion_tokens - 1;
+    const double in_pool = pool_at_end.seconds - pool_at_first.seconds;
+    std::printf("decode step: %.0f parallel regions, %.3f ms in them, %.3f ms on the stepping thread alone (%.1f%%)\n",
+                static_cast<double>(pool_at_end.regions - pool_at_first.regions) / tokens, 1e3 * in_pool / tokens,
+                1e3 * (decode_s - in_pool) / tokens, 100.0 * (decode_s - in_pool) / decode_s);
+  }
   std::printf("weights read per decoded token: %.1f MB\n", bytes / 1e6);
   if (read_bw > 0) {
     double roof = read_bw * 1e9 / bytes;

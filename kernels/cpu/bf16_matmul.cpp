@@ -7,9 +7,7 @@
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "x86_intrinsics.hpp"
 
 namespace moeserve::kernels {
 

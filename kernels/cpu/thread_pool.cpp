@@ -1,5 +1,6 @@
 #include "moeserve/kernels/thread_pool.hpp"
 
+#include <chrono>
 #include <cstdlib>
 
 namespace moeserve::kernels {
@@ -77,6 +78,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  const auto start = std::chrono::steady_clock::now();
   fn_ = &fn;
   n_ = n;
   next_.store(0);
@@ -102,6 +104,13 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
     cv_done_.wait(lk, [&] { return active_.load() == 0; });
   }
   fn_ = nullptr;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  region_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  regions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+ThreadPool::Stats ThreadPool::stats() const {
+  return {regions_.load(std::memory_order_relaxed), static_cast<double>(region_ns_.load(std::memory_order_relaxed)) * 1e-9};
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstddef>
 #include <functional>
 #include <mutex>
@@ -27,6 +28,15 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Parallel regions run on the pool so far (calls that ran inline are not
+  // counted) and the wall time spent in them: what a caller's elapsed time
+  // minus this leaves is work only the calling thread did.
+  struct Stats {
+    uint64_t regions = 0;
+    double seconds = 0;
+  };
+  Stats stats() const;
 
   // Runs fn(i) for every i in [0, n), each exactly once, and returns when all
   // are done. Tasks are handed out dynamically.
@@ -50,6 +60,8 @@ class ThreadPool {
   size_t n_ = 0;
   std::atomic<size_t> next_{0};
   std::atomic<int> active_{0};  // workers still inside the current generation
+  std::atomic<uint64_t> regions_{0};
+  std::atomic<uint64_t> region_ns_{0};
 };
 
 // The process-wide pool the kernels use.
