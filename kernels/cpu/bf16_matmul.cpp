@@ -157,18 +157,35 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
   // Memory-bound: each task reads a contiguous run of one job's rows once for
   // all n activations; all jobs' tasks share one parallel-for, and little
   // work runs on the calling thread alone (a hand-off costs more than its read).
-  constexpr size_t kChunk = 64;
+  constexpr size_t kChunk = 64, kTailChunk = 16;
   struct Task {
-    size_t job, row;
+    size_t job, row, end;
   };
   thread_local std::vector<Task> tasks;
   tasks.clear();
   double work = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    for (size_t r = 0; r < jobs[j].out; r += kChunk) tasks.push_back({j, r});
+    for (size_t r = 0; r < jobs[j].out; r += kChunk) tasks.push_back({j, r, std::min(jobs[j].out, r + kChunk)});
     work += static_cast<double>(jobs[j].out) * static_cast<double>(jobs[j].in);
   }
   if (tasks.empty()) return;
+  // Tasks are taken in order, so the pass ends when the last one does: the
+  // last eighth of the work goes in quarter-size tasks, and the threads finish
+  // within a short task of each other instead of a long one.
+  {
+    double tail = 0;
+    size_t split_from = tasks.size();
+    while (split_from > 0 && tail < work / 8) {
+      const Task& t = tasks[split_from - 1];
+      tail += static_cast<double>(t.end - t.row) * static_cast<double>(jobs[t.job].in);
+      --split_from;
+    }
+    const size_t kept = tasks.size();
+    for (size_t i = split_from; i < kept; ++i)
+      for (size_t r = tasks[i].row; r < tasks[i].end; r += kTailChunk)
+        tasks.push_back({tasks[i].job, r, std::min(tasks[i].end, r + kTailChunk)});
+    tasks.erase(tasks.begin() + static_cast<long>(split_from), tasks.begin() + static_cast<long>(kept));
+  }
 #if defined(__x86_64__)
   if (isa == CpuIsa::kAvx512) {
     // x de-interleaved per 32 for RowsBf16Avx512, once per job and row of X.
@@ -206,7 +223,7 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
     const Task* task = tasks.data();
     auto run = [&](size_t i) {
       const Bf16MatVecJob& jb = jobs[task[i].job];
-      const size_t b = task[i].row, e = std::min(jb.out, b + kChunk), in32 = (jb.in + 31) / 32 * 32;
+      const size_t b = task[i].row, e = task[i].end, in32 = (jb.in + 31) / 32 * 32;
       for (size_t t = 0; t < n; ++t)
         RowsBf16Avx512(jb.W, jb.in, xs_all + off[task[i].job] + t * in32, b, e, jb.Y + t * jb.out);
     };
@@ -222,7 +239,7 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
   const Task* task = tasks.data();
   auto run = [&](size_t i) {
     const Bf16MatVecJob& jb = jobs[task[i].job];
-    const size_t b = task[i].row, e = std::min(jb.out, b + kChunk);
+    const size_t b = task[i].row, e = task[i].end;
     for (size_t o = b; o < e; ++o)
       for (size_t t = 0; t < n; ++t) jb.Y[t * jb.out + o] = dot(jb.W + o * jb.in, jb.X + t * jb.in, jb.in);
   };
