@@ -4,11 +4,9 @@
 //    once), the best pass before or after the kernels;
 //  - fp32 FMA peak: independent FMA chains in registers on every core;
 //  then the MXFP4 matmul at batch 1 (vs bandwidth) and batch 512 (vs FMA
-//  peak) at flagship-like shapes, and the F32 matvec (vs bandwidth).
+//  peak) at flagship-like shapes, and the F32 and BF16 matvecs (vs bandwidth).
 // Usage: bench_roofline [--ceilings] [--mib N]
 //   --ceilings prints only "read_bw_GBps=... fma_peak_GFLOPs=..." (for scripts/bench).
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,10 +18,12 @@
 #include <vector>
 
 #include "../kernels/shapes.hpp"
+#include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/read_bandwidth.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+#include "moeserve/kernels/x86_intrinsics.hpp"
 
 namespace mb = moeserve::bench;
 namespace mk = moeserve::kernels;
@@ -167,6 +167,30 @@ int main(int argc, char** argv) {
     });
     rows.push_back({"f32_matmul 4096x4096 n=1", sec, 4.0 * static_cast<double>(out * in + in) / sec,
                     2.0 * out * in / sec, true});
+  }
+  {
+    // The dense layers' decode kernel (most of a small-preset decode step's
+    // bytes): BF16 weights, one activation row.
+    const size_t out = 4096, in = 4096;
+    const size_t copies = mb::ColdCopies(2.0 * out * in);
+    std::vector<std::vector<uint16_t>> ws;
+    for (size_t c = 0; c < copies; ++c) {
+      const std::vector<float> f = mb::RandomFloats(out * in, static_cast<uint32_t>(c + 5));
+      std::vector<uint16_t> w(f.size());
+      for (size_t i = 0; i < f.size(); ++i) {
+        uint32_t b;
+        std::memcpy(&b, &f[i], 4);
+        w[i] = static_cast<uint16_t>(b >> 16);
+      }
+      ws.push_back(std::move(w));
+    }
+    std::vector<float> x = mb::RandomFloats(in), y(out);
+    size_t next = 0;
+    const double sec = BestOf(3 * static_cast<int>(copies), [&] {
+      mk::MatMulBf16(ws[next++ % copies].data(), out, in, x.data(), 1, y.data(), isa);
+    });
+    rows.push_back({"bf16_matmul 4096x4096 n=1", sec, 2.0 * static_cast<double>(out * in) / sec, 2.0 * out * in / sec,
+                    true});
   }
   // Measured again after the kernels, the higher kept: on a shared machine
   // one measurement can land in a busy moment and flatter every fraction.

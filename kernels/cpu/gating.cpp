@@ -2,7 +2,7 @@
 
 #include "moeserve/kernels/cpu_ops.hpp"
 
-#include "x86_intrinsics.hpp"
+#include "moeserve/kernels/x86_intrinsics.hpp"
 
 namespace moeserve::kernels {
 

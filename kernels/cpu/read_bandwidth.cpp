@@ -8,7 +8,7 @@
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
-#include "x86_intrinsics.hpp"
+#include "moeserve/kernels/x86_intrinsics.hpp"
 
 namespace moeserve::kernels {
 namespace {
