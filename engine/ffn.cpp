@@ -148,6 +148,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   // another (MatVecMxfp4Many), instead of two hand-offs per expert.
   struct Routed {
     int e, ne;
+    const float* x;  // the expert's input rows: x itself when every token is routed to it
     std::vector<float> xe, h13, act, ye;
   };
   std::vector<Routed> work;
@@ -155,10 +156,16 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   for (int e = 0; e < E; ++e) {
     const auto& routed = by_expert[e];
     if (routed.empty()) continue;
-    Routed r{e, static_cast<int>(routed.size()), {}, {}, {}, {}};
-    r.xe.resize(static_cast<size_t>(r.ne) * D);
-    for (int i = 0; i < r.ne; ++i)
-      std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &r.xe[static_cast<size_t>(i) * D]);
+    Routed r{e, static_cast<int>(routed.size()), x, {}, {}, {}, {}};
+    // Tokens were routed in order, so an expert that has all of them reads x
+    // as it is (always so in single-sequence decode); then the experts share
+    // one input, which the MXFP4 pass quantises once.
+    if (r.ne < n) {
+      r.xe.resize(static_cast<size_t>(r.ne) * D);
+      for (int i = 0; i < r.ne; ++i)
+        std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &r.xe[static_cast<size_t>(i) * D]);
+      r.x = r.xe.data();
+    }
     r.h13.resize(static_cast<size_t>(r.ne) * 2 * I);
     r.act.resize(static_cast<size_t>(r.ne) * I);
     r.ye.resize(static_cast<size_t>(r.ne) * D);
@@ -168,10 +175,10 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   std::vector<kernels::Mxfp4MatVecJob> jobs;
   if (all_matvec) {
     for (Routed& r : work)
-      jobs.push_back({w.w13.expert(r.e), r.xe.data(), static_cast<size_t>(r.ne), r.h13.data()});
+      jobs.push_back({w.w13.expert(r.e), r.x, static_cast<size_t>(r.ne), r.h13.data()});
     kernels::MatVecMxfp4Many(jobs);
   } else {
-    for (Routed& r : work) mxfp4_matmul(w.w13.expert(r.e), r.xe.data(), r.ne, r.h13.data());
+    for (Routed& r : work) mxfp4_matmul(w.w13.expert(r.e), r.x, r.ne, r.h13.data());
   }
   // SwiGLU: act = silu(h1) * h3, h13 holding [h1 | h3] per row.
   for (Routed& r : work)

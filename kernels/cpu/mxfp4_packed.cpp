@@ -201,7 +201,10 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
       std::fill(jb.Y, jb.Y + jb.w.out * jb.n, 0.0f);
       continue;
     }
-    acts[j] = &buffers[j].Quantize(jb.X, jb.n, jb.w.in, isa);
+    // Jobs with the same input (a decode step's experts) share one quantised copy.
+    for (size_t i = 0; i < j && !acts[j]; ++i)
+      if (acts[i] && jobs[i].X == jb.X && jobs[i].n == jb.n && jobs[i].w.in == jb.w.in) acts[j] = acts[i];
+    if (!acts[j]) acts[j] = &buffers[j].Quantize(jb.X, jb.n, jb.w.in, isa);
     // Tasks of about kTaskBytes of codes: long enough for the prefetchers
     // to stream (shorter ones measured slower), short enough that the two
     // threads finish together; whole rows keep each task one sequential run.
