@@ -13,6 +13,13 @@ namespace moeserve::kernels {
 // gathers S^T k, the second decays, updates and gathers S^T q at once. The
 // decay is applied to S^T k instead of to S first (the same product, in
 // another rounding order).
+//
+// Its loops run along rows, every sum in a fixed order, so the compiler's
+// vectorisation for wider ISAs (one clone per ISA, picked at load) gives the
+// same bits as the baseline build (no FMA contraction in ISO C++ mode).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void DeltaRuleRecurrent(const float* q, const float* k, const float* v, const float* beta, const float* g, int T,
                         int dk, int dv, size_t qk_stride, size_t v_stride, float* S, float* o, size_t o_stride) {
   std::vector<float> u(static_cast<size_t>(dv));
