@@ -9,13 +9,17 @@
 // With --read-bw (the machine's read bandwidth, as bench_roofline measures
 // it) it also prints decode speed as a fraction of the memory roofline:
 // read bandwidth / bytes of weights read per decoded token. "auto" measures
-// it just before the prompt and just after the last token, and compares with
-// both the best pass (the ceiling) and the mean over passes (what a shared
-// machine sustains).
+// it with passes over a 256 MiB array before the prompt, between decode steps
+// (one pass every 8 steps, its time not counted as decode) and after the last
+// token, so that on a shared machine, whose bandwidth moves from one second to
+// the next, the ceiling and the decode meet the same conditions; it compares
+// with both the best pass (the ceiling) and the mean over passes (what the
+// machine sustained meanwhile).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "moeserve/engine/chat_format.hpp"
@@ -101,8 +105,17 @@ int main(int argc, char** argv) {
   eo.cache_tokens = 1 << 15;
   auto engine = Engine::Create(*dir, eo);
   if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
-  kernels::ReadBandwidth bw_before;
-  if (read_bw_auto) bw_before = kernels::MeasureReadBandwidth(512, 1.0);
+  std::unique_ptr<kernels::ReadBandwidthProbe> probe;
+  constexpr int kProbeEverySteps = 8;
+  const auto probe_for = [&](double seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    do probe->Pass();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds);
+  };
+  if (read_bw_auto) {
+    probe = std::make_unique<kernels::ReadBandwidthProbe>(256);
+    probe_for(0.5);
+  }
   auto t_loaded = std::chrono::steady_clock::now();
 
   std::vector<ChatMessage> messages;
@@ -131,7 +144,21 @@ int main(int argc, char** argv) {
   std::chrono::steady_clock::time_point t_first;
   bool first = true;
   kernels::ThreadPool::Stats pool_at_first;
+  // Probe passes taken during decode: their time and pool use are not decode's.
+  double probe_s = 0, probe_pool_s = 0;
+  uint64_t probe_regions = 0;
+  int steps_since_probe = 0;
   while ((*engine)->HasWork()) {
+    if (probe && !first && ++steps_since_probe == kProbeEverySteps) {
+      steps_since_probe = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      const kernels::ThreadPool::Stats p0 = kernels::DefaultThreadPool().stats();
+      probe->Pass();
+      const kernels::ThreadPool::Stats p1 = kernels::DefaultThreadPool().stats();
+      probe_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      probe_pool_s += p1.seconds - p0.seconds;
+      probe_regions += p1.regions - p0.regions;
+    }
     for (const TokenEvent& e : (*engine)->Step()) {
       if (e.token >= 0 && first) {
         t_first = std::chrono::steady_clock::now();
@@ -153,7 +180,7 @@ int main(int argc, char** argv) {
   std::printf("answer: %s\n", tk.Decode(answer, true).c_str());
   const char* why = finish == FinishReason::kStop ? "stop" : finish == FinishReason::kLength ? "length" : "cancelled";
   double prefill_s = first ? secs(t_loaded, t_end) : secs(t_loaded, t_first);
-  double decode_s = first ? 0 : secs(t_first, t_end);
+  double decode_s = first ? 0 : secs(t_first, t_end) - probe_s;
   std::printf("finish %s; prompt %d tokens, completion %d tokens; load %.2fs\n", why, usage.prompt_tokens,
               usage.completion_tokens, secs(t0, t_loaded));
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (kernels: %s)\n", usage.prompt_tokens / prefill_s,
@@ -179,9 +206,10 @@ int main(int argc, char** argv) {
     // the stepping thread did alone (glue between kernels, sampling, the
     // engine's bookkeeping, kernels too small to hand off).
     const double tokens = usage.completion_tokens - 1;
-    const double in_pool = pool_at_end.seconds - pool_at_first.seconds;
+    const double in_pool = pool_at_end.seconds - pool_at_first.seconds - probe_pool_s;
     std::printf("decode step: %.0f parallel regions, %.3f ms in them, %.3f ms on the stepping thread alone (%.1f%%)\n",
-                static_cast<double>(pool_at_end.regions - pool_at_first.regions) / tokens, 1e3 * in_pool / tokens,
+                static_cast<double>(pool_at_end.regions - pool_at_first.regions - probe_regions) / tokens,
+                1e3 * in_pool / tokens,
                 1e3 * (decode_s - in_pool) / tokens, 100.0 * (decode_s - in_pool) / decode_s);
   }
   std::printf("weights read per decoded token: %.1f MB\n", bytes / 1e6);
@@ -191,13 +219,12 @@ int main(int argc, char** argv) {
                 100.0 * decode_tps / roof);
   }
   if (read_bw_auto) {
-    // Measured around the run (the array is freed before and after), so that
-    // the ceiling and the decode see the same machine weather.
-    const kernels::ReadBandwidth after = kernels::MeasureReadBandwidth(512, 1.0);
-    const double best = std::max(bw_before.best_bytes_per_s, after.best_bytes_per_s);
-    const double mean = (bw_before.mean_bytes_per_s + after.mean_bytes_per_s) / 2;
-    std::printf("read bandwidth measured before and after: best pass %.2f GB/s, mean over passes %.2f GB/s\n",
-                best / 1e9, mean / 1e9);
+    probe_for(0.5);
+    const kernels::ReadBandwidth& bw = probe->result();
+    const double best = bw.best_bytes_per_s, mean = bw.mean_bytes_per_s;
+    std::printf("read bandwidth measured before, during and after decode (%d passes over %zu MiB): best pass %.2f GB/s, "
+                "mean over passes %.2f GB/s\n",
+                bw.passes, bw.array_bytes >> 20, best / 1e9, mean / 1e9);
     std::printf("roofline %.1f tokens/s (best pass %.2f GB/s / %.1f MB); decode reached %.1f%% of it\n",
                 best / bytes, best / 1e9, bytes / 1e6, 100.0 * decode_tps * bytes / best);
     std::printf("sustained roofline %.1f tokens/s (mean %.2f GB/s / %.1f MB); decode reached %.1f%% of it\n",

@@ -8,7 +8,8 @@
 // the best pass and the mean over the whole measurement are reported: the
 // best is the machine's ceiling, the mean what a long run meets on average.
 //
-// Thread safety: uses DefaultThreadPool(); call from one thread at a time.
+// Thread safety: uses DefaultThreadPool(); call (and use a probe) from one
+// thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,29 @@ struct ReadBandwidth {
   double mean_bytes_per_s = 0;  // total bytes / total time over all passes
   int passes = 0;
   size_t array_bytes = 0;
+};
+
+// An array of `mib` MiB, allocated and touched once, whose passes can be
+// interleaved with other work: a long run's bandwidth is then measured while
+// it runs, in the same conditions, not only around it.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(size_t mib);
+  ~ReadBandwidthProbe();
+  ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
+  ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
+
+  // One pass over the array on every pool thread; returns its bytes/s.
+  double Pass();
+  // Best and mean over the passes so far.
+  const ReadBandwidth& result() const { return result_; }
+
+ private:
+  float* data_ = nullptr;
+  size_t bytes_ = 0, part_ = 0, threads_ = 1;
+  int passes_ = 0;
+  double total_bytes_ = 0, total_s_ = 0;
+  ReadBandwidth result_;
 };
 
 // Passes over a fresh array of `mib` MiB until `seconds` have passed (at
