@@ -103,8 +103,13 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   std::vector<float> o(static_cast<size_t>(n) * H * vd, 0.0f);
   for (const SegmentRows& seg : ctx.segments) {
     const int64_t ctx_len = seg.pos0 + seg.n;
-    bool absorbed = ctx.options.mla_form == MlaForm::kAbsorbed ||
-                    (ctx.options.mla_form == MlaForm::kAuto && seg.n == 1);
+    // kAuto: with the fast kernels always absorbed (each query reads the
+    // latent cache through the parallel MLA decode kernel; the expanded form
+    // below is a plain serial loop, ~70 % of a 2K-token prefill when it was
+    // used there); with the reference kernels expanded for prefill.
+    const bool absorbed = ctx.options.mla_form == MlaForm::kAbsorbed ||
+                          (ctx.options.mla_form == MlaForm::kAuto &&
+                           (seg.n == 1 || ctx.options.kernels == KernelChoice::kFast));
     // Expanded form: per-head keys and values for every cached position.
     std::vector<float> k_nope, vals;
     if (!absorbed) {

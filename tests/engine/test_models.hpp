@@ -55,7 +55,10 @@ inline bool RunReference(const std::string& model, const std::vector<int>& promp
   std::string outdir = TempPath("ref_" + std::to_string(decode) + "_" + std::to_string(prompt.size()));
   std::filesystem::remove_all(outdir);
   std::string toks;
-  for (size_t i = 0; i < prompt.size(); ++i) toks += (i ? "," : "") + std::to_string(prompt[i]);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (i) toks += ',';
+    toks += std::to_string(prompt[i]);
+  }
   std::string cmd = "/usr/bin/python3 " + root + "/tools/reference/reference.py --model " + model + " --tokens " + toks +
                     " --decode " + std::to_string(decode) + " --out " + outdir + " --threads 1 2>&1";
   int rc = std::system(cmd.c_str());

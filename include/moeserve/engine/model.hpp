@@ -25,8 +25,9 @@
 namespace moeserve::engine {
 
 // Which of two equal forms a layer uses (model.md 5.1, 5.3). kAuto: the
-// expanded MLA / chunked DeltaNet for multi-token segments (prefill), the
-// absorbed MLA / recurrent DeltaNet for one token (decode).
+// chunked DeltaNet for multi-token segments (prefill), the recurrent one for
+// one token (decode); the absorbed MLA for one token, and for every segment
+// with the fast kernels (the expanded form is the reference kernels' prefill).
 enum class MlaForm { kAuto, kExpanded, kAbsorbed };
 enum class DeltaForm { kAuto, kRecurrent, kChunked };
 
