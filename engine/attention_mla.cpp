@@ -28,6 +28,71 @@ float Dot(const float* a, const float* b, int n) {
   return s;
 }
 
+// Queries per call of the latent-attention kernel in prefill: their heads run
+// side by side (MlaDecodeShape::visible keeps each causal), so every cached
+// row is read once for the block; capped at 128 heads a call.
+constexpr int kMaxHeadsPerCall = 128;
+
+// The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
+// one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
+// attention over the latent cache, o = W_uv lat per head. keys: the one
+// row's key list (nr == 1); null: row j sees positions 0 .. pos0 + j.
+void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q, const float* const* rows, size_t off_c,
+                  int r0, int nr, int64_t pos0, const std::vector<int>* keys, float* o) {
+  const MlaConfig& m = ctx.config.mla;
+  const int H = m.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, vd = m.v_head_dim;
+  const size_t qk = static_cast<size_t>(nope + rope), kv = static_cast<size_t>(m.kv_lora_rank);
+  const size_t np = static_cast<size_t>(nope), v = static_cast<size_t>(vd), HR = static_cast<size_t>(nr) * H;
+  const bool fast = ctx.options.kernels == KernelChoice::kFast;
+  std::vector<float> q_abs(HR * kv), q_pe(HR * static_cast<size_t>(rope)), lat(HR * kv);
+  const float* q0 = q + static_cast<size_t>(r0) * H * qk;  // [nr * H][qk]
+  if (fast && w.w_uk_t_bf16) {
+    std::vector<kernels::Bf16MatVecJob> jobs;
+    for (size_t g = 0; g < HR; ++g)
+      jobs.push_back({w.w_uk_t_bf16 + g % H * kv * np, kv, np, q0 + g * qk, &q_abs[g * kv]});
+    kernels::MatVecBf16Many(jobs, 1);
+  } else if (fast) {
+    for (int j = 0; j < nr; ++j)
+      kernels::HeadwiseMatVec(w.w_uk_t.data(), static_cast<size_t>(H), kv, np, kv * np, q0 + static_cast<size_t>(j) * H * qk,
+                              qk, &q_abs[static_cast<size_t>(j) * H * kv], kv);
+  } else {
+    for (size_t g = 0; g < HR; ++g) {
+      const float* wb = &w.wkv_b.w[g % H * (np + v) * kv];
+      float* qa = &q_abs[g * kv];
+      std::fill(qa, qa + kv, 0.0f);
+      for (size_t i = 0; i < np; ++i)
+        for (size_t l = 0; l < kv; ++l) qa[l] += q0[g * qk + i] * wb[i * kv + l];
+    }
+  }
+  for (size_t g = 0; g < HR; ++g) std::copy_n(q0 + g * qk + np, rope, &q_pe[g * static_cast<size_t>(rope)]);
+  std::vector<int> visible;
+  if (nr > 1)
+    for (int j = 0; j < nr; ++j) visible.insert(visible.end(), static_cast<size_t>(H), static_cast<int>(pos0 + j + 1));
+  const kernels::MlaDecodeShape shape{static_cast<int>(HR), static_cast<int>(kv), rope, ctx.mla_scale,
+                                      visible.empty() ? nullptr : visible.data()};
+  const int* key_ptr = keys ? keys->data() : nullptr;
+  const int n_keys = keys ? static_cast<int>(keys->size()) : static_cast<int>(pos0 + nr);
+  if (fast) kernels::MlaDecode(shape, q_abs.data(), q_pe.data(), rows, off_c, key_ptr, n_keys, lat.data());
+  else kernels::MlaDecodeRef(shape, q_abs.data(), q_pe.data(), rows, off_c, key_ptr, n_keys, lat.data());
+  // o = W_uv lat per head (W_uv: rows nope .. nope + vd of each head's block).
+  float* o0 = o + static_cast<size_t>(r0) * H * v;  // [nr * H][vd]
+  if (fast && w.wkv_b_bf16) {
+    std::vector<kernels::Bf16MatVecJob> jobs;
+    for (size_t g = 0; g < HR; ++g)
+      jobs.push_back({w.wkv_b_bf16 + (g % H * (np + v) + np) * kv, v, kv, &lat[g * kv], o0 + g * v});
+    kernels::MatVecBf16Many(jobs, 1);
+  } else if (fast) {
+    for (int j = 0; j < nr; ++j)
+      kernels::HeadwiseMatVec(w.wkv_b.w.data() + np * kv, static_cast<size_t>(H), v, kv, (np + v) * kv,
+                              &lat[static_cast<size_t>(j) * H * kv], kv, o0 + static_cast<size_t>(j) * H * v, v);
+  } else {
+    for (size_t g = 0; g < HR; ++g) {
+      const float* wb = &w.wkv_b.w[g % H * (np + v) * kv];
+      for (size_t jj = 0; jj < v; ++jj) o0[g * v + jj] = Dot(wb + (np + jj) * kv, &lat[g * kv], static_cast<int>(kv));
+    }
+  }
+}
+
 }  // namespace
 
 void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out) {
@@ -128,12 +193,11 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     std::vector<const float*> rows(static_cast<size_t>(ctx_len));
     for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
     const bool fast = ctx.options.kernels == KernelChoice::kFast;
-    std::vector<float> scores, index_scores, q_abs(static_cast<size_t>(H) * kvl), q_pe(static_cast<size_t>(H) * rope),
-        lat(static_cast<size_t>(H) * kvl);
+    std::vector<float> scores, index_scores;
     std::vector<int> keys;
-    for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
-      const int64_t pos = seg.pos0 + (r - seg.row0);
-      // Which keys this query sees: all s <= pos, or the indexer's top k.
+    // Which keys the query at row r sees: all s <= pos, or the indexer's top
+    // k (sparse; then `keys` holds them). Records the set when tracing.
+    const auto select_keys = [&](int r, int64_t pos) {
       const bool sparse = dsa && pos + 1 > cfg.dsa.index_topk;
       if (sparse) {
         index_scores.resize(static_cast<size_t>(pos + 1));
@@ -148,55 +212,32 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         for (int64_t sidx = 0; sidx <= pos; ++sidx) keys[static_cast<size_t>(sidx)] = static_cast<int>(sidx);
       }
       if (dsa && ctx.trace) ctx.trace->dsa_selected[ctx.layer].push_back(keys);
-
-      if (absorbed) {
-        // q_abs = W_uk^T q_nope per head: scores against the latent c directly,
-        // reading only the cache (model.md 5.1's decode form).
-        const size_t Hs = static_cast<size_t>(H), kv = static_cast<size_t>(kvl), np = static_cast<size_t>(nope);
-        if (fast && w.w_uk_t_bf16) {
-          std::vector<kernels::Bf16MatVecJob> jobs;
-          for (size_t h = 0; h < Hs; ++h)
-            jobs.push_back({w.w_uk_t_bf16 + h * kv * np, kv, np, &q[(static_cast<size_t>(r) * H + h) * qk], &q_abs[h * kv]});
-          kernels::MatVecBf16Many(jobs, 1);
-        } else if (fast) {
-          kernels::HeadwiseMatVec(w.w_uk_t.data(), Hs, kv, np, kv * np, &q[static_cast<size_t>(r) * H * qk],
-                                  static_cast<size_t>(qk), q_abs.data(), kv);
+      return sparse;
+    };
+    if (absorbed) {
+      // Sparse rows one at a time; runs of causal (dense) rows as blocks.
+      const int block = fast ? std::max(1, kMaxHeadsPerCall / H) : 1;
+      for (int r = seg.row0; r < seg.row0 + seg.n;) {
+        const int64_t pos = seg.pos0 + (r - seg.row0);
+        if (select_keys(r, pos)) {
+          AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, 1, pos, &keys, o.data());
+          ++r;
+          continue;
         }
-        for (int h = 0; h < H; ++h) {
-          const float* qh = &q[(static_cast<size_t>(r) * H + h) * qk];
-          if (!fast) {
-            const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
-            float* qa_h = &q_abs[static_cast<size_t>(h) * kvl];
-            std::fill(qa_h, qa_h + kvl, 0.0f);
-            for (int i = 0; i < nope; ++i)
-              for (int l = 0; l < kvl; ++l) qa_h[l] += qh[i] * wb[static_cast<size_t>(i) * kvl + l];
-          }
-          std::copy_n(qh + nope, rope, &q_pe[static_cast<size_t>(h) * rope]);
+        int nr = 1;
+        while (nr < block && r + nr < seg.row0 + seg.n && !(dsa && pos + nr + 1 > cfg.dsa.index_topk)) {
+          select_keys(r + nr, pos + nr);  // dense: only the trace needs it
+          ++nr;
         }
-        const kernels::MlaDecodeShape shape{H, kvl, rope, ctx.mla_scale};
-        const int* key_ptr = sparse ? keys.data() : nullptr;
-        if (fast) kernels::MlaDecode(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
-        else kernels::MlaDecodeRef(shape, q_abs.data(), q_pe.data(), rows.data(), off_c, key_ptr, static_cast<int>(keys.size()), lat.data());
-        // o = W_uv lat per head (W_uv: rows nope .. nope + vd of each head's block).
-        if (fast && w.wkv_b_bf16) {
-          const size_t v = static_cast<size_t>(vd);
-          std::vector<kernels::Bf16MatVecJob> jobs;
-          for (size_t h = 0; h < Hs; ++h)
-            jobs.push_back({w.wkv_b_bf16 + (h * (np + v) + np) * kv, v, kv, &lat[h * kv], &o[(static_cast<size_t>(r) * H + h) * v]});
-          kernels::MatVecBf16Many(jobs, 1);
-        } else if (fast) {
-          kernels::HeadwiseMatVec(w.wkv_b.w.data() + np * kv, Hs, static_cast<size_t>(vd), kv, (np + vd) * kv, lat.data(),
-                                  kv, &o[static_cast<size_t>(r) * H * vd], static_cast<size_t>(vd));
-        } else {
-          for (int h = 0; h < H; ++h) {
-            const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
-            float* oh = &o[(static_cast<size_t>(r) * H + h) * vd];
-            for (int j = 0; j < vd; ++j) oh[j] = Dot(wb + static_cast<size_t>(nope + j) * kvl, &lat[static_cast<size_t>(h) * kvl], kvl);
-          }
-        }
-        continue;
+        AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, nr, pos, nullptr, o.data());
+        r += nr;
       }
-      // Expanded form: per-head keys/values computed from c above.
+      continue;
+    }
+    for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
+      const int64_t pos = seg.pos0 + (r - seg.row0);
+      select_keys(r, pos);
+      // Expanded form: per-head keys and values computed from c above.
       scores.resize(keys.size());
       for (int h = 0; h < H; ++h) {
         const float* qh = &q[(static_cast<size_t>(r) * H + h) * qk];

@@ -192,11 +192,13 @@ void MlaDecodeRef(const MlaDecodeShape& sh, const float* q_abs, const float* q_p
     const float* qa = q_abs + static_cast<size_t>(h) * sh.kv_lora;
     const float* qp = q_pe + static_cast<size_t>(h) * sh.rope;
     float mx = -std::numeric_limits<float>::infinity();
-    for (int i = 0; i < n_keys; ++i) {
+    const int n_visible = sh.visible ? std::min(n_keys, sh.visible[h]) : n_keys;
+    for (int i = 0; i < n_visible; ++i) {
       const float* row = rows[KeyAt(keys, i)] + offset;
       p[i] = sh.scale * (DotScalar(qa, row, sh.kv_lora) + DotScalar(qp, row + sh.kv_lora, sh.rope));
       mx = std::max(mx, p[i]);
     }
+    for (int i = n_visible; i < n_keys; ++i) p[i] = -std::numeric_limits<float>::infinity();
     float sum = 0.0f;
     for (int i = 0; i < n_keys; ++i) sum += p[i] = std::exp(p[i] - mx);
     float* out = lat + static_cast<size_t>(h) * sh.kv_lora;
@@ -271,6 +273,9 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
       if (i + kRowsAhead < e) PrefetchFloats(rows[KeyAt(keys, i + kRowsAhead)] + offset, W);
       float* s = &scores[static_cast<size_t>(i) * H];
       head_scores(rows[KeyAt(keys, i)] + offset, s);
+      if (sh.visible)
+        for (int h = 0; h < H; ++h)
+          if (i >= sh.visible[h]) s[h] = neg_inf;  // exp gives 0: no weight, no sum
       for (int h = 0; h < H; ++h) mx[h] = std::max(mx[h], s[h]);
     }
   });

@@ -44,7 +44,8 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, doubl
   double mx = 0, diff = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     mx = std::max(mx, std::fabs(static_cast<double>(b[i])));
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);  // a NaN must fail, not vanish in max
   }
   EXPECT_LE(diff, rel * mx) << "max diff " << diff << " of " << mx;
 }
@@ -70,6 +71,33 @@ TEST(MlaDecodeKernel, FastMatchesReference) {
       MlaDecode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), fast.data(), isa);
       ExpectClose(fast, ref, 1e-5);
     }
+  }
+}
+
+TEST(MlaDecodeKernel, VisibleKeysPerHeadEqualSeparateCalls) {
+  // Three queries of 8 heads each as one call of 24 heads, query j seeing the
+  // first visible[j] keys (causal prefill), against one call per query.
+  std::mt19937 rng(4);
+  const int H = 8, kvl = 48, rope = 16, n = 300, queries = 3;
+  const int sees[queries] = {1, 150, 300};
+  PagedRows cache(n, 2 + kvl + rope, rng);
+  auto q_abs = Random(static_cast<size_t>(queries) * H * kvl, rng, 0.3f);
+  auto q_pe = Random(static_cast<size_t>(queries) * H * rope, rng, 0.3f);
+  std::vector<int> visible;
+  for (int j = 0; j < queries; ++j) visible.insert(visible.end(), H, sees[j]);
+  MlaDecodeShape joint{queries * H, kvl, rope, 0.2f, visible.data()};
+  std::vector<float> want(static_cast<size_t>(queries) * H * kvl);
+  for (int j = 0; j < queries; ++j)
+    MlaDecodeRef({H, kvl, rope, 0.2f}, &q_abs[static_cast<size_t>(j) * H * kvl], &q_pe[static_cast<size_t>(j) * H * rope],
+                 cache.rows.data(), 2, nullptr, sees[j], &want[static_cast<size_t>(j) * H * kvl]);
+  std::vector<float> got(want.size());
+  MlaDecodeRef(joint, q_abs.data(), q_pe.data(), cache.rows.data(), 2, nullptr, n, got.data());
+  ExpectClose(got, want, 1e-6);
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    std::fill(got.begin(), got.end(), NAN);
+    MlaDecode(joint, q_abs.data(), q_pe.data(), cache.rows.data(), 2, nullptr, n, got.data(), isa);
+    ExpectClose(got, want, 1e-5);
   }
 }
 

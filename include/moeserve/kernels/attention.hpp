@@ -27,6 +27,11 @@ struct MlaDecodeShape {
   int kv_lora;
   int rope;
   float scale;  // softmax scale (YaRN m^2 included)
+  // Optional, per head: it attends to the first visible[h] (>= 1) keys only.
+  // Several queries of one sequence run as one call this way, their heads
+  // side by side, each seeing the keys up to its own position (causal
+  // prefill); every key row is then read once for all of them.
+  const int* visible = nullptr;
 };
 
 // For each head h: p = softmax over keys of scale * (q_abs[h] . c_s + q_pe[h] . kpe_s),
