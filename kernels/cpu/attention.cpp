@@ -9,7 +9,7 @@
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
-#include "moeserve/kernels/x86_intrinsics.hpp"
+#include "vec_exp.hpp"
 
 namespace moeserve::kernels {
 
@@ -173,6 +173,26 @@ const Vec& FastVec() {
 
 inline int KeyAt(const int* keys, int i) { return keys ? keys[i] : i; }
 
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void ExpShiftedAccumulateAvx512(float* s, const float* mx, float* sum, int n) {
+  for (int h = 0; h < n; h += 16) {
+    const __mmask16 m = TailMask16(n - h);
+    const __m512 e = simd::Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + h), _mm512_maskz_loadu_ps(m, mx + h)));
+    _mm512_mask_storeu_ps(s + h, m, e);
+    _mm512_mask_storeu_ps(sum + h, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, sum + h), e));
+  }
+}
+#endif
+
+// s[h] = e^(s[h] - mx[h]); sum[h] += s[h], for h < n (a key's softmax weights
+// for every head, and the heads' running sums).
+void ExpShiftedAccumulate(float* s, const float* mx, float* sum, int n, bool avx512) {
+#if defined(__x86_64__)
+  if (avx512) return ExpShiftedAccumulateAvx512(s, mx, sum, n);
+#endif
+  for (int h = 0; h < n; ++h) sum[h] += s[h] = std::exp(s[h] - mx[h]);
+}
+
 // Cached rows of one layer lie a whole token's row apart (the pool keeps every
 // layer's entry of a token together), too far apart for the hardware
 // prefetchers: without this, each row's lines arrive one demand miss at a time
@@ -211,9 +231,7 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
                const int* keys, int n_keys, float* lat, CpuIsa isa) {
   if (!CpuSupports(isa)) isa = CpuIsa::kScalar;
   const int H = sh.heads, L = sh.kv_lora, R = sh.rope, W = L + R;
-#if defined(__x86_64__)
   const bool avx512 = isa == CpuIsa::kAvx512;
-#endif
   const Vec v = [&] {
 #if defined(__x86_64__)
     if (isa != CpuIsa::kScalar) return Vec{DotAvx2, AxpyAvx2};
@@ -294,7 +312,7 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
       for (int r = 0; r < nr; ++r) {
         if (i + r + kRowsAhead < e) PrefetchFloats(rows[KeyAt(keys, i + r + kRowsAhead)] + offset, L);
         float* s = &scores[static_cast<size_t>(i + r) * H];
-        for (int h = 0; h < H; ++h) sum[h] += s[h] = std::exp(s[h] - mx[h]);
+        ExpShiftedAccumulate(s, mx.data(), sum, H, avx512);
         p[r] = s;
         row[r] = rows[KeyAt(keys, i + r)] + offset;
       }
