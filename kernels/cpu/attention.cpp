@@ -98,6 +98,27 @@ __attribute__((target("avx512f"))) void DotsAvx512(const float* q, const float* 
   }
 }
 
+// The same for two rows at once: each query piece loaded once for both (when
+// many heads' queries do not fit the L1 cache, their loads are the bound).
+__attribute__((target("avx512f"))) void Dots8x2Avx512(const float* q, const float* x0, const float* x1, int n, float* out0,
+                                                     float* out1) {
+  __m512 a[8], b[8];
+#pragma GCC unroll 8
+  for (int h = 0; h < 8; ++h) a[h] = b[h] = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask16(n - i);
+    const __m512 xv0 = _mm512_maskz_loadu_ps(m, x0 + i), xv1 = _mm512_maskz_loadu_ps(m, x1 + i);
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h) {
+      const __m512 qv = _mm512_maskz_loadu_ps(m, q + static_cast<size_t>(h) * n + i);
+      a[h] = _mm512_fmadd_ps(qv, xv0, a[h]);
+      b[h] = _mm512_fmadd_ps(qv, xv1, b[h]);
+    }
+  }
+  _mm256_storeu_ps(out0, SumLanes8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
+  _mm256_storeu_ps(out1, SumLanes8(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]));
+}
+
 __attribute__((target("avx512f"))) void DotsUpTo8Avx512(const float* q, int heads, const float* x, int n, float* out) {
   switch (heads) {
     case 8: return DotsAvx512<8>(q, x, n, out);
@@ -257,6 +278,29 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
       for (int h = h0; h < h0 + hn; ++h) s[h] *= sh.scale;
     }
   };
+  // The same for two rows (AVX-512: both rows per pass over the queries).
+  auto head_scores2 = [&](const float* row0, const float* row1, float* s0, float* s1) {
+#if defined(__x86_64__)
+    if (avx512) {
+      for (int h0 = 0; h0 < H; h0 += 8) {
+        const int hn = std::min(8, H - h0);
+        if (hn == 8) {
+          Dots8x2Avx512(&q[static_cast<size_t>(h0) * W], row0, row1, W, s0 + h0, s1 + h0);
+        } else {
+          DotsUpTo8Avx512(&q[static_cast<size_t>(h0) * W], hn, row0, W, s0 + h0);
+          DotsUpTo8Avx512(&q[static_cast<size_t>(h0) * W], hn, row1, W, s1 + h0);
+        }
+      }
+      for (int h = 0; h < H; ++h) {
+        s0[h] *= sh.scale;
+        s1[h] *= sh.scale;
+      }
+      return;
+    }
+#endif
+    head_scores(row0, s0);
+    head_scores(row1, s1);
+  };
   // acc[h] += p[r][h] * row r's latent, for NR rows (NR = 4, or 1 for the rest).
   auto accumulate = [&](const float* const* p, const float* const* row, int nr, float* acc) {
     for (int h0 = 0; h0 < H; h0 += 8) {
@@ -287,14 +331,19 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
   pool.ParallelFor(static_cast<size_t>(chunks), [&](size_t c) {
     const int b = static_cast<int>(c) * chunk, e = std::min(n_keys, b + chunk);
     float* mx = &chunk_max[c * static_cast<size_t>(H)];
-    for (int i = b; i < e; ++i) {
-      if (i + kRowsAhead < e) PrefetchFloats(rows[KeyAt(keys, i + kRowsAhead)] + offset, W);
+    for (int i = b; i < e; i += 2) {
+      const int nr = std::min(2, e - i);
+      for (int r = 0; r < nr; ++r)
+        if (i + r + kRowsAhead < e) PrefetchFloats(rows[KeyAt(keys, i + r + kRowsAhead)] + offset, W);
       float* s = &scores[static_cast<size_t>(i) * H];
-      head_scores(rows[KeyAt(keys, i)] + offset, s);
-      if (sh.visible)
-        for (int h = 0; h < H; ++h)
-          if (i >= sh.visible[h]) s[h] = neg_inf;  // exp gives 0: no weight, no sum
-      for (int h = 0; h < H; ++h) mx[h] = std::max(mx[h], s[h]);
+      if (nr == 2) head_scores2(rows[KeyAt(keys, i)] + offset, rows[KeyAt(keys, i + 1)] + offset, s, s + H);
+      else head_scores(rows[KeyAt(keys, i)] + offset, s);
+      for (int r = 0; r < nr; ++r, s += H) {
+        if (sh.visible)
+          for (int h = 0; h < H; ++h)
+            if (i + r >= sh.visible[h]) s[h] = neg_inf;  // exp gives 0: no weight, no sum
+        for (int h = 0; h < H; ++h) mx[h] = std::max(mx[h], s[h]);
+      }
     }
   });
   std::vector<float> mx(static_cast<size_t>(H), neg_inf);
@@ -350,21 +399,27 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
   const int chunks = (n + chunk - 1) / chunk;
   pool.ParallelFor(static_cast<size_t>(chunks), [&](size_t c) {
     const int b = static_cast<int>(c) * chunk, e = std::min(n, b + chunk);
-    float d[8];
-    for (int s = b; s < e; ++s) {
-      if (s + kRowsAhead < e) PrefetchFloats(rows[s + kRowsAhead] + offset, dim);
-      const float* ik = rows[s] + offset;
-      float I = 0.0f;
+    float d[2][8];
+    // Two keys per pass over the queries with AVX-512 (Dots8x2Avx512).
+    for (int s = b; s < e; s += 2) {
+      const int nk = std::min(2, e - s);
+      for (int k = 0; k < nk; ++k)
+        if (s + k + kRowsAhead < e) PrefetchFloats(rows[s + k + kRowsAhead] + offset, dim);
+      float I[2] = {0.0f, 0.0f};
       for (int h0 = 0; h0 < heads; h0 += 8) {
         const int hn = std::min(8, heads - h0);
+        const float* qh = iq + static_cast<size_t>(h0) * dim;
 #if defined(__x86_64__)
-        if (avx512) DotsUpTo8Avx512(iq + static_cast<size_t>(h0) * dim, hn, ik, dim, d);
+        if (avx512 && hn == 8 && nk == 2) Dots8x2Avx512(qh, rows[s] + offset, rows[s + 1] + offset, dim, d[0], d[1]);
+        else if (avx512)
+          for (int k = 0; k < nk; ++k) DotsUpTo8Avx512(qh, hn, rows[s + k] + offset, dim, d[k]);
         else
 #endif
-          Dots8Generic(v.dot, iq + static_cast<size_t>(h0) * dim, hn, ik, dim, d);
-        for (int j = 0; j < hn; ++j) I += w[h0 + j] * std::max(0.0f, d[j]);
+          for (int k = 0; k < nk; ++k) Dots8Generic(v.dot, qh, hn, rows[s + k] + offset, dim, d[k]);
+        for (int k = 0; k < nk; ++k)
+          for (int j = 0; j < hn; ++j) I[k] += w[h0 + j] * std::max(0.0f, d[k][j]);
       }
-      scores[s] = I;
+      for (int k = 0; k < nk; ++k) scores[s + k] = I[k];
     }
   });
 }
