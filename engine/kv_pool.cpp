@@ -7,16 +7,24 @@
 
 namespace moeserve::engine {
 
+namespace {
+float* MapPool(size_t bytes) {
+  void* p = kernels::AllocateZeroedPages(bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  return static_cast<float*>(p);
+}
+}  // namespace
+
 KvPool::KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token)
     : block_tokens_(block_tokens),
       floats_per_token_(floats_per_token),
       bytes_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_tokens) * floats_per_token * sizeof(float)),
-      data_(static_cast<float*>(kernels::AllocateZeroedPages(bytes_))),
+      data_(nullptr),
       refs_(static_cast<size_t>(num_blocks), 0) {
-  if (data_ == nullptr) throw std::bad_alloc();
   free_.reserve(static_cast<size_t>(num_blocks));
   // Hand out low block ids first (stack order).
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int>(b));
+  data_ = MapPool(bytes_);  // last: nothing after it can throw and leak the mapping
 }
 
 KvPool::~KvPool() { kernels::FreeZeroedPages(data_, bytes_); }

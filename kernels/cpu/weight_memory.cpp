@@ -31,7 +31,9 @@ void* AllocateZeroedPages(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
   // Over-map by one huge page so the usable range can start 2 MiB aligned.
   const size_t mapped = rounded + kHugePage;
-  void* m = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Without MAP_NORESERVE: a pool larger than the machine can back is refused
+  // here (an error at start-up), not killed for memory later.
+  void* m = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return nullptr;
   const auto base = reinterpret_cast<uintptr_t>(m);
   const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;

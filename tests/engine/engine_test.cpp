@@ -295,6 +295,26 @@ TEST(KvPoolTest, FullPoolIsAnError) {
   EXPECT_EQ(pool.free_blocks(), 2);
 }
 
+TEST(KvPoolTest, PoolLargerThanMemoryIsAnErrorAtStart) {
+  // 2^20 blocks of 16 tokens x 2^16 floats: 4 PiB, far beyond any machine.
+  EXPECT_THROW(KvPool(int64_t{1} << 20, 16, size_t{1} << 16), std::bad_alloc);
+  auto d = OpenModelDir(TinyModel(1));
+  ASSERT_TRUE(d);
+  EngineOptions o;
+  o.cache_tokens = int64_t{1} << 40;
+  auto e = Engine::Create(*d, o);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(e.error().message().find("cache_tokens"), std::string::npos) << e.error().ToString();
+}
+
+TEST(KvPoolTest, FreshBlocksReadZero) {
+  KvPool pool(64, 16, 100);
+  for (int b = 0; b < 64; b += 21)
+    for (int s = 0; s < 16; s += 5)
+      for (int f = 0; f < 100; f += 33) EXPECT_EQ(pool.TokenRow(b, s)[f], 0.0f);
+}
+
 TEST(Sampler, GreedyTopKTopP) {
   std::vector<float> l = {1, 5, 5, 2};
   std::mt19937_64 rng(1);
