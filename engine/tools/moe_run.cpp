@@ -13,8 +13,8 @@
 // (one pass every 8 steps, its time not counted as decode) and after the last
 // token, so that on a shared machine, whose bandwidth moves from one second to
 // the next, the ceiling and the decode meet the same conditions; it compares
-// with both the best pass (the ceiling) and the mean over passes (what the
-// machine sustained meanwhile).
+// with the best pass (the ceiling), the median pass (the typical moment) and
+// the mean over passes (what the machine sustained meanwhile).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -221,12 +221,14 @@ int main(int argc, char** argv) {
   if (read_bw_auto) {
     probe_for(0.5);
     const kernels::ReadBandwidth& bw = probe->result();
-    const double best = bw.best_bytes_per_s, mean = bw.mean_bytes_per_s;
+    const double best = bw.best_bytes_per_s, median = bw.median_bytes_per_s, mean = bw.mean_bytes_per_s;
     std::printf("read bandwidth measured before, during and after decode (%d passes over %zu MiB): best pass %.2f GB/s, "
-                "mean over passes %.2f GB/s\n",
-                bw.passes, bw.array_bytes >> 20, best / 1e9, mean / 1e9);
+                "median pass %.2f GB/s, mean over passes %.2f GB/s\n",
+                bw.passes, bw.array_bytes >> 20, best / 1e9, median / 1e9, mean / 1e9);
     std::printf("roofline %.1f tokens/s (best pass %.2f GB/s / %.1f MB); decode reached %.1f%% of it\n",
                 best / bytes, best / 1e9, bytes / 1e6, 100.0 * decode_tps * bytes / best);
+    std::printf("median roofline %.1f tokens/s (median pass %.2f GB/s / %.1f MB); decode reached %.1f%% of it\n",
+                median / bytes, median / 1e9, bytes / 1e6, 100.0 * decode_tps * bytes / median);
     std::printf("sustained roofline %.1f tokens/s (mean %.2f GB/s / %.1f MB); decode reached %.1f%% of it\n",
                 mean / bytes, mean / 1e9, bytes / 1e6, 100.0 * decode_tps * bytes / mean);
   }

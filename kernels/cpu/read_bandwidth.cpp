@@ -113,6 +113,10 @@ double ReadBandwidthProbe::Pass() {
   result_.passes = passes_;
   result_.array_bytes = part_ * threads_ * sizeof(float);
   result_.mean_bytes_per_s = total_bytes_ / total_s_;
+  rates_.push_back(bytes / s);
+  std::vector<double> sorted = rates_;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
+  result_.median_bytes_per_s = sorted[sorted.size() / 2];
   return bytes / s;
 }
 

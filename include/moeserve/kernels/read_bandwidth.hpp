@@ -13,12 +13,14 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace moeserve::kernels {
 
 struct ReadBandwidth {
-  double best_bytes_per_s = 0;  // the fastest pass
-  double mean_bytes_per_s = 0;  // total bytes / total time over all passes
+  double best_bytes_per_s = 0;    // the fastest pass
+  double median_bytes_per_s = 0;  // the middle pass: robust to the bursts and stalls of a shared machine
+  double mean_bytes_per_s = 0;    // total bytes / total time over all passes
   int passes = 0;
   size_t array_bytes = 0;
 };
@@ -43,6 +45,7 @@ class ReadBandwidthProbe {
   size_t bytes_ = 0, part_ = 0, threads_ = 1;
   int passes_ = 0;
   double total_bytes_ = 0, total_s_ = 0;
+  std::vector<double> rates_;
   ReadBandwidth result_;
 };
 
