@@ -8,6 +8,7 @@
 #include "moeserve/kernels/thread_pool.hpp"
 
 #include "moeserve/kernels/x86_intrinsics.hpp"
+#include "task_split.hpp"
 
 namespace moeserve::kernels {
 
@@ -162,10 +163,7 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
   // ramp. A small-preset DeltaNet layer's six projections, cold, interleaved
   // runs: 26.6 GB/s with 64-row (128 KiB) tasks, 27.3-28.7 with 256 KiB.
   constexpr size_t kTaskBytes = 256 << 10, kTailChunk = 16;
-  struct Task {
-    size_t job, row, end;
-  };
-  thread_local std::vector<Task> tasks;
+  thread_local std::vector<RangeTask> tasks;
   tasks.clear();
   double work = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -174,23 +172,7 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
     work += static_cast<double>(jobs[j].out) * static_cast<double>(jobs[j].in);
   }
   if (tasks.empty()) return;
-  // Tasks are taken in order, so the pass ends when the last one does: the
-  // last eighth of the work goes in quarter-size tasks, and the threads finish
-  // within a short task of each other instead of a long one.
-  {
-    double tail = 0;
-    size_t split_from = tasks.size();
-    while (split_from > 0 && tail < work / 8) {
-      const Task& t = tasks[split_from - 1];
-      tail += static_cast<double>(t.end - t.row) * static_cast<double>(jobs[t.job].in);
-      --split_from;
-    }
-    const size_t kept = tasks.size();
-    for (size_t i = split_from; i < kept; ++i)
-      for (size_t r = tasks[i].row; r < tasks[i].end; r += kTailChunk)
-        tasks.push_back({tasks[i].job, r, std::min(tasks[i].end, r + kTailChunk)});
-    tasks.erase(tasks.begin() + static_cast<long>(split_from), tasks.begin() + static_cast<long>(kept));
-  }
+  SplitTailTasks(tasks, work, [&](size_t j) { return static_cast<double>(jobs[j].in); }, kTailChunk);
 #if defined(__x86_64__)
   if (isa == CpuIsa::kAvx512) {
     // x de-interleaved per 32 for RowsBf16Avx512, once per job and row of X.
@@ -225,10 +207,10 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
     }
     const float* xs_all = split.data();
     const size_t* off = offsets.data();
-    const Task* task = tasks.data();
+    const RangeTask* task = tasks.data();
     auto run = [&](size_t i) {
       const Bf16MatVecJob& jb = jobs[task[i].job];
-      const size_t b = task[i].row, e = task[i].end, in32 = (jb.in + 31) / 32 * 32;
+      const size_t b = task[i].begin, e = task[i].end, in32 = (jb.in + 31) / 32 * 32;
       for (size_t t = 0; t < n; ++t)
         RowsBf16Avx512(jb.W, jb.in, xs_all + off[task[i].job] + t * in32, b, e, jb.Y + t * jb.out);
     };
@@ -241,10 +223,10 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
   }
 #endif
   const DotFn dot = isa == CpuIsa::kScalar ? DotBf16Scalar : DotBf16Avx2;
-  const Task* task = tasks.data();
+  const RangeTask* task = tasks.data();
   auto run = [&](size_t i) {
     const Bf16MatVecJob& jb = jobs[task[i].job];
-    const size_t b = task[i].row, e = task[i].end;
+    const size_t b = task[i].begin, e = task[i].end;
     for (size_t o = b; o < e; ++o)
       for (size_t t = 0; t < n; ++t) jb.Y[t * jb.out + o] = dot(jb.W + o * jb.in, jb.X + t * jb.in, jb.in);
   };

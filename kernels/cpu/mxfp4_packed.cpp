@@ -9,6 +9,7 @@
 
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+#include "task_split.hpp"
 #include "variants.hpp"
 
 namespace moeserve::kernels {
@@ -188,10 +189,7 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
   if (buffers.size() < jobs.size()) buffers.resize(jobs.size());
   thread_local std::vector<const Mxfp4Activations*> acts;
   acts.assign(jobs.size(), nullptr);
-  struct Task {
-    size_t job, g0, g1;
-  };
-  thread_local std::vector<Task> tasks;
+  thread_local std::vector<RangeTask> tasks;  // runs of groups
   tasks.clear();
   double work = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -219,32 +217,15 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
     for (size_t g = 0; g < groups; g += chunk) tasks.push_back({j, g, std::min(groups, g + chunk)});
     work += static_cast<double>(jb.w.out) * static_cast<double>(jb.w.in) * static_cast<double>(jb.n);
   }
-  // As in MatVecBf16Many: the last eighth of the work in quarter-size tasks
-  // (of at least 4 groups), so the threads finish close together.
-  {
-    double tail = 0;
-    size_t split_from = tasks.size();
-    const auto task_work = [&](const Task& t) {
-      return static_cast<double>(t.g1 - t.g0) * static_cast<double>(jobs[t.job].w.in) * static_cast<double>(jobs[t.job].n);
-    };
-    while (split_from > 0 && tail < work / 8 / 16) {  // work counts rows, task_work groups of 16
-      tail += task_work(tasks[split_from - 1]);
-      --split_from;
-    }
-    const size_t kept = tasks.size();
-    for (size_t i = split_from; i < kept; ++i) {
-      const size_t step = std::max<size_t>(4, (tasks[i].g1 - tasks[i].g0 + 3) / 4);
-      for (size_t g = tasks[i].g0; g < tasks[i].g1; g += step)
-        tasks.push_back({tasks[i].job, g, std::min(tasks[i].g1, g + step)});
-    }
-    tasks.erase(tasks.begin() + static_cast<long>(split_from), tasks.begin() + static_cast<long>(kept));
-  }
+  // Groups of 16 rows; pieces of at least 4 groups, which the kernels stream side by side.
+  SplitTailTasks(
+      tasks, work, [&](size_t j) { return 16.0 * static_cast<double>(jobs[j].w.in) * static_cast<double>(jobs[j].n); }, 4);
   // Workers must not name the thread_locals (theirs are other vectors).
-  const Task* task = tasks.data();
+  const RangeTask* task = tasks.data();
   const Mxfp4Activations* const* act = acts.data();
   auto run = [&](size_t i) {
     const Mxfp4MatVecJob& jb = jobs[task[i].job];
-    k.mxfp4_matvec(jb.w, *act[task[i].job], jb.Y, task[i].g0, task[i].g1, 0, jb.w.in / 32);
+    k.mxfp4_matvec(jb.w, *act[task[i].job], jb.Y, task[i].begin, task[i].end, 0, jb.w.in / 32);
   };
   if (threads == 1 || work < 65536.0) {
     for (size_t i = 0; i < tasks.size(); ++i) run(i);
