@@ -106,26 +106,43 @@ struct Timing {
   // (one before each), so that kernel and ceiling meet the same moments of a
   // shared machine whose bandwidth moves from one second to the next.
   double window_best_bps = 0, window_mean_bps = 0;
+  // Medians of the runs and of the interleaved passes: unmoved by a burst
+  // (a neighbour going idle lifted single passes to 60-80 GB/s against a
+  // typical 35-45) or by a stall, which sway best and mean.
+  double median_s = 0, window_median_bps = 0;
 };
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 template <class Fn>
 Timing Runs(int reps, mk::ReadBandwidthProbe* probe, Fn fn) {
   Timing t;
   double total = 0, inverse_rates = 0;
+  std::vector<double> run_s, pass_bps;
   for (int r = 0; r < reps; ++r) {
     if (probe) {
       const double rate = probe->Pass();
       t.window_best_bps = std::max(t.window_best_bps, rate);
       inverse_rates += 1.0 / rate;
+      pass_bps.push_back(rate);
     }
     const auto a = Clock::now();
     fn();
     const double s = Seconds(a, Clock::now());
     t.best_s = std::min(t.best_s, s);
     total += s;
+    run_s.push_back(s);
   }
   t.mean_s = total / reps;
-  if (probe) t.window_mean_bps = reps / inverse_rates;  // equal bytes a pass: the harmonic mean
+  t.median_s = Median(run_s);
+  if (probe) {
+    t.window_mean_bps = reps / inverse_rates;  // equal bytes a pass: the harmonic mean
+    t.window_median_bps = Median(pass_bps);
+  }
   return t;
 }
 
@@ -157,6 +174,7 @@ int main(int argc, char** argv) {
     double sec, bps, fps;
     bool memory_bound;
     double mean_bps = 0, window_best_bps = 0, window_mean_bps = 0;
+    double median_bps = 0, window_median_bps = 0;
   };
   mk::ReadBandwidthProbe probe(mib);
   std::vector<Row> rows;
@@ -178,7 +196,7 @@ int main(int argc, char** argv) {
       rows.push_back({std::string("mxfp4_matmul ") + s.name + " n=" + std::to_string(n) + " (" + mk::CpuIsaName(isa) +
                           ")",
                       t.best_s, bytes / t.best_s, mb::MatMulFlops(s.out, s.in, n) / t.best_s, n == 1,
-                      bytes / t.mean_s, t.window_best_bps, t.window_mean_bps});
+                      bytes / t.mean_s, t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
     }
   }
   {
@@ -193,7 +211,7 @@ int main(int argc, char** argv) {
     });
     const double bytes = 4.0 * static_cast<double>(out * in + in);
     rows.push_back({"f32_matmul 4096x4096 n=1", t.best_s, bytes / t.best_s, 2.0 * out * in / t.best_s, true,
-                    bytes / t.mean_s, t.window_best_bps, t.window_mean_bps});
+                    bytes / t.mean_s, t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
   }
   {
     // The dense layers' decode kernel (most of a small-preset decode step's
@@ -218,7 +236,7 @@ int main(int argc, char** argv) {
     });
     const double bytes = 2.0 * static_cast<double>(out * in);
     rows.push_back({"bf16_matmul 4096x4096 n=1", t.best_s, bytes / t.best_s, 2.0 * out * in / t.best_s, true,
-                    bytes / t.mean_s, t.window_best_bps, t.window_mean_bps});
+                    bytes / t.mean_s, t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
   }
   // Measured again after the kernels, the higher kept (for --ceilings'
   // callers and as context: the memory-bound rows use their own window).
@@ -233,13 +251,17 @@ int main(int argc, char** argv) {
               "%.1f before and %.1f after)\n",
               threads, avx512 ? "avx512" : "avx2", ceiling_bw / 1e9, bw / 1e9, after.best_bytes_per_s / 1e9,
               before.mean_bytes_per_s / 1e9, after.mean_bytes_per_s / 1e9, mib, ceiling_peak / 1e9, peak / 1e9, peak_after / 1e9);
-  std::printf("memory-bound rows: best run against the best probe pass interleaved with the runs, and mean against mean\n");
+  std::printf("memory-bound rows: best run against the best probe pass interleaved with the runs; median against median "
+              "and mean against mean in the same window\n");
   std::printf("%-34s %9s %9s %9s %9s  %s\n", "kernel (active isa)", "ms", "GB/s", "GFLOP/s", "fraction", "ceiling");
   for (const Row& r : rows) {
     if (r.memory_bound)
-      std::printf("%-34s %9.3f %9.2f %9.2f %8.1f%%  read bw %.2f GB/s (same window; mean %.2f vs %.2f GB/s: %.1f%%)\n",
+      std::printf("%-34s %9.3f %9.2f %9.2f %8.1f%%  read bw %.2f GB/s (same window; median %.2f vs %.2f GB/s: %.1f%%; "
+                  "mean %.2f vs %.2f GB/s: %.1f%%)\n",
                   r.name.c_str(), r.sec * 1e3, r.bps / 1e9, r.fps / 1e9, 100.0 * r.bps / r.window_best_bps,
-                  r.window_best_bps / 1e9, r.mean_bps / 1e9, r.window_mean_bps / 1e9, 100.0 * r.mean_bps / r.window_mean_bps);
+                  r.window_best_bps / 1e9, r.median_bps / 1e9, r.window_median_bps / 1e9,
+                  100.0 * r.median_bps / r.window_median_bps, r.mean_bps / 1e9, r.window_mean_bps / 1e9,
+                  100.0 * r.mean_bps / r.window_mean_bps);
     else
       std::printf("%-34s %9.3f %9.2f %9.2f %8.1f%%  fma peak %.1f GFLOP/s\n", r.name.c_str(), r.sec * 1e3, r.bps / 1e9,
                   r.fps / 1e9, 100.0 * r.fps / ceiling_peak, ceiling_peak / 1e9);
