@@ -13,7 +13,7 @@ namespace {
 
 constexpr size_t kNR = 16;
 constexpr size_t kMR = 6;
-constexpr size_t kKC = 256;
+constexpr size_t kKC = 2048;  // long panels: few passes over Y (see the AVX-512 variant)
 
 inline size_t Min(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -35,6 +35,12 @@ inline void Micro(const float* __restrict Wp, const float* __restrict X, size_t 
   __m256 c0[MR], c1[MR];
 #pragma GCC unroll 8
   for (size_t i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  // The partial sums read back after the k loop: fetched now (see the
+  // AVX-512 variant).
+  if (!first) {
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i) _mm_prefetch(reinterpret_cast<const char*>(Y + i * ldy), _MM_HINT_T0);
+  }
   for (size_t k = 0; k < kc; ++k) {
     const __m256 w0 = _mm256_load_ps(Wp + k * kNR);
     const __m256 w1 = _mm256_load_ps(Wp + k * kNR + 8);

@@ -56,6 +56,8 @@ const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> s = {
       {1, 32, 1},   {1, 32, 8},    {7, 64, 1},     {33, 96, 3},   {64, 256, 1},  {31, 288, 9},  {17, 512, 17},
       {100, 544, 7}, {65, 320, 8}, {129, 1024, 13}, {48, 2080, 2}, {40, 160, 30}, {3, 32, 64},   {96, 768, 64},
+      // Past the GEMMs' 2048-long k panels: partial sums carried across panels.
+      {33, 2080, 8}, {40, 4160, 9},
   };
   return s;
 }
