@@ -167,7 +167,7 @@ void mxfp4_matvec_avx2(const Mxfp4PackedView& w, const Mxfp4Activations& x, floa
         const uint8_t* codes = gcodes + b * 256;
 #pragma GCC unroll 4
         for (size_t line = 0; line < 256; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T1);
         __m256i acc0[3] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
         __m256i acc1[3] = {acc0[0], acc0[0], acc0[0]};
 #pragma GCC unroll 4

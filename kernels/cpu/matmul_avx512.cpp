@@ -119,7 +119,7 @@ inline __m512 Mxfp4BlockRows(const uint8_t* codes, const uint8_t* scales16, cons
                              const int8_t* l, int32_t offset, float act_scale, __m512 y, __m512i lut) {
 #pragma GCC unroll 4
   for (size_t line = 0; line < 256; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T1);
   // Two accumulators per part (low- and high-nibble elements) halve the
   // dependency chains.
   __m512i acc_h0 = _mm512_setzero_si512(), acc_m0 = acc_h0, acc_l0 = acc_h0;

@@ -15,8 +15,9 @@ namespace moeserve::kernels {
 namespace {
 
 // Four streams per thread, as a 4-row matrix-vector product reads; with
-// `prefetch`, each also prefetches 4 KiB ahead, as the MXFP4 kernels do
-// (which reads faster on some machines: the ceiling is the better of the two).
+// `prefetch`, each also prefetches 4 KiB ahead into L2, as the MXFP4 kernels
+// do (which reads faster on some machines: the ceiling is the better of the
+// two; prefetching into L1 instead read ~20 % slower here).
 float SumScalar(const float* p, size_t n, bool) {
   float a = 0, b = 0, c = 0, d = 0;
   for (size_t i = 0; i + 4 <= n; i += 4) {
@@ -35,10 +36,10 @@ __attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t n, boo
   const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
   for (size_t i = 0; i < q; i += 16) {
     if (prefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(p0 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p1 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p2 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p3 + i + 1024), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p0 + i + 1024), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p1 + i + 1024), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p2 + i + 1024), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p3 + i + 1024), _MM_HINT_T1);
     }
     a0 = _mm512_add_ps(a0, _mm512_load_ps(p0 + i));
     a1 = _mm512_add_ps(a1, _mm512_load_ps(p1 + i));
@@ -54,10 +55,10 @@ __attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n, bool pre
   const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
   for (size_t i = 0; i < q; i += 8) {
     if (prefetch && i % 16 == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(p0 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p1 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p2 + i + 1024), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p3 + i + 1024), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p0 + i + 1024), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p1 + i + 1024), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p2 + i + 1024), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p3 + i + 1024), _MM_HINT_T1);
     }
     a0 = _mm256_add_ps(a0, _mm256_load_ps(p0 + i));
     a1 = _mm256_add_ps(a1, _mm256_load_ps(p1 + i));
