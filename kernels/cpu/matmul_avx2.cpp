@@ -86,10 +86,13 @@ inline void MicroTail(size_t mr, const float* Wp, const float* X, size_t ldx, si
 
 template <class Pack>
 void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
-  float* Wp = AllocScratch(kKC * kNR);
+  // Sized to the panel actually used: a short k (most expert and attention
+  // projections) needs far less than a full panel.
+  const size_t kc_max = Min(kKC, in);
+  float* Wp = AllocScratch(kc_max * kNR);
   // The k-chunk of X, copied contiguous: X's own row stride can alias cache
   // sets (e.g. 14336 floats = 14 x 4 KiB) and defeat the caches.
-  float* Xp = AllocScratch(n * kKC);
+  float* Xp = AllocScratch(n * kc_max);
   for (size_t k0 = 0; k0 < in; k0 += kKC) {
     const size_t kc = Min(kKC, in - k0);
     for (size_t t = 0; t < n; ++t)
