@@ -112,12 +112,6 @@ struct Timing {
   double median_s = 0, window_median_bps = 0;
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 template <class Fn>
 Timing Runs(int reps, mk::ReadBandwidthProbe* probe, Fn fn) {
   Timing t;
@@ -138,10 +132,10 @@ Timing Runs(int reps, mk::ReadBandwidthProbe* probe, Fn fn) {
     run_s.push_back(s);
   }
   t.mean_s = total / reps;
-  t.median_s = Median(run_s);
+  t.median_s = mk::MedianOf(run_s);
   if (probe) {
     t.window_mean_bps = reps / inverse_rates;  // equal bytes a pass: the harmonic mean
-    t.window_median_bps = Median(pass_bps);
+    t.window_median_bps = mk::MedianOf(pass_bps);
   }
   return t;
 }

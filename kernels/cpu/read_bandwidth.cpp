@@ -115,10 +115,14 @@ double ReadBandwidthProbe::Pass() {
   result_.array_bytes = part_ * threads_ * sizeof(float);
   result_.mean_bytes_per_s = total_bytes_ / total_s_;
   rates_.push_back(bytes / s);
-  std::vector<double> sorted = rates_;
-  std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
-  result_.median_bytes_per_s = sorted[sorted.size() / 2];
+  result_.median_bytes_per_s = MedianOf(rates_);
   return bytes / s;
+}
+
+double MedianOf(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::nth_element(values.begin(), values.begin() + static_cast<long>(values.size() / 2), values.end());
+  return values[values.size() / 2];
 }
 
 ReadBandwidth MeasureReadBandwidth(size_t mib, double seconds, int min_passes) {

@@ -4,9 +4,10 @@
 // alternately with and without software prefetch).
 //
 // On a shared machine the bandwidth one gets varies from pass to pass (here
-// between about 20 and 70 GB/s, from one millisecond to the next), so both
-// the best pass and the mean over the whole measurement are reported: the
-// best is the machine's ceiling, the mean what a long run meets on average.
+// between about 20 and 80 GB/s, from one millisecond to the next), so the
+// best pass, the median pass and the mean over the whole measurement are
+// reported: the best is the machine's ceiling, the median its typical pass,
+// the mean what a long run meets on average.
 //
 // Thread safety: uses DefaultThreadPool(); call (and use a probe) from one
 // thread at a time.
@@ -37,7 +38,7 @@ class ReadBandwidthProbe {
 
   // One pass over the array on every pool thread; returns its bytes/s.
   double Pass();
-  // Best and mean over the passes so far.
+  // Best, median and mean over the passes so far.
   const ReadBandwidth& result() const { return result_; }
 
  private:
@@ -48,6 +49,9 @@ class ReadBandwidthProbe {
   std::vector<double> rates_;
   ReadBandwidth result_;
 };
+
+// The middle value (the upper middle of an even count); 0 for none.
+double MedianOf(std::vector<double> values);
 
 // Passes over a fresh array of `mib` MiB until `seconds` have passed (at
 // least `min_passes`).
