@@ -42,7 +42,7 @@ struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Model> model;
   std::unique_ptr<KvPool> pool;
-  PrefixCache prefix;
+  std::unique_ptr<PrefixCache> prefix;
   int max_context = 0;
 
   mutable std::mutex mu;  // guards the fields below and the metrics
@@ -55,7 +55,34 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Sequence>> running;  // Step thread only
 
   int64_t BlocksFor(int64_t tokens) const { return (tokens + options.block_tokens - 1) / options.block_tokens; }
+
+  // The phases of Step(); each appends its events.
+  void CancelAndAdmit(std::vector<TokenEvent>& events);
+  void Advance(std::vector<TokenEvent>& events);
+  // True when the sequence may run: blocks for its whole length are held.
+  // False: the pool is full, it waits (and holds nothing).
+  bool Admit(Sequence& s);
+  // Emits the sequence's next token(s); true when it finished.
+  bool Emit(Sequence& s, std::span<float> logits, std::vector<TokenEvent>& events);
+  void Finish(Sequence& s, FinishReason why, int token, bool reasoning, bool forced, std::vector<TokenEvent>& events);
+  // Ends the sequence with kError; the message is logged and goes to the client.
+  void FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events);
+  void PublishMetrics();
 };
+
+namespace {
+
+std::string Describe(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+}  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -67,8 +94,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
   if (!kernels::RequestDefaultThreadPoolSize(options.threads))
     log::Warn("engine: threads=" + std::to_string(options.threads) +
               " ignored: the kernel thread pool was already started with another size");
+  if (options.prefix_cache_bytes < 0)
+    return Fail(Error::InvalidArgument("engine options: prefix_cache_bytes must not be negative"));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
   ModelOptions mo;
   mo.kernels = options.kernels;
   MOE_ASSIGN_OR_RETURN(impl->model, Model::Load(model_dir, mo));
@@ -139,170 +169,236 @@ EngineMetrics Engine::Metrics() const {
   return impl_->metrics;
 }
 
+// Step's contract is "failures are events": every phase that calls out (the
+// forward pass, a decode controller, allocations) catches what it calls and
+// fails only the sequences it was working on. The catch here is the last
+// line: whatever escapes it fails the running batch, never the caller.
 std::vector<TokenEvent> Engine::Step() {
   Impl& m = *impl_;
   std::vector<TokenEvent> events;
-  KvPool& pool = *m.pool;
-  const int bt = m.options.block_tokens;
-
-  auto finish = [&](Sequence& s, FinishReason why, int token, bool reasoning, bool forced) {
-    events.push_back({s.id, token, reasoning, forced, why, s.usage});
-    ReleaseBlocks(pool, s.cache);
-  };
-
-  // 1. Cancellations, then admission of waiting sequences while the pool has
-  //    room for their whole length (so a running sequence never runs out).
-  std::set<SequenceId> cancels;
-  std::deque<std::unique_ptr<Sequence>> waiting;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    cancels.swap(m.cancels);
-    waiting.swap(m.waiting);
+  try {
+    m.CancelAndAdmit(events);
+    m.Advance(events);
+  } catch (...) {
+    const std::string what = "engine step failed: " + Describe(std::current_exception());
+    for (auto& sp : m.running) m.FailSequence(*sp, what, events);
+    m.running.clear();
   }
-  std::erase_if(m.running, [&](std::unique_ptr<Sequence>& s) {
-    if (!cancels.count(s->id)) return false;
-    finish(*s, FinishReason::kCancelled, -1, false, false);
+  m.PublishMetrics();
+  return events;
+}
+
+void Engine::Impl::Finish(Sequence& s, FinishReason why, int token, bool reasoning, bool forced,
+                          std::vector<TokenEvent>& events) {
+  events.push_back({s.id, token, reasoning, forced, why, s.usage, {}});
+  ReleaseBlocks(*pool, s.cache);
+}
+
+void Engine::Impl::FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events) {
+  log::Error("engine: sequence " + std::to_string(s.id) + " failed: " + what);
+  ReleaseBlocks(*pool, s.cache);
+  events.push_back({s.id, -1, false, false, FinishReason::kError, s.usage, what});
+}
+
+bool Engine::Impl::Admit(Sequence& s) {
+  s.cache = model->NewSequence();
+  // Reuse the longest cached prefix, leaving at least one prompt token to compute.
+  if (options.prefix_cache) {
+    PrefixCache::Hit hit = prefix->Lookup(s.tokens, s.prompt_len - 1);
+    if (hit.length > 0) {
+      s.cache.delta = *hit.delta;  // the copy first: it may throw, the references may not leak
+      s.cache.blocks = *hit.blocks;
+      for (int b : s.cache.blocks) pool->Ref(b);
+      s.cache.length = hit.length;
+      s.usage.cached_tokens = static_cast<int>(hit.length);
+    }
+  }
+  const int64_t total = s.prompt_len + s.req.max_tokens;
+  const int64_t need = BlocksFor(total) - static_cast<int64_t>(s.cache.blocks.size());
+  while (pool->free_blocks() < need && prefix->EvictOne(*pool, PrefixCache::Why::kPool)) {
+  }
+  if (pool->free_blocks() < need) {  // wait for running sequences to finish
+    ReleaseBlocks(*pool, s.cache);
+    s.cache.length = 0;
+    s.usage.cached_tokens = 0;
+    return false;
+  }
+  if (auto st = EnsureBlocks(*pool, s.cache, total); !st) {  // cannot happen: checked above
+    ReleaseBlocks(*pool, s.cache);
+    s.cache.length = 0;
+    s.usage.cached_tokens = 0;
+    return false;
+  }
+  s.snapshot_at = ((s.prompt_len - 1) / options.block_tokens) * options.block_tokens;
+  return true;
+}
+
+// 1. Cancellations, then admission of waiting sequences while the pool has
+//    room for their whole length (so a running sequence never runs out).
+void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
+  std::set<SequenceId> taken_cancels;
+  std::deque<std::unique_ptr<Sequence>> taken;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    taken_cancels.swap(cancels);
+    taken.swap(waiting);
+  }
+  std::erase_if(running, [&](std::unique_ptr<Sequence>& s) {
+    if (!taken_cancels.count(s->id)) return false;
+    Finish(*s, FinishReason::kCancelled, -1, false, false, events);
     return true;
   });
-  std::erase_if(waiting, [&](std::unique_ptr<Sequence>& s) {
-    if (!cancels.count(s->id)) return false;
-    events.push_back({s->id, -1, false, false, FinishReason::kCancelled, s->usage});
+  std::erase_if(taken, [&](std::unique_ptr<Sequence>& s) {
+    if (!taken_cancels.count(s->id)) return false;
+    events.push_back({s->id, -1, false, false, FinishReason::kCancelled, s->usage, {}});
     return true;
   });
-  while (!waiting.empty() && static_cast<int>(m.running.size()) < m.options.max_running) {
-    Sequence& s = *waiting.front();
-    s.cache = m.model->NewSequence();
-    // Reuse the longest cached prefix, leaving at least one prompt token to compute.
-    if (m.options.prefix_cache) {
-      PrefixCache::Hit hit = m.prefix.Lookup(s.tokens, s.prompt_len - 1);
-      if (hit.length > 0) {
-        s.cache.blocks = *hit.blocks;
-        for (int b : s.cache.blocks) pool.Ref(b);
-        s.cache.delta = *hit.delta;
-        s.cache.length = hit.length;
-        s.usage.cached_tokens = static_cast<int>(hit.length);
-      }
+  while (!taken.empty() && static_cast<int>(running.size()) < options.max_running) {
+    Sequence& s = *taken.front();
+    bool admitted = false;
+    try {
+      admitted = Admit(s);
+      if (admitted) running.push_back(std::move(taken.front()));
+    } catch (...) {
+      FailSequence(s, "admitting the sequence failed: " + Describe(std::current_exception()), events);
+      taken.pop_front();
+      continue;
     }
-    const int64_t total = s.prompt_len + s.req.max_tokens;
-    const int64_t need = m.BlocksFor(total) - static_cast<int64_t>(s.cache.blocks.size());
-    while (pool.free_blocks() < need && m.prefix.EvictOne(pool)) {
-    }
-    if (pool.free_blocks() < need) {  // wait for running sequences to finish
-      ReleaseBlocks(pool, s.cache);
-      s.usage.cached_tokens = 0;
-      break;
-    }
-    if (auto st = EnsureBlocks(pool, s.cache, total); !st) break;  // cannot happen: checked above
-    s.snapshot_at = ((s.prompt_len - 1) / bt) * bt;
+    if (!admitted) break;
     {
-      std::lock_guard<std::mutex> lock(m.mu);
-      m.metrics.prefix_lookup_tokens += static_cast<uint64_t>(s.prompt_len);
-      m.metrics.prefix_hit_tokens += static_cast<uint64_t>(s.usage.cached_tokens);
+      std::lock_guard<std::mutex> lock(mu);
+      metrics.prefix_lookup_tokens += static_cast<uint64_t>(running.back()->prompt_len);
+      metrics.prefix_hit_tokens += static_cast<uint64_t>(running.back()->usage.cached_tokens);
     }
-    m.running.push_back(std::move(waiting.front()));
-    waiting.pop_front();
+    taken.pop_front();
   }
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    // Keep arrival order: sequences still waiting go before ones submitted meanwhile.
-    while (!waiting.empty()) {
-      m.waiting.push_front(std::move(waiting.back()));
-      waiting.pop_back();
-    }
+  std::lock_guard<std::mutex> lock(mu);
+  // Keep arrival order: sequences still waiting go before ones submitted meanwhile.
+  while (!taken.empty()) {
+    waiting.push_front(std::move(taken.back()));
+    taken.pop_back();
   }
+}
 
-  // 2. One batch: every decoding sequence's next token, plus prompt chunks up
-  //    to the prefill budget. A chunk stops at the block boundary where the
-  //    prefix cache snapshots DeltaNet state.
+// 2. One batch: every decoding sequence's next token, plus prompt chunks up
+//    to the prefill budget. A chunk stops at the block boundary where the
+//    prefix cache snapshots DeltaNet state. 3. Prefix snapshots, then
+//    sampling for sequences whose known tokens are all computed.
+void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   std::vector<ForwardSegment> segments;
   std::vector<Sequence*> owners;
-  int prefill_budget = m.options.prefill_chunk_tokens;
-  for (auto& sp : m.running) {
+  int prefill_budget = options.prefill_chunk_tokens;
+  for (auto& sp : running) {
     Sequence& s = *sp;
     int64_t start = s.cache.length;
     int64_t end = static_cast<int64_t>(s.tokens.size());
     if (end - start > 1 || start < s.prompt_len) {  // prefill (or a run of forced tokens)
       if (prefill_budget <= 0) continue;
       end = std::min<int64_t>(end, start + prefill_budget);
-      if (m.options.prefix_cache && start < s.snapshot_at && end > s.snapshot_at) end = s.snapshot_at;
+      if (options.prefix_cache && start < s.snapshot_at && end > s.snapshot_at) end = s.snapshot_at;
       prefill_budget -= static_cast<int>(end - start);
     }
     segments.push_back({&s.cache, std::span<const int>(s.tokens.data() + start, static_cast<size_t>(end - start)), false});
     owners.push_back(&s);
   }
-  if (segments.empty()) {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.running_count = static_cast<int>(m.running.size());
-    m.metrics.running = m.running_count;
-    m.metrics.waiting = static_cast<int>(m.waiting.size());
-    return events;
-  }
+  if (segments.empty()) return;
   std::vector<float> logits;
-  std::vector<std::vector<uint64_t>> expert_counts(m.metrics.expert_tokens.size());
-  for (size_t i = 0; i < expert_counts.size(); ++i) expert_counts[i].assign(m.metrics.expert_tokens[i].size(), 0);
-  if (auto st = m.model->Forward(pool, segments, &logits, nullptr, &expert_counts); !st) {
-    // A forward failure is a bug (inputs were validated at Submit): fail the batch loudly.
-    for (auto& sp : m.running) finish(*sp, FinishReason::kCancelled, -1, false, false);
-    m.running.clear();
-    return events;
+  std::vector<std::vector<uint64_t>> expert_counts(metrics.expert_tokens.size());
+  for (size_t i = 0; i < expert_counts.size(); ++i) expert_counts[i].assign(metrics.expert_tokens[i].size(), 0);
+  Status st = Ok();
+  try {
+    st = model->Forward(*pool, segments, &logits, nullptr, &expert_counts);
+  } catch (...) {
+    st = Fail(Error::Internal(Describe(std::current_exception())));
   }
-
-  // 3. Prefix snapshots, then sampling for sequences whose known tokens are all computed.
-  const int V = config().vocab_size;
   std::set<Sequence*> done;
-  for (size_t k = 0; k < owners.size(); ++k) {
-    Sequence& s = *owners[k];
-    if (m.options.prefix_cache && s.cache.length == s.snapshot_at && s.snapshot_at > 0)
-      m.prefix.Insert(pool, s.tokens, s.snapshot_at, s.cache);
-    if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
-
-    std::deque<std::pair<int, bool>> emit;  // (token, forced)
-    // A spent thinking budget closes the span instead of sampling (model.md 9).
-    const bool budget_spent = s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget;
-    if (budget_spent) {
-      emit.push_back({tok::kEndThink, true});
-    } else {
-      std::span<float> row(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
-      MaskPadding(row);
-      if (s.req.controller) s.req.controller->Mask(row);
-      int t = SampleToken(row, s.req.sampling, s.rng);
-      if (t < 0) t = tok::kEnd;  // a controller that masks everything ends the turn
-      emit.push_back({t, false});
+  if (!st) {
+    // Inputs were validated at Submit and forced tokens at Emit, so this is a
+    // bug or a library failure: the batch's caches are suspect, the batch
+    // fails; sequences not in it were not touched and go on.
+    const std::string what = "the forward pass failed: " + st.error().ToString();
+    for (Sequence* s : owners) {
+      FailSequence(*s, what, events);
+      done.insert(s);
     }
-    while (!emit.empty()) {
-      auto [t, forced] = emit.front();
-      emit.pop_front();
-      bool reasoning = false;
-      // A stop token ends the turn; it is never a reasoning token.
-      if (s.in_reasoning && !IsStop(s, t)) {
-        if (t == tok::kEndThink) s.in_reasoning = false;
-        else reasoning = true, ++s.usage.reasoning_tokens;
+  } else {
+    const int V = model->config().vocab_size;
+    for (size_t k = 0; k < owners.size(); ++k) {
+      Sequence& s = *owners[k];
+      if (options.prefix_cache && s.cache.length == s.snapshot_at && s.snapshot_at > 0) {
+        try {
+          prefix->Insert(*pool, s.tokens, s.snapshot_at, s.cache);
+        } catch (...) {  // the cache is unchanged; the sequence is fine
+          log::Warn("engine: prefix snapshot not cached: " + Describe(std::current_exception()));
+        }
       }
-      s.tokens.push_back(t);
-      ++s.usage.completion_tokens;
-      FinishReason why = IsStop(s, t) ? FinishReason::kStop
-                         : s.usage.completion_tokens >= s.req.max_tokens ? FinishReason::kLength
-                                                                         : FinishReason::kNone;
-      if (why != FinishReason::kNone) {
-        finish(s, why, t, reasoning, forced);
+      if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
+      std::span<float> row(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
+      try {
+        if (Emit(s, row, events)) done.insert(&s);
+      } catch (...) {
+        FailSequence(s, "the decode controller failed: " + Describe(std::current_exception()), events);
         done.insert(&s);
-        break;
       }
-      events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}});
-      if (s.req.controller)
-        for (int f : s.req.controller->OnToken(t)) emit.push_back({f, true});
     }
   }
-  std::erase_if(m.running, [&](std::unique_ptr<Sequence>& s) { return done.count(s.get()) > 0; });
-
-  std::lock_guard<std::mutex> lock(m.mu);
+  std::erase_if(running, [&](std::unique_ptr<Sequence>& s) { return done.count(s.get()) > 0; });
+  std::lock_guard<std::mutex> lock(mu);
   for (size_t i = 0; i < expert_counts.size(); ++i)
-    for (size_t e = 0; e < expert_counts[i].size(); ++e) m.metrics.expert_tokens[i][e] += expert_counts[i][e];
-  m.running_count = static_cast<int>(m.running.size());
-  m.metrics.running = m.running_count;
-  m.metrics.waiting = static_cast<int>(m.waiting.size());
-  m.metrics.cache_usage_ratio = 1.0 - static_cast<double>(pool.free_blocks()) / static_cast<double>(pool.num_blocks());
-  return events;
+    for (size_t e = 0; e < expert_counts[i].size(); ++e) metrics.expert_tokens[i][e] += expert_counts[i][e];
+}
+
+bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEvent>& events) {
+  const int V = model->config().vocab_size;
+  std::deque<std::pair<int, bool>> emit;  // (token, forced)
+  // A spent thinking budget closes the span instead of sampling (model.md 9).
+  const bool budget_spent = s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget;
+  if (budget_spent) {
+    emit.push_back({tok::kEndThink, true});
+  } else {
+    MaskPadding(row);
+    if (s.req.controller) s.req.controller->Mask(row);
+    int t = SampleToken(row, s.req.sampling, s.rng);
+    if (t < 0) t = tok::kEnd;  // a controller that masks everything ends the turn
+    emit.push_back({t, false});
+  }
+  while (!emit.empty()) {
+    auto [t, forced] = emit.front();
+    emit.pop_front();
+    if (t < 0 || t >= V) {  // the next forward pass would refuse it, and with it the whole batch
+      FailSequence(s, "the decode controller forced token id " + std::to_string(t) + ", outside the vocabulary of " +
+                          std::to_string(V), events);
+      return true;
+    }
+    bool reasoning = false;
+    // A stop token ends the turn; it is never a reasoning token.
+    if (s.in_reasoning && !IsStop(s, t)) {
+      if (t == tok::kEndThink) s.in_reasoning = false;
+      else reasoning = true, ++s.usage.reasoning_tokens;
+    }
+    s.tokens.push_back(t);
+    ++s.usage.completion_tokens;
+    FinishReason why = IsStop(s, t) ? FinishReason::kStop
+                       : s.usage.completion_tokens >= s.req.max_tokens ? FinishReason::kLength
+                                                                       : FinishReason::kNone;
+    if (why != FinishReason::kNone) {
+      Finish(s, why, t, reasoning, forced, events);
+      return true;
+    }
+    events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}, {}});
+    if (s.req.controller)
+      for (int f : s.req.controller->OnToken(t)) emit.push_back({f, true});
+  }
+  return false;
+}
+
+void Engine::Impl::PublishMetrics() {
+  std::lock_guard<std::mutex> lock(mu);
+  running_count = static_cast<int>(running.size());
+  metrics.running = running_count;
+  metrics.waiting = static_cast<int>(waiting.size());
+  metrics.cache_usage_ratio = 1.0 - static_cast<double>(pool->free_blocks()) / static_cast<double>(pool->num_blocks());
+  metrics.prefix_cache = prefix->Stats();
 }
 
 }  // namespace moeserve::engine

@@ -2,7 +2,46 @@
 
 #include <algorithm>
 
+#include "moeserve/common/log.hpp"
+
 namespace moeserve::engine {
+
+namespace {
+
+// Per heap allocation: malloc's chunk header and rounding to 16 bytes, on
+// average; without it a cache of many short prefixes would be undercounted.
+constexpr int64_t kAllocOverhead = 16;
+
+template <class T>
+int64_t VectorBytes(const std::vector<T>& v) {
+  return v.capacity() == 0 ? 0 : static_cast<int64_t>(v.capacity() * sizeof(T)) + kAllocOverhead;
+}
+
+// A std::list node: the two links and the element.
+constexpr int64_t kListNodeBytes = static_cast<int64_t>(2 * sizeof(void*)) + kAllocOverhead;
+
+}  // namespace
+
+int64_t PrefixCache::HeapBytes(const Entry& e) {
+  int64_t n = kListNodeBytes + static_cast<int64_t>(sizeof(Entry));
+  n += VectorBytes(e.tokens) + VectorBytes(e.blocks) + VectorBytes(e.delta);
+  for (const DeltaLayerState& d : e.delta) n += VectorBytes(d.conv_tail) + VectorBytes(d.S);
+  return n;
+}
+
+int64_t PrefixCache::state_bytes() const {
+  return entry_heap_bytes_ + (cache_refs_.capacity() ? TableBytes() + kAllocOverhead : 0);
+}
+
+PrefixCacheStats PrefixCache::Stats() const {
+  PrefixCacheStats s = counters_;
+  s.kv_bytes = kv_bytes();
+  s.state_bytes = state_bytes();
+  s.bytes = bytes();
+  s.limit_bytes = max_bytes_;
+  s.entries = static_cast<int64_t>(entries_.size());
+  return s;
+}
 
 PrefixCache::Hit PrefixCache::Lookup(const std::vector<int>& tokens, int64_t max_length) {
   auto best = entries_.end();
@@ -25,25 +64,60 @@ void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t l
       entries_.splice(entries_.begin(), entries_, it);
       return;
     }
+  block_bytes_ = static_cast<int64_t>(pool.block_tokens() * pool.floats_per_token() * sizeof(float));
+  // Everything that can throw comes before the first change to the cache.
   Entry e;
   e.tokens.assign(tokens.begin(), tokens.begin() + length);
   e.blocks.assign(cache.blocks.begin(), cache.blocks.begin() + length / pool.block_tokens());
-  for (int b : e.blocks) pool.Ref(b);
   e.delta = cache.delta;
+  e.heap_bytes = HeapBytes(e);
+  // Alone, with every block its own, the entry must fit; else evicting the
+  // whole cache would still not make room.
+  const size_t table_size = std::max(cache_refs_.capacity(), static_cast<size_t>(pool.num_blocks()));
+  const int64_t alone = e.heap_bytes + static_cast<int64_t>(e.blocks.size()) * block_bytes_ +
+                        static_cast<int64_t>(table_size * sizeof(uint32_t)) + kAllocOverhead;
+  if (alone > max_bytes_) {
+    if (counters_.too_large++ == 0)
+      log::Warn("prefix cache: one snapshot of " + std::to_string(length) + " tokens needs " + std::to_string(alone) +
+                " bytes, more than prefix_cache_bytes (" + std::to_string(max_bytes_) + "); such prefixes are not cached");
+    return;
+  }
+  if (cache_refs_.size() < static_cast<size_t>(pool.num_blocks())) cache_refs_.resize(static_cast<size_t>(pool.num_blocks()), 0);
   entries_.push_front(std::move(e));
-  while (entries_.size() > max_entries_) EvictOne(pool);
+  const Entry& added = entries_.front();
+  for (int b : added.blocks) {
+    pool.Ref(b);
+    if (cache_refs_[static_cast<size_t>(b)]++ == 0) ++distinct_blocks_;
+  }
+  entry_heap_bytes_ += added.heap_bytes;
+  while (entries_.size() > max_entries_) EvictOne(pool, Why::kEntries);
+  // The newest entry fits alone (checked above), so this stops with it kept.
+  while (bytes() > max_bytes_ && entries_.size() > 1) EvictOne(pool, Why::kBytes);
 }
 
-bool PrefixCache::EvictOne(KvPool& pool) {
-  if (entries_.empty()) return false;
-  for (int b : entries_.back().blocks) pool.Unref(b);
+void PrefixCache::DropLru(KvPool& pool) {
+  const Entry& victim = entries_.back();
+  for (int b : victim.blocks) {
+    pool.Unref(b);
+    if (--cache_refs_[static_cast<size_t>(b)] == 0) --distinct_blocks_;
+  }
+  entry_heap_bytes_ -= victim.heap_bytes;
   entries_.pop_back();
+}
+
+bool PrefixCache::EvictOne(KvPool& pool, Why why) {
+  if (entries_.empty()) return false;
+  DropLru(pool);
+  switch (why) {
+    case Why::kBytes: ++counters_.evicted_for_bytes; break;
+    case Why::kEntries: ++counters_.evicted_for_entries; break;
+    case Why::kPool: ++counters_.evicted_for_pool; break;
+  }
   return true;
 }
 
 void PrefixCache::Clear(KvPool& pool) {
-  while (EvictOne(pool)) {
-  }
+  while (!entries_.empty()) DropLru(pool);
 }
 
 }  // namespace moeserve::engine

@@ -1,21 +1,37 @@
 // Prefix cache: prompts that repeat an earlier prompt's prefix (every agent
 // turn re-sends the whole history) reuse its full KV blocks and the DeltaNet
 // state snapshot taken at the end of that prefix. Entries hold references on
-// their blocks; least recently used entries are evicted when the pool needs
-// room.
+// their blocks.
+//
+// Bounded in bytes: each entry owns a copy of every DeltaNet layer's state
+// (conv tails and S, tens of MiB per entry on large models, independent of
+// the prefix length), so an entry cap alone lets the heap grow with the
+// number of distinct prompts. Counted are the KV blocks the cache references
+// (each block once, however many entries share it), the state copies, the
+// token and block lists, and the bookkeeping (list nodes, the per-block
+// reference table), all by capacity, i.e. what is really allocated. Inserting
+// past the bound evicts least recently used entries; a snapshot larger than
+// the whole bound is not cached. The engine also evicts when the KV pool
+// needs room for a new sequence.
+//
+// Thread safety: none; the engine's step thread owns the cache.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <vector>
 
+#include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 
 namespace moeserve::engine {
 
 class PrefixCache {
  public:
-  explicit PrefixCache(size_t max_entries = 4096) : max_entries_(max_entries) {}
+  explicit PrefixCache(int64_t max_bytes = int64_t{1} << 30, size_t max_entries = 4096)
+      : max_bytes_(max_bytes), max_entries_(max_entries) {}
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
 
   struct Hit {
     int64_t length = 0;  // tokens reused (a multiple of the block size)
@@ -25,21 +41,42 @@ class PrefixCache {
   // The longest cached prefix of `tokens` no longer than max_length.
   Hit Lookup(const std::vector<int>& tokens, int64_t max_length);
   // Records tokens[0, length) with the cache's first length/block_tokens blocks
-  // and the DeltaNet state at that point (length must be block-aligned).
+  // and the DeltaNet state at that point (length must be block-aligned), then
+  // evicts to stay within the bounds. On an exception (allocation) the cache
+  // is unchanged.
   void Insert(KvPool& pool, const std::vector<int>& tokens, int64_t length, const SequenceCache& cache);
+  enum class Why { kBytes, kEntries, kPool };
   // Drops the least recently used entry; false when empty.
-  bool EvictOne(KvPool& pool);
+  bool EvictOne(KvPool& pool, Why why = Why::kPool);
   void Clear(KvPool& pool);
   size_t size() const { return entries_.size(); }
+
+  int64_t bytes() const { return kv_bytes() + state_bytes(); }
+  int64_t kv_bytes() const { return distinct_blocks_ * block_bytes_; }
+  int64_t state_bytes() const;
+  PrefixCacheStats Stats() const;
 
  private:
   struct Entry {
     std::vector<int> tokens;
     std::vector<int> blocks;
     std::vector<DeltaLayerState> delta;
+    int64_t heap_bytes = 0;  // this entry's allocations, its list node included
   };
+  static int64_t HeapBytes(const Entry& e);
+  void DropLru(KvPool& pool);  // unreferences the oldest entry's blocks and frees it
+  int64_t TableBytes() const { return static_cast<int64_t>(cache_refs_.capacity() * sizeof(uint32_t)); }
+
   std::list<Entry> entries_;  // front: most recently used
+  int64_t max_bytes_;
   size_t max_entries_;
+  // References the cache's entries hold on each pool block (sized to the one
+  // pool the cache is used with at the first insert): a block's bytes count once while any entry holds it.
+  std::vector<uint32_t> cache_refs_;
+  int64_t distinct_blocks_ = 0;
+  int64_t block_bytes_ = 0;
+  int64_t entry_heap_bytes_ = 0;  // sum of Entry::heap_bytes
+  PrefixCacheStats counters_;     // eviction and too-large counts
 };
 
 }  // namespace moeserve::engine

@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
       if (e.finish != FinishReason::kNone) {
         usage = e.usage;
         finish = e.finish;
+        if (e.finish == FinishReason::kError) std::fprintf(stderr, "moe-run: %s\n", e.error.c_str());
       }
     }
   }
@@ -178,7 +179,10 @@ int main(int argc, char** argv) {
   const Tokenizer& tk = dir->tokenizer;
   std::printf("reasoning (%d tokens): %s\n", usage.reasoning_tokens, tk.Decode(reasoning, true).c_str());
   std::printf("answer: %s\n", tk.Decode(answer, true).c_str());
-  const char* why = finish == FinishReason::kStop ? "stop" : finish == FinishReason::kLength ? "length" : "cancelled";
+  const char* why = finish == FinishReason::kStop     ? "stop"
+                    : finish == FinishReason::kLength ? "length"
+                    : finish == FinishReason::kError  ? "error"
+                                                      : "cancelled";
   double prefill_s = first ? secs(t_loaded, t_end) : secs(t_loaded, t_first);
   double decode_s = first ? 0 : secs(t_first, t_end) - probe_s;
   std::printf("finish %s; prompt %d tokens, completion %d tokens; load %.2fs\n", why, usage.prompt_tokens,

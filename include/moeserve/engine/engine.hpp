@@ -11,7 +11,15 @@
 // Prefix caching: the prompt's longest prefix already held by the cache
 // (whole blocks, plus the DeltaNet state snapshot taken at that block
 // boundary) is reused; results are the same with it on or off (model.md
-// section 10).
+// section 10). The cache is bounded in bytes (`prefix_cache_bytes`): its KV
+// blocks, its DeltaNet state copies (per entry, often far larger than the
+// blocks) and its bookkeeping all count; least recently used entries go first.
+//
+// Errors during a step are values, never exceptions: a sequence that cannot
+// go on (its decode controller threw, forced a token outside the vocabulary,
+// or its forward pass failed) finishes with FinishReason::kError and the
+// engine's message in TokenEvent::error; the others keep running. Only the
+// sequences a failure touches are failed.
 //
 // Thread safety: Submit, Cancel, Metrics and the const accessors may be called
 // from any thread; Step must be called from one thread at a time.
@@ -41,7 +49,8 @@ struct SamplingParams {
 // Lets the caller steer decoding of one sequence: mask tokens that would
 // leave a grammar, and force tokens the engine must emit without sampling
 // (the server-assigned tool-call id after <|tool_call|>). Called only from the
-// Step() thread.
+// Step() thread. A controller that throws, or forces a token outside the
+// vocabulary, fails its own sequence (kError) and no other.
 class DecodeController {
  public:
   virtual ~DecodeController() = default;
@@ -64,7 +73,9 @@ struct GenerationRequest {
   std::shared_ptr<DecodeController> controller;  // optional
 };
 
-enum class FinishReason { kNone, kStop, kLength, kCancelled };
+// kCancelled: Cancel() was called. kError: the engine failed the sequence
+// (TokenEvent::error says why); its cache is freed like any other finish.
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 
 struct SequenceUsage {
   int prompt_tokens = 0;
@@ -80,6 +91,7 @@ struct TokenEvent {
   bool forced = false;      // emitted by the engine or the controller, not sampled
   FinishReason finish = FinishReason::kNone;
   SequenceUsage usage;      // filled on the finishing event
+  std::string error;        // with kError: what failed, for logs and the client
 };
 
 enum class KernelChoice { kFast, kReference };
@@ -91,9 +103,26 @@ struct EngineOptions {
   int64_t cache_tokens = 1 << 16;    // token slots in the shared KV pool
   int block_tokens = 16;             // tokens per cache block (prefix-cache granularity)
   bool prefix_cache = true;
+  // Bound on what the prefix cache keeps alive: its KV blocks, DeltaNet state
+  // copies and bookkeeping. 0 caches nothing.
+  int64_t prefix_cache_bytes = int64_t{1} << 30;
   KernelChoice kernels = KernelChoice::kFast;
   int threads = 0;                   // kernel threads, 0: all cores (MOESERVE_CPU_THREADS wins; fixed at first use)
   int max_context = 0;               // 0: the model's max_position_embeddings
+};
+
+struct PrefixCacheStats {
+  int64_t bytes = 0;        // kv_bytes + state_bytes: what the cache keeps alive
+  int64_t kv_bytes = 0;     // KV pool blocks the cache holds references on, each counted once
+  int64_t state_bytes = 0;  // heap: DeltaNet state copies, token and block lists, bookkeeping
+  int64_t limit_bytes = 0;
+  int64_t entries = 0;
+  // Entries dropped, by why: over the byte bound, over the entry cap, or to
+  // make room in the KV pool for a new sequence.
+  uint64_t evicted_for_bytes = 0;
+  uint64_t evicted_for_entries = 0;
+  uint64_t evicted_for_pool = 0;
+  uint64_t too_large = 0;   // snapshots not cached because one alone exceeds the bound
 };
 
 struct EngineMetrics {
@@ -102,13 +131,26 @@ struct EngineMetrics {
   double cache_usage_ratio = 0;       // used blocks / all blocks
   uint64_t prefix_lookup_tokens = 0;  // prompt tokens looked up in the prefix cache
   uint64_t prefix_hit_tokens = 0;     // of which served from it
+  PrefixCacheStats prefix_cache;
   // expert_tokens[layer][expert]: tokens routed (layers without MoE are empty)
   std::vector<std::vector<uint64_t>> expert_tokens;
 };
 
 class Model;  // the forward pass (model.hpp)
 
-class Engine {
+// What a scheduler loop drives. Engine implements it; a loop that takes this
+// interface can be handed a wrapped engine (tracing, or faults in tests)
+// without knowing it.
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  virtual Result<SequenceId> Submit(GenerationRequest request) = 0;
+  virtual void Cancel(SequenceId id) = 0;
+  virtual std::vector<TokenEvent> Step() = 0;
+  virtual bool HasWork() const = 0;
+};
+
+class Engine : public StepEngine {
  public:
   static Result<std::unique_ptr<Engine>> Create(const ModelDir& model, const EngineOptions& options);
   ~Engine();
@@ -116,13 +158,14 @@ class Engine {
   // Queues a sequence. Errors: kInvalidArgument (empty prompt, padding or
   // out-of-range ids, prompt + max_tokens past the context window: the
   // message says "context length"), kResourceExhausted (queue full).
-  Result<SequenceId> Submit(GenerationRequest request);
+  Result<SequenceId> Submit(GenerationRequest request) override;
   // Cancels a queued or running sequence; it finishes with kCancelled and
   // frees its cache at the next Step.
-  void Cancel(SequenceId id);
+  void Cancel(SequenceId id) override;
   // One scheduler step; returns the tokens emitted and finishes reported.
-  std::vector<TokenEvent> Step();
-  bool HasWork() const;
+  // Does not throw: failures become kError events (see the top of this file).
+  std::vector<TokenEvent> Step() override;
+  bool HasWork() const override;
 
   EngineMetrics Metrics() const;
   const ModelConfig& config() const;
