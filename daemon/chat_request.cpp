@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <span>
 
 namespace moeserve::daemon {
 namespace {
@@ -52,7 +53,7 @@ ApiResult<std::optional<std::string>> OptionalString(const ojson& obj, const cha
   return std::optional<std::string>(it->get<std::string>());
 }
 
-ApiResult<engine::ChatToolCall> ReadToolCall(const ojson& v, const std::string& param) {
+ApiResult<engine::ChatToolCall> ReadToolCall(const ojson& v, const std::string& param, const JsonLimits& limits) {
   if (!v.is_object()) return ApiFail(WrongType(param, "an object", v));
   engine::ChatToolCall call;
   auto id = v.find("id");
@@ -75,19 +76,25 @@ ApiResult<engine::ChatToolCall> ReadToolCall(const ojson& v, const std::string& 
   call.name = name->get<std::string>();
   auto args = fn->find("arguments");
   if (args == fn->end() || args->is_null()) {
-    call.arguments_json_text = "{}";
+    call.arguments = ojson::object();
   } else if (args->is_string()) {
-    call.arguments_json_text = args->get<std::string>();
+    // Parsed here, once, within the limits; the renderer writes this value
+    // and never parses the text again.
+    std::string p = param + ".function.arguments";
+    auto value = engine::ToolCallArgumentsFromText(args->get_ref<const std::string&>(), limits, "'" + p + "'");
+    if (!value) return ApiFail(ApiError::InvalidRequest(value.error().message(), p));
+    call.arguments = std::move(*value);
   } else if (args->is_object()) {
-    // Some clients send the object itself; render it as the JSON it is.
-    call.arguments_json_text = args->dump();
+    // Some clients send the object itself; render it as the JSON it is (the
+    // body's limits bound it).
+    call.arguments = *args;
   } else {
     return ApiFail(WrongType(param + ".function.arguments", "a string", *args));
   }
   return call;
 }
 
-ApiResult<engine::ChatMessage> ReadMessage(const ojson& v, const std::string& param) {
+ApiResult<engine::ChatMessage> ReadMessage(const ojson& v, const std::string& param, const JsonLimits& limits) {
   if (!v.is_object()) return ApiFail(WrongType(param, "an object", v));
   auto role_it = v.find("role");
   if (role_it == v.end() || !role_it->is_string()) {
@@ -125,7 +132,7 @@ ApiResult<engine::ChatMessage> ReadMessage(const ojson& v, const std::string& pa
     if (calls != v.end() && !calls->is_null()) {
       if (!calls->is_array()) return ApiFail(WrongType(param + ".tool_calls", "an array", *calls));
       for (size_t i = 0; i < calls->size(); ++i) {
-        auto call = ReadToolCall((*calls)[i], param + ".tool_calls[" + std::to_string(i) + "]");
+        auto call = ReadToolCall((*calls)[i], param + ".tool_calls[" + std::to_string(i) + "]", limits);
         if (!call) return ApiFail(call.error());
         m.tool_calls.push_back(std::move(*call));
       }
@@ -399,7 +406,28 @@ ApiResult<void> ValidateToolHistory(const std::vector<engine::ChatMessage>& mess
   return {};
 }
 
-ApiResult<ChatRequest> ParseChatRequestJson(const ojson& body) {
+namespace {
+
+// The field a depth violation belongs to, in api.md's `param` terms: the path
+// is followed while it runs through the request's own structure (messages,
+// their content parts and tool calls, tools) and cut at the first step into a
+// free-form value (a schema, arguments, response_format, an unknown field).
+std::string ParamOfDeepPath(const std::vector<JsonPathStep>& path) {
+  static const std::set<std::string> kStructure = {
+      "messages", "messages[]", "messages[].content", "messages[].content[]", "messages[].tool_calls",
+      "messages[].tool_calls[]", "messages[].tool_calls[].function", "tools", "tools[]", "tools[].function"};
+  std::string shape;
+  size_t keep = 0;
+  while (keep < path.size()) {
+    const JsonPathStep& step = path[keep];
+    shape += step.is_index ? "[]" : (shape.empty() ? "" : ".") + step.key;
+    ++keep;
+    if (!kStructure.contains(shape)) break;
+  }
+  return JsonPathString("", std::span(path).first(keep));
+}
+
+ApiResult<ChatRequest> ReadChatRequest(const ojson& body, const JsonLimits& limits) {
   if (!body.is_object()) return ApiFail(ApiError::InvalidRequest("The request body must be a JSON object, got " + TypeName(body)));
   ChatRequest req;
   auto model = body.find("model");
@@ -414,7 +442,7 @@ ApiResult<ChatRequest> ParseChatRequestJson(const ojson& body) {
   if (!messages->is_array()) return ApiFail(WrongType("messages", "an array", *messages));
   if (messages->empty()) return ApiFail(ApiError::InvalidRequest("'messages' must hold at least one message", "messages"));
   for (size_t i = 0; i < messages->size(); ++i) {
-    auto m = ReadMessage((*messages)[i], "messages[" + std::to_string(i) + "]");
+    auto m = ReadMessage((*messages)[i], "messages[" + std::to_string(i) + "]", limits);
     if (!m) return ApiFail(m.error());
     req.messages.push_back(std::move(*m));
   }
@@ -426,28 +454,26 @@ ApiResult<ChatRequest> ParseChatRequestJson(const ojson& body) {
   return req;
 }
 
-ApiResult<ChatRequest> ParseChatRequest(std::string_view body) {
+}  // namespace
+
+ApiResult<ChatRequest> ParseChatRequestJson(const ojson& body, const JsonLimits& limits) {
+  if (auto depth = CheckJsonDepth(body, limits.max_depth, "The request body"); !depth) {
+    return ApiFail(ApiError::InvalidRequest(depth.error().message()));
+  }
+  return ReadChatRequest(body, limits);
+}
+
+ApiResult<ChatRequest> ParseChatRequest(std::string_view body, const JsonLimits& limits) {
   if (body.empty()) return ApiFail(ApiError::InvalidRequest("The request body is empty; expected a JSON object"));
-  // Schemas and contents are walked recursively later (grammar compiler,
-  // renderer); refuse absurd nesting up front so no body can exhaust the stack.
-  constexpr int kMaxDepth = 64;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char ch : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '{' || ch == '[') {
-      if (++depth > kMaxDepth) {
-        return ApiFail(ApiError::InvalidRequest("The request body nests objects and arrays more than " +
-                                                std::to_string(kMaxDepth) + " levels deep"));
-      }
-    } else if (ch == '}' || ch == ']') {
-      --depth;
+  // Schemas, contents and arguments are walked and re-serialised recursively
+  // later (grammar compiler, renderer); the scan refuses absurd nesting before
+  // anything is built, and names the field it is in.
+  if (auto v = FindJsonLimitViolation(body, limits)) {
+    if (v->kind == JsonLimitViolation::Kind::kTooLarge) {
+      return ApiFail(ApiError::InvalidRequest("The request body " + v->message));
     }
+    std::string param = ParamOfDeepPath(v->path);
+    return ApiFail(ApiError::InvalidRequest("'" + param + "': the request body " + v->message, param));
   }
   ojson parsed;
   try {
@@ -458,7 +484,7 @@ ApiResult<ChatRequest> ParseChatRequest(std::string_view body) {
     // person needs to find the mistake. (ReplyError re-encodes any stray bytes.)
     return ApiFail(ApiError::InvalidRequest(std::string("The request body is not valid JSON: ") + e.what()));
   }
-  return ParseChatRequestJson(parsed);
+  return ReadChatRequest(parsed, limits);
 }
 
 }  // namespace moeserve::daemon

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
 namespace moeserve::daemon {
@@ -23,9 +24,11 @@ size_t ArgumentsOffset(const std::string& span, std::string* id, std::string* na
     for (size_t i = at + 1; i < span.size(); ++i) {
       if (span[i] == '\\') { ++i; continue; }
       if (span[i] == '"') {
-        auto v = nlohmann::json::parse(span.substr(at, i + 1 - at), nullptr, false);
-        if (v.is_discarded() || !v.is_string()) return 0;
-        *out = v.get<std::string>();
+        // One string literal: depth 0, no longer than itself.
+        std::string literal = span.substr(at, i + 1 - at);
+        auto v = ParseJsonBounded<nlohmann::json>(literal, {.max_bytes = literal.size(), .max_depth = 0}, "tool call");
+        if (!v || !v->is_string()) return 0;
+        *out = v->get<std::string>();
         return i + 1;
       }
     }

@@ -1,5 +1,7 @@
 #include "moeserve/engine/chat_format.hpp"
 
+#include <cstdint>
+
 #include "moeserve/engine/tokenizer.hpp"
 
 namespace moeserve::engine {
@@ -35,11 +37,25 @@ class TokenWriter {
 
 std::string MessageRef(size_t i) { return "messages[" + std::to_string(i) + "]"; }
 
+// Generated spans are bounded by the token budget, not by bytes; only their
+// depth needs a limit.
+constexpr JsonLimits kGeneratedJsonLimits{.max_bytes = SIZE_MAX, .max_depth = kChatJsonMaxDepth};
+
+// A valid JSON text within the limits, or nullopt: for generated text, where
+// anything else is "returned as generated".
+std::optional<ordered_json> ParseGenerated(std::string_view text) {
+  if (FindJsonLimitViolation(text, kGeneratedJsonLimits)) return std::nullopt;
+  ordered_json value = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return std::nullopt;
+  return value;
+}
+
 // The prompt's tools JSON: the array of the request's tools[].function objects.
 Result<std::optional<std::string>> RenderTools(const ordered_json* tools) {
   if (tools == nullptr || tools->is_null()) return std::nullopt;
   if (!tools->is_array()) return Fail(Error::InvalidArgument("tools: must be an array"));
   if (tools->empty()) return std::nullopt;
+  MOE_TRY(CheckJsonDepth(*tools, kChatJsonMaxDepth, "tools"));
   ordered_json functions = ordered_json::array();
   for (size_t i = 0; i < tools->size(); ++i) {
     const ordered_json& tool = (*tools)[i];
@@ -95,10 +111,10 @@ class SpanReader {
     size_t end = pos_ + 1;
     while (end < text_.size() && text_[end] != '"') end += text_[end] == '\\' ? 2 : 1;
     if (end >= text_.size()) return std::nullopt;
-    ordered_json value = ordered_json::parse(text_.substr(pos_, end + 1 - pos_), nullptr, false);
-    if (value.is_discarded() || !value.is_string()) return std::nullopt;
+    std::optional<ordered_json> value = ParseGenerated(text_.substr(pos_, end + 1 - pos_));
+    if (!value || !value->is_string()) return std::nullopt;
     pos_ = end + 1;
-    return value.get<std::string>();
+    return value->get<std::string>();
   }
   bool Key(std::string_view name) {
     std::optional<std::string> key = String();
@@ -121,9 +137,9 @@ std::string_view Trim(std::string_view s) {
 
 void SetArguments(ParsedToolCall& call, std::string_view text) {
   call.arguments_text = std::string(text);
-  ordered_json value = ordered_json::parse(text, nullptr, false);
-  call.arguments_valid_json = !value.is_discarded();
-  call.arguments_is_object = call.arguments_valid_json && value.is_object();
+  std::optional<ordered_json> value = ParseGenerated(text);
+  call.arguments_valid_json = value.has_value();
+  call.arguments_is_object = value && value->is_object();
 }
 
 // The rendered shape, read by position so the arguments come back byte for
@@ -176,14 +192,25 @@ std::string_view ChatRoleName(ChatRole role) {
   return "unknown";
 }
 
+Result<ordered_json> ToolCallArgumentsFromText(std::string_view text, const JsonLimits& limits,
+                                               std::string_view what) {
+  if (auto v = FindJsonLimitViolation(text, limits)) {
+    return Fail(Error::InvalidArgument(std::string(what) + ": " + v->message));
+  }
+  ordered_json value = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return ordered_json(std::string(text));
+  return value;
+}
+
 Result<std::string> RenderToolCallJson(const ChatToolCall& call) {
-  ordered_json arguments = ordered_json::parse(call.arguments_json_text, nullptr, /*allow_exceptions=*/false);
-  if (arguments.is_discarded()) arguments = call.arguments_json_text;
-  ordered_json span = ordered_json::object();
-  span["id"] = call.id;
-  span["name"] = call.name;
-  span["arguments"] = std::move(arguments);
-  return Dump(span, "tool call '" + call.id + "'");
+  // The span is assembled from three dumps rather than dumped as one object so
+  // the arguments are not copied; the bytes are the same as the object's dump.
+  MOE_TRY(CheckJsonDepth(call.arguments, kChatJsonMaxDepth, "arguments"));
+  std::string what = "tool call '" + call.id + "'";
+  MOE_ASSIGN_OR_RETURN(std::string id, Dump(ordered_json(call.id), what));
+  MOE_ASSIGN_OR_RETURN(std::string name, Dump(ordered_json(call.name), what));
+  MOE_ASSIGN_OR_RETURN(std::string arguments, Dump(call.arguments, what));
+  return "{\"id\":" + id + ",\"name\":" + name + ",\"arguments\":" + arguments + "}";
 }
 
 std::string ToolCallSpanIdPrefix(std::string_view id) {
@@ -272,8 +299,8 @@ Result<ParsedToolCall> ParseToolCallSpan(std::string_view text) {
 
   // Not the rendered shape, or arguments that do not parse: a full parse
   // still reads an object whose keys come in another order.
-  ordered_json whole = ordered_json::parse(text, nullptr, false);
-  if (!whole.is_discarded() && whole.is_object() && whole.contains("id") && whole["id"].is_string() &&
+  ordered_json whole = ParseGenerated(text).value_or(ordered_json());
+  if (whole.is_object() && whole.contains("id") && whole["id"].is_string() &&
       whole.contains("name") && whole["name"].is_string() && whole.contains("arguments")) {
     ParsedToolCall call;
     call.id = whole["id"].get<std::string>();

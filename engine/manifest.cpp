@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/sha256.hpp"
 
 namespace moeserve::engine {
@@ -34,12 +35,10 @@ bool IsHex64(const std::string& s) {
 }  // namespace
 
 Result<Manifest> ParseManifest(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return Fail(Error::Corruption(source, std::string("not valid JSON: ") + e.what()));
-  }
+  // ~150 bytes a file: 64 MiB is hundreds of thousands of shards.
+  auto parsed = ParseJsonBounded<json>(text, {.max_bytes = 64u << 20, .max_depth = kMaxJsonDepth}, source);
+  if (!parsed) return Fail(Error(ErrorCode::kCorruption, parsed.error().message()));
+  json j = std::move(*parsed);
   if (!j.is_object() || !j.contains("files") || !j["files"].is_array())
     return Fail(Error::Corruption(source, "missing array 'files'"));
   Manifest m;

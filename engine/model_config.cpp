@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "moeserve/common/json_limits.hpp"
+
 namespace moeserve::engine {
 
 using nlohmann::json;
@@ -169,12 +171,9 @@ Error Invalid(const std::string& source, const std::string& field, const std::st
 }  // namespace
 
 Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return Fail(Error::InvalidArgument(source + ": not valid JSON: " + e.what()));
-  }
+  // config.json is a few KB; the limits keep a hostile one (a tenant's bucket)
+  // from reaching code that recurses, such as the dump() in an error message.
+  MOE_ASSIGN_OR_RETURN(json j, ParseJsonBounded<json>(text, {.max_bytes = 1 << 20, .max_depth = kMaxJsonDepth}, source));
   if (!j.is_object()) return Fail(Error::InvalidArgument(source + ": the top level must be a JSON object"));
   FieldReader r(j, source, "");
   ModelConfig c;

@@ -1,6 +1,7 @@
 #include "moeserve/engine/safetensors.hpp"
 
 #include "moeserve/common/durable_file.hpp"
+#include "moeserve/common/json_limits.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -99,12 +100,12 @@ Status SafetensorsFile::Parse() {
                    std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit");
   if (n < 2) return corrupt("header length " + std::to_string(n) + " is too short for a JSON object");
 
-  json header;
-  try {
-    header = json::parse(base_ + 8, base_ + 8 + n);
-  } catch (const json::exception& e) {
-    return corrupt(std::string("header is not valid JSON: ") + e.what());
-  }
+  // The length is bounded above; the depth is bounded here, before anything
+  // (an error message's dump()) could recurse through a hostile header.
+  auto parsed = ParseJsonBounded<json>(std::string_view(reinterpret_cast<const char*>(base_ + 8), n),
+                                       {.max_bytes = kMaxSafetensorsHeaderBytes, .max_depth = kMaxJsonDepth}, "header");
+  if (!parsed) return corrupt(parsed.error().message());
+  json header = std::move(*parsed);
   if (!header.is_object()) return corrupt("header is not a JSON object");
 
   const uint8_t* data = base_ + 8 + n;
@@ -190,13 +191,15 @@ Result<Checkpoint> Checkpoint::Open(const std::string& dir) {
   fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   std::error_code ec;
   if (fs::exists(index_path, ec)) {
-    json index;
-    try {
-      std::ifstream in(index_path);
-      index = json::parse(in);
-    } catch (const json::exception& e) {
-      return Fail(Error::Corruption(index_path.string(), std::string("not valid JSON: ") + e.what()));
-    }
+    std::ifstream in(index_path, std::ios::binary);
+    if (!in) return Fail(Error::Io(index_path.string() + ": cannot open"));
+    std::ostringstream index_text;
+    index_text << in.rdbuf();
+    // ~100 bytes a tensor: 256 MiB is millions of tensors.
+    constexpr JsonLimits kIndexJsonLimits{.max_bytes = 256u << 20, .max_depth = kMaxJsonDepth};
+    auto parsed = ParseJsonBounded<json>(index_text.str(), kIndexJsonLimits, index_path.string());
+    if (!parsed) return Fail(Error(ErrorCode::kCorruption, parsed.error().message()));
+    json index = std::move(*parsed);
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
       return Fail(Error::Corruption(index_path.string(), "missing object 'weight_map'"));
     std::map<std::string, SafetensorsFile*> open;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/log.hpp"
 
 namespace moeserve::engine {
@@ -30,6 +31,9 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// Tokenizer files of large vocabularies run to tens of MB (merges included).
+constexpr JsonLimits kTokenizerJsonLimits{.max_bytes = 256u << 20, .max_depth = kMaxJsonDepth};
 
 void AppendUtf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {
@@ -213,17 +217,10 @@ class TokenizerJsonChecker {
 
 Result<Tokenizer> Tokenizer::FromJsonText(std::string_view json_text, std::string_view source,
                                           std::optional<int> expected_vocab_size) {
-  ordered_json doc = ordered_json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    // Parse again with exceptions on to get the position of the error.
-    std::string detail;
-    try {
-      ordered_json unused = ordered_json::parse(json_text);
-    } catch (const nlohmann::json::exception& e) {
-      detail = std::string(": ") + e.what();
-    }
-    return Fail(Error::Corruption(source, "not valid JSON" + detail));
-  }
+  // A checkpoint's files come from storage its tenant controls: bounded like a request.
+  auto parsed = ParseJsonBounded<ordered_json>(json_text, kTokenizerJsonLimits, source);
+  if (!parsed) return Fail(Error(ErrorCode::kCorruption, parsed.error().message()));
+  ordered_json doc = std::move(*parsed);
   TokenizerJsonChecker checker(source);
   Result<int> n = Fail(Error::Internal("unreachable"));
   try {

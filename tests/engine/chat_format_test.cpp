@@ -34,6 +34,13 @@ ChatMessage ToolResult(std::string id, std::string content) {
   return m;
 }
 
+// A client's arguments text as the daemon hands it over (parsed once, bounded).
+ordered_json Args(std::string_view text) {
+  auto v = ToolCallArgumentsFromText(text, {.max_bytes = 1 << 20, .max_depth = kChatJsonMaxDepth}, "arguments");
+  EXPECT_TRUE(v) << v.error().ToString();
+  return v ? *v : ordered_json();
+}
+
 // The rendering with specials spelled out, for readable failures.
 std::string Show(const std::vector<int>& ids) { return Tokenizer::Builtin(384).Decode(ids, true); }
 
@@ -53,7 +60,7 @@ TEST(ChatFormat, ReferenceSequenceFromModelMd) {
       111, 111, 108, 95,  99,  97,  108, 108, 95,  105, 100, 34,  58,  34,  99,  97,  108, 108, 95,  49,
       34,  44,  34,  99,  111, 110, 116, 101, 110, 116, 34,  58,  34,  49,  34,  125, 262, 260, 263};
   std::vector<ChatMessage> messages = {
-      System("S"), User("hi"), Assistant("", "r", {{.id = "call_1", .name = "f", .arguments_json_text = "{}"}}),
+      System("S"), User("hi"), Assistant("", "r", {{.id = "call_1", .name = "f", .arguments = Args("{}")}}),
       ToolResult("call_1", "1")};
   std::vector<int> ids = MustRender(messages);
   EXPECT_EQ(ids, expected) << Show(ids);
@@ -114,20 +121,20 @@ TEST(ChatFormat, EmptyReasoningRendersAnEmptyThinkSpan) {
 
 TEST(ChatFormat, ArgumentsThatAreNotJsonRenderAsAString) {
   std::vector<ChatMessage> m = {
-      User("q"), Assistant("", "", {{.id = "call_1", .name = "f", .arguments_json_text = "{\"a\": 1"}}),
+      User("q"), Assistant("", "", {{.id = "call_1", .name = "f", .arguments = Args("{\"a\": 1")}}),
       ToolResult("call_1", "x")};
   EXPECT_EQ(Show(MustRender(m, nullptr, false)),
             "<|bos|><|user|>q<|end|><|assistant|><|think|><|/think|><|tool_call|>"
             "{\"id\":\"call_1\",\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1\"}<|/tool_call|><|end|>"
             "<|tool|>{\"tool_call_id\":\"call_1\",\"content\":\"x\"}<|end|>");
-  auto empty = RenderToolCallJson({.id = "c", .name = "f", .arguments_json_text = ""});
+  auto empty = RenderToolCallJson({.id = "c", .name = "f", .arguments = Args("")});
   ASSERT_TRUE(empty);
   EXPECT_EQ(*empty, R"({"id":"c","name":"f","arguments":""})");
 }
 
 TEST(ChatFormat, ArgumentsKeepTheClientsKeyOrderAndBecomeCompact) {
   auto r = RenderToolCallJson(
-      {.id = "call_9", .name = "g", .arguments_json_text = R"({ "zeta": 1, "alpha": {"y": [1, 2], "b": null} })"});
+      {.id = "call_9", .name = "g", .arguments = Args(R"({ "zeta": 1, "alpha": {"y": [1, 2], "b": null} })")});
   ASSERT_TRUE(r) << r.error().ToString();
   EXPECT_EQ(*r, R"({"id":"call_9","name":"g","arguments":{"zeta":1,"alpha":{"y":[1,2],"b":null}}})");
 }
@@ -176,7 +183,7 @@ TEST(ChatFormat, LeadingSystemMessagesJoinLaterOnesAreRefused) {
 
 TEST(ChatFormat, FieldsOnTheWrongRoleAreRefused) {
   ChatMessage user_with_calls = User("q");
-  user_with_calls.tool_calls.push_back({.id = "c", .name = "f", .arguments_json_text = "{}"});
+  user_with_calls.tool_calls.push_back({.id = "c", .name = "f", .arguments = Args("{}")});
   auto r = RenderChat({user_with_calls}, nullptr, true);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().message(), "messages[0]: only assistant messages carry tool_calls");
@@ -184,8 +191,8 @@ TEST(ChatFormat, FieldsOnTheWrongRoleAreRefused) {
 
 TEST(ChatFormat, MultipleToolCallsInOneTurn) {
   std::vector<ChatMessage> m = {
-      User("q"), Assistant("ok", "plan", {{.id = "call_a", .name = "f", .arguments_json_text = R"({"x":1})"},
-                                           {.id = "call_b", .name = "g", .arguments_json_text = "[]"}})};
+      User("q"), Assistant("ok", "plan", {{.id = "call_a", .name = "f", .arguments = Args(R"({"x":1})")},
+                                           {.id = "call_b", .name = "g", .arguments = Args("[]")}})};
   EXPECT_EQ(Show(MustRender(m, nullptr, false)),
             "<|bos|><|user|>q<|end|><|assistant|><|think|>plan<|/think|>ok"
             "<|tool_call|>{\"id\":\"call_a\",\"name\":\"f\",\"arguments\":{\"x\":1}}<|/tool_call|>"
@@ -203,14 +210,14 @@ TEST(ChatFormat, ParseChatRole) {
 // ---- ParseToolCallSpan ---------------------------------------------------------
 
 TEST(ToolCallSpan, RoundTripsTheRenderedSpan) {
-  ChatToolCall call{.id = "call_1", .name = "f", .arguments_json_text = R"({"b":[1,{"c":"}"}],"a":"x"})"};
+  ChatToolCall call{.id = "call_1", .name = "f", .arguments = Args(R"({"b":[1,{"c":"}"}],"a":"x"})")};
   auto text = RenderToolCallJson(call);
   ASSERT_TRUE(text);
   auto p = ParseToolCallSpan(*text);
   ASSERT_TRUE(p) << p.error().ToString();
   EXPECT_EQ(p->id, "call_1");
   EXPECT_EQ(p->name, "f");
-  EXPECT_EQ(p->arguments_text, call.arguments_json_text);
+  EXPECT_EQ(p->arguments_text, R"({"b":[1,{"c":"}"}],"a":"x"})");
   EXPECT_TRUE(p->arguments_valid_json);
   EXPECT_TRUE(p->arguments_is_object);
 }
@@ -268,7 +275,7 @@ TEST(ToolCallSpan, GarbageIsRefusedWithTheText) {
 }
 
 TEST(ToolCallSpan, IdPrefixIsThePrefixOfTheRenderedSpan) {
-  auto full = RenderToolCallJson({.id = "call_abc", .name = "f", .arguments_json_text = "{}"});
+  auto full = RenderToolCallJson({.id = "call_abc", .name = "f", .arguments = Args("{}")});
   ASSERT_TRUE(full);
   std::string prefix = ToolCallSpanIdPrefix("call_abc");
   EXPECT_EQ(prefix, R"({"id":"call_abc",)");

@@ -105,7 +105,7 @@ TEST(Safetensors, RefusesEachMalformedCaseWithFileAndTensor) {
       {R"({"t":{"dtype":"F32","shape":[4611686018427387904, 4],"data_offsets":[0,8]}})", 8, "is too large"},
       {R"({"__metadata__":{"k":1}})", 0, "__metadata__ entry 'k' is not a string"},
       {R"([1,2,3])", 0, "header is not a JSON object"},
-      {R"({"t":)", 0, "header is not valid JSON"},
+      {R"({"t":)", 0, "header: not valid JSON"},
   };
   for (const auto& c : cases) {
     std::string msg = ErrorOf(WithHeader(c.header, c.data));

@@ -37,6 +37,11 @@ struct JsonLimits {
   int max_depth = 0;
 };
 
+// The depth every JSON text moeserve reads is held to: deeper than any real
+// schema, config or checkpoint header, shallow enough that a recursive walk of
+// it uses a few KB of stack. Sizes differ by source and are set where it is read.
+inline constexpr int kMaxJsonDepth = 64;
+
 // One step from a container to a child: an object key or an array index.
 // Keys are kept as written in the text (escapes not decoded), at most
 // kMaxKeyBytes of them, which is enough to name a field.

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
@@ -55,10 +56,21 @@ struct ChatRequest {
   std::optional<int> thinking_budget;  // extension: lowers the tier's budget
 };
 
-// Parses raw body bytes (checked as UTF-8 JSON) and validates them.
-ApiResult<ChatRequest> ParseChatRequest(std::string_view body);
-// Validates an already-parsed body.
-ApiResult<ChatRequest> ParseChatRequestJson(const nlohmann::ordered_json& body);
+// The limits on a body and, separately, on every JSON text inside it that is
+// parsed (tool-call arguments). The depth is the prompt's (deeper values could
+// not be rendered); the default size is the largest max_body_bytes the config
+// allows, since the HTTP layer enforces the configured one before parsing.
+inline constexpr JsonLimits kRequestJsonLimits{.max_bytes = size_t{1} << 32,
+                                               .max_depth = engine::kChatJsonMaxDepth};
+
+// Parses raw body bytes (checked as UTF-8 JSON) and validates them. A body or
+// an arguments string that breaks `limits` is refused before anything walks
+// it; `param` names the field it was found in ("tools[0].function.parameters",
+// "messages[2].tool_calls[0].function.arguments"), the message the full path.
+ApiResult<ChatRequest> ParseChatRequest(std::string_view body, const JsonLimits& limits = kRequestJsonLimits);
+// Validates an already-parsed body (its depth is checked too, without recursion).
+ApiResult<ChatRequest> ParseChatRequestJson(const nlohmann::ordered_json& body,
+                                            const JsonLimits& limits = kRequestJsonLimits);
 
 // api.md invalid_tool_history: every tool message answers an earlier assistant
 // tool call (by id, at most once), and every assistant tool call is answered

@@ -33,7 +33,12 @@
 // - Tool-call arguments that are valid JSON of any type render as that JSON
 //   value (re-serialised compactly), so a call the model generated renders
 //   back into the prompt exactly as generated; text that is not valid JSON
-//   (including "") renders as a JSON string.
+//   (including "") renders as a JSON string. The text is parsed once, by
+//   ToolCallArgumentsFromText with the caller's limits, and the renderer
+//   writes the value it returned; it never parses the text again.
+// - JSON values in a prompt (tools, arguments) nest at most kChatJsonMaxDepth
+//   deep: serialising recurses once per level, so RenderChat checks (without
+//   recursion) and refuses deeper values instead of exhausting the stack.
 // - reasoning and tool_calls are allowed only on assistant messages and
 //   tool_call_id only on tool messages; anything else is refused, naming the
 //   message, so a daemon mapping bug is caught instead of rendered.
@@ -52,6 +57,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/status.hpp"
 
 namespace moeserve::engine {
@@ -63,11 +69,22 @@ enum class ChatRole { kSystem, kUser, kAssistant, kTool };
 Result<ChatRole> ParseChatRole(std::string_view role);
 std::string_view ChatRoleName(ChatRole role);
 
+inline constexpr int kChatJsonMaxDepth = kMaxJsonDepth;
+
 struct ChatToolCall {
   std::string id;
   std::string name;
-  std::string arguments_json_text;  // as the client sent it (OpenAI sends a string)
+  // What the call renders as: the JSON value the client's arguments held, or
+  // its text as a JSON string when that was not valid JSON.
+  nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
 };
+
+// The arguments value for a client's arguments text (OpenAI sends a string):
+// the JSON it holds, or the text itself when it is not valid JSON. Text that
+// breaks `limits` is refused (InvalidArgument, "<what>: nests ..."), not kept
+// as a string: a caller that asked for limits wants to hear about it.
+Result<nlohmann::ordered_json> ToolCallArgumentsFromText(std::string_view text, const JsonLimits& limits,
+                                                         std::string_view what);
 
 struct ChatMessage {
   ChatRole role = ChatRole::kUser;
@@ -105,8 +122,10 @@ struct ParsedToolCall {
 // and X is returned as generated even when it is not valid JSON (api.md: such a
 // call is still returned and counted as a parse error), or when the closing
 // brace is missing because generation stopped. Keys in another order are read
-// through a full JSON parse (X is then re-serialised). Refused only when no
-// string "id" and "name" can be found.
+// through a full JSON parse (X is then re-serialised). Arguments nested deeper
+// than kChatJsonMaxDepth count as not valid JSON (returned as generated), so
+// nothing generated is parsed or re-serialised past the limit. Refused only
+// when no string "id" and "name" can be found.
 Result<ParsedToolCall> ParseToolCallSpan(std::string_view text);
 
 // "call_" + 24 characters from [A-Za-z0-9], drawn from rng.
