@@ -122,9 +122,15 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
     sse_.Close();
     return;
   }
-  if (cancelled) {
-    // Not the client and not a stop string: the daemon is shutting down.
-    ApiError err = ApiError::Unavailable("The server is shutting down; the request was cancelled before it finished", 1);
+  if (cancelled || e.finish == engine::FinishReason::kError) {
+    // Not the client and not a stop string: the engine failed the sequence
+    // (its message is the answer), the daemon is draining, or something else
+    // cancelled it, which is a bug and reported as one.
+    ApiError err = e.finish == engine::FinishReason::kError
+                       ? ApiError::Internal("The engine failed while generating this completion: " + e.error)
+                   : scheduler_.ShuttingDown()
+                       ? ApiError::Unavailable("The server is shutting down; the request was cancelled before it finished", 1)
+                       : ApiError::Internal("The request was cancelled inside the server before it finished");
     metrics_.RequestFinished(err.status, seconds);
     if (info_.stream) AbortStream(err.ToJson());
     else ReplyError(request_, err);

@@ -58,6 +58,7 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
   else if (key == "cache_tokens") return integer(16, int64_t{1} << 40, c.cache_tokens);
   else if (key == "block_tokens") return integer(1, 4096, c.block_tokens);
   else if (key == "prefix_cache") return boolean(c.prefix_cache);
+  else if (key == "prefix_cache_bytes") return integer(0, int64_t{1} << 50, c.prefix_cache_bytes);
   else if (key == "threads") return integer(0, 4096, c.threads);
   else if (key == "max_context") return integer(0, int64_t{1} << 31, c.max_context);
   else if (key == "default_max_tokens") return integer(1, int64_t{1} << 30, c.default_max_tokens);

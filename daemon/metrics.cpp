@@ -49,6 +49,31 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                            .Help("Prompt tokens served from the prefix cache / prompt tokens looked up, since start")
                            .Register(*registry_)
                            .Add({});
+  prefix_bytes_ = &BuildGauge()
+                       .Name("moe_prefix_cache_bytes")
+                       .Help("Bytes the prefix cache holds: its KV blocks, DeltaNet state copies and bookkeeping")
+                       .Register(*registry_)
+                       .Add({});
+  prefix_limit_bytes_ = &BuildGauge()
+                             .Name("moe_prefix_cache_limit_bytes")
+                             .Help("The prefix cache's bound in bytes (prefix_cache_bytes)")
+                             .Register(*registry_)
+                             .Add({});
+  prefix_entries_ =
+      &BuildGauge().Name("moe_prefix_cache_entries").Help("Prefixes the prefix cache holds").Register(*registry_).Add({});
+  auto& evictions = BuildCounter()
+                        .Name("moe_prefix_cache_evictions_total")
+                        .Help("Prefix cache entries evicted, by reason (bytes: over the bound, entries: over the "
+                              "entry cap, pool: room for a new sequence in the KV pool)")
+                        .Register(*registry_);
+  prefix_evicted_bytes_ = &evictions.Add({{"reason", "bytes"}});
+  prefix_evicted_entries_ = &evictions.Add({{"reason", "entries"}});
+  prefix_evicted_pool_ = &evictions.Add({{"reason", "pool"}});
+  prefix_uncached_ = &BuildCounter()
+                          .Name("moe_prefix_cache_too_large_total")
+                          .Help("Prefix snapshots not cached because one alone exceeds the prefix cache's bound")
+                          .Register(*registry_)
+                          .Add({});
   expert_tokens_ = &BuildCounter()
                         .Name("moe_expert_tokens_total")
                         .Help("Tokens routed to each expert of each MoE layer (routing balance)")
@@ -86,7 +111,19 @@ void DaemonMetrics::UpdateFromEngine(const engine::EngineMetrics& m) {
   waiting_->Set(m.waiting);
   kv_usage_->Set(m.cache_usage_ratio);
   prefix_hit_ratio_->Set(m.prefix_lookup_tokens ? static_cast<double>(m.prefix_hit_tokens) / m.prefix_lookup_tokens : 0.0);
+  const engine::PrefixCacheStats& pc = m.prefix_cache;
+  prefix_bytes_->Set(static_cast<double>(pc.bytes));
+  prefix_limit_bytes_->Set(static_cast<double>(pc.limit_bytes));
+  prefix_entries_->Set(static_cast<double>(pc.entries));
   std::lock_guard lock(mu_);
+  auto advance_prefix = [](prometheus::Counter& c, uint64_t now, uint64_t& last) {
+    if (now > last) c.Increment(static_cast<double>(now - last));
+    last = now;
+  };
+  advance_prefix(*prefix_evicted_bytes_, pc.evicted_for_bytes, last_prefix_.evicted_for_bytes);
+  advance_prefix(*prefix_evicted_entries_, pc.evicted_for_entries, last_prefix_.evicted_for_entries);
+  advance_prefix(*prefix_evicted_pool_, pc.evicted_for_pool, last_prefix_.evicted_for_pool);
+  advance_prefix(*prefix_uncached_, pc.too_large, last_prefix_.too_large);
   if (last_expert_tokens_.size() < m.expert_tokens.size()) last_expert_tokens_.resize(m.expert_tokens.size());
   for (size_t layer = 0; layer < m.expert_tokens.size(); ++layer) {
     auto& last = last_expert_tokens_[layer];

@@ -1,10 +1,38 @@
 #include "moeserve/daemon/scheduler.hpp"
 
-#include <vector>
+#include <chrono>
+#include <exception>
+#include <set>
 
 #include "moeserve/common/log.hpp"
 
 namespace moeserve::daemon {
+
+namespace {
+
+std::string Describe(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+engine::TokenEvent ErrorEvent(engine::SequenceId id, std::string what) {
+  engine::TokenEvent e;
+  e.id = id;
+  e.finish = engine::FinishReason::kError;
+  e.error = std::move(what);
+  return e;
+}
+
+// After a step that threw, before the next: a fault that repeats must not
+// spin the loop (and the log) hot.
+constexpr auto kBackoffAfterThrow = std::chrono::milliseconds(10);
+
+}  // namespace
 
 void Scheduler::Start() {
   std::lock_guard lock(mu_);
@@ -28,10 +56,19 @@ Result<engine::SequenceId> Scheduler::Submit(engine::GenerationRequest request, 
     // Submit and registration under one lock: the loop routes a step's
     // events only after taking this lock, so it never sees an id it cannot route.
     std::lock_guard lock(mu_);
-    auto r = engine_.Submit(std::move(request));
-    if (!r) return Fail(r.error());
-    id = *r;
-    sinks_.emplace(id, std::move(sink));
+    try {
+      auto r = engine_.Submit(std::move(request));
+      if (!r) return Fail(r.error());
+      id = *r;
+    } catch (...) {
+      return Fail(Error::Internal("submitting the sequence to the engine failed: " + Describe(std::current_exception())));
+    }
+    try {
+      sinks_.emplace(id, std::move(sink));
+    } catch (...) {
+      engine_.Cancel(id);  // queued but unroutable: let the engine drop it
+      return Fail(Error::Internal("registering the sequence failed: " + Describe(std::current_exception())));
+    }
     wake_ = true;
   }
   cv_.notify_all();
@@ -48,6 +85,7 @@ void Scheduler::Cancel(engine::SequenceId id) {
 }
 
 void Scheduler::CancelAll() {
+  shutting_down_.store(true);
   std::vector<engine::SequenceId> ids;
   {
     std::lock_guard lock(mu_);
@@ -66,15 +104,81 @@ uint64_t Scheduler::steps() const {
   return steps_;
 }
 
+std::vector<engine::TokenEvent> Scheduler::FailInFlight(const std::string& what) {
+  log::Error("scheduler: " + what + "; failing every sequence in flight");
+  std::vector<engine::TokenEvent> events;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, sink] : sinks_) events.push_back(ErrorEvent(id, what));
+  }
+  for (const auto& e : events) {
+    try {
+      engine_.Cancel(e.id);
+    } catch (...) {
+      log::Error("scheduler: cancelling sequence " + std::to_string(e.id) + " failed: " + Describe(std::current_exception()));
+    }
+  }
+  return events;
+}
+
+void Scheduler::Deliver(std::vector<std::pair<std::shared_ptr<SequenceSink>, const engine::TokenEvent*>>& routed) {
+  std::set<const SequenceSink*> cut;  // sinks that threw this round: no more events for them
+  for (auto& [sink, e] : routed) {
+    if (cut.count(sink.get())) continue;
+    std::string what;
+    try {
+      sink->OnEvent(*e);
+      continue;
+    } catch (...) {
+      what = Describe(std::current_exception());
+    }
+    log::Error("scheduler: the sink of sequence " + std::to_string(e->id) + " threw: " + what);
+    if (e->finish != engine::FinishReason::kNone) continue;  // that was its last event anyway
+    cut.insert(sink.get());
+    {
+      std::lock_guard lock(mu_);
+      auto it = sinks_.find(e->id);
+      if (it != sinks_.end() && it->second == sink) sinks_.erase(it);
+    }
+    try {
+      engine_.Cancel(e->id);
+    } catch (...) {
+      log::Error("scheduler: cancelling sequence " + std::to_string(e->id) + " failed: " + Describe(std::current_exception()));
+    }
+    // One last event so that the sink can still answer its client.
+    try {
+      sink->OnEvent(ErrorEvent(e->id, "writing the response failed: " + what));
+    } catch (...) {
+      log::Error("scheduler: the sink of sequence " + std::to_string(e->id) + " threw again on its error: " +
+                 Describe(std::current_exception()));
+    }
+  }
+}
+
 void Scheduler::Loop() {
+  auto has_work = [this] {
+    try {
+      return engine_.HasWork();
+    } catch (...) {
+      log::Error("scheduler: HasWork threw: " + Describe(std::current_exception()));
+      return false;
+    }
+  };
   while (true) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || wake_ || engine_.HasWork(); });
+      cv_.wait(lock, [&] { return stop_ || wake_ || has_work(); });
       if (stop_) return;
       wake_ = false;
     }
-    std::vector<engine::TokenEvent> events = engine_.Step();
+    std::vector<engine::TokenEvent> events;
+    bool threw = false;
+    try {
+      events = engine_.Step();
+    } catch (...) {
+      threw = true;
+      events = FailInFlight("the engine step threw: " + Describe(std::current_exception()));
+    }
     std::vector<std::pair<std::shared_ptr<SequenceSink>, const engine::TokenEvent*>> routed;
     routed.reserve(events.size());
     {
@@ -88,13 +192,8 @@ void Scheduler::Loop() {
       }
     }
     // Sinks run outside the lock: they write to sockets and may call Cancel.
-    for (auto& [sink, e] : routed) {
-      try {
-        sink->OnEvent(*e);
-      } catch (const std::exception& ex) {
-        log::Error(std::string("scheduler: a sequence sink threw: ") + ex.what());
-      }
-    }
+    Deliver(routed);
+    if (threw) std::this_thread::sleep_for(kBackoffAfterThrow);
   }
 }
 

@@ -69,5 +69,21 @@ TEST(ApiKeys, HashesOnlyAndTenants) {
   EXPECT_TRUE(ApiKeys::Open().Authenticate("").has_value());
 }
 
+TEST(DaemonConfig, PrefixCacheBytes) {
+  EXPECT_EQ(DaemonConfig{}.prefix_cache_bytes, int64_t{1} << 30);
+  auto c = ParseDaemonConfigYaml("prefix_cache_bytes: 268435456\n", "daemon.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->prefix_cache_bytes, 268435456);
+  std::vector<std::string> args = {"serve", "--model", "/m", "--prefix-cache-bytes", "0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  auto f = ParseServeArgs(static_cast<int>(argv.size()), argv.data());
+  ASSERT_TRUE(f.has_value()) << f.error().message();
+  EXPECT_EQ(f->prefix_cache_bytes, 0);
+  auto bad = ParseDaemonConfigYaml("prefix_cache_bytes: -1\n", "daemon.yaml");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("prefix_cache_bytes: must be between 0 and"), std::string::npos) << bad.error().message();
+}
+
 }  // namespace
 }  // namespace moeserve::daemon

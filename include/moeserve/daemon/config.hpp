@@ -20,6 +20,8 @@
 //   cache_tokens: 65536           # KV pool size in tokens
 //   block_tokens: 16
 //   prefix_cache: true
+//   prefix_cache_bytes: 1073741824   # bound on what the prefix cache holds: its KV blocks, DeltaNet
+//                                    # state copies (one per entry) and bookkeeping; LRU eviction; 0: none
 //   threads: 0                    # 0: all cores
 //   max_context: 0                # 0: the model's
 //   default_max_tokens: 1024
@@ -62,6 +64,7 @@ struct DaemonConfig {
   int64_t cache_tokens = 1 << 16;
   int block_tokens = 16;
   bool prefix_cache = true;
+  int64_t prefix_cache_bytes = int64_t{1} << 30;
   int threads = 0;
   int max_context = 0;
   int default_max_tokens = 1024;

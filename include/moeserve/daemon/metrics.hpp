@@ -6,8 +6,8 @@
 // The weight puller's counters (moe_weights_bytes_pulled_total, ...) live in
 // storage/pull_metrics and are appended to every scrape.
 //
-// Engine-side numbers (running, waiting, cache usage, prefix hits, expert
-// routing) are pulled from Engine::Metrics() at scrape time; counters the
+// Engine-side numbers (running, waiting, cache usage, prefix hits, the prefix
+// cache's bytes and evictions, expert routing) are pulled from Engine::Metrics() at scrape time; counters the
 // engine reports as running totals are advanced by their difference.
 //
 // Thread safety: every method may be called from any thread.
@@ -61,6 +61,13 @@ class DaemonMetrics {
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_usage_;
   prometheus::Gauge* prefix_hit_ratio_;
+  prometheus::Gauge* prefix_bytes_;
+  prometheus::Gauge* prefix_limit_bytes_;
+  prometheus::Gauge* prefix_entries_;
+  prometheus::Counter* prefix_evicted_bytes_;
+  prometheus::Counter* prefix_evicted_entries_;
+  prometheus::Counter* prefix_evicted_pool_;
+  prometheus::Counter* prefix_uncached_;
   prometheus::Family<prometheus::Counter>* expert_tokens_;
   prometheus::Family<prometheus::Counter>* alert_deliveries_;
   prometheus::Counter* tool_call_parse_errors_;
@@ -68,6 +75,7 @@ class DaemonMetrics {
 
   std::mutex mu_;  // guards the last-seen engine totals
   std::vector<std::vector<uint64_t>> last_expert_tokens_;
+  engine::PrefixCacheStats last_prefix_;
 };
 
 }  // namespace moeserve::daemon
