@@ -1,4 +1,7 @@
-// file:// sources: a directory on a local or network filesystem.
+// file:// sources: a directory on a local or network filesystem. Objects are
+// read without following links below the root: a link in a source folder
+// (to a node file, say) must not carry that file into the cache, where a
+// tenant's pod can read it. The root itself may be reached through links.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -7,6 +10,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "moeserve/daemon/storage/nofollow.hpp"
 #include "source_factories.hpp"
 
 namespace moeserve::daemon::storage {
@@ -18,14 +22,10 @@ class FileConnection final : public ObjectConnection {
 
   Result<uint64_t> Get(const std::string& key, uint64_t offset, uint64_t length, const ByteSink& sink) override {
     std::string path = root_ + "/" + key;
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      int err = errno;
-      std::string msg = "file '" + path + "': " + std::strerror(err);
-      if (err == ENOENT) return Fail(Error::NotFound(msg));
-      if (err == EACCES) return Fail(Error::PermissionDenied(msg));
-      return Fail(Error::Io(msg));
-    }
+    MOE_ASSIGN_OR_RETURN(UniqueFd root, OpenDirectory(root_, false));
+    auto opened = OpenFileAt(root.get(), key, O_RDONLY, root_);
+    if (!opened) return Fail(opened.error().WithContext("file source"));
+    int fd = opened->release();
     std::vector<char> buf(1 << 20);
     uint64_t delivered = 0;
     Status status = Ok();
@@ -68,7 +68,14 @@ class FileSource final : public ObjectSource {
     if (ec) return Fail(Error::NotFound("file source '" + root_ + "': " + ec.message()));
     for (; it != end; it.increment(ec)) {
       if (ec) return Fail(Error::Io("listing '" + root_ + "': " + ec.message()));
-      if (!it->is_regular_file()) continue;
+      // The iterator does not descend into linked folders; a linked file is refused outright.
+      fs::file_status st = it->symlink_status(ec);
+      if (ec) return Fail(Error::Io("listing '" + root_ + "': " + ec.message()));
+      if (fs::is_directory(st)) continue;
+      if (!fs::is_regular_file(st))
+        return Fail(Error::PermissionDenied("file source: '" + it->path().string() + "' is " +
+                                            (fs::is_symlink(st) ? "a symbolic link" : "not a regular file") +
+                                            "; refusing to follow or use it"));
       out.push_back({fs::relative(it->path(), root_).generic_string(), static_cast<uint64_t>(it->file_size())});
     }
     return out;

@@ -1,5 +1,11 @@
 // http(s):// and s3:// sources over libcurl. S3 is HTTP plus SigV4 headers,
 // bucket/key addressing and S3's XML error bodies.
+//
+// Redirects (http(s) sources only; S3 answers its own with errors) never go
+// from https to http: libcurl may follow an https source only to https
+// (CURLOPT_REDIR_PROTOCOLS_STR), and every hop's Location is checked as its
+// headers arrive, so the transfer stops, before any request goes out in
+// clear text, with an error naming both ends.
 #include <curl/curl.h>
 #include <strings.h>
 
@@ -70,12 +76,35 @@ struct Transfer {
   bool stalled = false;
   std::string error_body;
   std::optional<std::chrono::milliseconds> retry_after;
+  std::string downgrade_to;  // set when a hop from https pointed at http
+  std::string downgrade_from;
 };
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && strncasecmp(s.data(), prefix.data(), prefix.size()) == 0;
+}
 
 size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   std::string_view line(data, size * n);
   if (line.starts_with("HTTP/")) t->retry_after.reset();
+  if (StartsWithNoCase(line, "location:")) {
+    std::string_view target = line.substr(9);
+    while (!target.empty() && (target.front() == ' ' || target.front() == '\t')) target.remove_prefix(1);
+    while (!target.empty() && (target.back() == '\r' || target.back() == '\n' || target.back() == ' '))
+      target.remove_suffix(1);
+    long code = 0;
+    curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &code);
+    char* current = nullptr;
+    curl_easy_getinfo(t->curl, CURLINFO_EFFECTIVE_URL, &current);
+    // A relative Location keeps the scheme; only an absolute http:// one downgrades.
+    if (code >= 300 && code < 400 && current && StartsWithNoCase(current, "https://") &&
+        StartsWithNoCase(target, "http://")) {
+      t->downgrade_from = current;
+      t->downgrade_to = std::string(target);
+      return 0;  // aborts the transfer (CURLE_WRITE_ERROR) before curl follows
+    }
+  }
   if (line.size() > 12 && strncasecmp(line.data(), "retry-after:", 12) == 0) {
     std::string v(line.substr(12));
     try {
@@ -201,10 +230,20 @@ class HttpConnection final : public ObjectConnection {
       size_t pos = 0;
       while ((pos = body.find("<Contents>", pos)) != std::string::npos) {
         size_t end = body.find("</Contents>", pos);
+        if (end == std::string::npos) return Fail(Error::Unavailable(Describe("") + ": listing ends mid-entry"));
         std::string item = body.substr(pos, end - pos);
         std::string key = XmlUnescape(XmlField(item, "Key"));
+        // ListObjectsV2 with a prefix returns only keys under it; cutting
+        // another key by the prefix's length would make up a path.
+        if (!key.starts_with(s3_->prefix))
+          return Fail(Error::InvalidArgument("listing of bucket '" + s3_->bucket + "', prefix '" + s3_->prefix +
+                                             "' returned key '" + key + "', which is not under the prefix"));
+        std::string size = XmlField(item, "Size");
+        if (size.empty() || size.size() > 19 || size.find_first_not_of("0123456789") != std::string::npos)
+          return Fail(Error::InvalidArgument("listing of bucket '" + s3_->bucket + "': key '" + key +
+                                             "' has no valid <Size>"));
         if (key.size() > s3_->prefix.size() && !key.ends_with("/"))
-          out.push_back({key.substr(s3_->prefix.size()), std::stoull("0" + XmlField(item, "Size"))});
+          out.push_back({key.substr(s3_->prefix.size()), std::stoull(size)});
         pos = end;
       }
       if (XmlField(body, "IsTruncated") != "true") break;
@@ -233,6 +272,9 @@ class HttpConnection final : public ObjectConnection {
     curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(curl_, CURLOPT_FOLLOWLOCATION, s3_ ? 0L : 1L);
+    curl_easy_setopt(curl_, CURLOPT_MAXREDIRS, 10L);
+    const bool https = spec.url.rfind("https://", 0) == 0;
+    curl_easy_setopt(curl_, CURLOPT_REDIR_PROTOCOLS_STR, https ? "https" : "http,https");
     curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
     t.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.stall_timeout);
     t.last_byte = std::chrono::steady_clock::now();
@@ -248,6 +290,16 @@ class HttpConnection final : public ObjectConnection {
     CURLcode rc = curl_easy_perform(curl_);
     curl_slist_free_all(headers);
     if (!t.status_known) curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &t.status);
+    if (!t.downgrade_to.empty())
+      return Fail(Error::PermissionDenied(spec.method + " " + spec.url + ": " + t.downgrade_from + " redirected to " +
+                                          t.downgrade_to + "; refusing to follow a redirect from https to http"));
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL && https) {
+      char* last = nullptr;
+      curl_easy_getinfo(curl_, CURLINFO_EFFECTIVE_URL, &last);
+      if (last && std::string_view(last) != spec.url)
+        return Fail(Error::PermissionDenied(spec.method + " " + spec.url + ": redirected to " + last +
+                                            "; an https source is followed only to https"));
+    }
     MOE_TRY(t.sink_status);
     if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && t.got_enough)) return Ok();
     std::string what = spec.method + " " + spec.url + ": " + curl_easy_strerror(rc) +

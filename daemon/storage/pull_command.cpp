@@ -33,7 +33,9 @@ constexpr const char* kUsage =
     "  --max-attempts N         consecutive failed attempts per part before giving up (default 8)\n"
     "  --retry-base-ms N        first backoff step (default 200)\n"
     "  --stall-timeout S        abandon a transfer that moves no byte for S seconds (default 30)\n"
-    "  --no-verify              allow a source without manifest.json (no sha256 checks)\n"
+    "  --no-verify              allow a source without manifest.json (no sha256 checks; cached apart\n"
+    "                           from verified pulls, which never reuse it)\n"
+    "  --reverify               hash a cached verified model again before reusing it\n"
     "  --quiet                  no progress output\n";
 
 Result<uint64_t> ParseSize(const std::string& flag, const std::string& text) {
@@ -117,6 +119,8 @@ Result<PullArgs> ParseArgs(int argc, char** argv) {
       a.options.source.stall_timeout = std::chrono::seconds(n);
     } else if (arg == "--no-verify") {
       a.options.verify = false;
+    } else if (arg == "--reverify") {
+      a.options.reverify_cached = true;
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (arg == "-h" || arg == "--help") {
@@ -177,7 +181,8 @@ int RunPullCommand(int argc, char** argv) {
       double rate = s.seconds > 0 ? static_cast<double>(s.bytes_fetched) / s.seconds : 0;
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%.2f", s.seconds);
-      log::Info("pull " + args->uri + ": " + FormatBytes(static_cast<double>(s.bytes_total)) + " verified; fetched " +
+      log::Info("pull " + args->uri + ": " + FormatBytes(static_cast<double>(s.bytes_total)) +
+                (args->options.verify ? " verified" : " NOT verified") + "; fetched " +
                 FormatBytes(static_cast<double>(s.bytes_fetched)) + " in " + secs + " s (" +
                 FormatBytes(rate) + "/s), resumed " + FormatBytes(static_cast<double>(s.bytes_resumed)));
     }

@@ -5,52 +5,57 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "moeserve/common/durable_file.hpp"
+#include "moeserve/daemon/storage/nofollow.hpp"
 
 namespace moeserve::daemon::storage {
-namespace fs = std::filesystem;
+namespace {
 
-Result<std::unique_ptr<ResumeRecord>> ResumeRecord::OpenOrCreate(const std::string& dir,
+constexpr const char* kStateDir = ".pull";
+// plan.json is two fields; anything larger was not written by us.
+constexpr size_t kMaxPlanBytes = 4096;
+
+// The part size of a plan made for manifest_sha256, or 0 when the plan is
+// missing, unreadable or made for another manifest.
+uint64_t ReusablePartSize(int dir_fd, const std::string& dir, const std::string& manifest_sha256) {
+  auto text = ReadFileAt(dir_fd, std::string(kStateDir) + "/plan.json", kMaxPlanBytes, dir);
+  if (!text) return 0;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return 0;
+  auto sha = j.find("manifest_sha256"), size = j.find("part_size");
+  if (sha == j.end() || !sha->is_string() || *sha != manifest_sha256) return 0;
+  if (size == j.end() || !size->is_number_unsigned()) return 0;
+  return size->get<uint64_t>();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ResumeRecord>> ResumeRecord::OpenOrCreate(int dir_fd, const std::string& dir,
                                                                  const engine::Manifest& manifest,
                                                                  const std::string& manifest_sha256,
                                                                  uint64_t part_size) {
   std::unique_ptr<ResumeRecord> r(new ResumeRecord());
-  r->state_dir_ = dir + "/.pull";
-  std::error_code ec;
-  bool reuse = false;
-  {
-    std::ifstream in(r->state_dir_ + "/plan.json");
-    if (in) {
-      std::stringstream ss;
-      ss << in.rdbuf();
-      auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-      if (!j.is_discarded() && j.value("manifest_sha256", "") == manifest_sha256 && j.value("part_size", 0ull) > 0) {
-        reuse = true;
-        part_size = j["part_size"].get<uint64_t>();
-      }
-    }
-  }
-  if (!reuse) {
+  r->dir_fd_ = dir_fd;
+  r->state_dir_ = dir + "/" + kStateDir;
+  uint64_t reused_part_size = ReusablePartSize(dir_fd, dir, manifest_sha256);
+  bool reuse = reused_part_size > 0;
+  if (reuse) {
+    part_size = reused_part_size;
+  } else {
     // A different manifest (new revision content) or no record: start clean.
-    fs::remove_all(dir, ec);
-    fs::create_directories(r->state_dir_, ec);
-    if (ec) return Fail(Error::Io("cache: creating '" + r->state_dir_ + "': " + ec.message()));
+    MOE_TRY(ClearDirectory(dir_fd, dir));
   }
+  MOE_ASSIGN_OR_RETURN(UniqueFd state, OpenDirectoryAt(dir_fd, kStateDir, true, dir));
   r->part_size_ = part_size;
   for (size_t f = 0; f < manifest.files.size(); ++f) {
     uint64_t size = manifest.files[f].size;
     for (uint64_t off = 0; off < size; off += part_size) r->parts_.push_back({f, off, std::min(part_size, size - off)});
   }
   r->done_ = std::make_unique<std::atomic<uint64_t>[]>(r->parts_.size());
-  std::string progress = r->state_dir_ + "/progress.bin";
-  r->fd_ = ::open(progress.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (r->fd_ < 0) return Fail(Error::Io("cache: open '" + progress + "': " + std::strerror(errno)));
+  MOE_ASSIGN_OR_RETURN(UniqueFd progress, OpenFileAt(state.get(), "progress.bin", O_RDWR | O_CREAT, r->state_dir_));
+  r->fd_ = progress.release();
   if (reuse) {
     std::vector<uint64_t> counts(r->parts_.size(), 0);
     ssize_t n = ::pread(r->fd_, counts.data(), counts.size() * sizeof(uint64_t), 0);
@@ -60,10 +65,10 @@ Result<std::unique_ptr<ResumeRecord>> ResumeRecord::OpenOrCreate(const std::stri
     }
   } else {
     if (::ftruncate(r->fd_, static_cast<off_t>(r->parts_.size() * sizeof(uint64_t))) != 0)
-      return Fail(Error::Io("cache: sizing '" + progress + "': " + std::strerror(errno)));
+      return Fail(Error::Io("cache: sizing '" + r->state_dir_ + "/progress.bin': " + std::strerror(errno)));
     nlohmann::json plan = {{"manifest_sha256", manifest_sha256}, {"part_size", part_size}};
     // The plan is written after progress.bin exists, so a plan on disk always has its counts.
-    MOE_TRY(WriteFileDurably(r->state_dir_ + "/plan.json", plan.dump()));
+    MOE_TRY(WriteFileAt(state.get(), "plan.json", plan.dump(), r->state_dir_));
   }
   return r;
 }
@@ -89,10 +94,8 @@ uint64_t ResumeRecord::TotalDone() const {
 Status ResumeRecord::Remove() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  std::error_code ec;
-  fs::remove_all(state_dir_, ec);
-  if (ec) return Fail(Error::Io("cache: removing '" + state_dir_ + "': " + ec.message()));
-  return Ok();
+  std::string dir = state_dir_.substr(0, state_dir_.size() - std::string(kStateDir).size() - 1);
+  return RemoveTreeAt(dir_fd_, kStateDir, dir);
 }
 
 }  // namespace moeserve::daemon::storage

@@ -1,5 +1,6 @@
 // The resume record of a partial download: how many bytes of each part are on
-// disk. It lives in partial/<key>/.pull/ beside the files being written:
+// disk. It lives in partial/<key>/.pull/ beside the files being written, and
+// is reached through partial/<key>'s descriptor without following links:
 //   plan.json     {"manifest_sha256", "part_size"}: the plan the counts refer to
 //   progress.bin  one little-endian uint64 per part: bytes written from the part's start
 // A worker writes data with pwrite before it records the count, so after a
@@ -28,9 +29,11 @@ struct PartSpan {
 
 class ResumeRecord {
  public:
-  // Reuses dir's record when it was made for the same manifest (keeping its
-  // part size); otherwise clears dir and starts a new plan with part_size.
-  static Result<std::unique_ptr<ResumeRecord>> OpenOrCreate(const std::string& dir, const engine::Manifest& manifest,
+  // Reuses the record in dir_fd (partial/<key>, shown as `dir` in messages)
+  // when it was made for the same manifest (keeping its part size); otherwise
+  // clears the folder and starts a new plan with part_size.
+  static Result<std::unique_ptr<ResumeRecord>> OpenOrCreate(int dir_fd, const std::string& dir,
+                                                            const engine::Manifest& manifest,
                                                             const std::string& manifest_sha256, uint64_t part_size);
   ~ResumeRecord();
 
@@ -45,6 +48,7 @@ class ResumeRecord {
 
  private:
   ResumeRecord() = default;
+  int dir_fd_ = -1;  // partial/<key>, owned by the caller
   std::string state_dir_;
   uint64_t part_size_ = 0;
   std::vector<PartSpan> parts_;

@@ -1,7 +1,9 @@
 // WeightPuller::Pull, in steps:
 //   1. take the per-model pull lock (another process pulling the same model: wait);
-//   2. reuse the cached model when it is complete;
-//   3. fetch manifest.json (or list the source with --no-verify);
+//   2. reuse the cached model when it is complete, was verified if the request
+//      needs that, and passes CheckCachedModel (no planted links);
+//   3. fetch manifest.json (or list the source with --no-verify), and refuse
+//      any path that would leave the model's folder;
 //   4. make room (LRU eviction under the size limit) and check free space;
 //   5. open or create the resume record in partial/<key>;
 //   6. download the missing byte ranges with N workers, verifying each file
@@ -17,18 +19,18 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/sha256.hpp"
+#include "moeserve/daemon/storage/nofollow.hpp"
+#include "moeserve/daemon/storage/object_key.hpp"
 #include "moeserve/daemon/storage/pull_metrics.hpp"
-#include "moeserve/common/durable_file.hpp"
+#include "cached_model.hpp"
 #include "resume_record.hpp"
 
 namespace moeserve::daemon::storage {
-namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -56,34 +58,20 @@ Status WithRetries(const RetryPolicy& policy, ObjectConnection& conn, std::mt199
   }
 }
 
-// A file descriptor closed on scope exit. Files are opened per task rather
-// than all at once, so a checkpoint of thousands of shards stays within the
-// process's descriptor limit.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 struct OpenFile {
   std::atomic<size_t> parts_left{0};
   std::atomic<int> refetches{0};
 };
 
+// Files are opened per task rather than all at once, so a checkpoint of
+// thousands of shards stays within the process's descriptor limit; each open
+// walks from partial/<key>'s descriptor without following links.
 class Download {
  public:
-  Download(ObjectSource& source, const engine::Manifest& manifest, ResumeRecord& record, const std::string& dir,
-           const PullOptions& options, PullStatus& status)
-      : source_(source), manifest_(manifest), record_(record), dir_(dir), options_(options), status_(status),
-        files_(manifest.files.size()) {}
+  Download(ObjectSource& source, const engine::Manifest& manifest, ResumeRecord& record, int dir_fd,
+           const std::string& dir, const PullOptions& options, PullStatus& status)
+      : source_(source), manifest_(manifest), record_(record), dir_fd_(dir_fd), dir_(dir), options_(options),
+        status_(status), files_(manifest.files.size()) {}
 
 
   Status Run(PullStats& stats) {
@@ -117,11 +105,9 @@ class Download {
   Status OpenFiles() {
     for (size_t f = 0; f < manifest_.files.size(); ++f) {
       std::string path = dir_ + "/" + manifest_.files[f].path;
-      std::error_code ec;
-      fs::create_directories(fs::path(path).parent_path(), ec);
-      ScopedFd file(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-      int fd = file.get();
-      if (fd < 0) return Fail(Error::Io("cache: open '" + path + "': " + std::strerror(errno)));
+      auto opened = OpenFileAt(dir_fd_, manifest_.files[f].path, O_RDWR | O_CREAT, dir_);
+      if (!opened) return Fail(opened.error().WithContext("cache"));
+      int fd = opened->get();
       struct stat st{};
       ::fstat(fd, &st);
       if (static_cast<uint64_t>(st.st_size) != manifest_.files[f].size &&
@@ -159,8 +145,7 @@ class Download {
   Status FetchPart(size_t p, ObjectConnection& conn, std::mt19937_64& rng) {
     const PartSpan& part = record_.parts()[p];
     const engine::ManifestEntry& file = manifest_.files[part.file];
-    MOE_ASSIGN_OR_RETURN(int raw_fd, Open(part.file));
-    ScopedFd file_fd(raw_fd);
+    MOE_ASSIGN_OR_RETURN(UniqueFd file_fd, Open(part.file));
     int fd = file_fd.get();
     auto attempt = [&]() -> Status {
       uint64_t done = record_.Done(p);
@@ -215,16 +200,14 @@ class Download {
     return VerifyFile(f, conn, rng);
   }
 
-  Result<int> Open(size_t f) {
-    std::string path = dir_ + "/" + manifest_.files[f].path;
-    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) return Fail(Error::Io("cache: open '" + path + "': " + std::strerror(errno)));
-    return fd;
+  Result<UniqueFd> Open(size_t f) {
+    auto opened = OpenFileAt(dir_fd_, manifest_.files[f].path, O_RDWR, dir_);
+    if (!opened) return Fail(opened.error().WithContext("cache"));
+    return std::move(*opened);
   }
 
   Result<std::string> HashFile(size_t f) {
-    MOE_ASSIGN_OR_RETURN(int raw_fd, Open(f));
-    ScopedFd file(raw_fd);
+    MOE_ASSIGN_OR_RETURN(UniqueFd file, Open(f));
     Sha256 h;
     std::vector<char> buf(1 << 20);
     uint64_t off = 0, size = manifest_.files[f].size;
@@ -240,8 +223,7 @@ class Download {
   }
 
   Status FsyncFile(size_t f) {
-    MOE_ASSIGN_OR_RETURN(int raw_fd, Open(f));
-    ScopedFd file(raw_fd);
+    MOE_ASSIGN_OR_RETURN(UniqueFd file, Open(f));
     if (::fsync(file.get()) != 0)
       return Fail(Error::Io("cache: fsync '" + manifest_.files[f].path + "': " + std::strerror(errno)));
     return Ok();
@@ -250,6 +232,7 @@ class Download {
   ObjectSource& source_;
   const engine::Manifest& manifest_;
   ResumeRecord& record_;
+  int dir_fd_;  // partial/<key>
   std::string dir_;
   const PullOptions& options_;
   PullStatus& status_;
@@ -322,6 +305,7 @@ Result<std::pair<engine::Manifest, std::string>> LoadManifest(ObjectSource& sour
   stats.bytes_fetched += text.size();
   if (s) {
     MOE_ASSIGN_OR_RETURN(engine::Manifest m, engine::ParseManifest(text, source.Describe("manifest.json")));
+    MOE_TRY(CheckManifestPaths(m, source.Describe("manifest.json")));
     return std::pair{std::move(m), text};
   }
   if (s.error().code() != ErrorCode::kNotFound) return Fail(s.error());
@@ -334,7 +318,36 @@ Result<std::pair<engine::Manifest, std::string>> LoadManifest(ObjectSource& sour
   if (objects.empty()) return Fail(Error::NotFound(source.Describe("") + ": no objects to pull"));
   engine::Manifest m;
   for (auto& o : objects) m.files.push_back({o.key, o.size, ""});
+  MOE_TRY(CheckManifestPaths(m, "listing of " + source.Describe("")));
   return std::pair{std::move(m), std::string()};
+}
+
+// Step 2: the complete model under key, leased, when it may serve this
+// request: a verified request takes only a model recorded as verified; every
+// reuse first passes CheckCachedModel. nullopt when there is none.
+Result<std::optional<PulledModel>> ReuseCached(const ModelCache& cache, const std::string& key, bool need_verified,
+                                               bool rehash) {
+  MOE_ASSIGN_OR_RETURN(bool present, cache.FindModel(key));
+  if (!present) return std::nullopt;
+  auto lease = cache.Lease(key);
+  if (!lease) {
+    if (lease.error().code() == ErrorCode::kNotFound) return std::nullopt;  // evicted meanwhile
+    return Fail(lease.error());
+  }
+  auto meta = cache.ReadMeta(key);
+  if (!meta)
+    return Fail(meta.error().WithContext("cache: nothing records how " + cache.ModelPath(key) +
+                                         " was pulled, so it is not reused (remove it to pull again)"));
+  if (need_verified && !meta->verified)
+    return Fail(Error::Corruption(cache.ModelPath(key), "recorded as not verified under a verified key; not reused "
+                                                        "(remove it to pull again)"));
+  MOE_TRY(CheckCachedModel(cache, key, meta->verified, rehash));
+  PulledModel out;
+  out.dir = cache.ModelPath(key);
+  out.lease = std::move(*lease);
+  out.stats.reused = true;
+  out.stats.bytes_total = meta->bytes;
+  return std::optional<PulledModel>(std::move(out));
 }
 
 }  // namespace
@@ -350,22 +363,20 @@ Result<PulledModel> WeightPuller::Pull(const std::string& uri_text, const PullOp
   auto run = [&]() -> Result<PulledModel> {
     MOE_ASSIGN_OR_RETURN(SourceUri uri, ParseSourceUri(uri_text));
     MOE_ASSIGN_OR_RETURN(ModelCache cache, ModelCache::Open(cache_config_));
-    std::string key = ModelCache::Key(uri.original, options.revision);
+    std::string key = ModelCache::Key(uri.original, options.revision, options.verify);
     PulledModel out;
     out.dir = cache.ModelPath(key);
 
     // 1-2. One puller per model per node; the others wait, then reuse its result.
     status.SetState(PullState::kWaitingForLock);
     MOE_ASSIGN_OR_RETURN(FileLock pull_lock, cache.LockForPull(key));
-    if (cache.IsComplete(key)) {
-      auto lease = cache.Lease(key);
-      if (lease) {
-        out.lease = std::move(*lease);
-        out.stats.reused = true;
-        out.stats.bytes_total = cache.ModelBytes(key);
-        return out;
-      }
+    MOE_ASSIGN_OR_RETURN(auto reused, ReuseCached(cache, key, options.verify, options.reverify_cached));
+    if (!reused && !options.verify) {
+      // A verified copy serves an unverified request as well.
+      std::string verified_key = ModelCache::Key(uri.original, options.revision, true);
+      MOE_ASSIGN_OR_RETURN(reused, ReuseCached(cache, verified_key, true, options.reverify_cached));
     }
+    if (reused) return std::move(*reused);
 
     // 3. What to fetch.
     status.SetState(PullState::kFetchingManifest);
@@ -379,7 +390,8 @@ Result<PulledModel> WeightPuller::Pull(const std::string& uri_text, const PullOp
     // 4-5. Room for it, then the resume record (whatever is already on disk counts).
     MOE_TRY(cache.MakeRoom(total, key));
     if (options.part_size == 0) return Fail(Error::InvalidArgument("part size must be positive"));
-    MOE_ASSIGN_OR_RETURN(auto record, ResumeRecord::OpenOrCreate(cache.PartialPath(key), manifest,
+    MOE_ASSIGN_OR_RETURN(UniqueFd partial, cache.OpenPartial(key));
+    MOE_ASSIGN_OR_RETURN(auto record, ResumeRecord::OpenOrCreate(partial.get(), cache.PartialPath(key), manifest,
                                                                   Sha256Hex(manifest_text), options.part_size));
     uint64_t present = record->TotalDone();
     MOE_TRY(cache.CheckFreeSpace(total - present + (1 << 20)));
@@ -392,7 +404,7 @@ Result<PulledModel> WeightPuller::Pull(const std::string& uri_text, const PullOp
     status.SetState(PullState::kDownloading);
     {
       ProgressReporter reporter(options, status);
-      Download download(*source, manifest, *record, cache.PartialPath(key), options, status);
+      Download download(*source, manifest, *record, partial.get(), cache.PartialPath(key), options, status);
       uint64_t fetched_before = status.Snapshot().bytes_fetched;
       Status s = download.Run(out.stats);
       out.stats.bytes_fetched += status.Snapshot().bytes_fetched - fetched_before;
@@ -402,9 +414,9 @@ Result<PulledModel> WeightPuller::Pull(const std::string& uri_text, const PullOp
     // 7. Publish atomically: manifest.json beside the files, state folder gone.
     status.SetState(PullState::kVerifying);
     if (!manifest_text.empty())
-      MOE_TRY(WriteFileDurably(cache.PartialPath(key) + "/manifest.json", manifest_text));
+      MOE_TRY(WriteFileAt(partial.get(), "manifest.json", manifest_text, cache.PartialPath(key)));
     MOE_TRY(record->Remove());
-    MOE_TRY(cache.Publish(key, uri.original, options.revision, total));
+    MOE_TRY(cache.Publish(key, {uri.original, options.revision, total, options.verify}));
     MOE_ASSIGN_OR_RETURN(out.lease, cache.Lease(key));
     return out;
   };

@@ -1,25 +1,36 @@
 // The node-local model cache, shared by every daemon on the node.
 //
 // Layout under root:
-//   models/<key>/     complete, verified models; a directory appears here only
-//                     by rename(2) from partial/, so a reader never sees half a model
+//   models/<key>/     complete models; a directory appears here only by
+//                     rename(2) from partial/, so a reader never sees half a model
 //   partial/<key>/    downloads in progress, with their resume record
-//   meta/<key>.json   uri, revision and size; its mtime is the last use (LRU)
+//   meta/<key>.json   uri, revision, size and whether the content was verified
+//                     against a manifest; its mtime is the last use (LRU)
 //   locks/<key>.pull  flock(LOCK_EX) while one process pulls <key>; others wait
 //   locks/<key>.use   flock(LOCK_SH) while a process uses models/<key>
-// <key> = first 32 hex digits of sha256(uri + "\n" + revision).
+// <key> = first 32 hex digits of sha256(uri + "\n" + revision + "\n" +
+// "verified" or "unverified"): an unverified pull can never satisfy a verified
+// request, since it lands under another key.
+//
+// The cache may be writable by others (a directory shared by several tenants'
+// pods), so everything below root is reached through directory descriptors
+// with openat(2) and O_NOFOLLOW (nofollow.hpp): a symbolic link planted at a
+// lock, a meta file, a model or a partial download is an error, never followed.
 //
 // Eviction removes least-recently-used complete models whose use lock it can
 // take exclusively without waiting, so a model some process holds is never
 // evicted. Locks are flock(2): they vanish with the process (kill -9 included).
 //
-// Thread safety: ModelCache is immutable after Open; locks are per object.
+// Thread safety: ModelCache is immutable after Open (copies share its open
+// directories); locks are per object.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/daemon/storage/nofollow.hpp"
 
 namespace moeserve::daemon::storage {
 
@@ -42,6 +53,7 @@ class FileLock {
 
 enum class LockMode { kShared, kExclusive };
 // Blocking unless try_only; with try_only an unavailable lock returns a FileLock that is not held.
+// The lock file is created if missing; a link at path is refused, not followed.
 Result<FileLock> LockFile(const std::string& path, LockMode mode, bool try_only = false);
 
 struct CacheConfig {
@@ -49,11 +61,19 @@ struct CacheConfig {
   uint64_t size_limit_bytes = 0;  // 0: no limit
 };
 
+// What meta/<key>.json records of a complete model.
+struct CachedModelMeta {
+  std::string uri;
+  std::string revision;
+  uint64_t bytes = 0;
+  bool verified = false;  // every file's sha256 was checked against manifest.json
+};
+
 class ModelCache {
  public:
   static Result<ModelCache> Open(const CacheConfig& config);
 
-  static std::string Key(const std::string& uri, const std::string& revision);
+  static std::string Key(const std::string& uri, const std::string& revision, bool verified = true);
   const std::string& root() const { return config_.root; }
   uint64_t size_limit() const { return config_.size_limit_bytes; }
   std::string ModelPath(const std::string& key) const;
@@ -64,11 +84,19 @@ class ModelCache {
   // Shared use lock on a complete model, refreshing its LRU time; kNotFound
   // when models/<key> does not exist (for example, it was just evicted).
   Result<FileLock> Lease(const std::string& key) const;
+  // models/<key> is a directory (a link there does not count).
   bool IsComplete(const std::string& key) const;
+  // Like IsComplete, but a link or file planted at models/<key> is an error.
+  Result<bool> FindModel(const std::string& key) const;
+  // models/<key>, opened without following links.
+  Result<UniqueFd> OpenModel(const std::string& key) const;
+  // partial/<key>, made if missing, opened without following links.
+  Result<UniqueFd> OpenPartial(const std::string& key) const;
+  // meta/<key>.json; kNotFound when missing, kCorruption when unreadable.
+  Result<CachedModelMeta> ReadMeta(const std::string& key) const;
 
-  // Renames partial/<key> to models/<key>, fsyncing both parents, then writes meta.
-  Status Publish(const std::string& key, const std::string& uri, const std::string& revision,
-                 uint64_t bytes) const;
+  // Renames partial/<key> to models/<key>, fsyncing both parents, after writing meta.
+  Status Publish(const std::string& key, const CachedModelMeta& meta) const;
 
   // Size of one complete model from its meta file (0 when unknown).
   uint64_t ModelBytes(const std::string& key) const;
@@ -84,8 +112,12 @@ class ModelCache {
   Status CheckFreeSpace(uint64_t needed) const;
 
  private:
-  explicit ModelCache(CacheConfig config) : config_(std::move(config)) {}
+  struct Dirs;
+  ModelCache(CacheConfig config, std::shared_ptr<const Dirs> dirs)
+      : config_(std::move(config)), dirs_(std::move(dirs)) {}
+  Result<FileLock> LockAt(const std::string& name, LockMode mode, bool try_only) const;
   CacheConfig config_;
+  std::shared_ptr<const Dirs> dirs_;
 };
 
 }  // namespace moeserve::daemon::storage

@@ -12,9 +12,15 @@
 //
 // Guarantees: manifest.json lists every file with size and sha256, and each is
 // checked before the model becomes visible (a missing manifest is an error
-// unless options.verify is false). Downloads run as parallel ranged GETs;
-// an interrupted pull (error, crash, kill -9) resumes from the last byte each
-// stream wrote, never fetching completed bytes again. Several processes may
+// unless options.verify is false). Whether a model was verified is part of its
+// cache key, so an unverified pull never satisfies a verified request (a
+// verified copy does satisfy an unverified one). In every mode, a key or
+// manifest path that would leave the model's folder is refused before any
+// byte is fetched (object_key.hpp), links found in the cache are refused, not
+// followed (nofollow.hpp), and an https source is never redirected to http.
+// Downloads run as parallel ranged GETs; an interrupted pull (error, crash,
+// kill -9) resumes from the last byte each stream wrote, never fetching
+// completed bytes again. Several processes may
 // pull the same model into one cache: one downloads, the others wait and reuse.
 //
 // Thread safety: Pull may be called concurrently from several threads/processes.
@@ -36,6 +42,9 @@ namespace moeserve::daemon::storage {
 struct PullOptions {
   std::string revision;       // with the URI, the cache key
   bool verify = true;         // false: no manifest needed (s3:// and file:// are listed instead)
+  // Hash every file of a cached verified model again before reusing it (reads
+  // the whole model); otherwise reuse checks its files' kinds and sizes only.
+  bool reverify_cached = false;
   int connections = 8;        // parallel ranged GETs
   uint64_t part_size = 8ull << 20;
   RetryPolicy retry;
