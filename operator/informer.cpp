@@ -103,6 +103,23 @@ void Informer::SleepFor(std::chrono::milliseconds d) {
   cv_.wait_for(lock, d, [&] { return stopping_.load(); });
 }
 
+namespace {
+
+// Handlers run on the informer's thread: an exception there would end the
+// process, so it is logged and the informer goes on.
+template <typename F>
+void Notify(const std::string& what, F&& handler) {
+  try {
+    handler();
+  } catch (const std::exception& e) {
+    log::Warn("informer " + what + ": handler failed: " + e.what());
+  } catch (...) {
+    log::Warn("informer " + what + ": handler failed");
+  }
+}
+
+}  // namespace
+
 Status Informer::ListAndReplace() {
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
@@ -132,13 +149,13 @@ Status Informer::ListAndReplace() {
   relists_++;
   for (const auto& [old, object] : changes) {
     if (old) {
-      if (handlers_.on_update) handlers_.on_update(*old, object);
+      if (handlers_.on_update) Notify(resource_.plural, [&] { handlers_.on_update(*old, object); });
     } else if (handlers_.on_add) {
-      handlers_.on_add(object);
+      Notify(resource_.plural, [&] { handlers_.on_add(object); });
     }
   }
   for (const auto& object : gone)
-    if (handlers_.on_delete) handlers_.on_delete(object);
+    if (handlers_.on_delete) Notify(resource_.plural, [&] { handlers_.on_delete(object); });
   return Ok();
 }
 
@@ -183,11 +200,11 @@ void Informer::Run() {
         rv_ = rv;
       }
       if (type == "DELETED") {
-        if (handlers_.on_delete) handlers_.on_delete(object);
+        if (handlers_.on_delete) Notify(resource_.plural, [&] { handlers_.on_delete(object); });
       } else if (old) {
-        if (handlers_.on_update) handlers_.on_update(*old, object);
+        if (handlers_.on_update) Notify(resource_.plural, [&] { handlers_.on_update(*old, object); });
       } else if (handlers_.on_add) {
-        handlers_.on_add(object);
+        Notify(resource_.plural, [&] { handlers_.on_add(object); });
       }
     });
     if (stopping_) break;

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -27,6 +28,8 @@ const ResourceRef kConfigMap{"", "v1", "configmaps", "ConfigMap", true};
 const ResourceRef kSecret{"", "v1", "secrets", "Secret", true};
 const ResourceRef kService{"", "v1", "services", "Service", true};
 const ResourceRef kPod{"", "v1", "pods", "Pod", true};
+const ResourceRef kPersistentVolume{"", "v1", "persistentvolumes", "PersistentVolume", false};
+const ResourceRef kPersistentVolumeClaim{"", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true};
 const ResourceRef kEvent{"", "v1", "events", "Event", true};
 const ResourceRef kNamespace{"", "v1", "namespaces", "Namespace", false};
 const ResourceRef kStatefulSet{"apps", "v1", "statefulsets", "StatefulSet", true};
@@ -179,7 +182,10 @@ struct KubeClient::Impl {
   std::atomic<bool> cancelled{false};
 };
 
-KubeClient::KubeClient(KubeConfig config) : config_(std::move(config)), impl_(std::make_unique<Impl>()) {}
+KubeClient::KubeClient(KubeConfig config)
+    : config_(std::move(config)),
+      timeout_ms_(std::max<int64_t>(1, static_cast<int64_t>(config_.request_timeout_s * 1000))),
+      impl_(std::make_unique<Impl>()) {}
 
 KubeClient::~KubeClient() { CancelWatches(); }
 
@@ -244,8 +250,37 @@ std::string KubeClient::BearerToken() {
   return token_;
 }
 
+void KubeClient::LimitRequestTimeout(std::chrono::milliseconds timeout) {
+  int64_t current = timeout_ms_.load();
+  while (timeout.count() > 0 && timeout.count() < current && !timeout_ms_.compare_exchange_weak(current, timeout.count())) {
+  }
+}
+
+void KubeClient::SetWriteFence(std::shared_ptr<WriteFence> fence, std::string exempt_prefix) {
+  std::lock_guard lock(fence_mu_);
+  fence_ = std::move(fence);
+  fence_exempt_prefix_ = std::move(exempt_prefix);
+}
+
 Result<json> KubeClient::Call(const std::string& method, const std::string& path_and_query,
-                              const std::string& content_type, const std::string& body) {
+                              const std::string& content_type, const std::string& body,
+                              std::chrono::milliseconds timeout) {
+  const std::string what = method + " " + path_and_query;
+  auto budget = std::chrono::milliseconds(timeout_ms_.load());
+  if (timeout.count() > 0) budget = std::min(budget, timeout);
+  if (method != "GET") {
+    std::shared_ptr<WriteFence> fence;
+    {
+      std::lock_guard lock(fence_mu_);
+      if (fence_ && path_and_query.rfind(fence_exempt_prefix_, 0) != 0) fence = fence_;
+    }
+    if (fence) {
+      const auto left = fence->Remaining();
+      if (left.count() <= 0)
+        return Fail(Error::Unavailable(what + ": not sent: this replica is not leading (its lease deadline passed)"));
+      budget = std::min(budget, left);
+    }
+  }
   http::http_request req(method);
   req.set_request_uri(path_and_query);
   req.headers().add("Accept", "application/json");
@@ -253,22 +288,57 @@ Result<json> KubeClient::Call(const std::string& method, const std::string& path
   std::string token = BearerToken();
   if (!token.empty()) req.headers().add("Authorization", "Bearer " + token);
   if (!body.empty()) req.set_body(body, content_type);
-  const std::string what = method + " " + path_and_query;
+  // The whole exchange, body included, must end by the deadline: cpprest's
+  // own timeout only bounds each wait for bytes, so a server that trickles
+  // could hold a call (and a leader's write) far longer.
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    int code = 0;
+    std::string text, error;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  pplx::cancellation_token_source cancel;
   try {
-    http::http_response resp = impl_->client->request(req).get();
-    std::string text = resp.extract_utf8string(true).get();
-    int code = resp.status_code();
-    if (code >= 300) return Fail(HttpError(code, text, what));
-    json parsed = json::parse(text, nullptr, false);
-    if (parsed.is_discarded()) return Fail(Error::Unavailable(what + ": response is not JSON"));
-    return parsed;
+    impl_->client->request(req, cancel.get_token())
+        .then([](http::http_response resp) {
+          const int code = resp.status_code();
+          return resp.extract_utf8string(true).then([code](std::string text) { return std::make_pair(code, text); });
+        })
+        .then([outcome](pplx::task<std::pair<int, std::string>> t) {
+          std::lock_guard lock(outcome->mu);
+          try {
+            auto [code, text] = t.get();
+            outcome->code = code;
+            outcome->text = std::move(text);
+          } catch (const std::exception& e) {
+            outcome->error = e.what();
+          } catch (...) {
+            outcome->error = "request failed";
+          }
+          outcome->done = true;
+          outcome->cv.notify_all();
+        });
   } catch (const std::exception& e) {
     return Fail(Error::Unavailable(what + ": " + e.what()));
   }
+  std::unique_lock lock(outcome->mu);
+  if (!outcome->cv.wait_for(lock, budget, [&] { return outcome->done; })) {
+    lock.unlock();
+    cancel.cancel();
+    return Fail(Error::Timeout(what + ": no complete response within " + std::to_string(budget.count()) + " ms"));
+  }
+  if (!outcome->error.empty()) return Fail(Error::Unavailable(what + ": " + outcome->error));
+  if (outcome->code >= 300) return Fail(HttpError(outcome->code, outcome->text, what));
+  json parsed = json::parse(outcome->text, nullptr, false);
+  if (parsed.is_discarded()) return Fail(Error::Unavailable(what + ": response is not JSON"));
+  return parsed;
 }
 
-Result<json> KubeClient::Get(const ResourceRef& r, const std::string& ns, const std::string& name) {
-  return Call("GET", r.Path(ns, name), "", "");
+Result<json> KubeClient::Get(const ResourceRef& r, const std::string& ns, const std::string& name,
+                              std::chrono::milliseconds timeout) {
+  return Call("GET", r.Path(ns, name), "", "", timeout);
 }
 
 Result<json> KubeClient::List(const ResourceRef& r, const std::string& ns, const ListOptions& options) {
@@ -299,9 +369,10 @@ Result<json> KubeClient::Create(const ResourceRef& r, const std::string& ns, con
   return Call("POST", r.Path(ns), "application/json", object.dump());
 }
 
-Result<json> KubeClient::Update(const ResourceRef& r, const json& object) {
+Result<json> KubeClient::Update(const ResourceRef& r, const json& object, std::chrono::milliseconds timeout) {
   const json& m = object["metadata"];
-  return Call("PUT", r.Path(m.value("namespace", ""), m.value("name", "")), "application/json", object.dump());
+  return Call("PUT", r.Path(m.value("namespace", ""), m.value("name", "")), "application/json", object.dump(),
+              timeout);
 }
 
 Result<json> KubeClient::UpdateStatus(const ResourceRef& r, const json& object) {
@@ -321,15 +392,12 @@ Result<json> KubeClient::Patch(const ResourceRef& r, const std::string& ns, cons
 }
 
 Status KubeClient::Delete(const ResourceRef& r, const std::string& ns, const std::string& name,
-                          const std::string& propagation) {
+                          const std::string& propagation, const Preconditions& preconditions) {
   json options = {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", propagation}};
+  if (!preconditions.uid.empty()) options["preconditions"]["uid"] = preconditions.uid;
+  if (!preconditions.resource_version.empty())
+    options["preconditions"]["resourceVersion"] = preconditions.resource_version;
   auto result = Call("DELETE", r.Path(ns, name), "application/json", options.dump());
-  if (!result) return Fail(result.error());
-  return Ok();
-}
-
-Status KubeClient::DeleteCollection(const ResourceRef& r, const std::string& ns, const std::string& label_selector) {
-  auto result = Call("DELETE", r.Path(ns) + "?labelSelector=" + UrlEncode(label_selector), "", "");
   if (!result) return Fail(result.error());
   return Ok();
 }

@@ -14,15 +14,21 @@ using Clock = std::chrono::steady_clock;
 LeaderElector::LeaderElector(KubeClient& client, LeaderElectionOptions options)
     : client_(client), options_(std::move(options)) {}
 
-bool LeaderElector::TryAcquireOrRenew() {
+bool LeaderElector::TryAcquireOrRenew(std::chrono::milliseconds budget) {
   const auto now = Clock::now();
+  const auto until = now + budget;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
+  };
   const int duration_s =
       std::max(1, static_cast<int>(std::ceil(std::chrono::duration<double>(options_.lease_duration).count())));
   json spec = {{"holderIdentity", options_.identity}, {"leaseDurationSeconds", duration_s},
                {"renewTime", NowMicroTime()}};
-  auto existing = client_.Get(resources::kLease, options_.lease_namespace, options_.lease_name);
+  auto existing = client_.Get(resources::kLease, options_.lease_namespace, options_.lease_name, left());
   if (!existing) {
     if (existing.error().code() != ErrorCode::kNotFound) return false;
+    if (Clock::now() >= until) return false;
     spec["acquireTime"] = spec["renewTime"];
     spec["leaseTransitions"] = 0;
     json lease = {{"apiVersion", "coordination.k8s.io/v1"},
@@ -58,7 +64,8 @@ bool LeaderElector::TryAcquireOrRenew() {
     spec["leaseTransitions"] = old.value("leaseTransitions", 0) + 1;
   }
   lease["spec"] = spec;
-  auto updated = client_.Update(resources::kLease, lease);
+  if (Clock::now() >= until) return false;
+  auto updated = client_.Update(resources::kLease, lease, left());
   if (!updated) return false;
   observed_holder_ = options_.identity;
   observed_renew_ = spec["renewTime"];
@@ -67,13 +74,13 @@ bool LeaderElector::TryAcquireOrRenew() {
 }
 
 void LeaderElector::Release() {
-  auto existing = client_.Get(resources::kLease, options_.lease_namespace, options_.lease_name);
+  auto existing = client_.Get(resources::kLease, options_.lease_namespace, options_.lease_name, options_.renew_deadline);
   if (!existing || (*existing)["spec"].value("holderIdentity", "") != options_.identity) return;
   json lease = *existing;
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   lease["spec"]["renewTime"] = NowMicroTime();
-  (void)client_.Update(resources::kLease, lease);
+  (void)client_.Update(resources::kLease, lease, options_.renew_deadline);
 }
 
 void LeaderElector::Run(const std::atomic<bool>& stop, const std::function<void()>& on_started_leading,
@@ -88,26 +95,35 @@ void LeaderElector::Run(const std::atomic<bool>& stop, const std::function<void(
     while (!stop && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   };
   // Acquire.
-  while (!stop && !TryAcquireOrRenew()) sleep(jittered(options_.retry_period));
+  auto attempt_start = Clock::now();
+  auto acquire = [&] {
+    attempt_start = Clock::now();
+    return TryAcquireOrRenew(options_.renew_deadline);
+  };
+  while (!stop && !acquire()) sleep(jittered(options_.retry_period));
   if (stop) return;
+  auto deadline = attempt_start + options_.renew_deadline;
+  if (options_.fence) options_.fence->ExtendTo(deadline);
   leader_ = true;
   log::Info("leader election: " + options_.identity + " became leader of " + options_.lease_namespace + "/" +
             options_.lease_name);
   if (on_started_leading) on_started_leading();
-  // Renew.
-  auto last_renew = Clock::now();
+  // Renew, never past the deadline.
   while (!stop) {
-    sleep(options_.retry_period);
+    const auto next = std::min(Clock::now() + options_.retry_period, deadline);
+    while (!stop && Clock::now() < next) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (stop) break;
-    if (TryAcquireOrRenew()) {
-      last_renew = Clock::now();
-      continue;
-    }
-    if (Clock::now() - last_renew > options_.renew_deadline) {
+    const auto start = Clock::now();
+    if (start >= deadline) {
       log::Warn("leader election: " + options_.identity + " could not renew within the deadline; stepping down");
       break;
     }
+    if (TryAcquireOrRenew(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start))) {
+      deadline = start + options_.renew_deadline;
+      if (options_.fence) options_.fence->ExtendTo(deadline);
+    }
   }
+  if (options_.fence) options_.fence->Close();
   leader_ = false;
   if (stop && options_.release_on_cancel) Release();
   if (on_stopped_leading) on_stopped_leading();

@@ -44,7 +44,12 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
     s.tolerations = spec.value("tolerations", json());
     s.affinity = spec.value("affinity", json());
     const json cache = spec.value("cache", json::object());
-    s.cache_host_path = cache.value("hostPath", "/var/lib/moeserve/cache");
+    // A tenant never chooses a path on the node: the CRD no longer has the
+    // field, and an object stored before it lost it is refused here.
+    if (cache.is_object() && cache.contains("hostPath"))
+      return Fail(Error::InvalidArgument(
+          "spec.cache.hostPath: not supported; the node cache location is platform configuration "
+          "(moe-operator --cache-root); remove the field and keep only spec.cache.sizeLimitGi"));
     s.cache_size_gi = cache.value("sizeLimitGi", int64_t{0});
     const json endpoint = spec.value("endpoint", json::object());
     s.port = endpoint.value("port", 8000);
@@ -115,9 +120,26 @@ json Metadata(const json& md, const std::string& name, const std::string& compon
 std::string GroupName(const json& md, int replica) { return Name(md) + "-r" + std::to_string(replica); }
 std::string ConfigMapName(const json& md) { return Name(md) + "-config"; }
 std::string SecretName(const json& md) { return Name(md) + "-secrets"; }
+std::string CacheClaimName(const json& md) { return Name(md) + "-cache"; }
+
+std::string CacheVolumeName(const json& md) {
+  // A namespace has no dots, so the first dot after the prefix ends it: two
+  // deployments can never map to one name. Too long: a digest (one dot only).
+  const std::string readable = "moeserve-cache." + Namespace(md) + "." + Name(md);
+  if (readable.size() <= 253) return readable;
+  return "moeserve-cache.sha-" + Sha256Hex(Namespace(md) + "/" + Name(md)).substr(0, 40);
+}
+
+std::string CacheHostPath(const json& md, const PlatformConfig& platform) {
+  std::string root = platform.cache_root;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  // namespaces/ keeps per-namespace caches apart from a shared cache's own
+  // models/, partial/, meta/ and locks/, whatever a namespace is called.
+  return platform.shared_cache ? root : root + "/namespaces/" + Namespace(md);
+}
 
 std::string ModelDirectory(const MoEDeploymentSpec& spec) {
-  return std::string(kCacheDir) + "/models/" + Sha256Hex(spec.model_uri).substr(0, 12) + "/" + spec.model_revision;
+  return std::string(kCacheDir) + "/models/" + Sha256Hex(spec.model_uri + "\n" + spec.model_revision).substr(0, 32);
 }
 
 std::string Endpoint(const json& md, const MoEDeploymentSpec& spec) {
@@ -132,11 +154,15 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
   // into the node-local cache before /readyz turns 200. model-source.yaml
   // restates the source for people and tools. JSON is YAML, and nlohmann
   // orders keys, so the same spec gives the same bytes and hash.
+  // The daemon serves the directory the init container pulled and verified
+  // (it never pulls itself: its cache mount is read-only). Keys are always
+  // configured (the operator's admin key at least), so it listens on every
+  // address; /metrics wants the metrics token.
   json serve = {
-      {"model", spec.model_uri},
+      {"model", ModelDirectory(spec)},
       {"model_revision", spec.model_revision},
-      {"weights_cache", kCacheDir},
-      {"weights_cache_limit_bytes", spec.cache_size_gi << 30},
+      {"api_keys_file", std::string(kSecretsDir) + "/" + kApiKeysKey},
+      {"metrics_token_file", std::string(kSecretsDir) + "/" + kMetricsTokenKey},
       {"host", "0.0.0.0"},
       {"port", spec.port},
       {"served_model_name", Name(md)},
@@ -147,13 +173,15 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
   for (const char* tier : {"low", "medium", "high"})
     if (spec.thinking_budgets.contains(tier)) budgets[tier] = spec.thinking_budgets[tier];
   if (!budgets.empty()) serve["thinking_budgets"] = budgets;
-  if (!spec.api_keys.empty()) serve["api_keys_file"] = std::string(kSecretsDir) + "/api-keys.yaml";
-  if (!spec.model_endpoint.empty()) serve["storage_endpoint"] = spec.model_endpoint;
+  if (!spec.tls_secret.empty()) {
+    serve["tls_cert_file"] = std::string(kSecretsDir) + "/" + kTlsCertKey;
+    serve["tls_key_file"] = std::string(kSecretsDir) + "/" + kTlsKeyKey;
+  }
   json source = {{"uri", spec.model_uri},
                  {"revision", spec.model_revision},
                  {"endpoint", spec.model_endpoint},
                  {"directory", ModelDirectory(spec)},
-                 {"credentials_prefix", spec.model_credentials.empty() ? "" : "object-store."},
+                 {"credentials_prefix", spec.model_credentials.empty() ? "" : kObjectStorePrefix},
                  {"cache", {{"path", kCacheDir}, {"sizeLimitGi", spec.cache_size_gi}}},
                  {"parallelism", {{"nodesPerReplica", spec.nodes_per_replica}, {"gpusPerNode", spec.gpus_per_node}}}};
   if (!spec.quota_policy.empty()) source["quotaPolicy"] = spec.quota_policy;
@@ -193,18 +221,78 @@ json GroupService(const json& md, const MoEDeploymentSpec& spec, int replica) {
             {"ports", json::array({{{"name", "http"}, {"port", spec.port}, {"targetPort", spec.port}}})}}}};
 }
 
-json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, const std::string& config_hash) {
+// Requests and limits as a LimitRange would default them: a side that is
+// missing copies the other, and both missing take the platform's value.
+json WithDefaultResources(json resources, const std::string& cpu, const std::string& memory) {
+  if (!resources.is_object()) resources = json::object();
+  for (const char* side : {"requests", "limits"})
+    if (!resources.contains(side) || !resources[side].is_object()) resources[side] = json::object();
+  for (const auto& [name, fallback] : {std::pair<std::string, std::string>{"cpu", cpu}, {"memory", memory}}) {
+    json& requests = resources["requests"];
+    json& limits = resources["limits"];
+    if (!requests.contains(name) && !limits.contains(name)) requests[name] = limits[name] = fallback;
+    else if (!requests.contains(name)) requests[name] = limits[name];
+    else if (!limits.contains(name)) limits[name] = requests[name];
+  }
+  return resources;
+}
+
+json RestrictedContainerSecurity() {
+  return {{"runAsNonRoot", true},
+          {"allowPrivilegeEscalation", false},
+          {"privileged", false},
+          {"readOnlyRootFilesystem", true},
+          {"capabilities", {{"drop", json::array({"ALL"})}}},
+          {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+}
+
+json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, const std::string& config_hash,
+                 const PlatformConfig& platform) {
   const std::string group = GroupName(md, replica);
   json meta = Metadata(md, group, "daemon");
   meta["labels"][kReplicaLabel] = std::to_string(replica);
   json pod_labels = Labels(md, "daemon");
   pod_labels[kReplicaLabel] = std::to_string(replica);
-  json resources = spec.resources.is_object() ? spec.resources : json::object();
+  json resources = WithDefaultResources(spec.resources, platform.default_cpu, platform.default_memory);
   if (spec.gpus_per_node > 0) {
     resources["limits"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
     resources["requests"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
   }
   auto env = [](const std::string& name, const std::string& value) { return json{{"name", name}, {"value", value}}; };
+  const bool tls = !spec.tls_secret.empty();
+  const std::string scheme = tls ? "HTTPS" : "HTTP";
+
+  // 1. The puller: the platform's image, the only container that writes the
+  //    cache; it verifies every file against manifest.json (never --no-verify)
+  //    and holds the object-store credentials, which the tenant's image never sees.
+  json pull_args = {"pull", spec.model_uri, "--revision", spec.model_revision, "--cache", kCacheDir};
+  if (!spec.model_endpoint.empty()) {
+    pull_args.push_back("--endpoint");
+    pull_args.push_back(spec.model_endpoint);
+  }
+  if (spec.cache_size_gi > 0) {
+    pull_args.push_back("--cache-size-limit");
+    pull_args.push_back(std::to_string(spec.cache_size_gi) + "GiB");
+  }
+  json puller = {
+      {"name", "pull-weights"},
+      {"image", platform.daemon_image},
+      {"args", pull_args},
+      {"env", json::array({env("HOME", kTmpDir)})},
+      {"resources", WithDefaultResources(json::object(), platform.puller_cpu, platform.puller_memory)},
+      {"securityContext", RestrictedContainerSecurity()},
+      {"volumeMounts",
+       json::array({{{"name", "cache"}, {"mountPath", kCacheDir}}, {{"name", "tmp"}, {"mountPath", kTmpDir}}})},
+  };
+  // Object-store credentials as the standard AWS variables, from the keys
+  // the operator copied into the deployment's Secret.
+  if (!spec.model_credentials.empty())
+    for (const char* key : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}) {
+      json ref = {{"name", SecretName(md)}, {"key", std::string(kObjectStorePrefix) + key}, {"optional", true}};
+      puller["env"].push_back({{"name", key}, {"valueFrom", {{"secretKeyRef", ref}}}});
+    }
+
+  // 2. The server: the tenant's image, the cache read-only.
   json container = {
       {"name", "moe-daemon"},
       {"image", spec.image},
@@ -221,31 +309,49 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
            env("MOE_REPLICA_INDEX", std::to_string(replica)),
            env("MOE_MODEL_URI", spec.model_uri),
            env("MOE_MODEL_REVISION", spec.model_revision),
+           env("HOME", kTmpDir),
        })},
       {"resources", resources},
-      {"readinessProbe", {{"httpGet", {{"path", "/readyz"}, {"port", "http"}}}, {"periodSeconds", 10}}},
-      {"livenessProbe", {{"httpGet", {{"path", "/healthz"}, {"port", "http"}}}, {"periodSeconds", 20}, {"failureThreshold", 6}}},
+      {"securityContext", RestrictedContainerSecurity()},
+      {"readinessProbe",
+       {{"httpGet", {{"path", "/readyz"}, {"port", "http"}, {"scheme", scheme}}}, {"periodSeconds", 10}}},
+      {"livenessProbe",
+       {{"httpGet", {{"path", "/healthz"}, {"port", "http"}, {"scheme", scheme}}},
+        {"periodSeconds", 20},
+        {"failureThreshold", 6}}},
       {"volumeMounts",
        json::array({{{"name", "config"}, {"mountPath", kConfigDir}, {"readOnly", true}},
                     {{"name", "secrets"}, {"mountPath", kSecretsDir}, {"readOnly", true}},
-                    {{"name", "cache"}, {"mountPath", kCacheDir}}})},
+                    {{"name", "cache"}, {"mountPath", kCacheDir}, {"readOnly", true}},
+                    {{"name", "tmp"}, {"mountPath", kTmpDir}}})},
   };
-  // Object-store credentials reach the weight puller as the standard AWS
-  // variables, from the keys the operator copied into the Secret.
-  if (!spec.model_credentials.empty())
-    for (const char* key : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}) {
-      json ref = {{"name", SecretName(md)}, {"key", std::string("object-store.") + key}, {"optional", true}};
-      json var = {{"name", key}, {"valueFrom", {{"secretKeyRef", ref}}}};
-      container["env"].push_back(var);
-    }
-  json volumes = json::array({{{"name", "config"}, {"configMap", {{"name", ConfigMapName(md)}}}},
-                              {{"name", "secrets"}, {"secret", {{"secretName", SecretName(md)}}}},
-                              {{"name", "cache"}, {"hostPath", {{"path", spec.cache_host_path}, {"type", "DirectoryOrCreate"}}}}});
-  if (!spec.tls_secret.empty()) {
-    container["volumeMounts"].push_back({{"name", "tls"}, {"mountPath", "/etc/moeserve/tls"}, {"readOnly", true}});
-    volumes.push_back({{"name", "tls"}, {"secret", {{"secretName", spec.tls_secret}}}});
-  }
-  json pod_spec = {{"containers", json::array({container})}, {"volumes", volumes}};
+
+  // 3. Volumes: only kinds the restricted profile allows. The Secret volume
+  //    lists what the daemon reads; the admin key and the object-store
+  //    credentials stay out of the tenant's container.
+  json secret_items = json::array({{{"key", kApiKeysKey}, {"path", kApiKeysKey}},
+                                   {{"key", kMetricsTokenKey}, {"path", kMetricsTokenKey}}});
+  if (tls)
+    for (const char* key : {kTlsCertKey, kTlsKeyKey}) secret_items.push_back({{"key", key}, {"path", key}});
+  json volumes = json::array({
+      {{"name", "config"}, {"configMap", {{"name", ConfigMapName(md)}}}},
+      {{"name", "secrets"}, {"secret", {{"secretName", SecretName(md)}, {"items", secret_items}, {"defaultMode", 0440}}}},
+      {{"name", "cache"}, {"persistentVolumeClaim", {{"claimName", CacheClaimName(md)}}}},
+      {{"name", "tmp"}, {"emptyDir", {{"sizeLimit", "1Gi"}}}},
+  });
+  json pod_spec = {
+      {"automountServiceAccountToken", false},
+      {"enableServiceLinks", false},
+      {"securityContext",
+       {{"runAsNonRoot", true},
+        {"runAsUser", platform.run_as_user},
+        {"runAsGroup", platform.run_as_user},
+        {"fsGroup", platform.run_as_user},
+        {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+      {"initContainers", json::array({puller})},
+      {"containers", json::array({container})},
+      {"volumes", volumes},
+  };
   if (spec.node_selector.is_object()) pod_spec["nodeSelector"] = spec.node_selector;
   if (spec.tolerations.is_array()) pod_spec["tolerations"] = spec.tolerations;
   if (spec.affinity.is_object()) pod_spec["affinity"] = spec.affinity;
@@ -266,6 +372,43 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
                 {"annotations",
                  {{kConfigHashAnnotation, config_hash}, {"moeserve.io/model-revision", spec.model_revision}}}}},
               {"spec", pod_spec}}}}}};
+}
+
+json CacheVolume(const json& md, const PlatformConfig& platform) {
+  json labels = Labels(md, "cache");
+  labels[kOwnerNamespaceLabel] = Namespace(md);
+  labels[kOwnerNameLabel] = Name(md);
+  const std::string capacity = std::to_string(platform.cache_capacity_gi) + "Gi";
+  // A hostPath volume is the platform's to define (pods may not name one under
+  // `restricted`); pre-bound through claimRef, so no other claim can take it.
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolume"},
+          {"metadata", {{"name", CacheVolumeName(md)}, {"labels", labels}}},
+          {"spec",
+           {{"capacity", {{"storage", capacity}}},
+            {"accessModes", json::array({"ReadWriteOnce"})},
+            {"persistentVolumeReclaimPolicy", "Retain"},
+            {"storageClassName", kCacheStorageClass},
+            {"volumeMode", "Filesystem"},
+            {"hostPath", {{"path", CacheHostPath(md, platform)}, {"type", "DirectoryOrCreate"}}},
+            {"claimRef",
+             {{"apiVersion", "v1"},
+              {"kind", "PersistentVolumeClaim"},
+              {"namespace", Namespace(md)},
+              {"name", CacheClaimName(md)}}}}}};
+}
+
+json CacheClaim(const json& md, const PlatformConfig& platform) {
+  const std::string capacity = std::to_string(platform.cache_capacity_gi) + "Gi";
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", Metadata(md, CacheClaimName(md), "cache")},
+          {"spec",
+           {{"accessModes", json::array({"ReadWriteOnce"})},
+            {"storageClassName", kCacheStorageClass},
+            {"volumeName", CacheVolumeName(md)},
+            {"volumeMode", "Filesystem"},
+            {"resources", {{"requests", {{"storage", capacity}}}}}}}};
 }
 
 json PodDisruptionBudget(const json& md, const MoEDeploymentSpec& spec, int replica) {
@@ -293,7 +436,12 @@ json EndpointService(const json& md, const MoEDeploymentSpec& spec) {
 }
 
 std::string ConfigHash(const json& config_map, const json& secret) {
-  return Sha256Hex(config_map["data"].dump() + "\n" + secret["data"].dump()).substr(0, 16);
+  // The daemon reloads its certificate when the files change: a renewal
+  // must not restart pods.
+  json data = secret.value("data", json::object());
+  data.erase(kTlsCertKey);
+  data.erase(kTlsKeyKey);
+  return Sha256Hex(config_map["data"].dump() + "\n" + data.dump()).substr(0, 16);
 }
 
 }  // namespace desired

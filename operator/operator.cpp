@@ -80,15 +80,19 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   ReconcilerCaches caches;
   caches.moedeployments = &md_informer_->mutable_cache();
   for (const ResourceRef* ref : {&resources::kStatefulSet, &resources::kService, &resources::kConfigMap,
-                                 &resources::kSecret, &resources::kPodDisruptionBudget}) {
-    auto informer =
-        std::make_unique<Informer>(client_, *ref, options_.watch_namespace, child_options, child_handlers);
+                                 &resources::kSecret, &resources::kPodDisruptionBudget,
+                                 &resources::kPersistentVolumeClaim, &resources::kPersistentVolume}) {
+    // PersistentVolumes are cluster-scoped: watched everywhere, mapped back by their owner labels.
+    const std::string ns = ref->namespaced ? options_.watch_namespace : "";
+    auto informer = std::make_unique<Informer>(client_, *ref, ns, child_options, child_handlers);
     ObjectCache* cache = &informer->mutable_cache();
     if (ref == &resources::kStatefulSet) caches.statefulsets = cache;
     if (ref == &resources::kService) caches.services = cache;
     if (ref == &resources::kConfigMap) caches.configmaps = cache;
     if (ref == &resources::kSecret) caches.secrets = cache;
     if (ref == &resources::kPodDisruptionBudget) caches.pdbs = cache;
+    if (ref == &resources::kPersistentVolumeClaim) caches.claims = cache;
+    if (ref == &resources::kPersistentVolume) caches.volumes = cache;
     informers_.push_back(std::move(informer));
   }
   reconciler_ = std::make_unique<MoEDeploymentReconciler>(client_, caches, events_.get(), options_.reconciler);
@@ -114,10 +118,24 @@ void Operator::RequestStop() {
 }
 
 void Operator::EnqueueOwner(const json& object) {
-  for (const auto& ref : object["metadata"].value("ownerReferences", json::array())) {
-    if (ref.value("kind", "") != "MoEDeployment" || !ref.value("controller", false)) continue;
-    queue_.Add(object["metadata"].value("namespace", "") + "/" + ref.value("name", ""));
-  }
+  // Any object may carry our labels: malformed metadata is skipped, never fatal.
+  const json meta = object.is_object() ? object.value("metadata", json::object()) : json::object();
+  if (!meta.is_object()) return;
+  const json refs = meta.value("ownerReferences", json::array());
+  const std::string ns = meta.value("namespace", json("")).is_string() ? meta.value("namespace", "") : "";
+  bool owned = false;
+  if (refs.is_array())
+    for (const auto& ref : refs) {
+      if (!ref.is_object() || !ref.value("name", json()).is_string() || !ref.value("kind", json()).is_string()) continue;
+      if (ref.value("kind", "") != "MoEDeployment" || ref.value("controller", json()) != json(true)) continue;
+      queue_.Add(ns + "/" + ref.value("name", ""));
+      owned = true;
+    }
+  // A cluster-scoped child (the cache volume) names its owner in labels.
+  const json labels = meta.value("labels", json::object());
+  if (!owned && labels.is_object() && labels.value(kOwnerNamespaceLabel, json()).is_string() &&
+      labels.value(kOwnerNameLabel, json()).is_string())
+    queue_.Add(labels.value(kOwnerNamespaceLabel, "") + "/" + labels.value(kOwnerNameLabel, ""));
   metrics_->depth.Set(static_cast<double>(queue_.Len()));
 }
 
@@ -125,7 +143,16 @@ void Operator::Worker() {
   while (auto key = queue_.Get()) {
     metrics_->depth.Set(static_cast<double>(queue_.Len()));
     const auto start = std::chrono::steady_clock::now();
-    auto result = reconciler_->Reconcile(*key);
+    // The worker boundary, as controller-runtime recovers panics: one bad
+    // object fails its own reconcile (requeued with backoff), never the process.
+    Result<ReconcileResult> result = Fail(Error::Internal("reconcile did not run"));
+    try {
+      result = reconciler_->Reconcile(*key);
+    } catch (const std::exception& e) {
+      result = Fail(Error::Internal(std::string("reconcile threw: ") + e.what()));
+    } catch (...) {
+      result = Fail(Error::Internal("reconcile threw a non-standard exception"));
+    }
     metrics_->duration.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     reconciles_++;
     if (!result) {
@@ -195,7 +222,14 @@ Status Operator::Run() {
   std::thread elector_thread;
   std::unique_ptr<LeaderElector> elector;
   if (options_.leader_elect) {
-    elector = std::make_unique<LeaderElector>(client_, options_.election);
+    // Every call made while leading ends before the renew deadline, and no
+    // write leaves once it has passed (the Lease itself excepted: renewing it
+    // is how leading goes on).
+    LeaderElectionOptions election = options_.election;
+    client_.LimitRequestTimeout(election.renew_deadline / 2);
+    election.fence = std::make_shared<WriteFence>();
+    client_.SetWriteFence(election.fence, resources::kLease.Path(election.lease_namespace));
+    elector = std::make_unique<LeaderElector>(client_, election);
     elector_thread = std::thread([&] {
       elector->Run(
           stop_,

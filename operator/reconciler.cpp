@@ -1,9 +1,14 @@
 #include "moeserve/operator/reconciler.hpp"
 
+#include <openssl/rand.h>
+
 #include <algorithm>
+#include <charconv>
+#include <set>
 
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/rfc3339.hpp"
+#include "moeserve/common/sha256.hpp"
 
 namespace moeserve::op {
 namespace {
@@ -48,6 +53,48 @@ json Overlay(json have, const json& want) {
   return have;
 }
 
+// 32 bytes from OpenSSL's CSPRNG, as hex.
+Result<std::string> RandomToken() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) return Fail(Error::Internal("RAND_bytes failed: no randomness for a key"));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+// A label that should hold a small non-negative integer; anything else is
+// not ours to interpret (any object can carry our labels).
+std::optional<int> ParseIndex(const json& labels, const char* key) {
+  if (!labels.is_object() || !labels.contains(key) || !labels[key].is_string()) return std::nullopt;
+  const std::string& text = labels[key].get_ref<const std::string&>();
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
+bool OwnedByUid(const json& object, const std::string& uid) {
+  const json refs = object["metadata"].value("ownerReferences", json::array());
+  if (!refs.is_array() || uid.empty()) return false;
+  for (const auto& ref : refs)
+    if (ref.is_object() && ref.value("uid", "") == uid) return true;
+  return false;
+}
+
+Preconditions PreconditionsOf(const json& object) {
+  return {object["metadata"].value("uid", ""), object["metadata"].value("resourceVersion", "")};
+}
+
+std::string ReasonFor(const Error& error, const SecretReference& ref) {
+  if (error.code() == ErrorCode::kPermissionDenied) return "SecretNotUsable";
+  if (!ref.vault_path.empty()) return "VaultUnavailable";
+  return error.code() == ErrorCode::kNotFound ? "SecretNotFound" : "SecretUnavailable";
+}
+
 }  // namespace
 
 Result<std::map<std::string, std::string>> KubernetesSecretSource::Fetch(const std::string& ns,
@@ -55,6 +102,12 @@ Result<std::map<std::string, std::string>> KubernetesSecretSource::Fetch(const s
   if (!ref.vault_path.empty())
     return Fail(Error::Unavailable("Vault is not configured in this operator; cannot read " + ref.vault_path));
   MOE_ASSIGN_OR_RETURN(json secret, client_.Get(resources::kSecret, ns, ref.secret_name));
+  // The operator may read every Secret of the namespace; a tenant may not.
+  // Only Secrets the platform marked may be copied into a tenant's pods.
+  const json labels = secret["metadata"].value("labels", json::object());
+  if (!labels.is_object() || labels.value(kUsableLabel, "") != "true")
+    return Fail(Error::PermissionDenied("Secret " + ns + "/" + ref.secret_name + " is not labelled " + kUsableLabel +
+                                        "=true; only such Secrets may be referenced"));
   std::map<std::string, std::string> out;
   const json data = secret.value("data", json::object());
   for (const auto& [k, v] : data.items())
@@ -103,21 +156,22 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   // 5. Quota: admitted or not (a QuotaPolicy issue plugs in here).
   QuotaDecision quota = options_.quota ? options_.quota(md, *spec) : QuotaDecision{};
 
-  // 6. Config and secrets, and the hash that rolls pods when either changes.
-  SecretsState secrets = GatherSecrets(md, *spec);
+  // 6. Config and secrets (the operator's own keys read back, never
+  //    regenerated while the Secret holds them), and the hash that rolls pods.
+  MOE_ASSIGN_OR_RETURN(auto operator_keys, OperatorKeys(md));
+  SecretsState secrets = GatherSecrets(md, *spec, operator_keys);
   const json config_map = desired::ConfigMap(md, *spec);
   json secret = desired::Secret(md, secrets.data);
-  if (!secrets.synced) {
-    // Never replace the last good Secret with a worse one: keep what is there.
-    if (auto existing = caches_.secrets->Get(Namespace(md) + "/" + desired::SecretName(md)))
-      secret["data"] = existing->value("data", json::object());
-  }
+  const auto existing_secret = caches_.secrets->Get(Namespace(md) + "/" + desired::SecretName(md));
+  // A failure that may pass never replaces the last good Secret with a worse one.
+  const bool keep_secret = !secrets.synced && secrets.keep_last_good && existing_secret;
+  if (keep_secret) secret["data"] = existing_secret->value("data", json::object());
   const std::string config_hash = desired::ConfigHash(config_map, secret);
 
-  // 7. Create or update the children that do not roll.
+  // 7. Create or update the children that do not roll; the node cache volume and its claim.
+  MOE_TRY(EnsureCache(md));
   MOE_TRY(Apply(resources::kConfigMap, caches_.configmaps, md, config_map));
-  if (secrets.synced || !caches_.secrets->Get(Namespace(md) + "/" + desired::SecretName(md)))
-    MOE_TRY(Apply(resources::kSecret, caches_.secrets, md, secret));
+  if (!keep_secret) MOE_TRY(Apply(resources::kSecret, caches_.secrets, md, secret));
   MOE_TRY(Apply(resources::kService, caches_.services, md, desired::EndpointService(md, *spec)));
   const int groups = quota.admitted ? spec->replicas : 0;
   for (int r = 0; r < groups; ++r) {
@@ -136,7 +190,8 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
 
   // 10. Owned objects' events bring us back; referenced Secrets are not watched, so look again later.
   ReconcileResult result;
-  if (!spec->model_credentials.secret_name.empty() || !spec->api_keys.secret_name.empty() || !secrets.synced)
+  if (!spec->model_credentials.secret_name.empty() || !spec->api_keys.secret_name.empty() ||
+      !spec->tls_secret.empty() || !secrets.synced)
     result.requeue_after = options_.secret_resync;
   return result;
 }
@@ -146,6 +201,8 @@ Result<ReconcileResult> MoEDeploymentReconciler::Finalize(json md) {
   auto mine = std::find(finalizers.begin(), finalizers.end(), kFinalizer);
   if (mine == finalizers.end()) return ReconcileResult{};
   if (options_.cleanup) MOE_TRY(options_.cleanup->Cleanup(md));
+  // The cache volume is cluster-scoped: no owner reference can take it.
+  MOE_TRY(DeleteCacheVolume(md));
   finalizers.erase(mine);
   md["metadata"]["finalizers"] = finalizers;
   auto updated = client_.Update(resources::kMoEDeployment, md);
@@ -165,43 +222,176 @@ Status MoEDeploymentReconciler::EnsureFinalizer(json& md) {
   return Ok();
 }
 
-MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(const json& md,
-                                                                              const MoEDeploymentSpec& spec) {
-  SecretsState state;
-  auto gather = [&](const SecretReference& ref, const std::string& prefix) {
-    if (ref.empty() || !state.synced) return;
-    auto fetched = options_.secret_source->Fetch(Namespace(md), ref);
-    if (!fetched) {
-      state.synced = false;
-      state.reason = ref.vault_path.empty() ? "SecretNotFound" : "VaultUnavailable";
-      // The error text names the reference, never a value.
-      state.message = fetched.error().message();
-      return;
+Result<std::map<std::string, std::string>> MoEDeploymentReconciler::OperatorKeys(const json& md) {
+  std::optional<json> secret = caches_.secrets->Get(Namespace(md) + "/" + desired::SecretName(md));
+  if (!secret) {
+    // A cache miss alone never mints keys: the Secret may exist unseen.
+    auto live = client_.Get(resources::kSecret, Namespace(md), desired::SecretName(md));
+    if (live) secret = *live;
+    else if (live.error().code() != ErrorCode::kNotFound) return Fail(live.error());
+  }
+  // Keys in a Secret this deployment does not own were not made here: not trusted.
+  json data = json::object();
+  if (secret && OwnedByUid(*secret, md["metadata"].value("uid", ""))) data = secret->value("data", json::object());
+  std::map<std::string, std::string> keys;
+  for (const char* name : {kAdminKeyKey, kMetricsTokenKey}) {
+    std::string value;
+    if (data.is_object() && data.contains(name) && data[name].is_string())
+      value = Base64Decode(data[name].get<std::string>());
+    if (value.empty()) {
+      MOE_ASSIGN_OR_RETURN(value, RandomToken());
     }
-    for (const auto& [k, v] : *fetched) state.data[prefix + k] = v;
+    keys[name] = value;
+  }
+  return keys;
+}
+
+MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
+    const json& md, const MoEDeploymentSpec& spec, const std::map<std::string, std::string>& operator_keys) {
+  SecretsState state;
+  state.data = operator_keys;
+  std::vector<std::string> problems;
+  auto refuse = [&](const std::string& reason, const std::string& message, bool may_pass) {
+    if (state.synced) state.reason = reason;
+    state.synced = false;
+    state.keep_last_good = state.keep_last_good || may_pass;
+    problems.push_back(message);  // names references, never values
   };
-  gather(spec.model_credentials, "object-store.");
-  // The API keys source maps tenant -> key; the daemon reads them as
-  // api-keys.yaml (daemon/api_keys.hpp: keys: [{key, tenant}]).
-  if (!spec.api_keys.empty() && state.synced) {
-    auto keys = options_.secret_source->Fetch(Namespace(md), spec.api_keys);
-    if (!keys) {
-      state.synced = false;
-      state.reason = spec.api_keys.vault_path.empty() ? "SecretNotFound" : "VaultUnavailable";
-      state.message = keys.error().message();
-    } else {
-      json file = {{"keys", json::array()}};
-      for (const auto& [tenant, key] : *keys) file["keys"].push_back({{"key", key}, {"tenant", tenant}});
-      state.data["api-keys.yaml"] = file.dump(2) + "\n";
+  auto fetch = [&](const SecretReference& ref) -> std::optional<std::map<std::string, std::string>> {
+    auto fetched = options_.secret_source->Fetch(Namespace(md), ref);
+    if (fetched) return std::move(*fetched);
+    const std::string reason = ReasonFor(fetched.error(), ref);
+    refuse(reason, fetched.error().message(), reason != "SecretNotUsable");
+    return std::nullopt;
+  };
+
+  // Object-store credentials, for the puller.
+  if (!spec.model_credentials.empty())
+    if (auto credentials = fetch(spec.model_credentials))
+      for (const auto& [k, v] : *credentials) state.data[kObjectStorePrefix + k] = v;
+
+  // api-keys.yaml in the daemon's format (daemon/api_keys.hpp), hashes only:
+  // the operator's admin key first, then tenant -> key from apiKeys.
+  const std::string admin_hash = Sha256Hex(operator_keys.at(kAdminKeyKey));
+  json file = {{"keys", json::array({{{"sha256", admin_hash}, {"tenant", kAdminTenant}, {"role", "admin"}}})}};
+  if (!spec.api_keys.empty()) {
+    if (auto tenant_keys = fetch(spec.api_keys)) {
+      // The daemon refuses the whole file over one bad entry: check here.
+      std::set<std::string> hashes = {admin_hash};
+      json entries = json::array();
+      std::string invalid;
+      for (const auto& [tenant, key] : *tenant_keys) {
+        if (tenant == kAdminTenant) invalid = "tenant name " + std::string(kAdminTenant) + " is reserved";
+        else if (key.empty()) invalid = "tenant " + tenant + " has an empty key";
+        else if (!hashes.insert(Sha256Hex(key)).second) invalid = "tenant " + tenant + " repeats another entry's key";
+        else entries.push_back({{"sha256", Sha256Hex(key)}, {"tenant", tenant}, {"role", "user"}});
+        if (!invalid.empty()) break;
+      }
+      const std::string where = spec.api_keys.vault_path.empty() ? "Secret " + Namespace(md) + "/" + spec.api_keys.secret_name
+                                                                  : spec.api_keys.vault_path;
+      if (!invalid.empty()) refuse("InvalidApiKeys", where + ": " + invalid, false);
+      else for (auto& e : entries) file["keys"].push_back(std::move(e));
     }
   }
-  if (state.synced) state.message = "secrets are in Secret " + desired::SecretName(md);
+  state.data[kApiKeysKey] = file.dump(2) + "\n";
+
+  // The serving certificate, copied like the rest: pods mount only the deployment's own Secret.
+  if (!spec.tls_secret.empty()) {
+    SecretReference ref;
+    ref.secret_name = spec.tls_secret;
+    if (auto tls = fetch(ref)) {
+      if (!tls->count(kTlsCertKey) || !tls->count(kTlsKeyKey)) {
+        refuse("InvalidTlsSecret", "Secret " + Namespace(md) + "/" + spec.tls_secret + " lacks tls.crt or tls.key", false);
+      } else {
+        state.data[kTlsCertKey] = tls->at(kTlsCertKey);
+        state.data[kTlsKeyKey] = tls->at(kTlsKeyKey);
+      }
+    }
+  }
+
+  if (state.synced) {
+    state.message = "secrets are in Secret " + desired::SecretName(md);
+  } else {
+    for (size_t i = 0; i < problems.size(); ++i) state.message += (i ? "; " : "") + problems[i];
+  }
   return state;
+}
+
+Status MoEDeploymentReconciler::EnsureCache(const json& md) {
+  const json want_volume = desired::CacheVolume(md, options_.platform);
+  const std::string volume_name = Name(want_volume);
+  auto volume = caches_.volumes->Get(volume_name);
+  if (volume) {
+    const json labels = (*volume)["metadata"].value("labels", json::object());
+    const json claim = (*volume)["spec"].value("claimRef", json::object());
+    if (!labels.is_object() || !claim.is_object() || labels.value(kOwnerNamespaceLabel, "") != Namespace(md) ||
+        labels.value(kOwnerNameLabel, "") != Name(md) || claim.value("namespace", "") != Namespace(md) ||
+        claim.value("name", "") != desired::CacheClaimName(md))
+      return Fail(Error::PermissionDenied("PersistentVolume " + volume_name + " exists but is not the cache volume of " +
+                                          Namespace(md) + "/" + Name(md) + "; not using it"));
+    if (volume->value("status", json::object()).value("phase", "") == "Released") {
+      // Its claim was deleted: a Retain volume keeps the files but never binds again. Make a new one.
+      auto deleted = client_.Delete(resources::kPersistentVolume, "", volume_name, "Background", PreconditionsOf(*volume));
+      if (!deleted && deleted.error().code() != ErrorCode::kNotFound) return Fail(deleted.error());
+      caches_.volumes->Remove(volume_name);
+      volume.reset();
+    }
+  }
+  if (!volume) MOE_TRY(Apply(resources::kPersistentVolume, caches_.volumes, md, want_volume));
+  const json want_claim = desired::CacheClaim(md, options_.platform);
+  if (!caches_.claims->Get(ObjectKey(want_claim)))
+    MOE_TRY(Apply(resources::kPersistentVolumeClaim, caches_.claims, md, want_claim));
+  return Ok();
+}
+
+Status MoEDeploymentReconciler::DeleteCacheVolume(const json& md) {
+  const std::string volume_name = desired::CacheVolumeName(md);
+  std::optional<json> volume = caches_.volumes->Get(volume_name);
+  if (!volume) {
+    auto live = client_.Get(resources::kPersistentVolume, "", volume_name);
+    if (!live) return live.error().code() == ErrorCode::kNotFound ? Ok() : Fail(live.error());
+    volume = *live;
+  }
+  const json labels = (*volume)["metadata"].value("labels", json::object());
+  if (!labels.is_object() || labels.value(kOwnerNamespaceLabel, "") != Namespace(md) ||
+      labels.value(kOwnerNameLabel, "") != Name(md))
+    return Ok();  // not this deployment's
+  auto deleted = client_.Delete(resources::kPersistentVolume, "", volume_name, "Background", PreconditionsOf(*volume));
+  if (!deleted && deleted.error().code() != ErrorCode::kNotFound) return Fail(deleted.error());
+  caches_.volumes->Remove(volume_name);
+  return Ok();
+}
+
+Status MoEDeploymentReconciler::DeleteGroupPods(const json& md, const json& statefulset, int replica) {
+  ListOptions list;
+  list.label_selector = "app.kubernetes.io/instance=" + Name(md) + "," + kReplicaLabel + "=" + std::to_string(replica);
+  MOE_ASSIGN_OR_RETURN(json pods, client_.List(resources::kPod, Namespace(md), list));
+  const std::string owner = statefulset["metadata"].value("uid", "");
+  for (const auto& pod : pods.value("items", json::array())) {
+    // Only pods of this StatefulSet, and only the pod that was listed: a
+    // replacement made meanwhile (new uid) already runs the new template.
+    if (!OwnedByUid(pod, owner)) continue;
+    json current = pod;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto deleted = client_.Delete(resources::kPod, Namespace(md), Name(current), "Background", PreconditionsOf(current));
+      if (deleted || deleted.error().code() == ErrorCode::kNotFound) break;
+      if (deleted.error().code() != ErrorCode::kConflict) return Fail(deleted.error());
+      // Changed since listed (its status, usually): the same pod still runs the old template.
+      auto fresh = client_.Get(resources::kPod, Namespace(md), Name(current));
+      if (!fresh) {
+        if (fresh.error().code() == ErrorCode::kNotFound) break;
+        return Fail(fresh.error());
+      }
+      if ((*fresh)["metadata"].value("uid", "") != current["metadata"].value("uid", "")) break;
+      current = *fresh;
+    }
+  }
+  return Ok();
 }
 
 Result<json> MoEDeploymentReconciler::Apply(const ResourceRef& ref, ObjectCache* cache, const json& md,
                                            const json& want) {
-  const std::string key = Namespace(want) + "/" + Name(want);
+  const std::string key = ObjectKey(want);
   auto existing = cache->Get(key);
   if (!existing) {
     MOE_ASSIGN_OR_RETURN(json created, client_.Create(ref, Namespace(want), want));
@@ -236,7 +426,7 @@ Result<MoEDeploymentReconciler::Rollout> MoEDeploymentReconciler::RollOut(const 
   std::vector<Group> groups;
   for (int r = 0; r < spec.replicas; ++r) {
     Group g{r, caches_.statefulsets->Get(Namespace(md) + "/" + desired::GroupName(md, r)),
-            desired::StatefulSet(md, spec, r, config_hash)};
+            desired::StatefulSet(md, spec, r, config_hash, options_.platform)};
     if (g.sts) {
       g.current = Contains(*g.sts, g.want);
       g.ready = GroupReady(*g.sts);
@@ -254,9 +444,7 @@ Result<MoEDeploymentReconciler::Rollout> MoEDeploymentReconciler::RollOut(const 
   auto replace = [&](Group& g) -> Status {
     MOE_ASSIGN_OR_RETURN(json updated, Apply(resources::kStatefulSet, caches_.statefulsets, md, g.want));
     // OnDelete: the group's pods come back together on the new template.
-    auto deleted = client_.DeleteCollection(resources::kPod, Namespace(md),
-                                            "app.kubernetes.io/instance=" + Name(md) + "," + kReplicaLabel + "=" +
-                                                std::to_string(g.replica));
+    auto deleted = DeleteGroupPods(md, updated, g.replica);
     if (!deleted) log::Warn("deleting pods of " + desired::GroupName(md, g.replica) + ": " + deleted.error().ToString());
     g.sts = updated;
     g.current = true;
@@ -286,21 +474,30 @@ Result<MoEDeploymentReconciler::Rollout> MoEDeploymentReconciler::RollOut(const 
 }
 
 Status MoEDeploymentReconciler::RemoveSurplusGroups(const json& md, const MoEDeploymentSpec& spec) {
+  const std::string uid = md["metadata"].value("uid", "");
   for (const auto& sts : caches_.statefulsets->List(Namespace(md), {{"app.kubernetes.io/instance", Name(md)}})) {
-    const auto labels = sts["metadata"].value("labels", json::object());
-    int replica = std::stoi(labels.value(kReplicaLabel, "0"));
-    if (replica < spec.replicas) continue;
-    bool owned = false;
-    for (const auto& ref : sts["metadata"].value("ownerReferences", json::array()))
-      owned = owned || ref.value("uid", "") == md["metadata"].value("uid", "");
-    if (!owned) continue;
+    // Anyone can label an object as ours: only a well-formed index on a
+    // StatefulSet this deployment owns counts.
+    const auto replica = ParseIndex(sts["metadata"].value("labels", json::object()), kReplicaLabel);
+    if (!replica) {
+      log::Warn("StatefulSet " + ObjectKey(sts) + ": label " + kReplicaLabel +
+                " is not a replica index; leaving the object alone");
+      continue;
+    }
+    if (*replica < spec.replicas || !OwnedByUid(sts, uid)) continue;
     const std::string group = Name(sts);
+    // Each delete names the object the decision was made on (uid and
+    // resourceVersion): a changed or replaced one is refused, and the next
+    // reconcile decides again on fresh data.
     for (auto [ref, cache] : {std::pair{&resources::kStatefulSet, caches_.statefulsets},
                               std::pair{&resources::kService, caches_.services},
                               std::pair{&resources::kPodDisruptionBudget, caches_.pdbs}}) {
-      auto deleted = client_.Delete(*ref, Namespace(md), group);
+      const std::string key = Namespace(md) + "/" + group;
+      auto cached = cache->Get(key);
+      if (!cached || !OwnedByUid(*cached, uid)) continue;
+      auto deleted = client_.Delete(*ref, Namespace(md), group, "Background", PreconditionsOf(*cached));
       if (!deleted && deleted.error().code() != ErrorCode::kNotFound) return Fail(deleted.error());
-      cache->Remove(Namespace(md) + "/" + group);
+      cache->Remove(key);
     }
     if (events_) events_->Record(md, "Normal", "ScaledDown", "Removed replica group " + group);
   }

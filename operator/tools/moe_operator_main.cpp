@@ -5,6 +5,8 @@
 //                [--leader-election-namespace NS] [--leader-election-id NAME] [--identity ID]
 //                [--lease-duration S] [--renew-deadline S] [--retry-period S]
 //                [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]
+//                [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]
+//                [--run-as-user UID]
 #include <unistd.h>
 
 #include <csignal>
@@ -31,7 +33,9 @@ int Usage(const std::string& why) {
             << "usage: moe-operator [--kubeconfig PATH] [--namespace NS|all] [--leader-elect]\n"
                "       [--leader-election-namespace NS] [--leader-election-id NAME] [--identity ID]\n"
                "       [--lease-duration S] [--renew-deadline S] [--retry-period S]\n"
-               "       [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]\n";
+               "       [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]\n"
+               "       [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]\n"
+               "       [--run-as-user UID]\n";
   return 2;
 }
 
@@ -55,7 +59,7 @@ int main(int argc, char** argv) {
       if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
         value = a.substr(eq + 1);
         a = a.substr(0, eq);
-      } else if (a != "--leader-elect" && a != "--help" && i + 1 < argc) {
+      } else if (a != "--leader-elect" && a != "--shared-cache" && a != "--help" && i + 1 < argc) {
         value = argv[++i];
       }
       if (a == "--kubeconfig") kubeconfig = value;
@@ -71,12 +75,24 @@ int main(int argc, char** argv) {
       else if (a == "--health-addr") health_addr = value;
       else if (a == "--workers") options.workers = std::stoi(value);
       else if (a == "--watch-timeout") options.informer.watch_timeout_s = std::stoi(value);
+      else if (a == "--daemon-image") options.reconciler.platform.daemon_image = value;
+      else if (a == "--cache-root") options.reconciler.platform.cache_root = value;
+      else if (a == "--shared-cache") options.reconciler.platform.shared_cache = value.empty() || value == "true";
+      else if (a == "--cache-capacity-gi") options.reconciler.platform.cache_capacity_gi = std::stoll(value);
+      else if (a == "--run-as-user") options.reconciler.platform.run_as_user = std::stoll(value);
       else if (a == "--help") return Usage("help");
       else return Usage("unknown flag " + a);
     }
   } catch (const std::exception& e) {
     return Usage(std::string("bad flag value: ") + e.what());
   }
+  const auto& platform = options.reconciler.platform;
+  if (platform.daemon_image.empty()) return Usage("--daemon-image must name an image");
+  if (platform.cache_root.empty() || platform.cache_root[0] != '/') return Usage("--cache-root must be an absolute path");
+  if (platform.run_as_user <= 0) return Usage("--run-as-user must be a non-root user id (> 0)");
+  if (platform.cache_capacity_gi <= 0) return Usage("--cache-capacity-gi must be positive");
+  if (options.leader_elect && options.election.renew_deadline >= options.election.lease_duration)
+    return Usage("--renew-deadline must be shorter than --lease-duration");
   // cpprestsdk's pool runs every HTTP continuation; its default of 40
   // threads mostly wakes threads to find nothing to do.
   try {

@@ -8,6 +8,7 @@
 #include <random>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "moeserve/common/base64.hpp"
 #include "moeserve/common/rfc3339.hpp"
@@ -278,6 +279,9 @@ FakeApiServer::FakeApiServer(FakeApiServerOptions options)
       Builtin("", "secrets", "secret", "Secret", true, false),
       Builtin("", "services", "service", "Service", true, true, false, {"svc"}),
       Builtin("", "pods", "pod", "Pod", true, true, false, {"po"}),
+      Builtin("", "persistentvolumes", "persistentvolume", "PersistentVolume", false, true, false, {"pv"}),
+      Builtin("", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", true, true, false,
+              {"pvc"}),
       Builtin("", "events", "event", "Event", true, false, false, {"ev"}),
       Builtin("", "serviceaccounts", "serviceaccount", "ServiceAccount", true, false, false, {"sa"}),
       Builtin("apps", "statefulsets", "statefulset", "StatefulSet", true, true, true, {"sts"}),
@@ -1141,11 +1145,20 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
   const std::string watch = r.Query("watch");
   if (r.method == "GET" && r.name.empty() && (watch == "true" || watch == "1")) return HandleWatch(r, writer);
 
+  int stall_ms = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!faults_.stall_resource.empty() && faults_.stall_resource == r.type->plural) stall_ms = faults_.stall_ms;
+  }
+  const auto stall_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(stall_ms);
+  while (!stopping_ && std::chrono::steady_clock::now() < stall_until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
   {
     std::lock_guard lock(mu_);
     o = Dispatch(r);
     if (r.method != "GET")
-      writes_.push_back({r.method, hr.path, r.user_agent, o.code});
+      writes_.push_back({r.method, hr.path, r.user_agent, o.code, r.body, std::chrono::steady_clock::now()});
     if (r.method == "GET" && o.code == 200 && r.accept.find("as=Table") != std::string::npos) {
       std::vector<json> objects;
       std::string list_rv = std::to_string(rv_);

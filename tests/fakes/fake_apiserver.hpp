@@ -20,12 +20,14 @@
 // test plays the kubelet and StatefulSet controller through Mutate()).
 //
 // Faults for tests: every nth write answered 409, watches dropped after n
-// events (alternately ended cleanly and cut), every nth watch answered 410.
+// events (alternately ended cleanly and cut), every nth watch answered 410,
+// requests for one resource held back (a slow server).
 //
 // Thread safety: every public method may be called from any thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -52,6 +54,10 @@ struct FakeFaults {
   int conflict_every_nth_write = 0;  // 0: never; counts writes except Leases and Events
   int drop_watch_after_events = 0;   // 0: never
   int gone_every_nth_watch = 0;      // 0: never; only watches that name a resourceVersion
+  // A slow server: requests for this resource (plural, e.g. "leases") wait
+  // stall_ms before they are handled. Empty: none.
+  std::string stall_resource;
+  int stall_ms = 0;
 };
 
 struct WriteRecord {
@@ -59,6 +65,8 @@ struct WriteRecord {
   std::string path;
   std::string user_agent;
   int status = 0;
+  std::string body;                                // the request body (DeleteOptions for a DELETE)
+  std::chrono::steady_clock::time_point handled;  // when the server acted on it
 };
 
 struct ResourceType {

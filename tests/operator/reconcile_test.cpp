@@ -3,6 +3,7 @@
 // a reconcile with nothing changed writes nothing; deletion runs the finalizer.
 #include <gtest/gtest.h>
 
+#include "moeserve/common/sha256.hpp"
 #include "moeserve/operator/moedeployment.hpp"
 #include "operator_test_util.hpp"
 
@@ -39,12 +40,13 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   FakeCluster cluster;
   auto& server = cluster.server;
   auto client = cluster.Client();
-  // The object store secret the MoEDeployment references.
+  // The object store secret the MoEDeployment references (labelled usable, as the platform allows).
+  const json usable = {{"moeserve.io/usable", "true"}};
   ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
-                                        {"metadata", {{"name", "object-store"}, {"namespace", "team-a"}}},
+                                        {"metadata", {{"name", "object-store"}, {"namespace", "team-a"}, {"labels", usable}}},
                                         {"stringData", {{"AWS_ACCESS_KEY_ID", "AKIA"}, {"AWS_SECRET_ACCESS_KEY", "s3cr3t"}}}}));
   ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
-                                        {"metadata", {{"name", "ultra-api-keys"}, {"namespace", "team-a"}}},
+                                        {"metadata", {{"name", "ultra-api-keys"}, {"namespace", "team-a"}, {"labels", usable}}},
                                         {"stringData", {{"acme", "sk-acme-1"}}}}));
   json manifest = MoEDeploymentManifest("team-a", "ultra", 2, 2);
   manifest["spec"]["model"]["credentials"] = {{"secretRef", {{"name", "object-store"}}}};
@@ -98,10 +100,15 @@ TEST(Reconcile, ChildrenStatusIdempotenceAndDeletion) {
   EXPECT_EQ(endpoint["spec"]["selector"]["apps.kubernetes.io/pod-index"], "0");
   auto secret = *server.Get("secrets", "team-a", "ultra-secrets");
   EXPECT_EQ(Base64Decode(secret["data"]["object-store.AWS_SECRET_ACCESS_KEY"].get<std::string>()), "s3cr3t");
-  // API keys in moe-daemon's file format, and a serve config that points at them.
+  // API keys in moe-daemon's file format (hashes; the operator's admin key
+  // first), and a serve config that points at them.
   json keys = json::parse(Base64Decode(secret["data"]["api-keys.yaml"].get<std::string>()));
-  EXPECT_EQ(keys["keys"][0]["tenant"], "acme");
-  EXPECT_EQ(keys["keys"][0]["key"], "sk-acme-1");
+  ASSERT_EQ(keys["keys"].size(), 2u) << keys.dump();
+  EXPECT_EQ(keys["keys"][0]["tenant"], "moeserve-admin");
+  EXPECT_EQ(keys["keys"][0]["role"], "admin");
+  EXPECT_EQ(keys["keys"][1]["tenant"], "acme");
+  EXPECT_EQ(keys["keys"][1]["role"], "user");
+  EXPECT_EQ(keys["keys"][1]["sha256"], Sha256Hex("sk-acme-1"));
   json serve = json::parse((*server.Get("configmaps", "team-a", "ultra-config"))["data"]["config.yaml"].get<std::string>());
   EXPECT_EQ(serve["host"], "0.0.0.0");
   EXPECT_EQ(serve["port"], 8000);

@@ -6,12 +6,21 @@
 // concurrency on the Lease (409 on a stale resourceVersion) makes two
 // candidates racing for it agree on one winner.
 //
+// Leading ends the moment the renew deadline passes without a renewal, not
+// when a slow renewal call finally returns: each call of an attempt gets only
+// the time left before the deadline, and the WriteFence (when given) closes
+// at the deadline, so a deposed leader's client sends no further write.
+// The deadline counts from when a successful renewal was sent, so it always
+// falls before another candidate (which waits a whole lease duration from
+// when it saw that renewal) can take over.
+//
 // Thread safety: Run on one thread; IsLeader from any.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "moeserve/operator/kube_client.hpp"
@@ -26,6 +35,8 @@ struct LeaderElectionOptions {
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};
   bool release_on_cancel = true;
+  // Moved forward on each renewal, closed when leading stops. Optional.
+  std::shared_ptr<WriteFence> fence;
 };
 
 class LeaderElector {
@@ -39,7 +50,8 @@ class LeaderElector {
   const LeaderElectionOptions& options() const { return options_; }
 
  private:
-  bool TryAcquireOrRenew();
+  // One attempt; every call in it ends within `budget`.
+  bool TryAcquireOrRenew(std::chrono::milliseconds budget);
   void Release();
 
   KubeClient& client_;

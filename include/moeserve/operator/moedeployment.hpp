@@ -16,10 +16,47 @@ inline constexpr char kFinalizer[] = "moeserve.io/cleanup";
 inline constexpr char kConfigHashAnnotation[] = "moeserve.io/config-hash";
 inline constexpr char kReplicaLabel[] = "moeserve.io/replica";
 inline constexpr char kManagedBy[] = "moe-operator";
+// Only Secrets with this label may be named by a MoEDeployment (secretRef, TLS).
+inline constexpr char kUsableLabel[] = "moeserve.io/usable";
+// Labels on the cluster-scoped PersistentVolume, which cannot carry an owner
+// reference to a namespaced MoEDeployment.
+inline constexpr char kOwnerNamespaceLabel[] = "moeserve.io/owner-namespace";
+inline constexpr char kOwnerNameLabel[] = "moeserve.io/owner-name";
+// The storage class of the cache volumes: no provisioner has it, so only the
+// claim each volume is bound to in advance can ever use it.
+inline constexpr char kCacheStorageClass[] = "moeserve-node-cache";
 // Where the daemon's pod finds things.
 inline constexpr char kConfigDir[] = "/etc/moeserve/config";
 inline constexpr char kSecretsDir[] = "/etc/moeserve/secrets";
 inline constexpr char kCacheDir[] = "/var/cache/moeserve";
+inline constexpr char kTmpDir[] = "/tmp";
+// Keys of the deployment's Secret.
+inline constexpr char kAdminKeyKey[] = "admin-key";
+inline constexpr char kMetricsTokenKey[] = "metrics-token";
+inline constexpr char kApiKeysKey[] = "api-keys.yaml";
+inline constexpr char kTlsCertKey[] = "tls.crt";
+inline constexpr char kTlsKeyKey[] = "tls.key";
+inline constexpr char kObjectStorePrefix[] = "object-store.";
+// The daemon's tenant for the operator's own admin key.
+inline constexpr char kAdminTenant[] = "moeserve-admin";
+
+// What the platform decides, never a tenant: operator flags.
+struct PlatformConfig {
+  // Runs `moe-daemon pull` in each pod's init container: the only writer of the cache.
+  std::string daemon_image = "moeserve/moe-daemon:0.1.0";
+  // The node cache root on every node. Each namespace gets
+  // <cache_root>/namespaces/<ns> unless shared_cache, when all use the root.
+  std::string cache_root = "/var/cache/moeserve";
+  bool shared_cache = false;
+  // Capacity recorded on each cache volume and claim (hostPath does not
+  // enforce it; spec.cache.sizeLimitGi bounds what the puller keeps).
+  int64_t cache_capacity_gi = 16384;
+  // The daemon's user and group; never root.
+  int64_t run_as_user = 65532;
+  // Requests and limits a container gets where the spec sets none.
+  std::string default_cpu = "1", default_memory = "4Gi";
+  std::string puller_cpu = "1", puller_memory = "1Gi";
+};
 
 // Where a secret comes from: exactly one of a Vault path or a Secret's name.
 struct SecretReference {
@@ -40,7 +77,6 @@ struct MoEDeploymentSpec {
   int gpus_per_node = 8;
   int replicas = 1;
   json resources = json::object(), node_selector, tolerations, affinity;
-  std::string cache_host_path = "/var/lib/moeserve/cache";
   int64_t cache_size_gi = 0;
   int port = 8000;
   SecretReference api_keys;
@@ -51,7 +87,9 @@ struct MoEDeploymentSpec {
   int LocalRanks() const { return gpus_per_node > 0 ? gpus_per_node : 1; }
 };
 
-// Reads spec (after the CRD's defaults); an error names the field.
+// Reads spec (after the CRD's defaults); an error names the field. Fields
+// that are platform configuration (spec.cache.hostPath, stored before the
+// schema dropped it) are refused, never obeyed.
 Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec);
 
 namespace desired {
@@ -61,15 +99,32 @@ json OwnerReference(const json& md);
 std::string GroupName(const json& md, int replica);  // <name>-r<replica>
 std::string ConfigMapName(const json& md);            // <name>-config
 std::string SecretName(const json& md);               // <name>-secrets
+std::string CacheClaimName(const json& md);           // <name>-cache
+// Cluster-scoped: moeserve-cache-<namespace>-<name>, or a digest when that is too long.
+std::string CacheVolumeName(const json& md);
+// Where the cache volume lies on each node.
+std::string CacheHostPath(const json& md, const PlatformConfig& platform);
 std::string Endpoint(const json& md, const MoEDeploymentSpec& spec);
-// A display path for a revision in the cache (the puller keys its own
-// entries by a hash of the URI and revision; see model-source.yaml).
+// The verified model in the pod's cache mount, where `moe-daemon pull` puts
+// it: models/<first 32 hex digits of sha256(uri + "\n" + revision)>
+// (daemon/storage/model_cache.hpp; tests/e2e holds the two to the same path).
 std::string ModelDirectory(const MoEDeploymentSpec& spec);
 
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec);
 json Secret(const json& md, const std::map<std::string, std::string>& data);
 json GroupService(const json& md, const MoEDeploymentSpec& spec, int replica);
-json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, const std::string& config_hash);
+// Pods meet the `restricted` Pod Security Standard: non-root, no privilege
+// escalation, every capability dropped, seccomp RuntimeDefault, read-only
+// root filesystem (writable emptyDirs where needed), no service-account
+// token, requests and limits on every container, and only configMap,
+// secret, emptyDir and persistentVolumeClaim volumes. The init container
+// (the platform's image) pulls and verifies the weights into the cache; the
+// serving container (the tenant's image) mounts the cache read-only.
+json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, const std::string& config_hash,
+                 const PlatformConfig& platform = {});
+// The node cache as a claim bound in advance to a volume made for it alone.
+json CacheVolume(const json& md, const PlatformConfig& platform);
+json CacheClaim(const json& md, const PlatformConfig& platform);
 json PodDisruptionBudget(const json& md, const MoEDeploymentSpec& spec, int replica);
 json EndpointService(const json& md, const MoEDeploymentSpec& spec);
 std::string ConfigHash(const json& config_map, const json& secret);

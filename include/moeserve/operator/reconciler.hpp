@@ -35,6 +35,10 @@ class Reconciler {
 
 // Resolves a SecretReference to key -> value. The default reads Kubernetes
 // Secrets (secretRef); Vault paths are refused until the Vault issue lands.
+// Errors: kPermissionDenied when the platform does not allow the reference
+// (a Secret without moeserve.io/usable=true), kNotFound when it is missing,
+// kUnavailable when the source cannot be reached. Messages name the
+// reference, never a value.
 class SecretSource {
  public:
   virtual ~SecretSource() = default;
@@ -72,12 +76,15 @@ struct ReconcilerCaches {
   ObjectCache* configmaps = nullptr;
   ObjectCache* secrets = nullptr;
   ObjectCache* pdbs = nullptr;
+  ObjectCache* claims = nullptr;   // PersistentVolumeClaims
+  ObjectCache* volumes = nullptr;  // PersistentVolumes (cluster-scoped)
 };
 
 struct MoEDeploymentReconcilerOptions {
   SecretSource* secret_source = nullptr;  // default: KubernetesSecretSource
   CleanupHook* cleanup = nullptr;         // default: nothing to clean up
   QuotaCheck quota;                       // default: admitted
+  PlatformConfig platform;                // daemon image, node cache, pod defaults
   // Referenced Secrets are not watched; look at them again this often.
   std::chrono::milliseconds secret_resync{std::chrono::seconds(60)};
 };
@@ -100,13 +107,27 @@ class MoEDeploymentReconciler : public Reconciler {
   };
   struct SecretsState {
     bool synced = true;
+    // A failure that may pass (missing, unreachable): keep the last good
+    // Secret. A refusal (not usable, malformed) drops what was refused.
+    bool keep_last_good = false;
     std::string reason = "Synced", message;
     std::map<std::string, std::string> data;
   };
 
   Result<ReconcileResult> Finalize(json md);
   Status EnsureFinalizer(json& md);
-  SecretsState GatherSecrets(const json& md, const MoEDeploymentSpec& spec);
+  // The admin key and metrics token: read back from the deployment's Secret,
+  // generated only when it has none.
+  Result<std::map<std::string, std::string>> OperatorKeys(const json& md);
+  SecretsState GatherSecrets(const json& md, const MoEDeploymentSpec& spec,
+                             const std::map<std::string, std::string>& operator_keys);
+  // The cache volume and its claim: created when missing, never updated
+  // (their specs are immutable); a released volume is replaced.
+  Status EnsureCache(const json& md);
+  Status DeleteCacheVolume(const json& md);
+  // Deletes the group's pods that the StatefulSet owns, each with uid and
+  // resourceVersion preconditions.
+  Status DeleteGroupPods(const json& md, const json& statefulset, int replica);
   // Creates `want` or updates the existing object until it contains `want`.
   Result<json> Apply(const ResourceRef& ref, ObjectCache* cache, const json& md, const json& want);
   Result<Rollout> RollOut(const json& md, const MoEDeploymentSpec& spec, const std::string& config_hash);
