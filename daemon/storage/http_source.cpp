@@ -76,6 +76,7 @@ struct Transfer {
   bool stalled = false;
   std::string error_body;
   std::optional<std::chrono::milliseconds> retry_after;
+  bool following = false;    // curl follows redirects (http(s) sources)
   std::string downgrade_to;  // set when a hop from https pointed at http
   std::string downgrade_from;
 };
@@ -88,7 +89,7 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   std::string_view line(data, size * n);
   if (line.starts_with("HTTP/")) t->retry_after.reset();
-  if (StartsWithNoCase(line, "location:")) {
+  if (t->following && StartsWithNoCase(line, "location:")) {
     std::string_view target = line.substr(9);
     while (!target.empty() && (target.front() == ' ' || target.front() == '\t')) target.remove_prefix(1);
     while (!target.empty() && (target.back() == '\r' || target.back() == '\n' || target.back() == ' '))
@@ -271,10 +272,15 @@ class HttpConnection final : public ObjectConnection {
     curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(curl_, CURLOPT_FOLLOWLOCATION, s3_ ? 0L : 1L);
+    t.following = !s3_;
+    curl_easy_setopt(curl_, CURLOPT_FOLLOWLOCATION, t.following ? 1L : 0L);
     curl_easy_setopt(curl_, CURLOPT_MAXREDIRS, 10L);
     const bool https = spec.url.rfind("https://", 0) == 0;
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: the string form; the bitmask is deprecated there
     curl_easy_setopt(curl_, CURLOPT_REDIR_PROTOCOLS_STR, https ? "https" : "http,https");
+#else
+    curl_easy_setopt(curl_, CURLOPT_REDIR_PROTOCOLS, https ? CURLPROTO_HTTPS : (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
     curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
     t.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.stall_timeout);
     t.last_byte = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/sha256.hpp"
 
@@ -157,9 +158,12 @@ Result<FileLock> ModelCache::Lease(const std::string& key) const {
 Result<CachedModelMeta> ModelCache::ReadMeta(const std::string& key) const {
   std::string shown = config_.root + "/meta";
   MOE_ASSIGN_OR_RETURN(std::string text, ReadFileAt(dirs_->meta.get(), key + ".json", kMaxMetaBytes, shown));
-  auto j = nlohmann::json::parse(text, nullptr, false);
   std::string path = shown + "/" + key + ".json";
-  if (j.is_discarded() || !j.is_object()) return Fail(Error::Corruption(path, "not a JSON object"));
+  // Others may write this folder: the shared bounded parser, never a bare parse.
+  auto parsed = ParseJsonBounded<nlohmann::json>(text, {.max_bytes = kMaxMetaBytes, .max_depth = kMaxJsonDepth}, path);
+  if (!parsed) return Fail(Error::Corruption(path, parsed.error().message()));
+  const nlohmann::json& j = *parsed;
+  if (!j.is_object()) return Fail(Error::Corruption(path, "not a JSON object"));
   CachedModelMeta meta;
   auto uri = j.find("uri"), revision = j.find("revision"), bytes = j.find("bytes"), verified = j.find("verified");
   if (uri == j.end() || !uri->is_string() || revision == j.end() || !revision->is_string() || bytes == j.end() ||

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/daemon/storage/nofollow.hpp"
 
 namespace moeserve::daemon::storage {
@@ -22,8 +23,10 @@ constexpr size_t kMaxPlanBytes = 4096;
 uint64_t ReusablePartSize(int dir_fd, const std::string& dir, const std::string& manifest_sha256) {
   auto text = ReadFileAt(dir_fd, std::string(kStateDir) + "/plan.json", kMaxPlanBytes, dir);
   if (!text) return 0;
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return 0;
+  auto parsed = ParseJsonBounded<nlohmann::json>(*text, {.max_bytes = kMaxPlanBytes, .max_depth = kMaxJsonDepth},
+                                                 dir + "/.pull/plan.json");
+  if (!parsed || !parsed->is_object()) return 0;  // not ours to trust: start a new plan
+  const nlohmann::json& j = *parsed;
   auto sha = j.find("manifest_sha256"), size = j.find("part_size");
   if (sha == j.end() || !sha->is_string() || *sha != manifest_sha256) return 0;
   if (size == j.end() || !size->is_number_unsigned()) return 0;

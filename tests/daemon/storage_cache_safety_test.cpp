@@ -102,6 +102,46 @@ TEST_F(CacheSafetyTest, UnverifiedPullNeverSatisfiesAVerifiedRequest) {
   EXPECT_TRUE(again_unverified->stats.reused);
 }
 
+TEST_F(CacheSafetyTest, VerifiedCopySatisfiesAnUnverifiedRequest) {
+  WeightPuller puller({cache_});
+  auto verified = puller.Pull("file://" + src_, options_);
+  ASSERT_TRUE(verified) << verified.error().ToString();
+  verified->lease.Release();
+  options_.verify = false;
+  auto unverified = puller.Pull("file://" + src_, options_);
+  ASSERT_TRUE(unverified) << unverified.error().ToString();
+  EXPECT_TRUE(unverified->stats.reused);
+  EXPECT_EQ(unverified->dir, verified->dir);
+}
+
+// Reuse checks kinds and sizes; bytes changed in place are caught only by
+// hashing again, which reverify_cached (--reverify) asks for.
+TEST_F(CacheSafetyTest, ReverifyCatchesBytesChangedInPlace) {
+  WeightPuller puller({cache_});
+  auto first = puller.Pull("file://" + src_, options_);
+  ASSERT_TRUE(first) << first.error().ToString();
+  first->lease.Release();
+  {
+    std::fstream f(first->dir + "/a.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.write("POISON", 6);
+  }
+  options_.reverify_cached = true;
+  auto rehashed = puller.Pull("file://" + src_, options_);
+  ASSERT_FALSE(rehashed) << "reused a changed model";
+  EXPECT_EQ(rehashed.error().code(), ErrorCode::kCorruption) << rehashed.error().ToString();
+  EXPECT_NE(rehashed.error().message().find("a.bin"), std::string::npos) << rehashed.error().message();
+  EXPECT_NE(rehashed.error().message().find("sha256"), std::string::npos) << rehashed.error().message();
+
+  // A file cut short is caught without hashing.
+  fs::resize_file(first->dir + "/b.bin", 1000);
+  options_.reverify_cached = false;
+  auto sized = puller.Pull("file://" + src_, options_);
+  ASSERT_FALSE(sized);
+  EXPECT_NE(sized.error().message().find("b.bin"), std::string::npos) << sized.error().message();
+  EXPECT_NE(sized.error().message().find("1000 bytes"), std::string::npos) << sized.error().message();
+}
+
 TEST_F(CacheSafetyTest, ModelFileSwappedForASymlinkIsAnErrorNotServed) {
   WeightPuller puller({cache_});
   auto first = puller.Pull("file://" + src_, options_);

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "moeserve/common/sha256.hpp"
+#include "moeserve/daemon/storage/object_key.hpp"
 #include "moeserve/daemon/storage/weight_puller.hpp"
 #include "storage/s3_listing_double.hpp"
 #include "storage/test_servers.hpp"
@@ -19,6 +20,56 @@ namespace fs = std::filesystem;
 using testing::MakeTempDir;
 using testing::RangeFileServer;
 using testing::S3ListingDouble;
+
+TEST(ObjectKey, PlainRelativePathsPass) {
+  for (const char* key : {"a.bin", "model-00001-of-00002.safetensors", "sub/dir/x.json", ".gitattributes",
+                          "dir.with.dots/..hidden", "a b/c%20d", "unicode-\xc3\xa9.bin"})
+    EXPECT_TRUE(CheckObjectKey(key)) << key;
+}
+
+TEST(ObjectKey, EachRuleRefusesWithTheKeyQuoted) {
+  const std::pair<std::string, const char*> cases[] = {
+      {"", "empty"},
+      {"../x", "'..'"},
+      {"a/../../x", "'..'"},
+      {"a/..", "'..'"},
+      {"./x", "'.'"},
+      {"a/./x", "'.'"},
+      {"/etc/passwd", "absolute"},
+      {"a//b", "empty path segment"},
+      {"a/", "empty path segment"},
+      {"a\\..\\b", "backslash"},
+      {std::string("a\0b", 3), "NUL"},
+      {"a\tb", "control"},
+      {std::string(1025, 'a'), "1024"},
+      {std::string(256, 'a') + "/x", "255"},
+      {".pull/progress.bin", ".pull"},
+      {"manifest.json", "manifest.json"},
+  };
+  for (const auto& [key, why] : cases) {
+    Status s = CheckObjectKey(key);
+    ASSERT_FALSE(s) << key;
+    EXPECT_EQ(s.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(s.error().message().find(why), std::string::npos) << s.error().message();
+  }
+  EXPECT_NE(CheckObjectKey(std::string("a\0b", 3)).error().message().find("'a\\x00b'"), std::string::npos)
+      << "a NUL is shown, not cut at";
+}
+
+TEST(ObjectKey, ManifestPathsListedTwiceOrAsFileAndFolderAreRefused) {
+  engine::Manifest twice{{{"a.bin", 1, ""}, {"b.bin", 1, ""}, {"a.bin", 1, ""}}};
+  Status s = CheckManifestPaths(twice, "m.json");
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("'a.bin' is listed twice"), std::string::npos) << s.error().message();
+  // "a-x" sorts between "a" and "a/b": the check must not rely on neighbours.
+  engine::Manifest both{{{"a", 1, ""}, {"a-x", 1, ""}, {"a/b", 1, ""}}};
+  s = CheckManifestPaths(both, "m.json");
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("'a' is listed as a file and as the folder of 'a/b'"), std::string::npos)
+      << s.error().message();
+  engine::Manifest fine{{{"a/b", 1, ""}, {"a/c", 1, ""}, {"ab", 1, ""}}};
+  EXPECT_TRUE(CheckManifestPaths(fine, "m.json"));
+}
 
 class PathsTest : public ::testing::Test {
  protected:
