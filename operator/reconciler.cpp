@@ -403,7 +403,10 @@ Result<json> MoEDeploymentReconciler::Apply(const ResourceRef& ref, ObjectCache*
     // and six per MoEDeployment would be a third of all writes at scale.
     return created;
   }
-  if (Contains(*existing, want)) return *existing;
+  // A ConfigMap's or Secret's data is the whole truth: a key dropped from
+  // `want` (a refused Secret's copy) must go, not linger as "contained".
+  const bool same_data = !want.contains("data") || existing->value("data", json::object()) == want["data"];
+  if (same_data && Contains(*existing, want)) return *existing;
   MOE_ASSIGN_OR_RETURN(json updated, client_.Update(ref, Overlay(*existing, want)));
   updated["kind"] = ref.kind;
   updated["apiVersion"] = ref.ApiVersion();

@@ -5,9 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -161,9 +167,63 @@ class Kubelet {
   std::thread thread_;
 };
 
+struct CommandResult {
+  int rc = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline CommandResult RunShell(const std::string& command) {
+  std::string out;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return {};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+inline bool HaveKubectl() { return RunShell("kubectl version --client").rc == 0; }
+
+// The real kubectl against the API double, as a tenant would use it.
+class Kubectl {
+ public:
+  explicit Kubectl(fakes::FakeApiServer& server)
+      : dir_(std::filesystem::temp_directory_path() /
+             ("moe-kubectl-" + std::to_string(getpid()) + "-" + std::to_string(counter_++))) {
+    std::filesystem::create_directories(dir_);
+    EXPECT_TRUE(server.WriteKubeconfig((dir_ / "kubeconfig").string()));
+  }
+  ~Kubectl() { std::filesystem::remove_all(dir_); }
+  CommandResult operator()(const std::string& args) const {
+    return RunShell("kubectl --kubeconfig " + (dir_ / "kubeconfig").string() + " --cache-dir " +
+                    (dir_ / "cache").string() + " --request-timeout=20s " + args);
+  }
+  // Writes `yaml` to a file and applies it.
+  CommandResult Apply(const std::string& name, const std::string& yaml) const {
+    const std::string path = (dir_ / (name + ".yaml")).string();
+    std::ofstream(path) << yaml;
+    return (*this)("apply -f " + path);
+  }
+
+ private:
+  static inline std::atomic<int> counter_{0};
+  std::filesystem::path dir_;
+};
+
+inline json ConditionOf(fakes::FakeApiServer& server, const std::string& ns, const std::string& name,
+                        const std::string& type);
+
 inline json StatusOf(fakes::FakeApiServer& server, const std::string& ns, const std::string& name) {
   auto md = server.Get("moedeployments.moeserve.io", ns, name);
   return md ? md->value("status", json::object()) : json::object();
+}
+
+inline json ConditionOf(fakes::FakeApiServer& server, const std::string& ns, const std::string& name,
+                        const std::string& type) {
+  for (const auto& c : StatusOf(server, ns, name).value("conditions", json::array()))
+    if (c.value("type", "") == type) return c;
+  return json();
 }
 
 }  // namespace moeserve::op::testing
