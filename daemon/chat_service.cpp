@@ -8,30 +8,18 @@
 
 namespace moeserve::daemon {
 
-namespace http = web::http;
-
-void ReplyJson(http::http_request request, int status, const std::string& json_text) {
-  http::http_response response(static_cast<http::status_code>(status));
-  response.set_body(json_text, "application/json");
-  request.reply(response).then([](pplx::task<void> t) {
-    try {
-      t.get();
-    } catch (...) {
-      // The client went away before the answer: nothing left to tell it.
-    }
-  });
+HttpResponse ErrorResponse(const ApiError& error) {
+  HttpResponse r;
+  r.status = error.status;
+  if (error.retry_after_seconds > 0) r.headers.emplace_back("Retry-After", std::to_string(error.retry_after_seconds));
+  r.body = error.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
 }
 
-void ReplyError(http::http_request request, const ApiError& error) {
-  http::http_response response(static_cast<http::status_code>(error.status));
-  if (error.retry_after_seconds > 0) response.headers().add("Retry-After", std::to_string(error.retry_after_seconds));
-  response.set_body(error.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
-  request.reply(response).then([](pplx::task<void> t) {
-    try {
-      t.get();
-    } catch (...) {
-    }
-  });
+void ReplyError(HttpExchange& exchange, const ApiError& error) { exchange.Reply(ErrorResponse(error)); }
+
+void ReplyJson(HttpExchange& exchange, int status, std::string json_text) {
+  exchange.Reply(HttpResponse{status, "application/json", {}, std::move(json_text)});
 }
 
 namespace {
@@ -132,11 +120,11 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
 
 }  // namespace
 
-void ChatService::Handle(http::http_request request, const std::string& body, const Principal& who,
+void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::string& body, const Principal& who,
                          Clock::time_point received) {
   auto fail = [&](const ApiError& e) {
     metrics_.RequestFinished(e.status, std::chrono::duration<double>(Clock::now() - received).count());
-    ReplyError(request, e);
+    ReplyError(*exchange, e);
   };
   auto req = ParseChatRequest(body);
   if (!req) return fail(req.error());
@@ -153,7 +141,11 @@ void ChatService::Handle(http::http_request request, const std::string& body, co
   info.tier = prepared->tier;
   info.stop = req->stop;
   info.received = received;
-  auto sink = std::make_shared<CompletionSink>(std::move(info), request, scheduler_, metrics_);
+  auto sink = std::make_shared<CompletionSink>(std::move(info), exchange, scheduler_, metrics_);
+  // Registered before Submit: a hang-up in between cancels as soon as the id is known.
+  exchange->OnClientGone([weak = std::weak_ptr<CompletionSink>(sink)] {
+    if (auto s = weak.lock()) s->OnDisconnect();
+  });
 
   auto id = scheduler_.Submit(std::move(prepared->generation), sink);
   if (!id) return fail(ApiError::FromError(id.error()));

@@ -7,19 +7,19 @@ namespace moeserve::daemon {
 
 using json = nlohmann::json;
 
-CompletionSink::CompletionSink(CompletionInfo info, web::http::http_request request, Scheduler& scheduler,
+CompletionSink::CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange, Scheduler& scheduler,
                                DaemonMetrics& metrics)
-    : info_(std::move(info)), request_(std::move(request)), scheduler_(scheduler), metrics_(metrics), assembler_(info_.stop) {
-  // The role chunk goes into the stream's buffer first, before any event can.
+    : info_(std::move(info)),
+      exchange_(std::move(exchange)),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      assembler_(info_.stop),
+      sse_(exchange_) {
+  // The role chunk goes first, before any event can.
   if (info_.stream) sse_.Send(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr).dump());
 }
 
-void CompletionSink::BeginStream() {
-  std::weak_ptr<CompletionSink> weak = weak_from_this();
-  sse_.Attach(request_, [weak] {
-    if (auto self = weak.lock()) self->OnDisconnect();
-  });
-}
+void CompletionSink::BeginStream() { sse_.Begin(); }
 
 void CompletionSink::SetSequence(engine::SequenceId id) {
   bool cancel;
@@ -133,7 +133,7 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
                        : ApiError::Internal("The request was cancelled inside the server before it finished");
     metrics_.RequestFinished(err.status, seconds);
     if (info_.stream) AbortStream(err.ToJson());
-    else ReplyError(request_, err);
+    else ReplyError(*exchange_, err);
     return;
   }
   const char* finish_reason = "stop";
@@ -174,7 +174,7 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
                                          {"finish_reason", finish_reason}}})},
                {"usage", Usage(u)},
                {"tier", info_.tier}};
-  ReplyJson(request_, 200, body.dump(-1, ' ', false, json::error_handler_t::replace));
+  ReplyJson(*exchange_, 200, body.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace moeserve::daemon

@@ -2,8 +2,8 @@
 // (OutputAssembler) and answers the client, either once at the end (a JSON
 // chat.completion) or as server-sent chat.completion.chunk events.
 //
-// Thread safety: OnEvent runs on the scheduler thread only; the disconnect
-// callback (streaming) may run on any thread and only sets flags and cancels.
+// Thread safety: OnEvent runs on the scheduler thread only; OnDisconnect may
+// run on any thread and only sets flags and cancels.
 #pragma once
 
 #include <atomic>
@@ -13,9 +13,9 @@
 #include <optional>
 #include <string>
 
-#include <cpprest/http_listener.h>
 #include <nlohmann/json.hpp>
 
+#include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
 #include "moeserve/daemon/scheduler.hpp"
@@ -37,11 +37,15 @@ struct CompletionInfo {
 
 class CompletionSink : public SequenceSink, public std::enable_shared_from_this<CompletionSink> {
  public:
-  CompletionSink(CompletionInfo info, web::http::http_request request, Scheduler& scheduler, DaemonMetrics& metrics);
+  CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange, Scheduler& scheduler,
+                 DaemonMetrics& metrics);
 
-  // Streaming: sends the response head; the body streams from a buffer that
-  // already holds the role chunk and any events that came since Submit.
+  // Streaming: sends the response head, the role chunk and any events that
+  // came since Submit.
   void BeginStream();
+  // The client hung up (or stopped reading): cancels the sequence, which the
+  // engine frees at its next step. Streamed or not.
+  void OnDisconnect();
   void SetSequence(engine::SequenceId id);
   // Submit failed after BeginStream: the error goes into the stream.
   void AbortStream(const nlohmann::json& error_body);
@@ -53,10 +57,9 @@ class CompletionSink : public SequenceSink, public std::enable_shared_from_this<
   nlohmann::json Usage(const engine::SequenceUsage& u) const;
   void SendDelta(const OutputDelta& d);
   void Finish(const engine::TokenEvent& event);
-  void OnDisconnect();
 
   CompletionInfo info_;
-  web::http::http_request request_;
+  std::shared_ptr<HttpExchange> exchange_;
   Scheduler& scheduler_;
   DaemonMetrics& metrics_;
   OutputAssembler assembler_;

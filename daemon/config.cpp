@@ -12,6 +12,12 @@
 namespace moeserve::daemon {
 namespace {
 
+std::string FormatSeconds(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
+}
+
 // Every setting is a string value applied by key, so the YAML file and the
 // flags share one set of parsers and messages.
 Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& value, const std::string& where) {
@@ -24,6 +30,19 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
     if (ec != std::errc() || p != value.data() + value.size()) return bad("must be an integer");
     if (v < lo || v > hi) return bad("must be between " + std::to_string(lo) + " and " + std::to_string(hi));
     out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+    return Ok();
+  };
+  auto seconds = [&](double lo, double hi, double& out) -> Status {
+    try {
+      size_t used = 0;
+      double v = std::stod(value, &used);
+      if (used != value.size() || !(v >= lo && v <= hi)) {
+        return bad("must be a number of seconds between " + FormatSeconds(lo) + " and " + FormatSeconds(hi));
+      }
+      out = v;
+    } catch (...) {
+      return bad("must be a number of seconds");
+    }
     return Ok();
   };
   auto boolean = [&](bool& out) -> Status {
@@ -72,18 +91,27 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
                 : key.ends_with("medium") ? c.thinking_budgets->medium : c.thinking_budgets->high;
     return integer(0, int64_t{1} << 30, slot);
   } else if (key == "shutdown_grace_seconds") {
-    try {
-      size_t used = 0;
-      double v = std::stod(value, &used);
-      if (used != value.size() || v < 0 || v > 3600) return bad("must be a number of seconds between 0 and 3600");
-      c.shutdown_grace_seconds = v;
-    } catch (...) {
-      return bad("must be a number of seconds");
-    }
+    return seconds(0, 3600, c.shutdown_grace_seconds);
   } else if (key == "max_body_bytes") {
     return integer(1024, int64_t{1} << 32, c.max_body_bytes);
   } else if (key == "constrained_max_string_bytes") {
     return integer(1, 1 << 20, c.constrained_max_string_bytes);
+  } else if (key == "tls_cert_file") {
+    c.tls_cert_file = value;
+  } else if (key == "tls_key_file") {
+    c.tls_key_file = value;
+  } else if (key == "metrics_token_file") {
+    c.metrics_token_file = value;
+  } else if (key == "allow_unauthenticated") {
+    return boolean(c.allow_unauthenticated);
+  } else if (key == "max_connections") {
+    return integer(1, 1 << 20, c.max_connections);
+  } else if (key == "header_timeout_seconds") {
+    return seconds(0.1, 3600, c.header_timeout_seconds);
+  } else if (key == "max_stream_buffer_bytes") {
+    return integer(4096, int64_t{1} << 32, c.max_stream_buffer_bytes);
+  } else if (key == "http_threads") {
+    return integer(1, 256, c.http_threads);
   } else if (key == "kernels") {
     if (value != "fast" && value != "reference") return bad("must be fast or reference");
     c.kernels = value;

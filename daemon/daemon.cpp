@@ -1,14 +1,18 @@
 #include "moeserve/daemon/daemon.hpp"
 #include "moeserve/daemon/storage/weight_puller.hpp"
 
+#include <openssl/crypto.h>
+
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
-#include <cpprest/http_listener.h>
-
 #include "moeserve/common/log.hpp"
+#include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/api_keys.hpp"
 #include "moeserve/daemon/chat_service.hpp"
+#include "moeserve/daemon/http_server.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/scheduler.hpp"
 #include "moeserve/engine/engine.hpp"
@@ -16,144 +20,155 @@
 
 namespace moeserve::daemon {
 
-namespace http = web::http;
 using Clock = std::chrono::steady_clock;
 
 struct Daemon::Impl {
   DaemonConfig config;
   ApiKeys keys = ApiKeys::Open();
+  std::string metrics_token_sha256;  // empty: /metrics follows the API keys alone
   Readiness readiness;
   std::unique_ptr<storage::PulledModel> pulled;  // set when the model came from a URI
   DaemonMetrics metrics;
-  std::unique_ptr<http::experimental::listener::http_listener> listener;
+  // Declared before what serves requests, so it is destroyed after them:
+  // exchanges that sinks still hold then find their connections gone.
+  std::unique_ptr<HttpServer> server;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
   std::atomic<bool> serving{false};   // engine and scheduler are up
   std::atomic<bool> draining{false};
 
-  void Route(http::http_request request);
-  void HandleChat(http::http_request request, Clock::time_point received);
-  std::optional<Principal> Authenticate(const http::http_request& request);
+  HttpAdmission Admit(const HttpHead& head);
+  void Handle(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange);
+  std::optional<Principal> Authenticate(const HttpHead& head) const;
+  bool MetricsAllowed(const HttpHead& head) const;
 };
 
 namespace {
 
-// cpprestsdk reads the body on its own; a Content-Length this far past the
-// limit is refused without reading it at all.
-constexpr size_t kNoDrainFactor = 8;
+// GET routes read no meaningful body; a little is allowed so that clients
+// which send an empty JSON object are not refused.
+constexpr size_t kSmallBodyLimit = 64 << 10;
+
+ApiError MissingKey() { return ApiError::InvalidApiKey("Missing or wrong API key: send Authorization: Bearer <key>"); }
+
+bool IsLoopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+Result<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Fail(Error::Io("metrics token file " + path + ": cannot be opened"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token = ss.str();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front()))) token.erase(token.begin());
+  if (token.size() < 16) return Fail(Error::InvalidArgument("metrics token file " + path + ": the token must be at least 16 characters"));
+  return token;
+}
 
 }  // namespace
 
-std::optional<Principal> Daemon::Impl::Authenticate(const http::http_request& request) {
-  auto it = request.headers().find(http::header_names::authorization);
-  return keys.Authenticate(it == request.headers().end() ? std::string() : it->second);
+std::optional<Principal> Daemon::Impl::Authenticate(const HttpHead& head) const {
+  return keys.Authenticate(head.Header("authorization"));
 }
 
-void Daemon::Impl::HandleChat(http::http_request request, Clock::time_point received) {
-  auto refuse = [&](const ApiError& e) {
-    metrics.RequestFinished(e.status, std::chrono::duration<double>(Clock::now() - received).count());
-    ReplyError(request, e);
-  };
-  auto who = Authenticate(request);
-  if (!who) return refuse(ApiError::InvalidApiKey("Missing or wrong API key: send Authorization: Bearer <key>"));
-  if (draining.load()) return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
-  if (!serving.load()) {
-    auto r = readiness.Get();
-    return refuse(ApiError::Unavailable("The model is not ready yet (" + r.state +
-                                            (r.detail.empty() ? "" : ": " + r.detail) + "); retry shortly",
-                                        5));
+bool Daemon::Impl::MetricsAllowed(const HttpHead& head) const {
+  if (!keys.enabled()) return true;  // loopback-only development daemon
+  const std::string header = head.Header("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!metrics_token_sha256.empty() && header.size() > kBearer.size() && header.starts_with(kBearer)) {
+    std::string got = Sha256Hex(std::string_view(header).substr(kBearer.size()));
+    if (CRYPTO_memcmp(got.data(), metrics_token_sha256.data(), got.size()) == 0) return true;
   }
-  const size_t limit = config.max_body_bytes;
-  const auto declared = request.headers().content_length();
-  if (declared > limit * kNoDrainFactor) return refuse(ApiError::BodyTooLarge(limit));
-  request.extract_vector().then([this, request, received, who = *who, limit](pplx::task<std::vector<unsigned char>> t) {
-    std::vector<unsigned char> body;
-    try {
-      body = t.get();
-    } catch (const std::exception& e) {
-      metrics.RequestFinished(400, std::chrono::duration<double>(Clock::now() - received).count());
-      ReplyError(request, ApiError::InvalidRequest(std::string("The request body could not be read: ") + e.what()));
-      return;
+  auto who = keys.Authenticate(header);
+  return who && who->admin;
+}
+
+// Everything that can be decided from the head is decided here, before a
+// byte of the body is read: a refused request costs its head, nothing more.
+HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
+  auto refuse = [&](const ApiError& e) {
+    if (head.path == "/v1/chat/completions") metrics.RequestFinished(e.status, 0);
+    return HttpAdmission::Refuse(ErrorResponse(e));
+  };
+  const std::string& path = head.path;
+  const bool get = head.method == "GET";
+  if (path == "/v1/chat/completions") {
+    if (head.method != "POST") return refuse(ApiError::MethodNotAllowed(head.method, path));
+    if (!Authenticate(head)) return refuse(MissingKey());
+    if (draining.load()) return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
+    if (!serving.load()) {
+      auto r = readiness.Get();
+      return refuse(ApiError::Unavailable(
+          "The model is not ready yet (" + r.state + (r.detail.empty() ? "" : ": " + r.detail) + "); retry shortly", 5));
     }
-    if (body.size() > limit) {
-      metrics.RequestFinished(413, std::chrono::duration<double>(Clock::now() - received).count());
-      ReplyError(request, ApiError::BodyTooLarge(limit));
-      return;
+    return HttpAdmission::Accept(config.max_body_bytes);
+  }
+  if (path == "/healthz" || path == "/readyz") {
+    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
+    return HttpAdmission::Accept(kSmallBodyLimit);
+  }
+  if (path == "/metrics") {
+    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
+    if (!MetricsAllowed(head)) {
+      return refuse(ApiError::InvalidApiKey("/metrics needs Authorization: Bearer <metrics token or admin key>"));
     }
+    return HttpAdmission::Accept(kSmallBodyLimit);
+  }
+  if (path == "/v1/models") {
+    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
+    if (!Authenticate(head)) return refuse(MissingKey());
+    return HttpAdmission::Accept(kSmallBodyLimit);
+  }
+  return refuse(ApiError::NoSuchRoute(head.method, path));
+}
+
+void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange) {
+  const std::string& path = head.path;
+  if (path == "/v1/chat/completions") {
+    const auto received = Clock::now();
+    auto who = Authenticate(head);
+    if (!who) return ReplyError(*exchange, MissingKey());  // admitted, so only if the keys changed
     try {
-      chat->Handle(request, std::string(body.begin(), body.end()), who, received);
+      chat->Handle(exchange, body, *who, received);
     } catch (const std::exception& e) {
       // Handle reports errors as values; this is a last guard so that a bug
       // costs one request, never the daemon.
       log::Error(std::string("chat completion: unexpected exception: ") + e.what());
       metrics.RequestFinished(500, std::chrono::duration<double>(Clock::now() - received).count());
-      ReplyError(request, ApiError::Internal(std::string("internal error: ") + e.what()));
+      ReplyError(*exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
     }
-  });
-}
-
-void Daemon::Impl::Route(http::http_request request) {
-  const auto received = Clock::now();
-  const std::string method = request.method();
-  const std::string path = request.relative_uri().path();
-  try {
-    if (path == "/v1/chat/completions") {
-      if (method != http::methods::POST) return ReplyError(request, ApiError::MethodNotAllowed(method, path));
-      return HandleChat(request, received);
-    }
-    if (path == "/healthz") {
-      if (method != http::methods::GET) return ReplyError(request, ApiError::MethodNotAllowed(method, path));
-      return ReplyJson(request, 200, R"({"status":"ok"})");
-    }
-    if (path == "/readyz") {
-      if (method != http::methods::GET) return ReplyError(request, ApiError::MethodNotAllowed(method, path));
-      auto r = readiness.Get();
-      nlohmann::json body = {{"status", r.state}};
-      if (!r.detail.empty()) body["detail"] = r.detail;
-      return ReplyJson(request, r.ready() ? 200 : 503, body.dump());
-    }
-    if (path == "/metrics") {
-      if (method != http::methods::GET) return ReplyError(request, ApiError::MethodNotAllowed(method, path));
-      if (serving.load()) metrics.UpdateFromEngine(engine->Metrics());
-      http::http_response response(http::status_codes::OK);
-      response.set_body(metrics.Scrape(), "text/plain; version=0.0.4; charset=utf-8");
-      request.reply(response).then([](pplx::task<void> t) {
-        try {
-          t.get();
-        } catch (...) {
-        }
-      });
-      return;
-    }
-    if (path == "/v1/models") {
-      if (method != http::methods::GET) return ReplyError(request, ApiError::MethodNotAllowed(method, path));
-      if (!Authenticate(request)) {
-        return ReplyError(request, ApiError::InvalidApiKey("Missing or wrong API key: send Authorization: Bearer <key>"));
-      }
-      nlohmann::json model = {{"id", chat ? chat->facts().model_name : config.served_model_name},
-                              {"object", "model"},
-                              {"created", 0},
-                              {"owned_by", "moeserve"},
-                              {"max_model_len", chat ? chat->facts().max_context : 0}};
-      return ReplyJson(request, 200, nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
-    }
-    return ReplyError(request, ApiError::NoSuchRoute(method, path));
-  } catch (const std::exception& e) {
-    log::Error(std::string("http: ") + method + " " + path + ": " + e.what());
-    ReplyError(request, ApiError::Internal(std::string("internal error: ") + e.what()));
+    return;
   }
+  if (path == "/healthz") return ReplyJson(*exchange, 200, R"({"status":"ok"})");
+  if (path == "/readyz") {
+    auto r = readiness.Get();
+    nlohmann::json out = {{"status", r.state}};
+    if (!r.detail.empty()) out["detail"] = r.detail;
+    return ReplyJson(*exchange, r.ready() ? 200 : 503, out.dump());
+  }
+  if (path == "/metrics") {
+    if (serving.load()) metrics.UpdateFromEngine(engine->Metrics());
+    if (server) metrics.UpdateFromHttp(server->stats());
+    return exchange->Reply(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", {}, metrics.Scrape()});
+  }
+  if (path == "/v1/models") {
+    nlohmann::json model = {{"id", chat ? chat->facts().model_name : config.served_model_name},
+                            {"object", "model"},
+                            {"created", 0},
+                            {"owned_by", "moeserve"},
+                            {"max_model_len", chat ? chat->facts().max_context : 0}};
+    return ReplyJson(*exchange, 200, nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
+  }
+  ReplyError(*exchange, ApiError::NoSuchRoute(head.method, path));
 }
 
 Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Daemon::~Daemon() {
-  if (impl_->listener) {
-    try {
-      impl_->listener->close().wait();
-    } catch (...) {
-    }
-  }
+  if (impl_->server) impl_->server->Stop();
   if (impl_->scheduler) impl_->scheduler->Stop();
 }
 
@@ -166,6 +181,19 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   if (!config.api_keys_file.empty()) {
     MOE_ASSIGN_OR_RETURN(impl->keys, ApiKeys::LoadFile(config.api_keys_file));
     log::Info("moe-daemon: " + std::to_string(impl->keys.size()) + " API keys loaded from " + config.api_keys_file);
+  } else if (!IsLoopback(config.host) && !config.allow_unauthenticated) {
+    // Without keys anyone who reaches the port may spend the GPUs and read
+    // /metrics: only loopback, unless the operator of the daemon says so.
+    return Fail(Error::InvalidArgument("refusing to listen on " + config.host +
+                                       " without API keys: set api_keys_file (--api-keys-file), listen on "
+                                       "127.0.0.1, or set allow_unauthenticated (--allow-unauthenticated true)"));
+  }
+  if (!config.metrics_token_file.empty()) {
+    if (config.api_keys_file.empty()) {
+      return Fail(Error::InvalidArgument("metrics_token_file needs api_keys_file: without keys /metrics is open"));
+    }
+    MOE_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(config.metrics_token_file));
+    impl->metrics_token_sha256 = Sha256Hex(std::string_view(token));
   }
   impl->config = std::move(config);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
@@ -173,13 +201,30 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
 
 Status Daemon::Start() {
   Impl* impl = impl_.get();
-  try {
-    impl->listener = std::make_unique<http::experimental::listener::http_listener>(url());
-    impl->listener->support([impl](http::http_request request) { impl->Route(std::move(request)); });
-    impl->listener->open().wait();
-  } catch (const std::exception& e) {
-    return Fail(Error::Unavailable("cannot listen on " + url() + ": " + e.what()));
-  }
+  const DaemonConfig& c = impl->config;
+  HttpServerOptions o;
+  o.host = c.host;
+  o.port = c.port;
+  o.threads = c.http_threads;
+  o.max_connections = static_cast<size_t>(c.max_connections);
+  o.header_timeout_seconds = c.header_timeout_seconds;
+  o.max_stream_buffer_bytes = c.max_stream_buffer_bytes;
+  o.tls_cert_file = c.tls_cert_file;
+  o.tls_key_file = c.tls_key_file;
+  HttpServerHooks hooks;
+  hooks.admit = [impl](const HttpHead& head) { return impl->Admit(head); };
+  hooks.handle = [impl](HttpHead head, std::string body, std::shared_ptr<HttpExchange> exchange) {
+    impl->Handle(head, std::move(body), std::move(exchange));
+  };
+  hooks.error_response = [](int status, const std::string& message) {
+    ApiError e = status >= 500 ? ApiError::Internal(message) : ApiError::InvalidRequest(message);
+    e.status = status;
+    return ErrorResponse(e);
+  };
+  auto server = HttpServer::Start(std::move(o), std::move(hooks));
+  if (!server) return Fail(server.error().WithContext("moe-daemon"));
+  impl->server = std::move(*server);
+  if (impl->config.port == 0) impl->config.port = impl->server->port();
   return Ok();
 }
 
@@ -261,18 +306,15 @@ void Daemon::Shutdown(double grace_seconds) {
   }
   // Let the last replies leave before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (m.listener) {
-    try {
-      m.listener->close().wait();
-    } catch (...) {
-    }
-    m.listener.reset();
-  }
+  if (m.server) m.server->Stop();
   if (m.scheduler) m.scheduler->Stop();
 }
 
 std::string Daemon::url() const {
-  return "http://" + impl_->config.host + ":" + std::to_string(impl_->config.port);
+  const bool tls = !impl_->config.tls_cert_file.empty();
+  const std::string& host = impl_->config.host;
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return std::string(tls ? "https://" : "http://") + h + ":" + std::to_string(impl_->config.port);
 }
 Readiness& Daemon::readiness() { return impl_->readiness; }
 DaemonMetrics& Daemon::metrics() { return impl_->metrics; }

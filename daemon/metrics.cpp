@@ -89,9 +89,35 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                                  .Add({});
   client_disconnects_ = &BuildCounter()
                              .Name("moe_client_disconnects_total")
-                             .Help("Streaming clients that went away before the end; their sequences were cancelled")
+                             .Help("Clients that went away before the end of their answer; their sequences were cancelled")
                              .Register(*registry_)
                              .Add({});
+  http_open_connections_ =
+      &BuildGauge().Name("moe_http_open_connections").Help("Open client connections").Register(*registry_).Add({});
+  http_refusals_ = &BuildCounter()
+                        .Name("moe_http_refusals_total")
+                        .Help("Connections or requests the HTTP front cut off, by reason (connection_limit, "
+                              "timeout, body_too_large, slow_reader)")
+                        .Register(*registry_);
+  tls_reloads_ = &BuildCounter()
+                      .Name("moe_tls_certificate_reloads_total")
+                      .Help("Times a changed TLS certificate/key pair was loaded without a restart")
+                      .Register(*registry_)
+                      .Add({});
+}
+
+void DaemonMetrics::UpdateFromHttp(const HttpServerStats& s) {
+  http_open_connections_->Set(static_cast<double>(s.open_connections));
+  std::lock_guard lock(mu_);
+  auto advance = [](prometheus::Counter& c, uint64_t now, uint64_t& last) {
+    if (now > last) c.Increment(static_cast<double>(now - last));
+    last = now;
+  };
+  advance(http_refusals_->Add({{"reason", "connection_limit"}}), s.refused_connections, last_http_.refused_connections);
+  advance(http_refusals_->Add({{"reason", "timeout"}}), s.timed_out_connections, last_http_.timed_out_connections);
+  advance(http_refusals_->Add({{"reason", "body_too_large"}}), s.oversized_bodies, last_http_.oversized_bodies);
+  advance(http_refusals_->Add({{"reason", "slow_reader"}}), s.slow_readers_cut, last_http_.slow_readers_cut);
+  advance(*tls_reloads_, s.tls_reloads, last_http_.tls_reloads);
 }
 
 void DaemonMetrics::RequestFinished(int http_status, double seconds) {

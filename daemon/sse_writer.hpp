@@ -1,42 +1,37 @@
-// Server-sent events over a cpprestsdk response.
+// Server-sent events over an HttpExchange.
 //
-// The response body is a producer_consumer_buffer that this writer fills from
-// the scheduler thread (putn_nocopy + sync per event, close at the end): the
-// Debian cpprestsdk 2.10.18 then sends each event as it is written (layout.md).
+// Events may be produced (by the scheduler thread) before the response head
+// can go out: the head waits until the sequence exists, so that a refused
+// request still gets a plain HTTP error. Until Begin, events are kept here;
+// Begin sends the head and them, in order. After that each Send is one chunk
+// on the wire; a client that stops reading is cut off by the exchange's bound
+// (HttpServerOptions::max_stream_buffer_bytes) and its OnClientGone runs.
 //
-// How a client that goes away is reported (prototyped before this was
-// written): writes into the buffer keep succeeding; the only signal is the
-// task returned by http_request::reply(), which fails with "error writing
-// response" at the first socket write after the peer closed. Attach() turns
-// that into the on_disconnect callback, which the caller uses to cancel the
-// sequence, so it is freed at the next scheduler step.
-//
-// Thread safety: Send/Close from one thread at a time (the scheduler loop);
-// the disconnect callback runs on a cpprestsdk pool thread.
+// Thread safety: Send, Begin and Close may be called from any thread.
 #pragma once
 
-#include <atomic>
-#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 
-#include <cpprest/http_listener.h>
-#include <cpprest/producerconsumerstream.h>
+#include "moeserve/daemon/http_exchange.hpp"
 
 namespace moeserve::daemon {
 
 class SseWriter {
  public:
-  // Sends the 200 response head with `text/event-stream` and starts streaming.
-  void Attach(web::http::http_request request, std::function<void()> on_disconnect);
+  explicit SseWriter(std::shared_ptr<HttpExchange> exchange) : exchange_(std::move(exchange)) {}
+  // Sends the 200 head with `text/event-stream` and what was sent before.
+  void Begin();
   // "data: <payload>\n\n"
   void Send(const std::string& payload);
   void Close();
-  bool disconnected() const { return disconnected_->load(); }
 
  private:
-  concurrency::streams::producer_consumer_buffer<uint8_t> buffer_;
-  std::shared_ptr<std::atomic<bool>> disconnected_ = std::make_shared<std::atomic<bool>>(false);
-  bool closed_ = false;
+  std::shared_ptr<HttpExchange> exchange_;
+  std::mutex mu_;
+  bool begun_ = false, closed_ = false;
+  std::string early_;  // events before Begin
 };
 
 }  // namespace moeserve::daemon

@@ -17,7 +17,8 @@ class HttpApi : public SharedDaemonSuite {
   static void SetUpTestSuite() {
     std::string keys = ::testing::TempDir() + "/moe_keys_" + std::to_string(::getpid()) + ".yaml";
     std::ofstream(keys) << "keys:\n  - key: sk-test-1\n    tenant: acme\n  - sha256: "
-                        << "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n    tenant: empty\n";
+                        << "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n    tenant: empty\n"
+                        << "  - key: sk-admin-1\n    tenant: ops\n    role: admin\n";
     auto c = TestConfig();
     c.api_keys_file = keys;
     c.max_body_bytes = 1 << 20;
@@ -183,7 +184,9 @@ TEST_F(HttpApi, DisconnectedStreamIsCancelled) {
 
 TEST_F(HttpApi, MetricsPassPromtool) {
   Chat(port_, {{"messages", UserTurn("metrics please")}, {"max_tokens", 3}}, Auth());
-  auto m = Http(port_, "GET", "/metrics");
+  // With keys configured, /metrics shows tenant names to admins (and the metrics token) only.
+  EXPECT_EQ(Http(port_, "GET", "/metrics").status, 401);
+  auto m = Http(port_, "GET", "/metrics", "", {{"Authorization", "Bearer sk-admin-1"}});
   ASSERT_EQ(m.status, 200);
   EXPECT_NE(m.headers["content-type"].find("text/plain"), std::string::npos);
   for (const char* name : {"moe_requests_total", "moe_request_duration_seconds", "moe_time_to_first_token_seconds",

@@ -8,11 +8,10 @@
 #include <chrono>
 #include <string>
 
-#include <cpprest/http_listener.h>
-
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/api_keys.hpp"
 #include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/scheduler.hpp"
 #include "moeserve/engine/model_config.hpp"
@@ -34,8 +33,11 @@ class ChatService {
   ChatService(Scheduler& scheduler, DaemonMetrics& metrics, ServingFacts facts)
       : scheduler_(scheduler), metrics_(metrics), facts_(std::move(facts)) {}
 
-  // Answers the request itself, now (errors) or later (from the scheduler thread).
-  void Handle(web::http::http_request request, const std::string& body, const Principal& who, Clock::time_point received);
+  // Answers the request itself, now (errors) or later (from the scheduler
+  // thread). A client that hangs up (exchange->OnClientGone) cancels its
+  // sequence, streamed or not.
+  void Handle(std::shared_ptr<HttpExchange> exchange, const std::string& body, const Principal& who,
+              Clock::time_point received);
 
   const ServingFacts& facts() const { return facts_; }
 
@@ -45,9 +47,11 @@ class ChatService {
   ServingFacts facts_;
 };
 
-// Sends an api.md error body (with Retry-After when set).
-void ReplyError(web::http::http_request request, const ApiError& error);
+// The api.md error body (with Retry-After when set) as a response.
+HttpResponse ErrorResponse(const ApiError& error);
+// Sends an api.md error body.
+void ReplyError(HttpExchange& exchange, const ApiError& error);
 // Sends a JSON body with the given status.
-void ReplyJson(web::http::http_request request, int status, const std::string& json_text);
+void ReplyJson(HttpExchange& exchange, int status, std::string json_text);
 
 }  // namespace moeserve::daemon

@@ -13,7 +13,16 @@
 //   host: 127.0.0.1               # listen address (0.0.0.0 in a pod)
 //   port: 8000
 //   served_model_name: tiny       # the id /v1/models reports (default: directory name)
-//   api_keys_file: /etc/moe/keys.yaml   # absent: no authentication
+//   api_keys_file: /etc/moe/keys.yaml   # absent: no authentication (loopback only, see allow_unauthenticated)
+//   allow_unauthenticated: false  # without api_keys_file, listen on a non-loopback host anyway
+//   metrics_token_file: ""        # a file holding the bearer token /metrics requires (with api_keys_file;
+//                                 # admin keys are accepted too)
+//   tls_cert_file: ""             # PEM chain; with tls_key_file the port serves https only,
+//   tls_key_file: ""              # and a change to either file is picked up without a restart
+//   max_connections: 16384        # more are closed at accept
+//   header_timeout_seconds: 15    # a request head (and keep-alive idle) must arrive within this
+//   max_stream_buffer_bytes: 1048576   # unsent SSE bytes before a non-reading client is cut off
+//   http_threads: 4
 //   max_running: 64               # sequences decoded together
 //   max_queue: 256                # waiting sequences before 503
 //   prefill_chunk_tokens: 512
@@ -58,6 +67,14 @@ struct DaemonConfig {
   int port = 8000;
   std::string served_model_name;
   std::string api_keys_file;
+  bool allow_unauthenticated = false;
+  std::string metrics_token_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  int max_connections = 16384;
+  double header_timeout_seconds = 15;
+  size_t max_stream_buffer_bytes = 1 << 20;
+  int http_threads = 4;
   int max_running = 64;
   int max_queue = 256;
   int prefill_chunk_tokens = 512;

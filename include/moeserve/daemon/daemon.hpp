@@ -1,4 +1,4 @@
-// One moe-daemon: the HTTP listener (cpprestsdk) and everything behind it.
+// One moe-daemon: the bounded HTTP front (http_server.hpp) and everything behind it.
 //
 // Lifecycle: Create (config, API keys) -> Start (listens: /healthz and
 // /readyz answer while weights are pulled or loaded; chat requests get 503
@@ -9,10 +9,13 @@
 //
 // Routes: POST /v1/chat/completions, GET /v1/models, GET /healthz,
 // GET /readyz, GET /metrics. /v1/* need `Authorization: Bearer <key>` when an
-// API keys file is configured. Sessions and /v1/usage arrive with their own work.
+// API keys file is configured; /metrics then needs the metrics token (or an
+// admin key). Without keys the daemon refuses to listen beyond loopback
+// unless allow_unauthenticated is set. Authentication, routing and the body
+// limit are decided from the request head, before the body is read.
 //
 // Thread safety: Start, LoadModel and Shutdown from the owning thread;
-// requests are served on cpprestsdk's pool threads.
+// requests are served on the HTTP front's threads.
 #pragma once
 
 #include <atomic>
@@ -37,7 +40,7 @@ class Daemon {
   Status LoadModel();
   void Shutdown(double grace_seconds);
 
-  std::string url() const;  // http://host:port
+  std::string url() const;  // http://host:port, or https:// with TLS
   Readiness& readiness();
   DaemonMetrics& metrics();
   // Sequences with a client waiting on them (0 before LoadModel).

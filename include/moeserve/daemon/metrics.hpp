@@ -25,6 +25,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "moeserve/daemon/http_server.hpp"
 #include "moeserve/engine/engine.hpp"
 
 namespace moeserve::daemon {
@@ -43,6 +44,8 @@ class DaemonMetrics {
   void AddClientDisconnect();
 
   void UpdateFromEngine(const engine::EngineMetrics& m);
+  // The HTTP front's connection counts and cut-offs (running totals).
+  void UpdateFromHttp(const HttpServerStats& s);
   // Text exposition format 0.0.4.
   std::string Scrape();
 
@@ -72,10 +75,14 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* alert_deliveries_;
   prometheus::Counter* tool_call_parse_errors_;
   prometheus::Counter* client_disconnects_;
+  prometheus::Gauge* http_open_connections_;
+  prometheus::Family<prometheus::Counter>* http_refusals_;
+  prometheus::Counter* tls_reloads_;
 
   std::mutex mu_;  // guards the last-seen engine totals
   std::vector<std::vector<uint64_t>> last_expert_tokens_;
   engine::PrefixCacheStats last_prefix_;
+  HttpServerStats last_http_;
 };
 
 }  // namespace moeserve::daemon
