@@ -105,7 +105,7 @@ Result<ModelCache> ModelCache::Open(const CacheConfig& config) {
 }
 
 std::string ModelCache::Key(const std::string& uri, const std::string& revision, bool verified) {
-  return Sha256Hex(uri + "\n" + revision + "\n" + (verified ? "verified" : "unverified")).substr(0, 32);
+  return Sha256Hex(uri + "\n" + revision + (verified ? "" : "\nunverified")).substr(0, 32);
 }
 
 std::string ModelCache::ModelPath(const std::string& key) const { return config_.root + "/models/" + key; }
@@ -177,10 +177,14 @@ Result<CachedModelMeta> ModelCache::ReadMeta(const std::string& key) const {
   return meta;
 }
 
-Status ModelCache::Publish(const std::string& key, const CachedModelMeta& meta) const {
+Status ModelCache::WriteMeta(const std::string& key, const CachedModelMeta& meta) const {
   nlohmann::json j = {{"uri", meta.uri}, {"revision", meta.revision}, {"bytes", meta.bytes}, {"verified", meta.verified}};
+  return WriteFileAt(dirs_->meta.get(), key + ".json", j.dump(), config_.root + "/meta");
+}
+
+Status ModelCache::Publish(const std::string& key, const CachedModelMeta& meta) const {
   // Meta first: a model without meta would be invisible to the size limit.
-  MOE_TRY(WriteFileAt(dirs_->meta.get(), key + ".json", j.dump(), config_.root + "/meta"));
+  MOE_TRY(WriteMeta(key, meta));
   {
     MOE_ASSIGN_OR_RETURN(UniqueFd partial, OpenPartial(key));
     MOE_TRY(FsyncFd(partial.get(), PartialPath(key)));
@@ -235,6 +239,12 @@ Result<bool> ModelCache::TryEvict(const std::string& key) const {
   // Never block: a pull in progress or a process using the model wins.
   MOE_ASSIGN_OR_RETURN(FileLock pull, LockAt(key + ".pull", LockMode::kExclusive, true));
   if (!pull.held()) return false;
+  return EvictUnused(key);
+}
+
+Result<bool> ModelCache::TryEvictWhilePulling(const std::string& key) const { return EvictUnused(key); }
+
+Result<bool> ModelCache::EvictUnused(const std::string& key) const {
   MOE_ASSIGN_OR_RETURN(FileLock use, LockAt(key + ".use", LockMode::kExclusive, true));
   if (!use.held()) return false;
   if (!IsComplete(key)) return true;

@@ -323,10 +323,14 @@ Result<std::pair<engine::Manifest, std::string>> LoadManifest(ObjectSource& sour
 }
 
 // Step 2: the complete model under key, leased, when it may serve this
-// request: a verified request takes only a model recorded as verified; every
-// reuse first passes CheckCachedModel. nullopt when there is none.
+// request; nullopt when there is none. Every reuse first passes
+// CheckCachedModel. A verified request takes a model recorded as verified; one
+// that is not (a puller that did not record the flag, or an altered meta file)
+// is hashed again against its manifest.json and, if that fails, evicted so
+// that the caller pulls it afresh; that only under key's own pull lock
+// (holds_pull_lock), otherwise such a model is passed over.
 Result<std::optional<PulledModel>> ReuseCached(const ModelCache& cache, const std::string& key, bool need_verified,
-                                               bool rehash) {
+                                               bool rehash, bool holds_pull_lock) {
   MOE_ASSIGN_OR_RETURN(bool present, cache.FindModel(key));
   if (!present) return std::nullopt;
   auto lease = cache.Lease(key);
@@ -338,10 +342,25 @@ Result<std::optional<PulledModel>> ReuseCached(const ModelCache& cache, const st
   if (!meta)
     return Fail(meta.error().WithContext("cache: nothing records how " + cache.ModelPath(key) +
                                          " was pulled, so it is not reused (remove it to pull again)"));
-  if (need_verified && !meta->verified)
-    return Fail(Error::Corruption(cache.ModelPath(key), "recorded as not verified under a verified key; not reused "
-                                                        "(remove it to pull again)"));
-  MOE_TRY(CheckCachedModel(cache, key, meta->verified, rehash));
+  const bool reverify = need_verified && !meta->verified;
+  if (reverify && !holds_pull_lock) return std::nullopt;
+  Status checked = CheckCachedModel(cache, key, meta->verified || reverify, rehash || reverify);
+  if (!checked) {
+    if (!reverify) return Fail(checked.error());
+    log::Warn(cache.ModelPath(key) + " is not recorded as verified and does not verify (" +
+              checked.error().message() + "); evicting it to pull afresh");
+    lease->Release();
+    MOE_ASSIGN_OR_RETURN(bool evicted, cache.TryEvictWhilePulling(key));
+    if (!evicted)
+      return Fail(checked.error().WithContext("cache: " + cache.ModelPath(key) +
+                                              " does not verify and another process uses it"));
+    return std::nullopt;
+  }
+  if (reverify) {
+    meta->verified = true;
+    MOE_TRY(cache.WriteMeta(key, *meta));
+    log::Info("cache: " + cache.ModelPath(key) + " verified again against its manifest.json");
+  }
   PulledModel out;
   out.dir = cache.ModelPath(key);
   out.lease = std::move(*lease);
@@ -370,11 +389,11 @@ Result<PulledModel> WeightPuller::Pull(const std::string& uri_text, const PullOp
     // 1-2. One puller per model per node; the others wait, then reuse its result.
     status.SetState(PullState::kWaitingForLock);
     MOE_ASSIGN_OR_RETURN(FileLock pull_lock, cache.LockForPull(key));
-    MOE_ASSIGN_OR_RETURN(auto reused, ReuseCached(cache, key, options.verify, options.reverify_cached));
+    MOE_ASSIGN_OR_RETURN(auto reused, ReuseCached(cache, key, options.verify, options.reverify_cached, true));
     if (!reused && !options.verify) {
       // A verified copy serves an unverified request as well.
       std::string verified_key = ModelCache::Key(uri.original, options.revision, true);
-      MOE_ASSIGN_OR_RETURN(reused, ReuseCached(cache, verified_key, true, options.reverify_cached));
+      MOE_ASSIGN_OR_RETURN(reused, ReuseCached(cache, verified_key, true, options.reverify_cached, false));
     }
     if (reused) return std::move(*reused);
 

@@ -102,6 +102,41 @@ TEST_F(CacheSafetyTest, UnverifiedPullNeverSatisfiesAVerifiedRequest) {
   EXPECT_TRUE(again_unverified->stats.reused);
 }
 
+// A model whose meta file does not record verification (a puller that did
+// not write the flag) is hashed again before a verified request reuses it.
+TEST_F(CacheSafetyTest, ModelNotRecordedAsVerifiedIsVerifiedAgainBeforeReuse) {
+  WeightPuller puller({cache_});
+  auto first = puller.Pull("file://" + src_, options_);
+  ASSERT_TRUE(first) << first.error().ToString();
+  first->lease.Release();
+  std::string meta = cache_ + "/meta/" + fs::path(first->dir).filename().string() + ".json";
+  std::string recorded = ReadAll(meta);
+  ASSERT_NE(recorded.find("\"verified\":true"), std::string::npos) << recorded;
+  auto unrecorded = [&] {
+    std::string text = ReadAll(meta);
+    text.replace(text.find(",\"verified\":true"), 16, "");
+    std::ofstream(meta, std::ios::trunc) << text;
+  };
+  unrecorded();
+  auto again = puller.Pull("file://" + src_, options_);
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_TRUE(again->stats.reused) << "intact: verified again and reused";
+  EXPECT_NE(ReadAll(meta).find("\"verified\":true"), std::string::npos) << "recorded now: " << ReadAll(meta);
+  again->lease.Release();
+
+  // Same size, other bytes, not recorded as verified: it fails the hash, is
+  // evicted, and the model is pulled again from the source.
+  unrecorded();
+  {
+    std::fstream f(first->dir + "/a.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.write("POISON", 6);
+  }
+  auto fresh = puller.Pull("file://" + src_, options_);
+  ASSERT_TRUE(fresh) << fresh.error().ToString();
+  EXPECT_FALSE(fresh->stats.reused) << "served bytes that do not match the manifest";
+  EXPECT_TRUE(ReadAll(fresh->dir + "/a.bin") == ReadAll(src_ + "/a.bin"));
+}
+
 TEST_F(CacheSafetyTest, VerifiedCopySatisfiesAnUnverifiedRequest) {
   WeightPuller puller({cache_});
   auto verified = puller.Pull("file://" + src_, options_);

@@ -8,9 +8,10 @@
 //                     against a manifest; its mtime is the last use (LRU)
 //   locks/<key>.pull  flock(LOCK_EX) while one process pulls <key>; others wait
 //   locks/<key>.use   flock(LOCK_SH) while a process uses models/<key>
-// <key> = first 32 hex digits of sha256(uri + "\n" + revision + "\n" +
-// "verified" or "unverified"): an unverified pull can never satisfy a verified
-// request, since it lands under another key.
+// <key> = first 32 hex digits of sha256(uri + "\n" + revision) for verified
+// pulls (a stable name: the operator points the serving container at it), and
+// of sha256(uri + "\n" + revision + "\nunverified") for --no-verify pulls, so
+// an unverified pull never lands where a verified request looks.
 //
 // The cache may be writable by others (a directory shared by several tenants'
 // pods), so everything below root is reached through directory descriptors
@@ -67,6 +68,7 @@ struct CachedModelMeta {
   std::string revision;
   uint64_t bytes = 0;
   bool verified = false;  // every file's sha256 was checked against manifest.json
+                          // (false too in meta files of pullers that did not record it)
 };
 
 class ModelCache {
@@ -95,6 +97,8 @@ class ModelCache {
   // meta/<key>.json; kNotFound when missing, kCorruption when unreadable.
   Result<CachedModelMeta> ReadMeta(const std::string& key) const;
 
+  // Replaces meta/<key>.json.
+  Status WriteMeta(const std::string& key, const CachedModelMeta& meta) const;
   // Renames partial/<key> to models/<key>, fsyncing both parents, after writing meta.
   Status Publish(const std::string& key, const CachedModelMeta& meta) const;
 
@@ -108,6 +112,8 @@ class ModelCache {
   Status MakeRoom(uint64_t incoming_bytes, const std::string& keep_key) const;
   // Evicts one model if nobody uses or pulls it; false when it is in use.
   Result<bool> TryEvict(const std::string& key) const;
+  // The same for a caller that holds key's pull lock itself.
+  Result<bool> TryEvictWhilePulling(const std::string& key) const;
   // Free bytes on the cache's filesystem must cover `needed`; otherwise kResourceExhausted.
   Status CheckFreeSpace(uint64_t needed) const;
 
@@ -116,6 +122,7 @@ class ModelCache {
   ModelCache(CacheConfig config, std::shared_ptr<const Dirs> dirs)
       : config_(std::move(config)), dirs_(std::move(dirs)) {}
   Result<FileLock> LockAt(const std::string& name, LockMode mode, bool try_only) const;
+  Result<bool> EvictUnused(const std::string& key) const;
   CacheConfig config_;
   std::shared_ptr<const Dirs> dirs_;
 };
