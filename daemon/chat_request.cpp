@@ -410,12 +410,18 @@ namespace {
 
 // The field a depth violation belongs to, in api.md's `param` terms: the path
 // is followed while it runs through the request's own structure (messages,
-// their content parts and tool calls, tools) and cut at the first step into a
-// free-form value (a schema, arguments, response_format, an unknown field).
+// their tool calls, tools) and cut at the first step into a field's value (a
+// content, a schema, arguments, response_format, an unknown field).
 std::string ParamOfDeepPath(const std::vector<JsonPathStep>& path) {
-  static const std::set<std::string> kStructure = {
-      "messages", "messages[]", "messages[].content", "messages[].content[]", "messages[].tool_calls",
-      "messages[].tool_calls[]", "messages[].tool_calls[].function", "tools", "tools[]", "tools[].function"};
+  static const std::set<std::string> kStructure = {"messages",
+                                                   "messages[]",
+                                                   "messages[].tool_calls",
+                                                   "messages[].tool_calls[]",
+                                                   "messages[].tool_calls[].function",
+                                                   "tools",
+                                                   "tools[]",
+                                                   "tools[].function"};
+  if (path.empty() || path[0].is_index) return "";  // the body itself is not an object
   std::string shape;
   size_t keep = 0;
   while (keep < path.size()) {
@@ -473,7 +479,8 @@ ApiResult<ChatRequest> ParseChatRequest(std::string_view body, const JsonLimits&
       return ApiFail(ApiError::InvalidRequest("The request body " + v->message));
     }
     std::string param = ParamOfDeepPath(v->path);
-    return ApiFail(ApiError::InvalidRequest("'" + param + "': the request body " + v->message, param));
+    std::string where = param.empty() ? "The request body " : "'" + param + "': the request body ";
+    return ApiFail(ApiError::InvalidRequest(where + v->message, param));
   }
   ojson parsed;
   try {
