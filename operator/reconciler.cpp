@@ -251,10 +251,11 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
   SecretsState state;
   state.data = operator_keys;
   std::vector<std::string> problems;
-  auto refuse = [&](const std::string& reason, const std::string& message, bool may_pass) {
+  bool may_pass = false, forbidden = false;
+  auto refuse = [&](const std::string& reason, const std::string& message, bool passing) {
     if (state.synced) state.reason = reason;
     state.synced = false;
-    state.keep_last_good = state.keep_last_good || may_pass;
+    (passing ? may_pass : forbidden) = true;
     problems.push_back(message);  // names references, never values
   };
   auto fetch = [&](const SecretReference& ref) -> std::optional<std::map<std::string, std::string>> {
@@ -289,7 +290,8 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
       }
       const std::string where = spec.api_keys.vault_path.empty() ? "Secret " + Namespace(md) + "/" + spec.api_keys.secret_name
                                                                   : spec.api_keys.vault_path;
-      if (!invalid.empty()) refuse("InvalidApiKeys", where + ": " + invalid, false);
+      // Malformed, not forbidden: the tenant fixes it, and meanwhile the last good file serves.
+      if (!invalid.empty()) refuse("InvalidApiKeys", where + ": " + invalid, true);
       else for (auto& e : entries) file["keys"].push_back(std::move(e));
     }
   }
@@ -301,7 +303,7 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
     ref.secret_name = spec.tls_secret;
     if (auto tls = fetch(ref)) {
       if (!tls->count(kTlsCertKey) || !tls->count(kTlsKeyKey)) {
-        refuse("InvalidTlsSecret", "Secret " + Namespace(md) + "/" + spec.tls_secret + " lacks tls.crt or tls.key", false);
+        refuse("InvalidTlsSecret", "Secret " + Namespace(md) + "/" + spec.tls_secret + " lacks tls.crt or tls.key", true);
       } else {
         state.data[kTlsCertKey] = tls->at(kTlsCertKey);
         state.data[kTlsKeyKey] = tls->at(kTlsKeyKey);
@@ -309,6 +311,8 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
     }
   }
 
+  // An old copy of a Secret that is no longer usable is never kept.
+  state.keep_last_good = may_pass && !forbidden;
   if (state.synced) {
     state.message = "secrets are in Secret " + desired::SecretName(md);
   } else {

@@ -223,7 +223,7 @@ inline json ConditionOf(fakes::FakeApiServer& server, const std::string& ns, con
                         const std::string& type) {
   for (const auto& c : StatusOf(server, ns, name).value("conditions", json::array()))
     if (c.value("type", "") == type) return c;
-  return json();
+  return json::object();  // none yet
 }
 
 }  // namespace moeserve::op::testing

@@ -65,7 +65,7 @@ spec:
   OperatorOptions options;
   options.reconciler.secret_resync = 200ms;
   RunningOperator running(*client, options);
-  ASSERT_TRUE(WaitFor([&] { return !ConditionOf(server, "team-a", "thief", "SecretsSynced").is_null(); }));
+  ASSERT_TRUE(WaitFor([&] { return !ConditionOf(server, "team-a", "thief", "SecretsSynced").empty(); }));
   json synced = ConditionOf(server, "team-a", "thief", "SecretsSynced");
   EXPECT_EQ(synced["status"], "False");
   EXPECT_EQ(synced["reason"], "SecretNotUsable");

@@ -107,8 +107,8 @@ class MoEDeploymentReconciler : public Reconciler {
   };
   struct SecretsState {
     bool synced = true;
-    // A failure that may pass (missing, unreachable): keep the last good
-    // Secret. A refusal (not usable, malformed) drops what was refused.
+    // A failure that may pass (missing, unreachable, malformed): keep the
+    // last good Secret. A refusal (not usable) drops what was refused.
     bool keep_last_good = false;
     std::string reason = "Synced", message;
     std::map<std::string, std::string> data;

@@ -1,0 +1,147 @@
+// Keys, attacked as a tenant would: before, a MoEDeployment without apiKeys
+// ran a daemon that served anyone on 0.0.0.0 (and /metrics, with tenant
+// names, to anyone). Now every deployment has an operator-generated admin
+// key and metrics token in its Secret, kept stable across reconciles and
+// operator restarts; api-keys.yaml always lists the admin key (as a hash),
+// the serve config always names the keys and the metrics token, and the
+// tenant's container never sees the admin key in plain text.
+#include <gtest/gtest.h>
+
+#include "moeserve/common/base64.hpp"
+#include "moeserve/common/sha256.hpp"
+#include "moeserve/operator/moedeployment.hpp"
+#include "operator_test_util.hpp"
+
+namespace moeserve::op::testing {
+namespace {
+
+std::map<std::string, std::string> SecretData(fakes::FakeApiServer& server, const std::string& ns, const std::string& name) {
+  std::map<std::string, std::string> out;
+  auto secret = server.Get("secrets", ns, name);
+  if (!secret) return out;
+  for (const auto& [k, v] : (*secret)["data"].items()) out[k] = Base64Decode(v.get<std::string>());
+  return out;
+}
+
+bool IsHexToken(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+TEST(Keys, EveryDeploymentHasAnAdminKeyAndMetricsTokenThatStay) {
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "open", 1, 1)));
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "other", 1, 1)));
+  std::map<std::string, std::string> first;
+  {
+    auto client = cluster.Client();
+    RunningOperator running(*client, {});
+    ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "open-secrets").count(kAdminKeyKey) == 1; }));
+    ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "other-secrets").count(kAdminKeyKey) == 1; }));
+    ASSERT_TRUE(WaitFor([&] { return server.List("statefulsets.apps", "team-a").size() == 2; }));
+    first = SecretData(server, "team-a", "open-secrets");
+    EXPECT_TRUE(IsHexToken(first[kAdminKeyKey])) << first[kAdminKeyKey];
+    EXPECT_TRUE(IsHexToken(first[kMetricsTokenKey])) << first[kMetricsTokenKey];
+    EXPECT_NE(first[kAdminKeyKey], first[kMetricsTokenKey]);
+    // Per deployment: another deployment's keys are its own.
+    auto other = SecretData(server, "team-a", "other-secrets");
+    EXPECT_NE(other[kAdminKeyKey], first[kAdminKeyKey]);
+    EXPECT_NE(other[kMetricsTokenKey], first[kMetricsTokenKey]);
+
+    // api-keys.yaml: the admin entry, as a hash.
+    json keys = json::parse(first[kApiKeysKey]);
+    ASSERT_EQ(keys["keys"].size(), 1u) << keys.dump();
+    EXPECT_EQ(keys["keys"][0]["tenant"], kAdminTenant);
+    EXPECT_EQ(keys["keys"][0]["role"], "admin");
+    EXPECT_EQ(keys["keys"][0]["sha256"], Sha256Hex(first[kAdminKeyKey]));
+    EXPECT_EQ(first[kApiKeysKey].find(first[kAdminKeyKey]), std::string::npos);
+
+    // The serve config: keys always on, the metrics token required.
+    json serve = json::parse((*server.Get("configmaps", "team-a", "open-config"))["data"]["config.yaml"].get<std::string>());
+    EXPECT_EQ(serve["api_keys_file"], std::string(kSecretsDir) + "/api-keys.yaml");
+    EXPECT_EQ(serve["metrics_token_file"], std::string(kSecretsDir) + "/metrics-token");
+    EXPECT_EQ(serve["host"], "0.0.0.0");
+    EXPECT_FALSE(serve.contains("allow_unauthenticated"));
+
+    // The tenant's container mounts what the daemon reads, not the admin key.
+    auto sts = *server.Get("statefulsets.apps", "team-a", "open-r0");
+    for (const auto& v : sts["spec"]["template"]["spec"]["volumes"]) {
+      if (v["name"] != "secrets") continue;
+      std::set<std::string> mounted;
+      for (const auto& item : v["secret"]["items"]) mounted.insert(item["key"]);
+      EXPECT_EQ(mounted, (std::set<std::string>{kApiKeysKey, kMetricsTokenKey}));
+    }
+
+    // Reconciles do not mint new keys.
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t before = running.op.reconciles();
+      ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "open",
+                                [i](json& o) { o["metadata"]["labels"]["touch"] = std::to_string(i); }));
+      ASSERT_TRUE(WaitFor([&] { return running.op.reconciles() > before; }));
+    }
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(SecretData(server, "team-a", "open-secrets")[kAdminKeyKey], first[kAdminKeyKey]);
+  }
+  // Nor does a new operator process, which reads them back.
+  auto client = cluster.Client();
+  RunningOperator again(*client, {});
+  ASSERT_TRUE(WaitFor([&] { return again.op.reconciles() >= 2; }));
+  std::this_thread::sleep_for(300ms);
+  auto after = SecretData(server, "team-a", "open-secrets");
+  EXPECT_EQ(after[kAdminKeyKey], first[kAdminKeyKey]);
+  EXPECT_EQ(after[kMetricsTokenKey], first[kMetricsTokenKey]);
+  EXPECT_EQ(after[kApiKeysKey], first[kApiKeysKey]);
+}
+
+TEST(Keys, TenantKeysJoinTheAdminKeyAndBadOnesAreRefused) {
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  json keys_secret = {{"apiVersion", "v1"}, {"kind", "Secret"},
+                      {"metadata", {{"name", "keys"}, {"namespace", "team-a"}, {"labels", {{kUsableLabel, "true"}}}}},
+                      {"stringData", {{"acme", "sk-acme"}, {"globex", "sk-globex"}}}};
+  ASSERT_TRUE(server.Create("secrets", keys_secret));
+  json manifest = MoEDeploymentManifest("team-a", "m", 1, 1);
+  manifest["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "keys"}}}};
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", manifest));
+  auto client = cluster.Client();
+  OperatorOptions options;
+  options.reconciler.secret_resync = 100ms;
+  RunningOperator running(*client, options);
+  ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "m-secrets").count(kApiKeysKey) == 1; }));
+  auto data = SecretData(server, "team-a", "m-secrets");
+  json file = json::parse(data[kApiKeysKey]);
+  ASSERT_EQ(file["keys"].size(), 3u) << file.dump();
+  EXPECT_EQ(file["keys"][0]["role"], "admin");
+  EXPECT_EQ(file["keys"][1], (json{{"sha256", Sha256Hex("sk-acme")}, {"tenant", "acme"}, {"role", "user"}}));
+  EXPECT_EQ(file["keys"][2], (json{{"sha256", Sha256Hex("sk-globex")}, {"tenant", "globex"}, {"role", "user"}}));
+
+  // A tenant entry that would take the admin's name is refused, the last good file kept.
+  ASSERT_TRUE(server.Mutate("secrets", "team-a", "keys", [](json& o) {
+    o["data"][kAdminTenant] = Base64Encode("sk-pretend-admin");
+  }));
+  ASSERT_TRUE(WaitFor([&] { return ConditionOf(server, "team-a", "m", "SecretsSynced").value("reason", "") == "InvalidApiKeys"; }))
+      << ConditionOf(server, "team-a", "m", "SecretsSynced").dump();
+  EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-pretend-admin")), std::string::npos);
+  EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey], data[kApiKeysKey]);
+  EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kAdminKeyKey], data[kAdminKeyKey]);
+}
+
+TEST(Keys, AnAdminKeyPlantedBeforehandIsNotTrusted) {
+  // The tenant creates "<name>-secrets" before the deployment, with an admin key it knows.
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                        {"metadata", {{"name", "m-secrets"}, {"namespace", "team-a"},
+                                                      {"labels", {{"app.kubernetes.io/managed-by", kManagedBy}}}}},
+                                        {"stringData", {{kAdminKeyKey, "known-to-the-tenant"}, {kMetricsTokenKey, "known-too"}}}}));
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "m", 1, 1)));
+  auto client = cluster.Client();
+  RunningOperator running(*client, {});
+  ASSERT_TRUE(WaitFor([&] { return IsHexToken(SecretData(server, "team-a", "m-secrets")[kAdminKeyKey]); }));
+  auto data = SecretData(server, "team-a", "m-secrets");
+  EXPECT_NE(data[kMetricsTokenKey], "known-too");
+  EXPECT_EQ(data[kApiKeysKey].find(Sha256Hex("known-to-the-tenant")), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moeserve::op::testing
