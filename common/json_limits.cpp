@@ -120,20 +120,20 @@ std::optional<JsonLimitViolation> FindJsonLimitViolation(std::string_view text, 
 template <class Json>
 Result<Json> ParseJsonBounded(std::string_view text, const JsonLimits& limits, std::string_view what) {
   if (auto v = FindJsonLimitViolation(text, limits)) {
-    return Fail(Error::InvalidArgument(std::string(what) + ": " + v->message));
+    return Fail(Error::InvalidArgument(std::string(what) + ": " + v->message).WithField(std::string(what)));
   }
   try {
     return Json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     // nlohmann's message names the line, column and what it expected.
-    return Fail(Error::InvalidArgument(std::string(what) + ": not valid JSON: " + e.what()));
+    return Fail(Error::InvalidArgument(std::string(what) + ": not valid JSON: " + e.what()).WithField(std::string(what)));
   }
 }
 
 template <class Json>
 Status CheckJsonDepth(const Json& value, int max_depth, std::string_view what) {
   if (!value.is_structured()) return Ok();
-  if (max_depth < 1) return Fail(Error::InvalidArgument(std::string(what) + ": " + DepthMessage(max_depth, {}, {})));
+  if (max_depth < 1) return Fail(Error::InvalidArgument(std::string(what) + ": " + DepthMessage(max_depth, {}, {})).WithField(std::string(what)));
   struct Walk {
     const Json* node;
     typename Json::const_iterator it;  // the current child
@@ -171,7 +171,7 @@ Status CheckJsonDepth(const Json& value, int max_depth, std::string_view what) {
         }
         path.push_back(std::move(step));
       }
-      return Fail(Error::InvalidArgument(std::string(what) + ": " + DepthMessage(max_depth, {}, path)));
+      return Fail(Error::InvalidArgument(std::string(what) + ": " + DepthMessage(max_depth, {}, path)).WithField(std::string(what)));
     }
     w.descended = true;
     stack.push_back({&child, child.cbegin()});  // may move `w`; not used after this

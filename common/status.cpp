@@ -5,6 +5,7 @@ namespace moeserve {
 std::string_view ErrorCodeName(ErrorCode code) {
   switch (code) {
     case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kOutOfRange: return "out of range";
     case ErrorCode::kNotFound: return "not found";
     case ErrorCode::kCorruption: return "corruption";
     case ErrorCode::kIo: return "io error";

@@ -48,8 +48,9 @@ ApiError ApiError::Internal(std::string message) {
 ApiError ApiError::FromError(const Error& e) {
   switch (e.code()) {
     case ErrorCode::kInvalidArgument:
-      if (e.message().find("context length") != std::string::npos) return ContextLengthExceeded(e.message());
-      return InvalidRequest(e.message());
+      return InvalidRequest(e.message(), e.field());
+    case ErrorCode::kOutOfRange:
+      return ContextLengthExceeded(e.message());
     case ErrorCode::kResourceExhausted:
       return Unavailable("The server is overloaded: " + e.message() + "; retry later", 1);
     case ErrorCode::kUnavailable:

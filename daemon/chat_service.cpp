@@ -33,15 +33,6 @@ std::string NewCompletionId() {
   return id;
 }
 
-// "messages[3]: system message after ..." -> "messages[3]"
-std::string ParamOfRenderError(const std::string& message) {
-  auto colon = message.find(':');
-  if (colon == std::string::npos) return "messages";
-  std::string head = message.substr(0, colon);
-  if (head.starts_with("messages[") || head.starts_with("tools[")) return head;
-  return "messages";
-}
-
 struct Prepared {
   engine::GenerationRequest generation;
   std::string tier;
@@ -52,7 +43,8 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   const nlohmann::ordered_json* tools = req.tools.is_array() ? &req.tools : nullptr;
   auto prompt = engine::RenderChat(req.messages, tools, /*add_generation_prompt=*/true);
   if (!prompt) {
-    return ApiFail(ApiError::InvalidRequest(prompt.error().message(), ParamOfRenderError(prompt.error().message())));
+    const std::string& field = prompt.error().field();
+    return ApiFail(ApiError::InvalidRequest(prompt.error().message(), field.empty() ? "messages" : field));
   }
   const int prompt_tokens = static_cast<int>(prompt->size());
   if (prompt_tokens >= facts.max_context) {

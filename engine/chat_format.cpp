@@ -17,7 +17,8 @@ Result<std::string> Dump(const ordered_json& value, std::string_view what) {
   try {
     return value.dump();
   } catch (const nlohmann::json::exception& e) {
-    return Fail(Error::InvalidArgument(std::string(what) + ": cannot be written as JSON (" + e.what() + ")"));
+    return Fail(Error::InvalidArgument(std::string(what) + ": cannot be written as JSON (" + e.what() + ")")
+                    .WithField(std::string(what)));
   }
 }
 
@@ -53,7 +54,7 @@ std::optional<ordered_json> ParseGenerated(std::string_view text) {
 // The prompt's tools JSON: the array of the request's tools[].function objects.
 Result<std::optional<std::string>> RenderTools(const ordered_json* tools) {
   if (tools == nullptr || tools->is_null()) return std::nullopt;
-  if (!tools->is_array()) return Fail(Error::InvalidArgument("tools: must be an array"));
+  if (!tools->is_array()) return Fail(Error::InvalidArgument("tools: must be an array").WithField("tools"));
   if (tools->empty()) return std::nullopt;
   MOE_TRY(CheckJsonDepth(*tools, kChatJsonMaxDepth, "tools"));
   ordered_json functions = ordered_json::array();
@@ -61,11 +62,12 @@ Result<std::optional<std::string>> RenderTools(const ordered_json* tools) {
     const ordered_json& tool = (*tools)[i];
     std::string where = "tools[" + std::to_string(i) + "]";
     if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object()) {
-      return Fail(Error::InvalidArgument(where + ": expected {\"type\":\"function\",\"function\":{...}}"));
+      return Fail(Error::InvalidArgument(where + ": expected {\"type\":\"function\",\"function\":{...}}").WithField(where));
     }
     if (tool.contains("type") && tool["type"] != "function") {
       return Fail(Error::InvalidArgument(where + ".type: only \"function\" tools are supported, got " +
-                                         tool["type"].dump()));
+                                         tool["type"].dump())
+                      .WithField(where + ".type"));
     }
     functions.push_back(tool["function"]);
   }
@@ -75,13 +77,13 @@ Result<std::optional<std::string>> RenderTools(const ordered_json* tools) {
 
 Status CheckFieldsMatchRole(const ChatMessage& m, size_t i) {
   if (m.role != ChatRole::kAssistant && m.reasoning) {
-    return Fail(Error::InvalidArgument(MessageRef(i) + ": only assistant messages carry reasoning"));
+    return Fail(Error::InvalidArgument(MessageRef(i) + ": only assistant messages carry reasoning").WithField(MessageRef(i)));
   }
   if (m.role != ChatRole::kAssistant && !m.tool_calls.empty()) {
-    return Fail(Error::InvalidArgument(MessageRef(i) + ": only assistant messages carry tool_calls"));
+    return Fail(Error::InvalidArgument(MessageRef(i) + ": only assistant messages carry tool_calls").WithField(MessageRef(i)));
   }
   if (m.role != ChatRole::kTool && !m.tool_call_id.empty()) {
-    return Fail(Error::InvalidArgument(MessageRef(i) + ": only tool messages carry tool_call_id"));
+    return Fail(Error::InvalidArgument(MessageRef(i) + ": only tool messages carry tool_call_id").WithField(MessageRef(i)));
   }
   return Ok();
 }
@@ -195,7 +197,7 @@ std::string_view ChatRoleName(ChatRole role) {
 Result<ordered_json> ToolCallArgumentsFromText(std::string_view text, const JsonLimits& limits,
                                                std::string_view what) {
   if (auto v = FindJsonLimitViolation(text, limits)) {
-    return Fail(Error::InvalidArgument(std::string(what) + ": " + v->message));
+    return Fail(Error::InvalidArgument(std::string(what) + ": " + v->message).WithField(std::string(what)));
   }
   ordered_json value = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) return ordered_json(std::string(text));
@@ -251,7 +253,8 @@ Result<std::vector<int>> RenderChat(const std::vector<ChatMessage>& messages, co
       case ChatRole::kSystem:
         return Fail(Error::InvalidArgument(MessageRef(i) +
                                            ": a system message must come before all user, assistant and tool "
-                                           "messages (the format has one system block, at the start)"));
+                                           "messages (the format has one system block, at the start)")
+                        .WithField(MessageRef(i)));
       case ChatRole::kUser:
         out.Special(tok::kUser);
         out.Text(m.content);
@@ -265,7 +268,10 @@ Result<std::vector<int>> RenderChat(const std::vector<ChatMessage>& messages, co
         out.Text(m.content);
         for (size_t c = 0; c < m.tool_calls.size(); ++c) {
           auto span = RenderToolCallJson(m.tool_calls[c]);
-          if (!span) return Fail(span.error().WithContext(MessageRef(i) + ".tool_calls[" + std::to_string(c) + "]"));
+          if (!span) {
+            const std::string where = MessageRef(i) + ".tool_calls[" + std::to_string(c) + "]";
+            return Fail(span.error().WithContext(where).WithField(where));
+          }
           out.Special(tok::kToolCall);
           out.Text(*span);
           out.Special(tok::kEndToolCall);

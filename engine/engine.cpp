@@ -134,7 +134,7 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   if (request.max_tokens < 1) return Fail(Error::InvalidArgument("max_tokens must be at least 1"));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (total > impl_->max_context)
-    return Fail(Error::InvalidArgument("context length exceeded: the prompt has " + std::to_string(request.prompt.size()) +
+    return Fail(Error::OutOfRange("context length exceeded: the prompt has " + std::to_string(request.prompt.size()) +
                                        " tokens and max_tokens is " + std::to_string(request.max_tokens) +
                                        ", but this deployment's context window is " + std::to_string(impl_->max_context) + " tokens"));
   auto seq = std::make_unique<Sequence>();

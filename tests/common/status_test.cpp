@@ -42,3 +42,20 @@ TEST(Sha256, KnownVectors) {
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+TEST(ErrorField, CarriesTheCulpritThroughContext) {
+  Error e = Error::InvalidArgument("system message after a user message").WithField("messages[3]");
+  EXPECT_EQ(e.field(), "messages[3]");
+  Error wrapped = e.WithContext("rendering");
+  EXPECT_EQ(wrapped.field(), "messages[3]");
+  EXPECT_EQ(wrapped.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(wrapped.message(), "rendering: system message after a user message");
+  EXPECT_EQ(Error::OutOfRange("too long").ToString(), "out of range: too long");
+  EXPECT_TRUE(Error::NotFound("x").field().empty());
+}
+
+}  // namespace
+}  // namespace moeserve

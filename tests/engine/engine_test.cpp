@@ -263,6 +263,7 @@ TEST(EngineLimits, RefusesBadPromptsAndCancels) {
   EXPECT_EQ(e->max_context(), 256);
   auto too_long = e->Submit(Request(TestPrompt(250), 10, 0, 0));
   ASSERT_FALSE(too_long);
+  EXPECT_EQ(too_long.error().code(), ErrorCode::kOutOfRange);  // the daemon maps the code, never the text
   EXPECT_NE(too_long.error().message().find("context length exceeded"), std::string::npos);
   auto padding = e->Submit(Request({256, 300, 1}, 4, 0, 0));
   ASSERT_FALSE(padding);

@@ -18,6 +18,7 @@ namespace moeserve {
 
 enum class ErrorCode {
   kInvalidArgument,   // the caller's input is wrong (config field, request body, flag)
+  kOutOfRange,        // valid input past a limit of this deployment (context window)
   kNotFound,          // a file, tensor, key or object does not exist
   kCorruption,        // stored data is malformed (checkpoint, header, checksum)
   kIo,                // the operating system refused (open, read, mmap, write)
@@ -36,6 +37,7 @@ class Error {
   Error(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Error InvalidArgument(std::string msg) { return {ErrorCode::kInvalidArgument, std::move(msg)}; }
+  static Error OutOfRange(std::string msg) { return {ErrorCode::kOutOfRange, std::move(msg)}; }
   static Error NotFound(std::string msg) { return {ErrorCode::kNotFound, std::move(msg)}; }
   // Corruption(file, "tensor 'x': offsets past end") -> "file: tensor 'x': offsets past end"
   static Error Corruption(std::string_view file, std::string_view what) {
@@ -51,17 +53,28 @@ class Error {
 
   ErrorCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The input element at fault in the caller's own terms ("messages[3]",
+  // "tools[0].function.parameters"), when known; empty otherwise. Callers
+  // read this, never the message: messages are for people.
+  const std::string& field() const { return field_; }
+  Error WithField(std::string field) && {
+    field_ = std::move(field);
+    return std::move(*this);
+  }
   // "corruption: model/x.safetensors: tensor 'a': ..."
   std::string ToString() const;
 
   // Prefixes context, keeping the category: e.WithContext("loading model /m").
   Error WithContext(std::string_view context) const {
-    return {code_, std::string(context) + ": " + message_};
+    Error e(code_, std::string(context) + ": " + message_);
+    e.field_ = field_;
+    return e;
   }
 
  private:
   ErrorCode code_;
   std::string message_;
+  std::string field_;
 };
 
 template <class T>
