@@ -5,7 +5,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/sha256.hpp"
+#include "moeserve/common/yaml_limits.hpp"
 
 namespace moeserve::daemon {
 
@@ -18,6 +20,9 @@ Result<ApiKeys> ApiKeys::LoadFile(const std::string& path) {
 }
 
 Result<ApiKeys> ApiKeys::Parse(const std::string& text, const std::string& source) {
+  // yaml-cpp parses recursively: bound the text before it sees it. A key
+  // entry is ~150 bytes, so 16 MiB is about a hundred thousand keys.
+  MOE_TRY(CheckYamlLimits(text, {.max_bytes = 16u << 20, .max_depth = kMaxJsonDepth}, source));
   YAML::Node root;
   try {
     root = YAML::Load(text);

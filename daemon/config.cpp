@@ -9,6 +9,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "moeserve/common/json_limits.hpp"
+#include "moeserve/common/yaml_limits.hpp"
+
 namespace moeserve::daemon {
 namespace {
 
@@ -132,6 +135,8 @@ Status CheckBudgets(const DaemonConfig& c, const std::string& where) {
 }  // namespace
 
 Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::string& source, DaemonConfig base) {
+  // yaml-cpp parses recursively: bound the text before it sees it.
+  MOE_TRY(CheckYamlLimits(text, {.max_bytes = 1 << 20, .max_depth = kMaxJsonDepth}, source));
   YAML::Node root;
   try {
     root = YAML::Load(text);
