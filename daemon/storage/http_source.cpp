@@ -15,6 +15,7 @@
 #include <mutex>
 #include <regex>
 
+#include "moeserve/daemon/storage/s3_listing.hpp"
 #include "moeserve/daemon/storage/sigv4.hpp"
 #include "source_factories.hpp"
 
@@ -24,27 +25,6 @@ namespace {
 void GlobalCurlInit() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-std::string XmlField(const std::string& xml, const std::string& tag) {
-  size_t b = xml.find("<" + tag + ">");
-  if (b == std::string::npos) return "";
-  b += tag.size() + 2;
-  size_t e = xml.find("</" + tag + ">", b);
-  return e == std::string::npos ? "" : xml.substr(b, e - b);
-}
-
-std::string XmlUnescape(std::string s) {
-  static const std::pair<const char*, const char*> kEntities[] = {
-      {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}, {"&#39;", "'"}, {"&amp;", "&"}};
-  for (const auto& [from, to] : kEntities) {
-    size_t pos = 0;
-    while ((pos = s.find(from, pos)) != std::string::npos) {
-      s.replace(pos, std::strlen(from), to);
-      pos += std::strlen(to);
-    }
-  }
-  return s;
 }
 
 // What the server said, in one line: S3's <Code>: <Message>, else the body's start.
@@ -228,27 +208,9 @@ class HttpConnection final : public ObjectConnection {
       t.sink = &sink;
       MOE_TRY(Perform(spec, t));
       if (t.status != 200) return Fail(StatusError("", t));
-      size_t pos = 0;
-      while ((pos = body.find("<Contents>", pos)) != std::string::npos) {
-        size_t end = body.find("</Contents>", pos);
-        if (end == std::string::npos) return Fail(Error::Unavailable(Describe("") + ": listing ends mid-entry"));
-        std::string item = body.substr(pos, end - pos);
-        std::string key = XmlUnescape(XmlField(item, "Key"));
-        // ListObjectsV2 with a prefix returns only keys under it; cutting
-        // another key by the prefix's length would make up a path.
-        if (!key.starts_with(s3_->prefix))
-          return Fail(Error::InvalidArgument("listing of bucket '" + s3_->bucket + "', prefix '" + s3_->prefix +
-                                             "' returned key '" + key + "', which is not under the prefix"));
-        std::string size = XmlField(item, "Size");
-        if (size.empty() || size.size() > 19 || size.find_first_not_of("0123456789") != std::string::npos)
-          return Fail(Error::InvalidArgument("listing of bucket '" + s3_->bucket + "': key '" + key +
-                                             "' has no valid <Size>"));
-        if (key.size() > s3_->prefix.size() && !key.ends_with("/"))
-          out.push_back({key.substr(s3_->prefix.size()), std::stoull(size)});
-        pos = end;
-      }
-      if (XmlField(body, "IsTruncated") != "true") break;
-      token = XmlUnescape(XmlField(body, "NextContinuationToken"));
+      MOE_ASSIGN_OR_RETURN(S3ListPage page, ParseS3ListPage(body, s3_->bucket, s3_->prefix));
+      out.insert(out.end(), page.objects.begin(), page.objects.end());
+      token = std::move(page.next_continuation_token);
       if (token.empty()) break;
     }
     return out;
