@@ -49,17 +49,28 @@ TEST(OperatorDaemonContract, ConfigMapParsesAsDaemonConfig) {
   ASSERT_EQ(md["kind"], "MoEDeployment");
   auto spec = op::ParseMoEDeploymentSpec(md["spec"]);
   ASSERT_TRUE(spec) << spec.error().ToString();
-  nlohmann::json cm = op::desired::ConfigMap(md, *spec);
-  const std::string text = cm["data"]["config.yaml"];
-  auto cfg = daemon::ParseDaemonConfigYaml(text, "config.yaml");
-  ASSERT_TRUE(cfg) << cfg.error().ToString() << "\n" << text;
-  EXPECT_EQ(cfg->model, spec->model_uri);
-  EXPECT_EQ(cfg->model_revision, spec->model_revision);
-  EXPECT_EQ(cfg->weights_cache_limit_bytes, spec->cache_size_gi << 30);
-  EXPECT_EQ(cfg->storage_endpoint, spec->model_endpoint);
-  EXPECT_EQ(cfg->port, spec->port);
-  EXPECT_EQ(cfg->host, "0.0.0.0");
-  EXPECT_EQ(cfg->served_model_name, md["metadata"]["name"]);
+  for (bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plain");
+    op::MoEDeploymentSpec s = *spec;
+    if (tls) s.tls_secret = "ultra-tls";
+    nlohmann::json cm = op::desired::ConfigMap(md, s);
+    const std::string text = cm["data"]["config.yaml"];
+    auto cfg = daemon::ParseDaemonConfigYaml(text, "config.yaml");
+    ASSERT_TRUE(cfg) << cfg.error().ToString() << "\n" << text;
+    // The daemon serves the directory the init container pulled; it never pulls itself.
+    EXPECT_EQ(cfg->model, op::desired::ModelDirectory(s));
+    EXPECT_EQ(cfg->model.find("://"), std::string::npos);
+    EXPECT_EQ(cfg->model_revision, s.model_revision);
+    EXPECT_EQ(cfg->port, s.port);
+    EXPECT_EQ(cfg->host, "0.0.0.0");
+    EXPECT_EQ(cfg->served_model_name, md["metadata"]["name"]);
+    // Keys always on, /metrics behind the token, never unauthenticated.
+    EXPECT_EQ(cfg->api_keys_file, std::string(op::kSecretsDir) + "/api-keys.yaml");
+    EXPECT_EQ(cfg->metrics_token_file, std::string(op::kSecretsDir) + "/metrics-token");
+    EXPECT_FALSE(cfg->allow_unauthenticated);
+    EXPECT_EQ(cfg->tls_cert_file, tls ? std::string(op::kSecretsDir) + "/tls.crt" : "");
+    EXPECT_EQ(cfg->tls_key_file, tls ? std::string(op::kSecretsDir) + "/tls.key" : "");
+  }
 }
 
 }  // namespace
