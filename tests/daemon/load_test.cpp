@@ -22,6 +22,7 @@ struct Outcome {
   std::string text;  // reasoning + "|" + content + "|" + tool calls, from the chunks
   std::string finish;
   bool done = false;
+  std::vector<std::string> bad_events;  // events that are not chat.completion.chunk JSON
 };
 
 Outcome RunClient(int port, int i) {
@@ -40,7 +41,7 @@ Outcome RunClient(int port, int i) {
     }
     json c = json::parse(ev, nullptr, false);
     if (c.is_discarded() || !c.contains("choices")) {
-      o.text += "<bad event " + ev + ">";
+      o.bad_events.push_back(ev);
       continue;
     }
     for (const auto& ch : c["choices"]) {
@@ -69,6 +70,8 @@ TEST(Load, SixtyFourConcurrentStreamsMatchTheirSoloRuns) {
     Outcome o = together[i].get();
     EXPECT_EQ(o.status, 200) << "client " << i;
     EXPECT_TRUE(o.done) << "client " << i;
+    EXPECT_TRUE(o.bad_events.empty()) << "client " << i << ": " << o.bad_events.size() << " malformed events, first: "
+                                      << (o.bad_events.empty() ? "" : o.bad_events[0]);
     EXPECT_EQ(o.text, alone[i].text) << "client " << i;
     EXPECT_EQ(o.finish, alone[i].finish) << "client " << i;
   }

@@ -90,6 +90,11 @@ void CompareWithReference(const std::string& model_dir, KernelChoice kernels, Co
       EXPECT_EQ(mine[t], want) << "layer " << layer << " position " << t;
     }
   }
+  // The comparisons above are conditional (decisive margins only): require
+  // that they really ran, so that a reference without margins cannot pass.
+  // Here 64 of the 64 generated positions are decisive.
+  EXPECT_GE(cmp->greedy_checked, 48) << "too few greedy positions were compared";
+  EXPECT_GE(cmp->dsa_checked, 300) << "too few DSA selections were compared";
 }
 
 TEST(ForwardReference, TinyPresetMatchesReference) {
