@@ -5,7 +5,7 @@
 // request's own terms ("messages[3].tool_call_id", "tools[0].function.name").
 // Unknown fields are ignored, as OpenAI does. Checks that need the model or
 // the deployment (context length, model name, tier budgets) happen later, in
-// chat_handler.cpp; this file needs nothing but the body.
+// chat_service.cpp; this file needs nothing but the body.
 //
 // Thread safety: free functions over values.
 #pragma once

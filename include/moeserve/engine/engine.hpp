@@ -156,8 +156,8 @@ class Engine : public StepEngine {
   ~Engine();
 
   // Queues a sequence. Errors: kInvalidArgument (empty prompt, padding or
-  // out-of-range ids, prompt + max_tokens past the context window: the
-  // message says "context length"), kResourceExhausted (queue full).
+  // out-of-vocabulary ids), kOutOfRange (prompt + max_tokens past the
+  // context window), kResourceExhausted (queue full).
   Result<SequenceId> Submit(GenerationRequest request) override;
   // Cancels a queued or running sequence; it finishes with kCancelled and
   // frees its cache at the next Step.
