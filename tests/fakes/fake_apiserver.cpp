@@ -907,7 +907,10 @@ Outcome FakeApiServer::Dispatch(const Request& r) {
   if (collection && r.method == "DELETE") {
     // deletecollection: every object matching the selectors, each as DELETE would.
     json deleted = json::array();
-    for (const auto& item : DoList(r).body["items"]) {
+    // The list kept in a variable: a range-for over DoList(r).body["items"]
+    // would iterate a destroyed temporary.
+    const Outcome listed = DoList(r);
+    for (const auto& item : listed.body["items"]) {
       Request one = r;
       one.ns = item["metadata"].value("namespace", "");
       one.name = item["metadata"].value("name", "");
