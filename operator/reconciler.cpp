@@ -163,8 +163,10 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   const json config_map = desired::ConfigMap(md, *spec);
   json secret = desired::Secret(md, secrets.data);
   const auto existing_secret = caches_.secrets->Get(Namespace(md) + "/" + desired::SecretName(md));
-  // A failure that may pass never replaces the last good Secret with a worse one.
-  const bool keep_secret = !secrets.synced && secrets.keep_last_good && existing_secret;
+  // A failure that may pass never replaces the last good Secret with a worse
+  // one; only a Secret this deployment owns was ever good.
+  const bool keep_secret = !secrets.synced && secrets.keep_last_good && existing_secret &&
+                           OwnedByUid(*existing_secret, md["metadata"].value("uid", ""));
   if (keep_secret) secret["data"] = existing_secret->value("data", json::object());
   const std::string config_hash = desired::ConfigHash(config_map, secret);
 

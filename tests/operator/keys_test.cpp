@@ -143,5 +143,24 @@ TEST(Keys, AnAdminKeyPlantedBeforehandIsNotTrusted) {
   EXPECT_EQ(data[kApiKeysKey].find(Sha256Hex("known-to-the-tenant")), std::string::npos);
 }
 
+TEST(Keys, APlantedSecretIsNotKeptAsTheLastGoodOne) {
+  // As above, with a failure that would keep the last good Secret (a missing tenant-keys Secret).
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  json planted_keys = {{"keys", json::array({{{"key", "known-to-the-tenant"}, {"tenant", "me"}, {"role", "admin"}}})}};
+  ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                        {"metadata", {{"name", "m-secrets"}, {"namespace", "team-a"},
+                                                      {"labels", {{"app.kubernetes.io/managed-by", kManagedBy}}}}},
+                                        {"stringData", {{kApiKeysKey, planted_keys.dump()}}}}));
+  json manifest = MoEDeploymentManifest("team-a", "m", 1, 1);
+  manifest["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "not-there-yet"}}}};
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", manifest));
+  auto client = cluster.Client();
+  RunningOperator running(*client, {});
+  ASSERT_TRUE(WaitFor([&] { return ConditionOf(server, "team-a", "m", "SecretsSynced").value("reason", "") == "SecretNotFound"; }));
+  ASSERT_TRUE(WaitFor([&] { return IsHexToken(SecretData(server, "team-a", "m-secrets")[kAdminKeyKey]); }));
+  EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find("known-to-the-tenant"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace moeserve::op::testing
