@@ -24,6 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::pair<const uint8_t*, const uint8_t*>> extents;
   for (const TensorView& t : (*file)->tensors()) {
     FUZZ_CHECK(t.data >= data && t.data + t.nbytes <= data + size, "tensor '" + t.name + "' leaves the file");
+    for (int64_t dim : t.shape) FUZZ_CHECK(dim >= 0, "tensor '" + t.name + "' has shape " + t.ShapeString());
     FUZZ_CHECK(t.numel() >= 0, "tensor '" + t.name + "' has a negative element count");
     FUZZ_CHECK(t.nbytes == static_cast<size_t>(t.numel()) * DTypeSize(t.dtype),
                "tensor '" + t.name + "' has " + std::to_string(t.nbytes) + " bytes for shape " + t.ShapeString());

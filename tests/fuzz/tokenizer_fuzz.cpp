@@ -48,8 +48,9 @@ void AsText(const Tokenizer& tok, std::string_view text) {
   engine::Utf8StreamDecoder byte_at_a_time;
   std::string streamed;
   for (char c : text) {
-    streamed += byte_at_a_time.Push(static_cast<uint8_t>(c));
-    FUZZ_CHECK(fuzz::IsValidUtf8(streamed), "a pushed byte completed invalid UTF-8");
+    const std::string completed = byte_at_a_time.Push(static_cast<uint8_t>(c));
+    FUZZ_CHECK(fuzz::IsValidUtf8(completed), "a pushed byte completed invalid UTF-8");
+    streamed += completed;
   }
   streamed += byte_at_a_time.Finish();
   FUZZ_CHECK(!byte_at_a_time.HasPending(), "Finish left a pending sequence");
