@@ -4,21 +4,12 @@
 #include <exception>
 #include <set>
 
+#include "moeserve/common/exception_text.hpp"
 #include "moeserve/common/log.hpp"
 
 namespace moeserve::daemon {
 
 namespace {
-
-std::string Describe(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
 
 engine::TokenEvent ErrorEvent(engine::SequenceId id, std::string what) {
   engine::TokenEvent e;
@@ -61,13 +52,13 @@ Result<engine::SequenceId> Scheduler::Submit(engine::GenerationRequest request, 
       if (!r) return Fail(r.error());
       id = *r;
     } catch (...) {
-      return Fail(Error::Internal("submitting the sequence to the engine failed: " + Describe(std::current_exception())));
+      return Fail(Error::Internal("submitting the sequence to the engine failed: " + ExceptionText(std::current_exception())));
     }
     try {
       sinks_.emplace(id, std::move(sink));
     } catch (...) {
       engine_.Cancel(id);  // queued but unroutable: let the engine drop it
-      return Fail(Error::Internal("registering the sequence failed: " + Describe(std::current_exception())));
+      return Fail(Error::Internal("registering the sequence failed: " + ExceptionText(std::current_exception())));
     }
     wake_ = true;
   }
@@ -115,7 +106,7 @@ std::vector<engine::TokenEvent> Scheduler::FailInFlight(const std::string& what)
     try {
       engine_.Cancel(e.id);
     } catch (...) {
-      log::Error("scheduler: cancelling sequence " + std::to_string(e.id) + " failed: " + Describe(std::current_exception()));
+      log::Error("scheduler: cancelling sequence " + std::to_string(e.id) + " failed: " + ExceptionText(std::current_exception()));
     }
   }
   return events;
@@ -130,7 +121,7 @@ void Scheduler::Deliver(std::vector<std::pair<std::shared_ptr<SequenceSink>, con
       sink->OnEvent(*e);
       continue;
     } catch (...) {
-      what = Describe(std::current_exception());
+      what = ExceptionText(std::current_exception());
     }
     log::Error("scheduler: the sink of sequence " + std::to_string(e->id) + " threw: " + what);
     if (e->finish != engine::FinishReason::kNone) continue;  // that was its last event anyway
@@ -143,14 +134,14 @@ void Scheduler::Deliver(std::vector<std::pair<std::shared_ptr<SequenceSink>, con
     try {
       engine_.Cancel(e->id);
     } catch (...) {
-      log::Error("scheduler: cancelling sequence " + std::to_string(e->id) + " failed: " + Describe(std::current_exception()));
+      log::Error("scheduler: cancelling sequence " + std::to_string(e->id) + " failed: " + ExceptionText(std::current_exception()));
     }
     // One last event so that the sink can still answer its client.
     try {
       sink->OnEvent(ErrorEvent(e->id, "writing the response failed: " + what));
     } catch (...) {
       log::Error("scheduler: the sink of sequence " + std::to_string(e->id) + " threw again on its error: " +
-                 Describe(std::current_exception()));
+                 ExceptionText(std::current_exception()));
     }
   }
 }
@@ -160,7 +151,7 @@ void Scheduler::Loop() {
     try {
       return engine_.HasWork();
     } catch (...) {
-      log::Error("scheduler: HasWork threw: " + Describe(std::current_exception()));
+      log::Error("scheduler: HasWork threw: " + ExceptionText(std::current_exception()));
       return false;
     }
   };
@@ -177,7 +168,7 @@ void Scheduler::Loop() {
       events = engine_.Step();
     } catch (...) {
       threw = true;
-      events = FailInFlight("the engine step threw: " + Describe(std::current_exception()));
+      events = FailInFlight("the engine step threw: " + ExceptionText(std::current_exception()));
     }
     std::vector<std::pair<std::shared_ptr<SequenceSink>, const engine::TokenEvent*>> routed;
     routed.reserve(events.size());

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "moeserve/common/exception_text.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -69,20 +70,6 @@ struct Engine::Impl {
   void FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events);
   void PublishMetrics();
 };
-
-namespace {
-
-std::string Describe(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
-}  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -180,7 +167,7 @@ std::vector<TokenEvent> Engine::Step() {
     m.CancelAndAdmit(events);
     m.Advance(events);
   } catch (...) {
-    const std::string what = "engine step failed: " + Describe(std::current_exception());
+    const std::string what = "engine step failed: " + ExceptionText(std::current_exception());
     for (auto& sp : m.running) m.FailSequence(*sp, what, events);
     m.running.clear();
   }
@@ -260,7 +247,7 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
       admitted = Admit(s);
       if (admitted) running.push_back(std::move(taken.front()));
     } catch (...) {
-      FailSequence(s, "admitting the sequence failed: " + Describe(std::current_exception()), events);
+      FailSequence(s, "admitting the sequence failed: " + ExceptionText(std::current_exception()), events);
       taken.pop_front();
       continue;
     }
@@ -309,7 +296,7 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   try {
     st = model->Forward(*pool, segments, &logits, nullptr, &expert_counts);
   } catch (...) {
-    st = Fail(Error::Internal(Describe(std::current_exception())));
+    st = Fail(Error::Internal(ExceptionText(std::current_exception())));
   }
   std::set<Sequence*> done;
   if (!st) {
@@ -329,7 +316,7 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
         try {
           prefix->Insert(*pool, s.tokens, s.snapshot_at, s.cache);
         } catch (...) {  // the cache is unchanged; the sequence is fine
-          log::Warn("engine: prefix snapshot not cached: " + Describe(std::current_exception()));
+          log::Warn("engine: prefix snapshot not cached: " + ExceptionText(std::current_exception()));
         }
       }
       if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
@@ -337,7 +324,7 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
       try {
         if (Emit(s, row, events)) done.insert(&s);
       } catch (...) {
-        FailSequence(s, "the decode controller failed: " + Describe(std::current_exception()), events);
+        FailSequence(s, "the decode controller failed: " + ExceptionText(std::current_exception()), events);
         done.insert(&s);
       }
     }

@@ -14,20 +14,10 @@
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/model_gen.hpp"
+#include "daemon_harness.hpp"
 
 namespace moeserve::daemon {
 namespace {
-
-std::string Dir() {
-  std::string d = ::testing::TempDir() + "/moe_prefix_metrics_tiny_" + std::to_string(::getpid());
-  std::filesystem::remove_all(d);
-  engine::ModelGenOptions o;
-  o.config = *engine::PresetConfig("tiny");
-  o.seed = 1;
-  auto st = engine::GenerateModel(o, d);
-  if (!st) ADD_FAILURE() << st.error().ToString();
-  return d;
-}
 
 // The value of the sample line that starts with `series ` ("name{labels}").
 double Sample(const std::string& text, const std::string& series) {
@@ -41,7 +31,7 @@ double Sample(const std::string& text, const std::string& series) {
 }
 
 TEST(PrefixCacheMetrics, ScrapeShowsTheBoundAndEvictions) {
-  auto dir = engine::OpenModelDir(Dir());
+  auto dir = engine::OpenModelDir(testing::TinyModelDir());
   ASSERT_TRUE(dir) << dir.error().ToString();
   engine::EngineOptions o;
   o.cache_tokens = 2048;

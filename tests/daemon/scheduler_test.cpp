@@ -21,6 +21,7 @@
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/model_gen.hpp"
+#include "daemon_harness.hpp"
 
 namespace moeserve::daemon {
 namespace {
@@ -30,14 +31,7 @@ using engine::TokenEvent;
 
 const engine::ModelDir& TinyModel() {
   static engine::ModelDir dir = [] {
-    std::string d = ::testing::TempDir() + "/moe_scheduler_tiny_" + std::to_string(::getpid());
-    std::filesystem::remove_all(d);
-    engine::ModelGenOptions o;
-    o.config = *engine::PresetConfig("tiny");
-    o.seed = 1;
-    auto st = engine::GenerateModel(o, d);
-    if (!st) ADD_FAILURE() << st.error().ToString();
-    auto m = engine::OpenModelDir(d);
+    auto m = engine::OpenModelDir(testing::TinyModelDir());
     if (!m) ADD_FAILURE() << m.error().ToString();
     return std::move(*m);
   }();
