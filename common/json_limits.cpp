@@ -25,6 +25,7 @@ struct Frame {
   bool expecting_key = false;  // objects: the next string is a key
   size_t index = 0;            // arrays: the index of the current element
   std::string_view key;        // objects: the current key, as written
+  size_t keys = 0;             // objects: keys seen so far
 };
 
 JsonPathStep StepOf(const Frame& f) {
@@ -78,6 +79,18 @@ std::optional<JsonLimitViolation> FindJsonLimitViolation(std::string_view text, 
         while (j < n && text[j] != '"') j += text[j] == '\\' ? 2 : 1;
         if (j >= n) return std::nullopt;  // unterminated: the parser says so
         if (!stack.empty() && stack.back().is_object && stack.back().expecting_key) {
+          if (++stack.back().keys > limits.max_object_keys) {
+            JsonLimitViolation v;
+            v.kind = JsonLimitViolation::Kind::kTooManyKeys;
+            v.offset = i;
+            for (size_t f = 0; f + 1 < stack.size(); ++f) v.path.push_back(StepOf(stack[f]));
+            std::string where = JsonPathString("", v.path);
+            if (where.size() > kMaxPathInMessage) where = where.substr(0, kMaxPathInMessage) + "...";
+            v.message = "has an object with more than " + std::to_string(limits.max_object_keys) + " keys (at byte " +
+                        std::to_string(i) + ", " + (where.empty() ? std::string("the top level") : "under " + where) +
+                        ")";
+            return v;
+          }
           stack.back().key = text.substr(begin, j - begin);
           stack.back().expecting_key = false;
         }
@@ -94,7 +107,7 @@ std::optional<JsonLimitViolation> FindJsonLimitViolation(std::string_view text, 
           v.message = DepthMessage(limits.max_depth, i, v.path);
           return v;
         }
-        stack.push_back(Frame{.is_object = ch == '{', .expecting_key = ch == '{', .index = 0, .key = {}});
+        stack.push_back(Frame{.is_object = ch == '{', .expecting_key = ch == '{', .index = 0, .key = {}, .keys = 0});
         break;
       case '}':
       case ']':

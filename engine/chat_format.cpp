@@ -38,9 +38,10 @@ class TokenWriter {
 
 std::string MessageRef(size_t i) { return "messages[" + std::to_string(i) + "]"; }
 
-// Generated spans are bounded by the token budget, not by bytes; only their
-// depth needs a limit.
-constexpr JsonLimits kGeneratedJsonLimits{.max_bytes = SIZE_MAX, .max_depth = kChatJsonMaxDepth};
+// Generated spans are bounded by the token budget, not by bytes; their depth
+// and keys per object need a limit.
+constexpr JsonLimits kGeneratedJsonLimits{
+    .max_bytes = SIZE_MAX, .max_depth = kChatJsonMaxDepth, .max_object_keys = kChatJsonMaxObjectKeys};
 
 // A valid JSON text within the limits, or nullopt: for generated text, where
 // anything else is "returned as generated".

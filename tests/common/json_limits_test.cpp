@@ -126,6 +126,22 @@ TEST(JsonLimits, BothJsonFlavoursParse) {
   EXPECT_EQ(ordered->dump(), R"({"b":1,"a":[2]})");
 }
 
+TEST(JsonLimits, KeysPerObjectExactLimitAcceptedOneMoreRefused) {
+  const JsonLimits limits{.max_bytes = 1 << 20, .max_depth = 8, .max_object_keys = 3};
+  EXPECT_TRUE(ParseJsonBounded(R"({"a":{"x":1,"y":"k:","z":[{"p":1,"q":2,"r":3}]},"b":2,"c":3})", limits, "v"));
+  auto r = ParseJsonBounded(R"({"a":[1,{"w":1,"x":"y","y":2,"z":3}]})", limits, "v");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message(), "v: has an object with more than 3 keys (at byte 29, under a[1])");
+  auto top = FindJsonLimitViolation(R"({"a":1,"b":2,"c":3,"d":4})", limits);
+  ASSERT_TRUE(top);
+  EXPECT_EQ(top->kind, JsonLimitViolation::Kind::kTooManyKeys);
+  EXPECT_TRUE(top->path.empty());
+  // Without the field set, keys are not counted.
+  std::string many = "{";
+  for (int i = 0; i < 1000; ++i) many += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  EXPECT_TRUE(ParseJsonBounded(many + "}", {.max_bytes = 1 << 20, .max_depth = 2}, "v"));
+}
+
 TEST(JsonLimits, CheckJsonDepthWalksBuiltValues) {
   ojson v = ojson::parse(R"({"a":[1,{"b":[2]}],"c":{}})");  // depth 4
   EXPECT_TRUE(CheckJsonDepth(v, 4, "v"));

@@ -50,7 +50,8 @@ std::string Splice(const json& body, const std::string& marker, const std::strin
 
 class JsonLimitsHttp : public SharedDaemonSuite {
  protected:
-  static void ExpectRefused(const std::string& body, const std::string& param, const std::string& what) {
+  static void ExpectRefused(const std::string& body, const std::string& param, const std::string& what,
+                            const std::string& why = "more than 64 levels deep") {
     auto r = Http(port_, "POST", "/v1/chat/completions", body);
     ASSERT_EQ(r.status, 400) << what << ": " << r.error << r.body.substr(0, 400);
     json j = r.Json();
@@ -61,7 +62,7 @@ class JsonLimitsHttp : public SharedDaemonSuite {
     } else {
       EXPECT_EQ(j["error"]["param"], param) << what << ": " << j.dump();
     }
-    EXPECT_NE(j["error"]["message"].get<std::string>().find("more than 64 levels deep"), std::string::npos)
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(why), std::string::npos)
         << what << ": " << j.dump();
     ExpectAlive(what);
   }
@@ -137,6 +138,27 @@ TEST_F(JsonLimitsHttp, BodyDepthBoundary) {
   ExpectServed(Splice(body, "@DEEP@", Nested(kMaxJsonDepth - 1)), "body exactly 64 deep");
   ExpectRefused(Splice(body, "@DEEP@", Nested(kMaxJsonDepth)), "metadata", "body 65 deep");
   ExpectRefused(Nested(kAttackDepth), "", "a body that is a 100,000-deep array");
+}
+
+TEST_F(JsonLimitsHttp, ObjectsWithTooManyKeysAreRefusedQuickly) {
+  // Bodies keep the client's key order (ordered_json), whose parse compares
+  // each key with every earlier one: 50,000 keys (0.5 MB) took ~10 s of CPU.
+  auto keys = [](int n) {
+    json o = json::object();
+    for (int i = 0; i < n; ++i) o["k" + std::to_string(i)] = 0;
+    return o;
+  };
+  json body = {{"messages", UserTurn("hi")}, {"max_tokens", 2}, {"metadata", keys(256)}};
+  ExpectServed(body.dump(), "256 keys in one object");
+  body["metadata"] = keys(50000);
+  auto start = std::chrono::steady_clock::now();
+  ExpectRefused(body.dump(), "metadata", "50,000 keys in one object", "more than 256 keys");
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("refused a %zu-byte body with 50,000 keys in one object in %.1f ms\n", body.dump().size(), ms);
+  ExpectRefused(Body(Conversation(keys(50000).dump())).dump(), "messages[2].tool_calls[0].function.arguments",
+                "50,000 keys in the arguments string", "more than 256 keys");
+  ExpectRefused(Body(Conversation("{}"), Tools({{"type", "object"}, {"properties", keys(300)}})).dump(),
+                "tools[0].function.parameters", "300 properties in a tool schema", "more than 256 keys");
 }
 
 }  // namespace

@@ -60,8 +60,12 @@ struct ChatRequest {
 // parsed (tool-call arguments). The depth is the prompt's (deeper values could
 // not be rendered); the default size is the largest max_body_bytes the config
 // allows, since the HTTP layer enforces the configured one before parsing.
+// Bodies keep the client's key order (ordered_json), whose parse is quadratic
+// in the keys of one object: 256 keys per object bound an 8 MiB body to well
+// under a second of parsing, and no real schema or tool call has more.
 inline constexpr JsonLimits kRequestJsonLimits{.max_bytes = size_t{1} << 32,
-                                               .max_depth = engine::kChatJsonMaxDepth};
+                                               .max_depth = engine::kChatJsonMaxDepth,
+                                               .max_object_keys = engine::kChatJsonMaxObjectKeys};
 
 // Parses raw body bytes (checked as UTF-8 JSON) and validates them. A body or
 // an arguments string that breaks `limits` is refused before anything walks

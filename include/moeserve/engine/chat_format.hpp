@@ -70,6 +70,9 @@ Result<ChatRole> ParseChatRole(std::string_view role);
 std::string_view ChatRoleName(ChatRole role);
 
 inline constexpr int kChatJsonMaxDepth = kMaxJsonDepth;
+// Keys in one object of chat JSON (see JsonLimits::max_object_keys: parsing
+// into ordered_json is quadratic in them).
+inline constexpr size_t kChatJsonMaxObjectKeys = 256;
 
 struct ChatToolCall {
   std::string id;
