@@ -29,6 +29,11 @@ std::string_view SpecialText(int id) {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
+// The checker reads tokenizer.json into std::map-backed json: ordered_json
+// finds a key by a linear search, so a vocab of n tokens (padding ids
+// included, one per id up to vocab_size) would take n^2/2 string compares to
+// parse, minutes for a large vocabulary. Key order does not matter to reading.
+using json = nlohmann::json;
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -67,7 +72,7 @@ const std::array<std::string, 256>& ByteTokenNames() {
 }
 
 // An id as written in the file, or nothing when it is not an integer that fits.
-std::optional<int> IdOf(const ordered_json& v) {
+std::optional<int> IdOf(const json& v) {
   if (!v.is_number_integer()) return std::nullopt;
   int64_t id = v.get<int64_t>();
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)) return std::nullopt;
@@ -82,7 +87,7 @@ class TokenizerJsonChecker {
  public:
   explicit TokenizerJsonChecker(std::string_view source) : source_(source) {}
 
-  Result<int> Check(const ordered_json& doc, std::optional<int> expected_vocab_size) {
+  Result<int> Check(const json& doc, std::optional<int> expected_vocab_size) {
     if (!doc.is_object()) return Bad("top level is not a JSON object");
     if (doc.contains("normalizer") && !doc["normalizer"].is_null()) {
       // A normalizer (NFC, lowercasing, ...) would change the bytes the model sees.
@@ -112,9 +117,9 @@ class TokenizerJsonChecker {
     return Ok();
   }
 
-  Status CheckModel(const ordered_json& doc) {
+  Status CheckModel(const json& doc) {
     if (!doc.contains("model") || !doc["model"].is_object()) return Bad("missing \"model\" object");
-    const ordered_json& model = doc["model"];
+    const json& model = doc["model"];
     if (!model.contains("type") || model["type"] != "BPE") {
       return Bad("model.type must be \"BPE\" (byte-level, no merges), got " +
                  (model.contains("type") ? model["type"].dump() : std::string("nothing")));
@@ -144,7 +149,7 @@ class TokenizerJsonChecker {
     return Ok();
   }
 
-  Status CheckAddedTokens(const ordered_json& doc) {
+  Status CheckAddedTokens(const json& doc) {
     if (!doc.contains("added_tokens") || !doc["added_tokens"].is_array()) {
       return Bad("missing \"added_tokens\" array (the special tokens live there)");
     }
@@ -153,7 +158,7 @@ class TokenizerJsonChecker {
 
     std::map<int, bool> seen_special;
     size_t index = 0;
-    for (const ordered_json& t : doc["added_tokens"]) {
+    for (const json& t : doc["added_tokens"]) {
       std::string where = "added_tokens[" + std::to_string(index++) + "]";
       if (!t.is_object() || !t.contains("id") || !IdOf(t["id"]) || !t.contains("content") ||
           !t["content"].is_string()) {
@@ -218,9 +223,9 @@ class TokenizerJsonChecker {
 Result<Tokenizer> Tokenizer::FromJsonText(std::string_view json_text, std::string_view source,
                                           std::optional<int> expected_vocab_size) {
   // A checkpoint's files come from storage its tenant controls: bounded like a request.
-  auto parsed = ParseJsonBounded<ordered_json>(json_text, kTokenizerJsonLimits, source);
+  auto parsed = ParseJsonBounded<json>(json_text, kTokenizerJsonLimits, source);
   if (!parsed) return Fail(Error(ErrorCode::kCorruption, parsed.error().message()));
-  ordered_json doc = std::move(*parsed);
+  json doc = std::move(*parsed);
   TokenizerJsonChecker checker(source);
   Result<int> n = Fail(Error::Internal("unreachable"));
   try {

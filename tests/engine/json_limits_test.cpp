@@ -4,6 +4,8 @@
 // overflow in a later dump() (nlohmann's dump recurses once per level).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -65,6 +67,23 @@ TEST(JsonLimitsFiles, DeepManifestIsAClearError) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), ErrorCode::kCorruption);
   ExpectDepthError(r.error(), "m/manifest.json: ");
+}
+
+TEST(JsonLimitsFiles, LargeVocabularyLoadsInLinearishTime) {
+  // Every padding id up to vocab_size is a model.vocab key. Read into
+  // ordered_json (a linear search per key) 200,000 keys took minutes;
+  // std::map-backed json takes well under a second.
+  constexpr int kVocab = 200000;
+  nlohmann::json doc = nlohmann::json::parse(Tokenizer::Builtin(384).ToJson());
+  for (int id = 384; id < kVocab; ++id) doc["model"]["vocab"]["<|pad_" + std::to_string(id) + "|>"] = id;
+  std::string text = doc.dump();
+  auto start = std::chrono::steady_clock::now();
+  auto t = Tokenizer::FromJsonText(text, "m/tokenizer.json", kVocab);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(t) << t.error().ToString();
+  EXPECT_EQ(t->vocab_size(), kVocab);
+  std::printf("tokenizer.json with %d vocab keys (%.1f MB) read in %.2f s\n", kVocab, text.size() / 1e6, s);
+  EXPECT_LT(s, 30.0);  // generous for a loaded machine; the quadratic parse took minutes
 }
 
 TEST(JsonLimitsChat, ArgumentsTextBoundaryDepth) {
