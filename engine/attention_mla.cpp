@@ -6,7 +6,6 @@
 
 #include "layers.hpp"
 #include "moeserve/kernels/attention.hpp"
-#include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 
 namespace moeserve::engine {
@@ -43,26 +42,18 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   const int H = m.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, vd = m.v_head_dim;
   const size_t qk = static_cast<size_t>(nope + rope), kv = static_cast<size_t>(m.kv_lora_rank);
   const size_t np = static_cast<size_t>(nope), v = static_cast<size_t>(vd), HR = static_cast<size_t>(nr) * H;
-  const bool fast = ctx.options.kernels == KernelChoice::kFast;
+  const kernels::KernelSet& k = ctx.kernels;
   std::vector<float> q_abs(HR * kv), q_pe(HR * static_cast<size_t>(rope)), lat(HR * kv);
   const float* q0 = q + static_cast<size_t>(r0) * H * qk;  // [nr * H][qk]
-  if (fast && w.w_uk_t_bf16) {
+  if (w.w_uk_t_bf16) {
     std::vector<kernels::Bf16MatVecJob> jobs;
     for (size_t g = 0; g < HR; ++g)
       jobs.push_back({w.w_uk_t_bf16 + g % H * kv * np, kv, np, q0 + g * qk, &q_abs[g * kv]});
-    kernels::MatVecBf16Many(jobs, 1);
-  } else if (fast) {
-    for (int j = 0; j < nr; ++j)
-      kernels::HeadwiseMatVec(w.w_uk_t.data(), static_cast<size_t>(H), kv, np, kv * np, q0 + static_cast<size_t>(j) * H * qk,
-                              qk, &q_abs[static_cast<size_t>(j) * H * kv], kv);
+    k.matvec_bf16_many(jobs, 1);
   } else {
-    for (size_t g = 0; g < HR; ++g) {
-      const float* wb = &w.wkv_b.w[g % H * (np + v) * kv];
-      float* qa = &q_abs[g * kv];
-      std::fill(qa, qa + kv, 0.0f);
-      for (size_t i = 0; i < np; ++i)
-        for (size_t l = 0; l < kv; ++l) qa[l] += q0[g * qk + i] * wb[i * kv + l];
-    }
+    for (int j = 0; j < nr; ++j)
+      k.headwise_matvec(w.w_uk_t.data(), static_cast<size_t>(H), kv, np, kv * np, q0 + static_cast<size_t>(j) * H * qk, qk,
+                        &q_abs[static_cast<size_t>(j) * H * kv], kv);
   }
   for (size_t g = 0; g < HR; ++g) std::copy_n(q0 + g * qk + np, rope, &q_pe[g * static_cast<size_t>(rope)]);
   std::vector<int> visible;
@@ -72,24 +63,18 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
                                       visible.empty() ? nullptr : visible.data()};
   const int* key_ptr = keys ? keys->data() : nullptr;
   const int n_keys = keys ? static_cast<int>(keys->size()) : static_cast<int>(pos0 + nr);
-  if (fast) kernels::MlaDecode(shape, q_abs.data(), q_pe.data(), rows, off_c, key_ptr, n_keys, lat.data());
-  else kernels::MlaDecodeRef(shape, q_abs.data(), q_pe.data(), rows, off_c, key_ptr, n_keys, lat.data());
+  k.mla_decode(shape, q_abs.data(), q_pe.data(), rows, off_c, key_ptr, n_keys, lat.data());
   // o = W_uv lat per head (W_uv: rows nope .. nope + vd of each head's block).
   float* o0 = o + static_cast<size_t>(r0) * H * v;  // [nr * H][vd]
-  if (fast && w.wkv_b_bf16) {
+  if (w.wkv_b_bf16) {
     std::vector<kernels::Bf16MatVecJob> jobs;
     for (size_t g = 0; g < HR; ++g)
       jobs.push_back({w.wkv_b_bf16 + (g % H * (np + v) + np) * kv, v, kv, &lat[g * kv], o0 + g * v});
-    kernels::MatVecBf16Many(jobs, 1);
-  } else if (fast) {
-    for (int j = 0; j < nr; ++j)
-      kernels::HeadwiseMatVec(w.wkv_b.w.data() + np * kv, static_cast<size_t>(H), v, kv, (np + v) * kv,
-                              &lat[static_cast<size_t>(j) * H * kv], kv, o0 + static_cast<size_t>(j) * H * v, v);
+    k.matvec_bf16_many(jobs, 1);
   } else {
-    for (size_t g = 0; g < HR; ++g) {
-      const float* wb = &w.wkv_b.w[g % H * (np + v) * kv];
-      for (size_t jj = 0; jj < v; ++jj) o0[g * v + jj] = Dot(wb + (np + jj) * kv, &lat[g * kv], static_cast<int>(kv));
-    }
+    for (int j = 0; j < nr; ++j)
+      k.headwise_matvec(w.wkv_b.w.data() + np * kv, static_cast<size_t>(H), v, kv, (np + v) * kv,
+                        &lat[static_cast<size_t>(j) * H * kv], kv, o0 + static_cast<size_t>(j) * H * v, v);
   }
 }
 
@@ -119,7 +104,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     ikraw.resize(static_cast<size_t>(n) * ID);
   }
   if (m.output_gate) gate.resize(static_cast<size_t>(n) * H * vd);
-  const KernelChoice kc = ctx.options.kernels;
+  const kernels::KernelSet& kc = ctx.kernels;
   if (dsa && m.output_gate) {
     LinearMany({{&w.wq_a, x, qa.data()},
                 {&w.wkv_a, x, kv.data()},
@@ -136,7 +121,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   } else {
     LinearMany({{&w.wq_a, x, qa.data()}, {&w.wkv_a, x, kv.data()}}, n, kc);
   }
-  for (int t = 0; t < n; ++t) RmsNormRow(&qa[t * ql], w.q_norm.data(), eps, ql, &qr[t * ql], kc);
+  for (int t = 0; t < n; ++t) kc.rms_norm(&qa[t * ql], w.q_norm.data(), eps, static_cast<size_t>(ql), &qr[t * ql]);
   if (dsa) {
     LinearMany({{&w.wq_b, qr.data(), q.data()}, {&w.idx_wq_b, qr.data(), iq.data()}}, n, kc);
   } else {
@@ -152,7 +137,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       const int64_t pos = seg.pos0 + (r - seg.row0);
       for (int h = 0; h < H; ++h) RopeInterleaved(&q[(static_cast<size_t>(r) * H + h) * qk + nope], rope, pos, ctx.rope_freqs);
       float* row = CacheRow(ctx.pool, *seg.cache, pos, off_c);
-      RmsNormRow(&kv[static_cast<size_t>(r) * (kvl + rope)], w.kv_norm.data(), eps, kvl, row, ctx.options.kernels);
+      kc.rms_norm(&kv[static_cast<size_t>(r) * (kvl + rope)], w.kv_norm.data(), eps, static_cast<size_t>(kvl), row);
       std::copy_n(&kv[static_cast<size_t>(r) * (kvl + rope) + kvl], rope, row + kvl);
       RopeInterleaved(row + kvl, rope, pos, ctx.rope_freqs);
       if (dsa) {
@@ -168,13 +153,12 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   std::vector<float> o(static_cast<size_t>(n) * H * vd, 0.0f);
   for (const SegmentRows& seg : ctx.segments) {
     const int64_t ctx_len = seg.pos0 + seg.n;
-    // kAuto: with the fast kernels always absorbed (each query reads the
-    // latent cache through the parallel MLA decode kernel; the expanded form
-    // below is a plain serial loop, ~70 % of a 2K-token prefill when it was
-    // used there); with the reference kernels expanded for prefill.
-    const bool absorbed = ctx.options.mla_form == MlaForm::kAbsorbed ||
-                          (ctx.options.mla_form == MlaForm::kAuto &&
-                           (seg.n == 1 || ctx.options.kernels == KernelChoice::kFast));
+    // One token: absorbed unless the expanded form was asked for; more: as
+    // resolved at load (kAuto: absorbed with the fast kernels, each query
+    // reading the latent cache through the parallel MLA decode kernel; the
+    // expanded form below is a plain serial loop, ~70 % of a 2K-token
+    // prefill when it was used there).
+    const bool absorbed = seg.n == 1 ? ctx.options.mla_form != MlaForm::kExpanded : ctx.absorbed_prefill;
     // Expanded form: per-head keys and values for every cached position.
     std::vector<float> k_nope, vals;
     if (!absorbed) {
@@ -192,7 +176,6 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // Row pointers of this sequence's cached tokens (the pool is paged).
     std::vector<const float*> rows(static_cast<size_t>(ctx_len));
     for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
-    const bool fast = ctx.options.kernels == KernelChoice::kFast;
     std::vector<float> scores, index_scores;
     std::vector<int> keys;
     // Which keys the query at row r sees: all s <= pos, or the indexer's top
@@ -203,8 +186,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         index_scores.resize(static_cast<size_t>(pos + 1));
         const float* iqr = &iq[static_cast<size_t>(r) * IH * ID];
         const float* iwr = &iw[static_cast<size_t>(r) * IH];
-        if (fast) kernels::IndexerScores(iqr, iwr, IH, ID, rows.data(), off_ik, static_cast<int>(pos + 1), index_scores.data());
-        else kernels::IndexerScoresRef(iqr, iwr, IH, ID, rows.data(), off_ik, static_cast<int>(pos + 1), index_scores.data());
+        kc.indexer_scores(iqr, iwr, IH, ID, rows.data(), off_ik, static_cast<int>(pos + 1), index_scores.data());
         keys.resize(static_cast<size_t>(cfg.dsa.index_topk));
         kernels::TopKIndices(index_scores.data(), static_cast<int>(pos + 1), cfg.dsa.index_topk, keys.data());
       } else {
@@ -216,7 +198,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     };
     if (absorbed) {
       // Sparse rows one at a time; runs of causal (dense) rows as blocks.
-      const int block = fast ? std::max(1, kMaxHeadsPerCall / H) : 1;
+      const int block = std::max(1, kMaxHeadsPerCall / H);
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);
         if (select_keys(r, pos)) {
@@ -258,8 +240,8 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
 
   // 5. Output gate and projection: out = wo(o * sigmoid(wg x)).
   if (m.output_gate)
-    SigmoidMulRow(gate.data(), o.data(), o.data(), o.size(), ctx.options.kernels);
-  Linear(w.wo, o.data(), n, out, ctx.options.kernels);
+    kc.sigmoid_mul(gate.data(), o.data(), o.data(), o.size());
+  Linear(w.wo, o.data(), n, out, kc);
 }
 
 }  // namespace moeserve::engine

@@ -6,64 +6,39 @@
 #include <numeric>
 
 #include "layers.hpp"
-#include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
-#include "moeserve/kernels/gating.hpp"
 
 namespace moeserve::engine {
 
-void Linear(const Matrix& W, const float* X, int n, float* Y, KernelChoice kc) {
-  if (W.bf16) {
-    if (kc == KernelChoice::kReference)
-      kernels::MatMulBf16Ref(W.bf16, static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
-    else
-      kernels::MatMulBf16(W.bf16, static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
-    return;
-  }
-  if (kc == KernelChoice::kReference)
-    kernels::MatMulF32Ref(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
-  else
-    kernels::MatMulF32(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+void Linear(const Matrix& W, const float* X, int n, float* Y, const kernels::KernelSet& k) {
+  if (W.bf16) return k.matmul_bf16(W.bf16, static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+  k.matmul_f32(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
 }
 
-void LinearMany(std::initializer_list<LinearJob> jobs, int n, KernelChoice kc) {
-  bool batched = kc == KernelChoice::kFast && n < 8;
+void LinearMany(std::initializer_list<LinearJob> jobs, int n, const kernels::KernelSet& k) {
+  bool batched = n < 8;
   for (const LinearJob& j : jobs) batched = batched && j.W->bf16 != nullptr;
   if (!batched) {
-    for (const LinearJob& j : jobs) Linear(*j.W, j.X, n, j.Y, kc);
+    for (const LinearJob& j : jobs) Linear(*j.W, j.X, n, j.Y, k);
     return;
   }
   std::vector<kernels::Bf16MatVecJob> kj;
   kj.reserve(jobs.size());
   for (const LinearJob& j : jobs)
     kj.push_back({j.W->bf16, static_cast<size_t>(j.W->rows), static_cast<size_t>(j.W->cols), j.X, j.Y});
-  kernels::MatVecBf16Many(kj, static_cast<size_t>(n));
-}
-
-void SiluMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc) {
-  if (kc == KernelChoice::kReference) kernels::SiluMulRef(a, b, out, n);
-  else kernels::SiluMul(a, b, out, n);
-}
-
-void SigmoidMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc) {
-  if (kc == KernelChoice::kReference) kernels::SigmoidMulRef(a, b, out, n);
-  else kernels::SigmoidMul(a, b, out, n);
-}
-
-void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kc) {
-  if (kc == KernelChoice::kReference) kernels::RmsNormRef(x, w, eps, static_cast<size_t>(d), y);
-  else kernels::RmsNorm(x, w, eps, static_cast<size_t>(d), y);
+  k.matvec_bf16_many(kj, static_cast<size_t>(n));
 }
 
 namespace {
 
 // SwiGLU(x) = w2(silu(w1 x) * (w3 x)), accumulated into out with a weight.
-void SwiGlu(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int n, float* out, KernelChoice kc) {
+void SwiGlu(const Matrix& w1, const Matrix& w3, const Matrix& w2, const float* x, int n, float* out,
+            const kernels::KernelSet& k) {
   std::vector<float> h1(static_cast<size_t>(n) * w1.rows), h3(h1.size());
-  LinearMany({{&w1, x, h1.data()}, {&w3, x, h3.data()}}, n, kc);
-  SiluMulRow(h1.data(), h3.data(), h1.data(), h1.size(), kc);
-  Linear(w2, h1.data(), n, out, kc);
+  LinearMany({{&w1, x, h1.data()}, {&w3, x, h3.data()}}, n, k);
+  k.silu_mul(h1.data(), h3.data(), h1.data(), h1.size());
+  Linear(w2, h1.data(), n, out, k);
 }
 
 // Indices of the k largest values, ties to the lower index, in rank order.
@@ -77,20 +52,12 @@ std::vector<int> TopK(const std::vector<float>& v, int k) {
 
 }  // namespace
 
-void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, KernelChoice kc) {
-  SwiGlu(w.w1, w.w3, w.w2, x, n, out, kc);
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k) {
+  SwiGlu(w.w1, w.w3, w.w2, x, n, out, k);
 }
 
 void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n, float* out,
-            std::vector<uint64_t>* expert_tokens, KernelChoice kc) {
-  std::vector<uint8_t> ref_blocks, ref_scales;  // the reference path's unpacked expert
-  const auto mxfp4_matmul = [&](const kernels::Mxfp4PackedView& W, const float* X, int n, float* Y) {
-    if (kc != KernelChoice::kReference) return kernels::MatMulMxfp4(W, X, static_cast<size_t>(n), Y);
-    ref_blocks.resize(W.out * W.in / 2);
-    ref_scales.resize(W.out * W.in / 32);
-    kernels::UnpackMxfp4(W, ref_blocks.data(), ref_scales.data());
-    kernels::MatMulMxfp4Ref(ref_blocks.data(), ref_scales.data(), W.out, W.in, X, static_cast<size_t>(n), Y);
-  };
+            std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k) {
   const MoeConfig& m = cfg.moe;
   const int D = cfg.hidden_size, E = m.num_experts, I = m.moe_intermediate_size;
   const int per_group = E / m.n_group;
@@ -101,9 +68,9 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   if (m.num_shared_experts > 0) {
     sh1.resize(static_cast<size_t>(n) * w.shared_w1.rows);
     sh3.resize(sh1.size());
-    LinearMany({{&w.gate, x, logits.data()}, {&w.shared_w1, x, sh1.data()}, {&w.shared_w3, x, sh3.data()}}, n, kc);
+    LinearMany({{&w.gate, x, logits.data()}, {&w.shared_w1, x, sh1.data()}, {&w.shared_w3, x, sh3.data()}}, n, k);
   } else {
-    Linear(w.gate, x, n, logits.data(), kc);
+    Linear(w.gate, x, n, logits.data(), k);
   }
   std::vector<std::vector<std::pair<int, float>>> by_expert(static_cast<size_t>(E));  // (token, weight)
   for (int t = 0; t < n; ++t) {
@@ -136,8 +103,8 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
 
   // 2. Shared experts for every token.
   if (m.num_shared_experts > 0) {
-    SiluMulRow(sh1.data(), sh3.data(), sh1.data(), sh1.size(), kc);
-    Linear(w.shared_w2, sh1.data(), n, out, kc);
+    k.silu_mul(sh1.data(), sh3.data(), sh1.data(), sh1.size());
+    Linear(w.shared_w2, sh1.data(), n, out, k);
   } else {
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
   }
@@ -152,7 +119,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     std::vector<float> xe, h13, act, ye;
   };
   std::vector<Routed> work;
-  bool all_matvec = kc != KernelChoice::kReference;
+  bool all_matvec = true;
   for (int e = 0; e < E; ++e) {
     const auto& routed = by_expert[e];
     if (routed.empty()) continue;
@@ -176,22 +143,22 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   if (all_matvec) {
     for (Routed& r : work)
       jobs.push_back({w.w13.expert(r.e), r.x, static_cast<size_t>(r.ne), r.h13.data()});
-    kernels::MatVecMxfp4Many(jobs);
+    k.matvec_mxfp4_many(jobs);
   } else {
-    for (Routed& r : work) mxfp4_matmul(w.w13.expert(r.e), r.x, r.ne, r.h13.data());
+    for (Routed& r : work) k.matmul_mxfp4(w.w13.expert(r.e), r.x, static_cast<size_t>(r.ne), r.h13.data());
   }
   // SwiGLU: act = silu(h1) * h3, h13 holding [h1 | h3] per row.
   for (Routed& r : work)
     for (int i = 0; i < r.ne; ++i) {
       const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
-      SiluMulRow(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I), kc);
+      k.silu_mul(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I));
     }
   if (all_matvec) {
     jobs.clear();
     for (Routed& r : work) jobs.push_back({w.w2e.expert(r.e), r.act.data(), static_cast<size_t>(r.ne), r.ye.data()});
-    kernels::MatVecMxfp4Many(jobs);
+    k.matvec_mxfp4_many(jobs);
   } else {
-    for (Routed& r : work) mxfp4_matmul(w.w2e.expert(r.e), r.act.data(), r.ne, r.ye.data());
+    for (Routed& r : work) k.matmul_mxfp4(w.w2e.expert(r.e), r.act.data(), static_cast<size_t>(r.ne), r.ye.data());
   }
   for (const Routed& r : work) {
     const auto& routed = by_expert[r.e];

@@ -25,7 +25,7 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
               {&w.a_proj, x, a.data()},
               {&w.b_proj, x, b.data()},
               {&w.g_proj, x, gp.data()}},
-             n, ctx.options.kernels);
+             n, ctx.kernels);
 
   std::vector<float> o(static_cast<size_t>(n) * Cv);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
@@ -91,13 +91,11 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
       if (chunked)
         kernels::DeltaRuleChunked(qh, kh, vh, beta_h, g_h, T, dk, dv, C, C, S, oh, Cv, std::max(1, ctx.options.delta_chunk));
       else
-        kernels::DeltaRuleRecurrent(qh, kh, vh, beta_h, g_h, T, dk, dv, C, C, S, oh, Cv);
+        ctx.kernels.delta_rule_recurrent(qh, kh, vh, beta_h, g_h, T, dk, dv, C, C, S, oh, Cv);
     };
-    if (ctx.options.kernels == KernelChoice::kFast) {
-      kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(Hd), head);
-    } else {
-      for (int h = 0; h < Hd; ++h) head(static_cast<size_t>(h));
-    }
+    // Heads share nothing, so the result does not depend on how they are
+    // spread over the threads.
+    kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(Hd), head);
   }
 
   // 5. Gated RMSNorm per head, then the output projection.
@@ -106,11 +104,11 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < Hd; ++h) {
       float* oh = &o[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv];
-      RmsNormRow(oh, w.o_norm.data(), eps, dv, normed.data(), ctx.options.kernels);
-      SiluMulRow(&gp[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv], normed.data(), oh, static_cast<size_t>(dv),
-                 ctx.options.kernels);
+      ctx.kernels.rms_norm(oh, w.o_norm.data(), eps, static_cast<size_t>(dv), normed.data());
+      ctx.kernels.silu_mul(&gp[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv], normed.data(), oh,
+                           static_cast<size_t>(dv));
     }
-  Linear(w.o_proj, o.data(), n, out, ctx.options.kernels);
+  Linear(w.o_proj, o.data(), n, out, ctx.kernels);
 }
 
 }  // namespace moeserve::engine

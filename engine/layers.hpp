@@ -8,6 +8,7 @@
 
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
 #include "weights.hpp"
 
 namespace moeserve::engine {
@@ -24,6 +25,11 @@ struct SegmentRows {
 struct LayerContext {
   const ModelConfig& config;
   const ModelOptions& options;
+  // The model's kernels, chosen once at load (Model::set_options).
+  const kernels::KernelSet& kernels;
+  // Whether multi-token segments run MLA in the absorbed form (model.hpp,
+  // MlaForm), resolved with the kernels.
+  bool absorbed_prefill;
   KvPool& pool;
   std::span<const SegmentRows> segments;
   int layer;
@@ -33,10 +39,9 @@ struct LayerContext {
   ForwardTrace* trace;
 };
 
-// Linear helpers over the batch: Y[N, W.rows] = X[N, W.cols] W^T. kFast runs
-// the dispatched, threaded CPU kernels (cpu_kernels.hpp); kReference the plain
-// reference loops.
-void Linear(const Matrix& W, const float* X, int n, float* Y, KernelChoice kernels = KernelChoice::kFast);
+// Linear helpers over the batch: Y[N, W.rows] = X[N, W.cols] W^T, by the
+// given kernels' BF16 or fp32 product.
+void Linear(const Matrix& W, const float* X, int n, float* Y, const kernels::KernelSet& k);
 // Several Linears over n rows each, as one parallel pass when they are all
 // BF16 matrix-vector products (decode): the projections of one input are
 // small, and a pool hand-off per product costs more than their imbalance.
@@ -46,22 +51,16 @@ struct LinearJob {
   const float* X;
   float* Y;
 };
-void LinearMany(std::initializer_list<LinearJob> jobs, int n, KernelChoice kernels = KernelChoice::kFast);
-// RMSNorm of one row of length d, by the chosen kernels.
-void RmsNormRow(const float* x, const float* w, float eps, int d, float* y, KernelChoice kernels);
-// out = silu(a) * b and out = sigmoid(a) * b over n floats (out may alias a
-// or b): vectorised with the fast kernels, the scalar forms with the reference.
-void SiluMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc);
-void SigmoidMulRow(const float* a, const float* b, float* out, size_t n, KernelChoice kc);
+void LinearMany(std::initializer_list<LinearJob> jobs, int n, const kernels::KernelSet& k);
 
 // Gated MLA / DSA (5.1, 5.2): writes [N, D] into out.
 void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
 // Gated DeltaNet (5.3).
 void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
 // Dense SwiGLU (3) and MoE (6).
-void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, KernelChoice kernels = KernelChoice::kFast);
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k);
 void MoeFfn(const ModelConfig& config, const LayerWeights& w, const float* x, int n, float* out,
-            std::vector<uint64_t>* expert_tokens, KernelChoice kernels = KernelChoice::kFast);
+            std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k);
 
 // RoPE (4): YaRN frequencies and the two pairings.
 std::vector<float> RopeFrequencies(const ModelConfig& config);

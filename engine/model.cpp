@@ -4,6 +4,7 @@
 
 #include "layers.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "weights.hpp"
 
@@ -11,10 +12,20 @@ namespace moeserve::engine {
 
 Model::~Model() = default;
 
+void Model::set_options(const ModelOptions& o) {
+  options_ = o;
+  // The kernels, chosen here once: the reference set, or the best this CPU
+  // runs. kAuto's prefill form goes with them (model.hpp): the reference
+  // kernels run the spec's expanded form, the fast ones the absorbed form.
+  const bool reference = o.kernels == KernelChoice::kReference;
+  kernels_ = &kernels::Kernels(reference ? kernels::Isa::kReference : kernels::BestIsa());
+  absorbed_prefill_ = o.mla_form == MlaForm::kAbsorbed || (o.mla_form == MlaForm::kAuto && !reference);
+}
+
 Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptions& options) {
   std::unique_ptr<Model> model(new Model());
   model->config_ = dir.config;
-  model->options_ = options;
+  model->set_options(options);
   MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(dir.checkpoint, dir.config));
   model->weights_ = std::make_unique<ModelWeights>(std::move(w));
   const ModelConfig& c = model->config_;
@@ -73,18 +84,19 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
       std::copy_n(&weights_->embed.w[static_cast<size_t>(tok) * D], D, &x[static_cast<size_t>(r++) * D]);
     }
 
+  const kernels::KernelSet& ks = *kernels_;
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_->layers[static_cast<size_t>(i)];
-    LayerContext ctx{c, options_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace};
+    LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace};
     // h = x + Attn(RMSNorm(x; attn_norm))
-    for (int t = 0; t < N; ++t) RmsNormRow(&x[static_cast<size_t>(t) * D], w.attn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D], options_.kernels);
+    for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.attn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
     if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
     else MlaAttention(ctx, w, normed.data(), N, branch.data());
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
     // y = h + FFN(RMSNorm(h; ffn_norm))
-    for (int t = 0; t < N; ++t) RmsNormRow(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, D, &normed[static_cast<size_t>(t) * D], options_.kernels);
-    if (w.moe) MoeFfn(c, w, normed.data(), N, branch.data(), expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr, options_.kernels);
-    else DenseFfn(w, normed.data(), N, branch.data(), options_.kernels);
+    for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
+    if (w.moe) MoeFfn(c, w, normed.data(), N, branch.data(), expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr, ks);
+    else DenseFfn(w, normed.data(), N, branch.data(), ks);
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
   }
 
@@ -101,9 +113,9 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
     }
     std::vector<float> final_norm(want.size() * static_cast<size_t>(D));
     for (size_t k = 0; k < want.size(); ++k)
-      RmsNormRow(&x[static_cast<size_t>(want[k]) * D], weights_->norm.data(), eps, D, &final_norm[k * D], options_.kernels);
+      ks.rms_norm(&x[static_cast<size_t>(want[k]) * D], weights_->norm.data(), eps, static_cast<size_t>(D), &final_norm[k * D]);
     logits->resize(want.size() * static_cast<size_t>(V));
-    Linear(weights_->head, final_norm.data(), static_cast<int>(want.size()), logits->data(), options_.kernels);
+    Linear(weights_->head, final_norm.data(), static_cast<int>(want.size()), logits->data(), ks);
   }
   return Ok();
 }

@@ -20,7 +20,7 @@ void SetCounters(benchmark::State& st, double bytes, double flops) {
   st.counters["FLOP/s"] = benchmark::Counter(flops * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
-void BM_Mxfp4MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in, size_t n) {
+void BM_Mxfp4MatMul(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
   // Batch 1 cycles through copies so the weights come from memory, not cache.
   static std::vector<mb::Mxfp4Matrix> ms;  // one shape at a time
   static size_t mo = 0, mi = 0;
@@ -33,47 +33,51 @@ void BM_Mxfp4MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in,
   }
   std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
   size_t next = 0;
+  const mk::KernelSet& k = mk::Kernels(isa);
   for (auto _ : st) {
     const mb::Mxfp4Matrix& m = ms[next++ % copies];
-    mk::MatMulMxfp4(m.view(), x.data(), n, y.data(), isa);
+    k.matmul_mxfp4(m.view(), x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));
 }
 
-void BM_F32MatMul(benchmark::State& st, mk::CpuIsa isa, size_t out, size_t in, size_t n) {
+void BM_F32MatMul(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
   // Batch 1 cycles through copies so the weights come from memory, not cache.
   const size_t copies = n == 1 ? mb::ColdCopies(4.0 * static_cast<double>(out * in)) : 1;
   std::vector<std::vector<float>> ws;
   for (size_t c = 0; c < copies; ++c) ws.push_back(mb::RandomFloats(out * in, static_cast<uint32_t>(c + 3)));
   std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
   size_t next = 0;
+  const mk::KernelSet& k = mk::Kernels(isa);
   for (auto _ : st) {
-    mk::MatMulF32(ws[next++ % copies].data(), out, in, x.data(), n, y.data(), isa);
+    k.matmul_f32(ws[next++ % copies].data(), out, in, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, 4.0 * static_cast<double>(out * in + n * in), mb::MatMulFlops(out, in, n));
 }
 
-void BM_RmsNorm(benchmark::State& st, mk::CpuIsa isa, size_t d) {
+void BM_RmsNorm(benchmark::State& st, mk::Isa isa, size_t d) {
   std::vector<float> x = mb::RandomFloats(d), w = mb::RandomFloats(d, 5), y(d);
+  const mk::KernelSet& k = mk::Kernels(isa);
   for (auto _ : st) {
-    mk::RmsNorm(x.data(), w.data(), 1e-6f, d, y.data(), isa);
+    k.rms_norm(x.data(), w.data(), 1e-6f, d, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, 8.0 * static_cast<double>(d), 4.0 * static_cast<double>(d));
 }
 
 int Register() {
-  for (mk::CpuIsa isa : mk::SupportedCpuIsas()) {
-    const std::string v = mk::CpuIsaName(isa);
+  for (mk::Isa isa : mk::SupportedIsas()) {
+    if (isa == mk::Isa::kReference) continue;  // the ground truth for tests, not a serving path
+    const std::string v = mk::IsaName(isa);
     for (const auto& s : mb::kMxfp4Shapes) {
       benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/" + s.name + "/n1").c_str(), BM_Mxfp4MatMul, isa, s.out, s.in,
                                    size_t{1})
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.5)
           ->UseRealTime();
-      if (isa == mk::CpuIsa::kScalar) continue;  // the scalar GEMM at batch 512 takes minutes
+      if (isa == mk::Isa::kScalar) continue;  // the scalar GEMM at batch 512 takes minutes
       benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/" + s.name + "/n512").c_str(), BM_Mxfp4MatMul, isa, s.out,
                                    s.in, size_t{512})
           ->Unit(benchmark::kMillisecond)
@@ -84,7 +88,7 @@ int Register() {
                                  size_t{2048}, size_t{1})
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-    if (isa != mk::CpuIsa::kScalar)
+    if (isa != mk::Isa::kScalar)
       benchmark::RegisterBenchmark(("f32_matmul/" + v + "/2048x2048/n128").c_str(), BM_F32MatMul, isa, size_t{2048},
                                    size_t{2048}, size_t{128})
           ->Unit(benchmark::kMillisecond)

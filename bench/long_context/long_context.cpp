@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--max-context")) max_context = std::max(4096, std::atoi(argv[i + 1]));
   }
+  const KernelSet& k = Kernels(BestIsa());
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   // A paged pool of max_context rows in blocks visited out of order.
@@ -77,8 +79,8 @@ int main(int argc, char** argv) {
     for (auto& x : *v) x = nd(rng) * 0.1f;
   auto delta_step = [&] {
     DefaultThreadPool().ParallelFor(kDeltaHeads, [&](size_t h) {
-      DeltaRuleRecurrent(&dq[h * kDk], &dkv[h * kDk], &dvv[h * kDv], &beta[h], &g[h], 1, kDk, kDv, 0, 0,
-                         &S[h * kDk * kDv], &dout[h * kDv], 0);
+      k.delta_rule_recurrent(&dq[h * kDk], &dkv[h * kDk], &dvv[h * kDv], &beta[h], &g[h], 1, kDk, kDv, 0, 0,
+                             &S[h * kDk * kDv], &dout[h * kDv], 0);
     });
   };
 
@@ -91,12 +93,12 @@ int main(int argc, char** argv) {
   std::vector<double> dense(contexts.size()), dsa(contexts.size()), delta(contexts.size(), 1e30);
   for (size_t c = 0; c < contexts.size(); ++c) {
     const int n = contexts[c];
-    dense[c] = BestSeconds(reps, [&] { MlaDecode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, nullptr, n, lat.data()); });
+    dense[c] = BestSeconds(reps, [&] { k.mla_decode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, nullptr, n, lat.data()); });
     dsa[c] = BestSeconds(reps, [&] {
-      IndexerScores(iq.data(), iw.data(), kIndexHeads, kIndexDim, rows.data(), kKvLora + kRope, n, scores.data());
-      const int k = std::min(kTopK, n);
-      TopKIndices(scores.data(), n, k, keys.data());
-      MlaDecode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, keys.data(), k, lat.data());
+      k.indexer_scores(iq.data(), iw.data(), kIndexHeads, kIndexDim, rows.data(), kKvLora + kRope, n, scores.data());
+      const int top = std::min(kTopK, n);
+      TopKIndices(scores.data(), n, top, keys.data());
+      k.mla_decode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, keys.data(), top, lat.data());
     });
   }
   // The DeltaNet step (~0.3 ms) is timed round-robin across the context

@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--mib") && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
   }
   const int threads = mk::DefaultThreadPool().size();
-  const bool avx512 = mk::CpuSupports(mk::CpuIsa::kAvx512);
-  if (!mk::CpuSupports(mk::CpuIsa::kAvx2)) {
+  const bool avx512 = mk::IsaSupported(mk::Isa::kAvx512);
+  if (!mk::IsaSupported(mk::Isa::kAvx2)) {
     std::printf("roofline needs AVX2\n");
     return 0;
   }
@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   };
   mk::ReadBandwidthProbe probe(mib);
   std::vector<Row> rows;
-  const mk::CpuIsa isa = mk::ActiveCpuIsa();
+  const mk::Isa isa = mk::BestIsa();
+  const mk::KernelSet& k = mk::Kernels(isa);
   for (const auto& s : mb::kMxfp4Shapes) {
     // Batch 1 cycles through enough weight copies that every run reads its
     // weights from memory (as decode does: each expert's weights once a step).
@@ -184,10 +185,10 @@ int main(int argc, char** argv) {
       size_t next = 0;
       const Timing t = Runs(n == 1 ? 3 * static_cast<int>(copies) : 4, n == 1 ? &probe : nullptr, [&] {
         const mb::Mxfp4Matrix& m = ms[next++ % copies];
-        mk::MatMulMxfp4(m.view(), x.data(), n, y.data(), isa);
+        k.matmul_mxfp4(m.view(), x.data(), n, y.data());
       });
       const double bytes = mb::Mxfp4Bytes(s.out, s.in, n);
-      rows.push_back({std::string("mxfp4_matmul ") + s.name + " n=" + std::to_string(n) + " (" + mk::CpuIsaName(isa) +
+      rows.push_back({std::string("mxfp4_matmul ") + s.name + " n=" + std::to_string(n) + " (" + mk::IsaName(isa) +
                           ")",
                       t.best_s, bytes / t.best_s, mb::MatMulFlops(s.out, s.in, n) / t.best_s, n == 1,
                       bytes / t.mean_s, t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
     std::vector<float> x = mb::RandomFloats(in), y(out);
     size_t next = 0;
     const Timing t = Runs(3 * static_cast<int>(copies), &probe, [&] {
-      mk::MatMulF32(ws[next++ % copies].data(), out, in, x.data(), 1, y.data(), isa);
+      k.matmul_f32(ws[next++ % copies].data(), out, in, x.data(), 1, y.data());
     });
     const double bytes = 4.0 * static_cast<double>(out * in + in);
     rows.push_back({"f32_matmul 4096x4096 n=1", t.best_s, bytes / t.best_s, 2.0 * out * in / t.best_s, true,
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
     std::vector<float> x = mb::RandomFloats(in), y(out);
     size_t next = 0;
     const Timing t = Runs(3 * static_cast<int>(copies), &probe, [&] {
-      mk::MatMulBf16(ws[next++ % copies].data(), out, in, x.data(), 1, y.data(), isa);
+      k.matmul_bf16(ws[next++ % copies].data(), out, in, x.data(), 1, y.data());
     });
     const double bytes = 2.0 * static_cast<double>(out * in);
     rows.push_back({"bf16_matmul 4096x4096 n=1", t.best_s, bytes / t.best_s, 2.0 * out * in / t.best_s, true,

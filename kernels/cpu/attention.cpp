@@ -9,6 +9,7 @@
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
+#include "variants.hpp"
 #include "vec_exp.hpp"
 
 namespace moeserve::kernels {
@@ -182,14 +183,14 @@ struct Vec {
   AxpyFn axpy;
 };
 
-const Vec& FastVec() {
-  static const Vec v = [] {
+// The single-row dot and axpy of an Isa's variants (AVX-512 has its own
+// multi-head forms above and uses AVX2's for the rest).
+Vec VecFor(Isa isa) {
 #if defined(__x86_64__)
-    if (ActiveCpuIsa() != CpuIsa::kScalar) return Vec{DotAvx2, AxpyAvx2};
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return Vec{DotAvx2, AxpyAvx2};
 #endif
-    return Vec{DotScalar, AxpyScalar};
-  }();
-  return v;
+  (void)isa;
+  return Vec{DotScalar, AxpyScalar};
 }
 
 inline int KeyAt(const int* keys, int i) { return keys ? keys[i] : i; }
@@ -248,17 +249,14 @@ void MlaDecodeRef(const MlaDecodeShape& sh, const float* q_abs, const float* q_p
   }
 }
 
+namespace {
+
+// mla_decode for one Isa (not kReference).
 void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows, size_t offset,
-               const int* keys, int n_keys, float* lat, CpuIsa isa) {
-  if (!CpuSupports(isa)) isa = CpuIsa::kScalar;
+               const int* keys, int n_keys, float* lat, Isa isa) {
   const int H = sh.heads, L = sh.kv_lora, R = sh.rope, W = L + R;
-  const bool avx512 = isa == CpuIsa::kAvx512;
-  const Vec v = [&] {
-#if defined(__x86_64__)
-    if (isa != CpuIsa::kScalar) return Vec{DotAvx2, AxpyAvx2};
-#endif
-    return Vec{DotScalar, AxpyScalar};
-  }();
+  const bool avx512 = isa == Isa::kAvx512;
+  const Vec v = VecFor(isa);
   // Each cached row is [latent | rope key]: with the query likewise joined per
   // head, a score is one dot product over the whole row.
   std::vector<float> q(static_cast<size_t>(H) * W);
@@ -380,6 +378,8 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
     for (int j = 0; j < L; ++j) lat[static_cast<size_t>(h) * L + j] *= inv[h];
 }
 
+}  // namespace
+
 void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset, int n,
                       float* scores) {
   for (int s = 0; s < n; ++s) {
@@ -390,10 +390,13 @@ void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const
   }
 }
 
+namespace {
+
+// indexer_scores for one Isa (not kReference).
 void IndexerScores(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset, int n,
-                   float* scores) {
-  const Vec& v = FastVec();
-  const bool avx512 = ActiveCpuIsa() == CpuIsa::kAvx512;  // 8 heads per pass over a key
+                   float* scores, Isa isa) {
+  const Vec v = VecFor(isa);
+  const bool avx512 = isa == Isa::kAvx512;  // 8 heads per pass over a key
   ThreadPool& pool = DefaultThreadPool();
   const int chunk = std::max(256, (n + pool.size() * 4 - 1) / (pool.size() * 4));
   const int chunks = (n + chunk - 1) / chunk;
@@ -424,6 +427,8 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
   });
 }
 
+}  // namespace
+
 void TopKIndices(const float* scores, int n, int k, int* out) {
   std::vector<int> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
@@ -432,5 +437,21 @@ void TopKIndices(const float* scores, int n, int k, int* out) {
   std::sort(idx.begin(), idx.begin() + k);
   std::copy(idx.begin(), idx.begin() + k, out);
 }
+
+namespace cpu {
+#define MOESERVE_ATTENTION_VARIANTS(sfx, isa)                                                                      \
+  void mla_decode_##sfx(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,                        \
+                        const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat) {        \
+    MlaDecode(shape, q_abs, q_pe, rows, offset, keys, n_keys, lat, isa);                                           \
+  }                                                                                                                \
+  void indexer_scores_##sfx(const float* iq, const float* w, int heads, int dim, const float* const* rows,          \
+                            size_t offset, int n, float* scores) {                                                 \
+    IndexerScores(iq, w, heads, dim, rows, offset, n, scores, isa);                                                \
+  }
+MOESERVE_ATTENTION_VARIANTS(scalar, Isa::kScalar)
+MOESERVE_ATTENTION_VARIANTS(avx2, Isa::kAvx2)
+MOESERVE_ATTENTION_VARIANTS(avx512, Isa::kAvx512)
+#undef MOESERVE_ATTENTION_VARIANTS
+}  // namespace cpu
 
 }  // namespace moeserve::kernels

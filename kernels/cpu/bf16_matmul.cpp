@@ -9,6 +9,7 @@
 
 #include "moeserve/kernels/x86_intrinsics.hpp"
 #include "task_split.hpp"
+#include "variants.hpp"
 
 namespace moeserve::kernels {
 
@@ -123,6 +124,8 @@ __attribute__((target("avx512f,avx512bw,fma"))) void RowsBf16Avx512(const uint16
 
 using DotFn = float (*)(const uint16_t*, const float*, size_t);
 
+void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, Isa isa);
+
 }  // namespace
 
 void MatMulBf16Ref(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
@@ -137,7 +140,14 @@ void MatMulBf16Ref(const uint16_t* W, size_t out, size_t in, const float* X, siz
   }
 }
 
-void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y, CpuIsa isa) {
+void MatVecBf16ManyRef(std::span<const Bf16MatVecJob> jobs, size_t n) {
+  for (const Bf16MatVecJob& j : jobs) MatMulBf16Ref(j.W, j.out, j.in, j.X, n, j.Y);
+}
+
+namespace {
+
+// matmul_bf16 for one Isa (not kReference).
+void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y, Isa isa) {
   if (out == 0 || n == 0) return;
   if (n >= 8) {
     // Arithmetic-bound: widen once (cost of one read of W) and use the fp32 GEMM.
@@ -148,15 +158,15 @@ void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t
       const size_t b = c * 256, e = std::min(out, b + 256);
       for (size_t i = b * in; i < e * in; ++i) dst[i] = Bf16(W[i]);
     });
-    MatMulF32(wide.data(), out, in, X, n, Y, isa);
+    Kernels(isa).matmul_f32(wide.data(), out, in, X, n, Y);
     return;
   }
   const Bf16MatVecJob job{W, out, in, X, Y};
   MatVecBf16Many(std::span(&job, 1), n, isa);
 }
 
-void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
-  if (!CpuSupports(isa)) isa = CpuIsa::kScalar;
+// matvec_bf16_many for one Isa (not kReference).
+void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, Isa isa) {
   // Memory-bound: each task reads a contiguous run of one job's rows once for
   // all n activations; all jobs' tasks share one parallel-for, and little
   // work runs on the calling thread alone (a hand-off costs more than its read).
@@ -176,7 +186,7 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
   if (tasks.empty()) return;
   SplitTailTasks(tasks, work, [&](size_t j) { return static_cast<double>(jobs[j].in); }, kTailChunk);
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) {
+  if (isa == Isa::kAvx512) {
     // x de-interleaved per 32 for RowsBf16Avx512, once per job and row of X.
     thread_local std::vector<float> split;
     thread_local std::vector<size_t> offsets;
@@ -224,7 +234,11 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
     return;
   }
 #endif
-  const DotFn dot = isa == CpuIsa::kScalar ? DotBf16Scalar : DotBf16Avx2;
+#if defined(__x86_64__)
+  const DotFn dot = isa == Isa::kScalar ? DotBf16Scalar : DotBf16Avx2;
+#else
+  const DotFn dot = DotBf16Scalar;
+#endif
   const RangeTask* task = tasks.data();
   auto run = [&](size_t i) {
     const Bf16MatVecJob& jb = jobs[task[i].job];
@@ -238,5 +252,19 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, CpuIsa isa) {
     DefaultThreadPool().ParallelFor(tasks.size(), run);
   }
 }
+
+}  // namespace
+
+namespace cpu {
+#define MOESERVE_BF16_VARIANTS(sfx, isa)                                                                     \
+  void matmul_bf16_##sfx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {    \
+    MatMulBf16(W, out, in, X, n, Y, isa);                                                                    \
+  }                                                                                                          \
+  void matvec_bf16_many_##sfx(std::span<const Bf16MatVecJob> jobs, size_t n) { MatVecBf16Many(jobs, n, isa); }
+MOESERVE_BF16_VARIANTS(scalar, Isa::kScalar)
+MOESERVE_BF16_VARIANTS(avx2, Isa::kAvx2)
+MOESERVE_BF16_VARIANTS(avx512, Isa::kAvx512)
+#undef MOESERVE_BF16_VARIANTS
+}  // namespace cpu
 
 }  // namespace moeserve::kernels

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "variants.hpp"
+
 namespace moeserve::kernels {
 
 // One head's gated delta rule over T tokens, recurrent form:
@@ -14,14 +16,17 @@ namespace moeserve::kernels {
 // decay is applied to S^T k instead of to S first (the same product, in
 // another rounding order).
 //
-// Its loops run along rows, every sum in a fixed order, so the compiler's
-// vectorisation for wider ISAs (one clone per ISA, picked at load) gives the
-// same bits as the baseline build (no FMA contraction in ISO C++ mode).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void DeltaRuleRecurrent(const float* q, const float* k, const float* v, const float* beta, const float* g, int T,
-                        int dk, int dv, size_t qk_stride, size_t v_stride, float* S, float* o, size_t o_stride) {
+// Its loops run along rows, every sum in a fixed order, and the
+// delta_rule_recurrent family's AVX2 and AVX-512 variants below are the same
+// body vectorised by the compiler for that ISA. Without FMA in the target
+// (baseline, AVX2) that gives the reference's bits; the AVX-512 target has
+// FMA, and g++ contracts a * b + c into it in C++ (-ffp-contract=fast is its
+// default there, whatever -std says), so that variant differs by rounding.
+namespace {
+
+[[gnu::always_inline]] inline void Recurrent(const float* q, const float* k, const float* v, const float* beta,
+                                             const float* g, int T, int dk, int dv, size_t qk_stride,
+                                             size_t v_stride, float* S, float* o, size_t o_stride) {
   std::vector<float> u(static_cast<size_t>(dv));
   for (int t = 0; t < T; ++t) {
     const float* qt = q + t * qk_stride;
@@ -49,6 +54,30 @@ void DeltaRuleRecurrent(const float* q, const float* k, const float* v, const fl
     }
   }
 }
+
+}  // namespace
+
+void DeltaRuleRecurrent(const float* q, const float* k, const float* v, const float* beta, const float* g, int T,
+                        int dk, int dv, size_t qk_stride, size_t v_stride, float* S, float* o, size_t o_stride) {
+  Recurrent(q, k, v, beta, g, T, dk, dv, qk_stride, v_stride, S, o, o_stride);
+}
+
+#if defined(__x86_64__)
+namespace cpu {
+__attribute__((target("avx2"))) void delta_rule_recurrent_avx2(const float* q, const float* k, const float* v,
+                                                               const float* beta, const float* g, int T, int dk,
+                                                               int dv, size_t qk_stride, size_t v_stride, float* S,
+                                                               float* o, size_t o_stride) {
+  Recurrent(q, k, v, beta, g, T, dk, dv, qk_stride, v_stride, S, o, o_stride);
+}
+__attribute__((target("avx512f"))) void delta_rule_recurrent_avx512(const float* q, const float* k, const float* v,
+                                                                    const float* beta, const float* g, int T, int dk,
+                                                                    int dv, size_t qk_stride, size_t v_stride,
+                                                                    float* S, float* o, size_t o_stride) {
+  Recurrent(q, k, v, beta, g, T, dk, dv, qk_stride, v_stride, S, o, o_stride);
+}
+}  // namespace cpu
+#endif
 
 // The same over chunks of C tokens (the WY representation). Within a chunk,
 // with G_i the cumulative log-decay and S0 the state entering the chunk:

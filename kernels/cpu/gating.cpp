@@ -2,6 +2,7 @@
 
 #include "moeserve/kernels/cpu_ops.hpp"
 
+#include "variants.hpp"
 #include "vec_exp.hpp"
 
 namespace moeserve::kernels {
@@ -47,25 +48,17 @@ __attribute__((target("avx2,fma"))) void GateAvx2(const float* a, const float* b
 }
 #endif
 
-template <Gate G>
-void Dispatch(const float* a, const float* b, float* out, size_t n, CpuIsa isa) {
-  if (!CpuSupports(isa)) isa = CpuIsa::kScalar;
-#if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) return GateAvx512<G>(a, b, out, n);
-  if (isa == CpuIsa::kAvx2) return GateAvx2<G>(a, b, out, n);
-#endif
-  if (G == Gate::kSilu) SiluMulRef(a, b, out, n);
-  else SigmoidMulRef(a, b, out, n);
-}
-
 }  // namespace
 
-void SiluMul(const float* a, const float* b, float* out, size_t n, CpuIsa isa) {
-  Dispatch<Gate::kSilu>(a, b, out, n, isa);
+#if defined(__x86_64__)
+namespace cpu {
+void silu_mul_avx2(const float* a, const float* b, float* out, size_t n) { GateAvx2<Gate::kSilu>(a, b, out, n); }
+void sigmoid_mul_avx2(const float* a, const float* b, float* out, size_t n) { GateAvx2<Gate::kSigmoid>(a, b, out, n); }
+void silu_mul_avx512(const float* a, const float* b, float* out, size_t n) { GateAvx512<Gate::kSilu>(a, b, out, n); }
+void sigmoid_mul_avx512(const float* a, const float* b, float* out, size_t n) {
+  GateAvx512<Gate::kSigmoid>(a, b, out, n);
 }
-
-void SigmoidMul(const float* a, const float* b, float* out, size_t n, CpuIsa isa) {
-  Dispatch<Gate::kSigmoid>(a, b, out, n, isa);
-}
+}  // namespace cpu
+#endif
 
 }  // namespace moeserve::kernels

@@ -251,8 +251,8 @@ void mxfp4_gemm_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float
   Gemm(pack, w.out, w.in, X, n, Y, o_begin, o_end);
 }
 
-void f32_matmul_avx512(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin,
-                       size_t o_end) {
+void f32_matmul_cols_avx512(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin,
+                            size_t o_end) {
   if (n >= kGemmMinRows) {
     auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
       for (size_t c = 0; c < kNR; ++c) {

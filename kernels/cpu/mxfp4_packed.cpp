@@ -1,5 +1,6 @@
 // The packed MXFP4 layout (see mxfp4_packed.hpp): repacking, unpacking,
-// activation quantisation and the threaded front door.
+// activation quantisation, and the matmul_mxfp4 / matvec_mxfp4_many families
+// (reference and threaded variants).
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <cstring>
 #include <limits>
 
+#include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "task_split.hpp"
@@ -112,12 +115,12 @@ Mxfp4PackedStack::Mxfp4PackedStack(const uint8_t* blocks, const uint8_t* scales,
               codes_.data() + i * Mxfp4PackedCodeBytes(out, in), scales_.data() + i * Mxfp4PackedScaleBytes(out, in));
 }
 
-const Mxfp4Activations& Mxfp4ActivationBuffer::Quantize(const float* X, size_t n, size_t in, CpuIsa isa) {
+const Mxfp4Activations& Mxfp4ActivationBuffer::Quantize(const float* X, size_t n, size_t in, Mxfp4QuantizeFn quantize) {
   const size_t nb = in / 32;
   parts_.resize(n * kMxfp4ActParts * in);
   scale_.resize(n * nb);
   offset_.resize(n * nb);
-  CpuKernels(isa).mxfp4_quantize(X, n, in, parts_.data(), scale_.data(), offset_.data());
+  quantize(X, n, in, parts_.data(), scale_.data(), offset_.data());
   view_ = {n, in, parts_.data(), scale_.data(), offset_.data()};
   return view_;
 }
@@ -162,16 +165,32 @@ void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, f
 
 }  // namespace cpu
 
-void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, CpuIsa isa) {
+void MatMulMxfp4PackedRef(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  thread_local std::vector<uint8_t> blocks, scales;
+  blocks.resize(w.out * w.in / 2);
+  scales.resize(w.out * w.in / 32);
+  UnpackMxfp4(w, blocks.data(), scales.data());
+  MatMulMxfp4Ref(blocks.data(), scales.data(), w.out, w.in, X, n, Y);
+}
+
+void MatVecMxfp4ManyRef(std::span<const Mxfp4MatVecJob> jobs) {
+  for (const Mxfp4MatVecJob& j : jobs) MatMulMxfp4PackedRef(j.w, j.X, j.n, j.Y);
+}
+
+namespace {
+
+void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k);
+
+// matmul_mxfp4 with the building blocks of k's Isa.
+void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k) {
   if (w.out == 0 || n == 0) return;
   if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
   if (n < kMxfp4GemmMinRows) {
     const Mxfp4MatVecJob job{w, X, n, Y};
-    return MatVecMxfp4Many(std::span(&job, 1), isa);
+    return MatVecMxfp4Many(std::span(&job, 1), k);
   }
   ThreadPool& pool = DefaultThreadPool();
   const size_t threads = static_cast<size_t>(pool.size());
-  const CpuKernelSet& k = CpuKernels(isa);
   if (threads == 1 || static_cast<double>(w.out) * static_cast<double>(w.in) * n < 65536.0)
     return k.mxfp4_gemm(w, X, n, Y, 0, w.out);
   // One contiguous range per thread, aligned to the 32-column panel.
@@ -181,8 +200,7 @@ void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, C
                    [&](size_t i) { k.mxfp4_gemm(w, X, n, Y, i * chunk, std::min(w.out, (i + 1) * chunk)); });
 }
 
-void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
-  const CpuKernelSet& k = CpuKernels(isa);
+void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k) {
   ThreadPool& pool = DefaultThreadPool();
   const size_t threads = static_cast<size_t>(pool.size());
   thread_local std::vector<Mxfp4ActivationBuffer> buffers;
@@ -202,7 +220,7 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
     // Jobs with the same input (a decode step's experts) share one quantised copy.
     for (size_t i = 0; i < j && !acts[j]; ++i)
       if (acts[i] && jobs[i].X == jb.X && jobs[i].n == jb.n && jobs[i].w.in == jb.w.in) acts[j] = acts[i];
-    if (!acts[j]) acts[j] = &buffers[j].Quantize(jb.X, jb.n, jb.w.in, isa);
+    if (!acts[j]) acts[j] = &buffers[j].Quantize(jb.X, jb.n, jb.w.in, k.mxfp4_quantize.fn);
     // Tasks of about kTaskBytes of codes: long enough for the prefetchers
     // to stream (shorter ones measured slower), short enough that the two
     // threads finish together; whole rows keep each task one sequential run.
@@ -233,5 +251,19 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa) {
     pool.ParallelFor(tasks.size(), run);
   }
 }
+
+}  // namespace
+
+namespace cpu {
+#define MOESERVE_MXFP4_VARIANTS(sfx, isa)                                                                  \
+  void matmul_mxfp4_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {                 \
+    MatMulMxfp4(w, X, n, Y, Kernels(isa));                                                                 \
+  }                                                                                                        \
+  void matvec_mxfp4_many_##sfx(std::span<const Mxfp4MatVecJob> jobs) { MatVecMxfp4Many(jobs, Kernels(isa)); }
+MOESERVE_MXFP4_VARIANTS(scalar, Isa::kScalar)
+MOESERVE_MXFP4_VARIANTS(avx2, Isa::kAvx2)
+MOESERVE_MXFP4_VARIANTS(avx512, Isa::kAvx512)
+#undef MOESERVE_MXFP4_VARIANTS
+}  // namespace cpu
 
 }  // namespace moeserve::kernels

@@ -20,6 +20,11 @@ void MatMulF32Ref(const float* W, size_t out, size_t in, const float* X, size_t 
   }
 }
 
+void HeadwiseMatVecRef(const float* W, size_t heads, size_t rows, size_t cols, size_t head_stride, const float* X,
+                       size_t x_stride, float* Y, size_t y_stride) {
+  for (size_t h = 0; h < heads; ++h) MatMulF32Ref(W + h * head_stride, rows, cols, X + h * x_stride, 1, Y + h * y_stride);
+}
+
 void MatMulMxfp4Ref(const uint8_t* blocks, const uint8_t* scales, size_t out, size_t in, const float* X, size_t n,
                     float* Y) {
   // Dequantise one weight row at a time and reuse it for every input row.

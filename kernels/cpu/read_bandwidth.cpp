@@ -95,11 +95,12 @@ ReadBandwidthProbe::~ReadBandwidthProbe() { FreeWeights(data_, bytes_); }
 
 double ReadBandwidthProbe::Pass() {
   using Clock = std::chrono::steady_clock;
-  const CpuIsa isa = ActiveCpuIsa();
+  // The widest loads this CPU has, as the fast kernels use (BestIsa).
+  const Isa isa = BestIsa();
   float (*sum)(const float*, size_t, bool) = SumScalar;
 #if defined(__x86_64__)
-  if (isa == CpuIsa::kAvx512) sum = SumAvx512;
-  else if (isa == CpuIsa::kAvx2) sum = SumAvx2;
+  if (isa == Isa::kAvx512) sum = SumAvx512;
+  else if (isa == Isa::kAvx2) sum = SumAvx2;
 #endif
   const bool prefetch = passes_++ % 2 == 1;
   const float* a = data_;

@@ -1,12 +1,18 @@
-// The per-ISA kernel variants behind cpu_kernels.hpp (one signature per family).
-// *_avx2.cpp and *_avx512.cpp are compiled with their ISA flags (see
-// kernels/CMakeLists.txt) and are only ever called after a CPU check; they use
-// no inline library templates, so no AVX code leaks into shared COMDATs.
+// The per-ISA kernel variants behind cpu_kernels.hpp (one signature per
+// family), which dispatch.cpp gathers into the KernelSet tables. Named as ggml
+// names them: <family>_<isa>. matmul_avx2.cpp and matmul_avx512.cpp are
+// compiled with their ISA flags (see kernels/CMakeLists.txt) and use no
+// inline library templates, so no AVX code leaks into shared COMDATs; the
+// other files build their AVX variants as functions with a target attribute.
+// None runs unless a caller asked Kernels() for a set this CPU supports.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels::cpu {
@@ -27,23 +33,51 @@ inline constexpr size_t kGemmMinRows = kMxfp4GemmMinRows;
 // interleaved runs on the EPYC here).
 inline constexpr size_t kMxfp4PrefetchBytes = 4096;
 
-#define MOESERVE_DECLARE_VARIANTS(sfx)                                                                           \
+// The single-threaded building blocks, one per Isa (matmul_<isa>.cpp).
+#define MOESERVE_DECLARE_BLOCKS(sfx)                                                                             \
   void mxfp4_matvec_##sfx(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,        \
                           size_t g_end, size_t b_begin, size_t b_end);                                          \
   void mxfp4_gemm_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin,           \
                         size_t o_end);                                                                          \
-  void f32_matmul_##sfx(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,              \
-                        size_t o_begin, size_t o_end);                                                          \
-  void rms_norm_##sfx(const float* x, const float* w, float eps, size_t d, float* y);
-
-// The scalar quantiser serves the AVX2 set too.
+  void f32_matmul_cols_##sfx(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,         \
+                             size_t o_begin, size_t o_end);
+MOESERVE_DECLARE_BLOCKS(scalar)
+MOESERVE_DECLARE_BLOCKS(avx2)
+MOESERVE_DECLARE_BLOCKS(avx512)
+#undef MOESERVE_DECLARE_BLOCKS
+// The scalar quantiser serves the AVX2 set too (mxfp4_packed.cpp, matmul_avx512.cpp).
 void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset);
 void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset);
+// The scalar set's RMSNorm is the reference (RmsNormRef).
+void rms_norm_avx2(const float* x, const float* w, float eps, size_t d, float* y);
+void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float* y);
 
-MOESERVE_DECLARE_VARIANTS(scalar)
-MOESERVE_DECLARE_VARIANTS(avx2)
-MOESERVE_DECLARE_VARIANTS(avx512)
-#undef MOESERVE_DECLARE_VARIANTS
+// The threaded families' variants, defined beside their reference in the
+// family's file (mxfp4_packed.cpp, bf16_matmul.cpp, gating.cpp, attention.cpp,
+// delta_rule.cpp; the fp32 ones in dispatch.cpp). The scalar set's gates and
+// recurrent delta rule are the reference functions.
+#define MOESERVE_DECLARE_THREADED(sfx)                                                                           \
+  void matmul_mxfp4_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);                          \
+  void matvec_mxfp4_many_##sfx(std::span<const Mxfp4MatVecJob> jobs);                                             \
+  void matmul_bf16_##sfx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);           \
+  void matvec_bf16_many_##sfx(std::span<const Bf16MatVecJob> jobs, size_t n);                                     \
+  void mla_decode_##sfx(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,                       \
+                        const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);        \
+  void indexer_scores_##sfx(const float* iq, const float* w, int heads, int dim, const float* const* rows,         \
+                            size_t offset, int n, float* scores);
+MOESERVE_DECLARE_THREADED(scalar)
+MOESERVE_DECLARE_THREADED(avx2)
+MOESERVE_DECLARE_THREADED(avx512)
+#undef MOESERVE_DECLARE_THREADED
+#define MOESERVE_DECLARE_VECTOR(sfx)                                                                             \
+  void silu_mul_##sfx(const float* a, const float* b, float* out, size_t n);                                      \
+  void sigmoid_mul_##sfx(const float* a, const float* b, float* out, size_t n);                                   \
+  void delta_rule_recurrent_##sfx(const float* q, const float* k, const float* v, const float* beta,              \
+                                  const float* g, int T, int dk, int dv, size_t qk_stride, size_t v_stride,       \
+                                  float* S, float* o, size_t o_stride);
+MOESERVE_DECLARE_VECTOR(avx2)
+MOESERVE_DECLARE_VECTOR(avx512)
+#undef MOESERVE_DECLARE_VECTOR
 
 // 2^(s-127) for an E8M0 scale byte (255 gives +inf here; loaders refuse it),
 // and half of it (for kernels that look up twice the E2M1 value).

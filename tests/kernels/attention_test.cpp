@@ -1,4 +1,5 @@
-// Decode attention kernels: the fast variants against their references on
+// Decode attention kernels: every variant of the mla_decode and
+// indexer_scores families this CPU supports against their references on
 // random caches (paged: non-contiguous rows), odd sizes, sparse key sets;
 // top-k selection against a full sort.
 #include "moeserve/kernels/attention.hpp"
@@ -10,6 +11,8 @@
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include "each_variant.hpp"
 
 namespace moeserve::kernels {
 namespace {
@@ -62,15 +65,17 @@ TEST(MlaDecodeKernel, FastMatchesReference) {
     std::vector<float> ref(static_cast<size_t>(heads) * kvl), fast(ref.size());
     std::vector<int> keys;  // a sparse key set
     for (int i = 0; i < n; i += 3) keys.push_back(i);
-    for (CpuIsa isa : SupportedCpuIsas()) {
-      SCOPED_TRACE(CpuIsaName(isa));
+    ForEachVariant("mla_decode", [&](const KernelSet& k) {
+      SCOPED_TRACE(k.mla_decode.name);
       MlaDecodeRef(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, nullptr, n, ref.data());
-      MlaDecode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, nullptr, n, fast.data(), isa);
+      std::fill(fast.begin(), fast.end(), NAN);
+      k.mla_decode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, nullptr, n, fast.data());
       ExpectClose(fast, ref, 1e-5);
       MlaDecodeRef(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), ref.data());
-      MlaDecode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), fast.data(), isa);
+      std::fill(fast.begin(), fast.end(), NAN);
+      k.mla_decode(shape, q_abs.data(), q_pe.data(), cache.rows.data(), offset, keys.data(), static_cast<int>(keys.size()), fast.data());
       ExpectClose(fast, ref, 1e-5);
-    }
+    });
   }
 }
 
@@ -93,12 +98,11 @@ TEST(MlaDecodeKernel, VisibleKeysPerHeadEqualSeparateCalls) {
   std::vector<float> got(want.size());
   MlaDecodeRef(joint, q_abs.data(), q_pe.data(), cache.rows.data(), 2, nullptr, n, got.data());
   ExpectClose(got, want, 1e-6);
-  for (CpuIsa isa : SupportedCpuIsas()) {
-    SCOPED_TRACE(CpuIsaName(isa));
+  ForEachVariant("mla_decode", [&](const KernelSet& k) {
     std::fill(got.begin(), got.end(), NAN);
-    MlaDecode(joint, q_abs.data(), q_pe.data(), cache.rows.data(), 2, nullptr, n, got.data(), isa);
+    k.mla_decode(joint, q_abs.data(), q_pe.data(), cache.rows.data(), 2, nullptr, n, got.data());
     ExpectClose(got, want, 1e-5);
-  }
+  });
 }
 
 TEST(MlaDecodeKernel, ReferenceIsSoftmaxWeightedLatent) {
@@ -113,14 +117,21 @@ TEST(MlaDecodeKernel, ReferenceIsSoftmaxWeightedLatent) {
 
 TEST(IndexerKernel, FastMatchesReference) {
   std::mt19937 rng(2);
-  for (auto [heads, dim, n] : {std::tuple{4, 32, 1}, std::tuple{64, 128, 5000}, std::tuple{3, 19, 77}, std::tuple{8, 64, 9}}) {
+  // Head counts around the AVX-512 variant's 8 per pass, key counts odd and
+  // even (it takes two keys per pass over the queries).
+  for (auto [heads, dim, n] : {std::tuple{4, 32, 1}, std::tuple{64, 128, 5000}, std::tuple{3, 19, 77}, std::tuple{8, 64, 9},
+                               std::tuple{9, 17, 2}, std::tuple{16, 33, 300}, std::tuple{1, 1, 3}}) {
     PagedRows cache(n, dim + 5, rng);
     auto iq = Random(static_cast<size_t>(heads) * dim, rng);
     auto w = Random(static_cast<size_t>(heads), rng);
     std::vector<float> ref(static_cast<size_t>(n)), fast(ref.size());
     IndexerScoresRef(iq.data(), w.data(), heads, dim, cache.rows.data(), 5, n, ref.data());
-    IndexerScores(iq.data(), w.data(), heads, dim, cache.rows.data(), 5, n, fast.data());
-    ExpectClose(fast, ref, 1e-5);
+    ForEachVariant("indexer_scores", [&](const KernelSet& k) {
+      SCOPED_TRACE(k.indexer_scores.name);
+      std::fill(fast.begin(), fast.end(), NAN);
+      k.indexer_scores(iq.data(), w.data(), heads, dim, cache.rows.data(), 5, n, fast.data());
+      ExpectClose(fast, ref, 1e-5);
+    });
   }
 }
 

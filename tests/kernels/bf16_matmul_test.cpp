@@ -1,6 +1,7 @@
-// BF16 weights: the fast front door (matvec below 8 rows, widened GEMM above)
-// against the reference, on odd shapes; the reference against fp32 on the
-// widened weights (conversion is exact).
+// BF16 weights: every variant of the matmul_bf16 family this CPU supports
+// (matvec below 8 rows, widened GEMM above) against the reference, on odd
+// shapes; the reference against fp32 on the widened weights (conversion is
+// exact); matvec_bf16_many against matmul_bf16 job by job.
 #include "moeserve/kernels/bf16_matmul.hpp"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "each_variant.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 
 namespace moeserve::kernels {
@@ -40,13 +42,13 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
     MatMulBf16Ref(W.data(), out, in, X.data(), n, ref.data());
     MatMulF32Ref(Wf.data(), out, in, X.data(), n, f32.data());
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(ref[i], f32[i]) << "reference must equal fp32 on widened weights";
-    for (CpuIsa isa : SupportedCpuIsas()) {
+    ForEachVariant("matmul_bf16", [&](const KernelSet& k) {
       std::vector<float> fast(ref.size(), NAN);
-      MatMulBf16(W.data(), out, in, X.data(), n, fast.data(), isa);
+      k.matmul_bf16(W.data(), out, in, X.data(), n, fast.data());
       for (size_t i = 0; i < ref.size(); ++i)
         ASSERT_NEAR(fast[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(in)) + 1e-5)
-            << CpuIsaName(isa) << " " << out << "x" << in << " n " << n << " at " << i;
-    }
+            << k.matmul_bf16.name << " " << out << "x" << in << " n " << n << " at " << i;
+    });
   }
 }
 
@@ -78,13 +80,14 @@ TEST(Bf16MatMul, ManyJobsEqualEachAloneBitForBit) {
     jobs.push_back({W.back().data(), 50, 1024, X[0].data(), Y.back().data()});
     shapes.push_back({50, 1024});
     jobs.insert(jobs.begin() + 1, Bf16MatVecJob{nullptr, 0, 1024, X[0].data(), nullptr});
-    for (CpuIsa isa : SupportedCpuIsas()) {
-      MatVecBf16Many(jobs, n, isa);
+    ForEachVariant("matvec_bf16_many", [&](const KernelSet& k) {
+      for (auto& y : Y) std::fill(y.begin(), y.end(), NAN);
+      k.matvec_bf16_many(jobs, n);
       for (size_t j = 0; j < shapes.size(); ++j) {
-        MatMulBf16(W[j].data(), shapes[j].first, shapes[j].second, X[j].data(), n, alone[j].data(), isa);
-        ASSERT_EQ(std::memcmp(Y[j].data(), alone[j].data(), Y[j].size() * 4), 0) << CpuIsaName(isa) << " job " << j;
+        k.matmul_bf16(W[j].data(), shapes[j].first, shapes[j].second, X[j].data(), n, alone[j].data());
+        ASSERT_EQ(std::memcmp(Y[j].data(), alone[j].data(), Y[j].size() * 4), 0) << k.matvec_bf16_many.name << " job " << j;
       }
-    }
+    });
   }
 }
 

@@ -1,6 +1,8 @@
-// Every CPU kernel variant this machine supports against the plain
-// reference, on random and edge-case shapes (sizes off the vector widths, one
-// row, one column), single-threaded and through the threaded front doors.
+// The matrix-product families (matmul_mxfp4, matvec_mxfp4_many, matmul_f32,
+// headwise_matvec, rms_norm and their building blocks), every variant this
+// CPU supports, against the plain reference on random and edge-case shapes
+// (sizes off the vector widths, one row, one column), single-threaded and
+// threaded.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,11 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+
+#include "each_variant.hpp"
 
 namespace moeserve::kernels {
 namespace {
@@ -60,15 +63,6 @@ const std::vector<Shape>& Shapes() {
       {33, 2080, 8}, {40, 4160, 9},
   };
   return s;
-}
-
-TEST(CpuKernels, ReportsVariants) {
-  std::string names;
-  for (CpuIsa isa : SupportedCpuIsas()) names += std::string(CpuIsaName(isa)) + " ";
-  std::printf("supported: %s; active: %s; threads: %d\n", names.c_str(), CpuIsaName(ActiveCpuIsa()),
-              DefaultThreadPool().size());
-  EXPECT_TRUE(CpuSupports(CpuIsa::kScalar));
-  EXPECT_TRUE(CpuSupports(ActiveCpuIsa()));
 }
 
 // A random MXFP4 matrix spanning many scales, with an all-zero block
@@ -173,28 +167,31 @@ TEST(CpuKernels, Mxfp4MatMulEveryVariantMatchesReference) {
     const bool gemm = s.n >= kMxfp4GemmMinRows;
     const std::vector<float> bound = gemm ? std::vector<float>() : QuantisationBound(c.dq, x, s.out, s.in, s.n, mag);
     Mxfp4ActivationBuffer buffer;
-    const Mxfp4Activations& xq = buffer.Quantize(x.data(), s.n, s.in, CpuIsa::kScalar);
+    const KernelSet& scalar = Kernels(Isa::kScalar);
+    const Mxfp4Activations& xq = buffer.Quantize(x.data(), s.n, s.in, scalar.mxfp4_quantize.fn);
     // Every variant's quantiser writes the same bytes.
-    for (CpuIsa isa : SupportedCpuIsas()) {
+    ForEachVariant("mxfp4_quantize", [&](const KernelSet& k) {
       Mxfp4ActivationBuffer other;
-      const Mxfp4Activations& oq = other.Quantize(x.data(), s.n, s.in, isa);
+      const Mxfp4Activations& oq = other.Quantize(x.data(), s.n, s.in, k.mxfp4_quantize.fn);
       const size_t nb = s.n * s.in / 32;
-      ASSERT_EQ(std::memcmp(oq.parts, xq.parts, s.n * kMxfp4ActParts * s.in), 0) << CpuIsaName(isa);
-      ASSERT_EQ(std::memcmp(oq.scale, xq.scale, nb * 4), 0) << CpuIsaName(isa);
-      ASSERT_EQ(std::memcmp(oq.offset, xq.offset, nb * 4), 0) << CpuIsaName(isa);
-    }
-    std::vector<float> scalar_matvec;
-    for (CpuIsa isa : SupportedCpuIsas()) {
-      const std::string what = std::string(CpuIsaName(isa)) + " out=" + std::to_string(s.out) +
+      ASSERT_EQ(std::memcmp(oq.parts, xq.parts, s.n * kMxfp4ActParts * s.in), 0) << k.mxfp4_quantize.name;
+      ASSERT_EQ(std::memcmp(oq.scale, xq.scale, nb * 4), 0) << k.mxfp4_quantize.name;
+      ASSERT_EQ(std::memcmp(oq.offset, xq.offset, nb * 4), 0) << k.mxfp4_quantize.name;
+    });
+    // The scalar building block, which every other variant must equal bit for bit.
+    std::vector<float> scalar_matvec(want.size(), NAN);
+    if (!gemm) scalar.mxfp4_matvec(v, xq, scalar_matvec.data(), 0, Mxfp4PackedGroups(s.out), 0, s.in / 32);
+    ForEachVariant("mxfp4_gemm, mxfp4_matvec, matmul_mxfp4", [&](const KernelSet& k) {
+      const std::string what = std::string(IsaName(k.isa)) + " out=" + std::to_string(s.out) +
                                " in=" + std::to_string(s.in) + " n=" + std::to_string(s.n);
       if (gemm) {
         std::vector<float> got(want.size(), NAN);
-        CpuKernels(isa).mxfp4_gemm(v, x.data(), s.n, got.data(), 0, s.out);
+        k.mxfp4_gemm(v, x.data(), s.n, got.data(), 0, s.out);
         ExpectClose(got, want, mag, what + " gemm");
         // A column sub-range leaves the other columns alone.
         if (s.out > 2) {
           std::vector<float> part(want.size(), 7.0f);
-          CpuKernels(isa).mxfp4_gemm(v, x.data(), s.n, part.data(), 1, s.out - 1);
+          k.mxfp4_gemm(v, x.data(), s.n, part.data(), 1, s.out - 1);
           for (size_t t = 0; t < s.n; ++t) {
             EXPECT_EQ(part[t * s.out], 7.0f) << what;
             EXPECT_EQ(part[t * s.out + s.out - 1], 7.0f) << what;
@@ -209,19 +206,18 @@ TEST(CpuKernels, Mxfp4MatMulEveryVariantMatchesReference) {
         // quantisation bound of the reference.
         std::vector<float> got(want.size(), NAN);
         const size_t nb = s.in / 32;
-        CpuKernels(isa).mxfp4_matvec(v, xq, got.data(), 0, Mxfp4PackedGroups(s.out), 0, nb);
-        if (isa == CpuIsa::kScalar) scalar_matvec = got;
+        k.mxfp4_matvec(v, xq, got.data(), 0, Mxfp4PackedGroups(s.out), 0, nb);
         ASSERT_EQ(std::memcmp(got.data(), scalar_matvec.data(), got.size() * 4), 0) << what << " vs scalar";
         ExpectWithin(got, want, bound, what + " matvec");
         // In k-chunks (continuing Y's sums): the same bits.
         std::vector<float> chunked(want.size(), NAN);
         for (size_t b0 = 0; b0 < nb; b0 += 3)
-          CpuKernels(isa).mxfp4_matvec(v, xq, chunked.data(), 0, Mxfp4PackedGroups(s.out), b0, std::min(nb, b0 + 3));
+          k.mxfp4_matvec(v, xq, chunked.data(), 0, Mxfp4PackedGroups(s.out), b0, std::min(nb, b0 + 3));
         ASSERT_EQ(std::memcmp(got.data(), chunked.data(), got.size() * 4), 0) << what << " chunked";
         // A group sub-range leaves the other groups' rows alone.
         if (s.out > 32) {
           std::vector<float> part(want.size(), 7.0f);
-          CpuKernels(isa).mxfp4_matvec(v, xq, part.data(), 1, 2, 0, s.in / 32);
+          k.mxfp4_matvec(v, xq, part.data(), 1, 2, 0, s.in / 32);
           for (size_t t = 0; t < s.n; ++t)
             for (size_t o = 0; o < s.out; ++o) {
               if (o >= 16 && o < 32) ASSERT_EQ(part[t * s.out + o], got[t * s.out + o]) << what;
@@ -230,10 +226,10 @@ TEST(CpuKernels, Mxfp4MatMulEveryVariantMatchesReference) {
         }
       }
       std::vector<float> thr(want.size(), NAN);
-      MatMulMxfp4(v, x.data(), s.n, thr.data(), isa);
+      k.matmul_mxfp4(v, x.data(), s.n, thr.data());
       if (gemm) ExpectClose(thr, want, mag, what + " threaded");
       else ExpectWithin(thr, want, bound, what + " threaded");
-    }
+    });
   }
 }
 
@@ -257,13 +253,14 @@ TEST(CpuKernels, Mxfp4ManyJobsEqualEachAloneBitForBit) {
     const float* x = j + 1 == shapes.size() ? X[0].data() : X[j].data();
     jobs.push_back({packed[j].matrix(0), x, shapes[j].n, Y[j].data()});
   }
-  for (CpuIsa isa : SupportedCpuIsas()) {
-    MatVecMxfp4Many(jobs, isa);
+  ForEachVariant("matvec_mxfp4_many", [&](const KernelSet& k) {
+    for (auto& y : Y) std::fill(y.begin(), y.end(), NAN);
+    k.matvec_mxfp4_many(jobs);
     for (size_t j = 0; j < shapes.size(); ++j) {
-      MatMulMxfp4(packed[j].matrix(0), X[j].data(), shapes[j].n, alone[j].data(), isa);
-      ASSERT_EQ(std::memcmp(Y[j].data(), alone[j].data(), Y[j].size() * 4), 0) << CpuIsaName(isa) << " job " << j;
+      k.matmul_mxfp4(packed[j].matrix(0), X[j].data(), shapes[j].n, alone[j].data());
+      ASSERT_EQ(std::memcmp(Y[j].data(), alone[j].data(), Y[j].size() * 4), 0) << k.matvec_mxfp4_many.name << " job " << j;
     }
-  }
+  });
 }
 
 TEST(CpuKernels, Mxfp4MatVecCarriesNonFiniteActivations) {
@@ -272,11 +269,11 @@ TEST(CpuKernels, Mxfp4MatVecCarriesNonFiniteActivations) {
   Mxfp4PackedStack packed(c.blocks.data(), c.scales.data(), 1, 40, 96);
   std::vector<float> x = Random(96, rng);
   x[40] = NAN;
-  for (CpuIsa isa : SupportedCpuIsas()) {
+  ForEachVariant("matmul_mxfp4", [&](const KernelSet& k) {
     std::vector<float> y(40, 0.0f);
-    MatMulMxfp4(packed.matrix(0), x.data(), 1, y.data(), isa);
-    for (float v : y) EXPECT_TRUE(std::isnan(v)) << CpuIsaName(isa);
-  }
+    k.matmul_mxfp4(packed.matrix(0), x.data(), 1, y.data());
+    for (float v : y) EXPECT_TRUE(std::isnan(v)) << k.matmul_mxfp4.name;
+  });
 }
 
 TEST(CpuKernels, F32MatMulEveryVariantMatchesReference) {
@@ -292,16 +289,16 @@ TEST(CpuKernels, F32MatMulEveryVariantMatchesReference) {
     for (size_t i = 0; i < w.size(); ++i) aw[i] = std::fabs(w[i]);
     for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
     MatMulF32Ref(aw.data(), s.out, s.in, ax.data(), s.n, mag.data());
-    for (CpuIsa isa : SupportedCpuIsas()) {
-      const std::string what = std::string(CpuIsaName(isa)) + " out=" + std::to_string(s.out) +
+    ForEachVariant("f32_matmul_cols, matmul_f32", [&](const KernelSet& k) {
+      const std::string what = std::string(IsaName(k.isa)) + " out=" + std::to_string(s.out) +
                                " in=" + std::to_string(s.in) + " n=" + std::to_string(s.n);
       std::vector<float> got(want.size(), NAN);
-      CpuKernels(isa).f32_matmul(w.data(), s.out, s.in, x.data(), s.n, got.data(), 0, s.out);
+      k.f32_matmul_cols(w.data(), s.out, s.in, x.data(), s.n, got.data(), 0, s.out);
       ExpectClose(got, want, mag, what + " single");
       std::vector<float> thr(want.size(), NAN);
-      MatMulF32(w.data(), s.out, s.in, x.data(), s.n, thr.data(), isa);
+      k.matmul_f32(w.data(), s.out, s.in, x.data(), s.n, thr.data());
       ExpectClose(thr, want, mag, what + " threaded");
-    }
+    });
   }
 }
 
@@ -327,21 +324,21 @@ TEST(CpuKernels, HeadwiseMatVecEveryVariantMatchesPlainLoops) {
         want[h * c.y_stride + r] = static_cast<float>(acc);
         tol[h * c.y_stride + r] = 1e-5f * static_cast<float>(mag) + 1e-30f;
       }
-    for (CpuIsa isa : SupportedCpuIsas()) {
+    ForEachVariant("headwise_matvec", [&](const KernelSet& k) {
       std::vector<float> got(want.size(), 0.0f);
-      HeadwiseMatVec(W.data(), c.heads, c.rows, c.cols, c.head_stride, X.data(), c.x_stride, got.data(), c.y_stride, isa);
-      ExpectWithin(got, want, tol, std::string(CpuIsaName(isa)) + " headwise " + std::to_string(c.rows) + "x" +
+      k.headwise_matvec(W.data(), c.heads, c.rows, c.cols, c.head_stride, X.data(), c.x_stride, got.data(), c.y_stride);
+      ExpectWithin(got, want, tol, std::string(k.headwise_matvec.name) + " " + std::to_string(c.rows) + "x" +
                                        std::to_string(c.cols));
-    }
+    });
   }
 }
 
 TEST(CpuKernels, ZeroInnerDimensionGivesZeros) {
-  for (CpuIsa isa : SupportedCpuIsas()) {
+  ForEachVariant("matmul_f32", [](const KernelSet& k) {
     std::vector<float> y(6, NAN);
-    MatMulF32(nullptr, 3, 0, nullptr, 2, y.data(), isa);
-    for (float v : y) EXPECT_EQ(v, 0.0f);
-  }
+    k.matmul_f32(nullptr, 3, 0, nullptr, 2, y.data());
+    for (float v : y) EXPECT_EQ(v, 0.0f) << k.matmul_f32.name;
+  });
 }
 
 TEST(CpuKernels, RmsNormEveryVariantMatchesReference) {
@@ -349,12 +346,12 @@ TEST(CpuKernels, RmsNormEveryVariantMatchesReference) {
   for (size_t d : {1, 3, 8, 15, 16, 17, 31, 64, 100, 4096, 7169}) {
     std::vector<float> x = Random(d, rng, 3.0f), w = Random(d, rng), want(d);
     RmsNormRef(x.data(), w.data(), 1e-6f, d, want.data());
-    for (CpuIsa isa : SupportedCpuIsas()) {
+    ForEachVariant("rms_norm", [&](const KernelSet& k) {
       std::vector<float> got(d, NAN);
-      RmsNorm(x.data(), w.data(), 1e-6f, d, got.data(), isa);
+      k.rms_norm(x.data(), w.data(), 1e-6f, d, got.data());
       for (size_t i = 0; i < d; ++i)
-        ASSERT_NEAR(got[i], want[i], 1e-5f * std::fabs(want[i]) + 1e-7f) << CpuIsaName(isa) << " d=" << d << " i=" << i;
-    }
+        ASSERT_NEAR(got[i], want[i], 1e-5f * std::fabs(want[i]) + 1e-7f) << k.rms_norm.name << " d=" << d << " i=" << i;
+    });
   }
 }
 

@@ -22,6 +22,10 @@
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/model_dir.hpp"
 
+namespace moeserve::kernels {
+struct KernelSet;
+}
+
 namespace moeserve::engine {
 
 // Which of two equal forms a layer uses (model.md 5.1, 5.3). kAuto: the
@@ -59,7 +63,9 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
-  void set_options(const ModelOptions& o) { options_ = o; }
+  // Also chooses the kernels the model runs with (a KernelSet, see
+  // moeserve/kernels/cpu_kernels.hpp).
+  void set_options(const ModelOptions& o);
   // Floats one token occupies in a KvPool row (all attention layers).
   size_t cache_floats_per_token() const { return floats_per_token_; }
   // A cache with zeroed DeltaNet state and no blocks.
@@ -76,6 +82,8 @@ class Model {
   Model() = default;
   ModelConfig config_;
   ModelOptions options_;
+  const kernels::KernelSet* kernels_ = nullptr;  // from options_.kernels
+  bool absorbed_prefill_ = false;                // from options_.mla_form and the kernels
   std::unique_ptr<ModelWeights> weights_;
   size_t floats_per_token_ = 0;
   std::vector<size_t> layer_offset_;  // each attention layer's offset within a token row

@@ -7,18 +7,18 @@
 // a paged pool makes them non-contiguous) plus this layer's float offset in
 // a row: [c (kv_lora) | k_pe (rope)] for MLA, [ik (index_dim)] for the indexer.
 //
-// The fast variants read each cache row once for all heads (not once per
-// head), split the keys across the kernel thread pool (each chunk keeping its
-// own softmax maxima and sums, merged after), and use AVX-512 or AVX2/FMA dot
-// products where the CPU has them. They differ from the reference only by
-// fp32 summation order.
+// The fast variants are the KernelSet families mla_decode and indexer_scores
+// (cpu_kernels.hpp): they read each cache row once for all heads (not once
+// per head), split the keys across the kernel thread pool (each chunk keeping
+// its own softmax maxima and sums, merged after), and use their Isa's dot
+// products (AVX-512 takes 8 heads per pass over a row). They differ from the
+// reference only by fp32 summation order.
 //
 // Thread safety: pure functions over caller buffers.
 #pragma once
 
 #include <cstddef>
 
-#include "moeserve/kernels/cpu_kernels.hpp"
 
 namespace moeserve::kernels {
 
@@ -39,15 +39,10 @@ struct MlaDecodeShape {
 // lat [heads, kv_lora]. keys: indices into rows (nullptr: rows 0..n_keys-1).
 void MlaDecodeRef(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
                   size_t offset, const int* keys, int n_keys, float* lat);
-// isa: the dot products' variant (AVX-512 takes 8 heads per pass over a row).
-void MlaDecode(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
-               size_t offset, const int* keys, int n_keys, float* lat, CpuIsa isa = ActiveCpuIsa());
 
 // scores[s] = sum_j w[j] * ReLU(iq[j] . ik_s) for s in [0, n); iq [heads, dim].
 void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset,
                       int n, float* scores);
-void IndexerScores(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset, int n,
-                   float* scores);
 
 // The k (<= n) indices with the largest scores, ties to the lower index,
 // written in ascending order. O(n) expected (nth_element), not a full sort.

@@ -1,80 +1,164 @@
-// Optimised CPU kernels, a family per operation as ggml does it: a scalar
-// variant, an AVX2+FMA variant and an AVX-512 (F/BW/VL/DQ + VNNI, VBMI) variant
-// with one signature,
-// the best one this CPU supports chosen once at start-up (MOESERVE_CPU_ISA =
-// scalar|avx2|avx512 caps it). Each family is tested variant by variant
-// against the plain reference in cpu_ops.hpp.
+// How a caller gets a CPU kernel: the one dispatch mechanism, as ggml does it.
+//
+// Every kernel family (an operation: an fp32 matmul, a BF16 matrix-vector
+// pass, MLA decode, ...) has one function-pointer signature and one variant
+// per Isa: the plain reference (the ground truth, single-threaded loops), a
+// portable scalar variant (threaded), an AVX2+FMA variant and an AVX-512
+// (F/BW/VL/DQ + VNNI, VBMI) variant. A KernelSet holds one entry of every
+// family for one Isa; Kernels(isa) returns it. The four sets are tables built
+// at compile time; which one a caller uses is its own choice, made once
+// (the engine picks its set when a model is loaded: Isa::kReference for
+// `--kernels reference`, BestIsa() otherwise). Nothing here looks at "the
+// active ISA" behind a caller's back: every variant runs exactly the code its
+// set names, and tests reach any variant by asking for its Isa.
+//
+// Each entry carries its variant's name (e.g. "matmul_f32_avx2"). Where a
+// family has no code of its own for an Isa, the entry is the next variant
+// below it and its name says so (the AVX2 set's MXFP4 quantiser is
+// "mxfp4_quantize_scalar"; the reference set's single-threaded building
+// blocks are the scalar ones, which are plain loops).
 //
 // Conventions as cpu_ops.hpp: row-major, W [out, in], Y[n, out] = X[n, in] W^T.
-// Results differ from the reference only by fp32 summation order.
+// Fast variants differ from the reference only by fp32 summation order,
+// except the MXFP4 matrix-vector products, which quantise activations (within
+// the bound stated in mxfp4_packed.hpp) and give the same bits on every Isa.
 //
-// Thread safety: pure functions over caller buffers; the threaded front doors
-// share DefaultThreadPool() (see thread_pool.hpp) and may be called from any
-// thread.
+// Thread safety: the sets are immutable; the entries are pure functions over
+// caller buffers. Threaded entries share DefaultThreadPool() (thread_pool.hpp)
+// and may be called from any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
+
+#include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/bf16_matmul.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
 
-enum class CpuIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+enum class Isa { kReference = 0, kScalar = 1, kAvx2 = 2, kAvx512 = 3 };
+inline constexpr int kIsaCount = 4;
 
-const char* CpuIsaName(CpuIsa isa);
-// Whether this CPU (and this build) can run the variant.
-bool CpuSupports(CpuIsa isa);
-// Every variant this CPU can run, scalar first.
-std::vector<CpuIsa> SupportedCpuIsas();
-// The variant the front doors use: the best supported, capped by
-// MOESERVE_CPU_ISA; chosen once.
-CpuIsa ActiveCpuIsa();
+// "reference", "scalar", "avx2", "avx512".
+const char* IsaName(Isa isa);
+// Whether this CPU (and this build) can run the variant: reference and scalar
+// always.
+bool IsaSupported(Isa isa);
+// Every Isa this CPU can run, reference first.
+std::vector<Isa> SupportedIsas();
+// The best Isa this CPU supports, capped by MOESERVE_CPU_ISA (scalar|avx2|
+// avx512; read once, at the first call). Never kReference.
+Isa BestIsa();
 
-struct Mxfp4PackedView;   // mxfp4_packed.hpp
-struct Mxfp4Activations;
-
-// Single-threaded variants compute output columns [o_begin, o_end) of Y for
-// all n rows of X (Y's other columns are left alone). The MXFP4
-// matrix-vector form works on whole 16-row groups [g_begin, g_end) of the
-// packed layout and on pre-quantised activations (see mxfp4_packed.hpp), over
-// the 32-element blocks [b_begin, b_end) of each row: from b_begin > 0 it
-// continues the sums Y already holds (so a row can be done in k-chunks whose
-// activations stay in L1, with the same result bit for bit).
-using Mxfp4MatVecFn = void (*)(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
-                               size_t g_end, size_t b_begin, size_t b_end);
-// Quantises n rows of `in` activations for the MXFP4 matrix-vector form
-// (see Mxfp4Activations); every variant writes the same bytes.
-using Mxfp4QuantizeFn = void (*)(const float* X, size_t n, size_t in, int8_t* parts, float* scale,
-                                 int32_t* offset);
-using Mxfp4GemmFn = void (*)(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin,
-                             size_t o_end);
-using F32MatMulFn = void (*)(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,
-                             size_t o_begin, size_t o_end);
-using RmsNormFn = void (*)(const float* x, const float* w, float eps, size_t d, float* y);
-
-struct CpuKernelSet {
-  CpuIsa isa;
-  Mxfp4QuantizeFn mxfp4_quantize;
-  Mxfp4MatVecFn mxfp4_matvec;
-  Mxfp4GemmFn mxfp4_gemm;
-  F32MatMulFn f32_matmul;
-  RmsNormFn rms_norm;
+// One variant of a family: the function and its name.
+template <class Fn>
+struct Kernel {
+  Fn fn = nullptr;
+  const char* name = "";
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return fn(std::forward<Args>(args)...);
+  }
 };
 
-// The variant set for isa (which must be supported).
-const CpuKernelSet& CpuKernels(CpuIsa isa);
-
-// Threaded front doors (parallel over output columns); MXFP4's is in
-// mxfp4_packed.hpp.
-void MatMulF32(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,
-               CpuIsa isa = ActiveCpuIsa());
+// The families' signatures.
+//
+// Threaded products: Y[n, out] = X[n, in] W^T (MXFP4: W packed, see
+// mxfp4_packed.hpp; BF16: W held as BF16, see bf16_matmul.hpp).
+using MatMulF32Fn = void (*)(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y);
+using MatMulBf16Fn = void (*)(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
+using MatMulMxfp4Fn = void (*)(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
+// Several matrix-vector products in one parallel pass (each job as alone, bit
+// for bit): a decode step's projections of one input, or its routed experts.
+using MatVecBf16ManyFn = void (*)(std::span<const Bf16MatVecJob> jobs, size_t n);
+using MatVecMxfp4ManyFn = void (*)(std::span<const Mxfp4MatVecJob> jobs);
 // Per head h < heads: Y[h * y_stride + r] = sum_c W[h * head_stride + r * cols + c]
 // * X[h * x_stride + c] for r < rows (a small matrix-vector product per head,
 // as MLA's absorbed decode needs twice per query). Heads run in parallel when
 // the work is large enough.
-void HeadwiseMatVec(const float* W, size_t heads, size_t rows, size_t cols, size_t head_stride, const float* X,
-                    size_t x_stride, float* Y, size_t y_stride, CpuIsa isa = ActiveCpuIsa());
-// One row; single-threaded (rows are short).
-void RmsNorm(const float* x, const float* w, float eps, size_t d, float* y, CpuIsa isa = ActiveCpuIsa());
+using HeadwiseMatVecFn = void (*)(const float* W, size_t heads, size_t rows, size_t cols, size_t head_stride,
+                                  const float* X, size_t x_stride, float* Y, size_t y_stride);
+// One row: y = w * x / sqrt(mean(x^2) + eps).
+using RmsNormFn = void (*)(const float* x, const float* w, float eps, size_t d, float* y);
+// out[i] = gate(a[i]) * b[i] (gating.hpp); out may alias a or b.
+using GateFn = void (*)(const float* a, const float* b, float* out, size_t n);
+// attention.hpp: MLA decode over cached rows, and the DSA indexer's scores.
+using MlaDecodeFn = void (*)(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,
+                             const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);
+using IndexerScoresFn = void (*)(const float* iq, const float* w, int heads, int dim, const float* const* rows,
+                                 size_t offset, int n, float* scores);
+// delta_rule.hpp: the recurrent gated delta rule for one head.
+using DeltaRuleRecurrentFn = void (*)(const float* q, const float* k, const float* v, const float* beta,
+                                      const float* g, int T, int dk, int dv, size_t qk_stride, size_t v_stride,
+                                      float* S, float* o, size_t o_stride);
+//
+// Single-threaded building blocks of the products above, which their tests
+// drive directly (column ranges, k-chunks). They compute output columns
+// [o_begin, o_end) of Y for all n rows of X (Y's other columns are left
+// alone). The MXFP4 matrix-vector form works on whole 16-row groups
+// [g_begin, g_end) of the packed layout and on pre-quantised activations (see
+// mxfp4_packed.hpp), over the 32-element blocks [b_begin, b_end) of each row:
+// from b_begin > 0 it continues the sums Y already holds (so a row can be done
+// in k-chunks, with the same result bit for bit).
+// (Mxfp4QuantizeFn: mxfp4_packed.hpp.)
+using Mxfp4MatVecFn = void (*)(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
+                               size_t g_end, size_t b_begin, size_t b_end);
+using Mxfp4GemmFn = void (*)(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin,
+                             size_t o_end);
+using F32MatMulColsFn = void (*)(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y,
+                                 size_t o_begin, size_t o_end);
+
+struct KernelSet {
+  Isa isa;
+  Kernel<MatMulF32Fn> matmul_f32;
+  Kernel<MatMulBf16Fn> matmul_bf16;
+  Kernel<MatMulMxfp4Fn> matmul_mxfp4;
+  Kernel<MatVecBf16ManyFn> matvec_bf16_many;
+  Kernel<MatVecMxfp4ManyFn> matvec_mxfp4_many;
+  Kernel<HeadwiseMatVecFn> headwise_matvec;
+  Kernel<RmsNormFn> rms_norm;
+  Kernel<GateFn> silu_mul;
+  Kernel<GateFn> sigmoid_mul;
+  Kernel<MlaDecodeFn> mla_decode;
+  Kernel<IndexerScoresFn> indexer_scores;
+  Kernel<DeltaRuleRecurrentFn> delta_rule_recurrent;
+  // Building blocks.
+  Kernel<Mxfp4QuantizeFn> mxfp4_quantize;
+  Kernel<Mxfp4MatVecFn> mxfp4_matvec;
+  Kernel<Mxfp4GemmFn> mxfp4_gemm;
+  Kernel<F32MatMulColsFn> f32_matmul_cols;
+};
+
+// The set for isa. isa must be supported (IsaSupported): asking for a set
+// this CPU cannot run aborts with a message rather than fault later on an
+// illegal instruction, or quietly run another variant.
+const KernelSet& Kernels(Isa isa);
+
+// Calls fn(family, variant name, whether the entry has a function) for every
+// entry of a set, in declaration order (for tests and reports that walk all
+// families).
+template <class Fn>
+void ForEachKernel(const KernelSet& k, Fn&& fn) {
+  fn("matmul_f32", k.matmul_f32.name, k.matmul_f32.fn != nullptr);
+  fn("matmul_bf16", k.matmul_bf16.name, k.matmul_bf16.fn != nullptr);
+  fn("matmul_mxfp4", k.matmul_mxfp4.name, k.matmul_mxfp4.fn != nullptr);
+  fn("matvec_bf16_many", k.matvec_bf16_many.name, k.matvec_bf16_many.fn != nullptr);
+  fn("matvec_mxfp4_many", k.matvec_mxfp4_many.name, k.matvec_mxfp4_many.fn != nullptr);
+  fn("headwise_matvec", k.headwise_matvec.name, k.headwise_matvec.fn != nullptr);
+  fn("rms_norm", k.rms_norm.name, k.rms_norm.fn != nullptr);
+  fn("silu_mul", k.silu_mul.name, k.silu_mul.fn != nullptr);
+  fn("sigmoid_mul", k.sigmoid_mul.name, k.sigmoid_mul.fn != nullptr);
+  fn("mla_decode", k.mla_decode.name, k.mla_decode.fn != nullptr);
+  fn("indexer_scores", k.indexer_scores.name, k.indexer_scores.fn != nullptr);
+  fn("delta_rule_recurrent", k.delta_rule_recurrent.name, k.delta_rule_recurrent.fn != nullptr);
+  fn("mxfp4_quantize", k.mxfp4_quantize.name, k.mxfp4_quantize.fn != nullptr);
+  fn("mxfp4_matvec", k.mxfp4_matvec.name, k.mxfp4_matvec.fn != nullptr);
+  fn("mxfp4_gemm", k.mxfp4_gemm.name, k.mxfp4_gemm.fn != nullptr);
+  fn("f32_matmul_cols", k.f32_matmul_cols.name, k.f32_matmul_cols.fn != nullptr);
+}
 
 }  // namespace moeserve::kernels

@@ -1,5 +1,6 @@
 // Plain reference CPU kernels over plain fp32 buffers: the ground truth every
-// optimised variant is tested against. Row-major; a matrix W [out, in]
+// optimised variant is tested against, and the entries of the reference
+// KernelSet (cpu_kernels.hpp). Row-major; a matrix W [out, in]
 // computes y = W x (the checkpoint's convention).
 //
 // Thread safety: pure functions; callers may run them concurrently on
@@ -13,6 +14,11 @@ namespace moeserve::kernels {
 
 // Y[n, out] = X[n, in] * W[out, in]^T
 void MatMulF32Ref(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y);
+
+// Per head h < heads: Y[h * y_stride + r] = sum_c W[h * head_stride + r * cols + c]
+// * X[h * x_stride + c] for r < rows (the headwise_matvec family's reference).
+void HeadwiseMatVecRef(const float* W, size_t heads, size_t rows, size_t cols, size_t head_stride, const float* X,
+                       size_t x_stride, float* Y, size_t y_stride);
 
 // Y[n, out] = X[n, in] * dequant(W)^T for an MXFP4 matrix in the on-disk
 // layout (blocks [out, in/32, 16], scales [out, in/32]).

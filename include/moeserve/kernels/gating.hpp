@@ -14,17 +14,15 @@
 
 #include <cstddef>
 
-#include "moeserve/kernels/cpu_kernels.hpp"
 
 namespace moeserve::kernels {
 
-// out[i] = silu(a[i]) * b[i]; out may alias a or b.
-void SiluMul(const float* a, const float* b, float* out, size_t n, CpuIsa isa = ActiveCpuIsa());
-// out[i] = sigmoid(a[i]) * b[i]; out may alias a or b.
-void SigmoidMul(const float* a, const float* b, float* out, size_t n, CpuIsa isa = ActiveCpuIsa());
-
-// The scalar forms (kernels::Silu, kernels::Sigmoid), for the reference path.
+// The vectorised forms are the KernelSet families silu_mul and sigmoid_mul
+// (cpu_kernels.hpp); these are their reference variants, the scalar forms
+// (kernels::Silu, kernels::Sigmoid). out may alias a or b.
+// out[i] = silu(a[i]) * b[i]
 void SiluMulRef(const float* a, const float* b, float* out, size_t n);
+// out[i] = sigmoid(a[i]) * b[i]
 void SigmoidMulRef(const float* a, const float* b, float* out, size_t n);
 
 }  // namespace moeserve::kernels

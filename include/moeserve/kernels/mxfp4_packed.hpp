@@ -32,8 +32,9 @@
 // in the same order, so their results are bit-identical. Larger batches run a
 // fp32 GEMM over weights dequantised exactly, as the reference does.
 //
-// Thread safety: the view functions are pure; the front door shares
-// DefaultThreadPool() (thread_pool.hpp) and may be called from any thread.
+// Thread safety: the view functions are pure; the threaded products (the
+// KernelSet entries) share DefaultThreadPool() (thread_pool.hpp) and may be
+// called from any thread.
 #pragma once
 
 #include <cstddef>
@@ -42,7 +43,6 @@
 #include <span>
 #include <vector>
 
-#include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/weight_memory.hpp"
 
 namespace moeserve::kernels {
@@ -115,10 +115,17 @@ struct Mxfp4Activations {
   const int8_t* part(size_t t, int p) const { return parts + (t * kMxfp4ActParts + static_cast<size_t>(p)) * in; }
 };
 
+// Quantises n rows of `in` activations into the three parts, scales and
+// offsets of an Mxfp4Activations; every variant writes the same bytes. A
+// KernelSet entry (cpu_kernels.hpp).
+using Mxfp4QuantizeFn = void (*)(const float* X, size_t n, size_t in, int8_t* parts, float* scale,
+                                 int32_t* offset);
+
 // Owns the buffers behind an Mxfp4Activations; reusable across calls.
 class Mxfp4ActivationBuffer {
  public:
-  const Mxfp4Activations& Quantize(const float* X, size_t n, size_t in, CpuIsa isa = ActiveCpuIsa());
+  // Quantises with the given variant (e.g. Kernels(isa).mxfp4_quantize.fn).
+  const Mxfp4Activations& Quantize(const float* X, size_t n, size_t in, Mxfp4QuantizeFn quantize);
 
  private:
   std::vector<int8_t, WeightAllocator<int8_t>> parts_;
@@ -127,19 +134,23 @@ class Mxfp4ActivationBuffer {
   Mxfp4Activations view_;
 };
 
-// Y[n, out] = X[n, in] * dequant(W)^T.
-void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, CpuIsa isa = ActiveCpuIsa());
+// The products Y[n, out] = X[n, in] * dequant(W)^T over packed weights are
+// the KernelSet families matmul_mxfp4 and matvec_mxfp4_many
+// (cpu_kernels.hpp); their reference variants are these two: the packed
+// matrix unpacked to the file layout, then MatMulMxfp4Ref (cpu_ops.hpp).
+void MatMulMxfp4PackedRef(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
 
-// Several matrix-vector products (each n < kMxfp4GemmMinRows) in one
-// parallel pass, e.g. one decode step's routed experts: each expert matrix
-// is small, and one hand-off to the pool per product costs more than sharing
-// one. Same results as MatMulMxfp4 on each job, bit for bit.
+// One job of matvec_mxfp4_many: several matrix-vector products (each n <
+// kMxfp4GemmMinRows) in one parallel pass, e.g. one decode step's routed
+// experts: each expert matrix is small, and one hand-off to the pool per
+// product costs more than sharing one. Same results as matmul_mxfp4 on each
+// job, bit for bit.
 struct Mxfp4MatVecJob {
   Mxfp4PackedView w;
   const float* X;  // [n, in]
   size_t n;
   float* Y;  // [n, out]
 };
-void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, CpuIsa isa = ActiveCpuIsa());
+void MatVecMxfp4ManyRef(std::span<const Mxfp4MatVecJob> jobs);
 
 }  // namespace moeserve::kernels

@@ -1,0 +1,105 @@
+// The dispatch mechanism itself (cpu_kernels.hpp): which sets this CPU runs,
+// that every set holds a function for every family, and that asking for an
+// Isa selects that Isa's variants (by the name each entry carries), never
+// another's.
+#include "moeserve/kernels/cpu_kernels.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moeserve/kernels/thread_pool.hpp"
+
+namespace moeserve::kernels {
+namespace {
+
+constexpr Isa kAll[] = {Isa::kReference, Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+
+// The name suffix of each Isa's own variants.
+std::string_view Suffix(Isa isa) { return isa == Isa::kReference ? "ref" : IsaName(isa); }
+
+// Families whose every set has code of its own: the set for an Isa must name
+// that Isa's variant. (The others fall back as listed in FallbackSuffix.)
+const std::set<std::string_view> kOwnVariantEverywhere = {
+    "matmul_f32", "matmul_bf16", "matmul_mxfp4", "matvec_bf16_many", "matvec_mxfp4_many", "headwise_matvec",
+    "mla_decode", "indexer_scores"};
+
+// What a set without a variant of its own for a family holds instead.
+std::string_view FallbackSuffix(std::string_view family, Isa isa) {
+  const bool block = family == "mxfp4_quantize" || family == "mxfp4_matvec" || family == "mxfp4_gemm" ||
+                     family == "f32_matmul_cols";
+  if (isa == Isa::kReference) return block ? "scalar" : "ref";
+  if (isa == Isa::kScalar)  // the gates, RMSNorm and the delta rule: the reference is the scalar form
+    return block ? "scalar" : "ref";
+  if (isa == Isa::kAvx2 && family == "mxfp4_quantize") return "scalar";
+  return Suffix(isa);
+}
+
+TEST(KernelSets, ReportsWhichIsasThisCpuRuns) {
+  std::string names;
+  for (Isa isa : SupportedIsas()) names += std::string(IsaName(isa)) + " ";
+  std::printf("[ variants ] supported: %s; best: %s; threads: %d\n", names.c_str(), IsaName(BestIsa()),
+              DefaultThreadPool().size());
+  ASSERT_FALSE(SupportedIsas().empty());
+  EXPECT_EQ(SupportedIsas().front(), Isa::kReference);
+  EXPECT_TRUE(IsaSupported(Isa::kReference));
+  EXPECT_TRUE(IsaSupported(Isa::kScalar));
+  EXPECT_NE(BestIsa(), Isa::kReference);
+  EXPECT_TRUE(IsaSupported(BestIsa()));
+  const std::vector<Isa> supported = SupportedIsas();
+  for (Isa isa : kAll)
+    EXPECT_EQ(IsaSupported(isa), std::find(supported.begin(), supported.end(), isa) != supported.end()) << IsaName(isa);
+}
+
+TEST(KernelSets, AskingForAnIsaSelectsItsVariants) {
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    const KernelSet& k = Kernels(isa);
+    EXPECT_EQ(k.isa, isa);
+    int families = 0;
+    ForEachKernel(k, [&](std::string_view family, std::string_view name, bool present) {
+      ++families;
+      EXPECT_TRUE(present) << family;
+      const std::string_view want = kOwnVariantEverywhere.count(family) ? Suffix(isa) : FallbackSuffix(family, isa);
+      EXPECT_EQ(name, std::string(family) + "_" + std::string(want));
+    });
+    EXPECT_EQ(families, 16);
+  }
+}
+
+TEST(KernelSets, EachIsaHasItsOwnFunctions) {
+  // Two sets never share the function of a family that has a variant per
+  // Isa: a set that silently held another's would pass the name check only
+  // if its name lied.
+  const auto supported = SupportedIsas();
+  for (size_t a = 0; a < supported.size(); ++a)
+    for (size_t b = a + 1; b < supported.size(); ++b) {
+      const KernelSet& x = Kernels(supported[a]);
+      const KernelSet& y = Kernels(supported[b]);
+      EXPECT_NE(x.matmul_f32.fn, y.matmul_f32.fn);
+      EXPECT_NE(x.matmul_bf16.fn, y.matmul_bf16.fn);
+      EXPECT_NE(x.matmul_mxfp4.fn, y.matmul_mxfp4.fn);
+      EXPECT_NE(x.matvec_bf16_many.fn, y.matvec_bf16_many.fn);
+      EXPECT_NE(x.matvec_mxfp4_many.fn, y.matvec_mxfp4_many.fn);
+      EXPECT_NE(x.headwise_matvec.fn, y.headwise_matvec.fn);
+      EXPECT_NE(x.mla_decode.fn, y.mla_decode.fn);
+      EXPECT_NE(x.indexer_scores.fn, y.indexer_scores.fn);
+    }
+}
+
+TEST(KernelSetsDeathTest, AnIsaThisCpuCannotRunIsRefused) {
+  EXPECT_DEATH(Kernels(static_cast<Isa>(kIsaCount)), "cannot run");
+  for (Isa isa : kAll) {
+    if (!IsaSupported(isa)) {
+      EXPECT_DEATH(Kernels(isa), std::string("the ") + IsaName(isa) + " variants");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::kernels
