@@ -38,7 +38,7 @@ struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;
   // MLA / DSA
   Matrix wq_a, wq_b, wkv_a, wkv_b, wo, wg;
-  // The absorbed decode's per-head products (fast kernels): q_abs = W_uk^T
+  // The absorbed form's per-head products (either kernel set): q_abs = W_uk^T
   // q_nope and o = W_uv lat. When the checkpoint holds wkv_b in BF16 they read
   // BF16, as stored (wkv_b_bf16: wkv_b's rows, W_uv being each head's last
   // v_head_dim of them; w_uk_t_bf16: W_uk^T per head [H][kv_lora][nope],

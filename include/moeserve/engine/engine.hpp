@@ -94,6 +94,9 @@ struct TokenEvent {
   std::string error;        // with kError: what failed, for logs and the client
 };
 
+// Which CPU kernels a model runs with, chosen once when it is loaded: kFast
+// the best variants this CPU runs (kernels::BestIsa(), capped by
+// MOESERVE_CPU_ISA), kReference the plain reference kernels.
 enum class KernelChoice { kFast, kReference };
 
 struct EngineOptions {
