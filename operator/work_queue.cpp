@@ -2,8 +2,64 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace moeserve::op {
+
+void SteadyQueueClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                                 std::optional<Clock::time_point> deadline) {
+  if (deadline)
+    cv.wait_until(lock, *deadline);
+  else
+    cv.wait(lock);
+}
+
+std::shared_ptr<QueueClock> DefaultQueueClock() {
+  static const auto clock = std::make_shared<SteadyQueueClock>();
+  return clock;
+}
+
+Clock::time_point FakeQueueClock::Now() {
+  std::lock_guard lock(mu_);
+  return now_;
+}
+
+void FakeQueueClock::WaitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                               std::optional<Clock::time_point> deadline) {
+  uint64_t id;
+  {
+    std::lock_guard guard(mu_);
+    if (deadline && *deadline <= now_) return;
+    id = next_id_++;
+    waiters_[id] = Waiter{lock.mutex(), &cv, now_};
+    changed_.notify_all();
+  }
+  // Fake time moves only in Advance, which notifies `cv` under `lock`'s
+  // mutex: an untimed wait cannot sleep through a step.
+  cv.wait(lock);
+  std::lock_guard guard(mu_);
+  waiters_.erase(id);
+}
+
+void FakeQueueClock::Advance(std::chrono::nanoseconds step) {
+  std::vector<Waiter> wake;
+  {
+    std::lock_guard guard(mu_);
+    now_ += step;
+    for (auto& [id, w] : waiters_) wake.push_back(w);
+  }
+  for (auto& w : wake) {
+    std::lock_guard guard(*w.mu);
+    w.cv->notify_all();
+  }
+}
+
+bool FakeQueueClock::WaitForSleeper(std::chrono::milliseconds limit) {
+  std::unique_lock lock(mu_);
+  return changed_.wait_for(lock, limit, [&] {
+    return std::any_of(waiters_.begin(), waiters_.end(), [&](const auto& w) { return w.second.since == now_; });
+  });
+}
 
 std::chrono::nanoseconds ItemExponentialRateLimiter::When(const std::string& key) {
   std::lock_guard lock(mu_);
@@ -27,7 +83,7 @@ int ItemExponentialRateLimiter::NumRequeues(const std::string& key) {
 
 std::chrono::nanoseconds BucketRateLimiter::When() {
   std::lock_guard lock(mu_);
-  auto now = Clock::now();
+  auto now = clock_->Now();
   double elapsed = std::chrono::duration<double>(now - last_).count();
   last_ = now;
   tokens_ = std::min<double>(burst_, tokens_ + elapsed * qps_);
@@ -36,8 +92,10 @@ std::chrono::nanoseconds BucketRateLimiter::When() {
   return std::chrono::nanoseconds(static_cast<int64_t>(-tokens_ / qps_ * 1e9));
 }
 
-WorkQueue::WorkQueue(RateLimiterOptions options)
-    : item_limiter_(options.item_base, options.item_max), bucket_limiter_(options.qps, options.burst) {
+WorkQueue::WorkQueue(RateLimiterOptions options, std::shared_ptr<QueueClock> clock)
+    : clock_(std::move(clock)),
+      item_limiter_(options.item_base, options.item_max),
+      bucket_limiter_(options.qps, options.burst, clock_) {
   delay_thread_ = std::thread([this] { DelayLoop(); });
 }
 
@@ -59,7 +117,15 @@ void WorkQueue::AddAfter(const std::string& key, std::chrono::nanoseconds delay)
   if (delay <= std::chrono::nanoseconds(0)) return Add(key);
   std::lock_guard lock(mu_);
   if (shutting_down_) return;
-  waiting_.emplace(Clock::now() + delay, key);
+  const auto ready = clock_->Now() + delay;
+  if (auto it = ready_at_.find(key); it != ready_at_.end()) {
+    // Already waiting: one entry, at the earlier time. A later time would
+    // postpone work someone already asked for; two entries would run it twice.
+    if (it->second->first <= ready) return;
+    waiting_.erase(it->second);
+    ready_at_.erase(it);
+  }
+  ready_at_[key] = waiting_.emplace(ready, key);
   delay_cv_.notify_one();
 }
 
@@ -103,19 +169,25 @@ size_t WorkQueue::Len() {
   return queue_.size();
 }
 
+size_t WorkQueue::Waiting() {
+  std::lock_guard lock(mu_);
+  return waiting_.size();
+}
+
 void WorkQueue::DelayLoop() {
   std::unique_lock lock(mu_);
   while (!shutting_down_) {
     if (waiting_.empty()) {
-      delay_cv_.wait(lock);
+      clock_->WaitUntil(lock, delay_cv_, std::nullopt);
       continue;
     }
     auto first = waiting_.begin();
-    if (first->first > Clock::now()) {
-      delay_cv_.wait_until(lock, first->first);
+    if (first->first > clock_->Now()) {
+      clock_->WaitUntil(lock, delay_cv_, first->first);
       continue;
     }
     std::string key = first->second;
+    ready_at_.erase(key);
     waiting_.erase(first);
     if (!dirty_.count(key)) {
       dirty_.insert(key);

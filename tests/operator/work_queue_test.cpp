@@ -57,13 +57,74 @@ TEST(WorkQueue, NeverHandsOneKeyToTwoWorkersAtOnce) {
   EXPECT_GE(processed.load(), 4);  // adds collapse while a key waits: 4 is enough
 }
 
-TEST(WorkQueue, AddAfterDelays) {
-  WorkQueue q;
-  auto start = Clock::now();
+// Ready keys reach the queue on the delay thread; the fake clock's sleeper
+// check says that thread has acted on the latest Advance.
+void Settle(FakeQueueClock& clock) { ASSERT_TRUE(clock.WaitForSleeper()) << "the delay thread never went to sleep"; }
+
+TEST(WorkQueue, AddAfterDelaysByTheClock) {
+  auto clock = std::make_shared<FakeQueueClock>();
+  WorkQueue q({}, clock);
   q.AddAfter("x", 30ms);
+  Settle(*clock);
   EXPECT_EQ(q.Len(), 0u);
+  EXPECT_EQ(q.Waiting(), 1u);
+  clock->Advance(29ms);
+  Settle(*clock);
+  EXPECT_EQ(q.Len(), 0u) << "ready 1 ms early";
+  clock->Advance(1ms);
+  Settle(*clock);
+  EXPECT_EQ(q.Len(), 1u);
+  EXPECT_EQ(q.Waiting(), 0u);
   EXPECT_EQ(*q.Get(), "x");
-  EXPECT_GE(Clock::now() - start, 30ms);
+}
+
+TEST(WorkQueue, AnEarlierAddAfterOvertakesALaterOne) {
+  auto clock = std::make_shared<FakeQueueClock>();
+  WorkQueue q({}, clock);
+  q.AddAfter("late", 100ms);
+  q.AddAfter("early", 10ms);
+  clock->Advance(10ms);
+  Settle(*clock);
+  EXPECT_EQ(q.Len(), 1u);
+  EXPECT_EQ(*q.Get(), "early");
+  clock->Advance(90ms);
+  Settle(*clock);
+  EXPECT_EQ(*q.Get(), "late");
+}
+
+TEST(WorkQueue, AWaitingKeyWaitsOnceAtTheEarlierTime) {
+  auto clock = std::make_shared<FakeQueueClock>();
+  WorkQueue q({}, clock);
+  q.AddAfter("k", 50ms);
+  q.AddAfter("k", 20ms);   // earlier: moves the one entry forward
+  q.AddAfter("k", 500ms);  // later: ignored
+  EXPECT_EQ(q.Waiting(), 1u);
+  clock->Advance(20ms);
+  Settle(*clock);
+  EXPECT_EQ(q.Waiting(), 0u);
+  ASSERT_EQ(q.Len(), 1u);
+  EXPECT_EQ(*q.Get(), "k");
+  q.Done("k");
+  // Nothing of the dropped entries is left to fire later.
+  clock->Advance(1000ms);
+  Settle(*clock);
+  EXPECT_EQ(q.Len(), 0u);
+  EXPECT_EQ(q.Waiting(), 0u);
+}
+
+TEST(WorkQueue, AKeyWaitsAgainAfterItsEntryFired) {
+  auto clock = std::make_shared<FakeQueueClock>();
+  WorkQueue q({}, clock);
+  q.AddAfter("k", 10ms);
+  clock->Advance(10ms);
+  Settle(*clock);
+  EXPECT_EQ(*q.Get(), "k");
+  q.Done("k");
+  q.AddAfter("k", 10ms);  // a fresh wait, not merged with the one that fired
+  EXPECT_EQ(q.Waiting(), 1u);
+  clock->Advance(10ms);
+  Settle(*clock);
+  EXPECT_EQ(*q.Get(), "k");
 }
 
 TEST(RateLimiter, PerItemExponentialFrom5msTo1000s) {
@@ -80,25 +141,39 @@ TEST(RateLimiter, PerItemExponentialFrom5msTo1000s) {
 }
 
 TEST(RateLimiter, BucketTenPerSecondBurstHundred) {
-  BucketRateLimiter bucket(10, 100);
+  auto clock = std::make_shared<FakeQueueClock>();
+  BucketRateLimiter bucket(10, 100, clock);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(bucket.When(), std::chrono::nanoseconds(0)) << i;
-  // The 101st waits about 1/10 s, the 110th about a second.
-  auto d101 = bucket.When();
-  EXPECT_GT(d101, 50ms);  // less only if the test itself was descheduled for long
-  EXPECT_LT(d101, 110ms);
+  // The 101st waits 1/10 s, the 110th a second.
+  EXPECT_EQ(bucket.When(), std::chrono::nanoseconds(100ms));
   for (int i = 0; i < 8; ++i) bucket.When();
-  auto d110 = bucket.When();
-  EXPECT_GT(d110, 500ms);
-  EXPECT_LT(d110, 1100ms);
+  EXPECT_EQ(bucket.When(), std::chrono::nanoseconds(1000ms));
+  // Time refills the bucket: 2 s later the debt of 10 is paid and 10 more are free.
+  clock->Advance(2s);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(bucket.When(), std::chrono::nanoseconds(0)) << i;
+  EXPECT_EQ(bucket.When(), std::chrono::nanoseconds(100ms));
 }
 
 TEST(WorkQueue, AddRateLimitedUsesTheLargerOfBothLimiters) {
-  WorkQueue q(RateLimiterOptions{.item_base = 20ms, .item_max = 1s, .qps = 10, .burst = 100});
-  auto start = Clock::now();
-  q.AddRateLimited("k");
+  auto clock = std::make_shared<FakeQueueClock>();
+  WorkQueue q(RateLimiterOptions{.item_base = 20ms, .item_max = 1s, .qps = 10, .burst = 1}, clock);
+  q.AddRateLimited("k");  // item 20 ms, bucket 0 (the burst of 1)
+  clock->Advance(19ms);
+  Settle(*clock);
+  EXPECT_EQ(q.Len(), 0u);
+  clock->Advance(1ms);
+  Settle(*clock);
   EXPECT_EQ(*q.Get(), "k");
-  EXPECT_GE(Clock::now() - start, 20ms);
+  q.Done("k");
   EXPECT_EQ(q.NumRequeues("k"), 1);
+  // Item 40 ms, bucket: 20 ms refilled 0.2 of a token, so the next waits 80 ms.
+  q.AddRateLimited("k");
+  clock->Advance(79ms);
+  Settle(*clock);
+  EXPECT_EQ(q.Len(), 0u) << "the bucket's wait was not applied";
+  clock->Advance(1ms);
+  Settle(*clock);
+  EXPECT_EQ(*q.Get(), "k");
   q.Forget("k");
   EXPECT_EQ(q.NumRequeues("k"), 0);
 }
