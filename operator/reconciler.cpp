@@ -153,7 +153,8 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
     return ReconcileResult{};
   }
 
-  // 5. Quota: admitted or not (a QuotaPolicy issue plugs in here).
+  // 5. Quota: admitted or not, as options_.quota decides (unset: admitted;
+  //    no QuotaPolicy is read).
   QuotaDecision quota = options_.quota ? options_.quota(md, *spec) : QuotaDecision{};
 
   // 6. Config and secrets (the operator's own keys read back, never

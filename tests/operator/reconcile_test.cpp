@@ -188,8 +188,9 @@ namespace moeserve::op::testing {
 namespace {
 
 TEST(Reconcile, UnreachableSecretSourceIsReportedNotFatal) {
-  // Vault is a later issue: a vault path cannot be read yet. The children are
-  // still made, and SecretsSynced=False says why (the path, never a value).
+  // The operator has no Vault client, so a vault path cannot be read. The
+  // children are still made, and SecretsSynced=False says why (the path,
+  // never a value).
   FakeCluster cluster;
   auto client = cluster.Client();
   json manifest = MoEDeploymentManifest("team-a", "v", 1, 1);

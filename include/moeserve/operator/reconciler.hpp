@@ -3,8 +3,12 @@
 // nothing between reconciles that the API server does not hold, and a
 // reconcile with nothing to change writes nothing.
 //
-// Seams for later issues: SecretSource (Vault), CleanupHook (Vault lease
-// revocation), QuotaCheck (QuotaPolicy admission).
+// Three interfaces let other sources and policies plug in without touching
+// the reconcile loop: SecretSource (where referenced secrets are read: a
+// Secret today; a Vault client would be another implementation), CleanupHook
+// (work to do under the finalizer before the object goes, such as revoking
+// leases a secret source took out) and QuotaCheck (whether a deployment is
+// admitted; the default admits every one, as no quota is enforced).
 //
 // Thread safety: Reconcile may run on several workers at once for different
 // keys; the work queue never hands one key to two workers.
@@ -34,7 +38,8 @@ class Reconciler {
 };
 
 // Resolves a SecretReference to key -> value. The default reads Kubernetes
-// Secrets (secretRef); Vault paths are refused until the Vault issue lands.
+// Secrets (secretRef); it has no Vault client, so a Vault path fails with
+// kUnavailable (reported as SecretsSynced=False, reason VaultUnavailable).
 // Errors: kPermissionDenied when the platform does not allow the reference
 // (a Secret without moeserve.io/usable=true), kNotFound when it is missing,
 // kUnavailable when the source cannot be reached. Messages name the
