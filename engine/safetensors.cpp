@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -144,7 +145,10 @@ Status SafetensorsFile::Parse() {
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned()) return bad("shape " + v["shape"].dump() + " has a non-integer or negative dimension");
       uint64_t dim = d.get<uint64_t>();
-      if (!CheckedMul(expected, dim, &expected)) return bad("shape " + v["shape"].dump() + " is too large");
+      // Checked on its own: beside a zero dimension the product stays 0, and
+      // the int64 shape would hold a negative dimension.
+      if (dim > static_cast<uint64_t>(INT64_MAX) || !CheckedMul(expected, dim, &expected))
+        return bad("shape " + v["shape"].dump() + " is too large");
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     const json& off = v["data_offsets"];

@@ -103,6 +103,8 @@ TEST(Safetensors, RefusesEachMalformedCaseWithFileAndTensor) {
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12,
        "overlaps tensor"},
       {R"({"t":{"dtype":"F32","shape":[4611686018427387904, 4],"data_offsets":[0,8]}})", 8, "is too large"},
+      // Found by fuzz_safetensors: the product is 0, yet int64 shape[1] was negative.
+      {R"({"t":{"dtype":"U8","shape":[0,9223372036854775808],"data_offsets":[0,0]}})", 0, "is too large"},
       {R"({"__metadata__":{"k":1}})", 0, "__metadata__ entry 'k' is not a string"},
       {R"([1,2,3])", 0, "header is not a JSON object"},
       {R"({"t":)", 0, "header: not valid JSON"},
