@@ -61,18 +61,32 @@ std::shared_ptr<SchemaNode> Compile(const ojson& schema, int depth) {
   if (auto e = schema.find("enum"); e != schema.end() && e->is_array() && !e->empty()) {
     for (const auto& v : *e) n->enum_texts.push_back(v.dump(-1, ' ', false, ojson::error_handler_t::replace));
   }
-  if (auto p = schema.find("properties"); p != schema.end() && p->is_object()) {
+  std::vector<std::string> required;
+  if (auto r = schema.find("required"); r != schema.end() && r->is_array())
+    for (const auto& e : *r)
+      if (e.is_string()) required.push_back(e.get<std::string>());
+  auto declare = [&](const std::string& key, std::shared_ptr<SchemaNode> value_schema) {
+    std::string quoted = ojson(key).dump();
+    n->property_keys.push_back(quoted.substr(1, quoted.size() - 2));
+    n->property_schemas.push_back(std::move(value_schema));
+    n->property_required.push_back(std::find(required.begin(), required.end(), key) != required.end());
+  };
+  const auto p = schema.find("properties");
+  const bool declared = p != schema.end() && p->is_object();
+  if (declared) {
     n->has_properties = true;
-    std::vector<std::string> required;
-    if (auto r = schema.find("required"); r != schema.end() && r->is_array())
-      for (const auto& e : *r)
-        if (e.is_string()) required.push_back(e.get<std::string>());
-    for (auto it = p->begin(); it != p->end(); ++it) {
-      std::string quoted = ojson(it.key()).dump();
-      n->property_keys.push_back(quoted.substr(1, quoted.size() - 2));
-      n->property_schemas.push_back(Compile(it.value(), depth + 1));
-      n->property_required.push_back(std::find(required.begin(), required.end(), it.key()) != required.end());
-    }
+    for (auto it = p->begin(); it != p->end(); ++it) declare(it.key(), Compile(it.value(), depth + 1));
+  }
+  // A required key the schema does not declare (or "required" without
+  // "properties") still has to be written, and only declared keys can be:
+  // declare it, with any value. Otherwise the grammar could finish an object
+  // that misses it.
+  for (size_t i = 0; i < required.size(); ++i) {
+    const std::string& key = required[i];
+    const bool seen = std::find(required.begin(), required.begin() + i, key) != required.begin() + i;
+    if (seen || (declared && p->contains(key))) continue;
+    n->has_properties = true;
+    declare(key, AnyNode(depth + 1));
   }
   if (auto it = schema.find("items"); it != schema.end() && it->is_object()) n->items = Compile(*it, depth + 1);
   return n;

@@ -48,6 +48,19 @@ TEST(JsonGrammar, AcceptsValidCompactObjects) {
   EXPECT_TRUE(Accepts(ojson::object(), R"({})"));
 }
 
+// Found by fuzz_json_grammar: a required key missing from "properties" could
+// never be written, so the grammar finished objects that break the schema.
+TEST(JsonGrammar, RequiredKeysNotDeclaredMustStillBeWritten) {
+  const ojson schema = ojson::parse(R"({"type":"object","properties":{"a":{"type":"string"}},"required":["b","b"]})");
+  EXPECT_FALSE(Accepts(schema, R"({"a":"x"})"));
+  EXPECT_TRUE(Accepts(schema, R"({"a":"x","b":[1]})"));
+  EXPECT_TRUE(Accepts(schema, R"({"b":null})"));
+  const ojson no_properties = ojson::parse(R"({"type":"object","required":["k"]})");
+  EXPECT_FALSE(Accepts(no_properties, R"({})"));
+  EXPECT_TRUE(Accepts(no_properties, R"({"k":{"x":1}})"));
+  EXPECT_TRUE(CheckAgainstSchema(ojson::parse(R"({"k":1})"), no_properties).has_value());
+}
+
 TEST(JsonGrammar, RefusesWhatTheSchemaForbids) {
   EXPECT_FALSE(Accepts(kWeatherSchema, R"({"city":"Paris"})"));                    // required unit
   EXPECT_FALSE(Accepts(kWeatherSchema, R"({"city":"P","unit":"kelvin"})"));         // enum
