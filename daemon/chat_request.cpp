@@ -490,6 +490,10 @@ ApiResult<ChatRequest> ParseChatRequest(std::string_view body, const JsonLimits&
     // byte offset ("parse error at line 1, column 17: ..."), which is what a
     // person needs to find the mistake. (ReplyError re-encodes any stray bytes.)
     return ApiFail(ApiError::InvalidRequest(std::string("The request body is not valid JSON: ") + e.what()));
+  } catch (const ojson::exception& e) {
+    // Valid syntax nlohmann cannot hold, such as a number past double's range
+    // (out_of_range.406): the client's input, so a 400, never an escape.
+    return ApiFail(ApiError::InvalidRequest(std::string("The request body cannot be read: ") + e.what()));
   }
   return ReadChatRequest(parsed, limits);
 }

@@ -89,3 +89,17 @@ TEST(ChatRequest, ToolHistoryIsChecked) {
 
 }  // namespace
 }  // namespace moeserve::daemon
+
+namespace moeserve::daemon {
+namespace {
+
+// Found by the chat_request fuzz target: a number past double's range made
+// nlohmann throw out_of_range.406 out of the parser.
+TEST(ChatRequestNumbers, NumberPastDoubleRangeIsA400) {
+  auto r = ParseChatRequest(R"({"messages":[{"role":"user","content":"a"}],"temperature":65e2222000000000000000})");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 400);
+}
+
+}  // namespace
+}  // namespace moeserve::daemon
