@@ -8,38 +8,18 @@
 #include <iostream>
 
 #include "moeserve/common/log.hpp"
+#include "moeserve/common/shutdown_signals.hpp"
 #include "moeserve/daemon/commands.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "moeserve/daemon/daemon.hpp"
 
 namespace moeserve::daemon {
 
-namespace {
-
-// SIGTERM/SIGINT write one byte here; the main thread waits on the read end.
-// A handler (not a blocked mask + sigwait) because threads started by static
-// initialisers before main() would not inherit the mask, and a signal
-// delivered to one of them would kill the process without draining.
-int g_signal_pipe[2] = {-1, -1};
-
-void OnShutdownSignal(int sig) {
-  const char byte = static_cast<char>(sig);
-  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
-}
-
-}  // namespace
-
 int RunServeCommand(int argc, char** argv) {
-  if (::pipe(g_signal_pipe) != 0) {
-    std::cerr << "moe-daemon: cannot create the signal pipe\n";
+  if (auto st = InstallShutdownSignals(); !st) {
+    std::cerr << "moe-daemon: " << st.error().message() << "\n";
     return 1;
   }
-  struct sigaction action {};
-  action.sa_handler = OnShutdownSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a vanished client must not kill the daemon
 
   auto config = ParseServeArgs(argc, argv);
@@ -63,9 +43,7 @@ int RunServeCommand(int argc, char** argv) {
     return 1;
   }
   std::cerr << "moe-daemon: ready\n";
-  char sig = 0;
-  while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-  }
+  const int sig = WaitForShutdownSignal();
   std::cerr << "moe-daemon: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining (up to "
             << config->shutdown_grace_seconds << " s)\n";
   (*daemon)->Shutdown(config->shutdown_grace_seconds);

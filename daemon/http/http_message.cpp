@@ -31,9 +31,7 @@ std::string_view HttpReasonPhrase(int status) {
     case 431: return "Request Header Fields Too Large";
     case 499: return "Client Closed Request";
     case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
     default: return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
   }
 }

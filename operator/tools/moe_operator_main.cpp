@@ -19,23 +19,10 @@
 #include <pplx/threadpool.h>
 
 #include "moeserve/common/log.hpp"
+#include "moeserve/common/shutdown_signals.hpp"
 #include "moeserve/operator/operator.hpp"
 
 namespace {
-
-// SIGTERM/SIGINT write one byte here and nothing else: write() is
-// async-signal-safe, while Operator::RequestStop takes mutexes and notifies
-// condition variables, which a handler must never do (the signal may arrive
-// on a thread that already holds that mutex). A watcher thread reads the
-// byte and calls RequestStop outside signal context. A handler (not a blocked
-// mask + sigwait) because threads started by static initialisers before
-// main() would not inherit the mask.
-int g_signal_pipe[2] = {-1, -1};
-
-void OnShutdownSignal(int sig) {
-  const char byte = static_cast<char>(sig);
-  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
-}
 
 int Usage(const std::string& why) {
   std::cerr << "moe-operator: " << why << "\n"
@@ -125,22 +112,17 @@ int main(int argc, char** argv) {
   options.metrics_addr = metrics_addr;
   options.health_addr = health_addr;
   op::Operator oper(**client, options);
-  if (::pipe(g_signal_pipe) != 0) {
-    std::cerr << "moe-operator: cannot create the signal pipe\n";
+  // Operator::RequestStop takes mutexes, which a signal handler must never
+  // do: the handler only writes a byte, and this watcher thread stops the
+  // operator outside signal context.
+  if (auto st = InstallShutdownSignals(); !st) {
+    std::cerr << "moe-operator: " << st.error().message() << "\n";
     return 1;
   }
-  struct sigaction action {};
-  action.sa_handler = OnShutdownSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
   // A byte other than a signal number (0) wakes the watcher when Run returns
   // on its own (lost leadership), so the thread can always be joined.
   std::thread signal_watcher([&oper] {
-    char sig = 0;
-    while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-    }
+    const int sig = WaitForShutdownSignal();
     if (sig == SIGTERM || sig == SIGINT) {
       moeserve::log::Info(std::string("moe-operator: ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", stopping");
       oper.RequestStop();
@@ -150,8 +132,7 @@ int main(int argc, char** argv) {
             (options.watch_namespace.empty() ? std::string("all namespaces") : "namespace " + options.watch_namespace) +
             " on " + config->server);
   auto ran = oper.Run();
-  const char wake = 0;
-  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &wake, 1);
+  WakeShutdownWaiter();
   signal_watcher.join();
   if (!ran) {
     std::cerr << "moe-operator: " << ran.error().ToString() << "\n";

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fake_apiserver.hpp"
+#include "operator_test_util.hpp"
 #include "yaml_json.hpp"
 
 namespace {
@@ -98,21 +99,8 @@ TEST(CrdDescriptions, EveryPropertyOfBothCrdsHasADescription) {
   }
 }
 
-struct CommandResult {
-  int rc;
-  std::string output;
-};
-
-CommandResult RunShell(const std::string& command) {
-  std::string out;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
+using moeserve::op::testing::CommandResult;
+using moeserve::op::testing::RunShell;
 
 // Words of a description, with the line breaks kubectl adds taken out.
 std::string Squash(const std::string& text) {

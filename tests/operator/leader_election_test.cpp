@@ -15,20 +15,6 @@ extern char** environ;
 namespace moeserve::op::testing {
 namespace {
 
-std::string OperatorBinary() {
-  const char* d = std::getenv("MOESERVE_BINARY_DIR");
-  return std::string(d ? d : ".") + "/operator/moe-operator";
-}
-
-pid_t Spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
-}
-
 std::string Holder(fakes::FakeApiServer& server) {
   auto lease = server.Get("leases.coordination.k8s.io", "team-a", "moe-operator-leader");
   return lease ? (*lease)["spec"].value("holderIdentity", "") : "";

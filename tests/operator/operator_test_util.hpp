@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <spawn.h>
 #include <unistd.h>
 
 #include <array>
@@ -23,6 +24,8 @@
 #include "moeserve/operator/kube_client.hpp"
 #include "moeserve/operator/operator.hpp"
 
+extern char** environ;
+
 namespace moeserve::op::testing {
 
 using nlohmann::json;
@@ -31,6 +34,22 @@ using namespace std::chrono_literals;
 inline std::string SourceDir() {
   const char* d = std::getenv("MOESERVE_SOURCE_DIR");
   return d ? d : ".";
+}
+
+// The moe-operator binary of this build, for tests that run it as a process.
+inline std::string OperatorBinary() {
+  const char* d = std::getenv("MOESERVE_BINARY_DIR");
+  return std::string(d ? d : ".") + "/operator/moe-operator";
+}
+
+// Starts args[0] with args, inheriting the environment; -1 when it cannot.
+inline pid_t Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
 }
 
 inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {

@@ -16,20 +16,6 @@ extern char** environ;
 namespace moeserve::op::testing {
 namespace {
 
-std::string OperatorBinary() {
-  const char* d = std::getenv("MOESERVE_BINARY_DIR");
-  return std::string(d ? d : ".") + "/operator/moe-operator";
-}
-
-pid_t Spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
-}
-
 // The wait status once the child exits, or nullopt (the child is then killed)
 // if it is still running after `limit`.
 std::optional<int> WaitExit(pid_t pid, std::chrono::milliseconds limit) {
