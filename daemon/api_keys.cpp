@@ -32,6 +32,13 @@ Result<ApiKeys> ApiKeys::Parse(const std::string& text, const std::string& sourc
   if (!root.IsMap() || !root["keys"] || !root["keys"].IsSequence()) {
     return Fail(Error::InvalidArgument(source + ": expected a map with a 'keys' list of {key|sha256, tenant, role}"));
   }
+  auto tiers = ParseTenantTiers(root["tenants"], source);
+  if (!tiers) return Fail(tiers.error());
+  auto tiers_of = [&](const std::string& tenant) {
+    auto it = tiers->find(tenant);
+    if (it == tiers->end()) it = tiers->find("*");
+    return it == tiers->end() ? kAllTiers : it->second;
+  };
   ApiKeys keys;
   keys.enabled_ = true;
   size_t i = 0;
@@ -55,6 +62,7 @@ Result<ApiKeys> ApiKeys::Parse(const std::string& text, const std::string& sourc
       Principal p;
       if (entry["tenant"]) p.tenant = entry["tenant"].as<std::string>();
       if (p.tenant.empty()) return Fail(Error::InvalidArgument(where + ".tenant: must not be empty"));
+      p.tiers = tiers_of(p.tenant);
       if (entry["role"]) {
         std::string role = entry["role"].as<std::string>();
         if (role != "admin" && role != "user") {

@@ -122,6 +122,17 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   if (!req) return fail(req.error());
   auto prepared = Prepare(*req, facts_);
   if (!prepared) return fail(prepared.error());
+  // The tenant's tiers, budgets and rate limits; checked on a valid request
+  // only, at the tier it would run at.
+  auto admission = budget_.Admit(who, prepared->tier);
+  if (!admission) return fail(admission.error());
+  if (admission->downgraded) {
+    // A spent `downgrade` budget: served at low, whatever was asked; the
+    // request's own thinking_budget can only lower low's budget further.
+    req->reasoning_effort = ReasoningEffort::kLow;
+    prepared = Prepare(*req, facts_);
+    if (!prepared) return fail(prepared.error());
+  }
 
   CompletionInfo info;
   info.id = NewCompletionId();
@@ -131,9 +142,10 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   info.include_usage = req->include_usage;
   info.tenant = who.tenant;
   info.tier = prepared->tier;
+  info.downgraded = admission->downgraded;
   info.stop = req->stop;
   info.received = received;
-  auto sink = std::make_shared<CompletionSink>(std::move(info), exchange, scheduler_, metrics_);
+  auto sink = std::make_shared<CompletionSink>(std::move(info), exchange, scheduler_, metrics_, budget_);
   // Registered before Submit: a hang-up in between cancels as soon as the id is known.
   exchange->OnClientGone([weak = std::weak_ptr<CompletionSink>(sink)] {
     if (auto s = weak.lock()) s->OnDisconnect();

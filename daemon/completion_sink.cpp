@@ -8,18 +8,23 @@ namespace moeserve::daemon {
 using json = nlohmann::json;
 
 CompletionSink::CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange, Scheduler& scheduler,
-                               DaemonMetrics& metrics)
+                               DaemonMetrics& metrics, BudgetService& budget)
     : info_(std::move(info)),
       exchange_(std::move(exchange)),
       scheduler_(scheduler),
       metrics_(metrics),
+      budget_(budget),
       assembler_(info_.stop),
       sse_(exchange_) {
   // The role chunk goes first, before any event can.
   if (info_.stream) sse_.Send(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr).dump());
 }
 
-void CompletionSink::BeginStream() { sse_.Begin(); }
+void CompletionSink::BeginStream() {
+  HttpHeaders extra;
+  if (info_.downgraded) extra.emplace_back("X-MoE-Downgraded", "budget");
+  sse_.Begin(std::move(extra));
+}
 
 void CompletionSink::SetSequence(engine::SequenceId id) {
   bool cancel;
@@ -114,6 +119,15 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
   metrics_.AddTokens(info_.tenant, info_.tier, "reasoning", static_cast<uint64_t>(u.reasoning_tokens));
   metrics_.AddTokens(info_.tenant, info_.tier, "output", static_cast<uint64_t>(u.completion_tokens - u.reasoning_tokens));
   if (assembler_.tool_call_parse_errors() > 0) metrics_.AddToolCallParseErrors(assembler_.tool_call_parse_errors());
+  ChargeRecord charge{info_.tenant, info_.tier,
+                      {u.prompt_tokens - u.cached_tokens, u.cached_tokens, u.completion_tokens - u.reasoning_tokens,
+                       u.reasoning_tokens}};
+  budget_.Charge(std::move(charge),
+                 [self = shared_from_this(), e](const Status& charged) { self->Complete(e, charged); });
+}
+
+void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged) {
+  const auto& u = e.usage;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - info_.received).count();
 
   const bool cancelled = e.finish == engine::FinishReason::kCancelled && !assembler_.StopMatched();
@@ -136,6 +150,15 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
     else ReplyError(*exchange_, err);
     return;
   }
+  if (!charged) {
+    // Not on disk, so not charged: the request is not acknowledged either.
+    ApiError err = ApiError::Internal("The usage of this completion could not be recorded (" +
+                                      charged.error().message() + "); it was not charged");
+    metrics_.RequestFinished(err.status, seconds);
+    if (info_.stream) AbortStream(err.ToJson());
+    else ReplyError(*exchange_, err);
+    return;
+  }
   const char* finish_reason = "stop";
   if (assembler_.StopMatched()) finish_reason = "stop";
   else if (e.finish == engine::FinishReason::kLength) finish_reason = "length";
@@ -148,6 +171,7 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
       json last = {{"id", info_.id},       {"object", "chat.completion.chunk"}, {"created", info_.created},
                    {"model", info_.model}, {"system_fingerprint", nullptr},     {"choices", json::array()},
                    {"usage", Usage(u)},    {"tier", info_.tier}};
+      if (info_.downgraded) last["downgraded"] = "budget";
       sse_.Send(last.dump());
     }
     sse_.Send("[DONE]");
@@ -174,7 +198,13 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
                                          {"finish_reason", finish_reason}}})},
                {"usage", Usage(u)},
                {"tier", info_.tier}};
-  ReplyJson(*exchange_, 200, body.dump(-1, ' ', false, json::error_handler_t::replace));
+  HttpResponse response{200, "application/json", {}, ""};
+  if (info_.downgraded) {
+    body["downgraded"] = "budget";
+    response.headers.emplace_back("X-MoE-Downgraded", "budget");
+  }
+  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  exchange_->Reply(std::move(response));
 }
 
 }  // namespace moeserve::daemon

@@ -2,8 +2,15 @@
 // (OutputAssembler) and answers the client, either once at the end (a JSON
 // chat.completion) or as server-sent chat.completion.chunk events.
 //
-// Thread safety: OnEvent runs on the scheduler thread only; OnDisconnect may
-// run on any thread and only sets flags and cancels.
+// Every request that reaches the engine is charged once when it ends (to the
+// budget service's ledger), for what was computed: completed, cancelled,
+// failed or abandoned by its client. Its answer (the JSON body, or the
+// stream's last chunks and [DONE]) is sent only after that charge is
+// committed; a charge that cannot be committed turns the answer into a 500.
+//
+// Thread safety: OnEvent runs on the scheduler thread only; the answer after
+// the charge runs on the ledger's writer thread, after the last event;
+// OnDisconnect may run on any thread and only sets flags and cancels.
 #pragma once
 
 #include <atomic>
@@ -15,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
@@ -31,6 +39,7 @@ struct CompletionInfo {
   bool include_usage = false;
   std::string tenant;
   std::string tier;
+  bool downgraded = false;  // served at low by a spent `downgrade` budget
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point received;
 };
@@ -38,7 +47,7 @@ struct CompletionInfo {
 class CompletionSink : public SequenceSink, public std::enable_shared_from_this<CompletionSink> {
  public:
   CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange, Scheduler& scheduler,
-                 DaemonMetrics& metrics);
+                 DaemonMetrics& metrics, BudgetService& budget);
 
   // Streaming: sends the response head, the role chunk and any events that
   // came since Submit.
@@ -57,11 +66,14 @@ class CompletionSink : public SequenceSink, public std::enable_shared_from_this<
   nlohmann::json Usage(const engine::SequenceUsage& u) const;
   void SendDelta(const OutputDelta& d);
   void Finish(const engine::TokenEvent& event);
+  // The answer, once the charge of `event`'s usage is committed (or not).
+  void Complete(const engine::TokenEvent& event, const Status& charged);
 
   CompletionInfo info_;
   std::shared_ptr<HttpExchange> exchange_;
   Scheduler& scheduler_;
   DaemonMetrics& metrics_;
+  BudgetService& budget_;
   OutputAssembler assembler_;
   SseWriter sse_;
 

@@ -115,6 +115,21 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
     return integer(4096, int64_t{1} << 32, c.max_stream_buffer_bytes);
   } else if (key == "http_threads") {
     return integer(1, 256, c.http_threads);
+  } else if (key == "state_dir") {
+    c.state_dir = value;
+  } else if (key == "ledger_path") {
+    c.ledger_path = value;
+  } else if (key == "policy_name") {
+    if (value.empty()) return bad("must not be empty");
+    c.budget.policy_name = value;
+  } else if (key == "deployment_name") {
+    c.budget.deployment_name = value;
+  } else if (key == "hook_retry_initial_seconds") {
+    return seconds(0.01, 3600, c.hook_retry_initial_seconds);
+  } else if (key == "hook_retry_max_seconds") {
+    return seconds(0.01, 86400, c.hook_retry_max_seconds);
+  } else if (key == "hook_give_up_seconds") {
+    return seconds(3600, 30 * 86400, c.hook_give_up_seconds);
   } else if (key == "kernels") {
     if (value != "fast" && value != "reference") return bad("must be fast or reference");
     c.kernels = value;
@@ -154,6 +169,10 @@ Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::s
         if (!b.second.IsScalar()) return Fail(Error::InvalidArgument(source + ": " + sub + ": must be an integer"));
         MOE_TRY(ApplySetting(base, sub, b.second.Scalar(), source));
       }
+      continue;
+    }
+    if (key == "pricing" || key == "budgets" || key == "hooks") {
+      MOE_TRY(ParseBudgetSection(base.budget, key, kv.second, source));
       continue;
     }
     if (!kv.second.IsScalar()) return Fail(Error::InvalidArgument(source + ": " + key + ": must be a single value"));

@@ -41,6 +41,10 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                            .Name("moe_budget_remaining_ratio")
                            .Help("Share of the tenant's budget left in the period")
                            .Register(*registry_);
+  budget_limit_ = &BuildGauge()
+                       .Name("moe_budget_limit_usd")
+                       .Help("The tenant's budget for the period in USD")
+                       .Register(*registry_);
   running_ = &BuildGauge().Name("moe_requests_running").Help("Sequences in the running batch").Register(*registry_).Add({});
   waiting_ = &BuildGauge().Name("moe_requests_waiting").Help("Sequences queued for admission").Register(*registry_).Add({});
   kv_usage_ = &BuildGauge().Name("moe_kv_cache_usage_ratio").Help("Used KV cache blocks / all blocks").Register(*registry_).Add({});
@@ -131,6 +135,17 @@ void DaemonMetrics::AddTokens(const std::string& tenant, const std::string& tier
 }
 void DaemonMetrics::AddToolCallParseErrors(uint64_t n) { tool_call_parse_errors_->Increment(static_cast<double>(n)); }
 void DaemonMetrics::AddClientDisconnect() { client_disconnects_->Increment(); }
+void DaemonMetrics::AddCost(const std::string& tenant, const std::string& tier, double usd) {
+  cost_->Add({{"tenant", tenant}, {"tier", tier}}).Increment(usd);
+}
+void DaemonMetrics::SetBudget(const std::string& tenant, const std::string& period, double limit_usd,
+                              double remaining_ratio) {
+  budget_limit_->Add({{"tenant", tenant}, {"period", period}}).Set(limit_usd);
+  budget_remaining_->Add({{"tenant", tenant}, {"period", period}}).Set(remaining_ratio);
+}
+void DaemonMetrics::AddAlertDelivery(const std::string& result) {
+  alert_deliveries_->Add({{"result", result}}).Increment();
+}
 
 void DaemonMetrics::UpdateFromEngine(const engine::EngineMetrics& m) {
   running_->Set(m.running);

@@ -2,13 +2,14 @@
 
 namespace moeserve::daemon {
 
-void SseWriter::Begin() {
+void SseWriter::Begin(HttpHeaders extra) {
   std::lock_guard lock(mu_);
   if (begun_) return;
   begun_ = true;
-  exchange_->BeginStream(200, "text/event-stream",
-                         {{"Cache-Control", "no-cache"},
-                          {"X-Accel-Buffering", "no"}});  // proxies must not hold events back
+  HttpHeaders headers = {{"Cache-Control", "no-cache"},
+                         {"X-Accel-Buffering", "no"}};  // proxies must not hold events back
+  for (auto& h : extra) headers.push_back(std::move(h));
+  exchange_->BeginStream(200, "text/event-stream", std::move(headers));
   if (!early_.empty()) exchange_->Write(std::move(early_));
   early_.clear();
   if (closed_) exchange_->EndStream();

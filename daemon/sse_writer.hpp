@@ -21,8 +21,9 @@ namespace moeserve::daemon {
 class SseWriter {
  public:
   explicit SseWriter(std::shared_ptr<HttpExchange> exchange) : exchange_(std::move(exchange)) {}
-  // Sends the 200 head with `text/event-stream` and what was sent before.
-  void Begin();
+  // Sends the 200 head with `text/event-stream` (and `extra` headers) and
+  // what was sent before.
+  void Begin(HttpHeaders extra = {});
   // "data: <payload>\n\n"
   void Send(const std::string& payload);
   void Close();

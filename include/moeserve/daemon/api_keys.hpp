@@ -6,6 +6,8 @@
 //     - key: sk-live-abc           # or   sha256: <64 hex digits>
 //       tenant: acme               # default "default"
 //       role: admin                # optional; "admin" sees every tenant's usage
+//   tenants:                       # optional (tenants.hpp): the tiers each tenant may use
+//     acme: {tiers: [low, medium]}
 //
 // Thread safety: immutable after loading; share freely.
 #pragma once
@@ -16,12 +18,14 @@
 #include <unordered_map>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/daemon/tenants.hpp"
 
 namespace moeserve::daemon {
 
 struct Principal {
   std::string tenant = "default";
   bool admin = false;
+  TierSet tiers = kAllTiers;  // the tiers the tenant may use (the file's `tenants`)
 };
 
 class ApiKeys {

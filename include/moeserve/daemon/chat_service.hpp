@@ -10,6 +10,7 @@
 
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
@@ -30,8 +31,11 @@ struct ServingFacts {
 class ChatService {
  public:
   using Clock = std::chrono::steady_clock;
-  ChatService(Scheduler& scheduler, DaemonMetrics& metrics, ServingFacts facts)
-      : scheduler_(scheduler), metrics_(metrics), facts_(std::move(facts)) {}
+  // `budget` admits each request for its tenant (tiers, budgets, rate
+  // limits) and charges it when it ends; a request is answered only once its
+  // charge is committed (usage_ledger.hpp).
+  ChatService(Scheduler& scheduler, DaemonMetrics& metrics, BudgetService& budget, ServingFacts facts)
+      : scheduler_(scheduler), metrics_(metrics), budget_(budget), facts_(std::move(facts)) {}
 
   // Answers the request itself, now (errors) or later (from the scheduler
   // thread). A client that hangs up (exchange->OnClientGone) cancels its
@@ -44,6 +48,7 @@ class ChatService {
  private:
   Scheduler& scheduler_;
   DaemonMetrics& metrics_;
+  BudgetService& budget_;
   ServingFacts facts_;
 };
 

@@ -40,6 +40,15 @@
 //   max_body_bytes: 8388608
 //   kernels: fast                 # fast | reference
 //   constrained_max_string_bytes: 256   # longest string in a constrained tool call
+//   state_dir: ""                 # the daemon's durable state (a PersistentVolumeClaim under Kubernetes)
+//   ledger_path: ""               # the usage ledger (SQLite); default <state_dir>/usage.sqlite3;
+//                                 # neither set: kept in memory, lost on restart
+//   policy_name: standalone       # "policy" in alert payloads
+//   deployment_name: ""           # "deployment" in alert payloads (default: served_model_name)
+//   pricing: {...}  budgets: [...]  hooks: [...]   # YAML only; budget_policy.hpp
+//   hook_retry_initial_seconds: 5      # first wait after a failed delivery (doubles, with jitter)
+//   hook_retry_max_seconds: 600        # longest wait between attempts
+//   hook_give_up_seconds: 86400        # retried this long after the alert fired (at least 3600)
 //
 // Thread safety: plain values.
 #pragma once
@@ -49,6 +58,7 @@
 #include <string>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/daemon/budget_policy.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/engine/model_config.hpp"
 
@@ -93,6 +103,13 @@ struct DaemonConfig {
   // Constrained decoding: the longest string a tool argument (or json_object
   // value) may hold. A bound keeps a poorly sampling model from running on.
   int constrained_max_string_bytes = 256;
+  // Budgets and the usage ledger (budget_service.hpp).
+  std::string state_dir;
+  std::string ledger_path;
+  BudgetPolicy budget;  // policy_name, deployment_name, pricing, budgets, hooks
+  double hook_retry_initial_seconds = 5;
+  double hook_retry_max_seconds = 600;
+  double hook_give_up_seconds = 86400;
 };
 
 // YAML text; `source` names the file in messages. Unknown keys are refused

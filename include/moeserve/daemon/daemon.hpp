@@ -7,8 +7,8 @@
 // new chat requests 503, in-flight ones finish within the grace period, the
 // rest are cancelled; then the listener closes).
 //
-// Routes: POST /v1/chat/completions, GET /v1/models, GET /healthz,
-// GET /readyz, GET /metrics. /v1/* need `Authorization: Bearer <key>` when an
+// Routes: POST /v1/chat/completions, GET /v1/models, GET /v1/usage,
+// GET /healthz, GET /readyz, GET /metrics. /v1/* need `Authorization: Bearer <key>` when an
 // API keys file is configured; /metrics then needs the metrics token (or an
 // admin key). Without keys the daemon refuses to listen beyond loopback
 // unless allow_unauthenticated is set. Authentication, routing and the body

@@ -1,7 +1,6 @@
 // The daemon's Prometheus metrics (api.md "Metrics"), exposed as text on
-// GET /metrics by Scrape(). Families that later work fills (cost, budgets,
-// alert deliveries) are registered now so that dashboards and alert rules
-// can rely on their names; they have no samples until then.
+// GET /metrics by Scrape(). Cost, budget and alert-delivery samples come from
+// the budget service (budget_service.hpp) as requests are charged.
 //
 // The weight puller's counters (moe_weights_bytes_pulled_total, ...) live in
 // storage/pull_metrics and are appended to every scrape.
@@ -42,6 +41,12 @@ class DaemonMetrics {
   void AddTokens(const std::string& tenant, const std::string& tier, const std::string& kind, uint64_t n);
   void AddToolCallParseErrors(uint64_t n);
   void AddClientDisconnect();
+  // Budgets (budget_service.hpp): a charged request's cost; a budget's limit
+  // and the share of it left in the current period; a hook delivery attempt
+  // (result: delivered | retry | refused | failed).
+  void AddCost(const std::string& tenant, const std::string& tier, double usd);
+  void SetBudget(const std::string& tenant, const std::string& period, double limit_usd, double remaining_ratio);
+  void AddAlertDelivery(const std::string& result);
 
   void UpdateFromEngine(const engine::EngineMetrics& m);
   // The HTTP front's connection counts and cut-offs (running totals).
@@ -60,6 +65,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* tokens_;
   prometheus::Family<prometheus::Counter>* cost_;
   prometheus::Family<prometheus::Gauge>* budget_remaining_;
+  prometheus::Family<prometheus::Gauge>* budget_limit_;
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_usage_;

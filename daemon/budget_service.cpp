@@ -1,0 +1,154 @@
+#include "moeserve/daemon/budget_service.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "moeserve/daemon/metrics.hpp"
+
+namespace moeserve::daemon {
+
+namespace {
+std::string Usd(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "$%.2f", v);
+  return buf;
+}
+bool Spent(const PeriodSpend& s, const Budget& b) { return s.spent_usd >= b.limit_usd - 1e-9; }
+}  // namespace
+
+Result<std::unique_ptr<BudgetService>> BudgetService::Create(BudgetServiceOptions options, DaemonMetrics* metrics) {
+  std::unique_ptr<BudgetService> s(new BudgetService(std::move(options), metrics));
+  UsageLedger::Options lo;
+  lo.path = s->options_.ledger_path;
+  lo.clock = s->options_.clock;
+  lo.policy = s->options_.policy;
+  MOE_ASSIGN_OR_RETURN(s->ledger_, UsageLedger::Open(std::move(lo)));
+  for (const auto& b : s->options_.policy.budgets) {
+    if (b.tenant != "*") s->tenants_.insert(b.tenant);
+  }
+  const int64_t now = static_cast<int64_t>(s->options_.clock());
+  if (auto rows = s->ledger_->Rows(std::nullopt)) {
+    for (const auto& r : *rows) {
+      if (r.period_start == PeriodStart(r.period, now)) s->tenants_.insert(r.tenant);
+    }
+  }
+  if (metrics) {
+    s->ledger_->SetCommitListener([metrics](const std::vector<std::pair<ChargeRecord, double>>& costs) {
+      for (const auto& [r, usd] : costs) metrics->AddCost(r.tenant, r.tier, usd);
+    });
+  }
+  if (!s->options_.policy.hooks.empty()) {
+    std::function<void(const std::string&)> on_result;
+    if (metrics) on_result = [metrics](const std::string& result) { metrics->AddAlertDelivery(result); };
+    s->outbox_ = std::make_unique<HookOutbox>(*s->ledger_, s->options_.retry, std::move(on_result));
+    s->ledger_->SetAlertListener([o = s->outbox_.get()] { o->Wake(); });
+    s->outbox_->Start();  // deliveries left pending by the last run go out now
+  }
+  return s;
+}
+
+BudgetService::~BudgetService() { Stop(); }
+
+void BudgetService::Stop() {
+  if (outbox_) outbox_->Stop();
+}
+
+RateLimits BudgetService::LimitsFor(const std::string& tenant) const {
+  RateLimits l;
+  auto tighter = [](int64_t have, int64_t add) { return add > 0 && (have == 0 || add < have) ? add : have; };
+  for (const Budget* b : options_.policy.BudgetsFor(tenant)) {
+    l.requests_per_minute = tighter(l.requests_per_minute, b->requests_per_minute);
+    l.tokens_per_minute = tighter(l.tokens_per_minute, b->tokens_per_minute);
+  }
+  return l;
+}
+
+ApiResult<BudgetService::Admission> BudgetService::Admit(const Principal& who, const std::string& tier) {
+  if (!(who.tiers & TierBit(tier))) {
+    return ApiFail(ApiError{403, "permission_error", "tier_not_allowed",
+                            "Tenant " + who.tenant + " may not use the " + tier + " tier (allowed: " +
+                                TierSetNames(who.tiers) + "); choose another reasoning_effort",
+                            "reasoning_effort", 0});
+  }
+  Admission a{tier, false};
+  const int64_t now = static_cast<int64_t>(options_.clock());
+  const auto budgets = options_.policy.BudgetsFor(who.tenant);
+  for (const Budget* b : budgets) {
+    if (b->action != BudgetAction::kBlock) continue;
+    const int64_t start = PeriodStart(b->period, now);
+    PeriodSpend s = ledger_->Spent(who.tenant, b->period, start);
+    if (!Spent(s, *b)) continue;
+    const std::string name = (b->period == BudgetPeriod::kDay ? "daily" : "monthly");
+    return ApiFail(ApiError{403, "permission_error", "budget_exceeded",
+                            "Tenant " + who.tenant + " has spent " + Usd(s.spent_usd) + " of its " + name +
+                                " budget of " + Usd(b->limit_usd) + " (policy " + options_.policy.policy_name +
+                                ", budget for " + (b->tenant == "*" ? std::string("every tenant") : "tenant " + b->tenant) +
+                                "); it resets at " + Iso8601Utc(NextPeriodStart(b->period, now)),
+                            "", 0});
+  }
+  const RateLimits limits = LimitsFor(who.tenant);
+  if (auto d = limiter_.Admit(who.tenant, limits); !d.allowed) {
+    return ApiFail(ApiError::RateLimited(
+        "Tenant " + who.tenant + " is over its " +
+            (d.by_tokens ? "tokens-per-minute limit of " + std::to_string(limits.tokens_per_minute)
+                         : "requests-per-minute limit of " + std::to_string(limits.requests_per_minute)) +
+            "; retry after " + std::to_string(d.retry_after_seconds) + " s",
+        d.retry_after_seconds));
+  }
+  for (const Budget* b : budgets) {
+    if (b->action != BudgetAction::kDowngrade || tier == "low") continue;
+    if (Spent(ledger_->Spent(who.tenant, b->period, PeriodStart(b->period, now)), *b)) {
+      a.tier = "low";
+      a.downgraded = true;
+    }
+  }
+  return a;
+}
+
+void BudgetService::Charge(ChargeRecord record, UsageLedger::Done done) {
+  limiter_.Consume(record.tenant, LimitsFor(record.tenant), record.tokens.total());
+  {
+    std::lock_guard lock(tenants_mu_);
+    tenants_.insert(record.tenant);
+  }
+  ledger_->Charge(std::move(record), std::move(done));
+}
+
+ApiResult<nlohmann::json> BudgetService::Usage(const Principal& who) const {
+  auto rows = ledger_->Rows(who.admin ? std::nullopt : std::optional<std::string>(who.tenant));
+  if (!rows) return ApiFail(ApiError::Internal("The usage ledger could not be read: " + rows.error().message()));
+  nlohmann::json data = nlohmann::json::array();
+  for (const auto& r : *rows) {
+    data.push_back({{"tenant", r.tenant},
+                    {"tier", r.tier},
+                    {"period", PeriodName(r.period)},
+                    {"period_start", Iso8601Utc(r.period_start)},
+                    {"requests", r.requests},
+                    {"tokens",
+                     {{"input", r.tokens.input},
+                      {"cached_input", r.tokens.cached_input},
+                      {"output", r.tokens.output},
+                      {"reasoning", r.tokens.reasoning}}},
+                    {"cost_usd", r.cost_usd}});
+  }
+  return nlohmann::json{{"object", "list"}, {"data", std::move(data)}};
+}
+
+void BudgetService::RefreshMetrics() {
+  if (!metrics_) return;
+  std::set<std::string> tenants;
+  {
+    std::lock_guard lock(tenants_mu_);
+    tenants = tenants_;
+  }
+  const int64_t now = static_cast<int64_t>(options_.clock());
+  for (const auto& tenant : tenants) {
+    for (const Budget* b : options_.policy.BudgetsFor(tenant)) {
+      const PeriodSpend s = ledger_->Spent(tenant, b->period, PeriodStart(b->period, now));
+      const double remaining = b->limit_usd > 0 ? std::max(0.0, 1.0 - s.spent_usd / b->limit_usd) : 0.0;
+      metrics_->SetBudget(tenant, std::string(PeriodName(b->period)), b->limit_usd, remaining);
+    }
+  }
+}
+
+}  // namespace moeserve::daemon

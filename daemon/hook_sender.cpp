@@ -1,0 +1,209 @@
+#include "moeserve/daemon/hook_sender.hpp"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <cstring>
+#include <memory>
+
+namespace moeserve::daemon {
+
+namespace {
+
+bool V4Allowed(uint32_t a) {  // host byte order
+  auto in = [a](uint32_t net, int bits) { return bits == 0 || (a >> (32 - bits)) == (net >> (32 - bits)); };
+  return !(in(0x00000000, 8) ||     // "this network", 0.0.0.0
+           in(0x0A000000, 8) ||     // 10/8
+           in(0x64400000, 10) ||    // 100.64/10 carrier-grade NAT
+           in(0x7F000000, 8) ||     // loopback
+           in(0xA9FE0000, 16) ||    // link-local, 169.254.169.254 metadata
+           in(0xAC100000, 12) ||    // 172.16/12
+           in(0xC0000000, 24) ||    // 192.0.0/24 protocol assignments
+           in(0xC0A80000, 16) ||    // 192.168/16
+           in(0xC6120000, 15) ||    // 198.18/15 benchmarking
+           in(0xE0000000, 4) ||     // multicast
+           in(0xF0000000, 4));      // reserved, broadcast
+}
+
+bool V6Allowed(const in6_addr& a) {
+  const uint8_t* b = a.s6_addr;
+  static const uint8_t kZero[16] = {};
+  if (std::memcmp(b, kZero, 15) == 0 && (b[15] == 0 || b[15] == 1)) return false;  // :: and ::1
+  if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) return false;                        // fe80::/10 link-local
+  if ((b[0] & 0xfe) == 0xfc) return false;                                        // fc00::/7 unique-local
+  if (b[0] == 0xff) return false;                                                 // multicast
+  if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) return false;                        // fec0::/10 site-local
+  // IPv4 inside IPv6 (mapped ::ffff:a.b.c.d, compatible ::a.b.c.d, NAT64
+  // 64:ff9b::/96): judged as the IPv4 address, which is where it ends up.
+  const bool mapped = std::memcmp(b, kZero, 10) == 0 && b[10] == 0xff && b[11] == 0xff;
+  const bool compatible = std::memcmp(b, kZero, 12) == 0;
+  const bool nat64 = b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && std::memcmp(b + 4, kZero, 8) == 0;
+  if (mapped || compatible || nat64) {
+    uint32_t v4 = (uint32_t{b[12]} << 24) | (uint32_t{b[13]} << 16) | (uint32_t{b[14]} << 8) | b[15];
+    return V4Allowed(v4);
+  }
+  return true;
+}
+
+std::string AddressText(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  else if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+struct SocketCheck {
+  bool allow_private = false;
+  bool refused = false;
+  std::string refused_address;
+};
+
+// curl opens every socket through here: the last word on where it connects.
+curl_socket_t OpenCheckedSocket(void* clientp, curlsocktype purpose, curl_sockaddr* address) {
+  auto* check = static_cast<SocketCheck*>(clientp);
+  if (purpose != CURLSOCKTYPE_IPCXN || !HookAddressAllowed(&address->addr, check->allow_private)) {
+    check->refused = true;
+    check->refused_address = AddressText(&address->addr);
+    return CURL_SOCKET_BAD;
+  }
+  return ::socket(address->family, address->socktype, address->protocol);
+}
+
+size_t Discard(char*, size_t size, size_t n, void*) { return size * n; }
+
+struct UrlParts {
+  std::string scheme, host, port;
+};
+
+bool ParseUrl(const std::string& url, UrlParts& out) {
+  std::unique_ptr<CURLU, decltype(&curl_url_cleanup)> u(curl_url(), curl_url_cleanup);
+  if (!u || curl_url_set(u.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) return false;
+  auto get = [&](CURLUPart part, std::string& into, unsigned flags) {
+    char* v = nullptr;
+    if (curl_url_get(u.get(), part, &v, flags) != CURLUE_OK) return false;
+    into = v;
+    curl_free(v);
+    return true;
+  };
+  return get(CURLUPART_SCHEME, out.scheme, 0) && get(CURLUPART_HOST, out.host, 0) &&
+         get(CURLUPART_PORT, out.port, CURLU_DEFAULT_PORT);
+}
+
+}  // namespace
+
+bool HookAddressAllowed(const sockaddr* addr, bool allow_private) {
+  if (addr->sa_family == AF_INET) {
+    if (allow_private) return true;
+    return V4Allowed(ntohl(reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr));
+  }
+  if (addr->sa_family == AF_INET6) return allow_private || V6Allowed(reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
+  return false;  // unix sockets and the rest
+}
+
+std::string HmacSha256Hex(const std::string& secret, const std::string& body) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(body.data()),
+       body.size(), mac, &len);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) out += {kHex[mac[i] >> 4], kHex[mac[i] & 15]};
+  return out;
+}
+
+HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, const std::string& body,
+                        double timeout_seconds) {
+  HookSendResult r;
+  UrlParts url;
+  if (!ParseUrl(hook.url, url)) {
+    r.refused = true;
+    r.error = "hook '" + hook.name + "': the URL does not parse";
+    return r;
+  }
+  const std::string where = "hook '" + hook.name + "' (" + url.host + ")";
+  if (url.scheme != "https" && !(url.scheme == "http" && hook.allow_http)) {
+    r.refused = true;
+    r.error = where + ": scheme " + url.scheme + " is not allowed (https, or http with allowHTTP)";
+    return r;
+  }
+  // Resolve here and pin the connection to an allowed address.
+  std::string host = url.host;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), url.port.c_str(), &hints, &found); rc != 0) {
+    r.error = where + ": cannot resolve: " + gai_strerror(rc);
+    return r;
+  }
+  std::string pinned, refused_list;
+  for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+    const std::string text = AddressText(ai->ai_addr);
+    if (HookAddressAllowed(ai->ai_addr, hook.allow_private_addresses)) {
+      pinned = ai->ai_family == AF_INET6 ? "[" + text + "]" : text;
+      break;
+    }
+    refused_list += (refused_list.empty() ? "" : ", ") + text;
+  }
+  ::freeaddrinfo(found);
+  if (pinned.empty()) {
+    r.refused = true;
+    r.error = where + ": resolves only to addresses hooks may not reach (" + refused_list +
+              "; loopback, link-local and private addresses need allowPrivateAddresses)";
+    return r;
+  }
+
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
+  if (!curl) {
+    r.error = where + ": curl_easy_init failed";
+    return r;
+  }
+  CURL* c = curl.get();
+  SocketCheck check{hook.allow_private_addresses};
+  curl_slist* resolve = curl_slist_append(nullptr, (host + ":" + url.port + ":" + pinned).c_str());
+  curl_slist* headers = nullptr;
+  headers = curl_slist_append(headers, "Content-Type: application/json");
+  headers = curl_slist_append(headers, ("X-MoE-Signature: sha256=" + HmacSha256Hex(hook.secret, body)).c_str());
+  headers = curl_slist_append(headers, ("X-MoE-Delivery: " + delivery_id).c_str());
+  headers = curl_slist_append(headers, "Expect:");
+  curl_easy_setopt(c, CURLOPT_URL, hook.url.c_str());
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, hook.allow_http ? "http,https" : "https");
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(c, CURLOPT_PROXY, "");  // never a proxy from the environment
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_RESOLVE, resolve);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, OpenCheckedSocket);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &check);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(c, CURLOPT_POST, 1L);
+  curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
+  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "moeserve-hooks/1");
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_seconds * 1000));
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min(timeout_seconds, 5.0) * 1000));
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, Discard);
+  const CURLcode rc = curl_easy_perform(c);
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(headers);
+  curl_slist_free_all(resolve);
+  r.http_status = static_cast<int>(status);
+  if (check.refused) {
+    r.refused = true;
+    r.error = where + ": refused to connect to " + check.refused_address;
+    return r;
+  }
+  if (rc != CURLE_OK) {
+    r.error = where + ": " + curl_easy_strerror(rc);
+    return r;
+  }
+  r.delivered = status >= 200 && status < 300;
+  if (!r.delivered) r.error = where + ": answered HTTP " + std::to_string(status) + (status >= 300 && status < 400 ? " (redirects are not followed)" : "");
+  return r;
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,391 @@
+#include "moeserve/daemon/usage_ledger.hpp"
+
+#include <openssl/rand.h>
+#include <sqlite3.h>
+
+#include <future>
+
+#include "moeserve/common/log.hpp"
+#include "moeserve/daemon/budget_alert.hpp"
+
+namespace moeserve::daemon {
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS usage(
+  tenant TEXT NOT NULL, tier TEXT NOT NULL, period TEXT NOT NULL, period_start INTEGER NOT NULL,
+  requests INTEGER NOT NULL DEFAULT 0, input INTEGER NOT NULL DEFAULT 0, cached_input INTEGER NOT NULL DEFAULT 0,
+  output INTEGER NOT NULL DEFAULT 0, reasoning INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0,
+  PRIMARY KEY(tenant, tier, period, period_start)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS alerts(
+  tenant TEXT NOT NULL, period TEXT NOT NULL, period_start INTEGER NOT NULL, threshold REAL NOT NULL,
+  fired_at INTEGER NOT NULL, PRIMARY KEY(tenant, period, period_start, threshold)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox(
+  id TEXT PRIMARY KEY, hook TEXT NOT NULL, body TEXT NOT NULL, created_at REAL NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at REAL NOT NULL, state TEXT NOT NULL DEFAULT 'pending',
+  last_error TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);
+)sql";
+
+// A prepared statement that finalizes itself.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  int Step() { return sqlite3_step(s_); }
+  void Reset() { sqlite3_reset(s_); }
+  bool Null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  double Real(int col) const { return sqlite3_column_double(s_, col); }
+  std::string Text(int col) const {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col))) : std::string();
+  }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+Error DbError(sqlite3* db, const std::string& what) {
+  return Error::Io("usage ledger: " + what + ": " + (db ? sqlite3_errmsg(db) : "no database"));
+}
+
+std::string NewDeliveryId() {
+  unsigned char raw[16];
+  if (RAND_bytes(raw, sizeof raw) != 1) {
+    for (auto& b : raw) b = static_cast<unsigned char>(std::rand());
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "dlv_";
+  for (unsigned char b : raw) id += {kHex[b >> 4], kHex[b & 15]};
+  return id;
+}
+
+// A spend compared with a fraction of a limit, with room for the float sum.
+bool Reached(double spent, double threshold, double limit) { return spent >= threshold * limit - 1e-9; }
+
+}  // namespace
+
+Status UsageLedger::Exec(const char* sql) const {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Fail(Error::Io("usage ledger " + (options_.path.empty() ? std::string("(memory)") : options_.path) + ": " + msg));
+  }
+  return Ok();
+}
+
+Result<std::unique_ptr<UsageLedger>> UsageLedger::Open(Options options) {
+  std::unique_ptr<UsageLedger> l(new UsageLedger(std::move(options)));
+  MOE_TRY(l->Init());
+  l->writer_ = std::thread([p = l.get()] { p->WriterLoop(); });
+  return l;
+}
+
+Status UsageLedger::Init() {
+  const std::string path = options_.path.empty() ? ":memory:" : options_.path;
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    return Fail(DbError(db_, "cannot open " + path));
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  if (!options_.path.empty()) {
+    // WAL: a commit appends to the log and fsyncs it once; FULL makes that
+    // fsync part of every commit, so a committed charge survives a crash of
+    // the process and of the machine.
+    MOE_TRY(Exec("PRAGMA journal_mode=WAL"));
+    MOE_TRY(Exec("PRAGMA synchronous=FULL"));
+  }
+  MOE_TRY(Exec(kSchema));
+  // The current periods' spend and fired thresholds, so that a restarted
+  // daemon enforces and alerts from where it stopped.
+  const int64_t now = static_cast<int64_t>(options_.clock());
+  for (BudgetPeriod p : kAllPeriods) {
+    const int64_t start = PeriodStart(p, now);
+    Stmt q(db_, "SELECT tenant, tier, input, cached_input, output, reasoning, cost_usd FROM usage "
+                "WHERE period = ? AND period_start = ?");
+    if (!q.ok()) return Fail(DbError(db_, "reading usage"));
+    q.Bind(1, std::string(PeriodName(p))).Bind(2, start);
+    while (q.Step() == SQLITE_ROW) {
+      PeriodSpend& s = spend_[{q.Text(0), p, start}];
+      TokenCounts t{q.Int(2), q.Int(3), q.Int(4), q.Int(5)};
+      s.spent_usd += q.Real(6);
+      s.tokens += t;
+      s.by_tier[q.Text(1)] = {t, q.Real(6)};
+    }
+    Stmt a(db_, "SELECT tenant, threshold FROM alerts WHERE period = ? AND period_start = ?");
+    if (!a.ok()) return Fail(DbError(db_, "reading alerts"));
+    a.Bind(1, std::string(PeriodName(p))).Bind(2, start);
+    while (a.Step() == SQLITE_ROW) fired_.insert({a.Text(0), p, start, a.Real(1)});
+  }
+  return Ok();
+}
+
+UsageLedger::~UsageLedger() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  if (db_) sqlite3_close_v2(db_);
+}
+
+void UsageLedger::Charge(ChargeRecord record, Done done) {
+  {
+    std::lock_guard lock(queue_mu_);
+    if (!stopping_) {
+      queue_.push_back({std::move(record), std::move(done)});
+      queue_cv_.notify_one();
+      return;
+    }
+  }
+  if (done) done(Fail(Error::Unavailable("usage ledger: closed")));
+}
+
+Status UsageLedger::ChargeAndWait(ChargeRecord record) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto future = promise->get_future();
+  Charge(std::move(record), [promise](const Status& st) { promise->set_value(st); });
+  return future.get();
+}
+
+void UsageLedger::SetAlertListener(std::function<void()> listener) {
+  std::lock_guard lock(state_mu_);
+  alert_listener_ = std::move(listener);
+}
+
+void UsageLedger::SetCommitListener(std::function<void(const std::vector<std::pair<ChargeRecord, double>>&)> l) {
+  std::lock_guard lock(state_mu_);
+  commit_listener_ = std::move(l);
+}
+
+void UsageLedger::WriterLoop() {
+  for (;;) {
+    std::vector<Pending> batch;
+    {
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued is committed
+      batch.swap(queue_);
+    }
+    std::map<SpendKey, PeriodSpend> spend;
+    std::set<AlertKey> fired;
+    std::vector<std::pair<ChargeRecord, double>> costs;
+    Status st = CommitBatch(batch, spend, fired, costs);
+    std::function<void()> on_alert;
+    std::function<void(const std::vector<std::pair<ChargeRecord, double>>&)> on_commit;
+    {
+      std::lock_guard lock(state_mu_);
+      if (st) {
+        for (auto& [k, v] : spend) spend_[k] = std::move(v);
+        const size_t before = fired_.size();
+        fired_.insert(fired.begin(), fired.end());
+        stats_.alerts += fired_.size() - before;
+        stats_.commits += 1;
+        stats_.charges += batch.size();
+      }
+      on_alert = alert_listener_;
+      on_commit = commit_listener_;
+    }
+    if (!st) log::Error("usage ledger: a batch of " + std::to_string(batch.size()) + " charges was not committed: " +
+                        st.error().message());
+    if (st && on_commit) on_commit(costs);
+    for (auto& p : batch) {
+      if (p.done) p.done(st);
+    }
+    if (st && !fired.empty() && on_alert) on_alert();
+  }
+}
+
+Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, PeriodSpend>& spend,
+                                std::set<AlertKey>& fired, std::vector<std::pair<ChargeRecord, double>>& costs) {
+  const BudgetPolicy& policy = options_.policy;
+  const double now_exact = options_.clock();
+  const int64_t now = static_cast<int64_t>(now_exact);
+  std::lock_guard db_lock(db_mu_);
+  MOE_TRY(Exec("BEGIN IMMEDIATE"));
+  auto rollback = [&](Error e) -> Status {
+    (void)Exec("ROLLBACK");
+    return Fail(std::move(e));
+  };
+  Stmt upsert(db_, "INSERT INTO usage(tenant, tier, period, period_start, requests, input, cached_input, output, "
+                   "reasoning, cost_usd) VALUES(?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9) "
+                   "ON CONFLICT(tenant, tier, period, period_start) DO UPDATE SET requests = requests + 1, "
+                   "input = input + ?5, cached_input = cached_input + ?6, output = output + ?7, "
+                   "reasoning = reasoning + ?8, cost_usd = cost_usd + ?9");
+  if (!upsert.ok()) return rollback(DbError(db_, "preparing the usage update"));
+  std::set<std::string> tenants;
+  {
+    std::lock_guard lock(state_mu_);
+    for (const auto& p : batch) {
+      for (BudgetPeriod period : kAllPeriods) {
+        SpendKey key{p.record.tenant, period, PeriodStart(period, now)};
+        if (!spend.contains(key)) {
+          auto it = spend_.find(key);
+          spend[key] = it == spend_.end() ? PeriodSpend{} : it->second;
+        }
+      }
+    }
+  }
+  for (const auto& p : batch) {
+    const ChargeRecord& r = p.record;
+    const double cost = policy.Cost(r.tier, r.tokens);
+    costs.emplace_back(r, cost);
+    tenants.insert(r.tenant);
+    for (BudgetPeriod period : kAllPeriods) {
+      const int64_t start = PeriodStart(period, now);
+      upsert.Bind(1, r.tenant).Bind(2, r.tier).Bind(3, std::string(PeriodName(period))).Bind(4, start);
+      upsert.Bind(5, r.tokens.input).Bind(6, r.tokens.cached_input).Bind(7, r.tokens.output).Bind(8, r.tokens.reasoning);
+      upsert.Bind(9, cost);
+      if (upsert.Step() != SQLITE_DONE) return rollback(DbError(db_, "updating usage"));
+      upsert.Reset();
+      PeriodSpend& s = spend[{r.tenant, period, start}];
+      s.spent_usd += cost;
+      s.tokens += r.tokens;
+      auto& tier = s.by_tier[r.tier];
+      tier.first += r.tokens;
+      tier.second += cost;
+    }
+  }
+  // Thresholds this batch reached for the first time in their period.
+  Stmt alert(db_, "INSERT INTO alerts(tenant, period, period_start, threshold, fired_at) VALUES(?, ?, ?, ?, ?)");
+  Stmt outbox(db_, "INSERT INTO outbox(id, hook, body, created_at, attempts, next_attempt_at, state) "
+                   "VALUES(?, ?, ?, ?, 0, ?, 'pending')");
+  if (!alert.ok() || !outbox.ok()) return rollback(DbError(db_, "preparing the alert inserts"));
+  for (const std::string& tenant : tenants) {
+    for (const Budget* b : policy.BudgetsFor(tenant)) {
+      const int64_t start = PeriodStart(b->period, now);
+      const PeriodSpend& s = spend[{tenant, b->period, start}];
+      for (double t : b->thresholds) {
+        AlertKey key{tenant, b->period, start, t};
+        if (!Reached(s.spent_usd, t, b->limit_usd) || fired.contains(key)) continue;
+        {
+          std::lock_guard lock(state_mu_);
+          if (fired_.contains(key)) continue;
+        }
+        alert.Bind(1, tenant).Bind(2, std::string(PeriodName(b->period))).Bind(3, start).Bind(4, t).Bind(5, now);
+        if (alert.Step() != SQLITE_DONE) return rollback(DbError(db_, "recording an alert"));
+        alert.Reset();
+        ThresholdCrossing c{tenant, b, start, t, s, now};
+        for (const HookConfig& h : policy.hooks) {
+          outbox.Bind(1, NewDeliveryId()).Bind(2, h.name).Bind(3, AlertBody(c, policy, h.format));
+          outbox.Bind(4, now_exact).Bind(5, now_exact);
+          if (outbox.Step() != SQLITE_DONE) return rollback(DbError(db_, "queueing a delivery"));
+          outbox.Reset();
+        }
+        fired.insert(key);
+        log::Info("budget: tenant " + tenant + " reached " + std::to_string(static_cast<int>(t * 100 + 0.5)) +
+                  "% of its " + std::string(PeriodName(b->period)) + " budget");
+      }
+    }
+  }
+  if (Status st = Exec("COMMIT"); !st) return rollback(st.error());
+  return Ok();
+}
+
+Result<std::vector<UsageRow>> UsageLedger::Rows(const std::optional<std::string>& tenant) const {
+  std::lock_guard lock(db_mu_);
+  Stmt q(db_, tenant ? "SELECT tenant, tier, period, period_start, requests, input, cached_input, output, reasoning, "
+                       "cost_usd FROM usage WHERE tenant = ? ORDER BY tenant, tier, period, period_start"
+                     : "SELECT tenant, tier, period, period_start, requests, input, cached_input, output, reasoning, "
+                       "cost_usd FROM usage ORDER BY tenant, tier, period, period_start");
+  if (!q.ok()) return Fail(DbError(db_, "reading usage"));
+  if (tenant) q.Bind(1, *tenant);
+  std::vector<UsageRow> out;
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    UsageRow r;
+    r.tenant = q.Text(0);
+    r.tier = q.Text(1);
+    r.period = ParsePeriod(q.Text(2)).value_or(BudgetPeriod::kDay);
+    r.period_start = q.Int(3);
+    r.requests = q.Int(4);
+    r.tokens = {q.Int(5), q.Int(6), q.Int(7), q.Int(8)};
+    r.cost_usd = q.Real(9);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return Fail(DbError(db_, "reading usage"));
+  return out;
+}
+
+PeriodSpend UsageLedger::Spent(const std::string& tenant, BudgetPeriod period, int64_t period_start) const {
+  std::lock_guard lock(state_mu_);
+  auto it = spend_.find({tenant, period, period_start});
+  return it == spend_.end() ? PeriodSpend{} : it->second;
+}
+
+LedgerStats UsageLedger::stats() const {
+  std::lock_guard lock(state_mu_);
+  return stats_;
+}
+
+Result<std::vector<OutboxEntry>> UsageLedger::DueDeliveries(double now, int limit) const {
+  std::lock_guard lock(db_mu_);
+  Stmt q(db_, "SELECT id, hook, body, created_at, attempts, next_attempt_at FROM outbox "
+              "WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?");
+  if (!q.ok()) return Fail(DbError(db_, "reading the outbox"));
+  q.Bind(1, now).Bind(2, static_cast<int64_t>(limit));
+  std::vector<OutboxEntry> out;
+  while (q.Step() == SQLITE_ROW) {
+    out.push_back({q.Text(0), q.Text(1), q.Text(2), q.Real(3), static_cast<int>(q.Int(4)), q.Real(5)});
+  }
+  return out;
+}
+
+std::optional<double> UsageLedger::NextDeliveryAt() const {
+  std::lock_guard lock(db_mu_);
+  Stmt q(db_, "SELECT MIN(next_attempt_at) FROM outbox WHERE state = 'pending'");
+  if (!q.ok() || q.Step() != SQLITE_ROW || q.Null(0)) return std::nullopt;
+  return q.Real(0);
+}
+
+Status UsageLedger::MarkDelivered(const std::string& id) {
+  std::lock_guard lock(db_mu_);
+  Stmt q(db_, "UPDATE outbox SET state = 'delivered', attempts = attempts + 1 WHERE id = ?");
+  q.Bind(1, id);
+  if (!q.ok() || q.Step() != SQLITE_DONE) return Fail(DbError(db_, "marking a delivery"));
+  return Ok();
+}
+
+Status UsageLedger::MarkFailed(const std::string& id, const std::string& reason) {
+  std::lock_guard lock(db_mu_);
+  Stmt q(db_, "UPDATE outbox SET state = 'failed', last_error = ? WHERE id = ?");
+  q.Bind(1, reason).Bind(2, id);
+  if (!q.ok() || q.Step() != SQLITE_DONE) return Fail(DbError(db_, "marking a delivery"));
+  return Ok();
+}
+
+Status UsageLedger::Reschedule(const std::string& id, int attempts, double next_attempt_at) {
+  std::lock_guard lock(db_mu_);
+  Stmt q(db_, "UPDATE outbox SET attempts = ?, next_attempt_at = ? WHERE id = ?");
+  q.Bind(1, static_cast<int64_t>(attempts)).Bind(2, next_attempt_at).Bind(3, id);
+  if (!q.ok() || q.Step() != SQLITE_DONE) return Fail(DbError(db_, "rescheduling a delivery"));
+  return Ok();
+}
+
+Result<int64_t> UsageLedger::CountDeliveries(const std::string& state) const {
+  std::lock_guard lock(db_mu_);
+  Stmt q(db_, "SELECT COUNT(*) FROM outbox WHERE state = ?");
+  q.Bind(1, state);
+  if (!q.ok() || q.Step() != SQLITE_ROW) return Fail(DbError(db_, "counting deliveries"));
+  return q.Int(0);
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,29 @@
+// The body of a budget.threshold alert, as hooks receive it:
+//   {"type":"budget.threshold","tenant","policy","deployment","period","period_start",
+//    "threshold","spent_usd","budget_usd","tokens":{"input","cached_input","output","reasoning"},
+//    "by_tier":{"<tier>":{"tokens":{...},"cost_usd"}},"at"}
+// or, for a hook with `format: slack`, a Slack incoming-webhook message
+// {"text": "..."} saying the same in words.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <string>
+
+#include "moeserve/daemon/budget_policy.hpp"
+#include "moeserve/daemon/usage_ledger.hpp"
+
+namespace moeserve::daemon {
+
+struct ThresholdCrossing {
+  std::string tenant;
+  const Budget* budget = nullptr;
+  int64_t period_start = 0;
+  double threshold = 0;
+  PeriodSpend spend;
+  int64_t at = 0;  // unix seconds
+};
+
+std::string AlertBody(const ThresholdCrossing& c, const BudgetPolicy& policy, HookFormat format);
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,102 @@
+// What a standalone daemon charges and enforces, read from the `pricing`,
+// `budgets` and `hooks` sections of its --config file (the same shape as a
+// QuotaPolicy's spec, docs/crds.md), plus the names that alert payloads carry:
+//
+//   policy_name: team-a              # "policy" in alert payloads (default "standalone")
+//   deployment_name: ultra           # "deployment" (default: served_model_name)
+//   pricing:                         # USD per million tokens, per tier and kind
+//     low:    {input: 0.20, cachedInput: 0.02, output: 0.80, reasoning: 0.80}
+//     medium: {input: 0.40, cachedInput: 0.04, output: 1.60, reasoning: 1.60}
+//   budgets:
+//     - {tenant: "*", period: month, limitUSD: 5000}               # thresholds [0.5, 0.8, 1.0], action alert
+//     - {tenant: batch, period: day, limitUSD: 100, action: downgrade,
+//        thresholds: [0.9, 1.0], requestsPerMinute: 600, tokensPerMinute: 2000000}
+//   hooks:
+//     - {name: sre, url: https://alerts.internal/moe, secretFile: /etc/moe/hook-secret,
+//        format: json, allowHTTP: false, allowPrivateAddresses: false}
+//
+// A tier without a price costs nothing. A tenant with budget entries of its
+// own follows only those; every other tenant follows the "*" entries. Hook
+// secrets are read from their files at start and never logged.
+//
+// Thread safety: plain values, immutable once the daemon starts.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/daemon/usage_period.hpp"
+
+namespace moeserve::daemon {
+
+// Tokens of the four kinds, which never overlap: input + cached_input =
+// prompt tokens, output + reasoning = completion tokens.
+struct TokenCounts {
+  int64_t input = 0, cached_input = 0, output = 0, reasoning = 0;
+  TokenCounts& operator+=(const TokenCounts& o) {
+    input += o.input, cached_input += o.cached_input, output += o.output, reasoning += o.reasoning;
+    return *this;
+  }
+  int64_t total() const { return input + cached_input + output + reasoning; }
+  bool operator==(const TokenCounts&) const = default;
+};
+
+// USD per million tokens of each kind.
+struct TierPrices {
+  double input = 0, cached_input = 0, output = 0, reasoning = 0;
+  double Cost(const TokenCounts& t) const {
+    return (t.input * input + t.cached_input * cached_input + t.output * output + t.reasoning * reasoning) / 1e6;
+  }
+};
+
+enum class BudgetAction { kAlert, kDowngrade, kBlock };
+
+struct Budget {
+  std::string tenant;  // or "*"
+  BudgetPeriod period = BudgetPeriod::kMonth;
+  double limit_usd = 0;
+  std::vector<double> thresholds = {0.5, 0.8, 1.0};  // ascending, in (0, 1]
+  BudgetAction action = BudgetAction::kAlert;
+  int64_t requests_per_minute = 0;  // 0: no limit
+  int64_t tokens_per_minute = 0;
+};
+
+enum class HookFormat { kJson, kSlack };
+
+struct HookConfig {
+  std::string name;
+  std::string url;
+  std::string secret_file;
+  std::string secret;  // read from secret_file at start; never logged
+  HookFormat format = HookFormat::kJson;
+  bool allow_http = false;
+  bool allow_private_addresses = false;  // loopback, link-local (metadata), private ranges
+};
+
+struct BudgetPolicy {
+  std::string policy_name = "standalone";
+  std::string deployment_name;
+  std::map<std::string, TierPrices> pricing;  // tier -> prices
+  std::vector<Budget> budgets;
+  std::vector<HookConfig> hooks;
+
+  double Cost(const std::string& tier, const TokenCounts& t) const;
+  // The budgets tenant follows: its own entries, else the "*" ones.
+  std::vector<const Budget*> BudgetsFor(const std::string& tenant) const;
+};
+
+std::string_view BudgetActionName(BudgetAction a);
+
+// One of the sections `pricing`, `budgets`, `hooks` of the daemon's YAML
+// config, into `policy`; messages name `source` and the entry.
+Status ParseBudgetSection(BudgetPolicy& policy, const std::string& key, const YAML::Node& node,
+                          const std::string& source);
+// Reads each hook's secretFile (fails naming the hook and file, never the content).
+Status LoadHookSecrets(BudgetPolicy& policy);
+
+}  // namespace moeserve::daemon

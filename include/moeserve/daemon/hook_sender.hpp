@@ -1,0 +1,48 @@
+// One signed POST of an alert body to a hook, over libcurl.
+//
+// The body goes out with `Content-Type: application/json`,
+// `X-MoE-Signature: sha256=<hex HMAC-SHA256 of the body keyed by the hook's
+// secret>` and `X-MoE-Delivery: <id>`; a 2xx answer is a delivery, anything
+// else (a redirect included: redirects are not followed) is a failure.
+//
+// Where it may connect is decided on the address really connected, not on
+// the name in the URL: the host is resolved here, every address is checked,
+// the request is pinned to an allowed one (CURLOPT_RESOLVE), and curl's
+// socket callback checks the address of every socket it opens again, so a
+// name that resolves differently the second time (DNS rebinding) gains
+// nothing. Without `allowPrivateAddresses` these are refused: loopback,
+// link-local (the cloud metadata address 169.254.169.254 among them),
+// private (RFC 1918, unique-local fc00::/7), carrier-grade NAT, unspecified,
+// multicast and reserved addresses, and IPv4 written inside IPv6. Without
+// `allowHTTP` only https is spoken. Proxies from the environment are not
+// used. Messages name the hook and the host, never the URL's path or query
+// (webhook URLs often carry a token) nor the secret.
+//
+// Thread safety: every function may be called from any thread.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <string>
+
+#include "moeserve/daemon/budget_policy.hpp"
+
+namespace moeserve::daemon {
+
+struct HookSendResult {
+  bool delivered = false;
+  bool refused = false;  // the address or scheme is not allowed (no request was sent)
+  int http_status = 0;   // 0: no answer
+  std::string error;     // for logs: hook name, host, what failed
+};
+
+HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, const std::string& body,
+                        double timeout_seconds = 10);
+
+// Whether a hook may connect to `addr` (AF_INET or AF_INET6).
+bool HookAddressAllowed(const sockaddr* addr, bool allow_private_addresses);
+
+// Lowercase hex HMAC-SHA256 of `body` keyed by `secret`.
+std::string HmacSha256Hex(const std::string& secret, const std::string& body);
+
+}  // namespace moeserve::daemon
