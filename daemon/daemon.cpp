@@ -11,6 +11,7 @@
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/chat_service.hpp"
 #include "moeserve/daemon/http_server.hpp"
 #include "moeserve/daemon/metrics.hpp"
@@ -32,6 +33,9 @@ struct Daemon::Impl {
   // Declared before what serves requests, so it is destroyed after them:
   // exchanges that sinks still hold then find their connections gone.
   std::unique_ptr<HttpServer> server;
+  // After the server, before the scheduler: destroyed once no sink can
+  // charge any more, and its last commits still find the server to answer on.
+  std::unique_ptr<BudgetService> budget;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
@@ -117,7 +121,7 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
     }
     return HttpAdmission::Accept(kSmallBodyLimit);
   }
-  if (path == "/v1/models") {
+  if (path == "/v1/models" || path == "/v1/usage") {
     if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
     if (!Authenticate(head)) return refuse(MissingKey());
     return HttpAdmission::Accept(kSmallBodyLimit);
@@ -149,7 +153,16 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
     if (!r.detail.empty()) out["detail"] = r.detail;
     return ReplyJson(*exchange, r.ready() ? 200 : 503, out.dump());
   }
+  if (path == "/v1/usage") {
+    // A tenant's key sees its own rows; an admin key sees every tenant's.
+    auto who = Authenticate(head);
+    if (!who) return ReplyError(*exchange, MissingKey());
+    auto usage = budget->Usage(*who);
+    if (!usage) return ReplyError(*exchange, usage.error());
+    return ReplyJson(*exchange, 200, usage->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
   if (path == "/metrics") {
+    budget->RefreshMetrics();
     if (serving.load()) metrics.UpdateFromEngine(engine->Metrics());
     if (server) metrics.UpdateFromHttp(server->stats());
     return exchange->Reply(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", {}, metrics.Scrape()});
@@ -195,6 +208,21 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     MOE_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(config.metrics_token_file));
     impl->metrics_token_sha256 = Sha256Hex(std::string_view(token));
   }
+  // The usage ledger opens before the model loads, so /v1/usage answers while
+  // weights are pulled, and a ledger that cannot be opened stops the start.
+  BudgetServiceOptions bo;
+  bo.ledger_path = config.ledger_path;
+  if (bo.ledger_path.empty() && !config.state_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(config.state_dir, ec);
+    if (ec) return Fail(Error::Io("state_dir " + config.state_dir + ": " + ec.message()));
+    bo.ledger_path = (std::filesystem::path(config.state_dir) / "usage.sqlite3").string();
+  }
+  bo.policy = config.budget;
+  if (bo.policy.deployment_name.empty()) bo.policy.deployment_name = config.served_model_name;
+  MOE_TRY(LoadHookSecrets(bo.policy));
+  bo.retry = {config.hook_retry_initial_seconds, config.hook_retry_max_seconds, config.hook_give_up_seconds};
+  MOE_ASSIGN_OR_RETURN(impl->budget, BudgetService::Create(std::move(bo), &impl->metrics));
   impl->config = std::move(config);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
@@ -282,7 +310,7 @@ Status Daemon::LoadModel() {
   facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
-  m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, facts);
+  m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
   m.serving.store(true);
   m.readiness.Set("ready");
   log::Info("moe-daemon: serving " + facts.model_name + " (context " + std::to_string(facts.max_context) + ") on " + url());
