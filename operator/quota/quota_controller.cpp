@@ -1,0 +1,94 @@
+#include "moeserve/operator/quota_controller.hpp"
+
+#include "moeserve/common/log.hpp"
+
+namespace moeserve::op {
+namespace {
+
+std::string NamespaceOf(const json& o) {
+  const json meta = o.is_object() ? o.value("metadata", json::object()) : json::object();
+  return meta.is_object() && meta.value("namespace", json()).is_string() ? meta.value("namespace", "") : "";
+}
+
+}  // namespace
+
+QuotaController::QuotaController(KubeClient& client, const std::string& watch_namespace,
+                                 const InformerOptions& informer, WebhookOptions webhook,
+                                 const ObjectCache& moedeployments, std::function<void(const std::string&)> enqueue)
+    : client_(client), webhook_options_(std::move(webhook)), moedeployments_(moedeployments), enqueue_(std::move(enqueue)) {
+  InformerHandlers handlers;
+  // A policy change re-judges its namespace.
+  auto changed = [this](const json& policy) {
+    enqueue_(kQuotaPolicyKeyPrefix + ObjectKey(policy));
+    const std::string ns = NamespaceOf(policy);
+    for (const auto& md : moedeployments_.List(ns)) enqueue_(ObjectKey(md));
+  };
+  handlers.on_add = changed;
+  handlers.on_update = [changed](const json&, const json& o) { changed(o); };
+  handlers.on_delete = changed;
+  InformerOptions options = informer;
+  options.label_selector.clear();
+  owned_informer_ = std::make_unique<Informer>(client_, resources::kQuotaPolicy, watch_namespace, options, handlers);
+  informer_ = owned_informer_.get();
+  // The reconciler judges from the caches (it is called again on every
+  // change); the webhook reads live, so it sees a write made just before.
+  webhook_admission_ = std::make_unique<QuotaAdmission>(
+      informer_->cache(), moedeployments_, [this](const std::string& ns) -> Result<NamespaceObjects> {
+        NamespaceObjects out;
+        MOE_ASSIGN_OR_RETURN(json policies, client_.List(resources::kQuotaPolicy, ns));
+        MOE_ASSIGN_OR_RETURN(json deployments, client_.List(resources::kMoEDeployment, ns));
+        for (auto* list : {&policies, &deployments})
+          if (!(*list).value("items", json()).is_array()) return Fail(Error::Unavailable("a list without items"));
+        for (const auto& p : policies["items"]) out.policies.push_back(p);
+        for (const auto& d : deployments["items"]) out.deployments.push_back(d);
+        return out;
+      });
+  admission_ = std::make_unique<QuotaAdmission>(informer_->cache(), moedeployments_);
+  reconciler_ = std::make_unique<QuotaPolicyReconciler>(client_, informer_->mutable_cache(), moedeployments_, *admission_);
+}
+
+QuotaController::~QuotaController() { Stop(); }
+
+QuotaCheck QuotaController::Check() const {
+  const QuotaAdmission* admission = admission_.get();
+  return [admission](const json& md, const MoEDeploymentSpec& spec) { return admission->Check(md, spec); };
+}
+
+Result<ReconcileResult> QuotaController::Reconcile(const std::string& key) {
+  return reconciler_->Reconcile(key.substr(std::string(kQuotaPolicyKeyPrefix).size()));
+}
+
+void QuotaController::OnMoEDeployment(const json& md) {
+  const std::string ns = NamespaceOf(md);
+  const std::vector<json> policies = informer_->cache().List(ns);
+  const std::string policy = GoverningPolicy(md, policies);
+  if (policy.empty()) return;  // ungoverned: it weighs on nothing
+  enqueue_(kQuotaPolicyKeyPrefix + ns + "/" + policy);
+  for (const auto& other : moedeployments_.List(ns))
+    if (GoverningPolicy(other, policies) == policy) enqueue_(ObjectKey(other));
+}
+
+Status QuotaController::StartWebhook() {
+  if (webhook_options_.addr.empty() || webhook_options_.addr == "0") return Ok();
+  const QuotaAdmission* admission = webhook_admission_.get();
+  webhook_ = std::make_unique<WebhookController>(
+      client_, webhook_options_, [admission](const std::string& path, std::string_view body) -> AdmissionHttpAnswer {
+        if (path.substr(0, path.find('?')) != kWebhookPath)
+          return {404, json({{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"}, {"code", 404},
+                             {"message", "no webhook at " + path.substr(0, 256) + "; the quota webhook is at " +
+                                             kWebhookPath}})
+                           .dump()};
+        return admission->Review(body);
+      });
+  return webhook_->Start();
+}
+
+void QuotaController::SetLeading(bool leading) {
+  if (webhook_) webhook_->SetLeading(leading);
+}
+
+void QuotaController::Stop() {
+  if (webhook_) webhook_->Stop();
+}
+
+}  // namespace moeserve::op
