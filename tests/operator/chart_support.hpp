@@ -1,0 +1,220 @@
+// What the chart tests share: a renderer for charts/moeserve (no helm binary
+// here) and RBAC rule evaluation.
+//
+// The renderer knows only what the chart's templates may use:
+// `{{ .Values.a.b }}` (a scalar from the values; a missing key or a map is an
+// error, never an empty string), `{{ .Release.Namespace }}`,
+// `{{ .Release.Name }}`, `{{ .Chart.Version }}`, `{{ .Chart.AppVersion }}`,
+// and whole-line `{{- if .Values.x }}`, `{{- else }}`, `{{- end }}` (the
+// value must be a boolean). Anything else between braces is an error, so a
+// template that helm would render differently fails here instead.
+//
+// RuleAllows is RBAC's rule matching (apiGroups, resources with
+// "resource/subresource", verbs, resourceNames, "*").
+//
+// Thread safety: plain functions over values.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fake_apiserver.hpp"
+#include "moeserve/common/status.hpp"
+#include "operator_test_util.hpp"
+#include "yaml_json.hpp"
+
+namespace moeserve::op::testing {
+
+inline std::filesystem::path ChartDir() { return std::filesystem::path(SourceDir()) / "charts" / "moeserve"; }
+
+inline std::string ReadText(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Release {
+  std::string name = "moeserve";
+  std::string ns = "moeserve-system";
+};
+
+// The scalar at a dotted path ("operator.image") of the values.
+inline Result<nlohmann::json> ValueAt(const nlohmann::json& values, const std::string& dotted) {
+  const nlohmann::json* node = &values;
+  std::stringstream ss(dotted);
+  std::string part;
+  while (std::getline(ss, part, '.')) {
+    if (!node->is_object() || !node->contains(part)) return Fail(Error::NotFound("no value ." + dotted));
+    node = &(*node)[part];
+  }
+  return *node;
+}
+
+// Sets a dotted path, as `helm install --set a.b=v` would.
+inline void SetValue(nlohmann::json& values, const std::string& dotted, nlohmann::json v) {
+  nlohmann::json* node = &values;
+  std::stringstream ss(dotted);
+  std::string part;
+  while (std::getline(ss, part, '.')) node = &(*node)[part];
+  *node = std::move(v);
+}
+
+inline Result<nlohmann::json> LoadValues() {
+  MOE_ASSIGN_OR_RETURN(auto docs, fakes::LoadYamlFile((ChartDir() / "values.yaml").string()));
+  if (docs.size() != 1 || !docs[0].is_object()) return Fail(Error::InvalidArgument("values.yaml: not one mapping"));
+  return docs[0];
+}
+
+inline Result<std::string> RenderTemplate(const std::string& text, const nlohmann::json& values, const Release& release,
+                                          const nlohmann::json& chart, std::vector<std::string>* used = nullptr) {
+  static const std::regex kControl(R"(^\s*\{\{-?\s*(if\s+\.Values\.([A-Za-z0-9_.]+)|else|end)\s*-?\}\}\s*$)");
+  static const std::regex kExpr(R"(\{\{-?\s*([^}]*?)\s*-?\}\})");
+  std::string out;
+  std::vector<bool> emitting;  // one per open if: whether its current branch is emitted
+  auto active = [&] {
+    for (bool e : emitting)
+      if (!e) return false;
+    return true;
+  };
+  std::stringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    const std::string where = "line " + std::to_string(number) + ": ";
+    std::smatch m;
+    if (std::regex_match(line, m, kControl)) {
+      const std::string what = m[1].str();
+      if (what == "end") {
+        if (emitting.empty()) return Fail(Error::InvalidArgument(where + "end without if"));
+        emitting.pop_back();
+      } else if (what == "else") {
+        if (emitting.empty()) return Fail(Error::InvalidArgument(where + "else without if"));
+        emitting.back() = !emitting.back();
+      } else {
+        MOE_ASSIGN_OR_RETURN(auto v, ValueAt(values, m[2].str()));
+        if (!v.is_boolean()) return Fail(Error::InvalidArgument(where + "if on a value that is not a boolean"));
+        if (used) used->push_back(m[2].str());
+        emitting.push_back(v.get<bool>());
+      }
+      continue;
+    }
+    std::string rendered;
+    auto begin = line.cbegin();
+    for (std::sregex_iterator it(line.begin(), line.end(), kExpr), end; it != end; ++it) {
+      rendered.append(begin, line.cbegin() + it->position());
+      begin = line.cbegin() + it->position() + it->length();
+      const std::string expr = (*it)[1].str();
+      nlohmann::json v;
+      if (expr == ".Release.Namespace") v = release.ns;
+      else if (expr == ".Release.Name") v = release.name;
+      else if (expr == ".Chart.Version") v = chart.value("version", "");
+      else if (expr == ".Chart.AppVersion") v = chart.value("appVersion", "");
+      else if (expr.rfind(".Values.", 0) == 0 && expr.find_first_of(" |()") == std::string::npos) {
+        auto found = ValueAt(values, expr.substr(8));
+        if (!found) return Fail(Error::NotFound(where + found.error().message()));
+        if (used) used->push_back(expr.substr(8));
+        v = *found;
+      } else {
+        return Fail(Error::InvalidArgument(where + "unsupported template expression {{ " + expr + " }}"));
+      }
+      if (v.is_object() || v.is_array() || v.is_null())
+        return Fail(Error::InvalidArgument(where + expr + " is not a scalar"));
+      rendered += v.is_string() ? v.get<std::string>() : v.dump();
+    }
+    rendered.append(begin, line.cend());
+    if (rendered.find("{{") != std::string::npos || rendered.find("}}") != std::string::npos)
+      return Fail(Error::InvalidArgument(where + "unbalanced braces"));
+    if (active()) out += rendered + "\n";
+  }
+  if (!emitting.empty()) return Fail(Error::InvalidArgument("if without end"));
+  return out;
+}
+
+struct RenderedChart {
+  std::map<std::string, std::string> files;  // template file name -> rendered text
+  std::vector<nlohmann::json> objects;       // every document, in file order
+  std::vector<std::string> used_values;      // dotted keys the templates read
+};
+
+inline Result<RenderedChart> RenderChart(const nlohmann::json& values, const Release& release = {}) {
+  MOE_ASSIGN_OR_RETURN(auto chart_docs, fakes::LoadYamlFile((ChartDir() / "Chart.yaml").string()));
+  if (chart_docs.empty()) return Fail(Error::InvalidArgument("Chart.yaml is empty"));
+  RenderedChart out;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(ChartDir() / "templates"))
+    if (entry.path().extension() == ".yaml") paths.push_back(entry.path());
+  std::sort(paths.begin(), paths.end());
+  for (const auto& path : paths) {
+    auto text = RenderTemplate(ReadText(path), values, release, chart_docs[0], &out.used_values);
+    if (!text) return Fail(Error::InvalidArgument(path.filename().string() + ": " + text.error().message()));
+    auto docs = fakes::YamlDocumentsToJson(*text);
+    if (!docs) return Fail(Error::InvalidArgument(path.filename().string() + " rendered: " + docs.error().message()));
+    for (auto& d : *docs)
+      if (d.is_object()) out.objects.push_back(d);
+    out.files[path.filename().string()] = *text;
+  }
+  return out;
+}
+
+// What `helm install -n <ns>` does, with the real kubectl against the API
+// double: the chart's crds/ first, then every rendered template into the
+// release namespace (which must exist). The output of the failing step, or "".
+inline std::string InstallChart(const Kubectl& kubectl, const RenderedChart& chart, const Release& release) {
+  auto crds = kubectl("apply -f " + (ChartDir() / "crds").string());
+  if (crds.rc != 0) return "kubectl apply crds: " + crds.output;
+  std::string all;
+  for (const auto& [name, text] : chart.files) all += "---\n# " + name + "\n" + text;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("moe-chart-" + std::to_string(getpid()) + "-" + release.ns + ".yaml");
+  std::ofstream(path) << all;
+  auto applied = kubectl("apply -n " + release.ns + " -f " + path.string());
+  std::filesystem::remove(path);
+  if (applied.rc != 0) return "kubectl apply templates: " + applied.output;
+  return "";
+}
+
+// The rendered object of a kind and name, or null.
+inline nlohmann::json FindObject(const std::vector<nlohmann::json>& objects, const std::string& kind,
+                                 const std::string& name) {
+  for (const auto& o : objects)
+    if (o.value("kind", "") == kind && o["metadata"].value("name", "") == name) return o;
+  return nullptr;
+}
+
+inline bool Lists(const nlohmann::json& list, const std::string& want) {
+  if (!list.is_array()) return false;
+  for (const auto& e : list)
+    if (e == want || e == "*") return true;
+  return false;
+}
+
+// Whether one PolicyRule allows a request.
+inline bool RuleAllows(const nlohmann::json& rule, const std::string& verb, const std::string& group,
+                       const std::string& resource, const std::string& subresource, const std::string& name) {
+  if (!Lists(rule.value("verbs", nlohmann::json::array()), verb)) return false;
+  if (!Lists(rule.value("apiGroups", nlohmann::json::array()), group)) return false;
+  const std::string qualified = subresource.empty() ? resource : resource + "/" + subresource;
+  if (!Lists(rule.value("resources", nlohmann::json::array()), qualified)) return false;
+  const auto names = rule.value("resourceNames", nlohmann::json::array());
+  if (!names.empty() && (name.empty() || !Lists(names, name))) return false;
+  return true;
+}
+
+inline bool RoleAllows(const nlohmann::json& role, const std::string& verb, const std::string& group,
+                       const std::string& resource, const std::string& subresource = "", const std::string& name = "") {
+  for (const auto& rule : role.value("rules", nlohmann::json::array()))
+    if (RuleAllows(rule, verb, group, resource, subresource, name)) return true;
+  return false;
+}
+
+}  // namespace moeserve::op::testing

@@ -1,0 +1,328 @@
+// The chart's RBAC for moe-operator is exactly what the operator uses.
+//
+// moe-operator runs as a process with the arguments of the chart's rendered
+// Deployment (leader election on), against the API double, through a whole
+// lifecycle: two MoEDeployments created and made Ready (the test plays the
+// StatefulSet controller and the kubelet), their children edited behind the
+// operator's back and restored, a new model revision rolled out (one pod
+// changed between the operator's list and its delete, so the conflict path
+// reads it again), scaled up and down, deleted through the finalizer, and a
+// restart that finds a deletion pending and its cache volume already gone.
+// Every request the operator made is then checked against the chart's
+// ClusterRole and Role: a call no rule grants is missing, a granted
+// (group, resource, verb) no call used is spare. Both fail the test.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <set>
+
+#include "chart_support.hpp"
+#include "moeserve/operator/moedeployment.hpp"
+#include "operator_test_util.hpp"
+
+namespace moeserve::op::testing {
+namespace {
+
+constexpr char kOperatorNamespace[] = "moeserve-system";
+
+// The StatefulSet controller's part the rollout needs: every StatefulSet has
+// its pods, owned by it and labelled from its template.
+class PodController {
+ public:
+  explicit PodController(fakes::FakeApiServer& server) : server_(server) {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        for (const auto& sts : server_.List("statefulsets.apps")) Reconcile(sts);
+        std::this_thread::sleep_for(10ms);
+      }
+    });
+  }
+  ~PodController() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void Reconcile(const json& sts) {
+    const std::string ns = sts["metadata"].value("namespace", "");
+    const std::string name = sts["metadata"].value("name", "");
+    if (sts["metadata"].contains("deletionTimestamp")) return;
+    for (int i = 0; i < sts["spec"].value("replicas", 1); ++i) {
+      const std::string pod = name + "-" + std::to_string(i);
+      if (server_.Get("pods", ns, pod)) continue;
+      json labels = sts["spec"]["template"]["metadata"].value("labels", json::object());
+      labels["apps.kubernetes.io/pod-index"] = std::to_string(i);
+      (void)server_.Create(
+          "pods", {{"apiVersion", "v1"},
+                   {"kind", "Pod"},
+                   {"metadata",
+                    {{"name", pod},
+                     {"namespace", ns},
+                     {"labels", labels},
+                     {"ownerReferences", json::array({{{"apiVersion", "apps/v1"}, {"kind", "StatefulSet"},
+                                                       {"name", name}, {"uid", sts["metadata"]["uid"]},
+                                                       {"controller", true}}})}}},
+                   {"spec", {{"containers", json::array({{{"name", "moe-daemon"}, {"image", "moe-daemon"}}})}}}});
+    }
+  }
+  fakes::FakeApiServer& server_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// The operator container's arguments from the rendered Deployment, with
+// $(VAR) expanded as the kubelet does from the container's env (fieldRefs
+// resolved to this test's namespace and pod name); plain env values are
+// exported for the process.
+std::vector<std::string> ChartArguments(const RenderedChart& chart, const std::string& pod_name) {
+  const json deployment = FindObject(chart.objects, "Deployment", "moeserve-operator");
+  EXPECT_TRUE(deployment.is_object()) << "no Deployment moeserve-operator in the chart";
+  if (!deployment.is_object()) return {};
+  const json container = deployment["spec"]["template"]["spec"]["containers"][0];
+  std::map<std::string, std::string> env;
+  for (const auto& e : container.value("env", json::array())) {
+    const std::string name = e.value("name", "");
+    if (e.contains("value")) {
+      env[name] = e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump();
+      setenv(name.c_str(), env[name].c_str(), 1);
+      continue;
+    }
+    const std::string field = e["valueFrom"].value("fieldRef", json::object()).value("fieldPath", "");
+    if (field == "metadata.namespace") env[name] = kOperatorNamespace;
+    else if (field == "metadata.name") env[name] = pod_name;
+    else ADD_FAILURE() << "env " << name << ": the test does not know how to fill " << e.dump();
+  }
+  std::vector<std::string> args;
+  for (const auto& a : container.value("args", json::array())) {
+    std::string arg = a.get<std::string>();
+    for (const auto& [k, v] : env)
+      for (size_t at; (at = arg.find("$(" + k + ")")) != std::string::npos;) arg.replace(at, k.size() + 3, v);
+    args.push_back(arg);
+  }
+  return args;
+}
+
+class OperatorProcess {
+ public:
+  OperatorProcess(std::vector<std::string> args) {
+    args.insert(args.begin(), OperatorBinary());
+    pid_ = Spawn(args);
+  }
+  ~OperatorProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool running() const { return pid_ > 0; }
+  // SIGTERM, and the exit status (-1 when it had to be killed).
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + 15s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;  // the destructor kills it
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::string Phase(fakes::FakeApiServer& server, const std::string& name) {
+  return StatusOf(server, "team-a", name).value("phase", "");
+}
+
+bool ReadyAt(fakes::FakeApiServer& server, const std::string& name, const std::string& ready,
+             const std::string& revision = "") {
+  const json st = StatusOf(server, "team-a", name);
+  return st.value("phase", "") == "Ready" && st.value("ready", "") == ready &&
+         (revision.empty() || st.value("modelRevision", "") == revision);
+}
+
+// A child edited by someone else: its component label changed; the operator
+// must put it back.
+void Drift(fakes::FakeApiServer& server, const std::string& resource, const std::string& name) {
+  ASSERT_TRUE(server.Mutate(resource, "team-a", name,
+                            [](json& o) { o["metadata"]["labels"]["app.kubernetes.io/component"] = "drifted"; }))
+      << resource << " " << name;
+}
+
+bool Restored(fakes::FakeApiServer& server, const std::string& resource, const std::string& name) {
+  auto o = server.Get(resource, "team-a", name);
+  return o && (*o)["metadata"]["labels"].value("app.kubernetes.io/component", "") != "drifted";
+}
+
+struct Grant {
+  std::string group, resource, verb;
+  bool namespaced_role = false;  // from the Role in the operator's namespace
+  auto operator<=>(const Grant&) const = default;
+};
+
+std::string Describe(const fakes::RequestRecord& r) {
+  return r.verb + " " + (r.group.empty() ? "core" : r.group) + "/" + r.resource +
+         (r.subresource.empty() ? "" : "/" + r.subresource) + (r.ns.empty() ? " (cluster)" : " in " + r.ns) +
+         (r.name.empty() ? "" : " name " + r.name);
+}
+
+TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
+  ASSERT_TRUE(std::filesystem::exists(OperatorBinary())) << "build moe-operator first: " << OperatorBinary();
+  auto values = LoadValues();
+  ASSERT_TRUE(values) << values.error().ToString();
+  auto chart = RenderChart(*values, {.name = "moeserve", .ns = kOperatorNamespace});
+  ASSERT_TRUE(chart) << chart.error().ToString();
+  const json cluster_role = FindObject(chart->objects, "ClusterRole", "moeserve-operator");
+  const json role = FindObject(chart->objects, "Role", "moeserve-operator");
+  ASSERT_TRUE(cluster_role.is_object());
+  ASSERT_TRUE(role.is_object());
+
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                           {"metadata", {{"name", kOperatorNamespace}}}}));
+  const std::string kubeconfig =
+      (std::filesystem::temp_directory_path() / ("moe-rbac-" + std::to_string(getpid()) + ".yaml")).string();
+  ASSERT_TRUE(server.WriteKubeconfig(kubeconfig));
+  auto args_for = [&](const std::string& pod) {
+    auto args = ChartArguments(*chart, pod);
+    // Only the connection and the listeners differ from a pod: no fixed ports in tests.
+    for (const char* extra : {"--metrics-addr=0", "--health-addr=0"}) args.push_back(extra);
+    args.push_back("--kubeconfig=" + kubeconfig);
+    return args;
+  };
+
+  // Tenant keys in a usable Secret, so the operator reads a tenant's Secret.
+  ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                        {"metadata", {{"name", "ultra-api-keys"}, {"namespace", "team-a"},
+                                                      {"labels", {{kUsableLabel, "true"}}}}},
+                                        {"stringData", {{"agents", "a-long-random-tenant-key"}}}}));
+  json ultra = MoEDeploymentManifest("team-a", "ultra", 1, 2);
+  ultra["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "ultra-api-keys"}}}};
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", ultra));
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "mini", 1, 1)));
+
+  Kubelet kubelet(server, 20ms);
+  PodController pods(server);
+  {
+    OperatorProcess first(args_for("moeserve-operator-0"));
+    ASSERT_TRUE(first.running());
+    // 1. Created and Ready.
+    ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "1/1") && ReadyAt(server, "mini", "1/1"); }, 30s))
+        << StatusOf(server, "team-a", "ultra").dump(2) << StatusOf(server, "team-a", "mini").dump(2);
+    ASSERT_TRUE(WaitFor([&] { return server.List("pods", "team-a").size() == 3; }));
+
+    // 2. Children edited behind its back are put back.
+    const std::vector<std::pair<std::string, std::string>> children = {
+        {"configmaps", "ultra-config"},    {"secrets", "ultra-secrets"},
+        {"services", "ultra"},             {"services", "ultra-r0"},
+        {"statefulsets.apps", "ultra-r0"}, {"poddisruptionbudgets.policy", "ultra-r0"}};
+    for (const auto& [resource, name] : children) Drift(server, resource, name);
+    for (const auto& [resource, name] : children)
+      EXPECT_TRUE(WaitFor([&] { return Restored(server, resource, name); })) << resource << " " << name;
+
+    // 3. A new revision rolls the group. Pod requests are held back 400 ms, and
+    //    a pod changes right after the operator listed it, so its delete
+    //    (with uid and resourceVersion preconditions) conflicts and the
+    //    operator reads the pod again before deleting it.
+    const size_t before_roll = server.Requests().size();
+    fakes::FakeFaults slow_pods;
+    slow_pods.stall_resource = "pods";
+    slow_pods.stall_ms = 400;
+    server.SetFaults(slow_pods);
+    ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra",
+                              [](json& o) { o["spec"]["model"]["revision"] = "2026-12-01"; }));
+    ASSERT_TRUE(WaitFor([&] {
+      auto requests = server.Requests();
+      for (size_t i = before_roll; i < requests.size(); ++i)
+        if (requests[i].resource == "pods" && requests[i].verb == "list") return true;
+      return false;
+    }));
+    for (const char* pod : {"ultra-r0-0", "ultra-r0-1"})
+      (void)server.Mutate("pods", "team-a", pod, [](json& o) { o["status"]["phase"] = "Running"; }, true);
+    ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "1/1", "2026-12-01"); }, 30s))
+        << StatusOf(server, "team-a", "ultra").dump(2);
+    server.SetFaults({});
+
+    // 4. Scaled up and down.
+    ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra", [](json& o) { o["spec"]["replicas"] = 2; }));
+    ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "2/2"); }, 30s)) << StatusOf(server, "team-a", "ultra").dump(2);
+    ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra", [](json& o) { o["spec"]["replicas"] = 1; }));
+    ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "1/1") && !server.Get("statefulsets.apps", "team-a", "ultra-r1"); }, 30s));
+
+    // 5. Deleted through the finalizer: the cache volume goes with it.
+    ASSERT_TRUE(server.Delete("moedeployments.moeserve.io", "team-a", "ultra"));
+    ASSERT_TRUE(WaitFor([&] { return !server.Get("moedeployments.moeserve.io", "team-a", "ultra"); }, 30s));
+    EXPECT_FALSE(server.Get("persistentvolumes", "", "moeserve-cache.team-a.ultra"));
+    EXPECT_EQ(first.Stop(), 0);
+  }
+
+  // 6. While no operator runs, `mini` is deleted and its cache volume removed
+  //    by hand; the next operator finds the deletion pending and the volume
+  //    gone from its cache, so it asks the API server for it.
+  ASSERT_TRUE(server.Delete("persistentvolumes", "", "moeserve-cache.team-a.mini"));
+  ASSERT_TRUE(server.Delete("moedeployments.moeserve.io", "team-a", "mini"));
+  ASSERT_TRUE(server.Get("moedeployments.moeserve.io", "team-a", "mini")) << "the finalizer should hold it";
+  {
+    OperatorProcess second(args_for("moeserve-operator-1"));
+    ASSERT_TRUE(second.running());
+    ASSERT_TRUE(WaitFor([&] { return !server.Get("moedeployments.moeserve.io", "team-a", "mini"); }, 30s));
+    EXPECT_EQ(second.Stop(), 0);
+  }
+  std::filesystem::remove(kubeconfig);
+
+  // What it called, against what the chart grants.
+  std::vector<fakes::RequestRecord> calls;
+  for (const auto& r : server.Requests())
+    if (r.user_agent.rfind("moe-operator/", 0) == 0) calls.push_back(r);
+  ASSERT_FALSE(calls.empty());
+  std::set<Grant> used;
+  std::set<std::string> missing;
+  for (const auto& c : calls) {
+    const bool by_role = c.ns == kOperatorNamespace && RoleAllows(role, c.verb, c.group, c.resource, c.subresource, c.name);
+    const bool by_cluster_role = RoleAllows(cluster_role, c.verb, c.group, c.resource, c.subresource, c.name);
+    const std::string resource = c.subresource.empty() ? c.resource : c.resource + "/" + c.subresource;
+    if (by_role) used.insert({c.group, resource, c.verb, true});
+    else if (by_cluster_role) used.insert({c.group, resource, c.verb, false});
+    else missing.insert(Describe(c));
+  }
+  for (const auto& m : missing) ADD_FAILURE() << "the chart does not grant a call the operator made: " << m;
+
+  // Every (group, resource, verb) a rule grants, with resourceNames kept as
+  // they narrow a grant but cannot justify one alone.
+  auto expand = [](const json& r, bool namespaced_role) {
+    std::vector<Grant> out;
+    for (const auto& rule : r.value("rules", json::array()))
+      for (const auto& g : rule.value("apiGroups", json::array()))
+        for (const auto& res : rule.value("resources", json::array()))
+          for (const auto& v : rule.value("verbs", json::array()))
+            out.push_back({g.get<std::string>(), res.get<std::string>(), v.get<std::string>(), namespaced_role});
+    return out;
+  };
+  for (const auto& [r, namespaced] : {std::pair{cluster_role, false}, std::pair{role, true}})
+    for (const auto& g : expand(r, namespaced)) {
+      EXPECT_NE(g.verb, "*") << "a wildcard verb is never least privilege";
+      EXPECT_NE(g.resource, "*") << "a wildcard resource is never least privilege";
+      EXPECT_TRUE(used.count(g)) << "spare grant in the " << (namespaced ? "Role" : "ClusterRole") << ": "
+                                 << g.verb << " " << (g.group.empty() ? "core" : g.group) << "/" << g.resource
+                                 << " (no call of the scenario needed it)";
+    }
+  if (HasFailure()) {
+    std::set<std::string> seen;
+    for (const auto& c : calls) seen.insert(Describe({c.verb, c.group, "", c.resource, c.subresource,
+                                                      c.ns == kOperatorNamespace ? c.ns : (c.ns.empty() ? "" : "<tenant>"), "", ""}));
+    std::string all;
+    for (const auto& s : seen) all += "  " + s + "\n";
+    ADD_FAILURE() << "calls observed:\n" << all;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::op::testing
