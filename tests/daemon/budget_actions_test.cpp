@@ -174,6 +174,58 @@ TEST_F(BudgetActions, UsageAddsUpToTheResponsesUsage) {
   EXPECT_EQ(after.second - before.second, r.Json()["usage"]["completion_tokens"].get<int64_t>());
 }
 
+// The month rows' requests and completion tokens of one tenant.
+std::pair<int64_t, int64_t> Charged(int port, const std::map<std::string, std::string>& key, const std::string& tenant) {
+  int64_t requests = 0, completion = 0;
+  const json rows = Http(port, "GET", "/v1/usage", "", key).Json()["data"];
+  for (const auto& row : rows) {
+    if (row["tenant"] != tenant || row["period"] != "month") continue;
+    requests += row["requests"].get<int64_t>();
+    completion += row["tokens"]["output"].get<int64_t>() + row["tokens"]["reasoning"].get<int64_t>();
+  }
+  return {requests, completion};
+}
+
+TEST_F(BudgetActions, AClientThatHangsUpIsChargedOnceForWhatWasComputed) {
+  ASSERT_NE(daemon_, nullptr);
+  const auto before = Charged(port_, kAdmin, "ops");
+  json body = {{"messages", UserTurn("a long answer please")}, {"max_tokens", 3000}, {"stream", true}};
+  const std::string text = body.dump();
+  int fd = ConnectLoopback(port_);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-admin-0123456789\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text));
+  char buf[4096];
+  std::string got;
+  while (got.find("reasoning_content") == std::string::npos) {  // a token was generated
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  std::pair<int64_t, int64_t> after = before;
+  for (int i = 0; i < 500 && after.first == before.first; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    after = Charged(port_, kAdmin, "ops");
+  }
+  EXPECT_EQ(after.first, before.first + 1);
+  EXPECT_GT(after.second, before.second);        // what was generated before the hang-up
+  EXPECT_LT(after.second, before.second + 3000);  // not what was asked for
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Charged(port_, kAdmin, "ops"), after);  // once
+}
+
+TEST_F(BudgetActions, AThinkingBudgetCannotBuyMoreThanTheTier) {
+  ASSERT_NE(daemon_, nullptr);
+  // The test deployment's low tier thinks at most 4 tokens.
+  json body = {{"messages", UserTurn("think hard")}, {"max_tokens", 40}, {"reasoning_effort", "low"},
+               {"thinking_budget", 100000}, {"seed", 3}};
+  auto r = Chat(port_, body, kAcme);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(r.Json()["usage"]["completion_tokens_details"]["reasoning_tokens"].get<int>(), 4);
+  EXPECT_EQ(r.Json()["tier"], "low");
+}
+
 TEST_F(BudgetActions, MetricsShowCostAndBudgets) {
   ASSERT_NE(daemon_, nullptr);
   ASSERT_EQ(Chat(port_, Ask(), kAcme).status, 200);
