@@ -11,6 +11,7 @@
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/api_keys_reloader.hpp"
 #include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/chat_service.hpp"
 #include "moeserve/daemon/http_server.hpp"
@@ -25,7 +26,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Daemon::Impl {
   DaemonConfig config;
-  ApiKeys keys = ApiKeys::Open();
+  // Followed on disk: a rotated Secret reaches requests without a restart.
+  std::unique_ptr<ReloadingApiKeys> keys = ReloadingApiKeys::Fixed(ApiKeys::Open());
   std::string metrics_token_sha256;  // empty: /metrics follows the API keys alone
   Readiness readiness;
   std::unique_ptr<storage::PulledModel> pulled;  // set when the model came from a URI
@@ -75,18 +77,19 @@ Result<std::string> ReadTokenFile(const std::string& path) {
 }  // namespace
 
 std::optional<Principal> Daemon::Impl::Authenticate(const HttpHead& head) const {
-  return keys.Authenticate(head.Header("authorization"));
+  return keys->Current()->Authenticate(head.Header("authorization"));
 }
 
 bool Daemon::Impl::MetricsAllowed(const HttpHead& head) const {
-  if (!keys.enabled()) return true;  // loopback-only development daemon
+  const auto current = keys->Current();
+  if (!current->enabled()) return true;  // loopback-only development daemon
   const std::string header = head.Header("authorization");
   constexpr std::string_view kBearer = "Bearer ";
   if (!metrics_token_sha256.empty() && header.size() > kBearer.size() && header.starts_with(kBearer)) {
     std::string got = Sha256Hex(std::string_view(header).substr(kBearer.size()));
     if (CRYPTO_memcmp(got.data(), metrics_token_sha256.data(), got.size()) == 0) return true;
   }
-  auto who = keys.Authenticate(header);
+  auto who = current->Authenticate(header);
   return who && who->admin;
 }
 
@@ -192,8 +195,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     if (config.served_model_name.empty()) config.served_model_name = std::filesystem::path(config.model).parent_path().filename().string();
   }
   if (!config.api_keys_file.empty()) {
-    MOE_ASSIGN_OR_RETURN(impl->keys, ApiKeys::LoadFile(config.api_keys_file));
-    log::Info("moe-daemon: " + std::to_string(impl->keys.size()) + " API keys loaded from " + config.api_keys_file);
+    MOE_ASSIGN_OR_RETURN(impl->keys, ReloadingApiKeys::Open(config.api_keys_file));
+    log::Info("moe-daemon: " + std::to_string(impl->keys->Current()->size()) + " API keys loaded from " +
+              config.api_keys_file + " (followed for changes)");
   } else if (!IsLoopback(config.host) && !config.allow_unauthenticated) {
     // Without keys anyone who reaches the port may spend the GPUs and read
     // /metrics: only loopback, unless the operator of the daemon says so.

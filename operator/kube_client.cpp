@@ -35,6 +35,7 @@ const ResourceRef kNamespace{"", "v1", "namespaces", "Namespace", false};
 const ResourceRef kStatefulSet{"apps", "v1", "statefulsets", "StatefulSet", true};
 const ResourceRef kPodDisruptionBudget{"policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true};
 const ResourceRef kLease{"coordination.k8s.io", "v1", "leases", "Lease", true};
+const ResourceRef kServiceAccount{"", "v1", "serviceaccounts", "ServiceAccount", true};
 }  // namespace resources
 
 namespace {
@@ -367,6 +368,11 @@ Result<json> KubeClient::ListAll(const ResourceRef& r, const std::string& ns, Li
 
 Result<json> KubeClient::Create(const ResourceRef& r, const std::string& ns, const json& object) {
   return Call("POST", r.Path(ns), "application/json", object.dump());
+}
+
+Result<json> KubeClient::CreateSubresource(const ResourceRef& r, const std::string& ns, const std::string& name,
+                                           const std::string& subresource, const json& body) {
+  return Call("POST", r.Path(ns, name, subresource), "application/json", body.dump());
 }
 
 Result<json> KubeClient::Update(const ResourceRef& r, const json& object, std::chrono::milliseconds timeout) {

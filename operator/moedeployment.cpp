@@ -29,7 +29,7 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
     s.model_credentials = ReadSecretReference(model.value("credentials", json::object()));
     const json vault = spec.value("vault", json::object());
     s.vault_role = vault.value("role", "");
-    s.vault_service_account = vault.value("serviceAccount", "moeserve-vault");
+    s.model_credentials.vault_role = s.vault_role;
     const json engine = spec.value("engine", json::object());
     s.max_context_tokens = engine.value("maxContextTokens", int64_t{131072});
     const json thinking = engine.value("thinking", json::object());
@@ -54,6 +54,7 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
     const json endpoint = spec.value("endpoint", json::object());
     s.port = endpoint.value("port", 8000);
     s.api_keys = ReadSecretReference(endpoint.value("apiKeys", json::object()));
+    s.api_keys.vault_role = s.vault_role;
     if (endpoint.contains("tls")) s.tls_secret = endpoint["tls"].value("secretName", "");
     if (spec.contains("quotaPolicyRef")) s.quota_policy = spec["quotaPolicyRef"].value("name", "");
     s.max_unavailable_replicas = spec.value("rollout", json::object()).value("maxUnavailableReplicas", 1);
@@ -436,11 +437,14 @@ json EndpointService(const json& md, const MoEDeploymentSpec& spec) {
 }
 
 std::string ConfigHash(const json& config_map, const json& secret) {
-  // The daemon reloads its certificate when the files change: a renewal
-  // must not restart pods.
+  // The daemon reloads its certificate and its API keys file when the files
+  // change: a renewal or a rotated key must not restart pods. What only a
+  // start reads stays in: the object-store credentials (the pull init
+  // container's environment) and the metrics token.
   json data = secret.value("data", json::object());
   data.erase(kTlsCertKey);
   data.erase(kTlsKeyKey);
+  data.erase(kApiKeysKey);
   return Sha256Hex(config_map["data"].dump() + "\n" + data.dump()).substr(0, 16);
 }
 

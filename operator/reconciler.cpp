@@ -90,8 +90,17 @@ Preconditions PreconditionsOf(const json& object) {
 }
 
 std::string ReasonFor(const Error& error, const SecretReference& ref) {
+  // Vault decides who reads what through its policies; a refusal there may
+  // pass (a policy fixed, a token renewed) and never drops the last good copy.
+  if (!ref.vault_path.empty()) {
+    switch (error.code()) {
+      case ErrorCode::kPermissionDenied: return "VaultPermissionDenied";
+      case ErrorCode::kNotFound: return "VaultSecretNotFound";
+      case ErrorCode::kInvalidArgument: return "VaultInvalidSecret";
+      default: return "VaultUnavailable";
+    }
+  }
   if (error.code() == ErrorCode::kPermissionDenied) return "SecretNotUsable";
-  if (!ref.vault_path.empty()) return "VaultUnavailable";
   return error.code() == ErrorCode::kNotFound ? "SecretNotFound" : "SecretUnavailable";
 }
 
@@ -191,11 +200,15 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   // 9. Report.
   MOE_TRY(WriteStatus(md, &*spec, rollout, secrets, quota, ""));
 
-  // 10. Owned objects' events bring us back; referenced Secrets are not watched, so look again later.
+  // 10. Owned objects' events bring us back; referenced Secrets and Vault
+  //     paths are not watched, so look again later.
   ReconcileResult result;
   if (!spec->model_credentials.secret_name.empty() || !spec->api_keys.secret_name.empty() ||
       !spec->tls_secret.empty() || !secrets.synced)
     result.requeue_after = options_.secret_resync;
+  if (!spec->model_credentials.vault_path.empty() || !spec->api_keys.vault_path.empty())
+    result.requeue_after = result.requeue_after.count() > 0 ? std::min(result.requeue_after, options_.vault_resync)
+                                                            : options_.vault_resync;
   return result;
 }
 

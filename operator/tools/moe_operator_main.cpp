@@ -7,6 +7,12 @@
 //                [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]
 //                [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]
 //                [--run-as-user UID]
+//                [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]
+//                [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]
+//
+// Vault is on when --vault-addr or VAULT_ADDR is set; VAULT_CACERT and
+// VAULT_NAMESPACE are read as Vault's own tools read them, and VAULT_TOKEN
+// (development only) replaces the per-namespace Kubernetes login.
 #include <unistd.h>
 
 #include <csignal>
@@ -21,6 +27,7 @@
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/shutdown_signals.hpp"
 #include "moeserve/operator/operator.hpp"
+#include "moeserve/operator/vault_integration.hpp"
 
 namespace {
 
@@ -31,7 +38,9 @@ int Usage(const std::string& why) {
                "       [--lease-duration S] [--renew-deadline S] [--retry-period S]\n"
                "       [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]\n"
                "       [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]\n"
-               "       [--run-as-user UID]\n";
+               "       [--run-as-user UID]\n"
+               "       [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]\n"
+               "       [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]\n";
   return 2;
 }
 
@@ -45,6 +54,8 @@ int main(int argc, char** argv) {
   using namespace moeserve;
   std::string kubeconfig, ns = "all", election_ns, metrics_addr = ":8080", health_addr = ":8081";
   op::OperatorOptions options;
+  op::VaultConfig vault_config = op::VaultConfigFromEnvironment();
+  op::VaultAuthOptions vault_auth;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   options.election.identity = std::string(host) + "_" + std::to_string(getpid());
@@ -76,6 +87,13 @@ int main(int argc, char** argv) {
       else if (a == "--shared-cache") options.reconciler.platform.shared_cache = value.empty() || value == "true";
       else if (a == "--cache-capacity-gi") options.reconciler.platform.cache_capacity_gi = std::stoll(value);
       else if (a == "--run-as-user") options.reconciler.platform.run_as_user = std::stoll(value);
+      else if (a == "--vault-addr") vault_config.address = value;
+      else if (a == "--vault-cacert") vault_config.ca_cert = value;
+      else if (a == "--vault-namespace") vault_config.vault_namespace = value;
+      else if (a == "--vault-auth-mount") vault_auth.auth_mount = value;
+      else if (a == "--vault-service-account") vault_auth.service_account = value;
+      else if (a == "--vault-audience") vault_auth.audience = value;
+      else if (a == "--vault-resync-seconds") options.reconciler.vault_resync = Seconds(value);
       else if (a == "--help") return Usage("help");
       else return Usage("unknown flag " + a);
     }
@@ -87,6 +105,9 @@ int main(int argc, char** argv) {
   if (platform.cache_root.empty() || platform.cache_root[0] != '/') return Usage("--cache-root must be an absolute path");
   if (platform.run_as_user <= 0) return Usage("--run-as-user must be a non-root user id (> 0)");
   if (platform.cache_capacity_gi <= 0) return Usage("--cache-capacity-gi must be positive");
+  if (options.reconciler.vault_resync.count() <= 0) return Usage("--vault-resync-seconds must be positive");
+  if (vault_auth.service_account.empty() || vault_auth.auth_mount.empty())
+    return Usage("--vault-service-account and --vault-auth-mount must not be empty");
   if (options.leader_elect && options.election.renew_deadline >= options.election.lease_duration)
     return Usage("--renew-deadline must be shorter than --lease-duration");
   // cpprestsdk's pool runs every HTTP continuation; its default of 40
@@ -111,6 +132,20 @@ int main(int argc, char** argv) {
       !election_ns.empty() ? election_ns : (!options.watch_namespace.empty() ? options.watch_namespace : config->namespace_name);
   options.metrics_addr = metrics_addr;
   options.health_addr = health_addr;
+  // Vault: `vault:` references are read with each namespace's own login.
+  std::unique_ptr<op::VaultIntegration> vault;
+  if (!vault_config.address.empty()) {
+    if (const char* token = std::getenv("VAULT_TOKEN"); token && *token) {
+      vault_auth.fixed_token = token;
+      log::Warn("moe-operator: VAULT_TOKEN is set: every namespace reads Vault with that one token "
+                "(development only; unset it to log in per namespace)");
+    }
+    vault = std::make_unique<op::VaultIntegration>(**client, vault_config, vault_auth);
+    options.reconciler.secret_source = vault->secret_source();
+    options.reconciler.cleanup = vault->cleanup();
+    log::Info("moe-operator: reading vault: references from " + vault_config.address + " (auth mount " +
+              vault_auth.auth_mount + ", service account " + vault_auth.service_account + ")");
+  }
   op::Operator oper(**client, options);
   // Operator::RequestStop takes mutexes, which a signal handler must never
   // do: the handler only writes a byte, and this watcher thread stops the

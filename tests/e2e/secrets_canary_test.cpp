@@ -1,7 +1,9 @@
 // Secrets never leak into what people and other tenants read: a canary value
 // is planted in every place a secret can enter today (object-store
 // credentials, tenant API keys, the TLS private key, the generated admin key
-// and metrics token, and an API key a client gets wrong), the operator and
+// and metrics token, an API key a client gets wrong, and the same from Vault:
+// KV values, another team's value refused by Vault's policy, and the
+// operator's Vault login token), the operator and
 // the daemon run on them, and everything they produce that is not a Secret
 // (log output, Events, MoEDeployment status, ConfigMaps, pod templates,
 // Services, volumes, HTTP answers, error values) is captured into one known
@@ -23,6 +25,8 @@
 #include "moeserve/common/base64.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/operator/vault_integration.hpp"
+#include "fake_vault.hpp"
 
 namespace moeserve {
 namespace {
@@ -36,6 +40,9 @@ const std::map<std::string, std::string> kCanaries = {
     {"tenant API key", "sk-canary-tenant-4e8d2a6c0b1f3957"},
     {"TLS private key", "CanaryTlsPrivateKey9b7c5a3e1d2f4068"},
     {"wrong API key sent by a client", "sk-canary-wrong-5c1e9a7d3b2f4860"},
+    {"Vault object-store secret key", "CanaryVaultS3Secret2d8f6b4a0c1e3957"},
+    {"Vault tenant API key", "sk-canary-vault-tenant-8a6c4e2b0d1f3579"},
+    {"another team's Vault value", "CanaryVaultOtherTeam5e3c1a9f7b2d4680"},
 };
 
 // Every way a value can appear in text we produce: raw, or base64 at any of
@@ -145,15 +152,62 @@ std::map<std::string, std::string> RunOperator(const fs::path& dir) {
   refused["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "unlabelled"}}}};
   EXPECT_TRUE(server.Create("moedeployments.moeserve.io", refused));
 
+  // Vault: team-a's own paths, and team-b's path that team-a's policy refuses.
+  EXPECT_TRUE(server.Create("serviceaccounts", {{"apiVersion", "v1"}, {"kind", "ServiceAccount"},
+                                                {"metadata", {{"name", "moeserve-vault"}, {"namespace", "team-a"}}}}));
+  fakes::FakeVault vault(server.url());
+  EXPECT_GT(vault.Start(0), 0);
+  fakes::FakeVaultRole role;
+  role.bound_service_account_names = {"moeserve-vault"};
+  role.bound_service_account_namespaces = {"team-a"};
+  role.audience = "vault";
+  role.read_paths = {"secret/data/team-a/*"};
+  vault.SetRole("team-a", role);
+  vault.Put("secret", "team-a/s3", {{"AWS_ACCESS_KEY_ID", "AKIAVAULTEXAMPLE"},
+                                    {"AWS_SECRET_ACCESS_KEY", kCanaries.at("Vault object-store secret key")}});
+  vault.Put("secret", "team-a/keys", {{"team-a-vault", kCanaries.at("Vault tenant API key")}});
+  vault.Put("secret", "team-b/keys", {{"team-b", kCanaries.at("another team's Vault value")}});
+  json vaulted = MoEDeploymentManifest("team-a", "vaulted", 1, 1);
+  vaulted["spec"]["model"]["credentials"] = {{"vault", {{"path", "secret/data/team-a/s3"}}}};
+  vaulted["spec"]["endpoint"]["apiKeys"] = {{"vault", {{"path", "secret/data/team-a/keys"}}}};
+  EXPECT_TRUE(server.Create("moedeployments.moeserve.io", vaulted));
+  json vault_refused = MoEDeploymentManifest("team-a", "vault-refused", 1, 1);
+  vault_refused["spec"]["endpoint"]["apiKeys"] = {{"vault", {{"path", "secret/data/team-b/keys"}}}};
+  EXPECT_TRUE(server.Create("moedeployments.moeserve.io", vault_refused));
+
   auto client = cluster.Client();
   {
     StderrCapture capture(dir / "operator.log");
-    RunningOperator running(*client, {});
+    op::VaultConfig vault_config;
+    vault_config.address = vault.url();
+    op::VaultIntegration integration(*client, vault_config, op::VaultAuthOptions{});
+    op::OperatorOptions options;
+    options.reconciler.secret_source = integration.secret_source();
+    options.reconciler.cleanup = integration.cleanup();
+    options.reconciler.vault_resync = std::chrono::milliseconds(200);
+    RunningOperator running(*client, options);
     EXPECT_TRUE(WaitFor([&] {
       return server.Get("statefulsets.apps", "team-a", "canary-r0").has_value() &&
-             !ConditionOf(server, "team-a", "refused", "SecretsSynced").empty();
-    })) << "the operator did not reconcile both deployments";
+             !ConditionOf(server, "team-a", "refused", "SecretsSynced").empty() &&
+             ConditionOf(server, "team-a", "vaulted", "SecretsSynced").value("status", "") == "True" &&
+             ConditionOf(server, "team-a", "vault-refused", "SecretsSynced").value("reason", "") ==
+                 "VaultPermissionDenied";
+    })) << "the operator did not reconcile every deployment";
+    // Sealed for a while: the condition carries Vault's text, never a value.
+    vault.SetSealed(true);
+    EXPECT_TRUE(WaitFor([&] {
+      return ConditionOf(server, "team-a", "vaulted", "SecretsSynced").value("reason", "") == "VaultUnavailable";
+    })) << "the sealed Vault was not reported";
+    vault.SetSealed(false);
     running.Stop();
+  }
+  if (auto s = server.Get("secrets", "team-a", "vaulted-secrets")) {
+    const json data = (*s).value("data", json::object());
+    EXPECT_EQ(Base64Decode(data.value("object-store.AWS_SECRET_ACCESS_KEY", "")),
+              kCanaries.at("Vault object-store secret key"))
+        << "the Vault value did not reach the deployment's Secret";
+  } else {
+    ADD_FAILURE() << "no vaulted-secrets";
   }
   // Everything the operator wrote that people read, one file per kind.
   for (const char* kind : {"events", "configmaps", "statefulsets.apps", "services", "persistentvolumes",
@@ -170,6 +224,10 @@ std::map<std::string, std::string> RunOperator(const fs::path& dir) {
     }
   }
   EXPECT_EQ(generated.size(), 2u) << "the deployment's Secret holds no generated admin key and metrics token";
+  // The operator's Vault login tokens are secrets too.
+  const auto tokens = vault.LoginTokens();
+  EXPECT_FALSE(tokens.empty()) << "the operator never logged in to Vault";
+  for (size_t i = 0; i < tokens.size(); ++i) generated["Vault login token " + std::to_string(i)] = tokens[i];
   return generated;
 }
 

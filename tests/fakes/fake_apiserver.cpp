@@ -268,33 +268,6 @@ const std::regex& DnsSubdomain() {
   return r;
 }
 
-// What RBAC would check for a resource path (after /api/v1 or
-// /apis/<group>/<version>), as kube-apiserver's RequestInfo parses it.
-RequestRecord DescribeRequest(const std::string& method, const std::string& gv, std::vector<std::string> parts,
-                              const std::map<std::string, std::string>& query, const std::string& user_agent) {
-  RequestRecord rec;
-  auto slash = gv.find('/');
-  rec.group = slash == std::string::npos ? "" : gv.substr(0, slash);
-  rec.version = slash == std::string::npos ? gv : gv.substr(slash + 1);
-  rec.user_agent = user_agent;
-  if (!parts.empty() && parts[0] == "namespaces" && parts.size() > 1) {
-    rec.ns = parts[1];
-    if (parts.size() > 2 && parts[2] != "status" && parts[2] != "finalize") parts.erase(parts.begin(), parts.begin() + 2);
-  }
-  if (!parts.empty()) rec.resource = parts[0];
-  if (parts.size() > 1) rec.name = parts[1];
-  if (parts.size() > 2) rec.subresource = parts[2];
-  auto watch = query.find("watch");
-  const bool watching = watch != query.end() && (watch->second == "true" || watch->second == "1");
-  if (method == "GET") rec.verb = watching ? "watch" : rec.name.empty() ? "list" : "get";
-  else if (method == "POST") rec.verb = "create";
-  else if (method == "PUT") rec.verb = "update";
-  else if (method == "PATCH") rec.verb = "patch";
-  else if (method == "DELETE") rec.verb = rec.name.empty() ? "deletecollection" : "delete";
-  else rec.verb = Lower(method);
-  return rec;
-}
-
 }  // namespace
 
 FakeApiServer::FakeApiServer(FakeApiServerOptions options)
@@ -316,14 +289,6 @@ FakeApiServer::FakeApiServer(FakeApiServerOptions options)
       Builtin("policy", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", true, true, false,
               {"pdb"}),
       Builtin("coordination.k8s.io", "leases", "lease", "Lease", true, false),
-      // What an installation (charts/moeserve) creates besides the above.
-      Builtin("rbac.authorization.k8s.io", "clusterroles", "clusterrole", "ClusterRole", false, false),
-      Builtin("rbac.authorization.k8s.io", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false,
-              false),
-      Builtin("rbac.authorization.k8s.io", "roles", "role", "Role", true, false),
-      Builtin("rbac.authorization.k8s.io", "rolebindings", "rolebinding", "RoleBinding", true, false),
-      Builtin("admissionregistration.k8s.io", "validatingwebhookconfigurations", "validatingwebhookconfiguration",
-              "ValidatingWebhookConfiguration", false, false),
       Builtin("apiextensions.k8s.io", "customresourcedefinitions", "customresourcedefinition",
               "CustomResourceDefinition", false, true, false, {"crd", "crds"}),
   };
@@ -932,6 +897,12 @@ Outcome FakeApiServer::DoScale(const Request& r) {
 Outcome FakeApiServer::Dispatch(const Request& r) {
   const bool collection = r.name.empty();
   if (r.method == "GET") return collection ? DoList(r) : (r.subresource == "scale" ? DoScale(r) : DoGet(r));
+  if (r.method == "POST" && r.subresource == "token" && r.type->plural == "serviceaccounts") {
+    auto& accounts = objects_["serviceaccounts"];
+    auto it = accounts.find(r.ns + "/" + r.name);
+    TokenOutcome t = token_api_.Request(r.ns, r.name, it == accounts.end() ? json() : it->second, r.body);
+    return {t.code, t.body};
+  }
   const bool write = r.method == "POST" || r.method == "PUT" || r.method == "PATCH";
   if (write && InjectConflict(*r.type)) return ConflictOutcome(*r.type, r.name);
   if (r.method == "POST" && collection) {
@@ -1125,6 +1096,16 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
     writer.Send(o.code, o.body.is_string() ? "text/plain" : "application/json",
                 o.body.is_string() ? o.body.get<std::string>() : o.body.dump());
   };
+  if (hr.method == "POST" && hr.path == "/apis/authentication.k8s.io/v1/tokenreviews") {
+    std::unique_lock lock(mu_);
+    TokenOutcome t = token_api_.Review(hr.body, [this](const std::string& ns, const std::string& name) {
+      auto& accounts = objects_["serviceaccounts"];
+      auto it = accounts.find(ns + "/" + name);
+      return it == accounts.end() ? std::string() : it->second["metadata"].value("uid", "");
+    });
+    lock.unlock();
+    return send({t.code, t.body});
+  }
   bool handled = false;
   Outcome o = Discovery(hr, &handled);
   if (handled) return send(o);
@@ -1151,7 +1132,6 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
     return send(Failure(404, "NotFound", "the server could not find the requested resource"));
   }
   std::vector<std::string> rest(segs.begin() + at, segs.end());
-  RequestRecord record = DescribeRequest(hr.method, gv, rest, hr.query, hr.Header("user-agent"));
   Request r;
   r.method = hr.method;
   r.query = hr.query;
@@ -1179,21 +1159,10 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
       }
     }
   }
-  if (!r.type) {
-    record.status = 404;
-    std::lock_guard lock(mu_);
-    requests_.push_back(record);
-    return send(Failure(404, "NotFound", "the server could not find the requested resource"));
-  }
+  if (!r.type) return send(Failure(404, "NotFound", "the server could not find the requested resource"));
 
   const std::string watch = r.Query("watch");
-  if (r.method == "GET" && r.name.empty() && (watch == "true" || watch == "1")) {
-    {
-      std::lock_guard lock(mu_);
-      requests_.push_back(record);
-    }
-    return HandleWatch(r, writer);
-  }
+  if (r.method == "GET" && r.name.empty() && (watch == "true" || watch == "1")) return HandleWatch(r, writer);
 
   int stall_ms = 0;
   {
@@ -1207,8 +1176,6 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
   {
     std::lock_guard lock(mu_);
     o = Dispatch(r);
-    record.status = o.code;
-    requests_.push_back(record);
     if (r.method != "GET")
       writes_.push_back({r.method, hr.path, r.user_agent, o.code, r.body, std::chrono::steady_clock::now()});
     if (r.method == "GET" && o.code == 200 && r.accept.find("as=Table") != std::string::npos) {
@@ -1491,11 +1458,6 @@ void FakeApiServer::CompactHistory() {
 std::vector<WriteRecord> FakeApiServer::Writes() const {
   std::lock_guard lock(mu_);
   return writes_;
-}
-
-std::vector<RequestRecord> FakeApiServer::Requests() const {
-  std::lock_guard lock(mu_);
-  return requests_;
 }
 
 int64_t FakeApiServer::CurrentResourceVersion() const {

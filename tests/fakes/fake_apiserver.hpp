@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http_server.hpp"
+#include "token_api.hpp"
 #include "moeserve/common/status.hpp"
 
 namespace moeserve::fakes {
@@ -67,16 +68,6 @@ struct WriteRecord {
   int status = 0;
   std::string body;                                // the request body (DeleteOptions for a DELETE)
   std::chrono::steady_clock::time_point handled;  // when the server acted on it
-};
-
-// One resource request as RBAC sees it (kube-apiserver's RequestInfo): the
-// verb (get, list, watch, create, update, patch, delete, deletecollection),
-// API group, resource, subresource and namespace, parsed from the path whether
-// or not the double serves that resource. Recorded when the request is acted
-// on (after any stall; a watch when it starts).
-struct RequestRecord {
-  std::string verb, group, version, resource, subresource, ns, name, user_agent;
-  int status = 0;  // 0 for a watch
 };
 
 struct ResourceType {
@@ -125,12 +116,12 @@ class FakeApiServer {
   // Forgets watch history so that every resourceVersion given so far is 410 Gone.
   void CompactHistory();
   std::vector<WriteRecord> Writes() const;
-  // Every resource request over HTTP (discovery and OpenAPI excluded).
-  std::vector<RequestRecord> Requests() const;
   int64_t CurrentResourceVersion() const;
   size_t ActiveWatches() const;
   size_t WatchRequests() const { return watch_requests_.load(); }
   std::string LastBearerToken() const;
+  // TokenRequest (serviceaccounts/<name>/token) and TokenReview (tokenreviews).
+  TokenApi& tokens() { return token_api_; }
 
   struct Outcome {
     int code = 200;
@@ -190,8 +181,8 @@ class FakeApiServer {
   int64_t write_count_ = 0;
   int64_t watch_count_ = 0;
   std::vector<WriteRecord> writes_;
-  std::vector<RequestRecord> requests_;
   std::string last_token_;
+  TokenApi token_api_;  // locked after mu_ when both are held
   std::atomic<size_t> watch_requests_{0};
   std::atomic<bool> stopping_{false};
 };

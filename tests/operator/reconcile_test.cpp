@@ -188,7 +188,7 @@ namespace moeserve::op::testing {
 namespace {
 
 TEST(Reconcile, UnreachableSecretSourceIsReportedNotFatal) {
-  // The operator has no Vault client, so a vault path cannot be read. The
+  // Without a Vault address the operator cannot read a vault path. The
   // children are still made, and SecretsSynced=False says why (the path,
   // never a value).
   FakeCluster cluster;

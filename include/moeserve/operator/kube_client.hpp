@@ -67,7 +67,8 @@ struct ResourceRef {
 
 namespace resources {
 extern const ResourceRef kMoEDeployment, kQuotaPolicy, kConfigMap, kSecret, kService, kStatefulSet,
-    kPodDisruptionBudget, kPod, kEvent, kLease, kNamespace, kPersistentVolume, kPersistentVolumeClaim;
+    kPodDisruptionBudget, kPod, kEvent, kLease, kNamespace, kPersistentVolume, kPersistentVolumeClaim,
+    kServiceAccount;
 }  // namespace resources
 
 struct ListOptions {
@@ -140,6 +141,9 @@ class KubeClient {
   Result<json> Update(const ResourceRef& r, const json& object,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   Result<json> UpdateStatus(const ResourceRef& r, const json& object);  // PUT .../status
+  // POST to a subresource of one object (serviceaccounts/<name>/token: a TokenRequest).
+  Result<json> CreateSubresource(const ResourceRef& r, const std::string& ns, const std::string& name,
+                                 const std::string& subresource, const json& body);
   // patch_type: "application/merge-patch+json", "application/strategic-merge-patch+json",
   // "application/json-patch+json" or "application/apply-patch+yaml" (with field_manager).
   Result<json> Patch(const ResourceRef& r, const std::string& ns, const std::string& name,

@@ -60,7 +60,8 @@ struct PlatformConfig {
 
 // Where a secret comes from: exactly one of a Vault path or a Secret's name.
 struct SecretReference {
-  std::string vault_path;
+  std::string vault_path;  // the API path after /v1/ (KV v2: <mount>/data/<name>)
+  std::string vault_role;  // spec.vault.role for a Vault path; "" = the namespace's name
   std::string secret_name;
   bool empty() const { return vault_path.empty() && secret_name.empty(); }
 };
@@ -69,7 +70,9 @@ struct MoEDeploymentSpec {
   std::string image;
   std::string model_uri, model_revision, model_endpoint;
   SecretReference model_credentials;
-  std::string vault_role, vault_service_account;
+  // spec.vault.role; "" = the namespace's name. The service account that
+  // logs in is platform configuration (moe-operator --vault-service-account).
+  std::string vault_role;
   int64_t max_context_tokens = 131072;
   std::string default_tier = "medium";
   json thinking_budgets = json::object();

@@ -5,9 +5,9 @@
 //
 // Three interfaces let other sources and policies plug in without touching
 // the reconcile loop: SecretSource (where referenced secrets are read: a
-// Secret today; a Vault client would be another implementation), CleanupHook
-// (work to do under the finalizer before the object goes, such as revoking
-// leases a secret source took out) and QuotaCheck (whether a deployment is
+// Secret, or Vault), CleanupHook (work to do under the finalizer before the
+// object goes, such as revoking the Vault token a secret source logged in
+// with) and QuotaCheck (whether a deployment is
 // admitted; the default admits every one, as no quota is enforced).
 //
 // Thread safety: Reconcile may run on several workers at once for different
@@ -38,8 +38,9 @@ class Reconciler {
 };
 
 // Resolves a SecretReference to key -> value. The default reads Kubernetes
-// Secrets (secretRef); it has no Vault client, so a Vault path fails with
-// kUnavailable (reported as SecretsSynced=False, reason VaultUnavailable).
+// Secrets (secretRef) and fails a Vault path with kUnavailable (reported as
+// SecretsSynced=False, reason VaultUnavailable); moe-operator with a Vault
+// address routes Vault paths to VaultSecretSource (vault_secret_source.hpp).
 // Errors: kPermissionDenied when the platform does not allow the reference
 // (a Secret without moeserve.io/usable=true), kNotFound when it is missing,
 // kUnavailable when the source cannot be reached. Messages name the
@@ -92,6 +93,8 @@ struct MoEDeploymentReconcilerOptions {
   PlatformConfig platform;                // daemon image, node cache, pod defaults
   // Referenced Secrets are not watched; look at them again this often.
   std::chrono::milliseconds secret_resync{std::chrono::seconds(60)};
+  // Vault paths are read again this often (moe-operator --vault-resync-seconds).
+  std::chrono::milliseconds vault_resync{std::chrono::seconds(60)};
 };
 
 class MoEDeploymentReconciler : public Reconciler {

@@ -1,0 +1,208 @@
+#include "moeserve/operator/vault_client.hpp"
+
+#include <curl/curl.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+namespace moeserve::op {
+
+using nlohmann::json;
+
+namespace {
+
+void GlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+size_t AppendBody(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+bool Retryable(long status) { return status == 429 || status >= 500; }
+
+Error ErrorFor(long status, const std::string& text) {
+  switch (status) {
+    case 400: return Error::InvalidArgument(text);
+    case 401:
+    case 403: return Error::PermissionDenied(text);
+    case 404: return Error::NotFound(text);
+    default: return Error::Unavailable(text);
+  }
+}
+
+}  // namespace
+
+std::string VaultErrorText(const json& body) {
+  std::string joined;
+  if (body.is_object() && body.contains("errors") && body["errors"].is_array())
+    for (const auto& e : body["errors"])
+      if (e.is_string()) joined += (joined.empty() ? "" : "; ") + e.get<std::string>();
+  // Vault's multierror text spans lines ("1 error occurred:\n\t* ..."):
+  // one line reads better in a condition and a log.
+  std::string out;
+  bool space = false;
+  for (char c : joined) {
+    if (c == '\n' || c == '\t' || c == '\r' || c == ' ') {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out.push_back(' ');
+    space = false;
+    out.push_back(c);
+  }
+  return out;
+}
+
+VaultConfig VaultConfigFromEnvironment(VaultConfig base) {
+  if (const char* v = std::getenv("VAULT_ADDR"); v && *v) base.address = v;
+  if (const char* v = std::getenv("VAULT_CACERT"); v && *v) base.ca_cert = v;
+  if (const char* v = std::getenv("VAULT_NAMESPACE"); v && *v) base.vault_namespace = v;
+  return base;
+}
+
+VaultClient::VaultClient(VaultConfig config) : config_(std::move(config)) {
+  while (!config_.address.empty() && config_.address.back() == '/') config_.address.pop_back();
+  GlobalInit();
+}
+
+Result<VaultClient::Response> VaultClient::CallOnce(const std::string& method, const std::string& path,
+                                                    const std::string& token, const std::string& body,
+                                                    const std::string& what) {
+  CURL* curl = curl_easy_init();
+  if (!curl) return Fail(Error::Internal("curl_easy_init failed"));
+  std::string received;
+  curl_slist* headers = nullptr;
+  headers = curl_slist_append(headers, "Accept: application/json");
+  if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
+  if (!token.empty()) headers = curl_slist_append(headers, ("X-Vault-Token: " + token).c_str());
+  if (!config_.vault_namespace.empty())
+    headers = curl_slist_append(headers, ("X-Vault-Namespace: " + config_.vault_namespace).c_str());
+  // Vault's API asks for this header on every request (request forgery protection).
+  headers = curl_slist_append(headers, "X-Vault-Request: true");
+  const std::string url = config_.address + "/v1/" + path;
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+  if (method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  }
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &received);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  // Vault answers directly; a redirect (standby forwarding) is not followed
+  // blindly with the token attached.
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (!config_.ca_cert.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, config_.ca_cert.c_str());
+  const CURLcode rc = curl_easy_perform(curl);
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  if (rc == CURLE_OPERATION_TIMEDOUT)
+    return Fail(Error::Timeout("Vault " + what + ": no answer within " +
+                               std::to_string(config_.request_timeout.count()) + " ms"));
+  if (rc != CURLE_OK) return Fail(Error::Unavailable("Vault " + what + ": " + curl_easy_strerror(rc)));
+  Response response;
+  response.status = status;
+  response.body = received.empty() ? json() : json::parse(received, nullptr, false);
+  if (response.body.is_discarded()) response.body = json();
+  return response;
+}
+
+Result<VaultClient::Response> VaultClient::Call(const std::string& method, const std::string& path,
+                                                const std::string& token, const std::string& body,
+                                                const std::string& what) {
+  if (config_.address.empty()) return Fail(Error::Unavailable("Vault " + what + ": no Vault address (VAULT_ADDR)"));
+  auto backoff = config_.backoff_initial;
+  for (int attempt = 1;; ++attempt) {
+    auto response = CallOnce(method, path, token, body, what);
+    const bool last = attempt >= std::max(1, config_.attempts);
+    if (response) {
+      if (response->status < 300) return response;
+      std::string text = VaultErrorText(response->body);
+      const json metadata = response->body.is_object() && response->body.contains("data") &&
+                                    response->body["data"].is_object()
+                                ? response->body["data"].value("metadata", json())
+                                : json();
+      // KV v2 answers a deleted or destroyed current version with a 404 and its metadata.
+      if (text.empty() && response->status == 404 && metadata.is_object())
+        text = "version " + std::to_string(metadata.value("version", int64_t{0})) +
+               (metadata.value("destroyed", false) ? " is destroyed" : " is deleted");
+      if (text.empty() && response->status == 404) text = "no secret at this path";
+      if (text.empty()) text = "HTTP " + std::to_string(response->status);
+      if (!Retryable(response->status) || last)
+        return Fail(ErrorFor(response->status, "Vault " + what + ": " + text));
+    } else {
+      const ErrorCode code = response.error().code();
+      if ((code != ErrorCode::kUnavailable && code != ErrorCode::kTimeout) || last) return Fail(response.error());
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+  }
+}
+
+namespace {
+
+Result<VaultLease> LeaseOf(const json& body, const std::string& what) {
+  const json auth = body.is_object() ? body.value("auth", json()) : json();
+  if (!auth.is_object() || !auth.contains("client_token") || !auth["client_token"].is_string())
+    return Fail(Error::Unavailable("Vault " + what + ": the answer holds no auth.client_token"));
+  VaultLease lease;
+  lease.token = auth["client_token"].get<std::string>();
+  lease.lease_duration = std::chrono::seconds(auth.value("lease_duration", int64_t{0}));
+  lease.renewable = auth.value("renewable", false);
+  return lease;
+}
+
+}  // namespace
+
+Result<VaultLease> VaultClient::KubernetesLogin(const std::string& mount, const std::string& role,
+                                                const std::string& jwt) {
+  const std::string what = "login at auth/" + mount + " as role " + role;
+  MOE_ASSIGN_OR_RETURN(Response r, Call("POST", "auth/" + mount + "/login", "",
+                                        json({{"role", role}, {"jwt", jwt}}).dump(), what));
+  return LeaseOf(r.body, what);
+}
+
+Result<VaultLease> VaultClient::RenewSelf(const std::string& token) {
+  MOE_ASSIGN_OR_RETURN(Response r, Call("POST", "auth/token/renew-self", token, "{}", "token renewal"));
+  return LeaseOf(r.body, "token renewal");
+}
+
+Status VaultClient::LookupSelf(const std::string& token) {
+  MOE_TRY(Call("GET", "auth/token/lookup-self", token, "", "token lookup"));
+  return Ok();
+}
+
+Status VaultClient::RevokeSelf(const std::string& token) {
+  MOE_TRY(Call("POST", "auth/token/revoke-self", token, "{}", "token revocation"));
+  return Ok();
+}
+
+Result<KvSecret> VaultClient::ReadKv(const std::string& token, const std::string& path) {
+  const std::string what = "read " + path;
+  MOE_ASSIGN_OR_RETURN(Response r, Call("GET", path, token, "", what));
+  const json data = r.body.is_object() ? r.body.value("data", json()) : json();
+  if (!data.is_object() || !data.contains("data") || !data["data"].is_object())
+    return Fail(Error::InvalidArgument("Vault " + what + ": not a KV version 2 secret (no data.data; a KV v2 path "
+                                       "names <mount>/data/<name>)"));
+  KvSecret secret;
+  const json metadata = data.value("metadata", json::object());
+  if (metadata.is_object()) secret.version = metadata.value("version", int64_t{0});
+  for (const auto& [k, v] : data["data"].items()) {
+    if (!v.is_string())
+      return Fail(Error::InvalidArgument("Vault " + what + ": the value of key " + k + " is not a string"));
+    secret.data[k] = v.get<std::string>();
+  }
+  return secret;
+}
+
+}  // namespace moeserve::op
