@@ -268,6 +268,33 @@ const std::regex& DnsSubdomain() {
   return r;
 }
 
+// What RBAC would check for a resource path (after /api/v1 or
+// /apis/<group>/<version>), as kube-apiserver's RequestInfo parses it.
+RequestRecord DescribeRequest(const std::string& method, const std::string& gv, std::vector<std::string> parts,
+                              const std::map<std::string, std::string>& query, const std::string& user_agent) {
+  RequestRecord rec;
+  auto slash = gv.find('/');
+  rec.group = slash == std::string::npos ? "" : gv.substr(0, slash);
+  rec.version = slash == std::string::npos ? gv : gv.substr(slash + 1);
+  rec.user_agent = user_agent;
+  if (!parts.empty() && parts[0] == "namespaces" && parts.size() > 1) {
+    rec.ns = parts[1];
+    if (parts.size() > 2 && parts[2] != "status" && parts[2] != "finalize") parts.erase(parts.begin(), parts.begin() + 2);
+  }
+  if (!parts.empty()) rec.resource = parts[0];
+  if (parts.size() > 1) rec.name = parts[1];
+  if (parts.size() > 2) rec.subresource = parts[2];
+  auto watch = query.find("watch");
+  const bool watching = watch != query.end() && (watch->second == "true" || watch->second == "1");
+  if (method == "GET") rec.verb = watching ? "watch" : rec.name.empty() ? "list" : "get";
+  else if (method == "POST") rec.verb = "create";
+  else if (method == "PUT") rec.verb = "update";
+  else if (method == "PATCH") rec.verb = "patch";
+  else if (method == "DELETE") rec.verb = rec.name.empty() ? "deletecollection" : "delete";
+  else rec.verb = Lower(method);
+  return rec;
+}
+
 }  // namespace
 
 FakeApiServer::FakeApiServer(FakeApiServerOptions options)
@@ -289,6 +316,14 @@ FakeApiServer::FakeApiServer(FakeApiServerOptions options)
       Builtin("policy", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", true, true, false,
               {"pdb"}),
       Builtin("coordination.k8s.io", "leases", "lease", "Lease", true, false),
+      // What an installation (charts/moeserve) creates besides the above.
+      Builtin("rbac.authorization.k8s.io", "clusterroles", "clusterrole", "ClusterRole", false, false),
+      Builtin("rbac.authorization.k8s.io", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false,
+              false),
+      Builtin("rbac.authorization.k8s.io", "roles", "role", "Role", true, false),
+      Builtin("rbac.authorization.k8s.io", "rolebindings", "rolebinding", "RoleBinding", true, false),
+      Builtin("admissionregistration.k8s.io", "validatingwebhookconfigurations", "validatingwebhookconfiguration",
+              "ValidatingWebhookConfiguration", false, false),
       Builtin("apiextensions.k8s.io", "customresourcedefinitions", "customresourcedefinition",
               "CustomResourceDefinition", false, true, false, {"crd", "crds"}),
   };
@@ -1132,6 +1167,7 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
     return send(Failure(404, "NotFound", "the server could not find the requested resource"));
   }
   std::vector<std::string> rest(segs.begin() + at, segs.end());
+  RequestRecord record = DescribeRequest(hr.method, gv, rest, hr.query, hr.Header("user-agent"));
   Request r;
   r.method = hr.method;
   r.query = hr.query;
@@ -1159,10 +1195,21 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
       }
     }
   }
-  if (!r.type) return send(Failure(404, "NotFound", "the server could not find the requested resource"));
+  if (!r.type) {
+    record.status = 404;
+    std::lock_guard lock(mu_);
+    requests_.push_back(record);
+    return send(Failure(404, "NotFound", "the server could not find the requested resource"));
+  }
 
   const std::string watch = r.Query("watch");
-  if (r.method == "GET" && r.name.empty() && (watch == "true" || watch == "1")) return HandleWatch(r, writer);
+  if (r.method == "GET" && r.name.empty() && (watch == "true" || watch == "1")) {
+    {
+      std::lock_guard lock(mu_);
+      requests_.push_back(record);
+    }
+    return HandleWatch(r, writer);
+  }
 
   int stall_ms = 0;
   {
@@ -1176,6 +1223,8 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
   {
     std::lock_guard lock(mu_);
     o = Dispatch(r);
+    record.status = o.code;
+    requests_.push_back(record);
     if (r.method != "GET")
       writes_.push_back({r.method, hr.path, r.user_agent, o.code, r.body, std::chrono::steady_clock::now()});
     if (r.method == "GET" && o.code == 200 && r.accept.find("as=Table") != std::string::npos) {
@@ -1458,6 +1507,11 @@ void FakeApiServer::CompactHistory() {
 std::vector<WriteRecord> FakeApiServer::Writes() const {
   std::lock_guard lock(mu_);
   return writes_;
+}
+
+std::vector<RequestRecord> FakeApiServer::Requests() const {
+  std::lock_guard lock(mu_);
+  return requests_;
 }
 
 int64_t FakeApiServer::CurrentResourceVersion() const {

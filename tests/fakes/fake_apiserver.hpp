@@ -70,6 +70,16 @@ struct WriteRecord {
   std::chrono::steady_clock::time_point handled;  // when the server acted on it
 };
 
+// One resource request as RBAC sees it (kube-apiserver's RequestInfo): the
+// verb (get, list, watch, create, update, patch, delete, deletecollection),
+// API group, resource, subresource and namespace, parsed from the path whether
+// or not the double serves that resource. Recorded when the request is acted
+// on (after any stall; a watch when it starts).
+struct RequestRecord {
+  std::string verb, group, version, resource, subresource, ns, name, user_agent;
+  int status = 0;  // 0 for a watch
+};
+
 struct ResourceType {
   std::string group, version, plural, singular, kind, list_kind;
   bool namespaced = true;
@@ -116,6 +126,8 @@ class FakeApiServer {
   // Forgets watch history so that every resourceVersion given so far is 410 Gone.
   void CompactHistory();
   std::vector<WriteRecord> Writes() const;
+  // Every resource request over HTTP (discovery and OpenAPI excluded).
+  std::vector<RequestRecord> Requests() const;
   int64_t CurrentResourceVersion() const;
   size_t ActiveWatches() const;
   size_t WatchRequests() const { return watch_requests_.load(); }
@@ -181,6 +193,7 @@ class FakeApiServer {
   int64_t write_count_ = 0;
   int64_t watch_count_ = 0;
   std::vector<WriteRecord> writes_;
+  std::vector<RequestRecord> requests_;
   std::string last_token_;
   TokenApi token_api_;  // locked after mu_ when both are held
   std::atomic<size_t> watch_requests_{0};
