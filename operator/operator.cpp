@@ -63,13 +63,31 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
     metrics_->depth.Set(static_cast<double>(queue_.Len()));
   };
   InformerHandlers md_handlers;
-  md_handlers.on_add = enqueue;
-  md_handlers.on_update = [enqueue](const json&, const json& o) { enqueue(o); };
-  md_handlers.on_delete = enqueue;
+  // Quota ties a namespace's MoEDeployments together: a change of demand re-judges the others.
+  md_handlers.on_add = [this, enqueue](const json& o) {
+    enqueue(o);
+    quota_->OnMoEDeployment(o);
+  };
+  md_handlers.on_update = [this, enqueue](const json& old, const json& o) {
+    enqueue(o);
+    if (old.value("spec", json()) != o.value("spec", json()) ||
+        old["metadata"].contains("deletionTimestamp") != o["metadata"].contains("deletionTimestamp"))
+      quota_->OnMoEDeployment(o);
+  };
+  md_handlers.on_delete = [this, enqueue](const json& o) {
+    enqueue(o);
+    quota_->OnMoEDeployment(o);
+  };
   auto md = std::make_unique<Informer>(client_, resources::kMoEDeployment, options_.watch_namespace, options_.informer,
                                        md_handlers);
   md_informer_ = md.get();
   informers_.push_back(std::move(md));
+  quota_ = std::make_unique<QuotaController>(client_, options_.watch_namespace, options_.informer, options_.webhook,
+                                             md_informer_->cache(), [this](const std::string& key) {
+                                               queue_.Add(key);
+                                               metrics_->depth.Set(static_cast<double>(queue_.Len()));
+                                             });
+  if (!options_.reconciler.quota) options_.reconciler.quota = quota_->Check();
   // Children: only what this operator manages, mapped back to their owner.
   InformerOptions child_options = options_.informer;
   child_options.label_selector = std::string("app.kubernetes.io/managed-by=") + kManagedBy;
@@ -95,6 +113,7 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
     if (ref == &resources::kPersistentVolume) caches.volumes = cache;
     informers_.push_back(std::move(informer));
   }
+  informers_.push_back(quota_->TakeInformer());
   reconciler_ = std::make_unique<MoEDeploymentReconciler>(client_, caches, events_.get(), options_.reconciler);
 }
 
@@ -147,7 +166,7 @@ void Operator::Worker() {
     // object fails its own reconcile (requeued with backoff), never the process.
     Result<ReconcileResult> result = Fail(Error::Internal("reconcile did not run"));
     try {
-      result = reconciler_->Reconcile(*key);
+      result = QuotaController::IsPolicyKey(*key) ? quota_->Reconcile(*key) : reconciler_->Reconcile(*key);
     } catch (const std::exception& e) {
       result = Fail(Error::Internal(std::string("reconcile threw: ") + e.what()));
     } catch (...) {
@@ -219,6 +238,15 @@ Status Operator::Run() {
 
   // 3. Wait for the caches, then work (while leading, when electing).
   while (!stop_ && !Synced()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // The quota webhook decides from the caches: it serves once they are
+  // synced, on every replica, leading or not.
+  if (auto webhook = stop_ ? Ok() : quota_->StartWebhook(); !webhook) {
+    RequestStop();
+    client_.CancelWatches();
+    for (auto& i : informers_) i->Stop();
+    servers_.reset();
+    return Fail(webhook.error());
+  }
   std::thread elector_thread;
   std::unique_ptr<LeaderElector> elector;
   if (options_.leader_elect) {
@@ -236,11 +264,13 @@ Status Operator::Run() {
           [&] {
             leading_ = true;
             metrics_->is_leader.Set(1);
+            quota_->SetLeading(true);
             StartWorkers();
           },
           [&] {
             leading_ = false;
             metrics_->is_leader.Set(0);
+            quota_->SetLeading(false);
             if (!stop_) {
               lost_leadership_ = true;
               RequestStop();
@@ -249,6 +279,7 @@ Status Operator::Run() {
     });
   } else if (!stop_) {
     leading_ = true;
+    quota_->SetLeading(true);
     StartWorkers();
   }
   while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -259,6 +290,7 @@ Status Operator::Run() {
     if (w.joinable()) w.join();
   workers_.clear();
   if (elector_thread.joinable()) elector_thread.join();
+  quota_->Stop();
   client_.CancelWatches();
   for (auto& i : informers_) i->Stop();
   servers_.reset();

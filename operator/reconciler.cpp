@@ -162,8 +162,8 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
     return ReconcileResult{};
   }
 
-  // 5. Quota: admitted or not, as options_.quota decides (unset: admitted;
-  //    no QuotaPolicy is read).
+  // 5. Quota: admitted or not, as options_.quota decides (moe-operator's is
+  //    DecideQuota over its caches, the webhook's function; unset: admitted).
   QuotaDecision quota = options_.quota ? options_.quota(md, *spec) : QuotaDecision{};
 
   // 6. Config and secrets (the operator's own keys read back, never
@@ -185,7 +185,17 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   MOE_TRY(Apply(resources::kConfigMap, caches_.configmaps, md, config_map));
   if (!keep_secret) MOE_TRY(Apply(resources::kSecret, caches_.secrets, md, secret));
   MOE_TRY(Apply(resources::kService, caches_.services, md, desired::EndpointService(md, *spec)));
-  const int groups = quota.admitted ? spec->replicas : 0;
+  // Over quota (it got in while the webhook was down, or its policy was
+  // tightened): it is held. It keeps the groups it has below spec.replicas,
+  // as they are (no new group, no roll to a new template, which could ask
+  // for more); groups past spec.replicas still go.
+  int groups = spec->replicas;
+  if (!quota.admitted) {
+    groups = 0;
+    while (groups < spec->replicas &&
+           caches_.statefulsets->Get(Namespace(md) + "/" + desired::GroupName(md, groups)))
+      groups++;
+  }
   for (int r = 0; r < groups; ++r) {
     MOE_TRY(Apply(resources::kService, caches_.services, md, desired::GroupService(md, *spec, r)));
     MOE_TRY(Apply(resources::kPodDisruptionBudget, caches_.pdbs, md, desired::PodDisruptionBudget(md, *spec, r)));
@@ -194,7 +204,18 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   // 8. Roll the StatefulSets out group by group, then drop groups past spec.replicas.
   MoEDeploymentSpec effective = *spec;
   effective.replicas = groups;
-  MOE_ASSIGN_OR_RETURN(Rollout rollout, RollOut(md, effective, config_hash));
+  Rollout rollout;
+  if (quota.admitted) {
+    MOE_ASSIGN_OR_RETURN(rollout, RollOut(md, effective, config_hash));
+  } else {
+    rollout.groups = rollout.existing = groups;
+    for (int r = 0; r < groups; ++r) {
+      const auto sts = caches_.statefulsets->Get(Namespace(md) + "/" + desired::GroupName(md, r));
+      const bool current = sts && Contains(*sts, desired::StatefulSet(md, effective, r, config_hash, options_.platform));
+      rollout.updated += current ? 1 : 0;
+      rollout.ready += current && sts && GroupReady(*sts) ? 1 : 0;
+    }
+  }
   MOE_TRY(RemoveSurplusGroups(md, effective));
 
   // 9. Report.

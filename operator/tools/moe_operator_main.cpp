@@ -9,7 +9,13 @@
 //                [--run-as-user UID]
 //                [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]
 //                [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]
+//                [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]
+//                [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]
+//                [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]
 //
+// The quota webhook (--webhook-addr, default :9443) serves on every replica
+// from the Secret --webhook-secret in --operator-namespace (default
+// $POD_NAMESPACE, else moeserve-system).
 // Vault is on when --vault-addr or VAULT_ADDR is set; VAULT_CACERT and
 // VAULT_NAMESPACE are read as Vault's own tools read them, and VAULT_TOKEN
 // (development only) replaces the per-namespace Kubernetes login.
@@ -40,7 +46,10 @@ int Usage(const std::string& why) {
                "       [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]\n"
                "       [--run-as-user UID]\n"
                "       [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]\n"
-               "       [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]\n";
+               "       [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]\n"
+               "       [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]\n"
+               "       [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]\n"
+               "       [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]\n";
   return 2;
 }
 
@@ -56,6 +65,8 @@ int main(int argc, char** argv) {
   op::OperatorOptions options;
   op::VaultConfig vault_config = op::VaultConfigFromEnvironment();
   op::VaultAuthOptions vault_auth;
+  options.webhook.addr = ":9443";
+  if (const char* pod_ns = std::getenv("POD_NAMESPACE"); pod_ns && *pod_ns) options.webhook.operator_namespace = pod_ns;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   options.election.identity = std::string(host) + "_" + std::to_string(getpid());
@@ -94,6 +105,14 @@ int main(int argc, char** argv) {
       else if (a == "--vault-service-account") vault_auth.service_account = value;
       else if (a == "--vault-audience") vault_auth.audience = value;
       else if (a == "--vault-resync-seconds") options.reconciler.vault_resync = Seconds(value);
+      else if (a == "--operator-namespace") options.webhook.operator_namespace = value;
+      else if (a == "--webhook-addr") options.webhook.addr = value;
+      else if (a == "--webhook-service") options.webhook.service = value;
+      else if (a == "--webhook-secret") options.webhook.secret = value;
+      else if (a == "--webhook-config") options.webhook.config = value;
+      else if (a == "--webhook-manage-certs") options.webhook.manage_certs = value != "false";
+      else if (a == "--webhook-cert-lifetime-seconds") options.webhook.cert_lifetime = std::chrono::seconds(std::stoll(value));
+      else if (a == "--webhook-check-seconds") options.webhook.check_interval = Seconds(value);
       else if (a == "--help") return Usage("help");
       else return Usage("unknown flag " + a);
     }
@@ -108,6 +127,8 @@ int main(int argc, char** argv) {
   if (options.reconciler.vault_resync.count() <= 0) return Usage("--vault-resync-seconds must be positive");
   if (vault_auth.service_account.empty() || vault_auth.auth_mount.empty())
     return Usage("--vault-service-account and --vault-auth-mount must not be empty");
+  if (options.webhook.cert_lifetime.count() < 3) return Usage("--webhook-cert-lifetime-seconds must be at least 3");
+  if (options.webhook.check_interval.count() <= 0) return Usage("--webhook-check-seconds must be positive");
   if (options.leader_elect && options.election.renew_deadline >= options.election.lease_duration)
     return Usage("--renew-deadline must be shorter than --lease-duration");
   // cpprestsdk's pool runs every HTTP continuation; its default of 40
@@ -145,6 +166,19 @@ int main(int argc, char** argv) {
     options.reconciler.cleanup = vault->cleanup();
     log::Info("moe-operator: reading vault: references from " + vault_config.address + " (auth mount " +
               vault_auth.auth_mount + ", service account " + vault_auth.service_account + ")");
+  }
+  // Any replica may create or renew the webhook's certificates (optimistic
+  // concurrency picks one), so their writes go through a client without the
+  // leader's write fence.
+  std::unique_ptr<op::KubeClient> cert_client;
+  if (options.leader_elect && options.webhook.manage_certs && op::ListenUri(options.webhook.addr) != "") {
+    auto made = op::KubeClient::Create(*config);
+    if (!made) {
+      std::cerr << "moe-operator: " << made.error().ToString() << "\n";
+      return 1;
+    }
+    cert_client = std::move(*made);
+    options.webhook.cert_client = cert_client.get();
   }
   op::Operator oper(**client, options);
   // Operator::RequestStop takes mutexes, which a signal handler must never

@@ -38,6 +38,7 @@ struct FakeApiServer::Request {
   std::string ns, name, subresource;
   std::map<std::string, std::string> query;
   std::string body, content_type, accept, user_agent;
+  bool admission_pass = false;  // the dry run that admission judges: no injected faults
   std::string Query(const std::string& k) const {
     auto it = query.find(k);
     return it == query.end() ? "" : it->second;
@@ -939,7 +940,7 @@ Outcome FakeApiServer::Dispatch(const Request& r) {
     return {t.code, t.body};
   }
   const bool write = r.method == "POST" || r.method == "PUT" || r.method == "PATCH";
-  if (write && InjectConflict(*r.type)) return ConflictOutcome(*r.type, r.name);
+  if (write && !r.admission_pass && InjectConflict(*r.type)) return ConflictOutcome(*r.type, r.name);
   if (r.method == "POST" && collection) {
     json body = json::parse(r.body, nullptr, false);
     if (body.is_discarded()) return Failure(400, "BadRequest", "the body of the request was not valid JSON");
@@ -976,6 +977,62 @@ Outcome FakeApiServer::Dispatch(const Request& r) {
   if (r.method == "PATCH") return DoPatch(r);
   if (r.method == "DELETE") return DoDelete(r);
   return Failure(405, "MethodNotAllowed", "the server does not allow this method on the requested resource");
+}
+
+std::optional<Outcome> FakeApiServer::RunAdmission(const Request& r, std::string* judged_rv) {
+  *judged_rv = "-";  // nothing judged
+  const bool write = r.method == "POST" || r.method == "PUT" || r.method == "PATCH";
+  if (!write || r.subresource == "status" || (r.method == "POST" && !r.name.empty())) return std::nullopt;
+  static const std::string kConfigs = "validatingwebhookconfigurations.admissionregistration.k8s.io";
+  std::vector<json> configs;
+  AdmissionAttributes a;
+  {
+    std::lock_guard lock(mu_);
+    // As kube-apiserver: webhook configurations themselves are never sent to webhooks.
+    if (r.type->Qualified() == kConfigs) return std::nullopt;
+    for (const auto& [key, config] : objects_[kConfigs]) configs.push_back(config);
+    if (configs.empty()) return std::nullopt;
+    Request dry = r;
+    dry.query["dryRun"] = "All";
+    dry.admission_pass = true;
+    Outcome result = Dispatch(dry);
+    if (result.code >= 300) return std::nullopt;  // the write itself fails the same way
+    const std::string name = r.name.empty() ? result.body["metadata"].value("name", "") : r.name;
+    auto& store = objects_[r.type->Qualified()];
+    auto it = store.find(r.ns + "/" + name);
+    *judged_rv = it == store.end() ? "" : it->second["metadata"].value("resourceVersion", "");
+    a.group = r.type->group;
+    a.version = r.type->version;
+    a.resource = r.type->plural;
+    a.subresource = r.subresource;
+    a.operation = it == store.end() ? "CREATE" : "UPDATE";
+    a.ns = r.ns;
+    a.name = name;
+    a.username = r.user_agent.substr(0, r.user_agent.find('/'));
+    a.dry_run = r.Query("dryRun") == "All";
+    a.object = result.body;
+    if (r.subresource == "scale") {
+      a.kind_group = "autoscaling";
+      a.kind_version = "v1";
+      a.kind = "Scale";
+      if (it != store.end()) {
+        const json replicas = EvalJsonPath(it->second, r.type->scale_spec_path);
+        a.old_object = {{"kind", "Scale"},
+                        {"apiVersion", "autoscaling/v1"},
+                        {"metadata", {{"name", name}, {"namespace", r.ns}, {"uid", it->second["metadata"]["uid"]},
+                                      {"resourceVersion", it->second["metadata"]["resourceVersion"]}}},
+                        {"spec", {{"replicas", replicas.is_null() ? json(0) : replicas}}}};
+      }
+    } else {
+      a.kind_group = r.type->group;
+      a.kind_version = r.type->version;
+      a.kind = r.type->kind;
+      if (it != store.end()) a.old_object = it->second;
+    }
+  }
+  AdmissionVerdict verdict = admission_.Admit(configs, a);
+  if (verdict.allowed) return std::nullopt;
+  return Failure(verdict.code, verdict.reason, verdict.message);
 }
 
 // ---------------------------------------------------------------------------
@@ -1220,6 +1277,24 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
   while (!stopping_ && std::chrono::steady_clock::now() < stall_until)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
 
+  // Validating admission, as kube-apiserver runs it after its own checks: a
+  // refusal ends the write; otherwise it goes on, unless the object changed
+  // while the webhooks judged it (then they judge the new state).
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::string judged_rv;
+    if (auto refused = RunAdmission(r, &judged_rv)) {
+      std::lock_guard lock(mu_);
+      record.status = refused->code;
+      requests_.push_back(record);
+      writes_.push_back({r.method, hr.path, r.user_agent, refused->code, r.body, std::chrono::steady_clock::now()});
+      return send(*refused);
+    }
+    std::lock_guard lock(mu_);
+    auto& store = objects_[r.type->Qualified()];
+    auto it = r.name.empty() ? store.end() : store.find(r.ns + "/" + r.name);
+    const std::string now_rv = it == store.end() ? "" : it->second["metadata"].value("resourceVersion", "");
+    if (now_rv == judged_rv || judged_rv == "-") break;
+  }
   {
     std::lock_guard lock(mu_);
     o = Dispatch(r);

@@ -15,7 +15,8 @@
 // with defaulting, pruning and validation against their OpenAPI schema.
 //
 // What it does not: authentication/authorisation (any bearer token passes;
-// the last one seen is recorded), admission webhooks, protobuf, HTTP/2, TLS,
+// the last one seen is recorded), mutating admission webhooks (validating
+// ones are called: admission.hpp), protobuf, HTTP/2, TLS,
 // pagination (limit is ignored; every list is complete), and controllers (a
 // test plays the kubelet and StatefulSet controller through Mutate()).
 //
@@ -40,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "admission.hpp"
 #include "http_server.hpp"
 #include "token_api.hpp"
 #include "moeserve/common/status.hpp"
@@ -134,6 +136,10 @@ class FakeApiServer {
   std::string LastBearerToken() const;
   // TokenRequest (serviceaccounts/<name>/token) and TokenReview (tokenreviews).
   TokenApi& tokens() { return token_api_; }
+  // Validating webhooks (admission.hpp): ValidatingWebhookConfigurations
+  // stored here are called on HTTP writes (create, update, patch, scale) of
+  // objects they match; the direct-access methods above are not admitted.
+  WebhookAdmission& admission() { return admission_; }
 
   struct Outcome {
     int code = 200;
@@ -149,6 +155,10 @@ class FakeApiServer {
   Outcome Discovery(const HttpRequest& request, bool* handled);
   Outcome OpenApi(const HttpRequest& request, bool* handled);
   Outcome Dispatch(const Request& r);
+  // Runs the write as a dry run, then the matching webhooks without mu_
+  // held: a refusal, or nothing (go on) with the judged object's
+  // resourceVersion in *judged_rv ("" when it did not exist).
+  std::optional<Outcome> RunAdmission(const Request& r, std::string* judged_rv);
 
   Outcome DoGet(const Request& r);
   Outcome DoList(const Request& r);
@@ -196,6 +206,7 @@ class FakeApiServer {
   std::vector<RequestRecord> requests_;
   std::string last_token_;
   TokenApi token_api_;  // locked after mu_ when both are held
+  WebhookAdmission admission_;  // never called with mu_ held
   std::atomic<size_t> watch_requests_{0};
   std::atomic<bool> stopping_{false};
 };

@@ -15,6 +15,7 @@
 #include "moeserve/operator/informer.hpp"
 #include "moeserve/operator/kube_client.hpp"
 #include "moeserve/operator/leader_election.hpp"
+#include "moeserve/operator/quota_controller.hpp"
 #include "moeserve/operator/reconciler.hpp"
 #include "moeserve/operator/work_queue.hpp"
 
@@ -30,6 +31,9 @@ struct OperatorOptions {
   MoEDeploymentReconcilerOptions reconciler;
   std::string metrics_addr;  // host:port or :port; "" or "0" = off
   std::string health_addr;
+  // QuotaPolicies are read and enforced (reconciler.quota, when unset, is
+  // the quota decision); the validating webhook serves when webhook.addr is set.
+  WebhookOptions webhook;
 };
 
 class Operator {
@@ -48,6 +52,7 @@ class Operator {
   uint64_t reconcile_errors() const { return reconcile_errors_; }
   size_t QueueDepth() const { return queue_.Len(); }
   const ObjectCache& moedeployments() const;
+  const QuotaController& quota() const { return *quota_; }
 
  private:
   struct Metrics;
@@ -63,6 +68,7 @@ class Operator {
   std::vector<std::unique_ptr<Informer>> informers_;
   Informer* md_informer_ = nullptr;
   std::unique_ptr<MoEDeploymentReconciler> reconciler_;
+  std::unique_ptr<QuotaController> quota_;
   std::vector<std::thread> workers_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Servers> servers_;

@@ -7,8 +7,11 @@
 // the reconcile loop: SecretSource (where referenced secrets are read: a
 // Secret, or Vault), CleanupHook (work to do under the finalizer before the
 // object goes, such as revoking the Vault token a secret source logged in
-// with) and QuotaCheck (whether a deployment is
-// admitted; the default admits every one, as no quota is enforced).
+// with) and QuotaCheck (whether a deployment is admitted; moe-operator
+// passes DecideQuota over its caches, the function its webhook uses; unset,
+// every deployment is admitted). A deployment not admitted is held: it keeps
+// the groups it has, gets no new ones, rolls none, and reports
+// QuotaAdmitted=False and phase QuotaExceeded.
 //
 // Thread safety: Reconcile may run on several workers at once for different
 // keys; the work queue never hands one key to two workers.
@@ -89,7 +92,7 @@ struct ReconcilerCaches {
 struct MoEDeploymentReconcilerOptions {
   SecretSource* secret_source = nullptr;  // default: KubernetesSecretSource
   CleanupHook* cleanup = nullptr;         // default: nothing to clean up
-  QuotaCheck quota;                       // default: admitted
+  QuotaCheck quota;                       // unset: admitted
   PlatformConfig platform;                // daemon image, node cache, pod defaults
   // Referenced Secrets are not watched; look at them again this often.
   std::chrono::milliseconds secret_resync{std::chrono::seconds(60)};
