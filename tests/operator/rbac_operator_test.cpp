@@ -1,24 +1,32 @@
 // The chart's RBAC for moe-operator is exactly what the operator uses.
 //
-// moe-operator runs as a process with the arguments of the chart's rendered
-// Deployment (leader election on), against the API double, through a whole
-// lifecycle: two MoEDeployments created and made Ready (the test plays the
-// StatefulSet controller and the kubelet), their children edited behind the
-// operator's back and restored, a new model revision rolled out (one pod
-// changed between the operator's list and its delete, so the conflict path
-// reads it again), scaled up and down, deleted through the finalizer, and a
-// restart that finds a deletion pending and its cache volume already gone.
+// The chart is installed into the API double with kubectl (its CRDs,
+// Role, ValidatingWebhookConfiguration...), and moe-operator runs as a
+// process with the arguments of the chart's rendered Deployment (leader
+// election, the quota webhook serving and managing its certificates, Vault
+// on against the Vault double) through a whole lifecycle: two
+// MoEDeployments under a QuotaPolicy created and made Ready (the test plays
+// the StatefulSet controller and the kubelet), object-store credentials
+// read from Vault with the namespace's own login (TokenRequest), their
+// children edited behind the operator's back and restored, a new model
+// revision rolled out (one pod changed between the operator's list and its
+// delete, so the conflict path reads it again), scaled up and down with
+// kubectl through the webhook, deleted through the finalizer, and a restart
+// that finds a deletion pending and its cache volume already gone.
 // Every request the operator made is then checked against the chart's
 // ClusterRole and Role: a call no rule grants is missing, a granted
 // (group, resource, verb) no call used is spare. Both fail the test.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <filesystem>
 #include <set>
 
 #include "chart_support.hpp"
+#include "fake_vault.hpp"
 #include "moeserve/operator/moedeployment.hpp"
 #include "operator_test_util.hpp"
 
@@ -26,6 +34,21 @@ namespace moeserve::op::testing {
 namespace {
 
 constexpr char kOperatorNamespace[] = "moeserve-system";
+
+// A port nothing listens on now, for the webhook (tests never use fixed ports).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
 
 // The StatefulSet controller's part the rollout needs: every StatefulSet has
 // its pods, owned by it and labelled from its template.
@@ -137,10 +160,6 @@ class OperatorProcess {
   pid_t pid_ = -1;
 };
 
-std::string Phase(fakes::FakeApiServer& server, const std::string& name) {
-  return StatusOf(server, "team-a", name).value("phase", "");
-}
-
 bool ReadyAt(fakes::FakeApiServer& server, const std::string& name, const std::string& ready,
              const std::string& revision = "") {
   const json st = StatusOf(server, "team-a", name);
@@ -175,19 +194,46 @@ std::string Describe(const fakes::RequestRecord& r) {
 
 TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
   ASSERT_TRUE(std::filesystem::exists(OperatorBinary())) << "build moe-operator first: " << OperatorBinary();
+  // The API double's webhook caller may write to a connection the webhook
+  // has closed (before its certificate is served); as in kube-apiserver,
+  // that is a failed call, not the end of the process.
+  signal(SIGPIPE, SIG_IGN);
+  ASSERT_TRUE(HaveKubectl()) << "kubectl is not installed (scripts/setup installs it)";
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                           {"metadata", {{"name", kOperatorNamespace}}}}));
+
+  // Vault: team-a's role binds its moeserve-vault ServiceAccount to its paths.
+  fakes::FakeVault vault(server.url());
+  fakes::FakeVaultRole vault_role;
+  vault_role.bound_service_account_names = {"moeserve-vault"};
+  vault_role.bound_service_account_namespaces = {"team-a"};
+  vault_role.audience = "vault";
+  vault_role.read_paths = {"secret/data/team-a/*"};
+  vault.SetRole("team-a", vault_role);
+  ASSERT_GT(vault.Start(0), 0);
+  vault.Put("secret", "team-a/object-store", {{"AWS_ACCESS_KEY_ID", "team-a-key-id"}, {"AWS_SECRET_ACCESS_KEY", "team-a-secret"}});
+  ASSERT_TRUE(server.Create("serviceaccounts", {{"apiVersion", "v1"}, {"kind", "ServiceAccount"},
+                                                {"metadata", {{"name", "moeserve-vault"}, {"namespace", "team-a"}}}}));
+
+  // The chart, as `helm install -n moeserve-system --set vault.addr=...` would install it.
   auto values = LoadValues();
   ASSERT_TRUE(values) << values.error().ToString();
+  SetValue(*values, "vault.addr", vault.url());
   auto chart = RenderChart(*values, {.name = "moeserve", .ns = kOperatorNamespace});
   ASSERT_TRUE(chart) << chart.error().ToString();
   const json cluster_role = FindObject(chart->objects, "ClusterRole", "moeserve-operator");
   const json role = FindObject(chart->objects, "Role", "moeserve-operator");
   ASSERT_TRUE(cluster_role.is_object());
   ASSERT_TRUE(role.is_object());
+  Kubectl kubectl(server);
+  ASSERT_EQ(InstallChart(kubectl, *chart, {.name = "moeserve", .ns = kOperatorNamespace}), "");
 
-  FakeCluster cluster;
-  auto& server = cluster.server;
-  ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
-                                           {"metadata", {{"name", kOperatorNamespace}}}}));
+  // Every replica serves the webhook; the double calls it through the chart's Service.
+  const int webhook_port = FreePort();
+  ASSERT_GT(webhook_port, 0);
+  server.admission().MapService(kOperatorNamespace, "moeserve-webhook", {webhook_port});
   const std::string kubeconfig =
       (std::filesystem::temp_directory_path() / ("moe-rbac-" + std::to_string(getpid()) + ".yaml")).string();
   ASSERT_TRUE(server.WriteKubeconfig(kubeconfig));
@@ -195,6 +241,7 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
     auto args = ChartArguments(*chart, pod);
     // Only the connection and the listeners differ from a pod: no fixed ports in tests.
     for (const char* extra : {"--metrics-addr=0", "--health-addr=0"}) args.push_back(extra);
+    args.push_back("--webhook-addr=127.0.0.1:" + std::to_string(webhook_port));
     args.push_back("--kubeconfig=" + kubeconfig);
     return args;
   };
@@ -204,10 +251,19 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
                                         {"metadata", {{"name", "ultra-api-keys"}, {"namespace", "team-a"},
                                                       {"labels", {{kUsableLabel, "true"}}}}},
                                         {"stringData", {{"agents", "a-long-random-tenant-key"}}}}));
+  // A QuotaPolicy governs the namespace: the webhook and the reconciler read it.
+  ASSERT_TRUE(server.Create("quotapolicies.moeserve.io",
+                            {{"apiVersion", "moeserve.io/v1alpha1"}, {"kind", "QuotaPolicy"},
+                             {"metadata", {{"name", "team-a"}, {"namespace", "team-a"}}},
+                             {"spec", {{"limits", {{"maxGPUs", 64}, {"maxReplicas", 4}}}}}}));
   json ultra = MoEDeploymentManifest("team-a", "ultra", 1, 2);
   ultra["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "ultra-api-keys"}}}};
+  ultra["spec"]["model"]["credentials"] = {{"vault", {{"path", "secret/data/team-a/object-store"}}}};
+  ultra["spec"]["quotaPolicyRef"] = {{"name", "team-a"}};
   ASSERT_TRUE(server.Create("moedeployments.moeserve.io", ultra));
-  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "mini", 1, 1)));
+  json mini = MoEDeploymentManifest("team-a", "mini", 1, 1);
+  mini["spec"]["quotaPolicyRef"] = {{"name", "team-a"}};
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", mini));
 
   Kubelet kubelet(server, 20ms);
   PodController pods(server);
@@ -218,6 +274,10 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
     ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "1/1") && ReadyAt(server, "mini", "1/1"); }, 30s))
         << StatusOf(server, "team-a", "ultra").dump(2) << StatusOf(server, "team-a", "mini").dump(2);
     ASSERT_TRUE(WaitFor([&] { return server.List("pods", "team-a").size() == 3; }));
+    // The object-store credentials came from Vault, read with team-a's own login.
+    EXPECT_EQ(ConditionOf(server, "team-a", "ultra", "SecretsSynced").value("status", ""), "True");
+    EXPECT_GE(vault.Count("POST", "/v1/auth/kubernetes/login"), 1u);
+    EXPECT_GE(vault.Count("GET", "/v1/secret/data/team-a/object-store"), 1u);
 
     // 2. Children edited behind its back are put back.
     const std::vector<std::pair<std::string, std::string>> children = {
@@ -251,10 +311,12 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
         << StatusOf(server, "team-a", "ultra").dump(2);
     server.SetFaults({});
 
-    // 4. Scaled up and down.
-    ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra", [](json& o) { o["spec"]["replicas"] = 2; }));
+    // 4. Scaled up and down with kubectl, through the quota webhook.
+    auto up = kubectl("scale moedeployment ultra -n team-a --replicas=2");
+    ASSERT_EQ(up.rc, 0) << up.output;
     ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "2/2"); }, 30s)) << StatusOf(server, "team-a", "ultra").dump(2);
-    ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra", [](json& o) { o["spec"]["replicas"] = 1; }));
+    auto down = kubectl("scale moedeployment ultra -n team-a --replicas=1");
+    ASSERT_EQ(down.rc, 0) << down.output;
     ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "1/1") && !server.Get("statefulsets.apps", "team-a", "ultra-r1"); }, 30s));
 
     // 5. Deleted through the finalizer: the cache volume goes with it.
