@@ -94,7 +94,7 @@ struct WebhookServer::Impl {
           // The boundary: one bad request fails alone.
           answer = {500, json({{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"}, {"code", 500},
                                {"message", std::string("webhook failed: ") + e.what()}})
-                             .dump()};
+                             .dump(-1, ' ', false, json::error_handler_t::replace)};
         }
         res.result(static_cast<unsigned>(answer.http_status));
         res.set(bhttp::field::content_type, "application/json");

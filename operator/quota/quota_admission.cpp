@@ -5,6 +5,10 @@ namespace {
 
 constexpr char kGroup[] = "moeserve.io";
 
+// Messages quote what the request held (an image, a parser's view of a bad
+// body), which need not be UTF-8; dump() would throw on it.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::string Joined(const std::vector<QuotaViolation>& violations, const std::string& policy) {
   const std::string who = "QuotaPolicy " + policy + ": ";
   std::string out;
@@ -36,9 +40,9 @@ AdmissionHttpAnswer QuotaAdmission::Review(std::string_view body) const {
     json status = {{"kind", "Status"},  {"apiVersion", "v1"}, {"status", "Failure"},
                    {"code", 400},       {"reason", "BadRequest"},
                    {"message", "cannot read the AdmissionReview: " + request.error().message()}};
-    return {400, status.dump()};
+    return {400, Dump(status)};
   }
-  return {200, Decide(*request).dump()};
+  return {200, Dump(Decide(*request))};
 }
 
 json QuotaAdmission::Decide(const AdmissionRequest& r) const {

@@ -77,7 +77,7 @@ Status QuotaController::StartWebhook() {
           return {404, json({{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"}, {"code", 404},
                              {"message", "no webhook at " + path.substr(0, 256) + "; the quota webhook is at " +
                                              kWebhookPath}})
-                           .dump()};
+                           .dump(-1, ' ', false, json::error_handler_t::replace)};
         return admission->Review(body);
       });
   return webhook_->Start();
