@@ -40,6 +40,13 @@ std::map<std::string, std::string> SecretData(fakes::FakeApiServer& server, cons
   return out;
 }
 
+std::map<std::string, int64_t> Generations(fakes::FakeApiServer& server, const std::string& ns) {
+  std::map<std::string, int64_t> out;
+  for (const auto& sts : server.List("statefulsets.apps", ns))
+    out[sts["metadata"]["name"].get<std::string>()] = sts["metadata"].value("generation", int64_t{0});
+  return out;
+}
+
 std::set<std::string> TemplateHashes(fakes::FakeApiServer& server, const std::string& ns) {
   std::set<std::string> hashes;
   for (const auto& sts : server.List("statefulsets.apps", ns))
@@ -134,6 +141,8 @@ TEST_F(VaultSync, RotationRollsForCredentialsOnceAndNeverForApiKeys) {
 
   // An object-store credential rotated: one new template, each group updated once.
   const size_t writes_mid = server().Writes().size();
+  const auto generations_before = Generations(server(), "team-a");
+  ASSERT_EQ(generations_before.size(), 2u);
   const auto credentials_rotated = std::chrono::steady_clock::now();
   world.vault.Put("secret", "team-a/s3", {{"AWS_ACCESS_KEY_ID", "AKIA-VAULT-2"}, {"AWS_SECRET_ACCESS_KEY", "vault-s3-secret-2"}});
   ASSERT_TRUE(WaitFor([&] {
@@ -145,6 +154,8 @@ TEST_F(VaultSync, RotationRollsForCredentialsOnceAndNeverForApiKeys) {
   ASSERT_TRUE(WaitFor([&] { return Ready("team-a", "m"); }));
   std::this_thread::sleep_for(4 * kResync);
   EXPECT_EQ(WritesTo(server(), "/statefulsets/", writes_mid), 2u) << "each of the two groups replaced exactly once";
+  for (const auto& [name, generation] : Generations(server(), "team-a"))
+    EXPECT_EQ(generation, generations_before.at(name) + 1) << name << ": its template changed more than once";
   EXPECT_EQ(WritesTo(server(), "/secrets/", writes_mid), 1u);
   std::printf("[ measured ] resync %lld ms: new Vault version -> Secret (API keys) %lld ms; -> pod template "
               "(credentials) %lld ms\n",
