@@ -1,9 +1,9 @@
 // policies/alerts: the alert rules pass `promtool check rules` and their
 // unit tests (`promtool test rules`), every rule has a firing and a quiet
-// case there, every metric they name is one moe-daemon exports, and a rule
-// changed against its tests makes promtool fail. promtool is the real one
-// (Debian's prometheus package, installed by scripts/setup): a machine
-// without it fails this test rather than skipping it.
+// case there, every metric they name is one moe-daemon or moe-operator
+// exports, and a rule changed against its tests makes promtool fail.
+// promtool is the real one (Debian's prometheus package, installed by
+// scripts/setup): a machine without it fails this test rather than skipping.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -51,7 +51,7 @@ TEST_F(AlertRules, PromtoolChecksAndUnitTestsPass) {
   const json all = Rules();
   size_t rules = 0;
   for (const auto& g : all["groups"]) rules += g["rules"].size();
-  ASSERT_GE(rules, 4u);
+  ASSERT_GE(rules, 6u);
   auto check = Promtool(dir, "check rules moeserve-alerts.yaml");
   EXPECT_EQ(check.rc, 0) << check.output;
   EXPECT_NE(check.output.find("SUCCESS: " + std::to_string(rules) + " rules found"), std::string::npos) << check.output;
@@ -76,16 +76,19 @@ TEST_F(AlertRules, EveryRuleFiresAndStaysQuietInItsTests) {
       EXPECT_TRUE(fires.count(name)) << name << " has no unit test where it fires";
       EXPECT_TRUE(quiet.count(name)) << name << " has no unit test where it stays quiet";
     }
-  EXPECT_GE(checked, 4);
+  EXPECT_GE(checked, 6);
 }
 
-TEST_F(AlertRules, MetricsAreOnesTheDaemonExports) {
-  // The daemon registers each family with prometheus-cpp's .Name("...").
-  const std::string source = Slurp(std::filesystem::path(SourceDir()) / "daemon" / "metrics.cpp");
+TEST_F(AlertRules, MetricsAreOnesMoeserveExports) {
+  // Each family is registered with prometheus-cpp's .Name("...").
   std::set<std::string> exported;
   static const std::regex kName(R"re(\.Name\("(moe_[a-z0-9_]+)"\))re");
-  for (std::sregex_iterator it(source.begin(), source.end(), kName), end; it != end; ++it) exported.insert((*it)[1]);
+  for (const char* file : {"daemon/metrics.cpp", "operator/operator.cpp"}) {
+    const std::string source = Slurp(std::filesystem::path(SourceDir()) / file);
+    for (std::sregex_iterator it(source.begin(), source.end(), kName), end; it != end; ++it) exported.insert((*it)[1]);
+  }
   ASSERT_TRUE(exported.count("moe_requests_total")) << "daemon/metrics.cpp no longer reads as expected";
+  ASSERT_TRUE(exported.count("moe_operator_leader")) << "operator/operator.cpp no longer reads as expected";
   auto known = [&](std::string m) {
     if (exported.count(m)) return true;
     for (const char* suffix : {"_bucket", "_sum", "_count"})
@@ -101,7 +104,7 @@ TEST_F(AlertRules, MetricsAreOnesTheDaemonExports) {
       const std::string expr = r.value("expr", "");
       for (std::sregex_iterator it(expr.begin(), expr.end(), kMetric), end; it != end; ++it, ++named)
         EXPECT_TRUE(known(it->str())) << r.value("alert", "") << " names " << it->str()
-                                      << ", which moe-daemon does not export";
+                                      << ", which neither moe-daemon nor moe-operator exports";
     }
   EXPECT_GE(named, 4);
 }
