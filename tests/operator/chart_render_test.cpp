@@ -215,7 +215,7 @@ TEST(ChartRender, WebhookMatchesTheOperatorsNames) {
   EXPECT_EQ(w["clientConfig"]["service"],
             json({{"name", "moeserve-webhook"}, {"namespace", kNamespace},
                   {"path", "/validate-moeserve-io-v1alpha1-moedeployment"}, {"port", 443}}));
-  EXPECT_FALSE(w["clientConfig"].contains("caBundle")) << "the leader patches it; helm must not reset it";
+  EXPECT_FALSE(w["clientConfig"].contains("caBundle")) << "the leader writes it; helm must not reset it";
   EXPECT_EQ(w["rules"][0]["resources"], json::array({"moedeployments", "moedeployments/scale"}));
   EXPECT_EQ(w["rules"][0]["operations"], json::array({"CREATE", "UPDATE"}));
   const json svc = FindObject(objects.get<std::vector<json>>(), "Service", "moeserve-webhook");
