@@ -314,6 +314,10 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
     // 4. Scaled up and down with kubectl, through the quota webhook.
     auto up = kubectl("scale moedeployment ultra -n team-a --replicas=2");
     ASSERT_EQ(up.rc, 0) << up.output;
+    bool reviewed = false;
+    for (const auto& call : server.admission().Calls())
+      reviewed = reviewed || (call.subresource == "scale" && call.allowed && !call.failed);
+    EXPECT_TRUE(reviewed) << "the operator's webhook never reviewed the scale";
     ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "2/2"); }, 30s)) << StatusOf(server, "team-a", "ultra").dump(2);
     auto down = kubectl("scale moedeployment ultra -n team-a --replicas=1");
     ASSERT_EQ(down.rc, 0) << down.output;
