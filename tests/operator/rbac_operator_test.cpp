@@ -288,14 +288,14 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
     for (const auto& [resource, name] : children)
       EXPECT_TRUE(WaitFor([&] { return Restored(server, resource, name); })) << resource << " " << name;
 
-    // 3. A new revision rolls the group. Pod requests are held back 400 ms, and
+    // 3. A new revision rolls the group. Pod requests are held back 700 ms, and
     //    a pod changes right after the operator listed it, so its delete
     //    (with uid and resourceVersion preconditions) conflicts and the
     //    operator reads the pod again before deleting it.
     const size_t before_roll = server.Requests().size();
     fakes::FakeFaults slow_pods;
     slow_pods.stall_resource = "pods";
-    slow_pods.stall_ms = 400;
+    slow_pods.stall_ms = 700;  // the margin for the test to change the pod in between
     server.SetFaults(slow_pods);
     ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "ultra",
                               [](json& o) { o["spec"]["model"]["revision"] = "2026-12-01"; }));
