@@ -10,15 +10,24 @@
 // template that helm would render differently fails here instead.
 //
 // RuleAllows is RBAC's rule matching (apiGroups, resources with
-// "resource/subresource", verbs, resourceNames, "*").
+// "resource/subresource", verbs, resourceNames, "*"). InstallChart applies a
+// rendered chart with kubectl as `helm install` would; ChartArguments and
+// OperatorProcess run moe-operator with the rendered Deployment's arguments.
 //
 // Thread safety: plain functions over values.
 #pragma once
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -216,5 +225,95 @@ inline bool RoleAllows(const nlohmann::json& role, const std::string& verb, cons
     if (RuleAllows(rule, verb, group, resource, subresource, name)) return true;
   return false;
 }
+
+// A port nothing listens on now, for the webhook (tests never use fixed ports).
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+// The operator container's arguments from the rendered Deployment, with
+// $(VAR) expanded as the kubelet does from the container's env (fieldRefs
+// resolved to the given namespace and pod name); plain env values are
+// exported for the process.
+inline std::vector<std::string> ChartArguments(const RenderedChart& chart, const std::string& pod_namespace,
+                                               const std::string& pod_name) {
+  const json deployment = FindObject(chart.objects, "Deployment", "moeserve-operator");
+  EXPECT_TRUE(deployment.is_object()) << "no Deployment moeserve-operator in the chart";
+  if (!deployment.is_object()) return {};
+  const json container = deployment["spec"]["template"]["spec"]["containers"][0];
+  std::map<std::string, std::string> env;
+  for (const auto& e : container.value("env", json::array())) {
+    const std::string name = e.value("name", "");
+    if (e.contains("value")) {
+      env[name] = e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump();
+      setenv(name.c_str(), env[name].c_str(), 1);
+      continue;
+    }
+    const std::string field = e["valueFrom"].value("fieldRef", json::object()).value("fieldPath", "");
+    if (field == "metadata.namespace") env[name] = pod_namespace;
+    else if (field == "metadata.name") env[name] = pod_name;
+    else ADD_FAILURE() << "env " << name << ": the test does not know how to fill " << e.dump();
+  }
+  std::vector<std::string> args;
+  for (const auto& a : container.value("args", json::array())) {
+    std::string arg = a.get<std::string>();
+    for (const auto& [k, v] : env)
+      for (size_t at; (at = arg.find("$(" + k + ")")) != std::string::npos;) arg.replace(at, k.size() + 3, v);
+    args.push_back(arg);
+  }
+  return args;
+}
+
+// moe-operator (this build's) as a child process; killed if still running
+// when destroyed.
+class OperatorProcess {
+ public:
+  explicit OperatorProcess(std::vector<std::string> args) {
+    args.insert(args.begin(), OperatorBinary());
+    pid_ = Spawn(args);
+  }
+  ~OperatorProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool running() const { return pid_ > 0; }
+  // The exit status if it has ended (it is then reaped), else nullopt.
+  std::optional<int> Exited() {
+    int status = 0;
+    if (pid_ <= 0 || waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  // SIGTERM, and the exit status (-1 when it had to be killed).
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + 15s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;  // the destructor kills it
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 }  // namespace moeserve::op::testing

@@ -17,10 +17,7 @@
 // ClusterRole and Role: a call no rule grants is missing, a granted
 // (group, resource, verb) no call used is spare. Both fail the test.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <set>
@@ -35,20 +32,6 @@ namespace {
 
 constexpr char kOperatorNamespace[] = "moeserve-system";
 
-// A port nothing listens on now, for the webhook (tests never use fixed ports).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 // The StatefulSet controller's part the rollout needs: every StatefulSet has
 // its pods, owned by it and labelled from its template.
@@ -93,71 +76,6 @@ class PodController {
   fakes::FakeApiServer& server_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-};
-
-// The operator container's arguments from the rendered Deployment, with
-// $(VAR) expanded as the kubelet does from the container's env (fieldRefs
-// resolved to this test's namespace and pod name); plain env values are
-// exported for the process.
-std::vector<std::string> ChartArguments(const RenderedChart& chart, const std::string& pod_name) {
-  const json deployment = FindObject(chart.objects, "Deployment", "moeserve-operator");
-  EXPECT_TRUE(deployment.is_object()) << "no Deployment moeserve-operator in the chart";
-  if (!deployment.is_object()) return {};
-  const json container = deployment["spec"]["template"]["spec"]["containers"][0];
-  std::map<std::string, std::string> env;
-  for (const auto& e : container.value("env", json::array())) {
-    const std::string name = e.value("name", "");
-    if (e.contains("value")) {
-      env[name] = e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump();
-      setenv(name.c_str(), env[name].c_str(), 1);
-      continue;
-    }
-    const std::string field = e["valueFrom"].value("fieldRef", json::object()).value("fieldPath", "");
-    if (field == "metadata.namespace") env[name] = kOperatorNamespace;
-    else if (field == "metadata.name") env[name] = pod_name;
-    else ADD_FAILURE() << "env " << name << ": the test does not know how to fill " << e.dump();
-  }
-  std::vector<std::string> args;
-  for (const auto& a : container.value("args", json::array())) {
-    std::string arg = a.get<std::string>();
-    for (const auto& [k, v] : env)
-      for (size_t at; (at = arg.find("$(" + k + ")")) != std::string::npos;) arg.replace(at, k.size() + 3, v);
-    args.push_back(arg);
-  }
-  return args;
-}
-
-class OperatorProcess {
- public:
-  OperatorProcess(std::vector<std::string> args) {
-    args.insert(args.begin(), OperatorBinary());
-    pid_ = Spawn(args);
-  }
-  ~OperatorProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  bool running() const { return pid_ > 0; }
-  // SIGTERM, and the exit status (-1 when it had to be killed).
-  int Stop() {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + 15s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return -1;  // the destructor kills it
-  }
-
- private:
-  pid_t pid_ = -1;
 };
 
 bool ReadyAt(fakes::FakeApiServer& server, const std::string& name, const std::string& ready,
@@ -238,7 +156,7 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
       (std::filesystem::temp_directory_path() / ("moe-rbac-" + std::to_string(getpid()) + ".yaml")).string();
   ASSERT_TRUE(server.WriteKubeconfig(kubeconfig));
   auto args_for = [&](const std::string& pod) {
-    auto args = ChartArguments(*chart, pod);
+    auto args = ChartArguments(*chart, kOperatorNamespace, pod);
     // Only the connection and the listeners differ from a pod: no fixed ports in tests.
     for (const char* extra : {"--metrics-addr=0", "--health-addr=0"}) args.push_back(extra);
     args.push_back("--webhook-addr=127.0.0.1:" + std::to_string(webhook_port));
