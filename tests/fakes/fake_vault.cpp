@@ -353,8 +353,11 @@ FakeVault::Reply FakeVault::ReadKv(const std::string& token, const std::string& 
   std::lock_guard lock(mu_);
   Token* t = Live(token);
   if (!t) return {403, Errors({"permission denied"})};
+  // As in Vault, a policy changed after login applies to tokens already out.
+  const auto role = roles_.find(t->role);
+  const auto& patterns = !t->role.empty() && role != roles_.end() ? role->second.read_paths : t->read_paths;
   bool allowed = false;
-  for (const auto& pattern : t->read_paths) allowed = allowed || PathMatches(pattern, api_path);
+  for (const auto& pattern : patterns) allowed = allowed || PathMatches(pattern, api_path);
   if (!allowed) return {403, Errors({kPolicyDenied})};
   // <mount>/data/<path>
   const size_t data = api_path.find("/data/");

@@ -19,8 +19,9 @@
 // sealed (`Vault is sealed`). Policies are path patterns per role with
 // Vault's glob rules: a trailing `*` is a prefix, `+` one path segment.
 //
-// Tokens ("hvs." + random) carry the role's policies and really expire: TTL
-// and max TTL run on a clock the test moves with Advance().
+// Tokens ("hvs." + random) carry the role's policies (a role changed later
+// applies to its tokens at once, as a changed policy does in Vault) and
+// really expire: TTL and max TTL run on a clock the test moves with Advance().
 //
 // Faults: the next n requests answered with a given status (5xx retries),
 // every response delayed (timeouts). Everything asked is recorded.

@@ -115,6 +115,32 @@ TEST_F(VaultSync, SealedVaultKeepsTheSecretAndTheConditionSaysWhy) {
   EXPECT_EQ(SecretData(server(), "team-a", "m-secrets"), good);
 }
 
+TEST_F(VaultSync, APolicyThatStopsAllowingTheReadKeepsTheLastGoodSecret) {
+  ASSERT_TRUE(server().Create("moedeployments.moeserve.io",
+                              VaultDeployment("team-a", "m", "secret/data/team-a/s3", "secret/data/team-a/keys", 1)));
+  RunningOperator running(*client, Options());
+  ASSERT_TRUE(WaitFor([&] { return Synced("team-a", "m"); }));
+  const auto good = SecretData(server(), "team-a", "m-secrets");
+  ASSERT_EQ(good.at("object-store.AWS_ACCESS_KEY_ID"), "AKIA-VAULT-1");
+  // The team's policy loses its paths (an operator of Vault's mistake, say).
+  fakes::FakeVaultRole narrowed;
+  narrowed.bound_service_account_names = {"moeserve-vault"};
+  narrowed.bound_service_account_namespaces = {"team-a"};
+  narrowed.audience = "vault";
+  narrowed.read_paths = {"secret/data/team-a/elsewhere/*"};
+  fakes::FakeVaultRole restored = narrowed;
+  restored.read_paths = {"secret/data/team-a/*"};
+  world.vault.SetRole("team-a", narrowed);
+  ASSERT_TRUE(WaitFor([&] {
+    return ConditionOf(server(), "team-a", "m", "SecretsSynced").value("reason", "") == "VaultPermissionDenied";
+  }));
+  std::this_thread::sleep_for(3 * kResync);
+  EXPECT_EQ(SecretData(server(), "team-a", "m-secrets"), good);
+  world.vault.SetRole("team-a", restored);
+  ASSERT_TRUE(WaitFor([&] { return Synced("team-a", "m"); }));
+  EXPECT_EQ(SecretData(server(), "team-a", "m-secrets"), good);
+}
+
 TEST_F(VaultSync, RotationRollsForCredentialsOnceAndNeverForApiKeys) {
   ASSERT_TRUE(server().Create("moedeployments.moeserve.io",
                               VaultDeployment("team-a", "m", "secret/data/team-a/s3", "secret/data/team-a/keys", 2)));
