@@ -3,7 +3,8 @@
 # processes on the tiny preset, one with the ledger in memory (no file, no
 # fsync: "off") and one with it on disk (WAL, synchronous=FULL: "on"), are
 # driven in alternating rounds by wrk (32 connections, max_tokens 1, ~50-token
-# prompts); requests/s of each and the on/off ratio are printed. Then the
+# prompts), after a warm-up round, in rounds that alternate which goes first;
+# requests/s of each and the on/off ratio are printed. Then the
 # "on" daemon runs once more under strace to count fsync/fdatasync calls per
 # request (strace slows it; that pass is not timed).
 # Usage: bench/daemon/ledger.sh [BUILD_DIR] [SECONDS_PER_ROUND] [ROUNDS]
@@ -35,9 +36,11 @@ lua="$root/bench/daemon/ledger_post.lua"
 rps() { wrk -t2 -c32 -d"${seconds}s" -s "$lua" "http://127.0.0.1:$1/v1/chat/completions" | awk '/Requests\/sec/ {print $2}'; }
 curl -s "http://127.0.0.1:$on/v1/chat/completions" -d '{"messages":[{"role":"user","content":"request 1: summarise the usage of each tenant"}],"max_tokens":1}' |
   python3 -c 'import json,sys; u=json.load(sys.stdin)["usage"]; print("prompt tokens per request:", u["prompt_tokens"])'
+rps "$off" >/dev/null; rps "$on" >/dev/null  # warm-up round, not counted
 ratios=()
 for r in $(seq 1 "$rounds"); do
-  a=$(rps "$off"); b=$(rps "$on")
+  # Alternate which goes first, so that drift in the machine's load favours neither.
+  if (( r % 2 )); then a=$(rps "$off"); b=$(rps "$on"); else b=$(rps "$on"); a=$(rps "$off"); fi
   ratio=$(python3 -c "print(f'{$b/$a:.3f}')")
   ratios+=("$ratio")
   echo "round $r: ledger off $a req/s, ledger on $b req/s, on/off $ratio"
