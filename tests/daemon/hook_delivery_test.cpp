@@ -292,7 +292,10 @@ TEST(HookDelivery, AStandaloneDaemonFiresItsConfiguredHook) {
   const std::string secret_file = ::testing::TempDir() + "/moe_hook_secret_" + std::to_string(::getpid());
   std::ofstream(secret_file) << kSecret << "\n";
   DaemonConfig c = TestConfig();
-  auto parsed = ParseDaemonConfigYaml("pricing:\n  low: {input: 100000}\nbudgets:\n  - {tenant: '*', period: day, limitUSD: 0.0001}\n"
+  // About $0.001 a request (10 prompt tokens at $100 per thousand): sixteen
+  // concurrent requests pass 50%, 80% and 100% of $0.01 in whatever batches
+  // the ledger commits them.
+  auto parsed = ParseDaemonConfigYaml("pricing:\n  low: {input: 100000}\nbudgets:\n  - {tenant: '*', period: day, limitUSD: 0.01}\n"
                                       "hooks:\n  - {name: sre, url: '" + rx.url() + "', secretFile: '" + secret_file +
                                           "', allowHTTP: true, allowPrivateAddresses: true}\n"
                                       "hook_retry_initial_seconds: 0.05\n",
@@ -300,9 +303,18 @@ TEST(HookDelivery, AStandaloneDaemonFiresItsConfiguredHook) {
   ASSERT_TRUE(parsed) << parsed.error().ToString();
   auto d = StartDaemon(*parsed);
   ASSERT_TRUE(d);
-  auto r = Chat(PortOf(*d), {{"messages", UserTurn("hi")}, {"max_tokens", 1}});
-  ASSERT_EQ(r.status, 200);
-  ASSERT_TRUE(rx.WaitFor(3, 10));  // 50%, 80% and 100% of the day's budget, crossed by one request
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 16; ++i) {
+    clients.emplace_back([&, i] {
+      if (Chat(PortOf(*d), {{"messages", UserTurn("hi " + std::to_string(i % 10))}, {"max_tokens", 1}}).status == 200) ++ok;
+    });
+  }
+  for (auto& c : clients) c.join();
+  ASSERT_EQ(ok.load(), 16);
+  ASSERT_TRUE(rx.WaitFor(3, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(rx.got().size(), 3u);  // each threshold once, however the requests were batched
   std::set<double> thresholds;
   for (const auto& g : rx.got()) {
     json b = json::parse(g.body);
