@@ -198,6 +198,11 @@ void UsageLedger::WriterLoop() {
         const size_t before = fired_.size();
         fired_.insert(fired.begin(), fired.end());
         stats_.alerts += fired_.size() - before;
+        // Past periods are only in the database: a long-running daemon's
+        // memory does not grow by a period's worth per tenant every day.
+        const int64_t now = static_cast<int64_t>(options_.clock());
+        std::erase_if(spend_, [&](const auto& e) { return std::get<2>(e.first) < PeriodStart(std::get<1>(e.first), now); });
+        std::erase_if(fired_, [&](const AlertKey& k) { return std::get<2>(k) < PeriodStart(std::get<1>(k), now); });
         stats_.commits += 1;
         stats_.charges += batch.size();
       }

@@ -133,12 +133,16 @@ TEST(UsageLedger, PeriodsRollOverAtUtcBoundaries) {
   const int64_t old_day = PeriodStart(BudgetPeriod::kDay, kLastSecondOf2026);
   const int64_t new_day = kLastSecondOf2026 + 1;
   EXPECT_EQ(PeriodStart(BudgetPeriod::kMonth, new_day), new_day);
-  EXPECT_NEAR((*ledger)->Spent("acme", BudgetPeriod::kDay, old_day).spent_usd, 0.002, 1e-12);
+  EXPECT_EQ((*ledger)->Spent("acme", BudgetPeriod::kDay, old_day).spent_usd, 0.0);  // not current: not in memory
   EXPECT_NEAR((*ledger)->Spent("acme", BudgetPeriod::kDay, new_day).spent_usd, 0.0002, 1e-12);
   EXPECT_NEAR((*ledger)->Spent("acme", BudgetPeriod::kMonth, new_day).spent_usd, 0.0002, 1e-12);
   EXPECT_EQ((*ledger)->Spent("acme", BudgetPeriod::kMonth, new_day).tokens.input, 1000);
   auto rows = (*ledger)->Rows(std::nullopt);
   ASSERT_EQ(rows->size(), 4u);  // day and month rows of each year
+  for (const auto& r : *rows) {
+    const double want = r.period_start < new_day ? 0.002 : 0.0002;
+    EXPECT_NEAR(r.cost_usd, want, 1e-12) << PeriodName(r.period) << " " << Iso8601Utc(r.period_start);
+  }
   // The new day has not reached its limit: nothing more fired.
   EXPECT_EQ(*(*ledger)->CountDeliveries("pending"), 1);
   // Crossing it again in the new period fires again, once.

@@ -108,7 +108,8 @@ class UsageLedger {
 
   // Every row, or one tenant's, ordered by tenant, tier, period, start.
   Result<std::vector<UsageRow>> Rows(const std::optional<std::string>& tenant) const;
-  // What `tenant` spent in the period starting at `period_start` (committed charges).
+  // What `tenant` spent in the current period of `period` starting at
+  // `period_start` (committed charges); past periods read as zero here (Rows has them).
   PeriodSpend Spent(const std::string& tenant, BudgetPeriod period, int64_t period_start) const;
   const BudgetPolicy& policy() const { return options_.policy; }
   double Now() const { return options_.clock(); }
