@@ -51,6 +51,11 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
           "spec.cache.hostPath: not supported; the node cache location is platform configuration "
           "(moe-operator --cache-root); remove the field and keep only spec.cache.sizeLimitGi"));
     s.cache_size_gi = cache.value("sizeLimitGi", int64_t{0});
+    if (spec.contains("state")) {
+      const json state = spec["state"];
+      s.state_size_gi = state.value("sizeGi", int64_t{1});
+      s.state_storage_class = state.value("storageClassName", "");
+    }
     const json endpoint = spec.value("endpoint", json::object());
     s.port = endpoint.value("port", 8000);
     s.api_keys = ReadSecretReference(endpoint.value("apiKeys", json::object()));
@@ -67,6 +72,7 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
   if (s.gpus_per_node < 0) return Fail(Error::InvalidArgument("spec.parallelism.gpusPerNode: must be >= 0"));
   if (s.max_unavailable_replicas < 1)
     return Fail(Error::InvalidArgument("spec.rollout.maxUnavailableReplicas: must be >= 1"));
+  if (s.state_size_gi < 0) return Fail(Error::InvalidArgument("spec.state.sizeGi: must be >= 1"));
   return s;
 }
 
@@ -174,6 +180,7 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
   for (const char* tier : {"low", "medium", "high"})
     if (spec.thinking_budgets.contains(tier)) budgets[tier] = spec.thinking_budgets[tier];
   if (!budgets.empty()) serve["thinking_budgets"] = budgets;
+  if (spec.state_size_gi > 0) serve["state_dir"] = kStateDir;  // the usage ledger survives the pod
   if (!spec.tls_secret.empty()) {
     serve["tls_cert_file"] = std::string(kSecretsDir) + "/" + kTlsCertKey;
     serve["tls_key_file"] = std::string(kSecretsDir) + "/" + kTlsKeyKey;
@@ -340,6 +347,14 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
       {{"name", "cache"}, {"persistentVolumeClaim", {{"claimName", CacheClaimName(md)}}}},
       {{"name", "tmp"}, {"emptyDir", {{"sizeLimit", "1Gi"}}}},
   });
+  json claim_templates = json::array();
+  if (spec.state_size_gi > 0) {
+    container["volumeMounts"].push_back({{"name", "state"}, {"mountPath", kStateDir}});
+    json claim_spec = {{"accessModes", json::array({"ReadWriteOnce"})},
+                       {"resources", {{"requests", {{"storage", std::to_string(spec.state_size_gi) + "Gi"}}}}}};
+    if (!spec.state_storage_class.empty()) claim_spec["storageClassName"] = spec.state_storage_class;
+    claim_templates.push_back({{"metadata", {{"name", "state"}, {"labels", Labels(md, "state")}}}, {"spec", claim_spec}});
+  }
   json pod_spec = {
       {"automountServiceAccountToken", false},
       {"enableServiceLinks", false},
@@ -356,7 +371,7 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
   if (spec.node_selector.is_object()) pod_spec["nodeSelector"] = spec.node_selector;
   if (spec.tolerations.is_array()) pod_spec["tolerations"] = spec.tolerations;
   if (spec.affinity.is_object()) pod_spec["affinity"] = spec.affinity;
-  return {{"apiVersion", "apps/v1"},
+  json sts = {{"apiVersion", "apps/v1"},
           {"kind", "StatefulSet"},
           {"metadata", meta},
           {"spec",
@@ -373,6 +388,8 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
                 {"annotations",
                  {{kConfigHashAnnotation, config_hash}, {"moeserve.io/model-revision", spec.model_revision}}}}},
               {"spec", pod_spec}}}}}};
+  if (!claim_templates.empty()) sts["spec"]["volumeClaimTemplates"] = std::move(claim_templates);
+  return sts;
 }
 
 json CacheVolume(const json& md, const PlatformConfig& platform) {

@@ -30,6 +30,9 @@ inline constexpr char kConfigDir[] = "/etc/moeserve/config";
 inline constexpr char kSecretsDir[] = "/etc/moeserve/secrets";
 inline constexpr char kCacheDir[] = "/var/cache/moeserve";
 inline constexpr char kTmpDir[] = "/tmp";
+// The daemon's durable state (its usage ledger), on a per-pod
+// PersistentVolumeClaim when spec.state is set.
+inline constexpr char kStateDir[] = "/var/lib/moeserve";
 // Keys of the deployment's Secret.
 inline constexpr char kAdminKeyKey[] = "admin-key";
 inline constexpr char kMetricsTokenKey[] = "metrics-token";
@@ -81,6 +84,12 @@ struct MoEDeploymentSpec {
   int replicas = 1;
   json resources = json::object(), node_selector, tolerations, affinity;
   int64_t cache_size_gi = 0;
+  // spec.state: a per-pod volume (StatefulSet volumeClaimTemplates) for the
+  // daemon's usage ledger, so a restarted or replaced pod keeps its usage.
+  // 0: none (the ledger is then in memory). Fixed once the groups exist: a
+  // StatefulSet's claim templates cannot change.
+  int64_t state_size_gi = 0;
+  std::string state_storage_class;  // "": the cluster's default class
   int port = 8000;
   SecretReference api_keys;
   std::string tls_secret;
