@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   (void)server.WriteKubeconfig(kubeconfig, "bench");
 
   std::vector<std::string> args = {MOE_OPERATOR_BINARY, "--kubeconfig", kubeconfig, "--namespace", "bench",
-                                   "--metrics-addr", "0", "--health-addr", "0", "--workers", std::to_string(workers)};
+                                   "--metrics-addr", "0", "--health-addr", "0", "--webhook-addr", "0",
+                                   "--workers", std::to_string(workers)};
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);

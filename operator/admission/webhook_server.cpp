@@ -131,16 +131,24 @@ struct WebhookServer::Impl {
       pollfd p{acceptor->native_handle(), POLLIN, 0};
       if (::poll(&p, 1, 100) <= 0) continue;
       Reap(false);
+      bool full = false;
       {
         std::lock_guard lock(mu);
-        if (connections.size() >= kMaxConnections) continue;  // the backlog holds the rest
+        // Without a certificate nothing can be served: callers wait in the
+        // backlog (their own timeout applies) rather than being cut off.
+        full = connections.size() >= kMaxConnections || !tls;
+      }
+      if (full) {
+        // The backlog holds the rest; wait for a connection to finish (or a
+        // certificate) rather than spin on a listener that stays readable.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
       }
       boost::system::error_code ec;
       tcp::socket socket(io);
       acceptor->accept(socket, ec);
       if (ec) continue;
       auto ctx = CurrentTls();
-      if (!ctx) continue;  // nothing to serve with yet: the client sees a closed connection
       auto done = std::make_shared<std::atomic<bool>>(false);
       const int fd = socket.native_handle();
       std::lock_guard lock(mu);

@@ -75,6 +75,9 @@ json QuotaAdmission::Decide(const AdmissionRequest& r) const {
   if (!object.contains("metadata")) object["metadata"] = json::object();
   if (!object["metadata"].value("namespace", json()).is_string()) object["metadata"]["namespace"] = r.ns;
   if (!object["metadata"].value("name", json()).is_string()) object["metadata"]["name"] = r.name;
+  // What is being created is newer than everything stored, whatever its
+  // creationTimestamp (whole seconds, so often equal to a neighbour's) says.
+  if (r.operation == "CREATE" && r.sub_resource.empty()) object["metadata"].erase("creationTimestamp");
 
   auto spec = ParseMoEDeploymentSpec(object.value("spec", json::object()));
   if (!spec) return AdmissionResponse(r.uid, false, 400, "spec: " + spec.error().message());

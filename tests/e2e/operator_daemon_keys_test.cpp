@@ -48,6 +48,8 @@ struct TempDir {
 TEST(OperatorDaemonContract, SecretKeysAreWhatTheDaemonAuthenticates) {
   fakes::FakeApiServer server;
   ASSERT_TRUE(server.RegisterCrdFile(std::string(MOESERVE_SOURCE_DIR_DEFAULT) + "/crds/moeserve.io_moedeployments.yaml"));
+  // The operator reads QuotaPolicies too (its caches sync before it works).
+  ASSERT_TRUE(server.RegisterCrdFile(std::string(MOESERVE_SOURCE_DIR_DEFAULT) + "/crds/moeserve.io_quotapolicies.yaml"));
   ASSERT_GT(server.Start(0), 0);
   ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}}));
   ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,6 +90,39 @@ int Connect(int port, std::chrono::milliseconds timeout, std::string& error) {
   return fd;
 }
 
+// OpenSSL writes to the socket with write(), which raises SIGPIPE when the
+// webhook has gone away (a replica killed mid-call), and SIGPIPE ends the
+// process. While one exists, SIGPIPE is blocked on this thread, and one it
+// raised is taken off the thread's pending set before unblocking.
+class BlockSigpipe {
+ public:
+  BlockSigpipe() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+  }
+  ~BlockSigpipe() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      const timespec zero{0, 0};
+      sigtimedwait(&pipe, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
 struct HttpsResult {
   bool ok = false;
   int status = 0;
@@ -98,6 +133,7 @@ struct HttpsResult {
 HttpsResult Post(int fd, const std::string& host, const std::string& ca_pem, const std::string& path,
                  const std::string& body, std::chrono::steady_clock::time_point deadline) {
   HttpsResult out;
+  BlockSigpipe no_sigpipe;
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);

@@ -129,6 +129,24 @@ TEST_F(AdmissionReviewTest, ASpecOfTheWrongTypesIsRefusedWith400NotAdmitted) {
   }
 }
 
+// A deployment created in the same second as a stored one (creationTimestamp
+// has whole seconds) is still judged as the newer: everything stored counts.
+TEST_F(AdmissionReviewTest, ACreateCountsEveryStoredDeploymentEvenInTheSameSecond) {
+  json stored = Md(2);
+  stored["metadata"]["name"] = "small";
+  stored["metadata"]["creationTimestamp"] = "2026-12-01T00:00:00Z";
+  deployments_.Upsert(stored);
+  json big = Md(1);
+  big["metadata"]["name"] = "big";  // sorts before "small"
+  big["metadata"]["creationTimestamp"] = "2026-12-01T00:00:00Z";
+  json request = CreateRequest(big);
+  request["name"] = "big";
+  json answer = json::parse(Send(Review(request).dump()).body);
+  EXPECT_EQ(answer["response"]["allowed"], false);
+  EXPECT_EQ(answer["response"]["status"]["message"],
+            "QuotaPolicy team-a: limits.maxGPUs is 16; this MoEDeployment would bring the namespace to 24");
+}
+
 TEST_F(AdmissionReviewTest, ScaleReviewsAreJudgedOnTheStoredDeployment) {
   json stored = Md(1);
   stored["metadata"]["creationTimestamp"] = "2026-12-01T00:00:00Z";

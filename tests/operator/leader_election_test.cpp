@@ -42,7 +42,8 @@ TEST(LeaderElection, OnlyTheLeaderWritesAndTheOtherTakesOver) {
   auto start = [&](const std::string& identity) {
     return Spawn({OperatorBinary(), "--kubeconfig", kubeconfig, "--namespace", "team-a", "--leader-elect",
                   "--identity", identity, "--lease-duration", "2", "--renew-deadline", "1.5", "--retry-period",
-                  "0.2", "--metrics-addr", "0", "--health-addr", "0", "--watch-timeout", "5"});
+                  "0.2", "--metrics-addr", "0", "--health-addr", "0", "--watch-timeout", "5",
+                  "--webhook-addr", "0"});  // two replicas on one host cannot both bind :9443 (quota_replicas tests the webhook)
   };
   pid_t a = start("op-a");
   ASSERT_GT(a, 0);

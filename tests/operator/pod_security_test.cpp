@@ -120,6 +120,8 @@ TEST(PodSecurity, StoredHostPathIsAConditionNeverAVolume) {
   crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["cache"]["properties"]
      ["hostPath"] = {{"type", "string"}};
   ASSERT_TRUE(server.RegisterCrd(crd));
+  // The operator reads QuotaPolicies too (its caches sync before it works).
+  ASSERT_TRUE(server.RegisterCrdFile(SourceDir() + "/crds/moeserve.io_quotapolicies.yaml"));
   ASSERT_GT(server.Start(0), 0);
   ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}}));
   json manifest = MoEDeploymentManifest("team-a", "root", 1, 1);

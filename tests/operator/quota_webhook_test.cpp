@@ -179,6 +179,10 @@ TEST_F(QuotaWebhook, TighteningAPolicyHoldsTheNewestDeploymentsWithoutNewGroups)
   ASSERT_EQ(kubectl_->Apply("second", DeploymentYaml("second", 2)).rc, 0);
   ASSERT_TRUE(WaitFor([&] { return GroupsOf(cluster_.server, "first") == 2 && GroupsOf(cluster_.server, "second") == 2; }));
 
+  // Budgeting's part of the status, which the quota reconciler must keep.
+  const json usage = json::array({{{"tenant", "a"}, {"period", "day"}, {"spentUSD", 1.5}}});
+  ASSERT_TRUE(cluster_.server.Mutate("quotapolicies.moeserve.io", "team-a", "team-a",
+                                     [&](json& o) { o["status"]["usage"] = usage; }, /*status=*/true));
   ApplyPolicy(16, 4);
   ASSERT_TRUE(WaitFor([&] { return Condition("second", "QuotaAdmitted").value("status", "") == "False"; }));
   EXPECT_EQ(Condition("second", "QuotaAdmitted").value("reason", ""), "QuotaExceeded");
@@ -192,6 +196,7 @@ TEST_F(QuotaWebhook, TighteningAPolicyHoldsTheNewestDeploymentsWithoutNewGroups)
       if (c.value("type", "") == "QuotaExceeded") return c.value("status", "") == "True";
     return false;
   }));
+  EXPECT_EQ((*cluster_.server.Get("quotapolicies.moeserve.io", "team-a", "team-a"))["status"]["usage"], usage);
 
   // Growing it further is refused; shrinking it is allowed, and removes groups.
   auto grow = (*kubectl_)("scale moedeployment second -n team-a --replicas=3");

@@ -39,7 +39,8 @@ void StopsCleanlyOn(int sig, int times = 1) {
                                      .string();
   ASSERT_TRUE(server.WriteKubeconfig(kubeconfig, "team-a"));
   pid_t pid = Spawn({OperatorBinary(), "--kubeconfig", kubeconfig, "--namespace", "team-a", "--leader-elect",
-                     "--identity", "op-sig", "--metrics-addr", "0", "--health-addr", "0", "--watch-timeout", "5"});
+                     "--identity", "op-sig", "--metrics-addr", "0", "--health-addr", "0", "--watch-timeout", "5",
+                     "--webhook-addr", "0"});
   ASSERT_GT(pid, 0);
   // Reconciling proves the handler is installed and the workers are running.
   ASSERT_TRUE(server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "ultra", 1, 1)));

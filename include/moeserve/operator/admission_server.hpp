@@ -36,7 +36,8 @@ class WebhookServer {
   ~WebhookServer();
 
   // addr: "host:port" or ":port" (all interfaces); port 0 picks one.
-  // Returns the bound port. Serves only once a certificate is set.
+  // Returns the bound port. Connections wait in the listen backlog until a
+  // certificate is set.
   Result<int> Start(const std::string& addr);
   void Stop();
   Status SetCertificate(const KeyPair& pair);
