@@ -35,6 +35,7 @@ Result<std::unique_ptr<BudgetService>> BudgetService::Create(BudgetServiceOption
   if (metrics) {
     s->ledger_->SetCommitListener([metrics](const std::vector<std::pair<ChargeRecord, double>>& costs) {
       for (const auto& [r, usd] : costs) metrics->AddCost(r.tenant, r.tier, usd);
+      metrics->AddLedgerCommit(costs.size());
     });
   }
   if (!s->options_.policy.hooks.empty()) {

@@ -45,6 +45,16 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                        .Name("moe_budget_limit_usd")
                        .Help("The tenant's budget for the period in USD")
                        .Register(*registry_);
+  ledger_commits_ = &BuildCounter()
+                         .Name("moe_usage_ledger_commits_total")
+                         .Help("Usage ledger transactions committed (one WAL fsync each with a ledger file)")
+                         .Register(*registry_)
+                         .Add({});
+  ledger_charges_ = &BuildCounter()
+                         .Name("moe_usage_ledger_charges_total")
+                         .Help("Requests charged to the usage ledger")
+                         .Register(*registry_)
+                         .Add({});
   running_ = &BuildGauge().Name("moe_requests_running").Help("Sequences in the running batch").Register(*registry_).Add({});
   waiting_ = &BuildGauge().Name("moe_requests_waiting").Help("Sequences queued for admission").Register(*registry_).Add({});
   kv_usage_ = &BuildGauge().Name("moe_kv_cache_usage_ratio").Help("Used KV cache blocks / all blocks").Register(*registry_).Add({});
@@ -142,6 +152,10 @@ void DaemonMetrics::SetBudget(const std::string& tenant, const std::string& peri
                               double remaining_ratio) {
   budget_limit_->Add({{"tenant", tenant}, {"period", period}}).Set(limit_usd);
   budget_remaining_->Add({{"tenant", tenant}, {"period", period}}).Set(remaining_ratio);
+}
+void DaemonMetrics::AddLedgerCommit(uint64_t requests) {
+  ledger_commits_->Increment();
+  ledger_charges_->Increment(static_cast<double>(requests));
 }
 void DaemonMetrics::AddAlertDelivery(const std::string& result) {
   alert_deliveries_->Add({{"result", result}}).Increment();

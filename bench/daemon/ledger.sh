@@ -46,6 +46,8 @@ for r in $(seq 1 "$rounds"); do
   echo "round $r: ledger off $a req/s, ledger on $b req/s, on/off $ratio"
 done
 python3 -c 'import statistics,sys; print(f"median on/off: {statistics.median(map(float, sys.argv[1:])):.3f}")' "${ratios[@]}"
+curl -s "http://127.0.0.1:$on/metrics" | awk '/^moe_usage_ledger_commits_total/ {c=$2} /^moe_usage_ledger_charges_total/ {r=$2}
+  END {printf "ledger commits %d for %d requests = %.3f per request (each one WAL fsync)\n", c, r, c/(r>0?r:1)}' 
 kill -TERM "${pids[@]}"; wait 2>/dev/null || true; pids=()
 
 if command -v strace >/dev/null; then

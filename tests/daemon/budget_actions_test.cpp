@@ -234,6 +234,12 @@ TEST_F(BudgetActions, MetricsShowCostAndBudgets) {
   EXPECT_NE(m.body.find("moe_cost_usd_total{tenant=\"acme\",tier=\"low\"}"), std::string::npos);
   EXPECT_NE(m.body.find("moe_budget_limit_usd{period=\"day\",tenant=\"blocked\"} 0.001"), std::string::npos) << m.body;
   EXPECT_NE(m.body.find("moe_budget_remaining_ratio{period=\"month\",tenant=\"acme\"}"), std::string::npos);
+  auto sample = [&](const std::string& name) {
+    size_t at = m.body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(m.body.substr(at + name.size() + 2));
+  };
+  EXPECT_GE(sample("moe_usage_ledger_commits_total"), 1.0);
+  EXPECT_GE(sample("moe_usage_ledger_charges_total"), sample("moe_usage_ledger_commits_total"));
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";
   std::string file = WriteFile("metrics.txt", m.body);
   EXPECT_EQ(std::system(("promtool check metrics < " + file + " >/dev/null 2>&1").c_str()), 0);

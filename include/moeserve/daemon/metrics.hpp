@@ -47,6 +47,8 @@ class DaemonMetrics {
   void AddCost(const std::string& tenant, const std::string& tier, double usd);
   void SetBudget(const std::string& tenant, const std::string& period, double limit_usd, double remaining_ratio);
   void AddAlertDelivery(const std::string& result);
+  // One transaction of the usage ledger committed, charging `requests`.
+  void AddLedgerCommit(uint64_t requests);
 
   void UpdateFromEngine(const engine::EngineMetrics& m);
   // The HTTP front's connection counts and cut-offs (running totals).
@@ -66,6 +68,8 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* cost_;
   prometheus::Family<prometheus::Gauge>* budget_remaining_;
   prometheus::Family<prometheus::Gauge>* budget_limit_;
+  prometheus::Counter* ledger_commits_;
+  prometheus::Counter* ledger_charges_;
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_usage_;
