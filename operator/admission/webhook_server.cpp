@@ -55,6 +55,10 @@ struct WebhookServer::Impl {
   void Serve(tcp::socket socket, std::shared_ptr<ssl::context> ctx, WebhookServer* owner) {
     const int fd = socket.native_handle();
     SetTimeouts(fd, kReadTimeoutS);
+    // An answer leaves as several TLS records; Nagle would hold the last
+    // one back until the caller's delayed ACK.
+    boost::system::error_code nodelay_ec;
+    socket.set_option(tcp::no_delay(true), nodelay_ec);
     boost::system::error_code ec;
     ssl::stream<tcp::socket> stream(std::move(socket), *ctx);
     stream.handshake(ssl::stream_base::server, ec);

@@ -39,8 +39,13 @@ QuotaController::QuotaController(KubeClient& client, const std::string& watch_na
         MOE_ASSIGN_OR_RETURN(json deployments, client_.List(resources::kMoEDeployment, ns));
         for (auto* list : {&policies, &deployments})
           if (!(*list).value("items", json()).is_array()) return Fail(Error::Unavailable("a list without items"));
-        for (const auto& p : policies["items"]) out.policies.push_back(p);
-        for (const auto& d : deployments["items"]) out.deployments.push_back(d);
+        // managedFields are most of each object and nothing here reads them.
+        for (auto* list : {&policies, &deployments})
+          for (auto& item : (*list)["items"])
+            if (item.is_object() && item.contains("metadata") && item["metadata"].is_object())
+              item["metadata"].erase("managedFields");
+        for (auto& p : policies["items"]) out.policies.push_back(std::move(p));
+        for (auto& d : deployments["items"]) out.deployments.push_back(std::move(d));
         return out;
       });
   admission_ = std::make_unique<QuotaAdmission>(informer_->cache(), moedeployments_);
