@@ -112,10 +112,6 @@ std::string Describe(const fakes::RequestRecord& r) {
 
 TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
   ASSERT_TRUE(std::filesystem::exists(OperatorBinary())) << "build moe-operator first: " << OperatorBinary();
-  // The API double's webhook caller may write to a connection the webhook
-  // has closed (before its certificate is served); as in kube-apiserver,
-  // that is a failed call, not the end of the process.
-  signal(SIGPIPE, SIG_IGN);
   ASSERT_TRUE(HaveKubectl()) << "kubectl is not installed (scripts/setup installs it)";
   FakeCluster cluster;
   auto& server = cluster.server;
