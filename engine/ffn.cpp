@@ -52,6 +52,70 @@ std::vector<int> TopK(const std::vector<float>& v, int k) {
 
 }  // namespace
 
+// In decode every expert sees fewer than 8 tokens; then all experts'
+// gate/up products run as one parallel pass, and all down products as
+// another (MatVecMxfp4Many), instead of two hand-offs per expert.
+void RunExperts(const LayerWeights& w, std::vector<ExpertRows>& work, int D, int I, const kernels::KernelSet& k) {
+  bool all_matvec = true;
+  for (ExpertRows& r : work) {
+    r.h13.resize(static_cast<size_t>(r.ne) * 2 * I);
+    r.act.resize(static_cast<size_t>(r.ne) * I);
+    r.ye.resize(static_cast<size_t>(r.ne) * D);
+    all_matvec = all_matvec && static_cast<size_t>(r.ne) < kernels::kMxfp4GemmMinRows;
+  }
+  const int first = w.first_expert;
+  std::vector<kernels::Mxfp4MatVecJob> jobs;
+  if (all_matvec) {
+    for (ExpertRows& r : work)
+      jobs.push_back({w.w13.expert(r.e - first), r.x, static_cast<size_t>(r.ne), r.h13.data()});
+    k.matvec_mxfp4_many(jobs);
+  } else {
+    for (ExpertRows& r : work) k.matmul_mxfp4(w.w13.expert(r.e - first), r.x, static_cast<size_t>(r.ne), r.h13.data());
+  }
+  // SwiGLU: act = silu(h1) * h3, h13 holding [h1 | h3] per row.
+  for (ExpertRows& r : work)
+    for (int i = 0; i < r.ne; ++i) {
+      const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
+      k.silu_mul(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I));
+    }
+  if (all_matvec) {
+    jobs.clear();
+    for (ExpertRows& r : work) jobs.push_back({w.w2e.expert(r.e - first), r.act.data(), static_cast<size_t>(r.ne), r.ye.data()});
+    k.matvec_mxfp4_many(jobs);
+  } else {
+    for (ExpertRows& r : work) k.matmul_mxfp4(w.w2e.expert(r.e - first), r.act.data(), static_cast<size_t>(r.ne), r.ye.data());
+  }
+}
+
+void RouteToken(const ModelConfig& cfg, const LayerWeights& w, const float* logits, std::vector<std::pair<int, float>>& picks) {
+  const MoeConfig& m = cfg.moe;
+  const int E = m.num_experts;
+  const int per_group = E / m.n_group;
+  std::vector<float> s(static_cast<size_t>(E)), sb(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) {
+    s[e] = kernels::Sigmoid(logits[e]);
+    sb[e] = s[e] + w.gate_bias[e];
+  }
+  if (m.n_group > 1) {
+    std::vector<float> group_score(static_cast<size_t>(m.n_group));
+    for (int gi = 0; gi < m.n_group; ++gi) {
+      std::vector<float> members(sb.begin() + gi * per_group, sb.begin() + (gi + 1) * per_group);
+      std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<float>());
+      group_score[gi] = members[0] + members[1];
+    }
+    std::vector<int> keep = TopK(group_score, m.topk_group);
+    std::vector<bool> kept(static_cast<size_t>(m.n_group), false);
+    for (int gi : keep) kept[gi] = true;
+    for (int e = 0; e < E; ++e)
+      if (!kept[e / per_group]) sb[e] = -std::numeric_limits<float>::infinity();
+  }
+  std::vector<int> idx = TopK(sb, m.experts_per_token);
+  float sum = 0.0f;
+  for (int e : idx) sum += s[e];
+  picks.clear();
+  for (int e : idx) picks.push_back({e, s[e] / sum * static_cast<float>(m.routed_scaling_factor)});
+}
+
 void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k) {
   SwiGlu(w.w1, w.w3, w.w2, x, n, out, k);
 }
@@ -60,7 +124,6 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
             std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k) {
   const MoeConfig& m = cfg.moe;
   const int D = cfg.hidden_size, E = m.num_experts, I = m.moe_intermediate_size;
-  const int per_group = E / m.n_group;
 
   // 1. Router logits and the shared experts' gate/up projections of x, as one
   // pass (LinearMany); routing per token: sigmoid scores, the bias only selects.
@@ -73,30 +136,11 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     Linear(w.gate, x, n, logits.data(), k);
   }
   std::vector<std::vector<std::pair<int, float>>> by_expert(static_cast<size_t>(E));  // (token, weight)
+  std::vector<std::pair<int, float>> picks;
   for (int t = 0; t < n; ++t) {
-    std::vector<float> s(static_cast<size_t>(E)), sb(static_cast<size_t>(E));
-    for (int e = 0; e < E; ++e) {
-      s[e] = kernels::Sigmoid(logits[static_cast<size_t>(t) * E + e]);
-      sb[e] = s[e] + w.gate_bias[e];
-    }
-    if (m.n_group > 1) {
-      std::vector<float> group_score(static_cast<size_t>(m.n_group));
-      for (int gi = 0; gi < m.n_group; ++gi) {
-        std::vector<float> members(sb.begin() + gi * per_group, sb.begin() + (gi + 1) * per_group);
-        std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<float>());
-        group_score[gi] = members[0] + members[1];
-      }
-      std::vector<int> keep = TopK(group_score, m.topk_group);
-      std::vector<bool> kept(static_cast<size_t>(m.n_group), false);
-      for (int gi : keep) kept[gi] = true;
-      for (int e = 0; e < E; ++e)
-        if (!kept[e / per_group]) sb[e] = -std::numeric_limits<float>::infinity();
-    }
-    std::vector<int> idx = TopK(sb, m.experts_per_token);
-    float sum = 0.0f;
-    for (int e : idx) sum += s[e];
-    for (int e : idx) {
-      by_expert[e].push_back({t, s[e] / sum * static_cast<float>(m.routed_scaling_factor)});
+    RouteToken(cfg, w, &logits[static_cast<size_t>(t) * E], picks);
+    for (const auto& [e, wt] : picks) {
+      by_expert[e].push_back({t, wt});
       if (expert_tokens) (*expert_tokens)[e]++;
     }
   }
@@ -109,58 +153,26 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
   }
 
-  // 3. Routed experts, grouped: one pass per expert over the tokens routed to
-  // it. In decode every expert sees fewer than 8 tokens; then all experts'
-  // gate/up products run as one parallel pass, and all down products as
-  // another (MatVecMxfp4Many), instead of two hand-offs per expert.
-  struct Routed {
-    int e, ne;
-    const float* x;  // the expert's input rows: x itself when every token is routed to it
-    std::vector<float> xe, h13, act, ye;
-  };
-  std::vector<Routed> work;
-  bool all_matvec = true;
+  // 3. Routed experts, grouped: one pass per expert over the tokens routed to it.
+  std::vector<ExpertRows> work;
+  std::vector<std::vector<float>> inputs;
   for (int e = 0; e < E; ++e) {
     const auto& routed = by_expert[e];
     if (routed.empty()) continue;
-    Routed r{e, static_cast<int>(routed.size()), x, {}, {}, {}, {}};
+    ExpertRows r{e, static_cast<int>(routed.size()), x, {}, {}, {}};
     // Tokens were routed in order, so an expert that has all of them reads x
     // as it is (always so in single-sequence decode); then the experts share
     // one input, which the MXFP4 pass quantises once.
     if (r.ne < n) {
-      r.xe.resize(static_cast<size_t>(r.ne) * D);
+      inputs.emplace_back(static_cast<size_t>(r.ne) * D);
       for (int i = 0; i < r.ne; ++i)
-        std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &r.xe[static_cast<size_t>(i) * D]);
-      r.x = r.xe.data();
+        std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &inputs.back()[static_cast<size_t>(i) * D]);
+      r.x = inputs.back().data();
     }
-    r.h13.resize(static_cast<size_t>(r.ne) * 2 * I);
-    r.act.resize(static_cast<size_t>(r.ne) * I);
-    r.ye.resize(static_cast<size_t>(r.ne) * D);
-    all_matvec = all_matvec && static_cast<size_t>(r.ne) < kernels::kMxfp4GemmMinRows;
     work.push_back(std::move(r));
   }
-  std::vector<kernels::Mxfp4MatVecJob> jobs;
-  if (all_matvec) {
-    for (Routed& r : work)
-      jobs.push_back({w.w13.expert(r.e), r.x, static_cast<size_t>(r.ne), r.h13.data()});
-    k.matvec_mxfp4_many(jobs);
-  } else {
-    for (Routed& r : work) k.matmul_mxfp4(w.w13.expert(r.e), r.x, static_cast<size_t>(r.ne), r.h13.data());
-  }
-  // SwiGLU: act = silu(h1) * h3, h13 holding [h1 | h3] per row.
-  for (Routed& r : work)
-    for (int i = 0; i < r.ne; ++i) {
-      const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
-      k.silu_mul(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I));
-    }
-  if (all_matvec) {
-    jobs.clear();
-    for (Routed& r : work) jobs.push_back({w.w2e.expert(r.e), r.act.data(), static_cast<size_t>(r.ne), r.ye.data()});
-    k.matvec_mxfp4_many(jobs);
-  } else {
-    for (Routed& r : work) k.matmul_mxfp4(w.w2e.expert(r.e), r.act.data(), static_cast<size_t>(r.ne), r.ye.data());
-  }
-  for (const Routed& r : work) {
+  RunExperts(w, work, D, I, k);
+  for (const ExpertRows& r : work) {
     const auto& routed = by_expert[r.e];
     for (int i = 0; i < r.ne; ++i) {
       float* o = out + static_cast<size_t>(routed[i].first) * D;

@@ -62,6 +62,21 @@ void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const ke
 void MoeFfn(const ModelConfig& config, const LayerWeights& w, const float* x, int n, float* out,
             std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k);
 
+// The MoE's parts, shared by MoeFfn and the expert-parallel form
+// (moe_parallel.cpp). RouteToken: one token's router logits [E] -> its
+// experts and weights (model.md 6), in selection order.
+void RouteToken(const ModelConfig& config, const LayerWeights& w, const float* logits,
+                std::vector<std::pair<int, float>>& picks);
+// One expert's rows: ne input rows at x [ne, D]; RunExperts fills ye [ne, D]
+// with SwiGLU_e of each row (h13, act are scratch). e is the global expert
+// index; w holds experts from w.first_expert on.
+struct ExpertRows {
+  int e, ne;
+  const float* x;
+  std::vector<float> h13, act, ye;
+};
+void RunExperts(const LayerWeights& w, std::vector<ExpertRows>& work, int D, int I, const kernels::KernelSet& k);
+
 // RoPE (4): YaRN frequencies and the two pairings.
 std::vector<float> RopeFrequencies(const ModelConfig& config);
 float MlaSoftmaxScale(const ModelConfig& config);

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "layers.hpp"
+#include "moe_parallel.hpp"
+#include "moeserve/kernels/comm/communicator.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
@@ -26,7 +28,12 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
   std::unique_ptr<Model> model(new Model());
   model->config_ = dir.config;
   model->set_options(options);
-  MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(dir.checkpoint, dir.config));
+  if (options.comm) {
+    model->ep_rank_ = options.comm->rank();
+    model->ep_world_ = options.comm->size();
+  }
+  model->ep_stats_.rank_rows.assign(static_cast<size_t>(model->ep_world_), 0);
+  MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(dir.checkpoint, dir.config, model->ep_rank_, model->ep_world_));
   model->weights_ = std::make_unique<ModelWeights>(std::move(w));
   const ModelConfig& c = model->config_;
   // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa)].
@@ -43,6 +50,13 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
     model->mla_scale_ = MlaSoftmaxScale(c);
   }
   return model;
+}
+
+size_t Model::resident_weight_bytes() const { return ResidentWeightBytes(*weights_); }
+
+ExpertParallelStats Model::expert_parallel_stats() const {
+  std::lock_guard<std::mutex> lock(ep_mu_);
+  return ep_stats_;
 }
 
 SequenceCache Model::NewSequence() const {
@@ -85,6 +99,8 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
     }
 
   const kernels::KernelSet& ks = *kernels_;
+  ExpertParallelStats ep;
+  ep.rank_rows.assign(static_cast<size_t>(ep_world_), 0);
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_->layers[static_cast<size_t>(i)];
     LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace};
@@ -95,12 +111,24 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
     // y = h + FFN(RMSNorm(h; ffn_norm))
     for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
-    if (w.moe) MoeFfn(c, w, normed.data(), N, branch.data(), expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr, ks);
-    else DenseFfn(w, normed.data(), N, branch.data(), ks);
+    std::vector<uint64_t>* layer_tokens = expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr;
+    if (w.moe && options_.comm) {
+      MOE_TRY(MoeFfnParallel(c, w, normed.data(), N, branch.data(), layer_tokens, ks, *options_.comm, ep));
+    } else if (w.moe) {
+      MoeFfn(c, w, normed.data(), N, branch.data(), layer_tokens, ks);
+    } else {
+      DenseFfn(w, normed.data(), N, branch.data(), ks);
+    }
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
   }
 
   for (auto& s : segments) s.cache->length += static_cast<int64_t>(s.tokens.size());
+  if (options_.comm) {
+    std::lock_guard<std::mutex> lock(ep_mu_);
+    ep_stats_.layers += ep.layers;
+    ep_stats_.computed_rows += ep.computed_rows;
+    for (size_t r = 0; r < ep.rank_rows.size(); ++r) ep_stats_.rank_rows[r] += ep.rank_rows[r];
+  }
 
   // logits_t = head(RMSNorm(y_t; norm)) for the rows asked for.
   if (logits) {

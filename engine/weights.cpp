@@ -47,16 +47,24 @@ class Loader {
     m.cols = static_cast<int>(t->shape[1]);
     return m;
   }
-  Result<Mxfp4Stack> Experts(const std::string& base) {
+  // Experts [first, first + count) only: the checkpoint is mapped, so the
+  // pages of other ranks' experts are never read.
+  Result<Mxfp4Stack> Experts(const std::string& base, int first, int count) {
     const TensorView* b = ck_.Find(base + ".blocks");
     const TensorView* s = ck_.Find(base + ".scales");
     if (!b || !s) return Fail(Error::NotFound("MXFP4 weight '" + base + "' is missing"));
+    if (first < 0 || count < 1 || first + count > b->shape[0])
+      return Fail(Error::InvalidArgument("MXFP4 weight '" + base + "': experts [" + std::to_string(first) + ", " +
+                                         std::to_string(first + count) + ") outside the " + std::to_string(b->shape[0]) + " stored"));
     Mxfp4Stack m;
-    m.experts = static_cast<int>(b->shape[0]);
+    m.experts = count;
     m.rows = static_cast<int>(b->shape[1]);
     m.cols = static_cast<int>(b->shape[2] * 32);
-    m.packed = kernels::Mxfp4PackedStack(b->data, s->data, static_cast<size_t>(m.experts), static_cast<size_t>(m.rows),
-                                         static_cast<size_t>(m.cols));
+    const size_t block_bytes = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols) / 2;
+    const size_t scale_bytes = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols) / 32;
+    m.packed = kernels::Mxfp4PackedStack(b->data + static_cast<size_t>(first) * block_bytes,
+                                         s->data + static_cast<size_t>(first) * scale_bytes, static_cast<size_t>(count),
+                                         static_cast<size_t>(m.rows), static_cast<size_t>(m.cols));
     return m;
   }
 
@@ -67,7 +75,11 @@ class Loader {
 
 }  // namespace
 
-Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
+Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c, int ep_rank, int ep_world) {
+  MOE_TRY(ValidateWorldSize(c, ep_world));
+  if (ep_rank < 0 || ep_rank >= ep_world)
+    return Fail(Error::InvalidArgument("expert-parallel rank " + std::to_string(ep_rank) + " outside a world of " + std::to_string(ep_world)));
+  const int local_experts = c.moe.num_experts / ep_world, first_expert = ep_rank * local_experts;
   ModelWeights w;
   Loader L(ck, *w.arena);
   MOE_ASSIGN_OR_RETURN(w.embed, L.Mat("embed.weight"));
@@ -140,8 +152,9 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
     } else {
       MOE_ASSIGN_OR_RETURN(lw.gate, L.Linear(p + "ffn.gate.weight"));
       MOE_ASSIGN_OR_RETURN(lw.gate_bias, L.Vec(p + "ffn.gate.bias"));
-      MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13"));
-      MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2"));
+      MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13", first_expert, local_experts));
+      MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2", first_expert, local_experts));
+      lw.first_expert = first_expert;
       if (c.moe.num_shared_experts > 0) {
         MOE_ASSIGN_OR_RETURN(lw.shared_w1, L.Linear(p + "ffn.shared.w1.weight"));
         MOE_ASSIGN_OR_RETURN(lw.shared_w3, L.Linear(p + "ffn.shared.w3.weight"));
@@ -151,6 +164,22 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c) {
     w.layers.push_back(std::move(lw));
   }
   return w;
+}
+
+size_t ResidentWeightBytes(const ModelWeights& w) {
+  const auto vec = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
+  // BF16 matrices live in the arena; fp32 matrices in their own vectors.
+  size_t total = w.arena->bytes_reserved() + w.embed.w.size() * 4 + w.head.w.size() * 4 + vec(w.norm);
+  for (const LayerWeights& l : w.layers) {
+    total += vec(l.attn_norm) + vec(l.ffn_norm) + vec(l.w_uk_t) + vec(l.q_norm) + vec(l.kv_norm) + vec(l.idx_k_norm_w) +
+             vec(l.idx_k_norm_b) + vec(l.A_log) + vec(l.dt_bias) + vec(l.o_norm) + vec(l.gate_bias);
+    for (const Matrix* m : {&l.wq_a, &l.wq_b, &l.wkv_a, &l.wkv_b, &l.wo, &l.wg, &l.idx_wq_b, &l.idx_wk, &l.idx_weights_proj,
+                            &l.q_proj, &l.k_proj, &l.v_proj, &l.a_proj, &l.b_proj, &l.g_proj, &l.o_proj, &l.q_conv,
+                            &l.k_conv, &l.v_conv, &l.w1, &l.w3, &l.w2, &l.gate, &l.shared_w1, &l.shared_w3, &l.shared_w2})
+      total += m->w.size() * 4;
+    total += l.w13.packed.bytes() + l.w2e.packed.bytes();
+  }
+  return total;
 }
 
 }  // namespace moeserve::engine

@@ -59,7 +59,8 @@ struct LayerWeights {
   Matrix w1, w3, w2;                   // dense SwiGLU
   Matrix gate;                          // [E, D]
   std::vector<float> gate_bias;         // [E]
-  Mxfp4Stack w13, w2e;                  // routed experts
+  Mxfp4Stack w13, w2e;                  // routed experts: this rank's only
+  int first_expert = 0;                 // global index of w13.expert(0)
   Matrix shared_w1, shared_w3, shared_w2;
 };
 
@@ -71,6 +72,10 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
-Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config);
+// Loads the dense weights and the experts expert-parallel rank ep_rank of
+// ep_world owns (model.md 6: expert e lives on rank e / (E / world)).
+Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config, int ep_rank = 0, int ep_world = 1);
+// What the loaded weights keep in memory (BF16 arena reserved, fp32 copies, packed experts).
+size_t ResidentWeightBytes(const ModelWeights& weights);
 
 }  // namespace moeserve::engine

@@ -14,7 +14,7 @@
 namespace moeserve::kernels::comm {
 namespace {
 
-using testing_support::ForkRanks;
+using test_support::ForkRanks;
 const std::string kSecret = "test-group-secret-0123456789";
 
 GlooGroupOptions Options(int rank, int size, int port) {

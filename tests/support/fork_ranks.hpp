@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace moeserve::testing_support {
+namespace moeserve::test_support {
 
 // Exit codes per rank; 128 + signal for a child that was killed.
 inline std::vector<int> ForkRanks(int n, const std::function<int(int)>& body,
@@ -57,4 +57,4 @@ inline std::vector<int> ForkRanks(int n, const std::function<int(int)>& body,
   return codes;
 }
 
-}  // namespace moeserve::testing_support
+}  // namespace moeserve::test_support

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -24,7 +25,10 @@
 
 namespace moeserve::kernels {
 struct KernelSet;
+namespace comm {
+class Communicator;
 }
+}  // namespace moeserve::kernels
 
 namespace moeserve::engine {
 
@@ -40,6 +44,18 @@ struct ModelOptions {
   DeltaForm delta_form = DeltaForm::kAuto;
   int delta_chunk = 64;  // chunk length of the WY form
   KernelChoice kernels = KernelChoice::kFast;
+  // Expert parallelism: this rank loads only its experts and every MoE layer
+  // runs across the group (moe_parallel.cpp). Every rank must then call
+  // Forward with the same segments, in the same order. Not owned; must
+  // outlive the model. Null: one process holds every expert.
+  kernels::comm::Communicator* comm = nullptr;
+};
+
+// What the expert-parallel MoE layers did on this rank, cumulative.
+struct ExpertParallelStats {
+  uint64_t layers = 0;             // MoE layer passes run across the group
+  uint64_t computed_rows = 0;      // (token, expert) rows this rank's experts computed
+  std::vector<uint64_t> rank_rows; // [world]: rows routed to each rank's experts (every token of every batch)
 };
 
 struct ForwardSegment {
@@ -78,6 +94,14 @@ class Model {
   Status Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
                  ForwardTrace* trace = nullptr, std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const;
 
+  // Bytes the loaded weights keep in memory on this rank (its experts only
+  // under expert parallelism).
+  size_t resident_weight_bytes() const;
+  // Expert parallelism: this rank, the world size (1 without), and the stats.
+  int ep_rank() const { return ep_rank_; }
+  int ep_world() const { return ep_world_; }
+  ExpertParallelStats expert_parallel_stats() const;
+
  private:
   Model() = default;
   ModelConfig config_;
@@ -89,6 +113,9 @@ class Model {
   std::vector<size_t> layer_offset_;  // each attention layer's offset within a token row
   std::vector<float> rope_freqs_;     // qk_rope_head_dim / 2 YaRN frequencies
   float mla_scale_ = 0;
+  int ep_rank_ = 0, ep_world_ = 1;
+  mutable std::mutex ep_mu_;  // guards ep_stats_ (Forward writes, any thread reads)
+  mutable ExpertParallelStats ep_stats_;
 };
 
 }  // namespace moeserve::engine
