@@ -1,0 +1,126 @@
+"""Train the tiny agent model (CPU, deterministic from --seed).
+
+  nice /usr/bin/python3 tools/train/train.py --config tools/train/config.json \
+      --seed 1 --steps 150 --batch 8 --out build-x/tiny-agent-train
+
+Data comes from gen_data.py (train split, same seed), rendered by chat.py; the
+loss is next-token cross-entropy on the tokens the model generates (reasoning,
+answers, tool call name and arguments, <|end|>), plus the DSA indexer's KL.
+A quarter of the assistant turns have their reasoning cut short at a random
+length, as a thinking budget cuts it, so the model learns to act after the
+engine closes the span. The first --dense-steps steps attend densely in the
+dsa layers (indexer warm-up), then top-k. Writes weights.pt (fp32) and
+train_log.json (loss curve, time, expert load per MoE layer).
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chat  # noqa: E402
+import gen_data  # noqa: E402
+import model as M  # noqa: E402
+
+
+def examples(seed, count, cut_fraction):
+    r = random.Random(f"cut:{seed}")
+    out = []
+    for t in gen_data.generate("train", seed, count):
+        cuts = {}
+        for i, m in enumerate(t["messages"]):
+            if m["role"] == "assistant" and r.random() < cut_fraction:
+                n = len(m["reasoning_content"])
+                cuts[i] = r.randint(0, max(0, n - 1))
+        out.append(chat.render(t["messages"], t["tools"], cuts))
+    return out
+
+
+def batch(items):
+    T = max(len(ids) for ids, _ in items) - 1
+    x = torch.zeros(len(items), T, dtype=torch.long)
+    y = torch.zeros(len(items), T, dtype=torch.long)
+    m = torch.zeros(len(items), T, dtype=torch.bool)
+    valid = torch.zeros(len(items), T, dtype=torch.bool)
+    for b, (ids, mask) in enumerate(items):
+        n = len(ids) - 1
+        x[b, :n] = torch.tensor(ids[:-1])
+        y[b, :n] = torch.tensor(ids[1:])
+        m[b, :n] = torch.tensor(mask[1:], dtype=torch.bool)
+        valid[b, :n] = True
+    return x, y, m, valid
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--dense-steps", type=int, default=30)
+    ap.add_argument("--bias-rate", type=float, default=0.01)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    with open(a.config) as f:
+        raw = json.load(f)
+    cfg = M.Config(raw)
+    model = M.TrainModel(cfg, a.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    data = examples(a.seed, a.steps * a.batch, 0.25)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warm = max(1, a.steps // 20)
+
+    def lr_at(step):
+        if step < warm:
+            return a.lr * (step + 1) / warm
+        frac = (step - warm) / max(1, a.steps - warm)
+        return a.lr * (0.1 + 0.9 * 0.5 * (1 + torch.cos(torch.tensor(frac * 3.14159265)).item()))
+
+    os.makedirs(a.out, exist_ok=True)
+    log = {"config": raw, "seed": a.seed, "steps": a.steps, "batch": a.batch, "params": n_params, "curve": []}
+    load_total = {}
+    t0 = time.time()
+    for step in range(a.steps):
+        x, y, m, valid = batch(data[step * a.batch : (step + 1) * a.batch])
+        mode = "dense" if step < a.dense_steps else "sparse"
+        logits, aux = model(x, valid, dsa_mode=mode)
+        lm = F.cross_entropy(logits[m], y[m])
+        kl = torch.stack([k[valid].mean() for k in aux["indexer_kl"]]).mean()
+        loss = lm + kl
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        model.update_bias(aux["load"], a.bias_rate)
+        for k, v in aux["load"].items():
+            load_total[k] = load_total.get(k, 0) + v
+        acc = (logits[m].argmax(-1) == y[m]).float().mean().item()
+        entry = {"step": step, "lm": round(lm.item(), 4), "kl": round(kl.item(), 4), "acc": round(acc, 4),
+                 "mode": mode, "t": round(time.time() - t0, 1)}
+        log["curve"].append(entry)
+        print(json.dumps(entry), flush=True)
+    log["train_seconds"] = round(time.time() - t0, 1)
+    # Expert load over the whole run: each expert's share of the routed slots.
+    log["expert_load"] = {k.replace(".ffn.gate.bias", ""): [round(float(c) / float(v.sum()), 4) for c in v]
+                          for k, v in load_total.items()}
+    torch.save(model.state_dict_fp32(), os.path.join(a.out, "weights.pt"))
+    with open(os.path.join(a.out, "train_log.json"), "w") as f:
+        json.dump(log, f, indent=1)
+    print(f"train: {n_params} parameters, {a.steps} steps in {log['train_seconds']} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
