@@ -224,7 +224,11 @@ class Gen:
             messages.append({"role": "assistant", "content": answer, "reasoning_content": final_think})
         else:
             messages.append({"role": "assistant", "content": answer, "reasoning_content": final_think})
-        return {"kind": kind, "tools": TOOLS, "messages": messages,
+        # What the tools answer in this task's world: the table rows it reads
+        # and the conversion factors, so an evaluator runs the tools itself.
+        env = {"table": {c["arguments"]["key"]: c["result"] for c in calls if c["name"] == "lookup"},
+               "units": [list(u) for u in UNITS_TRAIN + UNITS_EVAL]}
+        return {"kind": kind, "tools": TOOLS, "messages": messages, "env": env,
                 "expect": {"calls": calls, "answer": expect, "first_reasoning": first_think}}
 
 

@@ -1,0 +1,158 @@
+// Task accuracy of a served agent model on the held-out tool-use set, through
+// moe-daemon's OpenAI API with the official `openai` client, greedy.
+//
+//   node tools/eval/eval.mjs --base-url http://127.0.0.1:PORT/v1 --model tiny-agent \
+//        --data eval.jsonl [--tiers low,medium,high] [--limit N] [--json out.json] [--min-accuracy P]
+//
+// Each task runs as an agent loop: the user message with the three tools
+// (tool_choice auto); every tool call is executed here (calculator, convert,
+// lookup in the task's own table) and its result goes back; at most 3 calls.
+// A task is correct when (the stated rule):
+//   - the calls are the expected tools in the expected order, no more, no fewer;
+//   - each call's arguments are valid JSON objects with the right values:
+//     calculator's expression evaluates to the expected result, convert's
+//     value/from/to and lookup's key equal the expected ones;
+//   - the final answer (the content of the last assistant turn) contains the
+//     expected value as a whole token: not preceded or followed by a digit,
+//     a letter or a point that continues a number.
+// The trivial baseline (scored offline by the same rule) calls the first tool,
+// calculator, with the first number of the question, and answers with it.
+// With --min-accuracy every tier must reach P percent, else exit status 1.
+import fs from "node:fs";
+import OpenAI from "openai";
+
+import { calculate, fmt, runTool } from "./agent_tools.mjs";
+
+function arg(name, fallback) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
+}
+
+const baseURL = arg("base-url", "http://127.0.0.1:8000/v1");
+const model = arg("model", "tiny-agent");
+const tiers = arg("tiers", "low,medium,high").split(",");
+const limit = Number(arg("limit", "0"));
+const jsonOut = arg("json", "");
+const minAccuracy = arg("min-accuracy", "");
+let tasks = fs.readFileSync(arg("data", "eval.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+if (limit > 0) tasks = tasks.slice(0, limit);
+const client = new OpenAI({ baseURL, apiKey: arg("api-key", process.env.OPENAI_API_KEY ?? "none"), maxRetries: 2 });
+
+function argsMatch(expected, got) {
+  if (!got) return false;
+  if (expected.name === "calculator") {
+    try { return fmt(calculate(got.expression)) === expected.result; } catch { return false; }
+  }
+  if (expected.name === "convert") {
+    return Number(got.value) === expected.arguments.value && got.from === expected.arguments.from && got.to === expected.arguments.to;
+  }
+  return got.key === expected.arguments.key;
+}
+
+export function answerHas(content, value) {
+  const esc = value.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return new RegExp(`(^|[^0-9A-Za-z.])${esc}($|[^0-9A-Za-z]|\\.(?![0-9]))`).test(content ?? "");
+}
+
+function score(task, calls, answer) {
+  const want = task.expect.calls;
+  if (calls.length !== want.length) return false;
+  for (let i = 0; i < want.length; i++) {
+    if (calls[i].name !== want[i].name || !argsMatch(want[i], calls[i].args)) return false;
+  }
+  return answerHas(answer, task.expect.answer);
+}
+
+function baseline(task) {
+  const m = /\d+(\.\d+)?/.exec(task.messages[0].content);
+  const n = m ? m[0] : "0";
+  return score(task, [{ name: "calculator", args: { expression: n } }], n);
+}
+
+async function runTask(task, tier) {
+  const messages = [task.messages[0]];
+  const calls = [];
+  const usage = { prompt: 0, completion: 0, reasoning: 0 };
+  let answer = "";
+  for (let turn = 0; turn < 4; turn++) {
+    let res;
+    try {
+      res = await client.chat.completions.create({
+        model, messages, tools: task.tools, tool_choice: turn < 3 ? "auto" : "none", parallel_tool_calls: false,
+        reasoning_effort: tier, temperature: 0, max_tokens: 96,
+      });
+    } catch (e) {
+      // A request the daemon refuses ends the task as failed; the reason is kept.
+      return { correct: false, calls, answer, usage, error: String(e.message ?? e) };
+    }
+    const msg = res.choices[0].message;
+    usage.prompt += res.usage.prompt_tokens;
+    usage.completion += res.usage.completion_tokens;
+    usage.reasoning += res.usage.completion_tokens_details?.reasoning_tokens ?? 0;
+    const assistant = { role: "assistant", content: msg.content ?? "", reasoning_content: msg.reasoning_content ?? "" };
+    if (!msg.tool_calls?.length) { answer = msg.content ?? ""; break; }
+    assistant.tool_calls = msg.tool_calls;
+    messages.push(assistant);
+    // A call naming no tool of the request cannot be sent back: the task fails here.
+    const names = new Set(task.tools.map((t) => t.function.name));
+    const bad = msg.tool_calls.find((c) => !names.has(c.function.name));
+    if (bad) {
+      calls.push({ name: bad.function.name, args: null, raw: bad.function.arguments, result: "unknown tool" });
+      return { correct: false, calls, answer, usage, error: `unknown tool '${bad.function.name}'` };
+    }
+    for (const call of msg.tool_calls) {
+      const out = runTool(task.env, call.function.name, call.function.arguments);
+      calls.push({ name: call.function.name, args: out.ok ? out.args : null, raw: call.function.arguments, result: out.result });
+      messages.push({ role: "tool", tool_call_id: call.id, content: out.result });
+    }
+  }
+  return { correct: score(task, calls, answer), calls, answer, usage };
+}
+
+const kinds = [...new Set(tasks.map((t) => t.kind))];
+const table = {};
+const details = {};
+const t0 = Date.now();
+let completionTokens = 0;
+for (const tier of tiers) {
+  table[tier] = {};
+  details[tier] = [];
+  for (const task of tasks) {
+    const r = await runTask(task, tier);
+    completionTokens += r.usage.completion;
+    details[tier].push({ kind: task.kind, question: task.messages[0].content, ...r });
+    const row = (table[tier][task.kind] ??= { n: 0, ok: 0 });
+    row.n++;
+    if (r.correct) row.ok++;
+  }
+}
+const base = {};
+for (const task of tasks) {
+  const row = (base[task.kind] ??= { n: 0, ok: 0 });
+  row.n++;
+  if (baseline(task)) row.ok++;
+}
+const pct = (rows) => {
+  const n = Object.values(rows).reduce((a, r) => a + r.n, 0);
+  const ok = Object.values(rows).reduce((a, r) => a + r.ok, 0);
+  return (100 * ok) / Math.max(1, n);
+};
+const cell = (r) => (r ? `${((100 * r.ok) / r.n).toFixed(1)}`.padStart(7) : "      -");
+console.log(`eval: ${tasks.length} tasks, model ${model}, ${((Date.now() - t0) / 1000).toFixed(0)} s, ${completionTokens} completion tokens`);
+console.log(`${"tier".padEnd(10)}${kinds.map((k) => k.padStart(8)).join("")}     all`);
+for (const tier of tiers) {
+  console.log(`${tier.padEnd(10)}${kinds.map((k) => " " + cell(table[tier][k])).join("")} ${pct(table[tier]).toFixed(1).padStart(7)}`);
+}
+console.log(`${"baseline".padEnd(10)}${kinds.map((k) => " " + cell(base[k])).join("")} ${pct(base).toFixed(1).padStart(7)}`);
+const summary = {
+  model, tasks: tasks.length, seconds: (Date.now() - t0) / 1000, completion_tokens: completionTokens,
+  accuracy: Object.fromEntries(tiers.map((t) => [t, pct(table[t])])), per_kind: table, baseline: pct(base), baseline_per_kind: base,
+};
+if (jsonOut) fs.writeFileSync(jsonOut, JSON.stringify({ summary, details }, null, 1));
+if (minAccuracy !== "") {
+  const failing = tiers.filter((t) => pct(table[t]) < Number(minAccuracy));
+  if (failing.length) {
+    console.error(`eval: below ${minAccuracy}% on ${failing.join(", ")}`);
+    process.exit(1);
+  }
+}
