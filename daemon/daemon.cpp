@@ -17,6 +17,7 @@
 #include "moeserve/daemon/http_server.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/scheduler.hpp"
+#include "moeserve/daemon/usage_history.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
 
@@ -124,7 +125,7 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
     }
     return HttpAdmission::Accept(kSmallBodyLimit);
   }
-  if (path == "/v1/models" || path == "/v1/usage") {
+  if (path == "/v1/models" || path == "/v1/usage" || path == "/v1/usage/history") {
     if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
     if (!Authenticate(head)) return refuse(MissingKey());
     return HttpAdmission::Accept(kSmallBodyLimit);
@@ -163,6 +164,14 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
     auto usage = budget->Usage(*who);
     if (!usage) return ReplyError(*exchange, usage.error());
     return ReplyJson(*exchange, 200, usage->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (path == "/v1/usage/history") {
+    // Spend per hour of the current period (usage_history.hpp).
+    auto who = Authenticate(head);
+    if (!who) return ReplyError(*exchange, MissingKey());
+    auto history = UsageHistoryJson(budget->ledger(), *who, head.query);
+    if (!history) return ReplyError(*exchange, history.error());
+    return ReplyJson(*exchange, 200, history->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   if (path == "/metrics") {
     budget->RefreshMetrics();

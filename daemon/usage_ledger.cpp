@@ -6,6 +6,7 @@
 #include <future>
 
 #include "moeserve/common/log.hpp"
+#include "moeserve/daemon/usage_history.hpp"
 #include "moeserve/daemon/budget_alert.hpp"
 
 namespace moeserve::daemon {
@@ -113,6 +114,7 @@ Status UsageLedger::Init() {
     MOE_TRY(Exec("PRAGMA synchronous=FULL"));
   }
   MOE_TRY(Exec(kSchema));
+  MOE_TRY(CreateUsageHistoryTable(db_));
   // The current periods' spend and fired thresholds, so that a restarted
   // daemon enforces and alerts from where it stopped.
   const int64_t now = static_cast<int64_t>(options_.clock());
@@ -236,6 +238,7 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
                    "input = input + ?5, cached_input = cached_input + ?6, output = output + ?7, "
                    "reasoning = reasoning + ?8, cost_usd = cost_usd + ?9");
   if (!upsert.ok()) return rollback(DbError(db_, "preparing the usage update"));
+  HourlyUsageWriter hourly(db_);  // the same transaction, so the hours add up to the periods
   std::set<std::string> tenants;
   {
     std::lock_guard lock(state_mu_);
@@ -253,6 +256,7 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
     const ChargeRecord& r = p.record;
     const double cost = policy.Cost(r.tier, r.tokens);
     costs.emplace_back(r, cost);
+    if (Status st = hourly.Add(r.tenant, r.tier, now, r.tokens, cost); !st) return rollback(st.error());
     tenants.insert(r.tenant);
     for (BudgetPeriod period : kAllPeriods) {
       const int64_t start = PeriodStart(period, now);

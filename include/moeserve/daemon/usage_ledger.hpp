@@ -48,6 +48,10 @@
 struct sqlite3;
 
 namespace moeserve::daemon {
+struct HourlyUsage;
+}
+
+namespace moeserve::daemon {
 
 struct ChargeRecord {
   std::string tenant;
@@ -111,6 +115,8 @@ class UsageLedger {
   // What `tenant` spent in the current period of `period` starting at
   // `period_start` (committed charges); past periods read as zero here (Rows has them).
   PeriodSpend Spent(const std::string& tenant, BudgetPeriod period, int64_t period_start) const;
+  // One tenant's usage per tier and UTC hour in [from, to) (usage_history.hpp).
+  Result<std::vector<HourlyUsage>> Hourly(const std::string& tenant, int64_t from, int64_t to) const;
   const BudgetPolicy& policy() const { return options_.policy; }
   double Now() const { return options_.clock(); }
   LedgerStats stats() const;
