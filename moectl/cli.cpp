@@ -1,6 +1,7 @@
 #include "moeserve/moectl/cli.hpp"
 
 #include <cstdlib>
+#include <ctime>
 #include <optional>
 
 #include "moeserve/moectl/cluster_source.hpp"
@@ -140,6 +141,15 @@ std::optional<Args> Parse(const std::vector<std::string>& args, std::string* err
   return a;
 }
 
+std::string Rfc3339(int64_t unix_seconds) {
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 int Failed(std::ostream& err, const Error& e) {
   err << "moectl: " << e.message() << "\n";
   return 1;
@@ -173,9 +183,9 @@ int Usage(const Args& a, std::ostream& out, std::ostream& err) {
     layout.width = a.width;
     layout.height = a.height;
     if (Status st = DrawSpendChart(*history, layout, a.chart); !st) return Failed(err, st.error());
-    out << "wrote " << a.chart << ": " << history->points.size() << " hours of spend of tenant " << history->tenant
-        << " in the " << history->period << " from " << history->period_start << ", " << history->budgets.size()
-        << " budget(s)\n";
+    out << "wrote " << a.chart << ": spend of tenant " << history->tenant << " in the " << history->period
+        << " from " << Rfc3339(history->period_start) << " (" << history->points.size() << " hour(s) with usage, "
+        << history->budgets.size() << " budget(s))\n";
     return 0;
   }
   Result<std::vector<UsageEntry>> rows = std::vector<UsageEntry>{};
