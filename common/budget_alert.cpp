@@ -1,11 +1,11 @@
-#include "moeserve/daemon/budget_alert.hpp"
+#include "moeserve/common/budget_alert.hpp"
 
 #include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 namespace {
 nlohmann::json TokensJson(const TokenCounts& t) {
@@ -47,4 +47,4 @@ std::string AlertBody(const ThresholdCrossing& c, const BudgetPolicy& policy, Ho
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve

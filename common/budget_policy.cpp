@@ -1,11 +1,11 @@
-#include "moeserve/daemon/budget_policy.hpp"
+#include "moeserve/common/budget_policy.hpp"
 
 #include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 namespace {
 
@@ -125,13 +125,28 @@ Status ParseHooks(BudgetPolicy& p, const YAML::Node& node, const std::string& so
   size_t i = 0;
   for (const auto& e : node) {
     std::string where = source + ": hooks[" + std::to_string(i++) + "]";
-    MOE_TRY(CheckKeys(e, {"name", "url", "secretFile", "format", "allowHTTP", "allowPrivateAddresses"}, where));
+    MOE_TRY(CheckKeys(e, {"name", "url", "secretFile", "secret", "format", "allowHTTP", "allowPrivateAddresses"}, where));
     HookConfig h;
-    if (!e["name"] || !e["url"] || !e["secretFile"]) return Bad(where, "needs name, url and secretFile");
+    if (!e["name"] || !e["url"] || (!e["secretFile"] == !e["secret"]))
+      return Bad(where, "needs name, url and one of secretFile (a daemon's config) or secret (a QuotaPolicy's)");
     MOE_ASSIGN_OR_RETURN(h.name, Text(e["name"], where + ".name"));
     if (!names.insert(h.name).second) return Bad(where + ".name", "'" + h.name + "' is used twice");
     MOE_ASSIGN_OR_RETURN(h.url, Text(e["url"], where + ".url"));
-    MOE_ASSIGN_OR_RETURN(h.secret_file, Text(e["secretFile"], where + ".secretFile"));
+    if (e["secretFile"]) {
+      MOE_ASSIGN_OR_RETURN(h.secret_file, Text(e["secretFile"], where + ".secretFile"));
+    } else {
+      const YAML::Node ref = e["secret"];
+      MOE_TRY(CheckKeys(ref, {"secretRef", "vault"}, where + ".secret"));
+      if (ref["secretRef"] && !ref["vault"]) {
+        MOE_TRY(CheckKeys(ref["secretRef"], {"name"}, where + ".secret.secretRef"));
+        MOE_ASSIGN_OR_RETURN(h.secret_name, Text(ref["secretRef"]["name"], where + ".secret.secretRef.name"));
+      } else if (ref["vault"] && !ref["secretRef"]) {
+        MOE_TRY(CheckKeys(ref["vault"], {"path"}, where + ".secret.vault"));
+        MOE_ASSIGN_OR_RETURN(h.secret_vault_path, Text(ref["vault"]["path"], where + ".secret.vault.path"));
+      } else {
+        return Bad(where + ".secret", "must hold exactly one of secretRef or vault");
+      }
+    }
     if (e["allowHTTP"]) {
       MOE_ASSIGN_OR_RETURN(h.allow_http, Boolean(e["allowHTTP"], where + ".allowHTTP"));
     }
@@ -187,6 +202,9 @@ Status ParseBudgetSection(BudgetPolicy& policy, const std::string& key, const YA
 
 Status LoadHookSecrets(BudgetPolicy& policy) {
   for (auto& h : policy.hooks) {
+    if (h.secret_file.empty())
+      return Fail(Error::InvalidArgument("hook '" + h.name + "': a daemon reads its secret from secretFile (secret is "
+                                         "a QuotaPolicy's field, read by moe-operator)"));
     std::ifstream in(h.secret_file);
     if (!in) return Fail(Error::Io("hook '" + h.name + "': secretFile " + h.secret_file + " cannot be opened"));
     std::stringstream ss;
@@ -202,4 +220,4 @@ Status LoadHookSecrets(BudgetPolicy& policy) {
   return Ok();
 }
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve

@@ -1,4 +1,4 @@
-#include "moeserve/daemon/hook_sender.hpp"
+#include "moeserve/common/hook_sender.hpp"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 namespace {
 
@@ -206,4 +206,4 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
   return r;
 }
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve

@@ -1,9 +1,9 @@
-#include "moeserve/daemon/usage_period.hpp"
+#include "moeserve/common/usage_period.hpp"
 
 #include <chrono>
 #include <cstdio>
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 namespace {
 constexpr int64_t kDay = 86400;
@@ -56,4 +56,20 @@ std::string Iso8601Utc(int64_t t) {
   return buf;
 }
 
-}  // namespace moeserve::daemon
+std::optional<int64_t> ParseIso8601Utc(std::string_view text) {
+  int y = 0;
+  unsigned mo = 0, d = 0, h = 0, mi = 0, se = 0;
+  char z = 0;
+  int used = 0;
+  const std::string t(text.substr(0, 32));
+  if (text.size() != 20 || std::sscanf(t.c_str(), "%4d-%2u-%2uT%2u:%2u:%2u%c%n", &y, &mo, &d, &h, &mi, &se, &z, &used) != 7 ||
+      used != 20 || z != 'Z' || h > 23 || mi > 59 || se > 59)
+    return std::nullopt;
+  const std::chrono::year_month_day ymd{std::chrono::year{y}, std::chrono::month{mo}, std::chrono::day{d}};
+  if (!ymd.ok()) return std::nullopt;
+  const int64_t out = UnixOf(ymd) + h * 3600 + mi * 60 + se;
+  if (Iso8601Utc(out) != text) return std::nullopt;  // digits only where the form has them
+  return out;
+}
+
+}  // namespace moeserve

@@ -13,7 +13,7 @@ std::string Usd(double v) {
   std::snprintf(buf, sizeof buf, "$%.2f", v);
   return buf;
 }
-bool Spent(const PeriodSpend& s, const Budget& b) { return s.spent_usd >= b.limit_usd - 1e-9; }
+bool Spent(double spent_usd, const Budget& b) { return spent_usd >= b.limit_usd - 1e-9; }
 }  // namespace
 
 Result<std::unique_ptr<BudgetService>> BudgetService::Create(BudgetServiceOptions options, DaemonMetrics* metrics) {
@@ -38,6 +38,9 @@ Result<std::unique_ptr<BudgetService>> BudgetService::Create(BudgetServiceOption
       metrics->AddLedgerCommit(costs.size());
     });
   }
+  if (s->options_.spend_from_operator && !s->options_.policy.hooks.empty())
+    return Fail(Error::InvalidArgument("hooks and spend_from_operator exclude each other: under an operator the "
+                                       "operator fires the policy's hooks"));
   if (!s->options_.policy.hooks.empty()) {
     std::function<void(const std::string&)> on_result;
     if (metrics) on_result = [metrics](const std::string& result) { metrics->AddAlertDelivery(result); };
@@ -61,6 +64,16 @@ RateLimits BudgetService::LimitsFor(const std::string& tenant) const {
     l.requests_per_minute = tighter(l.requests_per_minute, b->requests_per_minute);
     l.tokens_per_minute = tighter(l.tokens_per_minute, b->tokens_per_minute);
   }
+  // Replicas share a policy's limits: each takes its part, rounded up so a
+  // small limit never becomes none.
+  int64_t replicas;
+  {
+    std::lock_guard lock(global_mu_);
+    replicas = replicas_;
+  }
+  auto part = [replicas](int64_t v) { return v > 0 ? (v + replicas - 1) / replicas : v; };
+  l.requests_per_minute = part(l.requests_per_minute);
+  l.tokens_per_minute = part(l.tokens_per_minute);
   return l;
 }
 
@@ -77,11 +90,11 @@ ApiResult<BudgetService::Admission> BudgetService::Admit(const Principal& who, c
   for (const Budget* b : budgets) {
     if (b->action != BudgetAction::kBlock) continue;
     const int64_t start = PeriodStart(b->period, now);
-    PeriodSpend s = ledger_->Spent(who.tenant, b->period, start);
-    if (!Spent(s, *b)) continue;
+    const double spent = EffectiveSpentUsd(who.tenant, b->period, start);
+    if (!Spent(spent, *b)) continue;
     const std::string name = (b->period == BudgetPeriod::kDay ? "daily" : "monthly");
     return ApiFail(ApiError{403, "permission_error", "budget_exceeded",
-                            "Tenant " + who.tenant + " has spent " + Usd(s.spent_usd) + " of its " + name +
+                            "Tenant " + who.tenant + " has spent " + Usd(spent) + " of its " + name +
                                 " budget of " + Usd(b->limit_usd) + " (policy " + options_.policy.policy_name +
                                 ", budget for " + (b->tenant == "*" ? std::string("every tenant") : "tenant " + b->tenant) +
                                 "); it resets at " + Iso8601Utc(NextPeriodStart(b->period, now)),
@@ -98,7 +111,7 @@ ApiResult<BudgetService::Admission> BudgetService::Admit(const Principal& who, c
   }
   for (const Budget* b : budgets) {
     if (b->action != BudgetAction::kDowngrade || tier == "low") continue;
-    if (Spent(ledger_->Spent(who.tenant, b->period, PeriodStart(b->period, now)), *b)) {
+    if (Spent(EffectiveSpentUsd(who.tenant, b->period, PeriodStart(b->period, now)), *b)) {
       a.tier = "low";
       a.downgraded = true;
     }
@@ -132,7 +145,42 @@ ApiResult<nlohmann::json> BudgetService::Usage(const Principal& who) const {
                       {"reasoning", r.tokens.reasoning}}},
                     {"cost_usd", r.cost_usd}});
   }
-  return nlohmann::json{{"object", "list"}, {"data", std::move(data)}};
+  return nlohmann::json{{"object", "list"}, {"ledger_id", ledger_->ledger_id()}, {"data", std::move(data)}};
+}
+
+double BudgetService::EffectiveSpentUsd(const std::string& tenant, BudgetPeriod period, int64_t period_start) const {
+  const double local = ledger_->Spent(tenant, period, period_start).spent_usd;
+  std::lock_guard lock(global_mu_);
+  auto it = global_.find({tenant, period, period_start});
+  if (it == global_.end()) return local;
+  return it->second.spent_usd + std::max(0.0, local - it->second.counted_here_usd);
+}
+
+ApiResult<nlohmann::json> BudgetService::SetGlobalSpend(const GlobalSpend& spend) {
+  if (!options_.spend_from_operator)
+    return ApiFail(ApiError{409, "invalid_request_error", "not_under_operator",
+                            "This daemon is standalone (spend_from_operator is off): it keeps its own budgets and "
+                            "fires its own hooks",
+                            "", 0});
+  if (spend.policy != options_.policy.policy_name)
+    return ApiFail(ApiError{409, "invalid_request_error", "wrong_policy",
+                            "This daemon follows QuotaPolicy " + options_.policy.policy_name + ", not " + spend.policy,
+                            "policy", 0});
+  std::map<std::tuple<std::string, BudgetPeriod, int64_t>, Shared> next;
+  for (const auto& e : spend.spend) {
+    // Without counted_here_usd (the ConfigMap's copy), what this ledger holds now is taken as counted.
+    const double counted = e.counted_here_usd ? *e.counted_here_usd
+                                              : ledger_->Spent(e.tenant, e.period, e.period_start).spent_usd;
+    next[{e.tenant, e.period, e.period_start}] = {e.spent_usd, counted};
+    std::lock_guard lock(tenants_mu_);
+    tenants_.insert(e.tenant);
+  }
+  {
+    std::lock_guard lock(global_mu_);
+    global_ = std::move(next);
+    replicas_ = spend.replicas;
+  }
+  return nlohmann::json{{"policy", spend.policy}, {"entries", spend.spend.size()}, {"replicas", spend.replicas}};
 }
 
 void BudgetService::RefreshMetrics() {
@@ -145,8 +193,8 @@ void BudgetService::RefreshMetrics() {
   const int64_t now = static_cast<int64_t>(options_.clock());
   for (const auto& tenant : tenants) {
     for (const Budget* b : options_.policy.BudgetsFor(tenant)) {
-      const PeriodSpend s = ledger_->Spent(tenant, b->period, PeriodStart(b->period, now));
-      const double remaining = b->limit_usd > 0 ? std::max(0.0, 1.0 - s.spent_usd / b->limit_usd) : 0.0;
+      const double spent = EffectiveSpentUsd(tenant, b->period, PeriodStart(b->period, now));
+      const double remaining = b->limit_usd > 0 ? std::max(0.0, 1.0 - spent / b->limit_usd) : 0.0;
       metrics_->SetBudget(tenant, std::string(PeriodName(b->period)), b->limit_usd, remaining);
     }
   }

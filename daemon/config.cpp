@@ -130,6 +130,10 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
     return seconds(0.01, 86400, c.hook_retry_max_seconds);
   } else if (key == "hook_give_up_seconds") {
     return seconds(3600, 30 * 86400, c.hook_give_up_seconds);
+  } else if (key == "spend_from_operator") {
+    return boolean(c.spend_from_operator);
+  } else if (key == "global_spend_file") {
+    c.global_spend_file = value;
   } else if (key == "kernels") {
     if (value != "fast" && value != "reference") return bad("must be fast or reference");
     c.kernels = value;

@@ -57,6 +57,14 @@ namespace {
 // which send an empty JSON object are not refused.
 constexpr size_t kSmallBodyLimit = 64 << 10;
 
+constexpr char kAdminSpendPath[] = "/v1/admin/spend";
+// One entry per tenant and period: room for tens of thousands of tenants.
+constexpr size_t kAdminBodyLimit = 16 << 20;
+
+ApiError AdminOnly() {
+  return ApiError{403, "permission_error", "admin_only", "Only a key with the admin role may do this", "", 0};
+}
+
 ApiError MissingKey() { return ApiError::InvalidApiKey("Missing or wrong API key: send Authorization: Bearer <key>"); }
 
 bool IsLoopback(const std::string& host) {
@@ -130,6 +138,13 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
     if (!Authenticate(head)) return refuse(MissingKey());
     return HttpAdmission::Accept(kSmallBodyLimit);
   }
+  if (path == kAdminSpendPath) {
+    if (head.method != "PUT") return refuse(ApiError::MethodNotAllowed(head.method, path));
+    auto who = Authenticate(head);
+    if (!who) return refuse(MissingKey());
+    if (!who->admin) return refuse(AdminOnly());
+    return HttpAdmission::Accept(kAdminBodyLimit);
+  }
   return refuse(ApiError::NoSuchRoute(head.method, path));
 }
 
@@ -165,6 +180,19 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
     if (!usage) return ReplyError(*exchange, usage.error());
     return ReplyJson(*exchange, 200, usage->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
+  if (path == kAdminSpendPath) {
+    // The operator's global spend (global_spend.hpp); only the admin key.
+    auto who = Authenticate(head);
+    if (!who) return ReplyError(*exchange, MissingKey());
+    if (!who->admin) return ReplyError(*exchange, AdminOnly());
+    auto parsed = nlohmann::json::parse(body, nullptr, false);
+    if (parsed.is_discarded()) return ReplyError(*exchange, ApiError::InvalidRequest("The body is not JSON"));
+    auto spend = ParseGlobalSpend(parsed);
+    if (!spend) return ReplyError(*exchange, ApiError::InvalidRequest(spend.error().message()));
+    auto set = budget->SetGlobalSpend(*spend);
+    if (!set) return ReplyError(*exchange, set.error());
+    return ReplyJson(*exchange, 200, set->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
   if (path == "/v1/usage/history") {
     // Spend per hour of the current period (usage_history.hpp).
     auto who = Authenticate(head);
@@ -189,6 +217,28 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
   }
   ReplyError(*exchange, ApiError::NoSuchRoute(head.method, path));
 }
+
+namespace {
+// The global spend the operator last recorded (ConfigMap <policy>-budget), so
+// that a restarted daemon enforces a spent budget before the next sync. Not
+// there yet, or unreadable: the next sync brings it (one interval).
+void RestoreGlobalSpend(BudgetService& budget, const std::string& file) {
+  std::ifstream in(file);
+  if (!in) {
+    log::Info("moe-daemon: no global spend recorded yet at " + file + "; waiting for the operator's first sync");
+    return;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = nlohmann::json::parse(text.str(), nullptr, false);
+  auto spend = parsed.is_discarded() ? Result<GlobalSpend>(Fail(Error::InvalidArgument("not JSON"))) : ParseGlobalSpend(parsed);
+  if (!spend) return log::Warn("moe-daemon: global spend in " + file + " ignored: " + spend.error().message());
+  auto set = budget.SetGlobalSpend(*spend);
+  if (!set) return log::Warn("moe-daemon: global spend in " + file + " ignored: " + set.error().message);
+  log::Info("moe-daemon: global spend of policy " + spend->policy + " restored from " + file + " (" +
+            std::to_string(spend->spend.size()) + " entries)");
+}
+}  // namespace
 
 Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -235,7 +285,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   if (bo.policy.deployment_name.empty()) bo.policy.deployment_name = config.served_model_name;
   MOE_TRY(LoadHookSecrets(bo.policy));
   bo.retry = {config.hook_retry_initial_seconds, config.hook_retry_max_seconds, config.hook_give_up_seconds};
+  bo.spend_from_operator = config.spend_from_operator;
   MOE_ASSIGN_OR_RETURN(impl->budget, BudgetService::Create(std::move(bo), &impl->metrics));
+  if (config.spend_from_operator && !config.global_spend_file.empty()) RestoreGlobalSpend(*impl->budget, config.global_spend_file);
   impl->config = std::move(config);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }

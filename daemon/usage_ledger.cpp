@@ -7,7 +7,7 @@
 
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/usage_history.hpp"
-#include "moeserve/daemon/budget_alert.hpp"
+#include "moeserve/common/budget_alert.hpp"
 
 namespace moeserve::daemon {
 
@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS outbox(
   attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at REAL NOT NULL, state TEXT NOT NULL DEFAULT 'pending',
   last_error TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 )sql";
 
 // A prepared statement that finalizes itself.
@@ -66,13 +67,13 @@ Error DbError(sqlite3* db, const std::string& what) {
   return Error::Io("usage ledger: " + what + ": " + (db ? sqlite3_errmsg(db) : "no database"));
 }
 
-std::string NewDeliveryId() {
+std::string RandomId(const char* prefix) {
   unsigned char raw[16];
   if (RAND_bytes(raw, sizeof raw) != 1) {
     for (auto& b : raw) b = static_cast<unsigned char>(std::rand());
   }
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "dlv_";
+  std::string id = prefix;
   for (unsigned char b : raw) id += {kHex[b >> 4], kHex[b & 15]};
   return id;
 }
@@ -115,6 +116,18 @@ Status UsageLedger::Init() {
   }
   MOE_TRY(Exec(kSchema));
   MOE_TRY(CreateUsageHistoryTable(db_));
+  // The ledger's identity: minted with the database, so a reader that sees
+  // another id knows the totals started again from zero (a new volume, or
+  // an in-memory ledger after a restart).
+  {
+    Stmt put(db_, "INSERT OR IGNORE INTO meta(key, value) VALUES('ledger_id', ?)");
+    if (!put.ok()) return Fail(DbError(db_, "writing the ledger id"));
+    put.Bind(1, RandomId("ldg_"));
+    if (put.Step() != SQLITE_DONE) return Fail(DbError(db_, "writing the ledger id"));
+    Stmt get(db_, "SELECT value FROM meta WHERE key = 'ledger_id'");
+    if (!get.ok() || get.Step() != SQLITE_ROW) return Fail(DbError(db_, "reading the ledger id"));
+    ledger_id_ = get.Text(0);
+  }
   // The current periods' spend and fired thresholds, so that a restarted
   // daemon enforces and alerts from where it stopped.
   const int64_t now = static_cast<int64_t>(options_.clock());
@@ -294,7 +307,7 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
         alert.Reset();
         ThresholdCrossing c{tenant, b, start, t, s, now};
         for (const HookConfig& h : policy.hooks) {
-          outbox.Bind(1, NewDeliveryId()).Bind(2, h.name).Bind(3, AlertBody(c, policy, h.format));
+          outbox.Bind(1, RandomId("dlv_")).Bind(2, h.name).Bind(3, AlertBody(c, policy, h.format));
           outbox.Bind(4, now_exact).Bind(5, now_exact);
           if (outbox.Step() != SQLITE_DONE) return rollback(DbError(db_, "queueing a delivery"));
           outbox.Reset();

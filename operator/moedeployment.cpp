@@ -181,6 +181,17 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
     if (spec.thinking_budgets.contains(tier)) budgets[tier] = spec.thinking_budgets[tier];
   if (!budgets.empty()) serve["thinking_budgets"] = budgets;
   if (spec.state_size_gi > 0) serve["state_dir"] = kStateDir;  // the usage ledger survives the pod
+  if (!spec.budgeting.policy.empty()) {
+    // Several replicas share the policy's budgets: the operator sums their
+    // usage, fires the hooks and hands the global spend back; a daemon that
+    // starts takes the last one recorded from the mounted ConfigMap.
+    serve["policy_name"] = spec.budgeting.policy;
+    serve["deployment_name"] = Name(md);
+    serve["spend_from_operator"] = true;
+    serve["global_spend_file"] = std::string(kBudgetDir) + "/spend.json";
+    if (!spec.budgeting.pricing.is_null()) serve["pricing"] = spec.budgeting.pricing;
+    if (!spec.budgeting.budgets.is_null()) serve["budgets"] = spec.budgeting.budgets;
+  }
   if (!spec.tls_secret.empty()) {
     serve["tls_cert_file"] = std::string(kSecretsDir) + "/" + kTlsCertKey;
     serve["tls_key_file"] = std::string(kSecretsDir) + "/" + kTlsKeyKey;
@@ -347,6 +358,16 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
       {{"name", "cache"}, {"persistentVolumeClaim", {{"claimName", CacheClaimName(md)}}}},
       {{"name", "tmp"}, {"emptyDir", {{"sizeLimit", "1Gi"}}}},
   });
+  if (!spec.budgeting.policy.empty()) {
+    // Optional: the ConfigMap appears with the first usage sync, and a
+    // daemon that starts before it waits for the sync's push instead.
+    container["volumeMounts"].push_back({{"name", "budget"}, {"mountPath", kBudgetDir}, {"readOnly", true}});
+    volumes.push_back({{"name", "budget"},
+                       {"configMap",
+                        {{"name", spec.budgeting.policy + "-budget"},
+                         {"optional", true},
+                         {"items", json::array({{{"key", "spend.json"}, {"path", "spend.json"}}})}}}});
+  }
   json claim_templates = json::array();
   if (spec.state_size_gi > 0) {
     container["volumeMounts"].push_back({{"name", "state"}, {"mountPath", kStateDir}});

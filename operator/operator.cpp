@@ -88,6 +88,8 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
                                                metrics_->depth.Set(static_cast<double>(queue_.Len()));
                                              });
   if (!options_.reconciler.quota) options_.reconciler.quota = quota_->Check();
+  if (!options_.reconciler.budgeting)
+    options_.reconciler.budgeting = [q = quota_.get()](const json& md) { return q->BudgetingOf(md); };
   // Children: only what this operator manages, mapped back to their owner.
   InformerOptions child_options = options_.informer;
   child_options.label_selector = std::string("app.kubernetes.io/managed-by=") + kManagedBy;
@@ -115,6 +117,15 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   }
   informers_.push_back(quota_->TakeInformer());
   reconciler_ = std::make_unique<MoEDeploymentReconciler>(client_, caches, events_.get(), options_.reconciler);
+  // Hook secrets are read as the deployments' are: a Secret marked usable, or Vault.
+  SecretSource* hook_secrets = options_.reconciler.secret_source;
+  if (!hook_secrets) {
+    hook_secret_source_ = std::make_unique<KubernetesSecretSource>(client_);
+    hook_secrets = hook_secret_source_.get();
+  }
+  usage_sync_ = std::make_unique<UsageSync>(
+      client_, UsageSync::Caches{&quota_->policies(), &md_informer_->cache(), caches.statefulsets, caches.secrets},
+      *hook_secrets, options_.usage_sync);
 }
 
 Operator::~Operator() {
@@ -266,11 +277,13 @@ Status Operator::Run() {
             metrics_->is_leader.Set(1);
             quota_->SetLeading(true);
             StartWorkers();
+            usage_sync_->Start();
           },
           [&] {
             leading_ = false;
             metrics_->is_leader.Set(0);
             quota_->SetLeading(false);
+            usage_sync_->Stop();
             if (!stop_) {
               lost_leadership_ = true;
               RequestStop();
@@ -281,6 +294,7 @@ Status Operator::Run() {
     leading_ = true;
     quota_->SetLeading(true);
     StartWorkers();
+    usage_sync_->Start();
   }
   while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 
@@ -289,6 +303,7 @@ Status Operator::Run() {
   for (auto& w : workers_)
     if (w.joinable()) w.join();
   workers_.clear();
+  usage_sync_->Stop();
   if (elector_thread.joinable()) elector_thread.join();
   quota_->Stop();
   client_.CancelWatches();

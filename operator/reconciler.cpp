@@ -165,6 +165,7 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   // 5. Quota: admitted or not, as options_.quota decides (moe-operator's is
   //    DecideQuota over its caches, the webhook's function; unset: admitted).
   QuotaDecision quota = options_.quota ? options_.quota(md, *spec) : QuotaDecision{};
+  if (options_.budgeting) spec->budgeting = options_.budgeting(md);
 
   // 6. Config and secrets (the operator's own keys read back, never
   //    regenerated while the Secret holds them), and the hash that rolls pods.

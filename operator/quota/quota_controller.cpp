@@ -24,7 +24,14 @@ QuotaController::QuotaController(KubeClient& client, const std::string& watch_na
     for (const auto& md : moedeployments_.List(ns)) enqueue_(ObjectKey(md));
   };
   handlers.on_add = changed;
-  handlers.on_update = [changed](const json&, const json& o) { changed(o); };
+  handlers.on_update = [changed](const json& old, const json& o) {
+    // Status is written here (conditions) and by the usage sync (usage,
+    // alerts): neither changes what the policy decides.
+    const bool spec_same = old.value("spec", json()) == o.value("spec", json());
+    const bool deleting_same = old.value("metadata", json::object()).contains("deletionTimestamp") ==
+                               o.value("metadata", json::object()).contains("deletionTimestamp");
+    if (!(spec_same && deleting_same)) changed(o);
+  };
   handlers.on_delete = changed;
   InformerOptions options = informer;
   options.label_selector.clear();
@@ -53,6 +60,23 @@ QuotaController::QuotaController(KubeClient& client, const std::string& watch_na
 }
 
 QuotaController::~QuotaController() { Stop(); }
+
+MoEDeploymentSpec::Budgeting QuotaController::BudgetingOf(const json& md) const {
+  MoEDeploymentSpec::Budgeting b;
+  const std::string ns = NamespaceOf(md);
+  const std::vector<json> policies = informer_->cache().List(ns);
+  const std::string name = GoverningPolicy(md, policies);
+  for (const auto& p : policies) {
+    if (!p.is_object() || !p.contains("metadata") || p["metadata"].value("name", json()) != json(name)) continue;
+    const json spec = p.value("spec", json::object());
+    b.policy = name;
+    if (spec.is_object()) {
+      b.pricing = spec.value("pricing", json());
+      b.budgets = spec.value("budgets", json());
+    }
+  }
+  return b;
+}
 
 QuotaCheck QuotaController::Check() const {
   const QuotaAdmission* admission = admission_.get();

@@ -12,6 +12,7 @@
 //                [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]
 //                [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]
 //                [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]
+//                [--usage-sync-interval S] [--usage-sync-timeout S]
 //
 // The quota webhook (--webhook-addr, default :9443) serves on every replica
 // from the Secret --webhook-secret in --operator-namespace (default
@@ -49,7 +50,8 @@ int Usage(const std::string& why) {
                "       [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]\n"
                "       [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]\n"
                "       [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]\n"
-               "       [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]\n";
+               "       [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]\n"
+               "       [--usage-sync-interval S] [--usage-sync-timeout S]\n";
   return 2;
 }
 
@@ -113,6 +115,8 @@ int main(int argc, char** argv) {
       else if (a == "--webhook-manage-certs") options.webhook.manage_certs = value != "false";
       else if (a == "--webhook-cert-lifetime-seconds") options.webhook.cert_lifetime = std::chrono::seconds(std::stoll(value));
       else if (a == "--webhook-check-seconds") options.webhook.check_interval = Seconds(value);
+      else if (a == "--usage-sync-interval") options.usage_sync.interval = Seconds(value);
+      else if (a == "--usage-sync-timeout") options.usage_sync.request_timeout = Seconds(value);
       else if (a == "--help") return Usage("help");
       else return Usage("unknown flag " + a);
     }

@@ -10,10 +10,9 @@
 
 #include <string>
 
-#include "moeserve/daemon/budget_policy.hpp"
-#include "moeserve/daemon/usage_ledger.hpp"
+#include "moeserve/common/budget_policy.hpp"
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 struct ThresholdCrossing {
   std::string tenant;
@@ -26,4 +25,4 @@ struct ThresholdCrossing {
 
 std::string AlertBody(const ThresholdCrossing& c, const BudgetPolicy& policy, HookFormat format);
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve

@@ -15,6 +15,10 @@
 //     - {name: sre, url: https://alerts.internal/moe, secretFile: /etc/moe/hook-secret,
 //        format: json, allowHTTP: false, allowPrivateAddresses: false}
 //
+// moe-operator reads the same sections from a QuotaPolicy's spec, where a
+// hook names its secret as `secret: {secretRef: {name}}` or
+// `secret: {vault: {path}}` instead of secretFile (exactly one of the two).
+//
 // A tier without a price costs nothing. A tenant with budget entries of its
 // own follows only those; every other tenant follows the "*" entries. Hook
 // secrets are read from their files at start and never logged.
@@ -30,9 +34,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/daemon/usage_period.hpp"
+#include "moeserve/common/usage_period.hpp"
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 // Tokens of the four kinds, which never overlap: input + cached_input =
 // prompt tokens, output + reasoning = completion tokens.
@@ -44,6 +48,13 @@ struct TokenCounts {
   }
   int64_t total() const { return input + cached_input + output + reasoning; }
   bool operator==(const TokenCounts&) const = default;
+};
+
+// A tenant's spend in one period, over all tiers.
+struct PeriodSpend {
+  double spent_usd = 0;
+  TokenCounts tokens;
+  std::map<std::string, std::pair<TokenCounts, double>> by_tier;  // tier -> tokens, USD
 };
 
 // USD per million tokens of each kind.
@@ -71,8 +82,10 @@ enum class HookFormat { kJson, kSlack };
 struct HookConfig {
   std::string name;
   std::string url;
-  std::string secret_file;
-  std::string secret;  // read from secret_file at start; never logged
+  std::string secret_file;        // a daemon's config: the file holding the secret
+  std::string secret_name;        // a QuotaPolicy's secret.secretRef.name (the operator reads it)
+  std::string secret_vault_path;  // or its secret.vault.path
+  std::string secret;  // read from secret_file at start, or by the operator; never logged
   HookFormat format = HookFormat::kJson;
   bool allow_http = false;
   bool allow_private_addresses = false;  // loopback, link-local (metadata), private ranges
@@ -99,4 +112,4 @@ Status ParseBudgetSection(BudgetPolicy& policy, const std::string& key, const YA
 // Reads each hook's secretFile (fails naming the hook and file, never the content).
 Status LoadHookSecrets(BudgetPolicy& policy);
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve

@@ -25,9 +25,9 @@
 
 #include <string>
 
-#include "moeserve/daemon/budget_policy.hpp"
+#include "moeserve/common/budget_policy.hpp"
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 struct HookSendResult {
   bool delivered = false;
@@ -45,4 +45,4 @@ bool HookAddressAllowed(const sockaddr* addr, bool allow_private_addresses);
 // Lowercase hex HMAC-SHA256 of `body` keyed by `secret`.
 std::string HmacSha256Hex(const std::string& secret, const std::string& body);
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace moeserve::daemon {
+namespace moeserve {
 
 enum class BudgetPeriod { kDay, kMonth };
 
@@ -33,5 +33,7 @@ int64_t NextPeriodStart(BudgetPeriod p, int64_t unix_seconds);
 
 // "2026-12-04T00:00:00Z"
 std::string Iso8601Utc(int64_t unix_seconds);
+// Its inverse: exactly that form, a real date and time; else nullopt.
+std::optional<int64_t> ParseIso8601Utc(std::string_view text);
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve

@@ -18,10 +18,12 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "moeserve/common/global_spend.hpp"
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/api_keys.hpp"
 #include "moeserve/daemon/hook_outbox.hpp"
@@ -37,6 +39,7 @@ struct BudgetServiceOptions {
   BudgetPolicy policy;      // hook secrets already loaded
   HookRetryOptions retry;
   WallClock clock = SystemWallClock();
+  bool spend_from_operator = false;
 };
 
 class BudgetService {
@@ -54,6 +57,13 @@ class BudgetService {
   void Charge(ChargeRecord record, UsageLedger::Done done);
   // The body of GET /v1/usage for `who`: its tenant's rows, or all for admin.
   ApiResult<nlohmann::json> Usage(const Principal& who) const;
+  // The operator's global spend (PUT /v1/admin/spend, or the ConfigMap copy
+  // at start). Fails (409 conflict) when this daemon is standalone or the
+  // spend is another policy's.
+  ApiResult<nlohmann::json> SetGlobalSpend(const GlobalSpend& spend);
+  // What `tenant` spent in a period as budgets see it: the ledger's, or
+  // under an operator the global spend plus what was charged here since.
+  double EffectiveSpentUsd(const std::string& tenant, BudgetPeriod period, int64_t period_start) const;
   // moe_budget_remaining_ratio and moe_budget_limit_usd for the current periods.
   void RefreshMetrics();
 
@@ -65,6 +75,10 @@ class BudgetService {
   BudgetService(BudgetServiceOptions options, DaemonMetrics* metrics)
       : options_(std::move(options)), metrics_(metrics), limiter_(options_.clock) {}
   RateLimits LimitsFor(const std::string& tenant) const;
+  struct Shared {
+    double spent_usd = 0;         // the policy's, over every daemon
+    double counted_here_usd = 0;  // of which from this daemon's ledger
+  };
 
   BudgetServiceOptions options_;
   DaemonMetrics* metrics_;
@@ -73,6 +87,9 @@ class BudgetService {
   std::unique_ptr<HookOutbox> outbox_;
   mutable std::mutex tenants_mu_;
   std::set<std::string> tenants_;  // tenants with budget gauges
+  mutable std::mutex global_mu_;
+  std::map<std::tuple<std::string, BudgetPeriod, int64_t>, Shared> global_;
+  int64_t replicas_ = 1;
 };
 
 }  // namespace moeserve::daemon

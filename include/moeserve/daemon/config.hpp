@@ -49,6 +49,9 @@
 //   hook_retry_initial_seconds: 5      # first wait after a failed delivery (doubles, with jitter)
 //   hook_retry_max_seconds: 600        # longest wait between attempts
 //   hook_give_up_seconds: 86400        # retried this long after the alert fired (at least 3600)
+//   spend_from_operator: false    # under moe-operator: budgets follow the global spend it hands back
+//                                 # (PUT /v1/admin/spend); no hooks here (the operator fires them)
+//   global_spend_file: ""         # that spend as last recorded (ConfigMap <policy>-budget), read at start
 //
 // Thread safety: plain values.
 #pragma once
@@ -58,7 +61,7 @@
 #include <string>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/daemon/budget_policy.hpp"
+#include "moeserve/common/budget_policy.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/engine/model_config.hpp"
 
@@ -110,6 +113,8 @@ struct DaemonConfig {
   double hook_retry_initial_seconds = 5;
   double hook_retry_max_seconds = 600;
   double hook_give_up_seconds = 86400;
+  bool spend_from_operator = false;
+  std::string global_spend_file;  // may be absent: nothing recorded yet
 };
 
 // YAML text; `source` names the file in messages. Unknown keys are refused

@@ -42,8 +42,8 @@
 #include <vector>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/daemon/budget_policy.hpp"
-#include "moeserve/daemon/usage_period.hpp"
+#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/common/usage_period.hpp"
 
 struct sqlite3;
 
@@ -66,13 +66,6 @@ struct UsageRow {
   int64_t requests = 0;
   TokenCounts tokens;
   double cost_usd = 0;
-};
-
-// A tenant's spend in one period, over all tiers.
-struct PeriodSpend {
-  double spent_usd = 0;
-  TokenCounts tokens;
-  std::map<std::string, std::pair<TokenCounts, double>> by_tier;  // tier -> tokens, USD
 };
 
 struct OutboxEntry {
@@ -118,6 +111,9 @@ class UsageLedger {
   // One tenant's usage per tier and UTC hour in [from, to) (usage_history.hpp).
   Result<std::vector<HourlyUsage>> Hourly(const std::string& tenant, int64_t from, int64_t to) const;
   const BudgetPolicy& policy() const { return options_.policy; }
+  // Minted when the database is created, kept with it: totals read under
+  // one id only grow; another id means they started again from zero.
+  const std::string& ledger_id() const { return ledger_id_; }
   double Now() const { return options_.clock(); }
   LedgerStats stats() const;
 
@@ -145,6 +141,7 @@ class UsageLedger {
   Status Exec(const char* sql) const;
 
   Options options_;
+  std::string ledger_id_;
   sqlite3* db_ = nullptr;
   mutable std::mutex db_mu_;  // one connection, used by one thread at a time
 

@@ -33,6 +33,8 @@ inline constexpr char kTmpDir[] = "/tmp";
 // The daemon's durable state (its usage ledger), on a per-pod
 // PersistentVolumeClaim when spec.state is set.
 inline constexpr char kStateDir[] = "/var/lib/moeserve";
+// ConfigMap <policy>-budget's spend.json, mounted (optional) for a daemon that starts.
+inline constexpr char kBudgetDir[] = "/etc/moeserve/budget";
 // Keys of the deployment's Secret.
 inline constexpr char kAdminKeyKey[] = "admin-key";
 inline constexpr char kMetricsTokenKey[] = "metrics-token";
@@ -95,6 +97,14 @@ struct MoEDeploymentSpec {
   std::string tls_secret;
   std::string quota_policy;
   int max_unavailable_replicas = 1;
+  // Not a field of the object: the QuotaPolicy that governs it (the
+  // reference, else the namespace's `default`), filled in by the reconciler,
+  // whose prices and budgets its daemons enforce against the global spend
+  // the operator hands back (usage_sync.hpp).
+  struct Budgeting {
+    std::string policy;  // "": ungoverned, the daemons keep no budgets
+    json pricing, budgets;  // the policy's spec.pricing and spec.budgets (null when unset)
+  } budgeting;
 
   int LocalRanks() const { return gpus_per_node > 0 ? gpus_per_node : 1; }
 };

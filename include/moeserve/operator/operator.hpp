@@ -17,6 +17,7 @@
 #include "moeserve/operator/leader_election.hpp"
 #include "moeserve/operator/quota_controller.hpp"
 #include "moeserve/operator/reconciler.hpp"
+#include "moeserve/operator/usage_sync.hpp"
 #include "moeserve/operator/work_queue.hpp"
 
 namespace moeserve::op {
@@ -34,6 +35,8 @@ struct OperatorOptions {
   // QuotaPolicies are read and enforced (reconciler.quota, when unset, is
   // the quota decision); the validating webhook serves when webhook.addr is set.
   WebhookOptions webhook;
+  // Budgets: the usage sync runs while leading (interval 0: off).
+  UsageSyncOptions usage_sync;
 };
 
 class Operator {
@@ -53,6 +56,7 @@ class Operator {
   size_t QueueDepth() const { return queue_.Len(); }
   const ObjectCache& moedeployments() const;
   const QuotaController& quota() const { return *quota_; }
+  UsageSyncStats usage_sync_stats() const { return usage_sync_->stats(); }
 
  private:
   struct Metrics;
@@ -69,6 +73,8 @@ class Operator {
   Informer* md_informer_ = nullptr;
   std::unique_ptr<MoEDeploymentReconciler> reconciler_;
   std::unique_ptr<QuotaController> quota_;
+  std::unique_ptr<SecretSource> hook_secret_source_;  // when the reconciler's options name none
+  std::unique_ptr<UsageSync> usage_sync_;
   std::vector<std::thread> workers_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Servers> servers_;

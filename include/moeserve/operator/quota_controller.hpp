@@ -4,7 +4,8 @@
 //
 // Keys: QuotaPolicies share the operator's work queue under the prefix
 // "quotapolicy:" (a MoEDeployment key, "namespace/name", never has a colon).
-// What brings whom back: a QuotaPolicy change enqueues the policy and every
+// What brings whom back: a QuotaPolicy change (of anything but its status,
+// which the usage sync writes every interval) enqueues the policy and every
 // MoEDeployment of its namespace; a MoEDeployment change enqueues the policy
 // that governs it and, when one does, the other MoEDeployments it governs
 // (one lowering its demand may admit another).
@@ -37,6 +38,10 @@ class QuotaController {
   // stops it with the others and keeps it alive longer than this controller.
   std::unique_ptr<Informer> TakeInformer() { return std::move(owned_informer_); }
   QuotaCheck Check() const;
+  // The QuotaPolicy cache (the usage sync and the daemons' budgeting read it).
+  const ObjectCache& policies() const { return informer_->cache(); }
+  // The budgeting of the policy that governs `md` (empty when none does).
+  MoEDeploymentSpec::Budgeting BudgetingOf(const json& md) const;
   static bool IsPolicyKey(const std::string& key) { return key.rfind(kQuotaPolicyKeyPrefix, 0) == 0; }
   Result<ReconcileResult> Reconcile(const std::string& key);
   // The operator's MoEDeployment informer tells us what changed.

@@ -93,6 +93,9 @@ struct MoEDeploymentReconcilerOptions {
   SecretSource* secret_source = nullptr;  // default: KubernetesSecretSource
   CleanupHook* cleanup = nullptr;         // default: nothing to clean up
   QuotaCheck quota;                       // unset: admitted
+  // The governing QuotaPolicy's budgeting for a deployment (moe-operator:
+  // from its QuotaPolicy cache); unset: no budgets in the daemons' config.
+  std::function<MoEDeploymentSpec::Budgeting(const json& moedeployment)> budgeting;
   PlatformConfig platform;                // daemon image, node cache, pod defaults
   // Referenced Secrets are not watched; look at them again this often.
   std::chrono::milliseconds secret_resync{std::chrono::seconds(60)};
