@@ -140,7 +140,10 @@ void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged
     // Not the client and not a stop string: the engine failed the sequence
     // (its message is the answer), the daemon is draining, or something else
     // cancelled it, which is a bug and reported as one.
-    ApiError err = e.finish == engine::FinishReason::kError
+    ApiError err = e.finish == engine::FinishReason::kError && e.unavailable
+                       ? ApiError::Unavailable("The serving group lost a rank while generating this completion; retry shortly (" +
+                                                   e.error + ")", 5)
+                   : e.finish == engine::FinishReason::kError
                        ? ApiError::Internal("The engine failed while generating this completion: " + e.error)
                    : scheduler_.ShuttingDown()
                        ? ApiError::Unavailable("The server is shutting down; the request was cancelled before it finished", 1)

@@ -14,6 +14,7 @@
 #include "moeserve/daemon/api_keys_reloader.hpp"
 #include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/chat_service.hpp"
+#include "moeserve/daemon/expert_parallel.hpp"
 #include "moeserve/daemon/http_server.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/scheduler.hpp"
@@ -42,6 +43,9 @@ struct Daemon::Impl {
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
+  // Expert parallelism (MOE_NUM_NODES > 1): rank 0 leads, the others follow.
+  // After the engine, so that it stops (and goes) first.
+  std::unique_ptr<ExpertParallel> ep;
   std::atomic<bool> serving{false};   // engine and scheduler are up
   std::atomic<bool> draining{false};
 
@@ -115,6 +119,10 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
     if (head.method != "POST") return refuse(ApiError::MethodNotAllowed(head.method, path));
     if (!Authenticate(head)) return refuse(MissingKey());
     if (draining.load()) return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
+    if (ep && !engine) {
+      return refuse(ApiError::Unavailable(
+          "This pod follows rank 0 of an expert-parallel group; send requests to the deployment's Service", 5));
+    }
     if (!serving.load()) {
       auto r = readiness.Get();
       return refuse(ApiError::Unavailable(
@@ -204,6 +212,10 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
   if (path == "/metrics") {
     budget->RefreshMetrics();
     if (serving.load()) metrics.UpdateFromEngine(engine->Metrics());
+    if (ep) {
+      const auto em = engine ? engine->Metrics() : engine::EngineMetrics{};
+      ep->RefreshMetrics(engine ? &em : nullptr);
+    }
     if (server) metrics.UpdateFromHttp(server->stats());
     return exchange->Reply(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", {}, metrics.Scrape()});
   }
@@ -360,6 +372,26 @@ Status Daemon::LoadModel() {
   o.kernels = m.config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
   o.threads = m.config.threads;
   o.max_context = m.config.max_context;
+  // Expert parallelism from the operator's variables: this rank's slice of
+  // the experts; a follower runs no engine of its own.
+  auto group = engine::ExpertGroupSettingsFromEnv();
+  if (!group) {
+    m.readiness.Set("failed", group.error().message());
+    return Fail(group.error().WithContext("expert-parallel settings"));
+  }
+  o.ep_rank = group->rank;
+  o.ep_world = group->world;
+  if (group->enabled() && group->rank > 0) {
+    auto follower = ExpertParallel::Follow(*group, *dir, o, m.readiness, m.metrics);
+    if (!follower) {
+      m.readiness.Set("failed", follower.error().message());
+      return Fail(follower.error().WithContext("following expert-parallel rank 0"));
+    }
+    m.ep = std::move(*follower);
+    log::Info("moe-daemon: expert-parallel rank " + std::to_string(group->rank) + " of " + std::to_string(group->world) +
+              ", following rank 0 at " + group->master_addr);
+    return Ok();
+  }
   auto eng = engine::Engine::Create(*dir, o);
   if (!eng) {
     m.readiness.Set("failed", eng.error().message());
@@ -376,8 +408,18 @@ Status Daemon::LoadModel() {
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
-  m.serving.store(true);
-  m.readiness.Set("ready");
+  if (group->enabled()) {
+    // Ready, and serving, only while every rank is connected.
+    auto leader = ExpertParallel::Lead(*group, *m.engine, m.readiness, m.serving, m.metrics);
+    if (!leader) {
+      m.readiness.Set("failed", leader.error().message());
+      return Fail(leader.error().WithContext("leading the expert-parallel group"));
+    }
+    m.ep = std::move(*leader);
+  } else {
+    m.serving.store(true);
+    m.readiness.Set("ready");
+  }
   log::Info("moe-daemon: serving " + facts.model_name + " (context " + std::to_string(facts.max_context) + ") on " + url());
   return Ok();
 }
@@ -399,6 +441,7 @@ void Daemon::Shutdown(double grace_seconds) {
   }
   // Let the last replies leave before the sockets close.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (m.ep) m.ep->Stop();
   if (m.server) m.server->Stop();
   if (m.scheduler) m.scheduler->Stop();
 }

@@ -67,7 +67,7 @@ struct Engine::Impl {
   bool Emit(Sequence& s, std::span<float> logits, std::vector<TokenEvent>& events);
   void Finish(Sequence& s, FinishReason why, int token, bool reasoning, bool forced, std::vector<TokenEvent>& events);
   // Ends the sequence with kError; the message is logged and goes to the client.
-  void FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events);
+  void FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events, bool unavailable = false);
   void PublishMetrics();
 };
 
@@ -85,9 +85,15 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
     return Fail(Error::InvalidArgument("engine options: prefix_cache_bytes must not be negative"));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (options.ep_world > 1 && options.prefix_cache) {
+    log::Info("engine: prefix cache off under expert parallelism (followers hold no copy of its snapshots)");
+    impl->options.prefix_cache = false;
+  }
   impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
   ModelOptions mo;
   mo.kernels = options.kernels;
+  mo.ep_rank = options.ep_rank;
+  mo.ep_world = options.ep_world;
   MOE_ASSIGN_OR_RETURN(impl->model, Model::Load(model_dir, mo));
   const int64_t blocks = options.cache_tokens / options.block_tokens;
   try {
@@ -108,6 +114,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
 }
 
 const ModelConfig& Engine::config() const { return impl_->model->config(); }
+const Model& Engine::model() const { return *impl_->model; }
 int Engine::max_context() const { return impl_->max_context; }
 
 Result<SequenceId> Engine::Submit(GenerationRequest request) {
@@ -177,14 +184,16 @@ std::vector<TokenEvent> Engine::Step() {
 
 void Engine::Impl::Finish(Sequence& s, FinishReason why, int token, bool reasoning, bool forced,
                           std::vector<TokenEvent>& events) {
-  events.push_back({s.id, token, reasoning, forced, why, s.usage, {}});
+  events.push_back({s.id, token, reasoning, forced, why, s.usage, {}, false});
   ReleaseBlocks(*pool, s.cache);
+  model->Retire(s.cache);
 }
 
-void Engine::Impl::FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events) {
+void Engine::Impl::FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events, bool unavailable) {
   log::Error("engine: sequence " + std::to_string(s.id) + " failed: " + what);
   ReleaseBlocks(*pool, s.cache);
-  events.push_back({s.id, -1, false, false, FinishReason::kError, s.usage, what});
+  model->Retire(s.cache);
+  events.push_back({s.id, -1, false, false, FinishReason::kError, s.usage, what, unavailable});
 }
 
 bool Engine::Impl::Admit(Sequence& s) {
@@ -237,7 +246,7 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
   });
   std::erase_if(taken, [&](std::unique_ptr<Sequence>& s) {
     if (!taken_cancels.count(s->id)) return false;
-    events.push_back({s->id, -1, false, false, FinishReason::kCancelled, s->usage, {}});
+    events.push_back({s->id, -1, false, false, FinishReason::kCancelled, s->usage, {}, false});
     return true;
   });
   while (!taken.empty() && static_cast<int>(running.size()) < options.max_running) {
@@ -304,8 +313,9 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
     // bug or a library failure: the batch's caches are suspect, the batch
     // fails; sequences not in it were not touched and go on.
     const std::string what = "the forward pass failed: " + st.error().ToString();
+    const bool unavailable = st.error().code() == ErrorCode::kUnavailable;
     for (Sequence* s : owners) {
-      FailSequence(*s, what, events);
+      FailSequence(*s, what, events, unavailable);
       done.insert(s);
     }
   } else {
@@ -372,7 +382,7 @@ bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEven
       Finish(s, why, t, reasoning, forced, events);
       return true;
     }
-    events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}, {}});
+    events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}, {}, false});
     if (s.req.controller)
       for (int f : s.req.controller->OnToken(t)) emit.push_back({f, true});
   }

@@ -1,9 +1,12 @@
 #include "moeserve/engine/model.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "layers.hpp"
+#include "forward_plan.hpp"
 #include "moe_parallel.hpp"
+#include "moeserve/kernels/comm/exchange.hpp"
 #include "moeserve/kernels/comm/communicator.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
@@ -28,9 +31,12 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
   std::unique_ptr<Model> model(new Model());
   model->config_ = dir.config;
   model->set_options(options);
+  model->ep_rank_ = options.ep_rank;
+  model->ep_world_ = options.ep_world;
   if (options.comm) {
     model->ep_rank_ = options.comm->rank();
     model->ep_world_ = options.comm->size();
+    model->comm_ = options.comm;
   }
   model->ep_stats_.rank_rows.assign(static_cast<size_t>(model->ep_world_), 0);
   MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(dir.checkpoint, dir.config, model->ep_rank_, model->ep_world_));
@@ -61,6 +67,7 @@ ExpertParallelStats Model::expert_parallel_stats() const {
 
 SequenceCache Model::NewSequence() const {
   SequenceCache cache;
+  cache.ep_key = next_key_++;
   cache.delta.resize(static_cast<size_t>(config_.num_layers));
   const DeltaConfig& d = config_.delta;
   for (int i = 0; i < config_.num_layers; ++i) {
@@ -72,11 +79,13 @@ SequenceCache Model::NewSequence() const {
   return cache;
 }
 
-Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
-                      std::vector<std::vector<uint64_t>>* expert_tokens) const {
+Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
+                           std::vector<std::vector<uint64_t>>* expert_tokens, kernels::comm::Communicator* comm) const {
   const ModelConfig& c = config_;
   const int D = c.hidden_size, V = c.vocab_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  if (ep_world_ > 1 && !comm)
+    return Fail(Error::Unavailable("the expert-parallel group is not connected: this rank holds only its own experts"));
 
   // Lay the segments out as consecutive rows of one batch.
   std::vector<SegmentRows> rows;
@@ -112,8 +121,8 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
     // y = h + FFN(RMSNorm(h; ffn_norm))
     for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
     std::vector<uint64_t>* layer_tokens = expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr;
-    if (w.moe && options_.comm) {
-      MOE_TRY(MoeFfnParallel(c, w, normed.data(), N, branch.data(), layer_tokens, ks, *options_.comm, ep));
+    if (w.moe && comm) {
+      MOE_TRY(MoeFfnParallel(c, w, normed.data(), N, branch.data(), layer_tokens, ks, *comm, ep));
     } else if (w.moe) {
       MoeFfn(c, w, normed.data(), N, branch.data(), layer_tokens, ks);
     } else {
@@ -123,7 +132,7 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
   }
 
   for (auto& s : segments) s.cache->length += static_cast<int64_t>(s.tokens.size());
-  if (options_.comm) {
+  if (comm) {
     std::lock_guard<std::mutex> lock(ep_mu_);
     ep_stats_.layers += ep.layers;
     ep_stats_.computed_rows += ep.computed_rows;
@@ -144,6 +153,115 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
       ks.rms_norm(&x[static_cast<size_t>(want[k]) * D], weights_->norm.data(), eps, static_cast<size_t>(D), &final_norm[k * D]);
     logits->resize(want.size() * static_cast<size_t>(V));
     Linear(weights_->head, final_norm.data(), static_cast<int>(want.size()), logits->data(), ks);
+  }
+  return Ok();
+}
+
+Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
+                      std::vector<std::vector<uint64_t>>* expert_tokens) const {
+  std::unique_lock<std::mutex> lock(group_mu_);
+  if (!led_) {
+    // A single process, or lockstep (every rank's caller runs the same passes).
+    kernels::comm::Communicator* comm = comm_;
+    lock.unlock();
+    return ForwardLocal(pool, segments, logits, trace, expert_tokens, comm);
+  }
+  if (!comm_)
+    return Fail(Error::Unavailable("the expert-parallel group is not connected (waiting for every rank to join)"));
+  if (ep_rank_ != 0) return Fail(Error::Internal("forward on expert-parallel rank " + std::to_string(ep_rank_) + ": followers run Follow()"));
+  for (auto& s : segments) {
+    if (s.cache->length == 0) {
+      s.cache->ep_group = group_epoch_;
+    } else if (s.cache->ep_group != group_epoch_) {
+      return Fail(Error::Unavailable("the expert-parallel group re-formed while this sequence was running; "
+                                     "its state on the other ranks is gone"));
+    }
+  }
+  MOE_TRY(BroadcastPlanLocked(static_cast<uint8_t>(ForwardPlan::Kind::kForward), segments));
+  return ForwardLocal(pool, segments, logits, trace, expert_tokens, comm_);
+}
+
+Status Model::BroadcastPlanLocked(uint8_t kind, std::span<ForwardSegment> segments) const {
+  if (ep_world_ == 1) return Ok();  // nobody to tell
+  ForwardPlan plan;
+  plan.kind = static_cast<ForwardPlan::Kind>(kind);
+  {
+    std::lock_guard<std::mutex> lock(retired_mu_);
+    plan.retired.swap(retired_);
+  }
+  for (const auto& s : segments)
+    plan.segments.push_back({s.cache->ep_key, s.cache->length, s.all_logits, {s.tokens.begin(), s.tokens.end()},
+                             s.cache->blocks});
+  auto sent = kernels::comm::BroadcastBytes(*comm_, EncodeForwardPlan(plan), 0);
+  if (!sent) return Fail(Error::Unavailable("expert-parallel group: " + sent.error().message));
+  return Ok();
+}
+
+void Model::SetGroup(kernels::comm::Communicator* comm) const {
+  std::lock_guard<std::mutex> lock(group_mu_);
+  comm_ = comm;
+  led_ = true;
+  group_epoch_++;
+  std::lock_guard<std::mutex> retired_lock(retired_mu_);
+  retired_.clear();  // the followers start from nothing
+}
+
+Status Model::Heartbeat() const {
+  std::lock_guard<std::mutex> lock(group_mu_);
+  if (!comm_) return Fail(Error::Unavailable("the expert-parallel group is not connected"));
+  return BroadcastPlanLocked(static_cast<uint8_t>(ForwardPlan::Kind::kHeartbeat), {});
+}
+
+Status Model::StopFollowers() const {
+  std::lock_guard<std::mutex> lock(group_mu_);
+  if (!comm_) return Ok();
+  return BroadcastPlanLocked(static_cast<uint8_t>(ForwardPlan::Kind::kStop), {});
+}
+
+void Model::Retire(const SequenceCache& cache) const {
+  if (ep_world_ == 1 || cache.ep_key == 0) return;
+  std::lock_guard<std::mutex> lock(retired_mu_);
+  retired_.push_back(cache.ep_key);
+}
+
+Status Model::Follow(KvPool& pool, const std::atomic<bool>& stop) const {
+  kernels::comm::Communicator* comm = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(group_mu_);
+    comm = comm_;
+  }
+  if (!comm) return Fail(Error::Unavailable("the expert-parallel group is not connected"));
+  if (ep_rank_ == 0) return Fail(Error::Internal("rank 0 leads; it does not follow"));
+  // This rank's replicas of the sequences' attention state, by key. Block
+  // tables come from rank 0 (same pool geometry), so blocks are not allocated here.
+  std::unordered_map<uint64_t, SequenceCache> seqs;
+  while (!stop.load()) {
+    auto msg = kernels::comm::BroadcastBytes(*comm, {}, 0);
+    if (!msg) return Fail(Error::Unavailable("expert-parallel group: " + msg.error().message));
+    MOE_ASSIGN_OR_RETURN(ForwardPlan plan, DecodeForwardPlan(*msg));
+    for (uint64_t k : plan.retired) seqs.erase(k);
+    if (plan.kind == ForwardPlan::Kind::kStop) return Ok();
+    if (plan.kind == ForwardPlan::Kind::kHeartbeat) continue;
+    std::vector<ForwardSegment> segments;
+    for (const auto& s : plan.segments) {
+      auto it = seqs.find(s.key);
+      if (it == seqs.end()) {
+        if (s.pos0 != 0)
+          return Fail(Error::Internal("follower: rank 0 continues sequence " + std::to_string(s.key) + " at position " +
+                                      std::to_string(s.pos0) + ", which this rank never started"));
+        it = seqs.emplace(s.key, NewSequence()).first;
+      }
+      SequenceCache& c = it->second;
+      if (c.length != s.pos0)
+        return Fail(Error::Internal("follower: sequence " + std::to_string(s.key) + " is at position " + std::to_string(c.length) +
+                                    " here and at " + std::to_string(s.pos0) + " on rank 0"));
+      for (int b : s.blocks)
+        if (b < 0 || b >= pool.num_blocks())
+          return Fail(Error::Corruption("forward plan", "block " + std::to_string(b) + " outside this rank's pool"));
+      c.blocks = s.blocks;
+      segments.push_back({&c, s.tokens, s.all_logits});
+    }
+    MOE_TRY(ForwardLocal(pool, segments, nullptr, nullptr, nullptr, comm));
   }
   return Ok();
 }

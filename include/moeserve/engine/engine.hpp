@@ -92,6 +92,7 @@ struct TokenEvent {
   FinishReason finish = FinishReason::kNone;
   SequenceUsage usage;      // filled on the finishing event
   std::string error;        // with kError: what failed, for logs and the client
+  bool unavailable = false; // with kError: a peer failed (the expert-parallel group), not this request; retrying may help
 };
 
 // Which CPU kernels a model runs with, chosen once when it is loaded: kFast
@@ -112,6 +113,10 @@ struct EngineOptions {
   KernelChoice kernels = KernelChoice::kFast;
   int threads = 0;                   // kernel threads, 0: all cores (MOESERVE_CPU_THREADS wins; fixed at first use)
   int max_context = 0;               // 0: the model's max_position_embeddings
+  // Expert parallelism led by this engine (rank 0) or followed (ranks > 0):
+  // the slice of experts to load; connect the group with model().SetGroup.
+  // The prefix cache is off then: followers hold no copy of its snapshots.
+  int ep_rank = 0, ep_world = 1;
 };
 
 struct PrefixCacheStats {
@@ -172,6 +177,8 @@ class Engine : public StepEngine {
 
   EngineMetrics Metrics() const;
   const ModelConfig& config() const;
+  // The loaded model, for the expert-parallel group's thread-safe calls.
+  const Model& model() const;
   int max_context() const;
 
  private:

@@ -63,6 +63,10 @@ struct SequenceCache {
   std::vector<int> blocks;              // block table: position p lives in blocks[p / block_tokens]
   std::vector<DeltaLayerState> delta;   // indexed by layer; empty for attention layers
   int64_t length = 0;                   // tokens whose state is in the cache
+  // Expert parallelism led by rank 0 (Model::SetGroup): the key followers
+  // know the sequence by, and the group epoch it started in.
+  uint64_t ep_key = 0;
+  uint64_t ep_group = 0;
 };
 
 // Makes the block table cover `new_length` tokens (allocating as needed).

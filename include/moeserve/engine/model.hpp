@@ -11,6 +11,7 @@
 // from one thread at a time per KvPool.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,9 @@ struct ModelOptions {
   // Forward with the same segments, in the same order. Not owned; must
   // outlive the model. Null: one process holds every expert.
   kernels::comm::Communicator* comm = nullptr;
+  // Without comm: the expert slice to load for a group connected later
+  // (SetGroup).
+  int ep_rank = 0, ep_world = 1;
 };
 
 // What the expert-parallel MoE layers did on this rank, cumulative.
@@ -102,6 +106,27 @@ class Model {
   int ep_world() const { return ep_world_; }
   ExpertParallelStats expert_parallel_stats() const;
 
+  // ---- Expert parallelism led by rank 0 (the daemon) ----
+  // Rank 0 calls Forward as a single process would; before each pass it
+  // broadcasts the pass (forward_plan.hpp) and the followers, inside
+  // Follow(), run the same pass on their replicas of the attention state.
+  // These methods are thread-safe.
+  //
+  // Connects (or, with null, disconnects) the group. A new group is a new
+  // epoch: sequences that started under an earlier one fail with
+  // kUnavailable, since the followers' state for them is gone.
+  void SetGroup(kernels::comm::Communicator* comm) const;
+  // Rank 0, when idle: keeps the followers' wait bounded, and finds out
+  // whether they are still there (kUnavailable when the group failed).
+  Status Heartbeat() const;
+  // Rank 0: ends every follower's Follow() with Ok.
+  Status StopFollowers() const;
+  // Rank 0: the sequence ended; followers drop its state with the next message.
+  void Retire(const SequenceCache& cache) const;
+  // Ranks > 0: runs rank 0's passes until StopFollowers (Ok), `stop`, or a
+  // failure of the group (kUnavailable; SetGroup a new one and follow again).
+  Status Follow(KvPool& pool, const std::atomic<bool>& stop) const;
+
  private:
   Model() = default;
   ModelConfig config_;
@@ -113,7 +138,17 @@ class Model {
   std::vector<size_t> layer_offset_;  // each attention layer's offset within a token row
   std::vector<float> rope_freqs_;     // qk_rope_head_dim / 2 YaRN frequencies
   float mla_scale_ = 0;
+  Status ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
+                      std::vector<std::vector<uint64_t>>* expert_tokens, kernels::comm::Communicator* comm) const;
+  Status BroadcastPlanLocked(uint8_t kind, std::span<ForwardSegment> segments) const;
   int ep_rank_ = 0, ep_world_ = 1;
+  mutable std::mutex group_mu_;                          // serialises the group's collectives
+  mutable kernels::comm::Communicator* comm_ = nullptr;  // lockstep (options) or led (SetGroup)
+  mutable bool led_ = false;
+  mutable uint64_t group_epoch_ = 0;
+  mutable std::mutex retired_mu_;
+  mutable std::vector<uint64_t> retired_;
+  mutable std::atomic<uint64_t> next_key_{1};
   mutable std::mutex ep_mu_;  // guards ep_stats_ (Forward writes, any thread reads)
   mutable ExpertParallelStats ep_stats_;
 };
