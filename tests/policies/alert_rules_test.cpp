@@ -1,7 +1,8 @@
 // policies/alerts: the alert rules pass `promtool check rules` and their
-// unit tests (`promtool test rules`), every rule has a firing and a quiet
-// case there, every metric they name is one moe-daemon or moe-operator
-// exports, and a rule changed against its tests makes promtool fail.
+// unit tests (`promtool test rules`), every alert has a firing and a quiet
+// case there, every recording rule feeds an alert, every metric they name is
+// one moe-daemon or moe-operator exports (or a recording rule of the file),
+// and a rule changed against its tests makes promtool fail.
 // promtool is the real one (Debian's prometheus package, installed by
 // scripts/setup): a machine without it fails this test rather than skipping.
 #include <gtest/gtest.h>
@@ -64,19 +65,34 @@ TEST_F(AlertRules, EveryRuleFiresAndStaysQuietInItsTests) {
   auto tests = fakes::LoadYamlFile((std::filesystem::path(SourceDir()) / kAlerts / "moeserve-alerts_test.yaml").string());
   ASSERT_TRUE(tests) << tests.error().ToString();
   std::set<std::string> fires, quiet;
+  std::string alert_exprs;
   for (const auto& t : (*tests)[0]["tests"])
     for (const auto& a : t.value("alert_rule_test", json::array()))
       (a.value("exp_alerts", json::array()).empty() ? quiet : fires).insert(a.value("alertname", ""));
   const json all = Rules();
   int checked = 0;
+  std::vector<std::string> records;
   for (const auto& g : all["groups"])
     for (const auto& r : g["rules"]) {
+      if (r.contains("record")) {
+        records.push_back(r.value("record", ""));
+        continue;
+      }
+      alert_exprs += r.value("expr", "") + "\n";
       const std::string name = r.value("alert", "");
       checked++;
       EXPECT_TRUE(fires.count(name)) << name << " has no unit test where it fires";
       EXPECT_TRUE(quiet.count(name)) << name << " has no unit test where it stays quiet";
     }
-  EXPECT_GE(checked, 6);
+  EXPECT_GE(checked, 8);
+  // A recording rule is there for an alert: each is read by one, directly or
+  // through another recording rule.
+  ASSERT_GE(records.size(), 4u);
+  for (const auto& g : all["groups"])
+    for (const auto& r : g["rules"])
+      if (r.contains("record")) alert_exprs += r.value("expr", "") + "\n";
+  for (const auto& name : records)
+    EXPECT_NE(alert_exprs.find(name), std::string::npos) << "recording rule " << name << " is read by no rule";
 }
 
 TEST_F(AlertRules, MetricsAreOnesMoeserveExports) {
@@ -96,17 +112,28 @@ TEST_F(AlertRules, MetricsAreOnesMoeserveExports) {
         return true;
     return false;
   };
-  static const std::regex kMetric(R"(\bmoe_[a-z0-9_]+)");
-  int named = 0;
+  // Names outside recording-rule names (level:metric:operations), which
+  // must be recorded by the file itself.
+  static const std::regex kMetric(R"((^|[^a-zA-Z0-9_:])(moe_[a-z0-9_]+)(?![a-zA-Z0-9_:]))");
+  static const std::regex kRecorded(R"([a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]*)");
+  int named = 0, recorded = 0;
   const json all = Rules();
+  std::set<std::string> records;
+  for (const auto& g : all["groups"])
+    for (const auto& r : g["rules"])
+      if (r.contains("record")) records.insert(r.value("record", ""));
   for (const auto& g : all["groups"])
     for (const auto& r : g["rules"]) {
       const std::string expr = r.value("expr", "");
+      const std::string rule = r.value("alert", r.value("record", ""));
       for (std::sregex_iterator it(expr.begin(), expr.end(), kMetric), end; it != end; ++it, ++named)
-        EXPECT_TRUE(known(it->str())) << r.value("alert", "") << " names " << it->str()
-                                      << ", which neither moe-daemon nor moe-operator exports";
+        EXPECT_TRUE(known((*it)[2].str())) << rule << " names " << (*it)[2].str()
+                                           << ", which neither moe-daemon nor moe-operator exports";
+      for (std::sregex_iterator it(expr.begin(), expr.end(), kRecorded), end; it != end; ++it, ++recorded)
+        EXPECT_TRUE(records.count(it->str())) << rule << " reads " << it->str() << ", which no rule records";
     }
-  EXPECT_GE(named, 4);
+  EXPECT_GE(named, 8);
+  EXPECT_GE(recorded, 8);
 }
 
 TEST_F(AlertRules, ARuleChangedAgainstItsTestsFails) {
@@ -125,6 +152,26 @@ TEST_F(AlertRules, ARuleChangedAgainstItsTestsFails) {
   std::filesystem::remove_all(dir);
   EXPECT_NE(test.rc, 0) << test.output;
   EXPECT_NE(test.output.find("MoeServeHighErrorRate"), std::string::npos) << test.output;
+}
+
+TEST_F(AlertRules, ABudgetCountedOncePerReplicaFailsItsTests) {
+  // Every pod reports the tenant's one budget: adding them up instead of
+  // taking one halves the burn rate of a tenant served by two pods, and the
+  // unit tests must notice.
+  const auto dir = std::filesystem::temp_directory_path() / ("moe-budget-alerts-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::string rules = Slurp(std::filesystem::path(SourceDir()) / kAlerts / "moeserve-alerts.yaml");
+  const std::string one = "max by (tenant, period) (moe_budget_limit_usd)";
+  const auto at = rules.find(one);
+  ASSERT_NE(at, std::string::npos);
+  rules.replace(at, 3, "sum");
+  std::ofstream(dir / "moeserve-alerts.yaml") << rules;
+  std::filesystem::copy_file(std::filesystem::path(SourceDir()) / kAlerts / "moeserve-alerts_test.yaml",
+                             dir / "moeserve-alerts_test.yaml");
+  auto test = Promtool(dir, "test rules moeserve-alerts_test.yaml");
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(test.rc, 0) << test.output;
+  EXPECT_NE(test.output.find("MoeServeBudgetFastBurn"), std::string::npos) << test.output;
 }
 
 }  // namespace
