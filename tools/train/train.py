@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--dense-steps", type=int, default=30)
     ap.add_argument("--bias-rate", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--init", help="weights.pt to continue from (a second stage with its own --seed data)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -76,6 +77,8 @@ def main():
         raw = json.load(f)
     cfg = M.Config(raw)
     model = M.TrainModel(cfg, a.seed)
+    if a.init:
+        model.load_fp32(torch.load(a.init))
     n_params = sum(p.numel() for p in model.parameters())
     data = examples(a.seed, a.steps * a.batch, 0.25)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
