@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/common/rfc3339.hpp"
+#include "moeserve/moectl/output.hpp"
 
 namespace moeserve::moectl {
 
@@ -19,8 +20,19 @@ struct HttpAnswer {
   std::string body;
 };
 
+struct BodySink {
+  std::string body;
+  size_t cap = 0;
+  bool too_big = false;
+};
+
 size_t Append(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
+  auto* sink = static_cast<BodySink*>(out);
+  if (sink->body.size() + size * n > sink->cap) {
+    sink->too_big = true;
+    return 0;  // libcurl stops the transfer
+  }
+  sink->body.append(data, size * n);
   return size * n;
 }
 
@@ -43,17 +55,14 @@ std::string ErrorSummary(const HttpAnswer& a) {
   auto j = json::parse(a.body, nullptr, false);
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
     const json& e = j["error"];
-    if (e.contains("code") && e["code"].is_string()) s += " " + e["code"].get<std::string>();
-    if (e.contains("message") && e["message"].is_string()) s += ": " + e["message"].get<std::string>();
+    if (e.contains("code") && e["code"].is_string()) s += " " + Printable(e["code"].get<std::string>());
+    if (e.contains("message") && e["message"].is_string()) s += ": " + Printable(e["message"].get<std::string>());
   }
   return s;
 }
 
 std::string Snippet(const std::string& body) {
-  std::string s = body.substr(0, 80);
-  for (char& c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-  }
+  std::string s = Printable(body.substr(0, 80));
   return body.size() > 80 ? s + "..." : s;
 }
 
@@ -69,6 +78,8 @@ Result<std::string> Get(const DaemonTarget& t, const std::string& path_and_query
   CURL* curl = curl_easy_init();
   if (!curl) return Fail(Error::Internal("libcurl could not start"));
   HttpAnswer a;
+  BodySink sink;
+  sink.cap = t.max_body_bytes;
   char errbuf[CURL_ERROR_SIZE] = {0};
   curl_slist* headers = nullptr;
   if (!t.api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + t.api_key).c_str());
@@ -76,7 +87,7 @@ Result<std::string> Get(const DaemonTarget& t, const std::string& path_and_query
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &a.body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(t.timeout_s * 1000));
@@ -88,6 +99,12 @@ Result<std::string> Get(const DaemonTarget& t, const std::string& path_and_query
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &a.status);
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
+  a.body = std::move(sink.body);
+  if (sink.too_big) {
+    return Fail(Error::ResourceExhausted("the daemon at " + base + " answered more than " +
+                                         std::to_string(t.max_body_bytes) + " bytes to GET " + path_and_query +
+                                         "; refusing to read further"));
+  }
   if (rc != CURLE_OK) {
     const std::string why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     return Fail(Error::Unavailable("cannot reach the daemon at " + base + ": " + why +

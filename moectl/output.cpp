@@ -23,11 +23,16 @@ void Locate(json& o, const std::string& ns, const std::string& policy) {
 
 // kubectl's printer: each column as wide as its widest cell, three spaces apart.
 std::string Table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::string out;
+  std::vector<std::vector<std::string>> printable;
+  for (const auto& r : rows) {
+    printable.emplace_back();
+    for (const auto& cell : r) printable.back().push_back(Printable(cell));
+  }
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
-  for (const auto& r : rows)
+  for (const auto& r : printable)
     for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
-  std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
     std::string l;
     for (size_t c = 0; c < cells.size(); ++c) {
@@ -37,7 +42,7 @@ std::string Table(const std::vector<std::string>& header, const std::vector<std:
     out += l + "\n";
   };
   line(header);
-  for (const auto& r : rows) line(r);
+  for (const auto& r : printable) line(r);
   return out;
 }
 
@@ -91,6 +96,22 @@ void Emit(YAML::Emitter& e, const json& v) {
 }
 
 }  // namespace
+
+std::string Printable(const std::string& text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
 
 std::string FormatUsd(double usd) {
   char buf[64];

@@ -69,9 +69,9 @@ int ChartLayout::RowFor(double usd, double y_max_used) const {
 
 Status DrawSpendChart(const SpendHistory& history, const ChartLayout& layout, const std::string& png_path,
                       double* y_max_used) {
-  if (layout.width < 200 || layout.height < 150 || layout.width > 10000 || layout.height > 10000) {
+  if (layout.width < 200 || layout.height < 150 || layout.width > 4096 || layout.height > 4096) {
     return Fail(Error::InvalidArgument("chart size " + std::to_string(layout.width) + "x" +
-                                       std::to_string(layout.height) + " is outside 200x150 .. 10000x10000"));
+                                       std::to_string(layout.height) + " is outside 200x150 .. 4096x4096"));
   }
   if (history.period_end <= history.period_start) {
     return Fail(Error::InvalidArgument("the history's period ends before it starts"));

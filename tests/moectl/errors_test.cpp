@@ -1,18 +1,21 @@
 // moectl.errors: what moectl says, and its exit status, when the source
 // fails: a daemon nobody listens for, a key the daemon refuses (401) or that
 // may not read another tenant (403), a body that is not JSON or not the
-// shape expected, no kubeconfig, a cluster that does not answer; and a wrong
+// shape expected, an answer past the size cap, control bytes meant for the
+// terminal, no kubeconfig, a cluster that does not answer; and a wrong
 // command line (exit status 2).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <thread>
 
 #include "../daemon/daemon_harness.hpp"
 #include "moectl_support.hpp"
+#include "moeserve/moectl/daemon_source.hpp"
 
 namespace moeserve::moectl::testing {
 namespace {
@@ -134,6 +137,42 @@ TEST(Errors, JsonOfTheWrongShapeIsReported) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(Has(r.err, "data[0].cost_usd is not a number")) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(Errors, AnAnswerPastTheCapIsRefusedNotRead) {
+  CannedServer server(Ok200(R"({"data":[)" + std::string(8192, ' ') + "]}"));
+  DaemonTarget target{server.url(), "k", 5};
+  target.max_body_bytes = 4096;
+  auto rows = FetchDaemonUsage(target);
+  ASSERT_FALSE(rows);
+  EXPECT_TRUE(Has(rows.error().message(), "answered more than 4096 bytes")) << rows.error().message();
+  target.max_body_bytes = 1 << 20;  // the same answer under a larger cap parses
+  auto ok = FetchDaemonUsage(target);
+  ASSERT_TRUE(ok) << ok.error().message();
+  EXPECT_TRUE(ok->empty());
+}
+
+// A hostile daemon (or a tenant name someone chose) cannot send escape
+// sequences or line breaks to the SRE's terminal through a table or an error.
+TEST(Errors, ControlBytesFromThePeerAreEscapedOnTheTerminal) {
+  CannedServer rows(Ok200(
+      R"({"data":[{"tenant":"evil\u001b[2J\nFAKE-ROW","tier":"low","period":"day","period_start":"2026-12-04T00:00:00Z","cost_usd":1,"tokens":{}}]})"));
+  auto table = Moectl({"usage", "--daemon", rows.url(), "--api-key", "k"});
+  ASSERT_EQ(table.rc, 0) << table.err;
+  EXPECT_FALSE(Has(table.out, "\x1b")) << table.out;
+  EXPECT_TRUE(Has(table.out, "evil\\x1b[2J\\x0aFAKE-ROW")) << table.out;
+  EXPECT_EQ(std::count(table.out.begin(), table.out.end(), '\n'), 2);  // the header and one row
+  auto yaml = Moectl({"usage", "--daemon", rows.url(), "--api-key", "k", "-o", "yaml"});
+  ASSERT_EQ(yaml.rc, 0) << yaml.err;
+  EXPECT_FALSE(Has(yaml.out, "\x1b")) << yaml.out;
+
+  const std::string body = R"({"error":{"code":"invalid_api_key","message":"no\u001b]0;owned\u0007"}})";
+  CannedServer refused("HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  auto err = Moectl({"usage", "--daemon", refused.url(), "--api-key", "k"});
+  EXPECT_EQ(err.rc, 1);
+  EXPECT_FALSE(Has(err.err, "\x1b")) << err.err;
+  EXPECT_TRUE(Has(err.err, "no\\x1b]0;owned\\x07")) << err.err;
 }
 
 TEST(Errors, NoKubeconfigSaysWhereItLooked) {

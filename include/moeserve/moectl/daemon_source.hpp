@@ -1,7 +1,8 @@
 // Reads a daemon's usage over its HTTP API (libcurl): GET /v1/usage and
 // GET /v1/usage/history with a bearer key. Errors say what went wrong in the
 // words an SRE acts on: the daemon cannot be reached, the key was refused
-// (401) or may not read this (403), the answer is not the JSON expected.
+// (401) or may not read this (403), the answer is not the JSON expected or is
+// too large. Text from the daemon in messages has its control bytes escaped.
 //
 // Thread safety: free functions, no shared state.
 #pragma once
@@ -18,6 +19,9 @@ struct DaemonTarget {
   std::string url;      // http://host:port (a trailing /v1 or / is accepted)
   std::string api_key;  // empty: no Authorization header
   double timeout_s = 10;
+  // An answer past this is refused rather than read into memory (a month of
+  // rows for thousands of tenants is a few MiB).
+  size_t max_body_bytes = 64 << 20;
 };
 
 Result<std::vector<UsageEntry>> FetchDaemonUsage(const DaemonTarget& target);
