@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -69,7 +70,10 @@ bool NeedsQuotes(const std::string& s) {
     if (lower == w) return true;
   auto parsed = json::parse(s, nullptr, false);
   if (!parsed.is_discarded() && !parsed.is_string()) return true;
-  return false;
+  // Timestamps, octal and hex forms, versions: YAML 1.1 readers may take
+  // anything that starts like a number for one, so quote it as kubectl does.
+  const size_t first = (s[0] == '-' || s[0] == '+' || s[0] == '.') ? 1 : 0;
+  return first < s.size() && std::isdigit(static_cast<unsigned char>(s[first]));
 }
 
 void Emit(YAML::Emitter& e, const json& v) {

@@ -2,7 +2,8 @@
 // on the Kubernetes API double (our CRDs registered), whose status the test
 // writes in the documented shape; the kubeconfig found by --kubeconfig and by
 // $KUBECONFIG; the context's namespace, --namespace and -A; table, json and
-// yaml; a malformed status entry is an error naming the policy.
+// yaml (strings that would read back as another type quoted); a malformed
+// status entry is an error naming the policy.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -11,6 +12,7 @@
 #include "fake_apiserver.hpp"
 #include "moectl_support.hpp"
 #include "moeserve/moectl/cluster_source.hpp"
+#include "moeserve/moectl/output.hpp"
 
 namespace moeserve::moectl::testing {
 namespace {
@@ -147,6 +149,21 @@ TEST_F(Cluster, NamespaceFlagPicksTheOtherNamespace) {
   EXPECT_EQ(y["items"][0]["tenant"].as<std::string>(), "zeta");
   EXPECT_DOUBLE_EQ(y["items"][0]["spentUSD"].as<double>(), 19.5);
   EXPECT_EQ(y["items"][0]["periodStart"].as<std::string>(), "2026-12-04T00:00:00Z");
+  // Quoted, as kubectl writes times: a YAML 1.1 reader would take it for a timestamp.
+  EXPECT_NE(r.out.find("periodStart: \"2026-12-04T00:00:00Z\""), std::string::npos) << r.out;
+}
+
+TEST(Yaml, StringsThatReadAsOtherTypesAreQuotedNumbersAreNot) {
+  const json v = {{"tenant", "true"}, {"other", "007"}, {"empty", ""}, {"plain", "acme"}, {"spentUSD", 0.1},
+                  {"delivered", false}};
+  YAML::Node y = YAML::Load(ToYaml(v));
+  for (const char* key : {"tenant", "other", "empty"}) EXPECT_EQ(y[key].Tag(), "!") << key << " is not quoted";
+  EXPECT_EQ(y["tenant"].as<std::string>(), "true");
+  EXPECT_EQ(y["other"].as<std::string>(), "007");
+  EXPECT_EQ(y["plain"].Tag(), "?");
+  EXPECT_EQ(y["spentUSD"].Tag(), "?");
+  EXPECT_DOUBLE_EQ(y["spentUSD"].as<double>(), 0.1);
+  EXPECT_FALSE(y["delivered"].as<bool>());
 }
 
 TEST_F(Cluster, BudgetsPerTenantWithSpendAndRemaining) {
