@@ -34,6 +34,7 @@ const ResourceRef kEvent{"", "v1", "events", "Event", true};
 const ResourceRef kNamespace{"", "v1", "namespaces", "Namespace", false};
 const ResourceRef kStatefulSet{"apps", "v1", "statefulsets", "StatefulSet", true};
 const ResourceRef kPodDisruptionBudget{"policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true};
+const ResourceRef kNetworkPolicy{"networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true};
 const ResourceRef kLease{"coordination.k8s.io", "v1", "leases", "Lease", true};
 const ResourceRef kServiceAccount{"", "v1", "serviceaccounts", "ServiceAccount", true};
 }  // namespace resources

@@ -237,7 +237,28 @@ json GroupService(const json& md, const MoEDeploymentSpec& spec, int replica) {
             // Ranks find each other before they are Ready: rendezvous comes first.
             {"publishNotReadyAddresses", true},
             {"selector", GroupSelector(md, replica)},
-            {"ports", json::array({{{"name", "http"}, {"port", spec.port}, {"targetPort", spec.port}}})}}}};
+            {"ports", spec.nodes_per_replica > 1
+                          ? json::array({{{"name", "http"}, {"port", spec.port}, {"targetPort", spec.port}},
+                                         {{"name", "rendezvous"}, {"port", kRendezvousPort}, {"targetPort", kRendezvousPort}}})
+                          : json::array({{{"name", "http"}, {"port", spec.port}, {"targetPort", spec.port}}})}}}};
+}
+
+json NetworkPolicy(const json& md, const MoEDeploymentSpec& spec, int replica) {
+  json meta = Metadata(md, GroupName(md, replica), "network");
+  meta["labels"][kReplicaLabel] = std::to_string(replica);
+  const json group = {{"matchLabels", GroupSelector(md, replica)}};
+  return {{"apiVersion", "networking.k8s.io/v1"},
+          {"kind", "NetworkPolicy"},
+          {"metadata", meta},
+          {"spec",
+           {{"podSelector", group},
+            {"policyTypes", json::array({"Ingress"})},
+            {"ingress", json::array({
+                            // The group's own pods: rendezvous and the collectives' ports.
+                            {{"from", json::array({{{"podSelector", group}}})}},
+                            // Everyone else: the API (and the probes) only.
+                            {{"ports", json::array({{{"port", spec.port}, {"protocol", "TCP"}}})}},
+                        })}}}};
 }
 
 // Requests and limits as a LimitRange would default them: a side that is
@@ -345,6 +366,15 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
                     {{"name", "tmp"}, {"mountPath", kTmpDir}}})},
   };
 
+  // Multi-node groups: the rendezvous port, this pod's address for the
+  // collectives, and the group's secret (a file, never an environment value).
+  if (spec.nodes_per_replica > 1) {
+    container["ports"].push_back({{"name", "rendezvous"}, {"containerPort", kRendezvousPort}, {"protocol", "TCP"}});
+    container["env"].push_back({{"name", "MOE_POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
+    container["env"].push_back(env("MOE_RENDEZVOUS_PORT", std::to_string(kRendezvousPort)));
+    container["env"].push_back(env("MOE_GROUP_SECRET_FILE", std::string(kSecretsDir) + "/" + kGroupSecretKey));
+  }
+
   // 3. Volumes: only kinds the restricted profile allows. The Secret volume
   //    lists what the daemon reads; the admin key and the object-store
   //    credentials stay out of the tenant's container.
@@ -352,6 +382,7 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
                                    {{"key", kMetricsTokenKey}, {"path", kMetricsTokenKey}}});
   if (tls)
     for (const char* key : {kTlsCertKey, kTlsKeyKey}) secret_items.push_back({{"key", key}, {"path", key}});
+  if (spec.nodes_per_replica > 1) secret_items.push_back({{"key", kGroupSecretKey}, {"path", kGroupSecretKey}});
   json volumes = json::array({
       {{"name", "config"}, {"configMap", {{"name", ConfigMapName(md)}}}},
       {{"name", "secrets"}, {"secret", {{"secretName", SecretName(md)}, {"items", secret_items}, {"defaultMode", 0440}}}},

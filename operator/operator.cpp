@@ -101,7 +101,8 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   caches.moedeployments = &md_informer_->mutable_cache();
   for (const ResourceRef* ref : {&resources::kStatefulSet, &resources::kService, &resources::kConfigMap,
                                  &resources::kSecret, &resources::kPodDisruptionBudget,
-                                 &resources::kPersistentVolumeClaim, &resources::kPersistentVolume}) {
+                                 &resources::kPersistentVolumeClaim, &resources::kPersistentVolume,
+                                 &resources::kNetworkPolicy}) {
     // PersistentVolumes are cluster-scoped: watched everywhere, mapped back by their owner labels.
     const std::string ns = ref->namespaced ? options_.watch_namespace : "";
     auto informer = std::make_unique<Informer>(client_, *ref, ns, child_options, child_handlers);
@@ -113,6 +114,7 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
     if (ref == &resources::kPodDisruptionBudget) caches.pdbs = cache;
     if (ref == &resources::kPersistentVolumeClaim) caches.claims = cache;
     if (ref == &resources::kPersistentVolume) caches.volumes = cache;
+    if (ref == &resources::kNetworkPolicy) caches.networkpolicies = cache;
     informers_.push_back(std::move(informer));
   }
   informers_.push_back(quota_->TakeInformer());

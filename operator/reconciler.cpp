@@ -200,6 +200,8 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   for (int r = 0; r < groups; ++r) {
     MOE_TRY(Apply(resources::kService, caches_.services, md, desired::GroupService(md, *spec, r)));
     MOE_TRY(Apply(resources::kPodDisruptionBudget, caches_.pdbs, md, desired::PodDisruptionBudget(md, *spec, r)));
+    if (spec->nodes_per_replica > 1 && caches_.networkpolicies)
+      MOE_TRY(Apply(resources::kNetworkPolicy, caches_.networkpolicies, md, desired::NetworkPolicy(md, *spec, r)));
   }
 
   // 8. Roll the StatefulSets out group by group, then drop groups past spec.replicas.
@@ -272,7 +274,7 @@ Result<std::map<std::string, std::string>> MoEDeploymentReconciler::OperatorKeys
   json data = json::object();
   if (secret && OwnedByUid(*secret, md["metadata"].value("uid", ""))) data = secret->value("data", json::object());
   std::map<std::string, std::string> keys;
-  for (const char* name : {kAdminKeyKey, kMetricsTokenKey}) {
+  for (const char* name : {kAdminKeyKey, kMetricsTokenKey, kGroupSecretKey}) {
     std::string value;
     if (data.is_object() && data.contains(name) && data[name].is_string())
       value = Base64Decode(data[name].get<std::string>());
@@ -536,7 +538,9 @@ Status MoEDeploymentReconciler::RemoveSurplusGroups(const json& md, const MoEDep
     // reconcile decides again on fresh data.
     for (auto [ref, cache] : {std::pair{&resources::kStatefulSet, caches_.statefulsets},
                               std::pair{&resources::kService, caches_.services},
-                              std::pair{&resources::kPodDisruptionBudget, caches_.pdbs}}) {
+                              std::pair{&resources::kPodDisruptionBudget, caches_.pdbs},
+                              std::pair{&resources::kNetworkPolicy, caches_.networkpolicies}}) {
+      if (!cache) continue;
       const std::string key = Namespace(md) + "/" + group;
       auto cached = cache->Get(key);
       if (!cached || !OwnedByUid(*cached, uid)) continue;

@@ -317,6 +317,7 @@ FakeApiServer::FakeApiServer(FakeApiServerOptions options)
       Builtin("policy", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", true, true, false,
               {"pdb"}),
       Builtin("coordination.k8s.io", "leases", "lease", "Lease", true, false),
+      Builtin("networking.k8s.io", "networkpolicies", "networkpolicy", "NetworkPolicy", true, false, false, {"netpol"}),
       // What an installation (charts/moeserve) creates besides the above.
       Builtin("rbac.authorization.k8s.io", "clusterroles", "clusterrole", "ClusterRole", false, false),
       Builtin("rbac.authorization.k8s.io", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", false,

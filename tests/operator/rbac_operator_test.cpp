@@ -237,6 +237,14 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
     ASSERT_EQ(down.rc, 0) << down.output;
     ASSERT_TRUE(WaitFor([&] { return ReadyAt(server, "ultra", "1/1") && !server.Get("statefulsets.apps", "team-a", "ultra-r1"); }, 30s));
 
+    // 4b. The two-node group's NetworkPolicy, edited by hand, is put back.
+    ASSERT_TRUE(server.Mutate("networkpolicies.networking.k8s.io", "team-a", "ultra-r0",
+                              [](json& o) { o["spec"]["ingress"] = json::array(); }));
+    ASSERT_TRUE(WaitFor([&] {
+      auto p = server.Get("networkpolicies.networking.k8s.io", "team-a", "ultra-r0");
+      return p && (*p)["spec"]["ingress"].size() == 2;
+    }, 30s));
+
     // 5. Deleted through the finalizer: the cache volume goes with it.
     ASSERT_TRUE(server.Delete("moedeployments.moeserve.io", "team-a", "ultra"));
     ASSERT_TRUE(WaitFor([&] { return !server.Get("moedeployments.moeserve.io", "team-a", "ultra"); }, 30s));

@@ -68,7 +68,7 @@ struct ResourceRef {
 namespace resources {
 extern const ResourceRef kMoEDeployment, kQuotaPolicy, kConfigMap, kSecret, kService, kStatefulSet,
     kPodDisruptionBudget, kPod, kEvent, kLease, kNamespace, kPersistentVolume, kPersistentVolumeClaim,
-    kServiceAccount;
+    kServiceAccount, kNetworkPolicy;
 }  // namespace resources
 
 struct ListOptions {

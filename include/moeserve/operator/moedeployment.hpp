@@ -38,6 +38,13 @@ inline constexpr char kBudgetDir[] = "/etc/moeserve/budget";
 // Keys of the deployment's Secret.
 inline constexpr char kAdminKeyKey[] = "admin-key";
 inline constexpr char kMetricsTokenKey[] = "metrics-token";
+// The expert-parallel group's shared secret: it authenticates the ranks to
+// rank 0's rendezvous store (mounted only in multi-node groups).
+inline constexpr char kGroupSecretKey[] = "group-secret";
+// Rank 0's rendezvous store; the collectives themselves use ports the
+// ranks pick and publish there, so the NetworkPolicy opens every port
+// between a group's own pods.
+inline constexpr int kRendezvousPort = 29400;
 inline constexpr char kApiKeysKey[] = "api-keys.yaml";
 inline constexpr char kTlsCertKey[] = "tls.crt";
 inline constexpr char kTlsKeyKey[] = "tls.key";
@@ -148,6 +155,9 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
 json CacheVolume(const json& md, const PlatformConfig& platform);
 json CacheClaim(const json& md, const PlatformConfig& platform);
 json PodDisruptionBudget(const json& md, const MoEDeploymentSpec& spec, int replica);
+// Multi-node groups: only the group's own pods reach its pods beyond the
+// API port (rendezvous and collectives); the API port stays open.
+json NetworkPolicy(const json& md, const MoEDeploymentSpec& spec, int replica);
 json EndpointService(const json& md, const MoEDeploymentSpec& spec);
 std::string ConfigHash(const json& config_map, const json& secret);
 }  // namespace desired

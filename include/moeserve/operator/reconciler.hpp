@@ -87,6 +87,7 @@ struct ReconcilerCaches {
   ObjectCache* pdbs = nullptr;
   ObjectCache* claims = nullptr;   // PersistentVolumeClaims
   ObjectCache* volumes = nullptr;  // PersistentVolumes (cluster-scoped)
+  ObjectCache* networkpolicies = nullptr;  // multi-node groups' NetworkPolicies (null: not managed)
 };
 
 struct MoEDeploymentReconcilerOptions {
