@@ -42,8 +42,8 @@ struct ExpertGroupSettings {
   bool enabled() const { return world > 1; }
 };
 
-// From the operator's pod environment (docs/operations.md, "Expert
-// parallelism"): MOE_NODE_RANK, MOE_NUM_NODES, MOE_MASTER_ADDR and
+// From the operator's pod environment (docs/expert-parallel.md):
+// MOE_NODE_RANK, MOE_NUM_NODES, MOE_MASTER_ADDR and
 // MOE_LOCAL_RANKS; MOE_RENDEZVOUS_PORT, MOE_GROUP_SECRET_FILE (or
 // MOE_GROUP_SECRET), MOE_POD_IP (the address to be reached at; default this
 // host's name) and MOE_GROUP_TIMEOUT_MS. Without MOE_NUM_NODES, or with 1, the
