@@ -35,6 +35,36 @@ struct Operator::Metrics {
       prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
   prometheus::Gauge& depth = queue_depth.Add({{"name", "moedeployment"}});
   prometheus::Gauge& is_leader = leader.Add({});
+  // The usage sync (usage_sync.hpp), brought up to date at each scrape.
+  prometheus::Counter& usage_syncs = prometheus::BuildCounter()
+                                         .Name("moe_operator_usage_syncs_total")
+                                         .Help("QuotaPolicy usage syncs committed")
+                                         .Register(*registry)
+                                         .Add({});
+  prometheus::Family<prometheus::Counter>& usage_pod_reads =
+      prometheus::BuildCounter().Name("moe_operator_usage_pod_reads_total").Help("Daemon /v1/usage reads by result").Register(*registry);
+  prometheus::Counter& pod_reads_ok = usage_pod_reads.Add({{"result", "ok"}});
+  prometheus::Counter& pod_reads_failed = usage_pod_reads.Add({{"result", "failed"}});
+  prometheus::Family<prometheus::Counter>& deliveries =
+      prometheus::BuildCounter().Name("moe_operator_alert_deliveries_total").Help("Budget alert posts by result").Register(*registry);
+  prometheus::Counter& delivered = deliveries.Add({{"result", "delivered"}});
+  prometheus::Counter& delivery_failed = deliveries.Add({{"result", "failed"}});
+  prometheus::Gauge& usage_sync_seconds = prometheus::BuildGauge()
+                                              .Name("moe_operator_usage_sync_duration_seconds")
+                                              .Help("How long the last usage sync of every QuotaPolicy took")
+                                              .Register(*registry)
+                                              .Add({});
+  void Update(const UsageSyncStats& s) {
+    auto to = [](prometheus::Counter& c, uint64_t v) {
+      if (static_cast<double>(v) > c.Value()) c.Increment(static_cast<double>(v) - c.Value());
+    };
+    to(usage_syncs, s.syncs);
+    to(pod_reads_ok, s.pods_read);
+    to(pod_reads_failed, s.pods_failed);
+    to(delivered, s.deliveries);
+    to(delivery_failed, s.delivery_failures);
+    usage_sync_seconds.Set(s.last_sync_seconds);
+  }
 };
 
 struct Operator::Servers {
@@ -223,6 +253,7 @@ Status Operator::Run() {
         if (req.relative_uri().path() != "/metrics") return (void)req.reply(http::status_codes::NotFound);
         metrics_->depth.Set(static_cast<double>(queue_.Len()));
         metrics_->is_leader.Set(leading_ ? 1 : 0);
+        metrics_->Update(usage_sync_->stats());
         http::http_response resp(http::status_codes::OK);
         resp.set_body(prometheus::TextSerializer().Serialize(metrics_->registry->Collect()),
                       "text/plain; version=0.0.4");

@@ -207,6 +207,8 @@ Status UsageSync::SyncPolicy(const json& policy) {
     if (!parsed) return Fail(parsed.error().WithContext("ConfigMap " + ns + "/" + cm_name));
     record = std::move(*parsed);
   }
+  // No daemon to read and nothing recorded yet: nothing to count or report.
+  if (pods.empty() && !cm) return Ok();
 
   // 2. Read every pod.
   auto readings = Parallel(pods, options_.parallel, [this](const Pod& p) -> Result<UsageReading> {

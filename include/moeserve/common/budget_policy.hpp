@@ -82,13 +82,13 @@ enum class HookFormat { kJson, kSlack };
 struct HookConfig {
   std::string name;
   std::string url;
-  std::string secret_file;        // a daemon's config: the file holding the secret
-  std::string secret_name;        // a QuotaPolicy's secret.secretRef.name (the operator reads it)
-  std::string secret_vault_path;  // or its secret.vault.path
-  std::string secret;  // read from secret_file at start, or by the operator; never logged
+  std::string secret_file;  // a daemon's config: the file holding the secret
+  std::string secret;       // read from secret_file at start, or by the operator; never logged
   HookFormat format = HookFormat::kJson;
   bool allow_http = false;
   bool allow_private_addresses = false;  // loopback, link-local (metadata), private ranges
+  std::string secret_name;        // a QuotaPolicy's secret.secretRef.name (the operator reads it)
+  std::string secret_vault_path;  // or its secret.vault.path
 };
 
 struct BudgetPolicy {
