@@ -4,7 +4,8 @@
 // batch's tokens. Per layer:
 //   1. route every token (replicated: the gate is small, and the per-expert
 //      counts then agree on every rank);
-//   2. shared experts for this rank's token slice;
+//   2. shared experts for this rank's token slice, on a helper thread that
+//      overlaps the dispatch, the owners' compute and the combine;
 //   3. dispatch: each (token, expert) pair of the slice goes, as the token's
 //      row plus the expert id, to the rank that owns the expert;
 //   4. each rank runs its experts over the rows it received;
@@ -15,8 +16,11 @@
 // Step 6 exists because attention is replicated; it is the price of keeping
 // non-MoE layers identical on every rank.
 #include <algorithm>
+#include <exception>
+#include <thread>
 
 #include "layers.hpp"
+#include "moeserve/common/exception_text.hpp"
 #include "moe_parallel.hpp"
 #include "moeserve/kernels/comm/exchange.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
@@ -62,15 +66,32 @@ Status MoeFfnParallel(const ModelConfig& cfg, const LayerWeights& w, const float
     for (const auto& [e, wt] : picks) pairs.push_back({t, e, wt});
   }
 
-  // 2. Shared experts for the slice.
+  // 2. Shared experts for the slice, on a helper thread while the routed
+  // rows travel and the owners compute (the collectives mostly wait on
+  // peers). It writes only `slice`, read after the join in step 5.
   std::vector<float> slice(static_cast<size_t>(ns) * D, 0.0f);
+  std::exception_ptr shared_error;
+  std::thread shared;
   if (m.num_shared_experts > 0 && ns > 0) {
-    const float* xs = x + static_cast<size_t>(lo) * D;
-    std::vector<float> sh1(static_cast<size_t>(ns) * w.shared_w1.rows), sh3(sh1.size());
-    LinearMany({{&w.shared_w1, xs, sh1.data()}, {&w.shared_w3, xs, sh3.data()}}, ns, k);
-    k.silu_mul(sh1.data(), sh3.data(), sh1.data(), sh1.size());
-    Linear(w.shared_w2, sh1.data(), ns, slice.data(), k);
+    shared = std::thread([&] {
+      try {
+        const float* xs = x + static_cast<size_t>(lo) * D;
+        std::vector<float> sh1(static_cast<size_t>(ns) * w.shared_w1.rows), sh3(sh1.size());
+        LinearMany({{&w.shared_w1, xs, sh1.data()}, {&w.shared_w3, xs, sh3.data()}}, ns, k);
+        k.silu_mul(sh1.data(), sh3.data(), sh1.data(), sh1.size());
+        Linear(w.shared_w2, sh1.data(), ns, slice.data(), k);
+      } catch (...) {
+        shared_error = std::current_exception();
+      }
+    });
   }
+  // Joined on every way out, errors included.
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{shared};
 
   // 3. Dispatch: row = [x_t | expert id].
   const size_t width = static_cast<size_t>(D) + 1;
@@ -116,9 +137,12 @@ Status MoeFfnParallel(const ModelConfig& cfg, const LayerWeights& w, const float
   }
   stats.computed_rows += static_cast<uint64_t>(R);
 
-  // 5. Combine: outputs back in pair order, added with the routing weights.
+  // 5. Combine: outputs back in pair order, added with the routing weights
+  // onto the shared experts' output.
   auto back = comm_ns::CombineRows(comm, *plan, answers.data(), static_cast<size_t>(D));
   if (!back) return Fail(CommError("combine", back.error()));
+  if (shared.joinable()) shared.join();
+  if (shared_error) return Fail(Error::Internal("expert-parallel shared experts: " + ExceptionText(shared_error)));
   for (size_t p = 0; p < pairs.size(); ++p) {
     float* o = &slice[static_cast<size_t>(pairs[p].t - lo) * D];
     const float* y = &(*back)[p * D];
