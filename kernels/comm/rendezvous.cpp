@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -127,7 +128,11 @@ struct RendezvousServer::State {
   std::map<std::string, std::vector<char>> keys;
   size_t key_bytes = 0;
   std::set<int> open_fds;
-  std::vector<std::thread> handlers;
+  // Handlers run detached (a long wait for a missing rank means many short
+  // connections; none may linger as an unjoined thread), each holding the
+  // state alive; the destructor waits for `active` to reach 0.
+  std::weak_ptr<State> self;
+  std::condition_variable idle;
   int active = 0;
 
   void Accept();
@@ -155,7 +160,7 @@ void RendezvousServer::State::Accept() {
     }
     active++;
     open_fds.insert(fd);
-    handlers.emplace_back([this, fd] { Serve(fd); });
+    std::thread([keep = self.lock(), fd] { keep->Serve(fd); }).detach();
   }
 }
 
@@ -194,6 +199,7 @@ void RendezvousServer::State::Serve(int fd) {
   open_fds.erase(fd);
   ::close(fd);
   active--;
+  idle.notify_all();
 }
 
 bool RendezvousServer::State::Handle(int fd, uint8_t op, const std::vector<char>& p) {
@@ -294,6 +300,7 @@ CommResult<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const std:
   st->port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                             : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   st->joined.assign(static_cast<size_t>(world_size), false);
+  st->self = st;
   st->acceptor = std::thread([s = st.get()] { s->Accept(); });
   return std::unique_ptr<RendezvousServer>(new RendezvousServer(st));
 }
@@ -303,13 +310,12 @@ RendezvousServer::RendezvousServer(std::shared_ptr<State> state) : state_(std::m
 RendezvousServer::~RendezvousServer() {
   state_->stop = true;
   state_->acceptor.join();
-  std::vector<std::thread> handlers;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    std::unique_lock<std::mutex> lock(state_->mu);
     for (int fd : state_->open_fds) ::shutdown(fd, SHUT_RDWR);
-    handlers = std::move(state_->handlers);
+    // Each handler notices its shut-down socket at once; the bound is a guard.
+    state_->idle.wait_for(lock, std::chrono::seconds(10), [&] { return state_->active == 0; });
   }
-  for (auto& t : handlers) t.join();
   ::close(state_->listen_fd);
 }
 

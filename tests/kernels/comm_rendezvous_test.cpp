@@ -12,7 +12,9 @@
 #include <openssl/hmac.h>
 
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <thread>
 
 #include "moeserve/kernels/comm/rendezvous.hpp"
 
@@ -186,6 +188,32 @@ TEST(Rendezvous, HostileFramesAfterAuthenticationAreRefused) {
   ASSERT_FALSE(big);
   EXPECT_NE(big.error().message.find("key too long"), std::string::npos);
   ExpectServerStillServes(*server);
+}
+
+// Memory mappings of this process (/proc/self/maps lines): every thread
+// stack that is never released stays one (plus its guard page).
+long Mappings() {
+  std::ifstream in("/proc/self/maps");
+  std::string line;
+  long n = 0;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+TEST(Rendezvous, ManyShortConnectionsLeaveNothingBehind) {
+  // A rank waiting for a missing peer reconnects again and again; a handler
+  // thread kept per connection would keep its stack (8 MiB each) mapped.
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  const long before = Mappings();
+  ASSERT_GT(before, 0);
+  for (int i = 0; i < 200; ++i) {
+    auto c = RendezvousClient::Connect("127.0.0.1", server->port(), kSecret, kTimeout);
+    ASSERT_TRUE(c) << c.error().message;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last handlers notice their closed sockets
+  const long grown = Mappings() - before;
+  EXPECT_LT(grown, 100) << "200 connections left " << grown << " more mappings";
 }
 
 }  // namespace
