@@ -4,7 +4,8 @@
 // group's port, secret and address. Rank 0 is ready only once rank 1 joined
 // and then answers exactly as a standalone daemon does; rank 1 serves only
 // its probes. Killing rank 1 makes rank 0 answer 503 and report itself
-// degraded; starting rank 1 again makes the group serve again.
+// degraded; starting rank 1 again makes the group serve again, and so does
+// replacing rank 0.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -164,6 +165,15 @@ TEST(ExpertParallelGroup, TwoRanksServeFailAndRecover) {
   EXPECT_EQ(Content(again), Content(want));
   EXPECT_EQ(Metric(r0.http_port, "moe_ep_group_degraded"), 0);
   EXPECT_EQ(Metric(r0.http_port, "moe_ep_group_failures_total"), 1);
+
+  // Rank 0 itself is replaced: the surviving follower joins the new one.
+  ::kill(r0.pid, SIGKILL);
+  ::waitpid(r0.pid, nullptr, 0);
+  r0.pid = SpawnDaemon(r0.http_port, dir + "/r0", GroupEnv(0, rdv));
+  ASSERT_TRUE(WaitReadyz(r0.http_port, r0.pid, 200)) << "the follower never joined the new rank 0";
+  auto after = Chat(r0.http_port, Request(24));
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(Content(after), Content(want));
 
   Terminate(r0.pid);
   Terminate(r1.pid);
