@@ -43,7 +43,7 @@ for (const question of questions) {
   for (let turn = 0; turn < 4; turn++) {
     const res = await client.chat.completions.create({
       model, messages, tools: TOOLS, tool_choice: turn < 3 ? "auto" : "none", parallel_tool_calls: false,
-      reasoning_effort: effort, temperature: 0, max_tokens: 96,
+      reasoning_effort: effort, temperature: 0, max_tokens: 192,
     });
     const msg = res.choices[0].message;
     const u = res.usage;

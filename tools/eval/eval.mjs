@@ -79,7 +79,7 @@ async function runTask(task, tier) {
     try {
       res = await client.chat.completions.create({
         model, messages, tools: task.tools, tool_choice: turn < 3 ? "auto" : "none", parallel_tool_calls: false,
-        reasoning_effort: tier, temperature: 0, max_tokens: 96,
+        reasoning_effort: tier, temperature: 0, max_tokens: 192,
       });
     } catch (e) {
       // A request the daemon refuses ends the task as failed; the reason is kept.

@@ -19,7 +19,7 @@ DATA=$WORK/eval.jsonl
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$BUILD/daemon/moe-daemon" --model "$MODEL" --served-model-name tiny-agent --port "$PORT" \
-  --max-context 4096 --default-max-tokens 96 >"$WORK/daemon.log" 2>&1 &
+  --max-context 4096 --default-max-tokens 192 >"$WORK/daemon.log" 2>&1 &
 DAEMON_PID=$!
 stop_daemon() {
   kill -TERM "$DAEMON_PID" 2>/dev/null || true

@@ -11,7 +11,8 @@ tool results and no thinking-budget cut), so this is a lower bound of the
 high tier's task accuracy, computed without the daemon. Variants:
   mxfp4: the model directory as shipped (MXFP4 experts dequantised exactly, BF16 elsewhere);
   bf16:  --weights with every matrix, experts included, rounded to BF16.
-Prints exact-match and token accuracy per kind for each variant.
+Prints exact-match and token accuracy per kind for each variant, and each
+MoE layer's expert load on these tasks (share of routed slots per expert).
 """
 
 import argparse
@@ -40,6 +41,7 @@ def evaluate(cfg, weights, tasks, batch=8):
     tm = M.TrainModel(cfg, 0)
     tm.load_fp32(weights)
     rows = {}
+    load = {}
     with torch.no_grad():
         for i in range(0, len(tasks), batch):
             part = tasks[i : i + batch]
@@ -52,7 +54,12 @@ def evaluate(cfg, weights, tasks, batch=8):
                 n = len(ids) - 1
                 x[b, :n], y[b, :n] = torch.tensor(ids[:-1]), torch.tensor(ids[1:])
                 m[b, :n] = torch.tensor(mask[1:], dtype=torch.bool)
-            logits, _ = tm(x, m.new_ones(m.shape), dsa_mode="sparse")
+            valid = torch.zeros_like(m)
+            for b, (ids, _) in enumerate(rendered):
+                valid[b, : len(ids) - 1] = True
+            logits, aux = tm(x, valid, dsa_mode="sparse")
+            for k, v in aux["load"].items():
+                load[k] = load.get(k, 0) + v
             logits[..., chat.TOOLS + 1 :] = float("-inf")  # padding ids are never generated
             hit = (logits.argmax(-1) == y) | ~m
             for b, t in enumerate(part):
@@ -61,7 +68,7 @@ def evaluate(cfg, weights, tasks, batch=8):
                 r["match"] += int(bool(hit[b].all()))
                 r["tok"] += int(m[b].sum())
                 r["tok_ok"] += int((hit[b] & m[b]).sum())
-    return rows
+    return rows, {k.replace(".ffn.gate.bias", ""): [round(float(c) / float(v.sum()), 4) for c in v] for k, v in load.items()}
 
 
 def main():
@@ -81,7 +88,9 @@ def main():
     variants = {"mxfp4": M.ref.load_weights(a.model, cfg)}
     if a.weights:
         variants["bf16"] = bf16_weights(a.weights, cfg)
-    results = {name: evaluate(cfg, w, tasks) for name, w in variants.items()}
+    results, loads = {}, {}
+    for name, w in variants.items():
+        results[name], loads[name] = evaluate(cfg, w, tasks)
     kinds = sorted({t["kind"] for t in tasks})
     print(f"teacher-forced exact match (%) on {len(tasks)} tasks; token accuracy (%) after /")
     print("variant " + "".join(f"{k:>16}" for k in kinds) + f"{'all':>16}")
@@ -93,9 +102,13 @@ def main():
             tok, ok = sum(r["tok"] for r in rs), sum(r["tok_ok"] for r in rs)
             cells.append(f"{100 * match / n:7.1f} / {100 * ok / tok:5.1f}")
         print(f"{name:8}" + "".join(f"{c:>16}" for c in cells))
+    E = cfg.n_experts
+    print(f"expert load ({E} experts, top-{cfg.experts_per_token}; uniform = {100 / E:.2f}% each), mxfp4:")
+    for layer, shares in loads["mxfp4"].items():
+        print(f"  {layer}: min {100 * min(shares):.2f}%  max {100 * max(shares):.2f}%  max/mean {max(shares) * E:.2f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({"results": results, "expert_load": loads}, f, indent=1)
 
 
 if __name__ == "__main__":

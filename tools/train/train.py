@@ -68,6 +68,9 @@ def main():
     ap.add_argument("--bias-rate", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--init", help="weights.pt to continue from (a second stage with its own --seed data)")
+    ap.add_argument("--save-every", type=int, default=0, help="also write weights.pt every N steps")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after this many steps, keeping the --steps schedule (a shorter run of the same command)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -94,7 +97,8 @@ def main():
     log = {"config": raw, "seed": a.seed, "steps": a.steps, "batch": a.batch, "params": n_params, "curve": []}
     load_total = {}
     t0 = time.time()
-    for step in range(a.steps):
+    last = min(a.steps, a.stop_after) if a.stop_after else a.steps
+    for step in range(last):
         x, y, m, valid = batch(data[step * a.batch : (step + 1) * a.batch])
         mode = "dense" if step < a.dense_steps else "sparse"
         logits, aux = model(x, valid, dsa_mode=mode)
@@ -115,6 +119,9 @@ def main():
                  "mode": mode, "t": round(time.time() - t0, 1)}
         log["curve"].append(entry)
         print(json.dumps(entry), flush=True)
+        if a.save_every and (step + 1) % a.save_every == 0:
+            torch.save(model.state_dict_fp32(), os.path.join(a.out, f"weights-{step + 1}.pt"))
+    log["steps_run"] = last
     log["train_seconds"] = round(time.time() - t0, 1)
     # Expert load over the whole run: each expert's share of the routed slots.
     log["expert_load"] = {k.replace(".ffn.gate.bias", ""): [round(float(c) / float(v.sum()), 4) for c in v]
@@ -122,7 +129,7 @@ def main():
     torch.save(model.state_dict_fp32(), os.path.join(a.out, "weights.pt"))
     with open(os.path.join(a.out, "train_log.json"), "w") as f:
         json.dump(log, f, indent=1)
-    print(f"train: {n_params} parameters, {a.steps} steps in {log['train_seconds']} s", flush=True)
+    print(f"train: {n_params} parameters, {last} steps in {log['train_seconds']} s", flush=True)
 
 
 if __name__ == "__main__":
