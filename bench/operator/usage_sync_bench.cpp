@@ -156,8 +156,10 @@ std::vector<double> Run(int pods, int tenants, int syncs, const fs::path& dir) {
     seen = s.syncs;
     ms.push_back(s.last_sync_seconds * 1000);
   }
-  const auto failed = oper->usage_sync_stats().pods_failed;
-  if (failed) std::fprintf(stderr, "%llu pod reads failed\n", static_cast<unsigned long long>(failed));
+  size_t bytes = 0;
+  if (auto cm = server.Get("configmaps", "bench", op::BudgetConfigMapName("bench")))
+    for (const auto& [k, v] : (*cm)["data"].items()) bytes += k.size() + v.get<std::string>().size();
+  std::printf("pods %3d  ConfigMap bench-budget %zu bytes\n", pods, bytes);
   oper->RequestStop();
   runner.join();
   for (auto& d : daemons) d->Shutdown(0);

@@ -64,6 +64,10 @@ auto Parallel(const std::vector<T>& items, int parallel, Fn fn) {
 
 std::string BudgetConfigMapName(const std::string& policy) { return policy + "-budget"; }
 
+namespace {
+constexpr size_t kConfigMapLimit = 1 << 20;  // kube-apiserver refuses larger ConfigMaps
+}  // namespace
+
 UsageSync::UsageSync(KubeClient& client, Caches caches, SecretSource& hook_secrets, UsageSyncOptions options)
     : client_(client), caches_(caches), hook_secrets_(hook_secrets), options_(options) {}
 
@@ -241,6 +245,12 @@ Status UsageSync::SyncPolicy(const json& policy) {
   const int64_t replicas = static_cast<int64_t>(pods.size());
   auto commit = [&]() -> Status {
     json data = BudgetRecordData(record, name, replicas, now);
+    size_t bytes = 0;
+    for (const auto& [k, v] : data.items()) bytes += k.size() + v.get_ref<const std::string&>().size();
+    if (bytes > kConfigMapLimit)
+      return Fail(Error::ResourceExhausted("ConfigMap " + ns + "/" + cm_name + " would hold " + std::to_string(bytes) +
+                                           " bytes, past the API server's 1 MiB: too many pods x tenants x tiers "
+                                           "for one policy"));
     if (cm) {
       json updated = *cm;
       updated["data"] = data;
@@ -282,8 +292,15 @@ Status UsageSync::SyncPolicy(const json& policy) {
 
   // 5. Status: usage and alerts (those only status still holds are kept).
   auto write_status = [&]() -> Status {
+    // The live object, listed by name (the operator lists and watches
+    // QuotaPolicies; it has no need to get them otherwise).
+    ListOptions by_name;
+    by_name.field_selector = "metadata.name=" + name;
     for (int attempt = 0;; ++attempt) {
-      MOE_ASSIGN_OR_RETURN(json live, client_.Get(resources::kQuotaPolicy, ns, name));
+      MOE_ASSIGN_OR_RETURN(json listed, client_.List(resources::kQuotaPolicy, ns, by_name));
+      const json& items = Field(listed, "items");
+      if (!items.is_array() || items.empty()) return Fail(Error::NotFound("QuotaPolicy " + ns + "/" + name + " is gone"));
+      json live = items[0];
       json st = Field(live, "status").is_object() ? live["status"] : json::object();
       std::vector<AlertRecord> shown = record.alerts;
       for (auto& a : ParseStatusAlerts(Field(st, "alerts"))) {

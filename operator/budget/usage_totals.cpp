@@ -78,6 +78,45 @@ Result<UsageRows> ParseRows(const nlohmann::json& list, const std::string& where
   return rows;
 }
 
+// Last reads are most of the ConfigMap (pods x tenants x tiers x periods
+// rows; a ConfigMap holds at most 1 MiB): one short array per row,
+// [tenant, tier, period, start, requests, input, cached_input, output, reasoning, cost_usd].
+nlohmann::json CompactRowsJson(const UsageRows& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [k, a] : rows) {
+    const auto& [tenant, tier, period, start] = k;
+    out.push_back({tenant, tier, PeriodName(period), start, a.requests, a.tokens.input, a.tokens.cached_input,
+                   a.tokens.output, a.tokens.reasoning, a.cost_usd});
+  }
+  return out;
+}
+
+Result<UsageRows> ParseCompactRows(const nlohmann::json& list, const std::string& where) {
+  if (!list.is_array()) return Fail(Error::InvalidArgument(where + ": must be a list"));
+  if (list.size() > kMaxRows) return Fail(Error::InvalidArgument(where + ": more than " + std::to_string(kMaxRows) + " rows"));
+  UsageRows rows;
+  size_t i = 0;
+  for (const auto& r : list) {
+    const std::string at = where + "[" + std::to_string(i++) + "]";
+    if (!r.is_array() || r.size() != 10 || !r[0].is_string() || !r[1].is_string() || !r[2].is_string() ||
+        !r[3].is_number_integer() || !r[9].is_number())
+      return Fail(Error::InvalidArgument(at + ": must be [tenant, tier, period, start, requests, input, cached_input, "
+                                              "output, reasoning, cost_usd]"));
+    auto period = ParsePeriod(r[2].get<std::string>());
+    if (!period) return Fail(Error::InvalidArgument(at + ": period must be day or month"));
+    UsageAmount a;
+    int64_t* counts[] = {&a.requests, &a.tokens.input, &a.tokens.cached_input, &a.tokens.output, &a.tokens.reasoning};
+    for (int j = 0; j < 5; ++j) {
+      if (!r[4 + j].is_number_integer() || r[4 + j].get<int64_t>() < 0)
+        return Fail(Error::InvalidArgument(at + ": counts must be integers >= 0"));
+      *counts[j] = r[4 + j].get<int64_t>();
+    }
+    a.cost_usd = r[9].get<double>();
+    rows[{r[0].get<std::string>(), r[1].get<std::string>(), *period, r[3].get<int64_t>()}] += a;
+  }
+  return rows;
+}
+
 nlohmann::json RowsJson(const UsageRows& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [k, a] : rows) out.push_back(RowJson(k, a));
@@ -158,7 +197,7 @@ std::vector<std::tuple<std::string, BudgetPeriod, int64_t>> UsageTotals::Periods
 
 nlohmann::json UsageTotals::ToJson() const {
   nlohmann::json p = nlohmann::json::object();
-  for (const auto& [pod, seen] : pods) p[pod] = {{"ledger_id", seen.ledger_id}, {"rows", RowsJson(seen.rows)}};
+  for (const auto& [pod, seen] : pods) p[pod] = {{"ledger_id", seen.ledger_id}, {"rows", CompactRowsJson(seen.rows)}};
   return {{"sum", RowsJson(sum)}, {"pods", std::move(p)}};
 }
 
@@ -174,7 +213,7 @@ Result<UsageTotals> UsageTotals::FromJson(const nlohmann::json& j) {
       return Fail(Error::InvalidArgument(where + ".ledger_id: must be a string"));
     PodLastSeen s;
     s.ledger_id = seen["ledger_id"].get<std::string>();
-    MOE_ASSIGN_OR_RETURN(s.rows, ParseRows(seen.value("rows", nlohmann::json::array()), where + ".rows"));
+    MOE_ASSIGN_OR_RETURN(s.rows, ParseCompactRows(seen.value("rows", nlohmann::json::array()), where + ".rows"));
     t.pods[pod] = std::move(s);
   }
   return t;
