@@ -20,11 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include "../../tests/support/loopback.hpp"
 #include "fake_apiserver.hpp"
 #include "moeserve/common/base64.hpp"
 #include "moeserve/daemon/config.hpp"
@@ -48,18 +46,6 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::seconds timeout = 1
   return pred();
 }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // One run with `pods` node-rank-0 pods; returns the sync times in ms.
 std::vector<double> Run(int pods, int tenants, int syncs, const fs::path& dir) {
   using namespace moeserve;
@@ -76,7 +62,7 @@ std::vector<double> Run(int pods, int tenants, int syncs, const fs::path& dir) {
                  {"spec",
                   {{"pricing", {{"low", price}, {"medium", price}, {"high", price}}},
                    {"budgets", json::array({{{"tenant", "*"}, {"period", "month"}, {"limitUSD", 1e9}}})}}}});
-  const int port = FreePort();
+  const int port = moeserve::test_support::FreeLoopbackPort();
   const int deployments = (pods + 1) / 2;
   for (int d = 0; d < deployments; ++d)
     server.Create("moedeployments.moeserve.io",

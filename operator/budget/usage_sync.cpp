@@ -11,6 +11,7 @@
 #include "moeserve/common/base64.hpp"
 #include "moeserve/common/hook_sender.hpp"
 #include "moeserve/common/log.hpp"
+#include "moeserve/operator/json_fields.hpp"
 #include "moeserve/operator/moedeployment.hpp"
 #include "moeserve/operator/quota_policy.hpp"
 
@@ -18,18 +19,10 @@ namespace moeserve::op {
 
 namespace {
 
-const json& Field(const json& o, const char* key) {
-  static const json kNull;
-  if (!o.is_object()) return kNull;
-  auto it = o.find(key);
-  return it == o.end() ? kNull : *it;
-}
-std::string Str(const json& o, const char* key) {
-  const json& v = Field(o, key);
-  return v.is_string() ? v.get<std::string>() : "";
-}
-std::string NameOf(const json& o) { return Str(Field(o, "metadata"), "name"); }
-std::string NamespaceOf(const json& o) { return Str(Field(o, "metadata"), "namespace"); }
+using fields::Field;
+using fields::NameOf;
+using fields::NamespaceOf;
+using fields::Str;
 std::string UidOf(const json& o) { return Str(Field(o, "metadata"), "uid"); }
 
 // The uid of the object that controls `o` with this kind and name, "" if none.

@@ -2,23 +2,15 @@
 
 #include <algorithm>
 
+#include "moeserve/operator/json_fields.hpp"
+
 namespace moeserve::op {
 namespace {
 
-// Lookups by reference: the namespace's objects are read once per review,
-// and copying each one's metadata per question dominated the review's time.
-const json& Field(const json& o, const char* key) {
-  static const json kNull;
-  if (!o.is_object()) return kNull;
-  auto it = o.find(key);
-  return it == o.end() ? kNull : *it;
-}
-std::string Str(const json& o, const char* key) {
-  const json& v = Field(o, key);
-  return v.is_string() ? v.get<std::string>() : "";
-}
-std::string NameOf(const json& o) { return Str(Field(o, "metadata"), "name"); }
-std::string NamespaceOf(const json& o) { return Str(Field(o, "metadata"), "namespace"); }
+using fields::Field;
+using fields::NameOf;
+using fields::NamespaceOf;
+using fields::Str;
 std::string CreatedAt(const json& o) { return Str(Field(o, "metadata"), "creationTimestamp"); }
 
 std::string ListText(const std::vector<std::string>& items) {
