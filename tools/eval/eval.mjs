@@ -18,6 +18,10 @@
 // The trivial baseline (scored offline by the same rule) calls the first tool,
 // calculator, with the first number of the question, and answers with it.
 // With --min-accuracy every tier must reach P percent, else exit status 1.
+// "Protocol" (a weaker measure) counts tasks whose first step has the right
+// form: the expected first tool with arguments that parse as a JSON object,
+// or, for a plain question, an answer without a call. With --min-protocol
+// every tier must reach that rate.
 import fs from "node:fs";
 import OpenAI from "openai";
 
@@ -34,6 +38,7 @@ const tiers = arg("tiers", "low,medium,high").split(",");
 const limit = Number(arg("limit", "0"));
 const jsonOut = arg("json", "");
 const minAccuracy = arg("min-accuracy", "");
+const minProtocol = arg("min-protocol", "");
 let tasks = fs.readFileSync(arg("data", "eval.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
 if (limit > 0) tasks = tasks.slice(0, limit);
 const client = new OpenAI({ baseURL, apiKey: arg("api-key", process.env.OPENAI_API_KEY ?? "none"), maxRetries: 2 });
@@ -61,6 +66,12 @@ function score(task, calls, answer) {
     if (calls[i].name !== want[i].name || !argsMatch(want[i], calls[i].args)) return false;
   }
   return answerHas(answer, task.expect.answer);
+}
+
+function protocolOk(task, calls) {
+  const want = task.expect.calls;
+  if (!want.length) return calls.length === 0;
+  return calls.length > 0 && calls[0].name === want[0].name && calls[0].args !== null;
 }
 
 function baseline(task) {
@@ -121,9 +132,10 @@ for (const tier of tiers) {
     const r = await runTask(task, tier);
     completionTokens += r.usage.completion;
     details[tier].push({ kind: task.kind, question: task.messages[0].content, ...r });
-    const row = (table[tier][task.kind] ??= { n: 0, ok: 0 });
+    const row = (table[tier][task.kind] ??= { n: 0, ok: 0, protocol: 0 });
     row.n++;
     if (r.correct) row.ok++;
+    if (protocolOk(task, r.calls)) row.protocol++;
   }
 }
 const base = {};
@@ -143,12 +155,25 @@ console.log(`${"tier".padEnd(10)}${kinds.map((k) => k.padStart(8)).join("")}    
 for (const tier of tiers) {
   console.log(`${tier.padEnd(10)}${kinds.map((k) => " " + cell(table[tier][k])).join("")} ${pct(table[tier]).toFixed(1).padStart(7)}`);
 }
+const protocolPct = (rows) => (100 * Object.values(rows).reduce((a, r) => a + r.protocol, 0)) /
+  Math.max(1, Object.values(rows).reduce((a, r) => a + r.n, 0));
+for (const tier of tiers) {
+  console.log(`${(tier + " fmt").padEnd(10)}${kinds.map((k) => " " + (table[tier][k] ? ((100 * table[tier][k].protocol) / table[tier][k].n).toFixed(1).padStart(7) : "      -")).join("")} ${protocolPct(table[tier]).toFixed(1).padStart(7)}`);
+}
 console.log(`${"baseline".padEnd(10)}${kinds.map((k) => " " + cell(base[k])).join("")} ${pct(base).toFixed(1).padStart(7)}`);
 const summary = {
   model, tasks: tasks.length, seconds: (Date.now() - t0) / 1000, completion_tokens: completionTokens,
-  accuracy: Object.fromEntries(tiers.map((t) => [t, pct(table[t])])), per_kind: table, baseline: pct(base), baseline_per_kind: base,
+  accuracy: Object.fromEntries(tiers.map((t) => [t, pct(table[t])])),
+  protocol: Object.fromEntries(tiers.map((t) => [t, protocolPct(table[t])])), per_kind: table, baseline: pct(base), baseline_per_kind: base,
 };
 if (jsonOut) fs.writeFileSync(jsonOut, JSON.stringify({ summary, details }, null, 1));
+if (minProtocol !== "") {
+  const failing = tiers.filter((t) => protocolPct(table[t]) < Number(minProtocol));
+  if (failing.length) {
+    console.error(`eval: protocol below ${minProtocol}% on ${failing.join(", ")}`);
+    process.exit(1);
+  }
+}
 if (minAccuracy !== "") {
   const failing = tiers.filter((t) => pct(table[t]) < Number(minAccuracy));
   if (failing.length) {
