@@ -487,9 +487,18 @@ Status CheckAgainstSchema(const ojson& value, const ojson& schema, const std::st
   if (!(types & actual)) return Fail(Error::InvalidArgument(path + ": " + value.dump() + " has the wrong type"));
   if (value.is_object()) {
     if (auto p = schema.find("properties"); p != schema.end() && p->is_object()) {
+      // A key that "required" names but "properties" does not declare takes
+      // any value, as the grammar builds it (see BuildObject above).
+      const auto r = schema.find("required");
+      const auto required_elsewhere = [&](const std::string& key) {
+        return r != schema.end() && r->is_array() && std::find(r->begin(), r->end(), key) != r->end();
+      };
       for (auto it = value.begin(); it != value.end(); ++it) {
-        if (!p->contains(it.key())) return Fail(Error::InvalidArgument(path + ": undeclared property '" + it.key() + "'"));
-        MOE_TRY(CheckAgainstSchema(it.value(), (*p)[it.key()], path + "." + it.key()));
+        if (p->contains(it.key())) {
+          MOE_TRY(CheckAgainstSchema(it.value(), (*p)[it.key()], path + "." + it.key()));
+        } else if (!required_elsewhere(it.key())) {
+          return Fail(Error::InvalidArgument(path + ": undeclared property '" + it.key() + "'"));
+        }
       }
     }
     if (auto r = schema.find("required"); r != schema.end() && r->is_array())

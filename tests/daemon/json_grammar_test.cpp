@@ -61,6 +61,19 @@ TEST(JsonGrammar, RequiredKeysNotDeclaredMustStillBeWritten) {
   EXPECT_TRUE(CheckAgainstSchema(ojson::parse(R"({"k":1})"), no_properties).has_value());
 }
 
+// Found by fuzz_json_grammar: the grammar wrote a required key that
+// "properties" does not declare, and the schema check then called that key
+// undeclared. Both now take it with any value; other extra keys stay refused.
+TEST(JsonGrammar, CheckAgreesWithTheGrammarOnRequiredKeysNotDeclared) {
+  const ojson schema = ojson::parse(
+      R"({"type":"object","properties":{"kity":{"type":"string"},"days":{"type":"integer"}},"required":["city"]})");
+  const std::string written = R"({"city":"Paris","days":4})";
+  EXPECT_TRUE(Accepts(schema, written));
+  EXPECT_TRUE(CheckAgainstSchema(ojson::parse(written), schema).has_value());
+  EXPECT_FALSE(CheckAgainstSchema(ojson::parse(R"({"city":1,"town":"x"})"), schema).has_value());
+  EXPECT_FALSE(CheckAgainstSchema(ojson::parse(R"({"days":4})"), schema).has_value());
+}
+
 TEST(JsonGrammar, RefusesWhatTheSchemaForbids) {
   EXPECT_FALSE(Accepts(kWeatherSchema, R"({"city":"Paris"})"));                    // required unit
   EXPECT_FALSE(Accepts(kWeatherSchema, R"({"city":"P","unit":"kelvin"})"));         // enum
