@@ -391,7 +391,11 @@ bool JsonGrammar::Feed(uint8_t c) {
             return false;
           case Frame::kObjKey: {
             if (f.node->has_properties) {
-              if (c == '"') {
+              // Keys are matched in their escaped form: a quote after an odd
+              // run of backslashes is part of the key (\"), not its end.
+              size_t backslashes = 0;
+              while (backslashes < f.key.size() && f.key[f.key.size() - 1 - backslashes] == '\\') ++backslashes;
+              if (c == '"' && backslashes % 2 == 0) {
                 int idx = KeyExact(f, f.key);
                 if (idx < 0) return false;
                 f.current_property = idx;

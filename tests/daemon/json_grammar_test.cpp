@@ -64,6 +64,16 @@ TEST(JsonGrammar, RequiredKeysNotDeclaredMustStillBeWritten) {
 // Found by fuzz_json_grammar: the grammar wrote a required key that
 // "properties" does not declare, and the schema check then called that key
 // undeclared. Both now take it with any value; other extra keys stay refused.
+// Found by fuzz_json_grammar: a declared key containing a quote is written
+// escaped (\"), and the grammar took that quote for the key's end and stuck.
+TEST(JsonGrammar, KeysWithEscapedQuotesCanBeWritten) {
+  const ojson schema = ojson::parse(R"({"type":"object","properties":{"a\"b":{"type":"integer"},"a":{"type":"integer"}},"required":["a\"b"]})");
+  EXPECT_TRUE(Accepts(schema, R"({"a\"b":1})"));
+  EXPECT_TRUE(Accepts(schema, R"({"a":2,"a\"b":1})"));
+  EXPECT_FALSE(Accepts(schema, R"({"a\"c":1})"));
+  EXPECT_FALSE(Accepts(schema, R"({"a":2})"));
+}
+
 TEST(JsonGrammar, CheckAgreesWithTheGrammarOnRequiredKeysNotDeclared) {
   const ojson schema = ojson::parse(
       R"({"type":"object","properties":{"kity":{"type":"string"},"days":{"type":"integer"}},"required":["city"]})");
