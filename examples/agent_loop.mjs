@@ -11,6 +11,7 @@
 // demo's tiny model) the text is noise, but every call is well-formed: the
 // daemon constrains tool_choice "required" to the tool's schema.
 import OpenAI from "openai";
+import { calculate as evaluate } from "../tools/eval/agent_tools.mjs";
 
 function arg(name, fallback) {
   const i = process.argv.indexOf(`--${name}`);
@@ -36,38 +37,12 @@ const tools = [{
   },
 }];
 
-// A small recursive-descent evaluator: no eval() on model output.
+// The evaluator the tiny-agent examples and the evaluation share (a small
+// recursive-descent parser: no eval() on model output); errors go back to the
+// model as the tool's result.
 function calculate(expression) {
-  let pos = 0;
-  const s = String(expression).replace(/\s+/g, "");
-  const peek = () => s[pos];
-  function number() {
-    const m = /^\d+(\.\d+)?/.exec(s.slice(pos));
-    if (!m) throw new Error(`expected a number at ${pos} in '${s}'`);
-    pos += m[0].length;
-    return Number(m[0]);
-  }
-  function factor() {
-    if (peek() === "-") { pos++; return -factor(); }
-    if (peek() === "(") { pos++; const v = sum(); if (peek() !== ")") throw new Error("missing )"); pos++; return v; }
-    return number();
-  }
-  function product() {
-    let v = factor();
-    while (peek() === "*" || peek() === "/") v = s[pos++] === "*" ? v * factor() : v / factor();
-    return v;
-  }
-  function sum() {
-    let v = product();
-    while (peek() === "+" || peek() === "-") v = s[pos++] === "+" ? v + product() : v - product();
-    return v;
-  }
   try {
-    const v = sum();
-    // codePointAt, not s[pos]: half a surrogate pair is not valid Unicode,
-    // and the daemon refuses a request that carries one.
-    if (pos !== s.length) throw new Error(`unexpected '${String.fromCodePoint(s.codePointAt(pos))}' at ${pos}`);
-    return String(v);
+    return String(evaluate(expression));
   } catch (e) {
     return `error: ${e.message}`;
   }
