@@ -306,6 +306,8 @@ Status Operator::Run() {
       elector->Run(
           stop_,
           [&] {
+            std::lock_guard lock(leadership_mu_);
+            if (stop_) return;  // shutdown has begun (or is about to join what this would start)
             leading_ = true;
             metrics_->is_leader.Set(1);
             quota_->SetLeading(true);
@@ -313,6 +315,7 @@ Status Operator::Run() {
             usage_sync_->Start();
           },
           [&] {
+            std::lock_guard lock(leadership_mu_);
             leading_ = false;
             metrics_->is_leader.Set(0);
             quota_->SetLeading(false);
@@ -332,11 +335,16 @@ Status Operator::Run() {
   while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 
   // 4. Shut down: workers finish their key, watches end, the lease is released.
-  queue_.ShutDown();
-  for (auto& w : workers_)
-    if (w.joinable()) w.join();
-  workers_.clear();
-  usage_sync_->Stop();
+  // Under the lock, stop_ is already set: a leadership callback either ran
+  // before (and what it started is joined here) or sees stop_ and starts nothing.
+  {
+    std::lock_guard lock(leadership_mu_);
+    queue_.ShutDown();
+    for (auto& w : workers_)
+      if (w.joinable()) w.join();
+    workers_.clear();
+    usage_sync_->Stop();
+  }
   if (elector_thread.joinable()) elector_thread.join();
   quota_->Stop();
   client_.CancelWatches();

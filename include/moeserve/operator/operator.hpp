@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -81,6 +82,10 @@ class Operator {
   std::atomic<bool> stop_{false};
   std::atomic<bool> leading_{false};
   std::atomic<bool> lost_leadership_{false};
+  // Orders the elector's callbacks against shutdown: leadership gained while
+  // Run() is already stopping must not start workers or the usage sync after
+  // they were joined (they would never be joined again, and the process hung).
+  std::mutex leadership_mu_;
   std::atomic<uint64_t> reconciles_{0}, reconcile_errors_{0};
 };
 
