@@ -52,9 +52,47 @@ std::vector<int> TopK(const std::vector<float>& v, int k) {
 
 }  // namespace
 
-// In decode every expert sees fewer than 8 tokens; then all experts'
-// gate/up products run as one parallel pass, and all down products as
-// another (MatVecMxfp4Many), instead of two hand-offs per expert.
+namespace {
+
+// One product of every expert in `work` (w13 on x, or w2 on act) by the
+// kernels of the experts' format. In decode every expert sees fewer than
+// kMxfp4GemmMinRows (8) tokens, the bound of both formats' matrix-vector
+// kernels; then all experts' products run as one parallel pass (the *_many
+// kernels) instead of one hand-off per expert. Otherwise one matmul each.
+template <class In, class Out>
+void ExpertProducts(const ExpertStack& stack, int first, std::vector<ExpertRows>& work, bool all_matvec, In in, Out out,
+                    const kernels::KernelSet& k) {
+  if (stack.format == ExpertFormat::kMxfp4) {
+    if (!all_matvec) {
+      for (ExpertRows& r : work) k.matmul_mxfp4(stack.expert(r.e - first), in(r), static_cast<size_t>(r.ne), out(r));
+      return;
+    }
+    std::vector<kernels::Mxfp4MatVecJob> jobs;
+    for (ExpertRows& r : work) jobs.push_back({stack.expert(r.e - first), in(r), static_cast<size_t>(r.ne), out(r)});
+    k.matvec_mxfp4_many(jobs);
+    return;
+  }
+  const size_t rows = static_cast<size_t>(stack.rows), cols = static_cast<size_t>(stack.cols);
+  if (!all_matvec) {
+    for (ExpertRows& r : work)
+      k.matmul_bf16(stack.expert_bf16(r.e - first), rows, cols, in(r), static_cast<size_t>(r.ne), out(r));
+    return;
+  }
+  // The BF16 pass takes one row count for all its jobs: one pass per count
+  // (a single one in single-sequence decode, where every expert has 1 row).
+  std::vector<kernels::Bf16MatVecJob> jobs;
+  for (size_t ne = 1; ne < kernels::kMxfp4GemmMinRows; ++ne) {
+    jobs.clear();
+    for (ExpertRows& r : work)
+      if (static_cast<size_t>(r.ne) == ne) jobs.push_back({stack.expert_bf16(r.e - first), rows, cols, in(r), out(r)});
+    if (!jobs.empty()) k.matvec_bf16_many(jobs, ne);
+  }
+}
+
+}  // namespace
+
+// The experts' gate/up products, SwiGLU, then their down products; in
+// decode each product is one pass over all experts (ExpertProducts).
 void RunExperts(const LayerWeights& w, std::vector<ExpertRows>& work, int D, int I, const kernels::KernelSet& k) {
   bool all_matvec = true;
   for (ExpertRows& r : work) {
@@ -64,27 +102,18 @@ void RunExperts(const LayerWeights& w, std::vector<ExpertRows>& work, int D, int
     all_matvec = all_matvec && static_cast<size_t>(r.ne) < kernels::kMxfp4GemmMinRows;
   }
   const int first = w.first_expert;
-  std::vector<kernels::Mxfp4MatVecJob> jobs;
-  if (all_matvec) {
-    for (ExpertRows& r : work)
-      jobs.push_back({w.w13.expert(r.e - first), r.x, static_cast<size_t>(r.ne), r.h13.data()});
-    k.matvec_mxfp4_many(jobs);
-  } else {
-    for (ExpertRows& r : work) k.matmul_mxfp4(w.w13.expert(r.e - first), r.x, static_cast<size_t>(r.ne), r.h13.data());
-  }
+  const auto x = [](ExpertRows& r) { return r.x; };
+  const auto h13 = [](ExpertRows& r) { return r.h13.data(); };
+  ExpertProducts(w.w13, first, work, all_matvec, x, h13, k);
   // SwiGLU: act = silu(h1) * h3, h13 holding [h1 | h3] per row.
   for (ExpertRows& r : work)
     for (int i = 0; i < r.ne; ++i) {
       const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
       k.silu_mul(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I));
     }
-  if (all_matvec) {
-    jobs.clear();
-    for (ExpertRows& r : work) jobs.push_back({w.w2e.expert(r.e - first), r.act.data(), static_cast<size_t>(r.ne), r.ye.data()});
-    k.matvec_mxfp4_many(jobs);
-  } else {
-    for (ExpertRows& r : work) k.matmul_mxfp4(w.w2e.expert(r.e - first), r.act.data(), static_cast<size_t>(r.ne), r.ye.data());
-  }
+  const auto act = [](ExpertRows& r) -> const float* { return r.act.data(); };
+  const auto ye = [](ExpertRows& r) { return r.ye.data(); };
+  ExpertProducts(w.w2e, first, work, all_matvec, act, ye, k);
 }
 
 void RouteToken(const ModelConfig& cfg, const LayerWeights& w, const float* logits, std::vector<std::pair<int, float>>& picks) {

@@ -20,6 +20,14 @@ std::string_view LayerKindName(LayerKind k) {
   return "?";
 }
 
+std::string_view ExpertFormatName(ExpertFormat f) {
+  switch (f) {
+    case ExpertFormat::kMxfp4: return "mxfp4";
+    case ExpertFormat::kBf16: return "bf16";
+  }
+  return "?";
+}
+
 bool ModelConfig::HasKind(LayerKind k) const { return CountKind(k) > 0; }
 
 int ModelConfig::CountKind(LayerKind k) const {
@@ -230,9 +238,19 @@ Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string&
   if (r.Has("quantization")) {
     MOE_ASSIGN_OR_RETURN(auto q, r.Object("quantization"));
     MOE_ASSIGN_OR_RETURN(std::string format, q.String("format"));
-    if (format != "mxfp4") return Fail(q.Bad("format", "'" + format + "' is not supported (expected \"mxfp4\")"));
-    MOE_ASSIGN_OR_RETURN(int block, q.PositiveInt("block_size", 32));
-    if (block != 32) return Fail(q.Bad("block_size", "must be 32 (OCP MX), got " + std::to_string(block)));
+    if (format == "mxfp4") {
+      c.expert_format = ExpertFormat::kMxfp4;
+      MOE_ASSIGN_OR_RETURN(int block, q.PositiveInt("block_size", 32));
+      if (block != 32) return Fail(q.Bad("block_size", "must be 32 (OCP MX), got " + std::to_string(block)));
+    } else if (format == "bf16") {
+      // BF16 experts are plain tensors: a block size would mean the file
+      // was written for another format.
+      c.expert_format = ExpertFormat::kBf16;
+      if (q.Has("block_size"))
+        return Fail(q.Bad("block_size", "has no meaning for format \"bf16\" (BF16 experts have no blocks)"));
+    } else {
+      return Fail(q.Bad("format", "'" + format + "' is not supported (expected \"mxfp4\" or \"bf16\")"));
+    }
     if (q.Has("applies_to") && q.raw("applies_to") != json::array({"experts"}))
       return Fail(q.Bad("applies_to", "must be [\"experts\"], got " + q.raw("applies_to").dump()));
   }
@@ -334,7 +352,10 @@ std::string ModelConfig::ToJson() const {
                {"original_max_position", rope.original_max_position}, {"beta_fast", rope.beta_fast},
                {"beta_slow", rope.beta_slow}, {"mscale", rope.mscale}};
   j["max_position_embeddings"] = max_position_embeddings;
-  j["quantization"] = {{"format", "mxfp4"}, {"block_size", 32}, {"applies_to", {"experts"}}};
+  if (expert_format == ExpertFormat::kBf16)
+    j["quantization"] = {{"format", "bf16"}};
+  else
+    j["quantization"] = {{"format", "mxfp4"}, {"block_size", 32}, {"applies_to", {"experts"}}};
   j["thinking_budgets"] = {{"low", thinking_budgets.low}, {"medium", thinking_budgets.medium}, {"high", thinking_budgets.high}};
   return j.dump(2) + "\n";
 }

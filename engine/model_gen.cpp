@@ -83,7 +83,8 @@ int64_t Numel(const std::vector<int64_t>& shape) {
 
 uint64_t SpecBytes(const TensorSpec& s) {
   uint64_t n = static_cast<uint64_t>(Numel(s.shape));
-  return s.cls == TensorClass::kFloat32 ? 4 * n : s.cls == TensorClass::kBf16 ? 2 * n : n;
+  if (s.cls == TensorClass::kFloat32) return 4 * n;
+  return s.cls == TensorClass::kBf16 || s.cls == TensorClass::kBf16Experts ? 2 * n : n;
 }
 
 struct GeneratedTensor {
@@ -91,17 +92,24 @@ struct GeneratedTensor {
   std::vector<uint8_t> bytes;
 };
 
-// MXFP4 weights come in pairs (.blocks, .scales) drawn from the fp32 matrix
-// [experts * rows, cols]; both are produced when the .blocks tensor is seen.
+// A routed-expert weight's fp32 values [experts * rows, cols], drawn from a
+// stream keyed by the weight's name without its suffix ("...w13"), so that
+// the MXFP4 and the BF16 checkpoint of one seed hold the same draw.
+std::vector<float> ExpertValues(const TensorSpec& spec, const std::string& base, size_t numel, uint64_t seed) {
+  TensorRng rng(seed, base);
+  TensorSpec fp = spec;
+  fp.cls = TensorClass::kBf16;  // initialise like a dense matrix of the same fan-in
+  return InitialValues(fp, static_cast<int64_t>(numel), rng);
+}
+
+// MXFP4 weights come in pairs (.blocks, .scales) encoded from the fp32
+// matrix; both are produced when the .blocks tensor is seen.
 Result<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> GenerateExperts(const TensorSpec& blocks_spec, uint64_t seed) {
   const auto& s = blocks_spec.shape;  // [E, rows, cols/32, 16]
   const size_t rows = static_cast<size_t>(s[0] * s[1]);
   const size_t cols = static_cast<size_t>(s[2] * 32);
   std::string base = blocks_spec.name.substr(0, blocks_spec.name.size() - std::string(".blocks").size());
-  TensorRng rng(seed, base);
-  TensorSpec fp = blocks_spec;
-  fp.cls = TensorClass::kBf16;  // initialise like a dense matrix of the same fan-in
-  auto values = InitialValues(fp, static_cast<int64_t>(rows * cols), rng);
+  auto values = ExpertValues(blocks_spec, base, rows * cols, seed);
   std::vector<uint8_t> blocks(rows * cols / 2), scales(rows * cols / 32);
   long long bad = kernels::Mxfp4EncodeMatrix(values.data(), rows, cols, blocks.data(), scales.data());
   if (bad >= 0) return Fail(Error::Internal(base + ": non-finite generated value at " + std::to_string(bad)));
@@ -166,8 +174,15 @@ Status GenerateModel(const ModelGenOptions& options, const std::string& out_dir)
       } else if (spec.cls == TensorClass::kMxfp4Scales) {
         bytes = std::move(pending_scales);
       } else {
-        TensorRng rng(options.seed, spec.name);
-        auto values = InitialValues(spec, Numel(spec.shape), rng);
+        std::vector<float> values;
+        if (spec.cls == TensorClass::kBf16Experts) {
+          // BF16 experts (model.md 1.2): the draw MXFP4 would encode, rounded to BF16.
+          const std::string base = spec.name.substr(0, spec.name.size() - std::string(".weight").size());
+          values = ExpertValues(spec, base, static_cast<size_t>(Numel(spec.shape)), options.seed);
+        } else {
+          TensorRng rng(options.seed, spec.name);
+          values = InitialValues(spec, Numel(spec.shape), rng);
+        }
         if (spec.cls == TensorClass::kFloat32) {
           dtype = DType::kF32;
           bytes.resize(values.size() * 4);

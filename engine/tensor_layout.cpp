@@ -71,10 +71,15 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
       const int64_t E = m.num_experts, I = m.moe_intermediate_size, S = int64_t{m.num_shared_experts} * I;
       dense(p + "ffn.gate.weight", {E, D}, i);
       f32(p + "ffn.gate.bias", {E}, i);
-      out.push_back({p + "ffn.experts.w13.blocks", {E, 2 * I, D / 32, 16}, TensorClass::kMxfp4Blocks, i, true, D});
-      out.push_back({p + "ffn.experts.w13.scales", {E, 2 * I, D / 32}, TensorClass::kMxfp4Scales, i, true, D});
-      out.push_back({p + "ffn.experts.w2.blocks", {E, D, I / 32, 16}, TensorClass::kMxfp4Blocks, i, true, I});
-      out.push_back({p + "ffn.experts.w2.scales", {E, D, I / 32}, TensorClass::kMxfp4Scales, i, true, I});
+      if (c.expert_format == ExpertFormat::kBf16) {
+        out.push_back({p + "ffn.experts.w13.weight", {E, 2 * I, D}, TensorClass::kBf16Experts, i, true, D});
+        out.push_back({p + "ffn.experts.w2.weight", {E, D, I}, TensorClass::kBf16Experts, i, true, I});
+      } else {
+        out.push_back({p + "ffn.experts.w13.blocks", {E, 2 * I, D / 32, 16}, TensorClass::kMxfp4Blocks, i, true, D});
+        out.push_back({p + "ffn.experts.w13.scales", {E, 2 * I, D / 32}, TensorClass::kMxfp4Scales, i, true, D});
+        out.push_back({p + "ffn.experts.w2.blocks", {E, D, I / 32, 16}, TensorClass::kMxfp4Blocks, i, true, I});
+        out.push_back({p + "ffn.experts.w2.scales", {E, D, I / 32}, TensorClass::kMxfp4Scales, i, true, I});
+      }
       if (S > 0) {
         dense(p + "ffn.shared.w1.weight", {S, D}, i);
         dense(p + "ffn.shared.w3.weight", {S, D}, i);
@@ -101,14 +106,26 @@ bool DTypeAllowed(TensorClass cls, DType t) {
     case TensorClass::kBf16: return t == DType::kBF16 || t == DType::kF32;
     case TensorClass::kMxfp4Blocks:
     case TensorClass::kMxfp4Scales: return t == DType::kU8;
+    case TensorClass::kBf16Experts: return t == DType::kBF16;
   }
   return false;
+}
+
+// "layers.3.ffn.experts.w13" for "layers.3.ffn.experts.w13.blocks" (.scales,
+// .weight): the weight a routed-expert tensor of either format belongs to.
+std::string ExpertWeightBase(const std::string& name) {
+  for (const char* suffix : {".blocks", ".scales", ".weight"}) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) return name.substr(0, name.size() - n);
+  }
+  return name;
 }
 
 std::string_view AllowedText(TensorClass cls) {
   switch (cls) {
     case TensorClass::kFloat32: return "F32";
     case TensorClass::kBf16: return "BF16 or F32";
+    case TensorClass::kBf16Experts: return "BF16, as quantization.format \"bf16\" says";
     default: return "U8 (MXFP4)";
   }
 }
@@ -116,9 +133,10 @@ std::string_view AllowedText(TensorClass cls) {
 }  // namespace
 
 Status ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& config, std::vector<std::string>* warnings) {
-  std::set<std::string> expected;
+  std::set<std::string> expected, expert_weights;
   for (const TensorSpec& spec : ExpectedTensors(config)) {
     expected.insert(spec.name);
+    if (spec.routed_expert) expert_weights.insert(ExpertWeightBase(spec.name));
     const TensorView* t = ck.Find(spec.name);
     if (!t) {
       std::string where = ck.shards().size() == 1 ? ck.shards()[0]->path() : "checkpoint";
@@ -138,9 +156,15 @@ Status ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& config, std::
                                                     " is 255 (NaN in E8M0)"));
     }
   }
-  if (warnings)
-    for (const TensorView* t : ck.AllTensors())
-      if (!expected.count(t->name)) warnings->push_back(*t->file + ": tensor '" + t->name + "' is not used by this config");
+  for (const TensorView* t : ck.AllTensors()) {
+    if (expected.count(t->name)) continue;
+    if (expert_weights.count(ExpertWeightBase(t->name)))
+      return Fail(Error::Corruption(*t->file, "tensor '" + t->name +
+                                                  "' holds routed experts in another format than config.json's "
+                                                  "quantization.format \"" +
+                                                  std::string(ExpertFormatName(config.expert_format)) + "\" (model.md 1.2)"));
+    if (warnings) warnings->push_back(*t->file + ": tensor '" + t->name + "' is not used by this config");
+  }
   return Ok();
 }
 
@@ -157,7 +181,7 @@ ModelSummary Summarize(const Checkpoint& ck, const ModelConfig& c) {
     if (!t) continue;
     s.bytes_by_dtype[std::string(DTypeName(t->dtype))] += t->nbytes;
     s.total_bytes += t->nbytes;
-    if (spec.cls == TensorClass::kMxfp4Scales) continue;  // scales are not parameters
+    if (spec.cls == TensorClass::kMxfp4Scales) continue;  // scales are not parameters (BF16 experts: one per element)
     int64_t params = t->numel();
     if (spec.cls == TensorClass::kMxfp4Blocks) params *= 2;  // two E2M1 elements per byte
     s.total_params += params;
@@ -193,6 +217,9 @@ std::string FormatSummary(const ModelSummary& s, const ModelConfig& c) {
   o << "\n";
   o << "hidden         " << c.hidden_size << ", vocab " << c.vocab_size << ", experts " << c.moe.num_experts
     << " (top-" << c.moe.experts_per_token << ", " << c.moe.num_shared_experts << " shared)\n";
+  o << "experts        " << ExpertFormatName(c.expert_format)
+    << (c.expert_format == ExpertFormat::kBf16 ? " (routed experts BF16, model.md 1.2)" : " (routed experts MXFP4, model.md 7)")
+    << "\n";
   o << "parameters     total " << human(static_cast<double>(s.total_params)) << " (" << s.total_params
     << "), active " << human(static_cast<double>(s.active_params)) << " (" << s.active_params << ")\n";
   o << "bytes          " << human(static_cast<double>(s.total_bytes)) << "B total";

@@ -49,14 +49,14 @@ class Loader {
   }
   // Experts [first, first + count) only: the checkpoint is mapped, so the
   // pages of other ranks' experts are never read.
-  Result<Mxfp4Stack> Experts(const std::string& base, int first, int count) {
+  Result<ExpertStack> Experts(const std::string& base, ExpertFormat format, int first, int count) {
+    if (format == ExpertFormat::kBf16) return Bf16Experts(base, first, count);
     const TensorView* b = ck_.Find(base + ".blocks");
     const TensorView* s = ck_.Find(base + ".scales");
     if (!b || !s) return Fail(Error::NotFound("MXFP4 weight '" + base + "' is missing"));
-    if (first < 0 || count < 1 || first + count > b->shape[0])
-      return Fail(Error::InvalidArgument("MXFP4 weight '" + base + "': experts [" + std::to_string(first) + ", " +
-                                         std::to_string(first + count) + ") outside the " + std::to_string(b->shape[0]) + " stored"));
-    Mxfp4Stack m;
+    MOE_TRY(CheckExpertRange(base, b->shape[0], first, count));
+    ExpertStack m;
+    m.format = ExpertFormat::kMxfp4;
     m.experts = count;
     m.rows = static_cast<int>(b->shape[1]);
     m.cols = static_cast<int>(b->shape[2] * 32);
@@ -69,6 +69,32 @@ class Loader {
   }
 
  private:
+  // BF16 experts (model.md 1.2): this rank's slice copied into the arena as
+  // stored, each expert a BF16 [rows, cols] matrix for the BF16 kernels.
+  Result<ExpertStack> Bf16Experts(const std::string& base, int first, int count) {
+    const TensorView* t = ck_.Find(base + ".weight");
+    if (!t || t->shape.size() != 3 || t->dtype != DType::kBF16)
+      return Fail(Error::NotFound("BF16 expert weight '" + base + ".weight' is missing"));
+    MOE_TRY(CheckExpertRange(base + ".weight", t->shape[0], first, count));
+    ExpertStack m;
+    m.format = ExpertFormat::kBf16;
+    m.experts = count;
+    m.rows = static_cast<int>(t->shape[1]);
+    m.cols = static_cast<int>(t->shape[2]);
+    const size_t expert_bytes = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols) * sizeof(uint16_t);
+    void* dst = arena_.Allocate(expert_bytes * static_cast<size_t>(count));
+    std::memcpy(dst, t->data + static_cast<size_t>(first) * expert_bytes, expert_bytes * static_cast<size_t>(count));
+    m.bf16 = static_cast<const uint16_t*>(dst);
+    return m;
+  }
+  static Status CheckExpertRange(const std::string& name, int64_t stored, int first, int count) {
+    if (first < 0 || count < 1 || first + count > stored)
+      return Fail(Error::InvalidArgument("expert weight '" + name + "': experts [" + std::to_string(first) + ", " +
+                                         std::to_string(first + count) + ") outside the " + std::to_string(stored) +
+                                         " stored"));
+    return Ok();
+  }
+
   const Checkpoint& ck_;
   kernels::WeightArena& arena_;
 };
@@ -152,8 +178,8 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c, int
     } else {
       MOE_ASSIGN_OR_RETURN(lw.gate, L.Linear(p + "ffn.gate.weight"));
       MOE_ASSIGN_OR_RETURN(lw.gate_bias, L.Vec(p + "ffn.gate.bias"));
-      MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13", first_expert, local_experts));
-      MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2", first_expert, local_experts));
+      MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13", c.expert_format, first_expert, local_experts));
+      MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2", c.expert_format, first_expert, local_experts));
       lw.first_expert = first_expert;
       if (c.moe.num_shared_experts > 0) {
         MOE_ASSIGN_OR_RETURN(lw.shared_w1, L.Linear(p + "ffn.shared.w1.weight"));

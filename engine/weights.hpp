@@ -1,5 +1,6 @@
 // Weights in the layout the CPU kernels use: dense tensors as fp32 or BF16
-// (see Matrix), MXFP4 experts repacked for the integer dot-product kernels.
+// (see Matrix), MXFP4 experts repacked for the integer dot-product kernels,
+// BF16 experts as stored (ExpertStack).
 #pragma once
 
 #include <cstdint>
@@ -24,13 +25,21 @@ struct Matrix {
   size_t bytes() const { return w.size() * 4 + (bf16 ? static_cast<size_t>(rows) * cols * 2 : 0); }
 };
 
-// [experts, rows, cols], repacked at load for the CPU kernels (lossless; see
-// kernels/mxfp4_packed.hpp). The file layout is not kept: the reference
-// kernels unpack an expert when they need it.
-struct Mxfp4Stack {
-  kernels::Mxfp4PackedStack packed;
+// Routed experts [experts, rows, cols] in the checkpoint's expert format
+// (model.md 1.2). MXFP4: repacked at load for the CPU kernels (lossless; see
+// kernels/mxfp4_packed.hpp); the file layout is not kept, the reference
+// kernels unpack an expert when they need it. BF16: kept as stored, in
+// ModelWeights::arena, and multiplied by the BF16 kernels the dense matrices
+// use.
+struct ExpertStack {
+  ExpertFormat format = ExpertFormat::kMxfp4;
+  kernels::Mxfp4PackedStack packed;  // format mxfp4
+  const uint16_t* bf16 = nullptr;    // format bf16: [experts, rows, cols]
   int experts = 0, rows = 0, cols = 0;
   kernels::Mxfp4PackedView expert(int e) const { return packed.matrix(static_cast<size_t>(e)); }
+  const uint16_t* expert_bf16(int e) const {
+    return bf16 + static_cast<size_t>(e) * static_cast<size_t>(rows) * static_cast<size_t>(cols);
+  }
 };
 
 struct LayerWeights {
@@ -59,7 +68,7 @@ struct LayerWeights {
   Matrix w1, w3, w2;                   // dense SwiGLU
   Matrix gate;                          // [E, D]
   std::vector<float> gate_bias;         // [E]
-  Mxfp4Stack w13, w2e;                  // routed experts: this rank's only
+  ExpertStack w13, w2e;                 // routed experts: this rank's only
   int first_expert = 0;                 // global index of w13.expert(0)
   Matrix shared_w1, shared_w3, shared_w2;
 };
@@ -75,7 +84,8 @@ struct ModelWeights {
 // Loads the dense weights and the experts expert-parallel rank ep_rank of
 // ep_world owns (model.md 6: expert e lives on rank e / (E / world)).
 Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config, int ep_rank = 0, int ep_world = 1);
-// What the loaded weights keep in memory (BF16 arena reserved, fp32 copies, packed experts).
+// What the loaded weights keep in memory (BF16 arena reserved, BF16 experts
+// included; fp32 copies; packed MXFP4 experts).
 size_t ResidentWeightBytes(const ModelWeights& weights);
 
 }  // namespace moeserve::engine

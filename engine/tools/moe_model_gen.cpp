@@ -1,7 +1,11 @@
 // moe-model-gen: writes a complete, deterministic moe-dsa-v1 model directory.
 //
 //   moe-model-gen --preset tiny|small [--config FILE] [--seed N] [--index-topk N]
-//                 [--shard-mb N] --out DIR
+//                 [--shard-mb N] [--expert-format mxfp4|bf16] --out DIR
+//
+// --expert-format bf16 writes the routed experts as BF16 tensors (model.md
+// 1.2); for one seed they hold the values the MXFP4 checkpoint encodes.
+// Without it the config's quantization.format decides (the presets: mxfp4).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,7 +22,7 @@ int Usage(const char* msg) {
   if (msg) std::fprintf(stderr, "moe-model-gen: %s\n", msg);
   std::fprintf(stderr,
                "usage: moe-model-gen (--preset tiny|small | --config FILE) --out DIR\n"
-               "                     [--seed N] [--index-topk N] [--shard-mb N]\n");
+               "                     [--seed N] [--index-topk N] [--shard-mb N] [--expert-format mxfp4|bf16]\n");
   return 2;
 }
 
@@ -31,7 +35,7 @@ bool ParseUint(const std::string& s, uint64_t* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset, config_path, out;
+  std::string preset, config_path, out, expert_format;
   uint64_t seed = 1, index_topk = 0, shard_mb = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -45,6 +49,10 @@ int main(int argc, char** argv) {
     if (a == "--preset" && (v = value("--preset"))) preset = v;
     else if (a == "--config" && (v = value("--config"))) config_path = v;
     else if (a == "--out" && (v = value("--out"))) out = v;
+    else if (a == "--expert-format" && (v = value("--expert-format"))) {
+      expert_format = v;
+      if (expert_format != "mxfp4" && expert_format != "bf16") return Usage("--expert-format needs mxfp4 or bf16");
+    }
     else if (a == "--seed" && (v = value("--seed"))) { if (!ParseUint(v, &seed)) return Usage("--seed needs a non-negative integer"); }
     else if (a == "--index-topk" && (v = value("--index-topk"))) { if (!ParseUint(v, &index_topk) || index_topk == 0) return Usage("--index-topk needs a positive integer"); }
     else if (a == "--shard-mb" && (v = value("--shard-mb"))) { if (!ParseUint(v, &shard_mb) || shard_mb == 0) return Usage("--shard-mb needs a positive integer"); }
@@ -62,12 +70,15 @@ int main(int argc, char** argv) {
   options.config = *config;
   options.seed = seed;
   if (index_topk) options.config.dsa.index_topk = static_cast<int>(index_topk);
+  if (!expert_format.empty())
+    options.config.expert_format = expert_format == "bf16" ? ExpertFormat::kBf16 : ExpertFormat::kMxfp4;
   // The tiny preset is split in several shards so the index path is always exercised.
   options.max_shard_bytes = shard_mb ? shard_mb << 20 : (preset == "tiny" ? (2ull << 20) : (64ull << 20));
   if (auto st = GenerateModel(options, out); !st) {
     std::fprintf(stderr, "moe-model-gen: %s\n", st.error().ToString().c_str());
     return 1;
   }
-  std::printf("wrote %s (seed %llu)\n", out.c_str(), static_cast<unsigned long long>(seed));
+  std::printf("wrote %s (seed %llu, %s experts)\n", out.c_str(), static_cast<unsigned long long>(seed),
+              std::string(ExpertFormatName(options.config.expert_format)).c_str());
   return 0;
 }

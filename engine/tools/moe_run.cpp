@@ -192,14 +192,15 @@ int main(int argc, char** argv) {
   // Weights one decoded token reads, as the engine holds them in memory:
   // BF16 matrices as BF16 (the conv weights widened to fp32), F32
   // vectors, one embedding row, and of the routed experts only
-  // experts_per_token of num_experts (blocks + scales).
+  // experts_per_token of num_experts (MXFP4 blocks + scales, or BF16).
   const ModelConfig& cfg = dir->config;
   double bytes = 0;
   for (const TensorSpec& t : ExpectedTensors(cfg)) {
     double n = 1;
     for (auto d : t.shape) n *= static_cast<double>(d);
     if (t.name == "embed.weight") bytes += 4.0 * cfg.hidden_size;
-    else if (t.routed_expert) bytes += n * cfg.moe.experts_per_token / cfg.moe.num_experts;
+    else if (t.routed_expert)
+      bytes += (t.cls == TensorClass::kBf16Experts ? 2.0 : 1.0) * n * cfg.moe.experts_per_token / cfg.moe.num_experts;
     else if (t.cls == TensorClass::kBf16 && t.name.find("conv1d") == std::string::npos)
       bytes += 2.0 * n;
     else bytes += 4.0 * n;

@@ -66,6 +66,10 @@ struct ThinkingBudgets {
   int high = 16384;
 };
 
+// How the routed experts are stored (model.md 1.2): "quantization.format".
+enum class ExpertFormat { kMxfp4, kBf16 };
+std::string_view ExpertFormatName(ExpertFormat f);  // "mxfp4", "bf16"
+
 struct ModelConfig {
   std::string architecture;
   int vocab_size = 0;
@@ -82,6 +86,7 @@ struct ModelConfig {
   RopeConfig rope;
   int64_t max_position_embeddings = 0;
   ThinkingBudgets thinking_budgets;
+  ExpertFormat expert_format = ExpertFormat::kMxfp4;  // mxfp4 when "quantization" is absent
 
   bool HasKind(LayerKind k) const;
   bool IsMoeLayer(int layer) const { return layer >= first_dense_layers; }

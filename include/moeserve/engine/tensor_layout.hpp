@@ -19,6 +19,7 @@ enum class TensorClass {
   kBf16,          // every other dense tensor: BF16 (F32 also accepted)
   kMxfp4Blocks,   // U8 [..., rows, cols/32, 16]
   kMxfp4Scales,   // U8 [..., rows, cols/32]
+  kBf16Experts,   // routed experts in the "bf16" format: BF16 only, [E, rows, cols]
 };
 
 struct TensorSpec {
@@ -35,7 +36,10 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 
 // Checks a checkpoint against the layout: every tensor present, of an allowed
 // dtype and the exact shape, and no MXFP4 scale equal to 255 (NaN). Errors
-// name the shard file and the tensor. Extra tensors are reported as warnings.
+// name the shard file and the tensor. A routed-expert tensor of the other
+// expert format (a .blocks where the config says bf16, a .weight where it
+// says mxfp4) is an error: config and weights disagree. Other extra tensors
+// are reported as warnings.
 Status ValidateCheckpoint(const Checkpoint& checkpoint, const ModelConfig& config,
                           std::vector<std::string>* warnings = nullptr);
 
