@@ -1,5 +1,7 @@
 #include "moeserve/daemon/chat_request.hpp"
 
+#include "moeserve/daemon/tool_chain.hpp"
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -361,47 +363,28 @@ std::optional<ReasoningEffort> ParseReasoningEffort(std::string_view s) {
 }
 
 ApiResult<void> ValidateToolHistory(const std::vector<engine::ChatMessage>& messages) {
-  // id -> "messages[i].tool_calls[j]" for every call not yet answered
-  std::map<std::string, std::string> pending;
-  std::set<std::string> answered;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const auto& m = messages[i];
-    std::string p = "messages[" + std::to_string(i) + "]";
-    switch (m.role) {
-      case engine::ChatRole::kAssistant:
-        for (size_t j = 0; j < m.tool_calls.size(); ++j) {
-          const auto& id = m.tool_calls[j].id;
-          if (pending.contains(id) || answered.contains(id)) {
-            return ApiFail(ApiError::InvalidToolHistory(
-                "tool call id '" + id + "' is used by more than one assistant tool call",
-                p + ".tool_calls[" + std::to_string(j) + "].id"));
-          }
-          pending[id] = p + ".tool_calls[" + std::to_string(j) + "]";
-        }
-        break;
-      case engine::ChatRole::kTool: {
-        auto it = pending.find(m.tool_call_id);
-        if (it == pending.end()) {
-          std::string why = answered.contains(m.tool_call_id) ? "was already answered by an earlier tool message"
-                                                              : "matches no earlier assistant tool call";
-          return ApiFail(ApiError::InvalidToolHistory(
-              p + ".tool_call_id '" + m.tool_call_id + "' " + why, p + ".tool_call_id"));
-        }
-        answered.insert(it->first);
-        pending.erase(it);
-        break;
-      }
-      case engine::ChatRole::kUser:
-        if (!pending.empty()) {
-          const auto& [id, where] = *pending.begin();
-          return ApiFail(ApiError::InvalidToolHistory(
-              where + " (id '" + id + "') has no tool message with its result before the user message " + p,
-              where));
-        }
-        break;
-      case engine::ChatRole::kSystem:
-        break;
+  // The rules live in tool_chain.hpp, shared with the session history's
+  // compression; here they become api.md's errors.
+  auto v = FindToolChainViolation(messages);
+  if (!v) return {};
+  using Kind = ToolChainViolation::Kind;
+  const std::string p = "messages[" + std::to_string(v->message) + "]";
+  const std::string call = p + ".tool_calls[" + std::to_string(v->call) + "]";
+  switch (v->kind) {
+    case Kind::kDuplicateCallId:
+      return ApiFail(ApiError::InvalidToolHistory("tool call id '" + v->id + "' is used by more than one assistant tool call",
+                                                  call + ".id"));
+    case Kind::kUnknownResult:
+    case Kind::kAnsweredTwice: {
+      std::string why = v->kind == Kind::kAnsweredTwice ? "was already answered by an earlier tool message"
+                                                        : "matches no earlier assistant tool call";
+      return ApiFail(ApiError::InvalidToolHistory(p + ".tool_call_id '" + v->id + "' " + why, p + ".tool_call_id"));
     }
+    case Kind::kUnanswered:
+      return ApiFail(ApiError::InvalidToolHistory(call + " (id '" + v->id +
+                                                      "') has no tool message with its result before the user message "
+                                                      "messages[" + std::to_string(v->before) + "]",
+                                                  call));
   }
   return {};
 }

@@ -76,7 +76,7 @@ ApiResult<ChatRequest> ParseChatRequest(std::string_view body, const JsonLimits&
 ApiResult<ChatRequest> ParseChatRequestJson(const nlohmann::ordered_json& body,
                                             const JsonLimits& limits = kRequestJsonLimits);
 
-// api.md invalid_tool_history: every tool message answers an earlier assistant
+// api.md invalid_tool_history (the rules: tool_chain.hpp): every tool message answers an earlier assistant
 // tool call (by id, at most once), and every assistant tool call is answered
 // before the next user message.
 ApiResult<void> ValidateToolHistory(const std::vector<engine::ChatMessage>& messages);
