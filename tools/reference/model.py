@@ -13,7 +13,8 @@ inference/model.py (MLA, indexer, gate, YaRN) and flash-linear-attention
 (Gated DeltaNet); the choices made are listed in README.md.
 
 All weights are converted to fp32 once at load (BF16 exactly, MXFP4 experts
-dequantised by mxfp4.decode); all math runs in fp32.
+dequantised by mxfp4.decode; BF16 experts, model.md 1.2, widened like every
+BF16 tensor); all math runs in fp32.
 """
 
 import json
@@ -131,6 +132,23 @@ class Config:
             if self.topk_group * self.n_experts // self.n_group < self.experts_per_token:
                 raise ModelError(f"config.json: moe.topk_group * num_experts / n_group < experts_per_token")
 
+        # Section 1.2: how the routed experts are stored.
+        q = raw.get("quantization", {"format": "mxfp4"})
+        if not isinstance(q, dict):
+            raise ModelError("config.json: quantization must be an object")
+        self.expert_format = q.get("format")
+        if self.expert_format == "mxfp4":
+            if q.get("block_size", 32) != 32:
+                raise ModelError(f"config.json: quantization.block_size {q.get('block_size')!r} must be 32")
+        elif self.expert_format == "bf16":
+            if "block_size" in q:
+                raise ModelError("config.json: quantization.block_size has no meaning for format \"bf16\"")
+        else:
+            raise ModelError(f"config.json: quantization.format {self.expert_format!r} is not supported "
+                             f"(expected \"mxfp4\" or \"bf16\")")
+        if q.get("applies_to", ["experts"]) != ["experts"]:
+            raise ModelError(f"config.json: quantization.applies_to {q.get('applies_to')!r} must be [\"experts\"]")
+
         rope = raw.get("rope", {})
         self.rope_theta = float(rope.get("theta", 10000.0))
         self.rope_scaling = rope.get("scaling")
@@ -216,10 +234,14 @@ def expected_tensors(cfg):
             E, I, S = cfg.n_experts, cfg.moe_inter, cfg.n_shared_experts * cfg.moe_inter
             t[p + "ffn.gate.weight"] = (E, D)
             t[p + "ffn.gate.bias"] = (E,)
-            t[p + "ffn.experts.w13.blocks"] = (E, 2 * I, D // 32, 16)
-            t[p + "ffn.experts.w13.scales"] = (E, 2 * I, D // 32)
-            t[p + "ffn.experts.w2.blocks"] = (E, D, I // 32, 16)
-            t[p + "ffn.experts.w2.scales"] = (E, D, I // 32)
+            if cfg.expert_format == "bf16":  # section 1.2
+                t[p + "ffn.experts.w13.weight"] = (E, 2 * I, D)
+                t[p + "ffn.experts.w2.weight"] = (E, D, I)
+            else:
+                t[p + "ffn.experts.w13.blocks"] = (E, 2 * I, D // 32, 16)
+                t[p + "ffn.experts.w13.scales"] = (E, 2 * I, D // 32)
+                t[p + "ffn.experts.w2.blocks"] = (E, D, I // 32, 16)
+                t[p + "ffn.experts.w2.scales"] = (E, D, I // 32)
             if S > 0:
                 t[p + "ffn.shared.w1.weight"] = (S, D)
                 t[p + "ffn.shared.w3.weight"] = (S, D)
@@ -229,21 +251,40 @@ def expected_tensors(cfg):
 
 def allowed_dtypes(name):
     """model.md 1.1: norms, k_norm.bias, A_log, dt_bias, ffn.gate.bias are F32;
-    experts U8; everything else BF16 (F32 also accepted)."""
+    MXFP4 experts (.blocks, .scales) U8, BF16 experts (.weight) BF16 only;
+    everything else BF16 (F32 also accepted)."""
     if name.endswith(("norm.weight", "k_norm.bias", ".A_log", ".dt_bias", "ffn.gate.bias")):
         return ("F32",)
     if ".ffn.experts." in name:
-        return ("U8",)
+        return ("BF16",) if name.endswith(".weight") else ("U8",)
     return ("BF16", "F32")
 
 
+def _expert_base(name):
+    """layers.3.ffn.experts.w13 for ...w13.blocks, .scales or .weight; None
+    for any other tensor."""
+    if ".ffn.experts." not in name:
+        return None
+    for suffix in (".blocks", ".scales", ".weight"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
 def load_weights(model_dir, cfg):
-    """{name: fp32 tensor}; MXFP4 pairs are dequantised to one fp32 tensor
-    under the name without the .blocks/.scales suffix (e.g.
-    layers.3.ffn.experts.w13 [E, 2I, D])."""
+    """{name: fp32 tensor}; routed experts are one fp32 tensor under the
+    name without the .blocks/.scales (MXFP4, dequantised) or .weight (BF16)
+    suffix (e.g. layers.3.ffn.experts.w13 [E, 2I, D])."""
     raw = read_checkpoint(model_dir)
+    expected = expected_tensors(cfg)
+    # An expert tensor of the other format means config and weights disagree.
+    expert_bases = {_expert_base(n) for n in expected} - {None}
+    for name in raw:
+        if name not in expected and _expert_base(name) in expert_bases:
+            raise ModelError(f"{raw[name].source}: tensor {name} holds routed experts in another format than "
+                             f"config.json's quantization.format {cfg.expert_format!r}")
     weights = {}
-    for name, shape in expected_tensors(cfg).items():
+    for name, shape in expected.items():
         if name not in raw:
             raise ModelError(f"{model_dir}: tensor {name} is missing")
         r = raw[name]
@@ -256,6 +297,8 @@ def load_weights(model_dir, cfg):
         if name.endswith(".blocks"):
             base = name[: -len(".blocks")]
             weights[base] = mxfp4.decode(weights.pop(name), weights.pop(base + ".scales"), name=base)
+        elif _expert_base(name) is not None and name.endswith(".weight"):
+            weights[_expert_base(name)] = weights.pop(name)
     return weights
 
 

@@ -469,6 +469,100 @@ class ModelTest(unittest.TestCase):
             self.assertIn("token 1 = 268", bad.stderr)
 
 
+BF16_EXPERTS = {"quantization": {"format": "bf16"}}
+
+
+def with_quantization(q, **sections):
+    """with_changes, then "quantization" replaced by q as a whole."""
+    c = with_changes(**sections)
+    c["quantization"] = q
+    return c
+
+
+def bf16_copy_of(mxfp4_dir, out_dir):
+    """The MXFP4 model at mxfp4_dir with its experts written as BF16 tensors
+    (model.md 1.2) holding the decoded MXFP4 values, which BF16 holds exactly
+    (an E2M1 value times a power of two has at most two significant bits)."""
+    tensors = {}
+    for name, r in read_checkpoint(mxfp4_dir).items():
+        if name.endswith(".scales"):
+            continue
+        if name.endswith(".blocks"):
+            base = name[: -len(".blocks")]
+            scales = read_checkpoint(mxfp4_dir)[base + ".scales"].to_torch()
+            tensors[base + ".weight"] = (mxfp4.decode(r.to_torch(), scales), "BF16")
+        else:
+            tensors[name] = (r.to_torch(), r.dtype)
+    os.makedirs(out_dir)
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
+    with open(os.path.join(mxfp4_dir, "config.json")) as f:
+        config = json.load(f)
+    config.update(BF16_EXPERTS)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    return out_dir
+
+
+class Bf16ExpertsTest(unittest.TestCase):
+    """model.md 1.2: routed experts stored as BF16 tensors."""
+
+    def test_same_values_give_the_same_logits(self):
+        torch.set_num_threads(2)
+        with tempfile.TemporaryDirectory() as d:
+            mx = make_model_dir(os.path.join(d, "mxfp4"), seed=3)
+            bf = bf16_copy_of(mx, os.path.join(d, "bf16"))
+            self.assertIn("layers.1.ffn.experts.w13.weight", read_checkpoint(bf))
+            tokens = list(range(250, 268)) + list(range(0, 200, 11))
+            a, _ = M.Model.load(mx).forward(tokens)
+            b, _ = M.Model.load(bf).forward(tokens)
+            self.assertTrue(torch.equal(a, b))
+
+    def test_generated_bf16_model_runs(self):
+        torch.set_num_threads(2)
+        with tempfile.TemporaryDirectory() as d:
+            cfg = copy.deepcopy(SMALL_CONFIG)
+            cfg.update(BF16_EXPERTS)
+            m = M.Model.load(make_model_dir(os.path.join(d, "bf16"), cfg, seed=2))
+            logits, _ = m.forward(list(range(30)))
+            self.assertTrue(torch.isfinite(logits).all())
+            self.assertGreater(logits.abs().max().item(), 0)
+
+    def test_loader_errors_name_the_tensor(self):
+        with tempfile.TemporaryDirectory() as d:
+            cfg = with_quantization({"format": "bf16"}, num_layers=2, layer_types=["mla", "delta"])
+            make_model_dir(d, cfg)
+            path = os.path.join(d, "model.safetensors")
+            good = {n: (r.to_torch(), r.dtype) for n, r in read_safetensors(path).items()}
+            w13 = "layers.1.ffn.experts.w13.weight"
+            self.assertEqual(good[w13][1], "BF16")
+            cases = [
+                ({w13: (good[w13][0], "F32")}, None, r"layers\.1\.ffn\.experts\.w13\.weight has dtype F32"),
+                ({w13: (good[w13][0][:, :-1], "BF16")}, None, r"layers\.1\.ffn\.experts\.w13\.weight has shape"),
+                ({}, w13, r"layers\.1\.ffn\.experts\.w13\.weight is missing"),
+                ({"layers.1.ffn.experts.w2.blocks": (torch.zeros(8, 64, 1, 16, dtype=torch.uint8), "U8")}, None,
+                 r"layers\.1\.ffn\.experts\.w2\.blocks holds routed experts in another format"),
+            ]
+            for add, remove, pattern in cases:
+                tensors = dict(good)
+                tensors.update(add)
+                if remove:
+                    del tensors[remove]
+                write_safetensors(path, tensors)
+                with self.assertRaisesRegex(M.ModelError, pattern):
+                    M.Model.load(d)
+
+    def test_config_formats(self):
+        self.assertEqual(M.Config(SMALL_CONFIG).expert_format, "mxfp4")
+        no_q = copy.deepcopy(SMALL_CONFIG)
+        del no_q["quantization"]
+        self.assertEqual(M.Config(no_q).expert_format, "mxfp4")
+        self.assertEqual(M.Config(with_quantization({"format": "bf16"})).expert_format, "bf16")
+        with self.assertRaisesRegex(M.ModelError, r"quantization\.format 'fp8' is not supported"):
+            M.Config(with_quantization({"format": "fp8"}))
+        with self.assertRaisesRegex(M.ModelError, r"quantization\.block_size has no meaning"):
+            M.Config(with_quantization({"format": "bf16", "block_size": 32}))
+
+
 GENERATOR = os.path.join(os.environ.get("MOESERVE_BINARY_DIR", os.path.join(HERE, "..", "..", "build")), "engine", "moe-model-gen")
 
 
