@@ -36,6 +36,8 @@ std::string NewCompletionId() {
 struct Prepared {
   engine::GenerationRequest generation;
   std::string tier;
+  uint64_t call_id_seed = 0;
+  std::vector<std::string> constrained_names;  // the callable tools of a constrained call
 };
 
 ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
@@ -97,6 +99,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
       if (req.tool_choice == ToolChoice::kRequired || t.name == req.tool_choice_name) policy.tools.push_back(t);
     }
     policy.parallel_calls = req.parallel_tool_calls && req.tool_choice == ToolChoice::kRequired;
+    for (const auto& t : policy.tools) p.constrained_names.push_back(t.name);
   } else if (req.json_object) {
     policy.mode = DecodeMode::kJsonObject;
   } else if (req.tool_choice == ToolChoice::kAuto && !req.tool_specs.empty()) {
@@ -104,6 +107,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   } else {
     policy.mode = DecodeMode::kNoTools;
   }
+  p.call_id_seed = policy.id_seed;
   auto controller = DecodePolicy::Create(std::move(policy));
   if (!controller) return ApiFail(ApiError::InvalidRequest(controller.error().message(), "tools"));
   g.controller = std::move(*controller);
@@ -144,6 +148,8 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   info.tier = prepared->tier;
   info.downgraded = admission->downgraded;
   info.stop = req->stop;
+  info.call_id_seed = prepared->call_id_seed;
+  info.constrained_names = prepared->constrained_names;
   info.received = received;
   auto sink = std::make_shared<CompletionSink>(std::move(info), exchange, scheduler_, metrics_, budget_);
   // Registered before Submit: a hang-up in between cancels as soon as the id is known.
