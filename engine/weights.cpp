@@ -69,8 +69,8 @@ class Loader {
   }
 
  private:
-  // BF16 experts (model.md 1.2): this rank's slice copied into the arena as
-  // stored, each expert a BF16 [rows, cols] matrix for the BF16 kernels.
+  // BF16 experts (model.md 1.2): this rank's slice copied as stored, each
+  // expert a BF16 [rows, cols] matrix for the BF16 kernels.
   Result<ExpertStack> Bf16Experts(const std::string& base, int first, int count) {
     const TensorView* t = ck_.Find(base + ".weight");
     if (!t || t->shape.size() != 3 || t->dtype != DType::kBF16)
@@ -81,10 +81,10 @@ class Loader {
     m.experts = count;
     m.rows = static_cast<int>(t->shape[1]);
     m.cols = static_cast<int>(t->shape[2]);
-    const size_t expert_bytes = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols) * sizeof(uint16_t);
-    void* dst = arena_.Allocate(expert_bytes * static_cast<size_t>(count));
-    std::memcpy(dst, t->data + static_cast<size_t>(first) * expert_bytes, expert_bytes * static_cast<size_t>(count));
-    m.bf16 = static_cast<const uint16_t*>(dst);
+    const size_t per_expert = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols);
+    m.bf16.resize(per_expert * static_cast<size_t>(count));
+    std::memcpy(m.bf16.data(), t->data + static_cast<size_t>(first) * per_expert * sizeof(uint16_t),
+                m.bf16.size() * sizeof(uint16_t));
     return m;
   }
   static Status CheckExpertRange(const std::string& name, int64_t stored, int first, int count) {
@@ -203,7 +203,7 @@ size_t ResidentWeightBytes(const ModelWeights& w) {
                             &l.q_proj, &l.k_proj, &l.v_proj, &l.a_proj, &l.b_proj, &l.g_proj, &l.o_proj, &l.q_conv,
                             &l.k_conv, &l.v_conv, &l.w1, &l.w3, &l.w2, &l.gate, &l.shared_w1, &l.shared_w3, &l.shared_w2})
       total += m->w.size() * 4;
-    total += l.w13.packed.bytes() + l.w2e.packed.bytes();
+    total += l.w13.bytes() + l.w2e.bytes();
   }
   return total;
 }

@@ -28,18 +28,19 @@ struct Matrix {
 // Routed experts [experts, rows, cols] in the checkpoint's expert format
 // (model.md 1.2). MXFP4: repacked at load for the CPU kernels (lossless; see
 // kernels/mxfp4_packed.hpp); the file layout is not kept, the reference
-// kernels unpack an expert when they need it. BF16: kept as stored, in
-// ModelWeights::arena, and multiplied by the BF16 kernels the dense matrices
-// use.
+// kernels unpack an expert when they need it. BF16: kept as stored (in
+// huge-page memory of its own, so that a rank's share is what it holds), and
+// multiplied by the BF16 kernels the dense matrices use.
 struct ExpertStack {
   ExpertFormat format = ExpertFormat::kMxfp4;
   kernels::Mxfp4PackedStack packed;  // format mxfp4
-  const uint16_t* bf16 = nullptr;    // format bf16: [experts, rows, cols]
+  std::vector<uint16_t, kernels::WeightAllocator<uint16_t>> bf16;  // format bf16: [experts, rows, cols]
   int experts = 0, rows = 0, cols = 0;
   kernels::Mxfp4PackedView expert(int e) const { return packed.matrix(static_cast<size_t>(e)); }
   const uint16_t* expert_bf16(int e) const {
-    return bf16 + static_cast<size_t>(e) * static_cast<size_t>(rows) * static_cast<size_t>(cols);
+    return bf16.data() + static_cast<size_t>(e) * static_cast<size_t>(rows) * static_cast<size_t>(cols);
   }
+  size_t bytes() const { return packed.bytes() + bf16.size() * sizeof(uint16_t); }
 };
 
 struct LayerWeights {
@@ -84,8 +85,8 @@ struct ModelWeights {
 // Loads the dense weights and the experts expert-parallel rank ep_rank of
 // ep_world owns (model.md 6: expert e lives on rank e / (E / world)).
 Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config, int ep_rank = 0, int ep_world = 1);
-// What the loaded weights keep in memory (BF16 arena reserved, BF16 experts
-// included; fp32 copies; packed MXFP4 experts).
+// What the loaded weights keep in memory (BF16 arena reserved, fp32 copies,
+// experts).
 size_t ResidentWeightBytes(const ModelWeights& weights);
 
 }  // namespace moeserve::engine

@@ -4,8 +4,8 @@
 // two sequences (prefill, then batched greedy decode with the token broadcast
 // from rank 0) must give the single-process logits within model.md section
 // 10 (1e-4 * max|ref| per row) and identical tokens, on every rank: for the
-// tiny preset, a 32-expert variant, and a gate bias that sends most pairs to
-// the last rank's experts.
+// tiny preset, a 32-expert variant, a gate bias that sends most pairs to
+// the last rank's experts, and BF16 experts (world 2).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -250,6 +250,11 @@ TEST(ExpertParallel, UnevenRoutingStillMatches) {
   ASSERT_GT(total, 0u);
   // Balanced would be a quarter each; the bias makes rank 3 take far more.
   EXPECT_GT(w4.rank_rows[3] * 10, total * 4) << "rank 3 got " << w4.rank_rows[3] << " of " << total;
+}
+
+// BF16 experts (model.md 1.2): each rank holds only its slice of them too.
+TEST(ExpertParallel, Bf16ExpertsAtWorldSize2) {
+  CheckWorlds(testing_util::TinyModel(1, 2048, ExpertFormat::kBf16), "bf16", PresetConfig("tiny")->vocab_size, {2});
 }
 
 TEST(ExpertParallel, WorldThatDoesNotDivideTheExpertsIsRefused) {

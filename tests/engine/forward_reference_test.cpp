@@ -20,12 +20,16 @@ struct Comparison {
   int dsa_checked = 0, dsa_mismatch = 0;
 };
 
-void CompareWithReference(const std::string& model_dir, KernelChoice kernels, Comparison* cmp) {
+// `given`: the reference's run of this model, when a caller compares several
+// kernel sets with one (each run takes seconds).
+void CompareWithReference(const std::string& model_dir, KernelChoice kernels, Comparison* cmp,
+                          const ReferenceRun* given = nullptr) {
   auto dir = OpenModelDir(model_dir);
   ASSERT_TRUE(dir) << dir.error().ToString();
   const std::vector<int> prompt = TestPrompt(300);
-  ReferenceRun ref;
-  ASSERT_TRUE(RunReference(model_dir, prompt, 64, &ref));
+  ReferenceRun own;
+  if (!given) ASSERT_TRUE(RunReference(model_dir, prompt, 64, &own));
+  const ReferenceRun& ref = given ? *given : own;
   ASSERT_EQ(ref.positions, 364);
 
   ModelOptions mo;
@@ -127,6 +131,22 @@ TEST(ForwardReference, SparseIndexTopk16MatchesReferenceFastKernels) {
   std::printf("fast kernels, tiny (index_topk 16): worst max|diff|/max|ref| = %.3g; greedy checked %d, mismatches %d; dsa sets checked %d, mismatches %d\n",
               cmp.worst_ratio, cmp.greedy_checked, cmp.greedy_mismatch, cmp.dsa_checked, cmp.dsa_mismatch);
   EXPECT_GT(cmp.dsa_checked, 300);
+}
+
+// BF16 routed experts (model.md 1.2), through the reference and the fast
+// kernels, under the same bounds; one reference run serves both.
+TEST(ForwardReference, Bf16ExpertsMatchReference) {
+  const std::string& model = TinyModel(1, 16, ExpertFormat::kBf16);
+  ReferenceRun ref;
+  ASSERT_TRUE(RunReference(model, TestPrompt(300), 64, &ref));
+  for (KernelChoice k : {KernelChoice::kReference, KernelChoice::kFast}) {
+    Comparison cmp;
+    CompareWithReference(model, k, &cmp, &ref);
+    std::printf("BF16 experts, %s kernels, tiny (index_topk 16): worst max|diff|/max|ref| = %.3g; greedy checked %d, mismatches %d; dsa sets checked %d, mismatches %d\n",
+                k == KernelChoice::kReference ? "reference" : "fast", cmp.worst_ratio, cmp.greedy_checked,
+                cmp.greedy_mismatch, cmp.dsa_checked, cmp.dsa_mismatch);
+    EXPECT_GT(cmp.dsa_checked, 300);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "moeserve/engine/model_dir.hpp"
@@ -23,17 +24,20 @@ inline std::string TempPath(const std::string& tag) {
   return ::testing::TempDir() + "/moe_" + tag + "_" + std::to_string(::getpid());
 }
 
-// A tiny-preset model with the given seed and index_topk, generated once per process.
-inline const std::string& TinyModel(uint64_t seed = 1, int index_topk = 2048) {
-  static std::map<std::pair<uint64_t, int>, std::string> dirs;
-  auto key = std::make_pair(seed, index_topk);
+// A tiny-preset model with the given seed, index_topk and expert format
+// (model.md 1.2), generated once per process.
+inline const std::string& TinyModel(uint64_t seed = 1, int index_topk = 2048, ExpertFormat experts = ExpertFormat::kMxfp4) {
+  static std::map<std::tuple<uint64_t, int, ExpertFormat>, std::string> dirs;
+  auto key = std::make_tuple(seed, index_topk, experts);
   auto it = dirs.find(key);
   if (it != dirs.end()) return it->second;
-  std::string dir = TempPath("tiny_s" + std::to_string(seed) + "_k" + std::to_string(index_topk));
+  std::string dir = TempPath("tiny_s" + std::to_string(seed) + "_k" + std::to_string(index_topk) + "_" +
+                             std::string(ExpertFormatName(experts)));
   std::filesystem::remove_all(dir);
   ModelGenOptions o;
   o.config = *PresetConfig("tiny");
   o.config.dsa.index_topk = index_topk;
+  o.config.expert_format = experts;
   o.seed = seed;
   auto st = GenerateModel(o, dir);
   if (!st) ADD_FAILURE() << st.error().ToString();
