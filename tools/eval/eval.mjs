@@ -3,7 +3,10 @@
 //
 //   node tools/eval/eval.mjs --base-url http://127.0.0.1:PORT/v1 --model tiny-agent \
 //        --data eval.jsonl [--tiers low,medium,high] [--limit N] [--json out.json] [--min-accuracy P]
+//   node tools/eval/eval.mjs --endpoints bf16=http://127.0.0.1:P1/v1,mxfp4=http://127.0.0.1:P2/v1 ...
 //
+// With --endpoints every variant (a daemon serving one model directory) runs
+// the same tasks and the table puts them side by side, tier by tier.
 // Each task runs as an agent loop: the user message with the three tools
 // (tool_choice auto); every tool call is executed here (calculator, convert,
 // lookup in the task's own table) and its result goes back; at most 3 calls.
@@ -32,8 +35,10 @@ function arg(name, fallback) {
   return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
 }
 
-const baseURL = arg("base-url", "http://127.0.0.1:8000/v1");
 const model = arg("model", "tiny-agent");
+const endpoints = arg("endpoints", "")
+  ? arg("endpoints").split(",").map((e) => { const i = e.indexOf("="); return [e.slice(0, i), e.slice(i + 1)]; })
+  : [["model", arg("base-url", "http://127.0.0.1:8000/v1")]];
 const tiers = arg("tiers", "low,medium,high").split(",");
 const limit = Number(arg("limit", "0"));
 const jsonOut = arg("json", "");
@@ -41,7 +46,7 @@ const minAccuracy = arg("min-accuracy", "");
 const minProtocol = arg("min-protocol", "");
 let tasks = fs.readFileSync(arg("data", "eval.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
 if (limit > 0) tasks = tasks.slice(0, limit);
-const client = new OpenAI({ baseURL, apiKey: arg("api-key", process.env.OPENAI_API_KEY ?? "none"), maxRetries: 2 });
+const apiKey = arg("api-key", process.env.OPENAI_API_KEY ?? "none");
 
 function argsMatch(expected, got) {
   if (!got) return false;
@@ -80,7 +85,7 @@ function baseline(task) {
   return score(task, [{ name: "calculator", args: { expression: n } }], n);
 }
 
-async function runTask(task, tier) {
+async function runTask(client, task, tier) {
   const messages = [task.messages[0]];
   const calls = [];
   const usage = { prompt: 0, completion: 0, reasoning: 0 };
@@ -121,21 +126,26 @@ async function runTask(task, tier) {
 }
 
 const kinds = [...new Set(tasks.map((t) => t.kind))];
-const table = {};
+const table = {};   // table[variant][tier][kind] = {n, ok, protocol}
 const details = {};
 const t0 = Date.now();
 let completionTokens = 0;
-for (const tier of tiers) {
-  table[tier] = {};
-  details[tier] = [];
-  for (const task of tasks) {
-    const r = await runTask(task, tier);
-    completionTokens += r.usage.completion;
-    details[tier].push({ kind: task.kind, question: task.messages[0].content, ...r });
-    const row = (table[tier][task.kind] ??= { n: 0, ok: 0, protocol: 0 });
-    row.n++;
-    if (r.correct) row.ok++;
-    if (protocolOk(task, r.calls)) row.protocol++;
+for (const [variant, baseURL] of endpoints) {
+  const client = new OpenAI({ baseURL, apiKey, maxRetries: 2 });
+  table[variant] = {};
+  details[variant] = {};
+  for (const tier of tiers) {
+    table[variant][tier] = {};
+    details[variant][tier] = [];
+    for (const task of tasks) {
+      const r = await runTask(client, task, tier);
+      completionTokens += r.usage.completion;
+      details[variant][tier].push({ kind: task.kind, question: task.messages[0].content, ...r });
+      const row = (table[variant][tier][task.kind] ??= { n: 0, ok: 0, protocol: 0 });
+      row.n++;
+      if (r.correct) row.ok++;
+      if (protocolOk(task, r.calls)) row.protocol++;
+    }
   }
 }
 const base = {};
@@ -149,35 +159,57 @@ const pct = (rows) => {
   const ok = Object.values(rows).reduce((a, r) => a + r.ok, 0);
   return (100 * ok) / Math.max(1, n);
 };
-const cell = (r) => (r ? `${((100 * r.ok) / r.n).toFixed(1)}`.padStart(7) : "      -");
-console.log(`eval: ${tasks.length} tasks, model ${model}, ${((Date.now() - t0) / 1000).toFixed(0)} s, ${completionTokens} completion tokens`);
-console.log(`${"tier".padEnd(10)}${kinds.map((k) => k.padStart(8)).join("")}     all`);
-for (const tier of tiers) {
-  console.log(`${tier.padEnd(10)}${kinds.map((k) => " " + cell(table[tier][k])).join("")} ${pct(table[tier]).toFixed(1).padStart(7)}`);
-}
 const protocolPct = (rows) => (100 * Object.values(rows).reduce((a, r) => a + r.protocol, 0)) /
   Math.max(1, Object.values(rows).reduce((a, r) => a + r.n, 0));
-for (const tier of tiers) {
-  console.log(`${(tier + " fmt").padEnd(10)}${kinds.map((k) => " " + (table[tier][k] ? ((100 * table[tier][k].protocol) / table[tier][k].n).toFixed(1).padStart(7) : "      -")).join("")} ${protocolPct(table[tier]).toFixed(1).padStart(7)}`);
+const cell = (r) => (r ? `${((100 * r.ok) / r.n).toFixed(1)}`.padStart(7) : "      -");
+const W = Math.max(16, ...endpoints.map(([v]) => v.length + 12));
+console.log(`eval: ${tasks.length} tasks x ${tiers.length} tiers x ${endpoints.length} variants, ` +
+            `${((Date.now() - t0) / 1000).toFixed(0)} s, ${completionTokens} completion tokens; task accuracy in %`);
+console.log(`${"variant / tier".padEnd(W)}${kinds.map((k) => k.padStart(8)).join("")}     all`);
+for (const [variant] of endpoints) {
+  for (const tier of tiers) {
+    const rows = table[variant][tier];
+    console.log(`${`${variant} ${tier}`.padEnd(W)}${kinds.map((k) => " " + cell(rows[k])).join("")} ${pct(rows).toFixed(1).padStart(7)}`);
+  }
 }
-console.log(`${"baseline".padEnd(10)}${kinds.map((k) => " " + cell(base[k])).join("")} ${pct(base).toFixed(1).padStart(7)}`);
+console.log(`${"baseline".padEnd(W)}${kinds.map((k) => " " + cell(base[k])).join("")} ${pct(base).toFixed(1).padStart(7)}`);
+console.log("first step of the right form (protocol), %:");
+for (const [variant] of endpoints) {
+  for (const tier of tiers) {
+    const rows = table[variant][tier];
+    console.log(`${`${variant} ${tier}`.padEnd(W)}${kinds.map((k) => " " + (rows[k] ? ((100 * rows[k].protocol) / rows[k].n).toFixed(1).padStart(7) : "      -")).join("")} ${protocolPct(rows).toFixed(1).padStart(7)}`);
+  }
+}
 const summary = {
   model, tasks: tasks.length, seconds: (Date.now() - t0) / 1000, completion_tokens: completionTokens,
-  accuracy: Object.fromEntries(tiers.map((t) => [t, pct(table[t])])),
-  protocol: Object.fromEntries(tiers.map((t) => [t, protocolPct(table[t])])), per_kind: table, baseline: pct(base), baseline_per_kind: base,
+  accuracy: Object.fromEntries(endpoints.map(([v]) => [v, Object.fromEntries(tiers.map((t) => [t, pct(table[v][t])]))])),
+  protocol: Object.fromEntries(endpoints.map(([v]) => [v, Object.fromEntries(tiers.map((t) => [t, protocolPct(table[v][t])]))])),
+  per_kind: table, baseline: pct(base), baseline_per_kind: base,
 };
 if (jsonOut) fs.writeFileSync(jsonOut, JSON.stringify({ summary, details }, null, 1));
-if (minProtocol !== "") {
-  const failing = tiers.filter((t) => protocolPct(table[t]) < Number(minProtocol));
-  if (failing.length) {
-    console.error(`eval: protocol below ${minProtocol}% on ${failing.join(", ")}`);
-    process.exit(1);
+let failed = false;
+for (const [variant] of endpoints) {
+  for (const [bar, measure, what] of [[minProtocol, protocolPct, "protocol"], [minAccuracy, pct, "task accuracy"]]) {
+    if (bar === "") continue;
+    const failing = tiers.filter((t) => measure(table[variant][t]) < Number(bar));
+    if (failing.length) {
+      console.error(`eval: ${variant}: ${what} below ${bar}% on ${failing.join(", ")}`);
+      failed = true;
+    }
   }
 }
-if (minAccuracy !== "") {
-  const failing = tiers.filter((t) => pct(table[t]) < Number(minAccuracy));
-  if (failing.length) {
-    console.error(`eval: below ${minAccuracy}% on ${failing.join(", ")}`);
-    process.exit(1);
+// --max-gap P: every tier of every other variant within P points of the first variant's.
+const maxGap = arg("max-gap", "");
+if (maxGap !== "" && endpoints.length > 1) {
+  const [ref] = endpoints[0];
+  for (const [variant] of endpoints.slice(1)) {
+    for (const tier of tiers) {
+      const gap = pct(table[ref][tier]) - pct(table[variant][tier]);
+      if (gap > Number(maxGap)) {
+        console.error(`eval: ${variant} ${tier} is ${gap.toFixed(1)} points below ${ref}`);
+        failed = true;
+      }
+    }
   }
 }
+if (failed) process.exit(1);

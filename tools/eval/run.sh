@@ -1,35 +1,46 @@
 #!/usr/bin/env bash
-# The held-out tool-use evaluation of a model directory through moe-daemon.
+# The held-out tool-use evaluation of one or more model directories through
+# moe-daemon, side by side.
 #
-#   tools/eval/run.sh BUILD_DIR MODEL_DIR [eval.mjs options: --limit N --tiers low,medium,high
-#                     --min-accuracy P --json FILE]
+#   tools/eval/run.sh BUILD_DIR MODEL_DIR[,MODEL_DIR...] [eval.mjs options: --limit N
+#                     --tiers low,medium,high --min-accuracy P --max-gap P --json FILE]
 #
+# e.g. tools/eval/run.sh build models/tiny-agent/bf16,models/tiny-agent/mxfp4
 # Generates the held-out set (eval split, seed 2, 300 tasks: phrasings, numbers,
-# unit pairs and table keys the training split never produces), serves
-# MODEL_DIR on a free loopback port and runs tools/eval/eval.mjs against it.
+# unit names and pairs and table keys the training split never produces),
+# serves each MODEL_DIR with its own moe-daemon on a free loopback port (the
+# variant is named by the directory's last component) and runs
+# tools/eval/eval.mjs against them, one after the other.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BUILD=${1:?usage: tools/eval/run.sh BUILD_DIR MODEL_DIR [options]}
-MODEL=${2:?usage: tools/eval/run.sh BUILD_DIR MODEL_DIR [options]}
+BUILD=${1:?usage: tools/eval/run.sh BUILD_DIR MODEL_DIR[,MODEL_DIR...] [options]}
+MODELS=${2:?usage: tools/eval/run.sh BUILD_DIR MODEL_DIR[,MODEL_DIR...] [options]}
 shift 2
 WORK=${TMPDIR:-/tmp}/tiny-agent-eval.$$
 mkdir -p "$WORK"
 DATA=$WORK/eval.jsonl
 /usr/bin/python3 tools/train/gen_data.py --split eval --seed 2 --count 300 --out "$DATA"
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$BUILD/daemon/moe-daemon" --model "$MODEL" --served-model-name tiny-agent --port "$PORT" \
-  --max-context 4096 --default-max-tokens 192 >"$WORK/daemon.log" 2>&1 &
-DAEMON_PID=$!
-stop_daemon() {
-  kill -TERM "$DAEMON_PID" 2>/dev/null || true
-  wait "$DAEMON_PID" 2>/dev/null || true
+PIDS=()
+stop_daemons() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
-trap stop_daemon EXIT
-for _ in $(seq 1 300); do
-  curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
-  kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
-  sleep 0.2
+trap stop_daemons EXIT
+ENDPOINTS=()
+IFS=, read -r -a DIRS <<<"$MODELS"
+for i in "${!DIRS[@]}"; do
+  dir=${DIRS[$i]}
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$BUILD/daemon/moe-daemon" --model "$dir" --served-model-name tiny-agent --port "$port" \
+    --max-context 4096 --default-max-tokens 192 >"$WORK/daemon.$i.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+    kill -0 "${PIDS[$i]}" 2>/dev/null || { cat "$WORK/daemon.$i.log" >&2; exit 1; }
+    sleep 0.2
+  done
+  ENDPOINTS+=("$(basename "$dir")=http://127.0.0.1:$port/v1")
 done
-node tools/eval/eval.mjs --base-url "http://127.0.0.1:$PORT/v1" --model tiny-agent --data "$DATA" "$@"
+node tools/eval/eval.mjs --endpoints "$(IFS=,; echo "${ENDPOINTS[*]}")" --model tiny-agent --data "$DATA" "$@"

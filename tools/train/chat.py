@@ -65,6 +65,12 @@ def render(messages, tools, think_cut=None):
     return ids, mask
 
 
+def shared_prefix_len(tools):
+    """How many leading ids every conversation with these tools (and no
+    system message) shares: <|bos|>, the system block with the tools, <|end|>."""
+    return len(render([], tools)[0])
+
+
 def prompt_ids(messages, tools):
     """The prompt the daemon builds for the next assistant turn."""
     ids, _ = render(messages, tools)

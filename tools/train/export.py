@@ -1,10 +1,12 @@
 """Write trained weights as a model directory (docs/model-format.md section 1).
 
   /usr/bin/python3 tools/train/export.py --weights RUN/weights.pt --config tools/train/config.json \
-      --tokenizer DIR/tokenizer.json --out models/tiny-agent/mxfp4
+      --tokenizer DIR/tokenizer.json --out models/tiny-agent/mxfp4 [--expert-format bf16]
 
-Experts are MXFP4 (section 7, the reference's bit-exact encoder); norms, A_log,
-dt_bias and the gate bias F32; every other matrix BF16. The tokenizer.json
+Experts are MXFP4 (section 7, the reference's bit-exact encoder) or, with
+--expert-format bf16, BF16 (section 1.2: the same trained values rounded to
+BF16, to judge MXFP4 against); norms, A_log, dt_bias and the gate bias F32;
+every other matrix BF16. The tokenizer.json
 comes from moe-model-gen (it depends only on vocab_size). manifest.json lists
 every other file with its size and sha256.
 """
@@ -39,6 +41,9 @@ def checkpoint_tensors(cfg, weights):
             out[name] = (blocks, "U8")
             out[base + ".scales"] = (scales, "U8")
             continue
+        if ".experts." in name and name.endswith(".weight"):
+            out[name] = (weights[name[: -len(".weight")]], "BF16")
+            continue
         t = weights[name]
         if tuple(t.shape) != tuple(shape):
             raise ValueError(f"{name}: shape {list(t.shape)}, the config needs {list(shape)}")
@@ -66,9 +71,12 @@ def main():
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--note", default="", help="written into the safetensors metadata")
+    ap.add_argument("--expert-format", choices=["mxfp4", "bf16"], default="mxfp4")
     a = ap.parse_args()
     with open(a.config) as f:
         raw = json.load(f)
+    if a.expert_format == "bf16":
+        raw["quantization"] = {"format": "bf16", "applies_to": ["experts"]}
     cfg = M.Config(raw)
     weights = torch.load(a.weights)
     os.makedirs(a.out, exist_ok=True)

@@ -10,7 +10,9 @@ must do (`expect`: the tool calls in order and the value the final answer must
 contain). Deterministic from --seed.
 
 Kinds: calc (calculator), convert, lookup, chain (two calls: lookup or
-convert, then calculator), plain (no tool). The eval split uses phrasings,
+convert, then calculator), plain (no tool). The reasoning restates what the
+call will copy (the expression, value and units, the key, the word), so that
+the values travel question -> reasoning -> arguments in short hops. The eval split uses phrasings,
 numbers, unit pairs and table keys that the train split never produces (the
 `split` decides the pools; the seed only draws from them).
 """
@@ -39,7 +41,21 @@ TOOLS = [
 # Unit conversions: factor to multiply by. Pairs are split between train and eval.
 UNITS_TRAIN = [("km", "m", 1000), ("m", "cm", 100), ("kg", "g", 1000), ("h", "min", 60),
                ("min", "s", 60), ("l", "ml", 1000), ("m", "mm", 1000), ("day", "h", 24),
-               ("t", "kg", 1000), ("cm", "mm", 10)]
+               ("t", "kg", 1000), ("cm", "mm", 10),
+               # Many more unit names, so that the model learns to copy a unit
+               # from the question rather than recall a few (the eval split
+               # has unit names the train split never writes: mg, week, kl, ft, in).
+               ("mi", "yd", 1760), ("lb", "oz", 16), ("gal", "qt", 4), ("qt", "pt", 2), ("dm", "cm", 10),
+               ("hm", "m", 100), ("dam", "m", 10), ("kB", "B", 1000), ("MB", "kB", 1000), ("GB", "MB", 1000),
+               ("TB", "GB", 1000), ("s", "ms", 1000), ("ms", "us", 1000), ("hl", "l", 100), ("dl", "ml", 100),
+               ("cl", "ml", 10), ("kW", "W", 1000), ("MW", "kW", 1000), ("kJ", "J", 1000), ("kHz", "Hz", 1000),
+               ("MHz", "kHz", 1000), ("A", "mA", 1000), ("V", "mV", 1000), ("kV", "V", 1000),
+               ("year", "month", 12), ("decade", "year", 10), ("century", "year", 100), ("mm", "um", 1000),
+               ("mol", "mmol", 1000), ("kcal", "cal", 1000), ("ton", "lb", 2000), ("dozen", "egg", 12),
+               ("kN", "N", 1000), ("kPa", "Pa", 1000), ("bar", "mbar", 1000), ("ha", "are", 100),
+               ("yard", "foot", 3), ("mile", "yard", 1760), ("hour", "minute", 60), ("minute", "second", 60),
+               ("gram", "milligram", 1000), ("liter", "cl", 100), ("pound", "ounce", 16), ("byte", "bit", 8),
+               ("Gbit", "Mbit", 1000), ("sec", "msec", 1000), ("hr", "sec", 3600), ("km2", "ha", 100)]
 UNITS_EVAL = [("km", "cm", 100000), ("h", "s", 3600), ("g", "mg", 1000), ("week", "day", 7),
               ("kl", "l", 1000), ("ft", "in", 12)]
 UNIT_FACTORS = {(a, b): f for a, b, f in UNITS_TRAIN + UNITS_EVAL}
@@ -49,34 +65,60 @@ CALC_OPS = {"+": ["plus", "+", "added to"], "-": ["minus", "-", "less"], "*": ["
 PHRASES = {
     "train": {
         "calc": ["What is {e}?", "Compute {e}.", "Calculate {e}.", "{e} = ?", "How much is {e}?",
-                 "Work out {e}.", "Tell me {e}.", "Evaluate {e}."],
+                 "Work out {e}.", "Tell me {e}.", "Evaluate {e}.", "Can you compute {e}?", "Solve {e}.",
+                 "What do you get for {e}?", "Give me {e}.", "Please work out {e} for me.", "{e}?",
+                 "I want to know {e}.", "Do the math: {e}.", "Quick math, {e}.", "Result of {e}?",
+                 "What does {e} come to?", "Figure {e}.", "Calculate this: {e}", "How much does {e} make?"],
         "convert": ["Convert {v} {a} to {b}.", "How many {b} is {v} {a}?", "{v} {a} in {b}?",
-                    "Express {v} {a} in {b}.", "What is {v} {a} in {b}?"],
+                    "Express {v} {a} in {b}.", "What is {v} {a} in {b}?", "How many {b} are in {v} {a}?",
+                    "Convert {v} {a} into {b}, please.", "{v} {a} to {b}?", "Give {v} {a} in {b}.",
+                    "I have {v} {a}. How many {b} is that?", "Rewrite {v} {a} as {b}.",
+                    "What are {v} {a} in {b}?", "Please convert {v} {a} to {b}.", "Switch {v} {a} to {b}."],
         "lookup": ["Look up {k}.", "What is the value of {k}?", "Find {k} in the table.",
-                   "What does the table say for {k}?", "Get {k}."],
-        "chain_lookup": ["Look up {k} and multiply it by {n}.", "Take the value of {k} times {n}.",
-                         "Find {k}, then add {n}.", "Get {k} plus {n}."],
-        "chain_convert": ["Convert {v} {a} to {b}, then add {n}.", "How many {b} is {v} {a}, plus {n}?",
-                          "Convert {v} {a} to {b} and multiply by {n}."],
-        "plain": ["Say {w}.", "Repeat the word {w}.", "Reply with {w}.", "Echo {w}."],
-        "prefix": ["", "", "", "Please, ", "Hi! ", "Quick one: "],
+                   "What does the table say for {k}?", "Get {k}.", "Fetch {k}.", "Look {k} up, please.",
+                   "Which value does {k} have?", "Find the entry {k}.", "What is {k} in the table?",
+                   "Tell me the value of {k}.", "Search the table for {k}.", "Value of {k}?", "Get me {k}."],
+        "chain_lookup": [("Look up {k} and multiply it by {n}.", "*"), ("Take the value of {k} times {n}.", "*"),
+                         ("Find {k}, then add {n}.", "+"), ("Get {k} plus {n}.", "+"),
+                         ("Fetch {k} and add {n} to it.", "+"), ("What is {k} times {n}?", "*"),
+                         ("Look {k} up and multiply by {n}.", "*"), ("Add {n} to the value of {k}.", "+"),
+                         ("Find {k} and multiply it by {n}.", "*"), ("Value of {k} plus {n}?", "+")],
+        "chain_convert": [("Convert {v} {a} to {b}, then add {n}.", "+"), ("How many {b} is {v} {a}, plus {n}?", "+"),
+                          ("Convert {v} {a} to {b} and multiply by {n}.", "*"),
+                          ("Express {v} {a} in {b}, then multiply by {n}.", "*"),
+                          ("Take {v} {a} in {b} and add {n}.", "+"), ("{v} {a} in {b}, times {n}?", "*")],
+        "plain": ["Say {w}.", "Repeat the word {w}.", "Reply with {w}.", "Echo {w}.", "Please say {w}.",
+                  "Write {w}.", "Respond with {w}.", "Just write the word {w}.", "Say the word {w}, nothing else.",
+                  "Type {w}."],
+        "prefix": ["", "", "", "", "Please, ", "Hi! ", "Quick one: ", "Hello, ", "Question: ", "Thanks in advance. "],
     },
     "eval": {
         "calc": ["Could you figure out {e}?", "I need {e}.", "Find {e}, please.", "What's {e}?"],
         "convert": ["Turn {v} {a} into {b}.", "{v} {a} equals how many {b}?", "Change {v} {a} to {b}."],
         "lookup": ["Check the table for {k}.", "What is stored under {k}?", "Read {k}."],
-        "chain_lookup": ["Read {k} and multiply it by {n}.", "Check {k}, then add {n}."],
-        "chain_convert": ["Turn {v} {a} into {b}, then add {n}.", "Change {v} {a} to {b} and multiply by {n}."],
+        "chain_lookup": [("Read {k} and multiply it by {n}.", "*"), ("Check {k}, then add {n}.", "+")],
+        "chain_convert": [("Turn {v} {a} into {b}, then add {n}.", "+"), ("Change {v} {a} to {b} and multiply by {n}.", "*")],
         "plain": ["Just say {w}.", "Answer with the word {w}."],
         "prefix": ["", "Hello. ", "Hey, "],
     },
 }
 
-CHAIN_OPS = {"multiply": "*", "times": "*", "add": "+", "plus": "+"}
-
-WORDS_TRAIN = ["apple", "river", "stone", "green", "cloud", "tiger", "piano", "lemon", "house", "ocean",
-               "maple", "candle", "silver", "rocket", "garden", "winter", "pencil", "castle", "yellow", "bridge"]
+WORDS_TRAIN = """apple river stone green cloud tiger piano lemon house ocean maple candle silver rocket
+garden winter pencil castle yellow bridge anchor basket bottle butter camera carpet cherry circle
+cotton dinner doctor dragon engine finger forest friend frozen galaxy ginger guitar hammer helmet
+island jacket jungle kettle kitten ladder letter marble mirror monkey needle number orange oyster
+palace parrot pepper pickle planet pocket potato puzzle rabbit ribbon salmon sandal shadow
+shovel signal spider spring summer sunset tablet teapot ticket tomato tunnel turtle velvet wallet
+window wizard yogurt zebra acorn badge beach blade brick brush cabin chalk charm crane crown dream
+eagle fable feast flame flute frost glove grape heart honey horse jewel juice knife koala lotus
+magic mango medal melon moose mouse novel olive opera otter panda pearl piano pilot plum quilt radio
+robin salad scarf sheep shell skirt snake spoon storm sugar swing table tulip uncle vapor whale
+wheat yacht amber blue red black white purple silent gentle bright quick happy brave calm""".split()
+WORDS_TRAIN = sorted(set(WORDS_TRAIN), key=WORDS_TRAIN.index)
 WORDS_EVAL = ["violet", "harbor", "meadow", "falcon", "copper", "orchid", "thunder", "saddle"]
+
+
+OP_WORDS = {"*": "multiply by", "+": "add"}
 
 
 def number_is_eval(n):
@@ -157,7 +199,7 @@ class Gen:
             words += (" " + w + " " if w.isalpha() or " " in w else " " + w + " ") + str(n)
         value = eval(expr)  # our own digits and operators only
         user = self.phrase("calc", e=words)
-        think = f"Arithmetic {expr}, use calculator."
+        think = f"Compute {expr} with calculator."
         steps = [(think, "calculator", {"expression": expr}, fmt_number(value))]
         return user, steps, f"Result {value}.", f"The answer is {value}.", fmt_number(value)
 
@@ -166,7 +208,7 @@ class Gen:
         v = self.conv_value(a, b)
         out = convert_value(v, a, b)
         user = self.phrase("convert", v=v, a=a, b=b)
-        think = f"Convert {v} {a} to {b}, use convert."
+        think = f"Convert {v} {a} to {b} with convert."
         steps = [(think, "convert", {"value": v, "from": a, "to": b}, fmt_number(out))]
         return user, steps, f"Got {fmt_number(out)}.", f"{v} {a} is {fmt_number(out)} {b}.", fmt_number(out)
 
@@ -174,7 +216,7 @@ class Gen:
         k = self.key()
         val = self.num(1, 999)
         user = self.phrase("lookup", k=k)
-        think = f"Table key {k}, use lookup."
+        think = f"Read key {k} with lookup."
         steps = [(think, "lookup", {"key": k}, str(val))]
         return user, steps, f"Found {val}.", f"{k} is {val}.", str(val)
 
@@ -183,20 +225,19 @@ class Gen:
         if self.r.random() < 0.5:
             k = self.key()
             val = self.num(1, 999)
-            tmpl = self.r.choice(self.p["chain_lookup"])
+            tmpl, op = self.r.choice(self.p["chain_lookup"])
             user = self.r.choice(self.p["prefix"]) + tmpl.format(k=k, n=n)
-            first = (f"Two steps: lookup {k}, then calculator.", "lookup", {"key": k}, str(val))
+            first = (f"Two steps: lookup {k}, then {OP_WORDS[op]} {n}.", "lookup", {"key": k}, str(val))
             base, what = val, k
         else:
             a, b = self.units()
             v = self.conv_value(a, b)
             val = convert_value(v, a, b)
-            tmpl = self.r.choice(self.p["chain_convert"])
+            tmpl, op = self.r.choice(self.p["chain_convert"])
             user = self.r.choice(self.p["prefix"]) + tmpl.format(v=v, a=a, b=b, n=n)
-            first = (f"Two steps: convert {v} {a} to {b}, then calculator.", "convert",
+            first = (f"Two steps: convert {v} {a} to {b}, then {OP_WORDS[op]} {n}.", "convert",
                      {"value": v, "from": a, "to": b}, fmt_number(val))
             base, what = val, f"{v} {a}"
-        op = "*" if ("multiply" in tmpl or "times" in tmpl) else "+"
         expr = f"{fmt_number(base)}{op}{n}"
         value = eval(expr)
         value = fmt_number(round(value, 6) if isinstance(value, float) else value)
@@ -206,7 +247,7 @@ class Gen:
     def plain(self):
         w = self.r.choice(WORDS_TRAIN if self.split == "train" else WORDS_EVAL)
         user = self.phrase("plain", w=w)
-        return user, [], "No tool needed.", w, w
+        return user, [], f"Reply {w}, no tool needed.", w, w
 
     def task(self, kind):
         user, steps, final_think, answer, expect = getattr(self, kind)()

@@ -63,15 +63,18 @@ def rope_half_split(x, cos, sin):
     return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
 
 
-def delta_chunked(q, k, v, beta, g, chunk=64):
-    """Batched fla chunked gated delta rule from a zero state. q, k [B, T, H, dk]
-    (q scaled), v [B, T, H, dv], beta, g [B, T, H]. Returns o [B, T, H, dv]."""
+def delta_chunked(q, k, v, beta, g, chunk=64, S=None):
+    """Batched fla chunked gated delta rule from state S [B, H, dk, dv] (zero
+    when None). q, k [B, T, H, dk] (q scaled), v [B, T, H, dv], beta, g [B, T, H].
+    Returns (o [B, T, H, dv], the state after the last position). Padded
+    positions have beta = 0 and g = 0: they leave the state as it was."""
     B, T, H, dk = k.shape
     dv = v.shape[-1]
     pad = (-T) % chunk
     q, k, v = (F.pad(a.permute(0, 2, 1, 3), (0, 0, 0, pad)) for a in (q, k, v))  # [B, H, T', d]
     beta, g = (F.pad(a.permute(0, 2, 1), (0, pad)) for a in (beta, g))  # [B, H, T']
-    S = q.new_zeros(B, H, dk, dv)
+    if S is None:
+        S = q.new_zeros(B, H, dk, dv)
     eye = torch.eye(chunk, dtype=q.dtype)
     incl = torch.ones(chunk, chunk, dtype=torch.bool).tril()
     outs = []
@@ -87,7 +90,7 @@ def delta_chunked(q, k, v, beta, g, chunk=64):
         outs.append(torch.exp(G)[..., None] * (qc @ S) + (decay * (qc @ kc.transpose(-1, -2))) @ U)
         last = G[..., -1:]
         S = torch.exp(last)[..., None] * S + (kc * torch.exp(last - G)[..., None]).transpose(-1, -2) @ U
-    return torch.cat(outs, dim=2)[:, :, :T].permute(0, 2, 1, 3)
+    return torch.cat(outs, dim=2)[:, :, :T].permute(0, 2, 1, 3), S
 
 
 class TrainModel(nn.Module):
@@ -102,6 +105,8 @@ class TrainModel(nn.Module):
                 continue
             if name.endswith(".blocks"):
                 name, shape = name[: -len(".blocks")], (shape[0], shape[1], shape[2] * 32)
+            elif ".experts." in name and name.endswith(".weight"):  # BF16 experts (model.md 1.2)
+                name = name[: -len(".weight")]
             if name.endswith("ffn.gate.bias"):
                 self.gate_bias[name] = torch.zeros(shape)  # balanced by update_bias, not by gradients
                 continue
@@ -150,8 +155,13 @@ class TrainModel(nn.Module):
                     self.p[k.replace(".", "__")].copy_(v)
 
     # ---- layers -------------------------------------------------------------
+    # Every layer runs on new tokens x [B, T, D] at positions offset..offset+T-1.
+    # `past` holds what an earlier call on positions 0..offset-1 (batch 1: the
+    # shared prefix, in training the tools block every sequence starts with)
+    # left for later tokens; `keep` collects what this call leaves. With
+    # offset 0 and no past this is the plain forward over whole sequences.
 
-    def mla(self, p, x, cos, sin, dsa_mode, aux):
+    def mla(self, p, x, cos, sin, dsa_mode, aux, past=None, keep=None, offset=0):
         cfg, W = self.cfg, self.W
         B, T, _ = x.shape
         H, nope, R, vd, eps = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.rms_norm_eps
@@ -164,25 +174,30 @@ class TrainModel(nn.Module):
         wkv_b = W(p + "wkv_b.weight").view(H, nope + vd, cfg.kv_lora_rank)
         k_nope = torch.einsum("bsc,hnc->bhsn", c, wkv_b[:, :nope])
         v = torch.einsum("bsc,hvc->bhsv", c, wkv_b[:, nope:])
+        if keep is not None:
+            keep.update(k_nope=k_nope, v=v, k_pe=k_pe)
+        if past is not None:
+            k_nope = torch.cat([past["k_nope"].expand(B, -1, -1, -1), k_nope], dim=2)
+            v = torch.cat([past["v"].expand(B, -1, -1, -1), v], dim=2)
+            k_pe = torch.cat([past["k_pe"].expand(B, -1, -1), k_pe], dim=1)
+        S = k_pe.shape[1]
         scores = torch.einsum("bthn,bhsn->bhts", q_nope, k_nope) + torch.einsum("bthr,bsr->bhts", q_pe, k_pe)
         scores = scores * ref.mla_softmax_scale(cfg)
-        visible = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+        causal = torch.arange(S)[None, :] <= (offset + torch.arange(T))[:, None]  # [T, S]
+        visible = causal[None, None]
         if dsa_mode is not None:
-            I = self.indexer(p, x.detach(), qr.detach(), cos, sin)  # [B, T, S]
-            causal = visible[:, 0]
+            I = self.indexer(p, x.detach(), qr.detach(), cos, sin, past, keep)  # [B, T, S]
             I = I.masked_fill(~causal, float("-inf"))
-            keep = causal
-            if dsa_mode == "sparse":
-                k = min(cfg.index_topk, T)
-                # Stable descending sort: ties go to the lower s, as at inference.
-                top = torch.sort(I, dim=-1, descending=True, stable=True)[1][..., :k]
-                keep = torch.zeros_like(causal.expand(B, T, T)).scatter_(-1, top, True) & causal
-                visible = keep[:, None]
+            sel = causal[None]
+            if dsa_mode == "sparse" and S > cfg.index_topk:
+                top = self.select(I, cfg.index_topk)
+                sel = torch.zeros(B, T, S, dtype=torch.bool).scatter_(-1, top, True) & causal
+                visible = sel[:, None]
             with torch.no_grad():
                 target = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1).sum(1)
                 target = target / target.sum(-1, keepdim=True)
-            logq = torch.log_softmax(I.masked_fill(~keep, float("-inf")), -1)
-            kl = (target * (torch.log(target.clamp_min(1e-12)) - logq.masked_fill(~keep, 0))).sum(-1)  # [B, T]
+            logq = torch.log_softmax(I.masked_fill(~sel, float("-inf")), -1)
+            kl = (target * (torch.log(target.clamp_min(1e-12)) - logq.masked_fill(~sel, 0))).sum(-1)  # [B, T]
             aux.setdefault("indexer_kl", []).append(kl)
         probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1)
         o = torch.einsum("bhts,bhsv->bthv", probs, v).reshape(B, T, H * vd)
@@ -190,7 +205,17 @@ class TrainModel(nn.Module):
             o = o * torch.sigmoid(x @ W(p + "wg.weight").T)
         return o @ W(p + "wo.weight").T
 
-    def indexer(self, p, x, qr, cos, sin):
+    # "exact": the inference's tie rule (stable sort, ties to the lower
+    # position), used by the tests; training uses topk, several times faster,
+    # whose order among exactly equal scores is unspecified.
+    exact_ties = False
+
+    def select(self, I, k):
+        if self.exact_ties:
+            return torch.sort(I, dim=-1, descending=True, stable=True)[1][..., :k]
+        return torch.topk(I, k, dim=-1, sorted=False)[1]
+
+    def indexer(self, p, x, qr, cos, sin, past=None, keep=None):
         cfg, W = self.cfg, self.W
         B, T, _ = x.shape
         IH, ID, R = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
@@ -199,11 +224,15 @@ class TrainModel(nn.Module):
         ik = F.layer_norm(x @ W(p + "indexer.wk.weight").T, (ID,), W(p + "indexer.k_norm.weight"),
                           W(p + "indexer.k_norm.bias"), 1e-6)
         ik = torch.cat([rope_half_split(ik[..., :R], cos, sin), ik[..., R:]], dim=-1)
+        if keep is not None:
+            keep["ik"] = ik
+        if past is not None:
+            ik = torch.cat([past["ik"].expand(B, -1, -1), ik], dim=1)
         w = (x @ W(p + "indexer.weights_proj.weight").T) * (IH**-0.5) * (ID**-0.5)  # [B, T, IH]
         dots = torch.relu(torch.einsum("btjd,bsd->btjs", iq, ik))
         return torch.einsum("btj,btjs->bts", w, dots)
 
-    def delta(self, p, x):
+    def delta(self, p, x, past=None, keep=None):
         cfg, W = self.cfg, self.W
         B, T, _ = x.shape
         Hd, dk, dv, conv = cfg.delta_heads, cfg.head_k_dim, cfg.head_v_dim, cfg.conv_size
@@ -211,7 +240,12 @@ class TrainModel(nn.Module):
         def branch(name):
             u = x @ W(p + f"{name}_proj.weight").T  # [B, T, C]
             w = W(p + f"{name}_conv1d.weight")  # [C, conv]
-            padded = F.pad(u, (0, 0, conv - 1, 0))
+            if keep is not None:
+                keep[name + "_tail"] = u[:, -(conv - 1) :]
+            if past is not None:
+                padded = torch.cat([past[name + "_tail"].expand(B, -1, -1), u], dim=1)
+            else:
+                padded = F.pad(u, (0, 0, conv - 1, 0))
             out = sum(w[:, j] * padded[:, j : j + T] for j in range(conv))
             return F.silu(out)
 
@@ -220,15 +254,17 @@ class TrainModel(nn.Module):
         v = branch("v").view(B, T, Hd, dv)
         beta = torch.sigmoid(x @ W(p + "b_proj.weight").T)
         g = -torch.exp(W(p + "A_log")) * F.softplus(x @ W(p + "a_proj.weight").T + W(p + "dt_bias"))
-        o = delta_chunked(q, k, v, beta, g)
+        S0 = past["S"].expand(B, -1, -1, -1) if past is not None else None
+        o, S = delta_chunked(q, k, v, beta, g, S=S0)
+        if keep is not None:
+            keep["S"] = S
         o = rms_norm(o, W(p + "o_norm.weight"), cfg.delta_norm_eps)
         o = o * F.silu(x @ W(p + "g_proj.weight").T).view(B, T, Hd, dv)
         return o.reshape(B, T, Hd * dv) @ W(p + "o_proj.weight").T
 
-    def moe(self, p, x, aux, valid):
+    def moe(self, p, xf, aux, valid):
+        """xf [N, D] tokens (any number of streams flattened), valid [N]."""
         cfg, W = self.cfg, self.W
-        B, T, D = x.shape
-        xf = x.reshape(B * T, D)
         with torch.no_grad():
             idx, _ = ref.moe_route(cfg, W(p + "gate.weight").detach(), W(p + "gate.bias"), xf)
         s = torch.sigmoid(xf @ W(p + "gate.weight").T)
@@ -236,43 +272,77 @@ class TrainModel(nn.Module):
         w = w / w.sum(-1, keepdim=True) * cfg.routed_scaling_factor
         I = cfg.moe_inter
         w13, w2 = W(p + "experts.w13"), W(p + "experts.w2")
-        y = torch.zeros_like(xf)
-        for e in range(cfg.n_experts):
-            tok, slot = (idx == e).nonzero(as_tuple=True)
-            if tok.numel() == 0:
-                continue
-            out = swiglu(xf[tok], w13[e, :I], w13[e, I:], w2[e])
-            y = y.index_add(0, tok, w[tok, slot][:, None] * out)
+        # Tokens sorted by expert: one gather, contiguous slices per expert, one index_add.
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=cfg.n_experts)
+        tok = order // idx.shape[1]
+        xs = xf[tok]
+        outs = []
+        start = 0
+        for e, n in enumerate(counts.tolist()):
+            if n:
+                outs.append(swiglu(xs[start : start + n], w13[e, :I], w13[e, I:], w2[e]))
+            start += n
+        out = torch.cat(outs, dim=0) * w.reshape(-1)[order][:, None]
+        y = torch.zeros_like(xf).index_add(0, tok, out)
         if cfg.n_shared_experts > 0:
             y = y + swiglu(xf, W(p + "shared.w1.weight"), W(p + "shared.w3.weight"), W(p + "shared.w2.weight"))
-        counts = torch.zeros(cfg.n_experts)
-        counts.index_add_(0, idx[valid.reshape(-1)].reshape(-1), torch.ones(int(valid.sum()) * idx.shape[1]))
-        aux.setdefault("load", {})[p + "gate.bias"] = counts
-        return y.view(B, T, D)
+        load = torch.bincount(idx[valid].reshape(-1), minlength=cfg.n_experts).float()
+        aux.setdefault("load", {})[p + "gate.bias"] = load
+        return y
 
-    def forward(self, ids, valid=None, dsa_mode="dense"):
-        """ids [B, T] -> logits [B, T, V], aux {indexer_kl: [..], load: {bias name: counts}}.
-        dsa_mode: "dense" (warm-up: dsa layers attend to everything), "sparse"
-        (top-k by the indexer, as at inference)."""
+    def forward(self, ids, valid=None, dsa_mode="dense", prefix=None):
+        """ids [B, T] -> logits [B, T, V], aux {indexer_kl: [[B, T] or [1, Tp] ..],
+        load: {bias name: counts}}. dsa_mode: "dense" (warm-up: dsa layers
+        attend to everything), "sparse" (top-k by the indexer, as at inference).
+        prefix: ids [Tp] that precede every row of ids (computed once, shared
+        by the batch); logits are then those of ids only, at positions Tp..."""
         cfg, W = self.cfg, self.W
         B, T = ids.shape
         if valid is None:
             valid = torch.ones(B, T, dtype=torch.bool)
-        cos, sin = ref.rope_angles(self.freqs, torch.arange(T))
         aux = {}
+        Tp = 0 if prefix is None else len(prefix)
+        cos, sin = ref.rope_angles(self.freqs, torch.arange(Tp, Tp + T))
         x = W("embed.weight")[ids]
+        if prefix is not None:
+            pcos, psin = ref.rope_angles(self.freqs, torch.arange(Tp))
+            xp = W("embed.weight")[torch.as_tensor(prefix)][None]
+            paux = {}
         for i, kind in enumerate(cfg.layer_types):
             p = f"layers.{i}."
+            past = None
+            if prefix is not None:
+                past = {}
+                ap = rms_norm(xp, W(p + "attn_norm.weight"), cfg.rms_norm_eps)
+                if kind == "delta":
+                    hp = xp + self.delta(p + "attn.", ap, keep=past)
+                else:
+                    hp = xp + self.mla(p + "attn.", ap, pcos, psin, dsa_mode if kind == "dsa" else None, paux,
+                                       keep=past)
             a = rms_norm(x, W(p + "attn_norm.weight"), cfg.rms_norm_eps)
             if kind == "delta":
-                h = x + self.delta(p + "attn.", a)
+                h = x + self.delta(p + "attn.", a, past)
             else:
-                h = x + self.mla(p + "attn.", a, cos, sin, dsa_mode if kind == "dsa" else None, aux)
+                h = x + self.mla(p + "attn.", a, cos, sin, dsa_mode if kind == "dsa" else None, aux, past, offset=Tp)
             f = rms_norm(h, W(p + "ffn_norm.weight"), cfg.rms_norm_eps)
+            fp = rms_norm(hp, W(p + "ffn_norm.weight"), cfg.rms_norm_eps) if prefix is not None else None
             if i < cfg.first_dense_layers:
-                x = h + swiglu(f, W(p + "ffn.w1.weight"), W(p + "ffn.w3.weight"), W(p + "ffn.w2.weight"))
+                ffn = lambda z: swiglu(z, W(p + "ffn.w1.weight"), W(p + "ffn.w3.weight"), W(p + "ffn.w2.weight"))  # noqa: E731
+                x = h + ffn(f)
+                if prefix is not None:
+                    xp = hp + ffn(fp)
+            elif prefix is None:
+                x = h + self.moe(p + "ffn.", f.reshape(B * T, -1), aux, valid.reshape(-1)).view(B, T, -1)
             else:
-                x = h + self.moe(p + "ffn.", f, aux, valid)
+                both = torch.cat([fp.reshape(Tp, -1), f.reshape(B * T, -1)])
+                ok = torch.cat([torch.ones(Tp, dtype=torch.bool), valid.reshape(-1)])
+                y = self.moe(p + "ffn.", both, aux, ok)
+                xp = hp + y[:Tp][None]
+                x = h + y[Tp:].view(B, T, -1)
+        if prefix is not None:
+            aux["prefix_indexer_kl"] = paux.get("indexer_kl", [])
         return rms_norm(x, W("norm.weight"), cfg.rms_norm_eps) @ W("head.weight").T, aux
 
     def update_bias(self, load, rate):

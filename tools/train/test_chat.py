@@ -48,6 +48,17 @@ class ChatFormat(unittest.TestCase):
         train_q = {t["messages"][0]["content"] for t in gen_data.generate("train", 1, 3000)}
         self.assertFalse(train_q & {t["messages"][0]["content"] for t in a})
 
+    def test_held_out_pools_are_unseen_in_training(self):
+        train_units = {u for a, b, _ in gen_data.UNITS_TRAIN for u in (a, b)}
+        eval_units = {u for a, b, _ in gen_data.UNITS_EVAL for u in (a, b)}
+        self.assertEqual(eval_units - train_units, {"mg", "week", "kl", "ft", "in"})
+        train_pairs = {frozenset(p[:2]) for p in gen_data.UNITS_TRAIN}
+        self.assertFalse(train_pairs & {frozenset(p[:2]) for p in gen_data.UNITS_EVAL})
+        self.assertFalse(set(gen_data.WORDS_TRAIN) & set(gen_data.WORDS_EVAL))
+        for kind, phrases in gen_data.PHRASES["eval"].items():
+            if kind != "prefix":
+                self.assertFalse(set(map(str, phrases)) & set(map(str, gen_data.PHRASES["train"][kind])), kind)
+
 
 if __name__ == "__main__":
     unittest.main()

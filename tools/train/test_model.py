@@ -32,6 +32,7 @@ class TrainModelMatchesReference(unittest.TestCase):
         torch.manual_seed(0)
         cfg = M.Config(small_config(index_topk))
         tm = M.TrainModel(cfg, seed=3)
+        tm.exact_ties = True
         weights = tm.state_dict_fp32()
         # Trained-looking weights: norms and biases away from their init values.
         for k in weights:
@@ -64,6 +65,38 @@ class TrainModelMatchesReference(unittest.TestCase):
         # The warm-up mode attends to every key; with top-32 that is another model.
         with self.assertRaises(AssertionError):
             self.compare(index_topk=32, dsa_mode="dense", perturb_bias=False)
+
+
+class SharedPrefixMatchesWholeSequences(unittest.TestCase):
+    """Training computes the tools block every sequence starts with once per
+    batch and lets the rest of each sequence attend to it (MLA/DSA keys,
+    DeltaNet state, conv tail): the logits must be those of whole sequences."""
+
+    def check(self, dsa_mode, index_topk):
+        torch.manual_seed(0)
+        cfg = M.Config(small_config(index_topk))
+        tm = M.TrainModel(cfg, seed=4)
+        tm.exact_ties = True  # equal indexer scores (ReLU zeros) are common at init
+        tasks = gen_data.generate("train", 6, 3)
+        rows = [chat.render(t["messages"], t["tools"])[0] for t in tasks]
+        n = chat.shared_prefix_len(tasks[0]["tools"])
+        self.assertTrue(all(r[:n] == rows[0][:n] for r in rows))
+        T = max(len(r) for r in rows)
+        with torch.no_grad():
+            whole, _ = tm(torch.tensor([r + [0] * (T - len(r)) for r in rows]), dsa_mode=dsa_mode)
+            shared, aux = tm(torch.tensor([r[n:] + [0] * (T - len(r)) for r in rows]), dsa_mode=dsa_mode,
+                             prefix=rows[0][:n])
+        for b, r in enumerate(rows):
+            err = (whole[b, n : len(r)] - shared[b, : len(r) - n]).abs().max().item()
+            self.assertLessEqual(err, 1e-4 * whole.abs().max().item(), f"row {b}: {err}")
+        self.assertEqual(len(aux["prefix_indexer_kl"]), 2)
+
+    def test_dense(self):
+        self.check("dense", 128)
+
+    def test_sparse(self):
+        # top-64 of 350-800 keys: the selection reaches into the prefix.
+        self.check("sparse", 64)
 
 
 if __name__ == "__main__":

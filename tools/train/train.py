@@ -9,7 +9,9 @@ answers, tool call name and arguments, <|end|>), plus the DSA indexer's KL.
 A quarter of the assistant turns have their reasoning cut short at a random
 length, as a thinking budget cuts it, so the model learns to act after the
 engine closes the span. The first --dense-steps steps attend densely in the
-dsa layers (indexer warm-up), then top-k. Writes weights.pt (fp32) and
+dsa layers (indexer warm-up), then top-k. The tools block every sequence
+starts with is computed once per batch (model.forward's prefix); batches
+hold conversations of similar length. Writes weights.pt (fp32) and
 train_log.json (loss curve, time, expert load per MoE layer).
 """
 
@@ -42,7 +44,10 @@ def examples(seed, count, cut_fraction):
     return out
 
 
-def batch(items):
+def batch(items, n_prefix=0):
+    """Inputs, targets, loss mask and validity of each row after its first
+    n_prefix ids (the shared tools block, computed once per batch)."""
+    items = [(ids[n_prefix:], mask[n_prefix:]) for ids, mask in items]
     T = max(len(ids) for ids, _ in items) - 1
     x = torch.zeros(len(items), T, dtype=torch.long)
     y = torch.zeros(len(items), T, dtype=torch.long)
@@ -55,6 +60,18 @@ def batch(items):
         m[b, :n] = torch.tensor(mask[1:], dtype=torch.bool)
         valid[b, :n] = True
     return x, y, m, valid
+
+
+def bucketed(data, size, rng, window=32):
+    """Batches of similar lengths (less padding): each window of `window`
+    batches' worth of conversations is sorted by length and cut into batches;
+    the batches are then shuffled."""
+    out = []
+    for w in range(0, len(data), size * window):
+        part = sorted(data[w : w + size * window], key=lambda e: len(e[0]))
+        out.extend(part[i : i + size] for i in range(0, len(part), size))
+    rng.shuffle(out)
+    return out
 
 
 def main():
@@ -84,6 +101,11 @@ def main():
         model.load_fp32(torch.load(a.init))
     n_params = sum(p.numel() for p in model.parameters())
     data = examples(a.seed, a.steps * a.batch, 0.25)
+    # Every sequence starts with the same tools block: computed once per batch.
+    n_prefix = chat.shared_prefix_len(gen_data.TOOLS)
+    prefix = data[0][0][:n_prefix]
+    assert all(ids[:n_prefix] == prefix for ids, _ in data)
+    batches = bucketed(data, a.batch, random.Random(f"batches:{a.seed}"))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     warm = max(1, a.steps // 20)
 
@@ -99,11 +121,12 @@ def main():
     t0 = time.time()
     last = min(a.steps, a.stop_after) if a.stop_after else a.steps
     for step in range(last):
-        x, y, m, valid = batch(data[step * a.batch : (step + 1) * a.batch])
+        x, y, m, valid = batch(batches[step], n_prefix)
         mode = "dense" if step < a.dense_steps else "sparse"
-        logits, aux = model(x, valid, dsa_mode=mode)
+        logits, aux = model(x, valid, dsa_mode=mode, prefix=prefix)
         lm = F.cross_entropy(logits[m], y[m])
-        kl = torch.stack([k[valid].mean() for k in aux["indexer_kl"]]).mean()
+        # Indexer KL per query token: the shared prefix's queries count once.
+        kl = torch.cat([k[valid] for k in aux["indexer_kl"]] + [k.reshape(-1) for k in aux["prefix_indexer_kl"]]).mean()
         loss = lm + kl
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
