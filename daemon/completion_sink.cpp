@@ -7,24 +7,22 @@ namespace moeserve::daemon {
 
 using json = nlohmann::json;
 
-CompletionSink::CompletionSink(CompletionInfo info,
-                               std::shared_ptr<HttpExchange> exchange,
-                               Scheduler &scheduler, DaemonMetrics &metrics,
-                               BudgetService &budget)
-    : info_(std::move(info)), exchange_(std::move(exchange)),
-      scheduler_(scheduler), metrics_(metrics), budget_(budget),
-      assembler_(AssemblerOptions{info_.stop, info_.call_id_seed,
-                                  info_.constrained_names}),
+CompletionSink::CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange, Scheduler& scheduler,
+                               DaemonMetrics& metrics, BudgetService& budget)
+    : info_(std::move(info)),
+      exchange_(std::move(exchange)),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      budget_(budget),
+      assembler_(AssemblerOptions{info_.stop, info_.call_id_seed, info_.constrained_names}),
       sse_(exchange_) {
   // The role chunk goes first, before any event can.
-  if (info_.stream)
-    sse_.Send(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr).dump());
+  if (info_.stream) sse_.Send(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr).dump());
 }
 
 void CompletionSink::BeginStream() {
   HttpHeaders extra;
-  if (info_.downgraded)
-    extra.emplace_back("X-MoE-Downgraded", "budget");
+  if (info_.downgraded) extra.emplace_back("X-MoE-Downgraded", "budget");
   sse_.Begin(std::move(extra));
 }
 
@@ -35,13 +33,11 @@ void CompletionSink::SetSequence(engine::SequenceId id) {
     sequence_ = id;
     cancel = cancel_requested_;
   }
-  if (cancel)
-    scheduler_.Cancel(id);
+  if (cancel) scheduler_.Cancel(id);
 }
 
 void CompletionSink::OnDisconnect() {
-  if (disconnected_.exchange(true))
-    return;
+  if (disconnected_.exchange(true)) return;
   metrics_.AddClientDisconnect();
   std::optional<engine::SequenceId> id;
   {
@@ -49,60 +45,46 @@ void CompletionSink::OnDisconnect() {
     id = sequence_;
     cancel_requested_ = true;
   }
-  if (id)
-    scheduler_.Cancel(*id);
+  if (id) scheduler_.Cancel(*id);
 }
 
-void CompletionSink::AbortStream(const json &error_body) {
+void CompletionSink::AbortStream(const json& error_body) {
   sse_.Send(error_body.dump());
   sse_.Send("[DONE]");
   sse_.Close();
 }
 
-json CompletionSink::Chunk(json delta, const char *finish_reason) const {
-  json choice = {
-      {"index", 0},
-      {"delta", std::move(delta)},
-      {"logprobs", nullptr},
-      {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
-  json chunk = {{"id", info_.id},
-                {"object", "chat.completion.chunk"},
-                {"created", info_.created},
-                {"model", info_.model},
-                {"system_fingerprint", nullptr},
-                {"choices", json::array({choice})}};
-  if (info_.include_usage)
-    chunk["usage"] = nullptr;
+json CompletionSink::Chunk(json delta, const char* finish_reason) const {
+  json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                 {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+  json chunk = {{"id", info_.id},       {"object", "chat.completion.chunk"}, {"created", info_.created},
+                {"model", info_.model}, {"system_fingerprint", nullptr},     {"choices", json::array({choice})}};
+  if (info_.include_usage) chunk["usage"] = nullptr;
   return chunk;
 }
 
-json CompletionSink::Usage(const engine::SequenceUsage &u) const {
-  return {
-      {"prompt_tokens", u.prompt_tokens},
-      {"completion_tokens", u.completion_tokens},
-      {"total_tokens", u.prompt_tokens + u.completion_tokens},
-      {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
-      {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+json CompletionSink::Usage(const engine::SequenceUsage& u) const {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-void CompletionSink::SendDelta(const OutputDelta &d) {
-  if (!info_.stream || d.empty())
-    return;
-  if (!d.reasoning.empty())
-    sse_.Send(Chunk({{"reasoning_content", d.reasoning}}, nullptr).dump());
-  if (!d.content.empty())
-    sse_.Send(Chunk({{"content", d.content}}, nullptr).dump());
+void CompletionSink::SendDelta(const OutputDelta& d) {
+  if (!info_.stream || d.empty()) return;
+  if (!d.reasoning.empty()) sse_.Send(Chunk({{"reasoning_content", d.reasoning}}, nullptr).dump());
+  if (!d.content.empty()) sse_.Send(Chunk({{"content", d.content}}, nullptr).dump());
   if (!d.tool_calls.empty()) {
     json calls = json::array();
-    for (const auto &t : d.tool_calls) {
+    for (const auto& t : d.tool_calls) {
       json c = {{"index", t.index}};
       json fn = {{"arguments", t.arguments}};
       if (t.id) {
         c["id"] = *t.id;
         c["type"] = "function";
       }
-      if (t.name)
-        fn["name"] = *t.name;
+      if (t.name) fn["name"] = *t.name;
       c["function"] = std::move(fn);
       calls.push_back(std::move(c));
     }
@@ -110,65 +92,47 @@ void CompletionSink::SendDelta(const OutputDelta &d) {
   }
 }
 
-void CompletionSink::OnEvent(const engine::TokenEvent &e) {
+void CompletionSink::OnEvent(const engine::TokenEvent& e) {
   const auto now = std::chrono::steady_clock::now();
   if (e.token >= 0) {
     if (!last_token_at_) {
-      metrics_.ObserveTimeToFirstToken(
-          std::chrono::duration<double>(now - info_.received).count());
+      metrics_.ObserveTimeToFirstToken(std::chrono::duration<double>(now - info_.received).count());
     } else {
-      metrics_.ObserveInterTokenLatency(
-          std::chrono::duration<double>(now - *last_token_at_).count());
+      metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last_token_at_).count());
     }
     last_token_at_ = now;
     SendDelta(assembler_.OnToken(e.token, e.reasoning));
-    if (assembler_.StopMatched() && !stop_cancel_sent_ &&
-        e.finish == engine::FinishReason::kNone) {
+    if (assembler_.StopMatched() && !stop_cancel_sent_ && e.finish == engine::FinishReason::kNone) {
       // A stop string ended the answer: free the sequence now.
       stop_cancel_sent_ = true;
       scheduler_.Cancel(e.id);
     }
   }
-  if (e.finish != engine::FinishReason::kNone)
-    Finish(e);
+  if (e.finish != engine::FinishReason::kNone) Finish(e);
 }
 
-void CompletionSink::Finish(const engine::TokenEvent &e) {
+void CompletionSink::Finish(const engine::TokenEvent& e) {
   SendDelta(assembler_.Finish());
-  const auto &u = e.usage;
-  metrics_.AddTokens(info_.tenant, info_.tier, "input",
-                     static_cast<uint64_t>(u.prompt_tokens - u.cached_tokens));
-  metrics_.AddTokens(info_.tenant, info_.tier, "cached_input",
-                     static_cast<uint64_t>(u.cached_tokens));
-  metrics_.AddTokens(info_.tenant, info_.tier, "reasoning",
-                     static_cast<uint64_t>(u.reasoning_tokens));
-  metrics_.AddTokens(
-      info_.tenant, info_.tier, "output",
-      static_cast<uint64_t>(u.completion_tokens - u.reasoning_tokens));
-  if (assembler_.tool_call_parse_errors() > 0)
-    metrics_.AddToolCallParseErrors(assembler_.tool_call_parse_errors());
-  ChargeRecord charge{info_.tenant,
-                      info_.tier,
-                      {u.prompt_tokens - u.cached_tokens, u.cached_tokens,
-                       u.completion_tokens - u.reasoning_tokens,
+  const auto& u = e.usage;
+  metrics_.AddTokens(info_.tenant, info_.tier, "input", static_cast<uint64_t>(u.prompt_tokens - u.cached_tokens));
+  metrics_.AddTokens(info_.tenant, info_.tier, "cached_input", static_cast<uint64_t>(u.cached_tokens));
+  metrics_.AddTokens(info_.tenant, info_.tier, "reasoning", static_cast<uint64_t>(u.reasoning_tokens));
+  metrics_.AddTokens(info_.tenant, info_.tier, "output", static_cast<uint64_t>(u.completion_tokens - u.reasoning_tokens));
+  if (assembler_.tool_call_parse_errors() > 0) metrics_.AddToolCallParseErrors(assembler_.tool_call_parse_errors());
+  ChargeRecord charge{info_.tenant, info_.tier,
+                      {u.prompt_tokens - u.cached_tokens, u.cached_tokens, u.completion_tokens - u.reasoning_tokens,
                        u.reasoning_tokens}};
   budget_.Charge(std::move(charge),
-                 [self = shared_from_this(), e](const Status &charged) {
-                   self->Complete(e, charged);
-                 });
+                 [self = shared_from_this(), e](const Status& charged) { self->Complete(e, charged); });
 }
 
-void CompletionSink::Complete(const engine::TokenEvent &e,
-                              const Status &charged) {
-  const auto &u = e.usage;
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - info_.received)
-                             .count();
+void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged) {
+  const auto& u = e.usage;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - info_.received).count();
 
-  const bool cancelled =
-      e.finish == engine::FinishReason::kCancelled && !assembler_.StopMatched();
+  const bool cancelled = e.finish == engine::FinishReason::kCancelled && !assembler_.StopMatched();
   if (cancelled && disconnected_.load()) {
-    metrics_.RequestFinished(499, seconds); // nginx's "client closed request"
+    metrics_.RequestFinished(499, seconds);  // nginx's "client closed request"
     sse_.Close();
     return;
   }
@@ -176,64 +140,41 @@ void CompletionSink::Complete(const engine::TokenEvent &e,
     // Not the client and not a stop string: the engine failed the sequence
     // (its message is the answer), the daemon is draining, or something else
     // cancelled it, which is a bug and reported as one.
-    ApiError err =
-        e.finish == engine::FinishReason::kError && e.unavailable
-            ? ApiError::Unavailable(
-                  "The serving group lost a rank while generating this "
-                  "completion; retry shortly (" +
-                      e.error + ")",
-                  5)
-        : e.finish == engine::FinishReason::kError
-            ? ApiError::Internal(
-                  "The engine failed while generating this completion: " +
-                  e.error)
-        : scheduler_.ShuttingDown()
-            ? ApiError::Unavailable("The server is shutting down; the request "
-                                    "was cancelled before it finished",
-                                    1)
-            : ApiError::Internal("The request was cancelled inside the server "
-                                 "before it finished");
+    ApiError err = e.finish == engine::FinishReason::kError && e.unavailable
+                       ? ApiError::Unavailable("The serving group lost a rank while generating this completion; retry shortly (" +
+                                                   e.error + ")", 5)
+                   : e.finish == engine::FinishReason::kError
+                       ? ApiError::Internal("The engine failed while generating this completion: " + e.error)
+                   : scheduler_.ShuttingDown()
+                       ? ApiError::Unavailable("The server is shutting down; the request was cancelled before it finished", 1)
+                       : ApiError::Internal("The request was cancelled inside the server before it finished");
     metrics_.RequestFinished(err.status, seconds);
-    if (info_.stream)
-      AbortStream(err.ToJson());
-    else
-      ReplyError(*exchange_, err);
+    if (info_.stream) AbortStream(err.ToJson());
+    else ReplyError(*exchange_, err);
     return;
   }
   if (!charged) {
     // Not on disk, so not charged: the request is not acknowledged either.
-    ApiError err = ApiError::Internal(
-        "The usage of this completion could not be recorded (" +
-        charged.error().message() + "); it was not charged");
+    ApiError err = ApiError::Internal("The usage of this completion could not be recorded (" +
+                                      charged.error().message() + "); it was not charged");
     metrics_.RequestFinished(err.status, seconds);
-    if (info_.stream)
-      AbortStream(err.ToJson());
-    else
-      ReplyError(*exchange_, err);
+    if (info_.stream) AbortStream(err.ToJson());
+    else ReplyError(*exchange_, err);
     return;
   }
-  const char *finish_reason = "stop";
-  if (assembler_.StopMatched())
-    finish_reason = "stop";
-  else if (e.finish == engine::FinishReason::kLength)
-    finish_reason = "length";
-  else if (!assembler_.tool_calls().empty())
-    finish_reason = "tool_calls";
+  const char* finish_reason = "stop";
+  if (assembler_.StopMatched()) finish_reason = "stop";
+  else if (e.finish == engine::FinishReason::kLength) finish_reason = "length";
+  else if (!assembler_.tool_calls().empty()) finish_reason = "tool_calls";
   metrics_.RequestFinished(200, seconds);
 
   if (info_.stream) {
     sse_.Send(Chunk(json::object(), finish_reason).dump());
     if (info_.include_usage) {
-      json last = {{"id", info_.id},
-                   {"object", "chat.completion.chunk"},
-                   {"created", info_.created},
-                   {"model", info_.model},
-                   {"system_fingerprint", nullptr},
-                   {"choices", json::array()},
-                   {"usage", Usage(u)},
-                   {"tier", info_.tier}};
-      if (info_.downgraded)
-        last["downgraded"] = "budget";
+      json last = {{"id", info_.id},       {"object", "chat.completion.chunk"}, {"created", info_.created},
+                   {"model", info_.model}, {"system_fingerprint", nullptr},     {"choices", json::array()},
+                   {"usage", Usage(u)},    {"tier", info_.tier}};
+      if (info_.downgraded) last["downgraded"] = "budget";
       sse_.Send(last.dump());
     }
     sse_.Send("[DONE]");
@@ -242,19 +183,12 @@ void CompletionSink::Complete(const engine::TokenEvent &e,
   }
   json message = {{"role", "assistant"}};
   const bool has_calls = !assembler_.tool_calls().empty();
-  message["content"] = (has_calls && assembler_.content().empty())
-                           ? json(nullptr)
-                           : json(assembler_.content());
-  message["reasoning_content"] = assembler_.reasoning().empty()
-                                     ? json(nullptr)
-                                     : json(assembler_.reasoning());
+  message["content"] = (has_calls && assembler_.content().empty()) ? json(nullptr) : json(assembler_.content());
+  message["reasoning_content"] = assembler_.reasoning().empty() ? json(nullptr) : json(assembler_.reasoning());
   if (has_calls) {
     json calls = json::array();
-    for (const auto &c : assembler_.tool_calls()) {
-      calls.push_back(
-          {{"id", c.id},
-           {"type", "function"},
-           {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    for (const auto& c : assembler_.tool_calls()) {
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     }
     message["tool_calls"] = std::move(calls);
   }
@@ -263,9 +197,7 @@ void CompletionSink::Complete(const engine::TokenEvent &e,
                {"created", info_.created},
                {"model", info_.model},
                {"system_fingerprint", nullptr},
-               {"choices", json::array({{{"index", 0},
-                                         {"message", std::move(message)},
-                                         {"logprobs", nullptr},
+               {"choices", json::array({{{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
                                          {"finish_reason", finish_reason}}})},
                {"usage", Usage(u)},
                {"tier", info_.tier}};
@@ -278,4 +210,4 @@ void CompletionSink::Complete(const engine::TokenEvent &e,
   exchange_->Reply(std::move(response));
 }
 
-} // namespace moeserve::daemon
+}  // namespace moeserve::daemon

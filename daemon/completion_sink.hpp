@@ -32,27 +32,25 @@
 namespace moeserve::daemon {
 
 struct CompletionInfo {
-  std::string id;      // chatcmpl-...
-  int64_t created = 0; // unix seconds
+  std::string id;          // chatcmpl-...
+  int64_t created = 0;     // unix seconds
   std::string model;
   bool stream = false;
   bool include_usage = false;
   std::string tenant;
   std::string tier;
-  bool downgraded = false; // served at low by a spent `downgrade` budget
+  bool downgraded = false;  // served at low by a spent `downgrade` budget
   std::vector<std::string> stop;
-  uint64_t call_id_seed = 0; // DecodePolicyOptions::id_seed
-  std::vector<std::string>
-      constrained_names; // tool_choice required or named: the callable tools
+  uint64_t call_id_seed = 0;                   // DecodePolicyOptions::id_seed
+  std::vector<std::string> constrained_names;  // tool_choice required or named: the callable tools
+  bool logprobs = false;                       // choices[].logprobs for the content tokens
   std::chrono::steady_clock::time_point received;
 };
 
-class CompletionSink : public SequenceSink,
-                       public std::enable_shared_from_this<CompletionSink> {
-public:
-  CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange,
-                 Scheduler &scheduler, DaemonMetrics &metrics,
-                 BudgetService &budget);
+class CompletionSink : public SequenceSink, public std::enable_shared_from_this<CompletionSink> {
+ public:
+  CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange, Scheduler& scheduler,
+                 DaemonMetrics& metrics, BudgetService& budget);
 
   // Streaming: sends the response head, the role chunk and any events that
   // came since Submit.
@@ -62,32 +60,32 @@ public:
   void OnDisconnect();
   void SetSequence(engine::SequenceId id);
   // Submit failed after BeginStream: the error goes into the stream.
-  void AbortStream(const nlohmann::json &error_body);
+  void AbortStream(const nlohmann::json& error_body);
 
-  void OnEvent(const engine::TokenEvent &event) override;
+  void OnEvent(const engine::TokenEvent& event) override;
 
-private:
-  nlohmann::json Chunk(nlohmann::json delta, const char *finish_reason) const;
-  nlohmann::json Usage(const engine::SequenceUsage &u) const;
-  void SendDelta(const OutputDelta &d);
-  void Finish(const engine::TokenEvent &event);
+ private:
+  nlohmann::json Chunk(nlohmann::json delta, const char* finish_reason) const;
+  nlohmann::json Usage(const engine::SequenceUsage& u) const;
+  void SendDelta(const OutputDelta& d);
+  void Finish(const engine::TokenEvent& event);
   // The answer, once the charge of `event`'s usage is committed (or not).
-  void Complete(const engine::TokenEvent &event, const Status &charged);
+  void Complete(const engine::TokenEvent& event, const Status& charged);
 
   CompletionInfo info_;
   std::shared_ptr<HttpExchange> exchange_;
-  Scheduler &scheduler_;
-  DaemonMetrics &metrics_;
-  BudgetService &budget_;
+  Scheduler& scheduler_;
+  DaemonMetrics& metrics_;
+  BudgetService& budget_;
   OutputAssembler assembler_;
   SseWriter sse_;
 
   std::mutex id_mu_;
   std::optional<engine::SequenceId> sequence_;
-  bool cancel_requested_ = false; // a disconnect came before the id was known
+  bool cancel_requested_ = false;  // a disconnect came before the id was known
   bool stop_cancel_sent_ = false;
   std::atomic<bool> disconnected_{false};
   std::optional<std::chrono::steady_clock::time_point> last_token_at_;
 };
 
-} // namespace moeserve::daemon
+}  // namespace moeserve::daemon

@@ -16,28 +16,19 @@ namespace {
 
 // Reads the rendered head {"id":"..","name":"..","arguments": and returns the
 // offset where the arguments start, or 0 while it is incomplete or differs.
-size_t ArgumentsOffset(const std::string &span, std::string *id,
-                       std::string *name) {
+size_t ArgumentsOffset(const std::string& span, std::string* id, std::string* name) {
   // Ids and names are JSON strings; parse each with nlohmann to honour escapes.
   static const std::string kId = "{\"id\":";
-  if (span.compare(0, kId.size(), kId) != 0)
-    return 0;
-  auto read_string = [&](size_t at, std::string *out) -> size_t {
-    if (at >= span.size() || span[at] != '"')
-      return 0;
+  if (span.compare(0, kId.size(), kId) != 0) return 0;
+  auto read_string = [&](size_t at, std::string* out) -> size_t {
+    if (at >= span.size() || span[at] != '"') return 0;
     for (size_t i = at + 1; i < span.size(); ++i) {
-      if (span[i] == '\\') {
-        ++i;
-        continue;
-      }
+      if (span[i] == '\\') { ++i; continue; }
       if (span[i] == '"') {
         // One string literal: depth 0, no longer than itself.
         std::string literal = span.substr(at, i + 1 - at);
-        auto v = ParseJsonBounded<nlohmann::json>(
-            literal, {.max_bytes = literal.size(), .max_depth = 0},
-            "tool call");
-        if (!v || !v->is_string())
-          return 0;
+        auto v = ParseJsonBounded<nlohmann::json>(literal, {.max_bytes = literal.size(), .max_depth = 0}, "tool call");
+        if (!v || !v->is_string()) return 0;
         *out = v->get<std::string>();
         return i + 1;
       }
@@ -46,12 +37,10 @@ size_t ArgumentsOffset(const std::string &span, std::string *id,
   };
   size_t p = read_string(kId.size(), id);
   static const std::string kName = ",\"name\":";
-  if (p == 0 || span.compare(p, kName.size(), kName) != 0)
-    return 0;
+  if (p == 0 || span.compare(p, kName.size(), kName) != 0) return 0;
   p = read_string(p + kName.size(), name);
   static const std::string kArgs = ",\"arguments\":";
-  if (p == 0 || span.compare(p, kArgs.size(), kArgs) != 0)
-    return 0;
+  if (p == 0 || span.compare(p, kArgs.size(), kArgs) != 0) return 0;
   return p + kArgs.size();
 }
 
@@ -64,81 +53,62 @@ struct PartialHead {
   std::string name_text;
 };
 
-PartialHead ReadPartialHead(const std::string &span) {
+PartialHead ReadPartialHead(const std::string& span) {
   PartialHead h;
   static const std::string kId = "{\"id\":";
-  if (span.compare(0, kId.size(), kId) != 0)
-    return h;
+  if (span.compare(0, kId.size(), kId) != 0) return h;
   // The end of the string literal at `at`, or npos while it is unfinished.
   auto literal_end = [&](size_t at) -> size_t {
-    if (at >= span.size() || span[at] != '"')
-      return std::string::npos;
+    if (at >= span.size() || span[at] != '"') return std::string::npos;
     for (size_t i = at + 1; i < span.size(); ++i) {
-      if (span[i] == '\\')
-        ++i;
-      else if (span[i] == '"')
-        return i + 1;
+      if (span[i] == '\\') ++i;
+      else if (span[i] == '"') return i + 1;
     }
     return std::string::npos;
   };
   size_t end = literal_end(kId.size());
-  if (end == std::string::npos)
-    return h;
-  auto id = ParseJsonBounded<nlohmann::json>(
-      span.substr(kId.size(), end - kId.size()),
-      {.max_bytes = end - kId.size(), .max_depth = 0}, "tool call");
-  if (id && id->is_string())
-    h.id = id->get<std::string>();
+  if (end == std::string::npos) return h;
+  auto id = ParseJsonBounded<nlohmann::json>(span.substr(kId.size(), end - kId.size()),
+                                             {.max_bytes = end - kId.size(), .max_depth = 0}, "tool call");
+  if (id && id->is_string()) h.id = id->get<std::string>();
   static const std::string kName = ",\"name\":\"";
-  if (span.compare(end, kName.size(), kName) != 0)
-    return h;
+  if (span.compare(end, kName.size(), kName) != 0) return h;
   h.name_started = true;
   size_t name_end = literal_end(end + kName.size() - 1);
   h.name_complete = name_end != std::string::npos;
-  h.name_text = span.substr(
-      end + kName.size(), h.name_complete ? name_end - 1 - (end + kName.size())
-                                          : std::string::npos);
+  h.name_text = span.substr(end + kName.size(), h.name_complete ? name_end - 1 - (end + kName.size()) : std::string::npos);
   return h;
 }
 
 // The one allowed name whose JSON-escaped text starts with (or, complete,
 // equals) what was written; nullopt when none or several do.
-std::optional<std::string> UniqueName(const std::vector<std::string> &names,
-                                      const PartialHead &h) {
+std::optional<std::string> UniqueName(const std::vector<std::string>& names, const PartialHead& h) {
   std::optional<std::string> found;
-  for (const auto &n : names) {
+  for (const auto& n : names) {
     std::string quoted = nlohmann::json(n).dump();
     std::string text = quoted.substr(1, quoted.size() - 2);
-    const bool fits =
-        h.name_complete ? text == h.name_text
-                        : text.compare(0, h.name_text.size(), h.name_text) == 0;
-    if (!fits)
-      continue;
-    if (found)
-      return std::nullopt;
+    const bool fits = h.name_complete ? text == h.name_text : text.compare(0, h.name_text.size(), h.name_text) == 0;
+    if (!fits) continue;
+    if (found) return std::nullopt;
     found = n;
   }
   return found;
 }
 
-} // namespace
+}  // namespace
 
 OutputAssembler::OutputAssembler(AssemblerOptions options)
-    : stop_(std::move(options.stop)),
-      constrained_names_(std::move(options.constrained_names)) {
-  if (options.call_id_seed)
-    id_rng_.emplace(*options.call_id_seed);
+    : stop_(std::move(options.stop)), constrained_names_(std::move(options.constrained_names)) {
+  if (options.call_id_seed) id_rng_.emplace(*options.call_id_seed);
 }
 
-void OutputAssembler::ReleaseContent(OutputDelta &out, bool all) {
+void OutputAssembler::ReleaseContent(OutputDelta& out, bool all) {
   size_t end = content_all_.size();
   if (!all && !stop_.empty()) {
     // Hold back the longest tail that could still grow into a stop string.
     size_t hold = 0;
-    for (const auto &s : stop_) {
-      for (size_t k =
-               std::min(s.size() - 1, content_all_.size() - content_released_);
-           k > hold; --k) {
+    for (const auto& s : stop_) {
+      for (size_t k = std::min(s.size() - 1, content_all_.size() - content_released_); k > hold; --k) {
         if (content_all_.compare(content_all_.size() - k, k, s, 0, k) == 0) {
           hold = k;
           break;
@@ -148,23 +118,20 @@ void OutputAssembler::ReleaseContent(OutputDelta &out, bool all) {
     end -= hold;
   }
   if (end > content_released_) {
-    out.content +=
-        content_all_.substr(content_released_, end - content_released_);
+    out.content += content_all_.substr(content_released_, end - content_released_);
     content_ += content_all_.substr(content_released_, end - content_released_);
     content_released_ = end;
   }
 }
 
-void OutputAssembler::AppendContent(const std::string &text, OutputDelta &out) {
-  if (text.empty() || stop_matched_)
-    return;
+void OutputAssembler::AppendContent(const std::string& text, OutputDelta& out) {
+  if (text.empty() || stop_matched_) return;
   size_t search_from = content_released_;
   content_all_ += text;
   size_t first = std::string::npos;
-  for (const auto &s : stop_) {
+  for (const auto& s : stop_) {
     size_t at = content_all_.find(s, search_from);
-    if (at != std::string::npos)
-      first = std::min(first, at);
+    if (at != std::string::npos) first = std::min(first, at);
   }
   if (first != std::string::npos) {
     content_all_.resize(first);
@@ -176,14 +143,13 @@ void OutputAssembler::AppendContent(const std::string &text, OutputDelta &out) {
   ReleaseContent(out, false);
 }
 
-void OutputAssembler::SpanBytes(const std::string &text, OutputDelta &out) {
+void OutputAssembler::SpanBytes(const std::string& text, OutputDelta& out) {
   span_ += text;
   const int index = static_cast<int>(calls_.size());
   if (!head_sent_) {
     std::string id, name;
     size_t off = ArgumentsOffset(span_, &id, &name);
-    if (off == 0)
-      return;
+    if (off == 0) return;
     head_sent_ = true;
     args_start_ = off;
     args_sent_ = 0;
@@ -197,16 +163,13 @@ void OutputAssembler::SpanBytes(const std::string &text, OutputDelta &out) {
   // last '}' belongs to the span, not to the arguments.
   size_t end = span_.size();
   while (end > args_start_ + args_sent_ &&
-         (span_[end - 1] == '}' || span_[end - 1] == ' ' ||
-          span_[end - 1] == '\n' || span_[end - 1] == '\t' ||
+         (span_[end - 1] == '}' || span_[end - 1] == ' ' || span_[end - 1] == '\n' || span_[end - 1] == '\t' ||
           span_[end - 1] == '\r'))
     --end;
   // Leading whitespace is trimmed from the final arguments: never stream it.
   size_t from = args_start_ + args_sent_;
   if (args_sent_ == 0) {
-    while (from < end && (span_[from] == ' ' || span_[from] == '\n' ||
-                          span_[from] == '\t' || span_[from] == '\r'))
-      ++from;
+    while (from < end && (span_[from] == ' ' || span_[from] == '\n' || span_[from] == '\t' || span_[from] == '\r')) ++from;
     args_start_ = from;
   }
   if (end > from) {
@@ -214,14 +177,12 @@ void OutputAssembler::SpanBytes(const std::string &text, OutputDelta &out) {
     d.index = index;
     d.arguments = span_.substr(from, end - from);
     args_sent_ = end - args_start_;
-    if (!out.tool_calls.empty() && out.tool_calls.back().index == index)
-      out.tool_calls.back().arguments += d.arguments;
-    else
-      out.tool_calls.push_back(std::move(d));
+    if (!out.tool_calls.empty() && out.tool_calls.back().index == index) out.tool_calls.back().arguments += d.arguments;
+    else out.tool_calls.push_back(std::move(d));
   }
 }
 
-void OutputAssembler::CloseSpan(OutputDelta &out) {
+void OutputAssembler::CloseSpan(OutputDelta& out) {
   SpanBytes(span_decoder_.Finish(), out);
   in_span_ = false;
   const int index = static_cast<int>(calls_.size());
@@ -240,9 +201,7 @@ void OutputAssembler::CloseSpan(OutputDelta &out) {
     std::string id, name;
     ArgumentsOffset(span_, &id, &name);
     PartialHead head = ReadPartialHead(span_);
-    call.id = head.id                 ? *head.id
-              : !expected_id_.empty() ? expected_id_
-                                      : engine::NewToolCallId();
+    call.id = head.id ? *head.id : !expected_id_.empty() ? expected_id_ : engine::NewToolCallId();
     call.name = name;
     call.arguments = "";
     if (!constrained_names_.empty() && !head_sent_) {
@@ -257,10 +216,8 @@ void OutputAssembler::CloseSpan(OutputDelta &out) {
       call.name = *unique;
     }
   }
-  if (!call.arguments_valid)
-    ++parse_errors_;
-  const std::string streamed =
-      head_sent_ ? span_.substr(args_start_, args_sent_) : std::string();
+  if (!call.arguments_valid) ++parse_errors_;
+  const std::string streamed = head_sent_ ? span_.substr(args_start_, args_sent_) : std::string();
   if (!head_sent_) {
     ToolCallDelta d;
     d.index = index;
@@ -268,15 +225,12 @@ void OutputAssembler::CloseSpan(OutputDelta &out) {
     d.name = call.name;
     d.arguments = call.arguments;
     out.tool_calls.push_back(std::move(d));
-  } else if (call.arguments.compare(0, streamed.size(), streamed) == 0 &&
-             call.arguments.size() > streamed.size()) {
+  } else if (call.arguments.compare(0, streamed.size(), streamed) == 0 && call.arguments.size() > streamed.size()) {
     ToolCallDelta d;
     d.index = index;
     d.arguments = call.arguments.substr(streamed.size());
-    if (!out.tool_calls.empty() && out.tool_calls.back().index == index)
-      out.tool_calls.back().arguments += d.arguments;
-    else
-      out.tool_calls.push_back(std::move(d));
+    if (!out.tool_calls.empty() && out.tool_calls.back().index == index) out.tool_calls.back().arguments += d.arguments;
+    else out.tool_calls.push_back(std::move(d));
   } else if (call.arguments.compare(0, streamed.size(), streamed) != 0) {
     // The parser re-serialised arguments we already streamed (keys out of
     // the rendered order). The streamed text is what the client has, so make
@@ -291,12 +245,10 @@ void OutputAssembler::CloseSpan(OutputDelta &out) {
 
 OutputDelta OutputAssembler::OnToken(int token, bool reasoning) {
   OutputDelta out;
-  if (ended_ || token < 0)
-    return out;
+  if (ended_ || token < 0) return out;
   if (tok::IsByte(token)) {
     const auto byte = static_cast<uint8_t>(token);
-    if (in_span_)
-      SpanBytes(span_decoder_.Push(byte), out);
+    if (in_span_) SpanBytes(span_decoder_.Push(byte), out);
     else if (in_think_ || reasoning) {
       std::string t = reasoning_decoder_.Push(byte);
       reasoning_ += t;
@@ -314,56 +266,49 @@ OutputDelta OutputAssembler::OnToken(int token, bool reasoning) {
     AppendContent(content_decoder_.Finish(), out);
   };
   switch (token) {
-  case tok::kThink:
-    flush_text();
-    in_think_ = true;
-    break;
-  case tok::kEndThink:
-    flush_text();
-    in_think_ = false;
-    break;
-  case tok::kToolCall:
-    flush_text();
-    if (in_span_)
-      CloseSpan(out); // a span opened twice: the first ends here
-    in_span_ = true;
-    // The decode policy draws this call's id now, from the same seed.
-    if (id_rng_)
-      expected_id_ = engine::NewToolCallId(*id_rng_);
-    break;
-  case tok::kEndToolCall:
-    if (in_span_)
-      CloseSpan(out);
-    break;
-  case tok::kEnd:
-  case tok::kEos: {
-    OutputDelta rest = Finish();
-    out.reasoning += rest.reasoning;
-    out.content += rest.content;
-    for (auto &d : rest.tool_calls)
-      out.tool_calls.push_back(std::move(d));
-    ended_ = true;
-    break;
-  }
-  default:
-    break; // other specials carry no text
+    case tok::kThink:
+      flush_text();
+      in_think_ = true;
+      break;
+    case tok::kEndThink:
+      flush_text();
+      in_think_ = false;
+      break;
+    case tok::kToolCall:
+      flush_text();
+      if (in_span_) CloseSpan(out);  // a span opened twice: the first ends here
+      in_span_ = true;
+      // The decode policy draws this call's id now, from the same seed.
+      if (id_rng_) expected_id_ = engine::NewToolCallId(*id_rng_);
+      break;
+    case tok::kEndToolCall:
+      if (in_span_) CloseSpan(out);
+      break;
+    case tok::kEnd:
+    case tok::kEos: {
+      OutputDelta rest = Finish();
+      out.reasoning += rest.reasoning;
+      out.content += rest.content;
+      for (auto& d : rest.tool_calls) out.tool_calls.push_back(std::move(d));
+      ended_ = true;
+      break;
+    }
+    default:
+      break;  // other specials carry no text
   }
   return out;
 }
 
 OutputDelta OutputAssembler::Finish() {
   OutputDelta out;
-  if (ended_)
-    return out;
+  if (ended_) return out;
   std::string r = reasoning_decoder_.Finish();
   reasoning_ += r;
   out.reasoning += r;
   AppendContent(content_decoder_.Finish(), out);
-  if (in_span_)
-    CloseSpan(out);
-  if (!stop_matched_)
-    ReleaseContent(out, true);
+  if (in_span_) CloseSpan(out);
+  if (!stop_matched_) ReleaseContent(out, true);
   return out;
 }
 
-} // namespace moeserve::daemon
+}  // namespace moeserve::daemon

@@ -8,23 +8,20 @@
 namespace moeserve::daemon::testing {
 namespace {
 
-const json kCalculator =
-    json::parse(R"({"type":"function","function":{"name":"calculator",
+const json kCalculator = json::parse(R"({"type":"function","function":{"name":"calculator",
   "parameters":{"type":"object","properties":{"expression":{"type":"string"}},"required":["expression"]}}})");
 
 class AgentApi : public SharedDaemonSuite {};
 
 // The streamed events' tool-call deltas, in order.
-std::vector<json> ToolCallDeltas(const HttpResponse &r) {
+std::vector<json> ToolCallDeltas(const HttpResponse& r) {
   std::vector<json> out;
-  for (const auto &e : r.Events()) {
-    if (e == "[DONE]")
-      continue;
+  for (const auto& e : r.Events()) {
+    if (e == "[DONE]") continue;
     json c = json::parse(e);
-    for (const auto &ch : c["choices"])
+    for (const auto& ch : c["choices"])
       if (ch["delta"].contains("tool_calls"))
-        for (const auto &t : ch["delta"]["tool_calls"])
-          out.push_back(t);
+        for (const auto& t : ch["delta"]["tool_calls"]) out.push_back(t);
   }
   return out;
 }
@@ -35,8 +32,7 @@ std::vector<json> ToolCallDeltas(const HttpResponse &r) {
 TEST_F(AgentApi, NamedCallCutShortKeepsItsNameAndId) {
   json body = {{"messages", UserTurn("What is 6*7?")},
                {"tools", json::array({kCalculator})},
-               {"tool_choice",
-                {{"type", "function"}, {"function", {{"name", "calculator"}}}}},
+               {"tool_choice", {{"type", "function"}, {"function", {{"name", "calculator"}}}}},
                {"thinking_budget", 0},
                {"seed", 5},
                {"max_tokens", 200}};
@@ -53,9 +49,7 @@ TEST_F(AgentApi, NamedCallCutShortKeepsItsNameAndId) {
     const json choice = r.Json()["choices"][0];
     EXPECT_EQ(choice["finish_reason"], "length");
     ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.body;
-    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"],
-              "calculator")
-        << max_tokens;
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "calculator") << max_tokens;
     EXPECT_EQ(choice["message"]["tool_calls"][0]["id"], id) << max_tokens;
 
     body["stream"] = true;
@@ -65,10 +59,9 @@ TEST_F(AgentApi, NamedCallCutShortKeepsItsNameAndId) {
     ASSERT_FALSE(deltas.empty()) << s.body;
     EXPECT_EQ(deltas[0]["function"]["name"], "calculator") << s.body;
     EXPECT_EQ(deltas[0]["id"], id);
-    for (size_t i = 1; i < deltas.size(); ++i)
-      EXPECT_FALSE(deltas[i]["function"].contains("name"));
+    for (size_t i = 1; i < deltas.size(); ++i) EXPECT_FALSE(deltas[i]["function"].contains("name"));
   }
 }
 
-} // namespace
-} // namespace moeserve::daemon::testing
+}  // namespace
+}  // namespace moeserve::daemon::testing

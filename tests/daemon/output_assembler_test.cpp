@@ -11,20 +11,16 @@ namespace {
 
 namespace tok = engine::tok;
 
-std::vector<std::pair<int, bool>>
-Tokens(std::initializer_list<std::variant<int, std::string>> parts,
-       bool *reasoning_state = nullptr) {
+std::vector<std::pair<int, bool>> Tokens(std::initializer_list<std::variant<int, std::string>> parts, bool* reasoning_state = nullptr) {
   std::vector<std::pair<int, bool>> out;
   bool reasoning = true;
-  for (const auto &p : parts) {
+  for (const auto& p : parts) {
     if (std::holds_alternative<int>(p)) {
       int t = std::get<int>(p);
-      if (t == tok::kEndThink)
-        reasoning = false;
+      if (t == tok::kEndThink) reasoning = false;
       out.push_back({t, t != tok::kEndThink && reasoning});
     } else {
-      for (unsigned char c : std::get<std::string>(p))
-        out.push_back({c, reasoning});
+      for (unsigned char c : std::get<std::string>(p)) out.push_back({c, reasoning});
     }
   }
   return out;
@@ -35,33 +31,26 @@ struct Collected {
   std::vector<AssembledToolCall> calls;
 };
 
-Collected Stream(OutputAssembler &a,
-                 const std::vector<std::pair<int, bool>> &tokens) {
+Collected Stream(OutputAssembler& a, const std::vector<std::pair<int, bool>>& tokens) {
   Collected c;
-  auto add = [&](const OutputDelta &d) {
+  auto add = [&](const OutputDelta& d) {
     c.reasoning += d.reasoning;
     c.content += d.content;
-    for (const auto &t : d.tool_calls) {
-      if (t.index >= static_cast<int>(c.calls.size()))
-        c.calls.resize(t.index + 1);
-      if (t.id)
-        c.calls[t.index].id = *t.id;
-      if (t.name)
-        c.calls[t.index].name = *t.name;
+    for (const auto& t : d.tool_calls) {
+      if (t.index >= static_cast<int>(c.calls.size())) c.calls.resize(t.index + 1);
+      if (t.id) c.calls[t.index].id = *t.id;
+      if (t.name) c.calls[t.index].name = *t.name;
       c.calls[t.index].arguments += t.arguments;
     }
   };
-  for (auto [t, r] : tokens)
-    add(a.OnToken(t, r));
+  for (auto [t, r] : tokens) add(a.OnToken(t, r));
   add(a.Finish());
   return c;
 }
 
 TEST(OutputAssembler, RoutesReasoningContentAndCalls) {
-  auto tokens = Tokens({std::string("let me think"), tok::kEndThink,
-                        std::string("Hi "), tok::kToolCall,
-                        std::string("{\"id\":\"call_1\",\"name\":\"f\","
-                                    "\"arguments\":{\"a\":{\"b\":1}}}"),
+  auto tokens = Tokens({std::string("let me think"), tok::kEndThink, std::string("Hi "), tok::kToolCall,
+                        std::string("{\"id\":\"call_1\",\"name\":\"f\",\"arguments\":{\"a\":{\"b\":1}}}"),
                         tok::kEndToolCall, tok::kEnd});
   OutputAssembler a;
   auto c = Stream(a, tokens);
@@ -82,10 +71,8 @@ TEST(OutputAssembler, RoutesReasoningContentAndCalls) {
 }
 
 TEST(OutputAssembler, CallInsideReasoningIsStillACall) {
-  auto tokens = Tokens(
-      {std::string("hmm"), tok::kToolCall,
-       std::string("{\"id\":\"call_2\",\"name\":\"g\",\"arguments\":{}}"),
-       tok::kEndToolCall, tok::kEnd});
+  auto tokens = Tokens({std::string("hmm"), tok::kToolCall, std::string("{\"id\":\"call_2\",\"name\":\"g\",\"arguments\":{}}"),
+                        tok::kEndToolCall, tok::kEnd});
   OutputAssembler a;
   Stream(a, tokens);
   EXPECT_EQ(a.reasoning(), "hmm");
@@ -94,10 +81,8 @@ TEST(OutputAssembler, CallInsideReasoningIsStillACall) {
 }
 
 TEST(OutputAssembler, InvalidArgumentsAreKeptAndCounted) {
-  auto tokens = Tokens(
-      {tok::kEndThink, tok::kToolCall,
-       std::string("{\"id\":\"call_3\",\"name\":\"g\",\"arguments\":{\"a\":"),
-       tok::kEnd});
+  auto tokens = Tokens({tok::kEndThink, tok::kToolCall, std::string("{\"id\":\"call_3\",\"name\":\"g\",\"arguments\":{\"a\":"),
+                        tok::kEnd});
   OutputAssembler a;
   auto c = Stream(a, tokens);
   ASSERT_EQ(a.tool_calls().size(), 1u);
@@ -109,14 +94,11 @@ TEST(OutputAssembler, InvalidArgumentsAreKeptAndCounted) {
 TEST(OutputAssembler, StopStringsCutContentAndHoldBackPartialMatches) {
   OutputAssembler a({"STOP"});
   std::string streamed;
-  for (auto [t, r] : Tokens({tok::kEndThink, std::string("abcST")}))
-    streamed += a.OnToken(t, r).content;
-  EXPECT_EQ(streamed, "abc"); // "ST" held back
-  for (auto [t, r] : Tokens({std::string("Xy")}))
-    streamed += a.OnToken(t, false).content;
+  for (auto [t, r] : Tokens({tok::kEndThink, std::string("abcST")})) streamed += a.OnToken(t, r).content;
+  EXPECT_EQ(streamed, "abc");  // "ST" held back
+  for (auto [t, r] : Tokens({std::string("Xy")})) streamed += a.OnToken(t, false).content;
   EXPECT_EQ(streamed, "abcSTXy");
-  for (auto [t, r] : Tokens({std::string("zSTOPtail")}))
-    streamed += a.OnToken(t, false).content;
+  for (auto [t, r] : Tokens({std::string("zSTOPtail")})) streamed += a.OnToken(t, false).content;
   EXPECT_EQ(streamed, "abcSTXyz");
   EXPECT_TRUE(a.StopMatched());
   EXPECT_EQ(a.content(), "abcSTXyz");
@@ -139,12 +121,10 @@ TEST(OutputAssembler, SplitsNoUtf8Character) {
 TEST(OutputAssembler, CallCutInsideItsNameKeepsTheNamedFunction) {
   std::mt19937_64 rng(42);
   const std::string id = engine::NewToolCallId(rng);
-  const std::string head =
-      engine::ToolCallSpanIdPrefix(id) + "\"name\":\"calcu";
+  const std::string head = engine::ToolCallSpanIdPrefix(id) + "\"name\":\"calcu";
   for (size_t cut : {size_t{0}, size_t{9}, head.size() - 3, head.size()}) {
     OutputAssembler a(AssemblerOptions{{}, 42, {"calculator"}});
-    auto c = Stream(
-        a, Tokens({tok::kEndThink, tok::kToolCall, head.substr(0, cut)}));
+    auto c = Stream(a, Tokens({tok::kEndThink, tok::kToolCall, head.substr(0, cut)}));
     ASSERT_EQ(a.tool_calls().size(), 1u) << cut;
     EXPECT_EQ(a.tool_calls()[0].name, "calculator") << cut;
     EXPECT_EQ(a.tool_calls()[0].id, id) << cut;
@@ -161,21 +141,18 @@ TEST(OutputAssembler, CallCutInsideItsNameKeepsTheNamedFunction) {
 }
 
 TEST(OutputAssembler, CutCallOfSeveralToolsTakesTheNameItsPrefixLeaves) {
-  const std::string head =
-      engine::ToolCallSpanIdPrefix("call_x") + "\"name\":\"get_";
-  OutputAssembler decided(
-      AssemblerOptions{{}, 1, {"calculator", "get_weather"}});
+  const std::string head = engine::ToolCallSpanIdPrefix("call_x") + "\"name\":\"get_";
+  OutputAssembler decided(AssemblerOptions{{}, 1, {"calculator", "get_weather"}});
   Stream(decided, Tokens({tok::kEndThink, tok::kToolCall, head}));
   ASSERT_EQ(decided.tool_calls().size(), 1u);
   EXPECT_EQ(decided.tool_calls()[0].name, "get_weather");
   EXPECT_EQ(decided.tool_calls()[0].id, "call_x");
   // Not decided yet: no call rather than one without a name.
-  OutputAssembler undecided(
-      AssemblerOptions{{}, 1, {"get_time", "get_weather"}});
+  OutputAssembler undecided(AssemblerOptions{{}, 1, {"get_time", "get_weather"}});
   auto c = Stream(undecided, Tokens({tok::kEndThink, tok::kToolCall, head}));
   EXPECT_TRUE(undecided.tool_calls().empty());
   EXPECT_TRUE(c.calls.empty());
 }
 
-} // namespace
-} // namespace moeserve::daemon
+}  // namespace
+}  // namespace moeserve::daemon

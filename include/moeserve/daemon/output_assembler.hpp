@@ -34,41 +34,36 @@ namespace moeserve::daemon {
 
 struct ToolCallDelta {
   int index = 0;
-  std::optional<std::string> id;   // first delta of a call only
-  std::optional<std::string> name; // first delta of a call only
-  std::string arguments;           // a piece of the arguments text
+  std::optional<std::string> id;    // first delta of a call only
+  std::optional<std::string> name;  // first delta of a call only
+  std::string arguments;            // a piece of the arguments text
 };
 
 struct OutputDelta {
   std::string reasoning;
   std::string content;
   std::vector<ToolCallDelta> tool_calls;
-  bool empty() const {
-    return reasoning.empty() && content.empty() && tool_calls.empty();
-  }
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
 };
 
 struct AssembledToolCall {
   std::string id;
   std::string name;
   std::string arguments;
-  bool arguments_valid = false; // arguments parsed as a JSON object
+  bool arguments_valid = false;  // arguments parsed as a JSON object
 };
 
 struct AssemblerOptions {
   std::vector<std::string> stop;
-  // The seed the decode policy draws call ids from
-  // (DecodePolicyOptions::id_seed).
+  // The seed the decode policy draws call ids from (DecodePolicyOptions::id_seed).
   std::optional<uint64_t> call_id_seed;
-  // Constrained calls (tool_choice required or named): the names the model may
-  // write.
+  // Constrained calls (tool_choice required or named): the names the model may write.
   std::vector<std::string> constrained_names;
 };
 
 class OutputAssembler {
-public:
-  explicit OutputAssembler(std::vector<std::string> stop = {})
-      : stop_(std::move(stop)) {}
+ public:
+  explicit OutputAssembler(std::vector<std::string> stop = {}) : stop_(std::move(stop)) {}
   explicit OutputAssembler(AssemblerOptions options);
 
   // One generated token (`reasoning` as TokenEvent::reasoning reports it).
@@ -77,43 +72,41 @@ public:
   OutputDelta Finish();
 
   bool StopMatched() const { return stop_matched_; }
-  bool Ended() const {
-    return ended_;
-  } // <|end|>/<|eos|> seen or a stop matched
+  bool Ended() const { return ended_; }  // <|end|>/<|eos|> seen or a stop matched
 
-  const std::string &reasoning() const { return reasoning_; }
-  const std::string &content() const { return content_; }
-  const std::vector<AssembledToolCall> &tool_calls() const { return calls_; }
+  const std::string& reasoning() const { return reasoning_; }
+  const std::string& content() const { return content_; }
+  const std::vector<AssembledToolCall>& tool_calls() const { return calls_; }
   int tool_call_parse_errors() const { return parse_errors_; }
 
-private:
-  void AppendContent(const std::string &text, OutputDelta &out);
-  void ReleaseContent(OutputDelta &out, bool all);
-  void SpanBytes(const std::string &text, OutputDelta &out);
-  void CloseSpan(OutputDelta &out);
+ private:
+  void AppendContent(const std::string& text, OutputDelta& out);
+  void ReleaseContent(OutputDelta& out, bool all);
+  void SpanBytes(const std::string& text, OutputDelta& out);
+  void CloseSpan(OutputDelta& out);
 
   std::vector<std::string> stop_;
-  std::optional<std::mt19937_64> id_rng_; // replays the decode policy's ids
+  std::optional<std::mt19937_64> id_rng_;  // replays the decode policy's ids
   std::vector<std::string> constrained_names_;
-  std::string expected_id_; // the id of the call being read, when known
+  std::string expected_id_;                // the id of the call being read, when known
   bool stop_matched_ = false;
   bool ended_ = false;
-  bool in_think_ = true; // chat generation starts inside <|think|>
+  bool in_think_ = true;  // chat generation starts inside <|think|>
   bool in_span_ = false;
 
   engine::Utf8StreamDecoder reasoning_decoder_, content_decoder_, span_decoder_;
   std::string reasoning_;
-  std::string content_;     // what the client gets (stop-trimmed)
-  std::string content_all_; // decoded content, before stop handling
+  std::string content_;        // what the client gets (stop-trimmed)
+  std::string content_all_;    // decoded content, before stop handling
   size_t content_released_ = 0;
 
   // the call being read
-  std::string span_;       // decoded span text so far
-  bool head_sent_ = false; // id/name delta sent
-  size_t args_start_ = 0;  // offset of the arguments in span_
-  size_t args_sent_ = 0;   // bytes of arguments already streamed
+  std::string span_;             // decoded span text so far
+  bool head_sent_ = false;       // id/name delta sent
+  size_t args_start_ = 0;        // offset of the arguments in span_
+  size_t args_sent_ = 0;         // bytes of arguments already streamed
   std::vector<AssembledToolCall> calls_;
   int parse_errors_ = 0;
 };
 
-} // namespace moeserve::daemon
+}  // namespace moeserve::daemon
