@@ -18,6 +18,7 @@
 #include "moeserve/daemon/http_server.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/scheduler.hpp"
+#include "moeserve/daemon/session_service.hpp"
 #include "moeserve/daemon/usage_history.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
@@ -40,6 +41,8 @@ struct Daemon::Impl {
   // After the server, before the scheduler: destroyed once no sink can
   // charge any more, and its last commits still find the server to answer on.
   std::unique_ptr<BudgetService> budget;
+  // Server-kept sessions; after the budget it charges, before the engine.
+  std::unique_ptr<SessionService> sessions;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
@@ -153,6 +156,14 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
     if (!who->admin) return refuse(AdminOnly());
     return HttpAdmission::Accept(kAdminBodyLimit);
   }
+  if (SessionService::Owns(path)) {
+    if (!Authenticate(head)) return refuse(MissingKey());
+    if (draining.load() && head.method == "POST") {
+      return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
+    }
+    if (auto ok = sessions->Admit(head, serving.load()); !ok) return refuse(ok.error());
+    return HttpAdmission::Accept(head.method == "POST" ? config.max_body_bytes : kSmallBodyLimit);
+  }
   return refuse(ApiError::NoSuchRoute(head.method, path));
 }
 
@@ -169,6 +180,17 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
       // costs one request, never the daemon.
       log::Error(std::string("chat completion: unexpected exception: ") + e.what());
       metrics.RequestFinished(500, std::chrono::duration<double>(Clock::now() - received).count());
+      ReplyError(*exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
+    }
+    return;
+  }
+  if (SessionService::Owns(path)) {
+    auto who = Authenticate(head);
+    if (!who) return ReplyError(*exchange, MissingKey());
+    try {
+      sessions->Handle(head, std::move(body), exchange, *who, Clock::now());
+    } catch (const std::exception& e) {
+      log::Error(std::string("sessions: unexpected exception: ") + e.what());
       ReplyError(*exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
     }
     return;
@@ -300,6 +322,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   bo.spend_from_operator = config.spend_from_operator;
   MOE_ASSIGN_OR_RETURN(impl->budget, BudgetService::Create(std::move(bo), &impl->metrics));
   if (config.spend_from_operator && !config.global_spend_file.empty()) RestoreGlobalSpend(*impl->budget, config.global_spend_file);
+  std::string session_db = config.sessions.db_path;
+  if (session_db.empty() && !config.state_dir.empty()) session_db = (std::filesystem::path(config.state_dir) / "sessions.sqlite3").string();
+  MOE_ASSIGN_OR_RETURN(impl->sessions, SessionService::Create(config.sessions, session_db, *impl->budget));
   impl->config = std::move(config);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
@@ -408,6 +433,7 @@ Status Daemon::LoadModel() {
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
+  m.sessions->Attach(*m.chat, *m.scheduler, m.engine.get());
   if (group->enabled()) {
     // Ready, and serving, only while every rank is connected.
     auto leader = ExpertParallel::Lead(*group, *m.engine, m.readiness, m.serving, m.metrics);

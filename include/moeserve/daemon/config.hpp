@@ -52,6 +52,7 @@
 //   spend_from_operator: false    # under moe-operator: budgets follow the global spend it hands back
 //                                 # (PUT /v1/admin/spend); no hooks here (the operator fires them)
 //   global_spend_file: ""         # that spend as last recorded (ConfigMap <policy>-budget), read at start
+//   session_*                     # server-kept sessions: session_settings.hpp lists them
 //
 // Thread safety: plain values.
 #pragma once
@@ -63,6 +64,7 @@
 #include "moeserve/common/status.hpp"
 #include "moeserve/common/budget_policy.hpp"
 #include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/session_settings.hpp"
 #include "moeserve/engine/model_config.hpp"
 
 namespace moeserve::daemon {
@@ -115,6 +117,7 @@ struct DaemonConfig {
   double hook_give_up_seconds = 86400;
   bool spend_from_operator = false;
   std::string global_spend_file;  // may be absent: nothing recorded yet
+  SessionSettings sessions;        // server-kept sessions (session_settings.hpp)
 };
 
 // YAML text; `source` names the file in messages. Unknown keys are refused

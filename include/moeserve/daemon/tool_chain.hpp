@@ -26,25 +26,23 @@ namespace moeserve::daemon {
 
 struct ToolChainViolation {
   enum class Kind {
-    kDuplicateCallId, // `message`/`call`: the second call with `id`
-    kUnknownResult,   // `message`: a tool message whose id matches no earlier
-                      // call
-    kAnsweredTwice, // `message`: a tool message whose call was already answered
-    kUnanswered,    // `message`/`call`: a call with no result before the user
-                    // message `before`
+    kDuplicateCallId,  // `message`/`call`: the second call with `id`
+    kUnknownResult,    // `message`: a tool message whose id matches no earlier
+                       // call
+    kAnsweredTwice,    // `message`: a tool message whose call was already answered
+    kUnanswered,       // `message`/`call`: a call with no result before the user
+                       // message `before`
   };
   Kind kind = Kind::kUnknownResult;
-  size_t message = 0; // index into the messages
-  size_t call =
-      0; // index into that message's tool_calls (kDuplicateCallId, kUnanswered)
-  size_t before = 0; // kUnanswered: the user message that came first
-  std::string id;    // the tool call id concerned
+  size_t message = 0;  // index into the messages
+  size_t call = 0;     // index into that message's tool_calls (kDuplicateCallId, kUnanswered)
+  size_t before = 0;   // kUnanswered: the user message that came first
+  std::string id;      // the tool call id concerned
 };
 
 // The first violation in message order, or nothing when every chain is whole.
 // With several calls unanswered at a user message, the one with the smallest
 // id is named (a stable choice, so the same body always gets the same error).
-std::optional<ToolChainViolation>
-FindToolChainViolation(const std::vector<engine::ChatMessage> &messages);
+std::optional<ToolChainViolation> FindToolChainViolation(const std::vector<engine::ChatMessage>& messages);
 
-} // namespace moeserve::daemon
+}  // namespace moeserve::daemon
