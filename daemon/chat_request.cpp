@@ -292,6 +292,26 @@ ApiResult<void> ReadSampling(const ojson& body, ChatRequest& req) {
   return {};
 }
 
+// OpenAI's logprobs (boolean) and top_logprobs (0..20, only with logprobs).
+ApiResult<void> ReadLogprobs(const ojson& body, ChatRequest& req) {
+  auto lp = body.find("logprobs");
+  if (lp != body.end() && !lp->is_null()) {
+    if (!lp->is_boolean()) return ApiFail(WrongType("logprobs", "a boolean", *lp));
+    req.logprobs = lp->get<bool>();
+  }
+  auto top = body.find("top_logprobs");
+  if (top == body.end() || top->is_null()) return {};
+  if (!top->is_number_integer() || top->get<int64_t>() < 0 || top->get<int64_t>() > 20) {
+    return ApiFail(ApiError::InvalidRequest("'top_logprobs' must be an integer between 0 and 20 (got " + top->dump() + ")",
+                                            "top_logprobs"));
+  }
+  if (!req.logprobs) {
+    return ApiFail(ApiError::InvalidRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs"));
+  }
+  req.top_logprobs = static_cast<int>(top->get<int64_t>());
+  return {};
+}
+
 ApiResult<void> ReadFlags(const ojson& body, ChatRequest& req) {
   auto boolean = [&](const char* key, bool& out) -> ApiResult<void> {
     auto it = body.find(key);
@@ -341,7 +361,7 @@ ApiResult<void> ReadFlags(const ojson& body, ChatRequest& req) {
   auto tb = OptionalCount(body, "thinking_budget", 0);
   if (!tb) return ApiFail(tb.error());
   req.thinking_budget = *tb;
-  return {};
+  return ReadLogprobs(body, req);
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   g.starts_in_reasoning = true;
   g.sampling.temperature = req.temperature;
   g.sampling.top_p = req.top_p;
+  g.logprobs = req.logprobs ? req.top_logprobs : -1;  // -1: the engine computes nothing
   g.sampling.seed = req.seed ? *req.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
 
   DecodePolicyOptions policy;
@@ -150,6 +151,7 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   info.stop = req->stop;
   info.call_id_seed = prepared->call_id_seed;
   info.constrained_names = prepared->constrained_names;
+  info.logprobs = req->logprobs;
   info.received = received;
   auto sink = std::make_shared<CompletionSink>(std::move(info), exchange, scheduler_, metrics_, budget_);
   // Registered before Submit: a hang-up in between cancels as soon as the id is known.

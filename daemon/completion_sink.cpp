@@ -1,5 +1,7 @@
 #include "completion_sink.hpp"
 
+#include <cmath>
+
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/chat_service.hpp"
 
@@ -54,8 +56,46 @@ void CompletionSink::AbortStream(const json& error_body) {
   sse_.Close();
 }
 
-json CompletionSink::Chunk(json delta, const char* finish_reason) const {
-  json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+namespace {
+
+// OpenAI's token text: a byte that is a whole UTF-8 character is that
+// character; any other byte (a piece of a longer character, or invalid) is
+// written as the four characters \xNN, as OpenAI writes such tokens; `bytes`
+// holds the real bytes. A special token is its text ("<|end|>").
+json TokenJson(int token, float logprob) {
+  std::string text;
+  if (engine::tok::IsByte(token)) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    if (token < 0x80) text = std::string(1, static_cast<char>(token));
+    else text = std::string("\\x") + kHex[token >> 4] + kHex[token & 15];
+  } else {
+    text = std::string(engine::tok::SpecialText(token));
+  }
+  json bytes = json::array();
+  if (engine::tok::IsByte(token)) bytes.push_back(token);
+  else
+    for (unsigned char c : text) bytes.push_back(c);
+  // -9999 is OpenAI's value for "too unlikely to say" (JSON has no -infinity).
+  const double lp = std::isfinite(logprob) ? std::max(static_cast<double>(logprob), -9999.0) : -9999.0;
+  return {{"token", std::move(text)}, {"logprob", lp}, {"bytes", std::move(bytes)}};
+}
+
+json LogprobsJson(const std::vector<ContentLogprob>& tokens) {
+  json content = json::array();
+  for (const auto& t : tokens) {
+    json entry = TokenJson(t.token, t.logprob);
+    json top = json::array();
+    for (const auto& alt : t.top) top.push_back(TokenJson(alt.token, alt.logprob));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+}  // namespace
+
+json CompletionSink::Chunk(json delta, const char* finish_reason, json logprobs) const {
+  json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
                  {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
   json chunk = {{"id", info_.id},       {"object", "chat.completion.chunk"}, {"created", info_.created},
                 {"model", info_.model}, {"system_fingerprint", nullptr},     {"choices", json::array({choice})}};
@@ -74,7 +114,9 @@ json CompletionSink::Usage(const engine::SequenceUsage& u) const {
 void CompletionSink::SendDelta(const OutputDelta& d) {
   if (!info_.stream || d.empty()) return;
   if (!d.reasoning.empty()) sse_.Send(Chunk({{"reasoning_content", d.reasoning}}, nullptr).dump());
-  if (!d.content.empty()) sse_.Send(Chunk({{"content", d.content}}, nullptr).dump());
+  if (!d.content.empty() || !d.logprobs.empty()) {
+    sse_.Send(Chunk({{"content", d.content}}, nullptr, info_.logprobs ? LogprobsJson(d.logprobs) : json(nullptr)).dump());
+  }
   if (!d.tool_calls.empty()) {
     json calls = json::array();
     for (const auto& t : d.tool_calls) {
@@ -101,7 +143,9 @@ void CompletionSink::OnEvent(const engine::TokenEvent& e) {
       metrics_.ObserveInterTokenLatency(std::chrono::duration<double>(now - *last_token_at_).count());
     }
     last_token_at_ = now;
-    SendDelta(assembler_.OnToken(e.token, e.reasoning));
+    std::optional<ContentLogprob> lp;
+    if (info_.logprobs && e.logprob) lp = ContentLogprob{e.token, *e.logprob, e.top_logprobs};
+    SendDelta(assembler_.OnToken(e.token, e.reasoning, lp ? &*lp : nullptr));
     if (assembler_.StopMatched() && !stop_cancel_sent_ && e.finish == engine::FinishReason::kNone) {
       // A stop string ended the answer: free the sequence now.
       stop_cancel_sent_ = true;
@@ -197,7 +241,9 @@ void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged
                {"created", info_.created},
                {"model", info_.model},
                {"system_fingerprint", nullptr},
-               {"choices", json::array({{{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
+               {"choices", json::array({{{"index", 0},
+                                         {"message", std::move(message)},
+                                         {"logprobs", info_.logprobs ? LogprobsJson(assembler_.content_logprobs()) : json(nullptr)},
                                          {"finish_reason", finish_reason}}})},
                {"usage", Usage(u)},
                {"tier", info_.tier}};

@@ -65,7 +65,7 @@ class CompletionSink : public SequenceSink, public std::enable_shared_from_this<
   void OnEvent(const engine::TokenEvent& event) override;
 
  private:
-  nlohmann::json Chunk(nlohmann::json delta, const char* finish_reason) const;
+  nlohmann::json Chunk(nlohmann::json delta, const char* finish_reason, nlohmann::json logprobs = nullptr) const;
   nlohmann::json Usage(const engine::SequenceUsage& u) const;
   void SendDelta(const OutputDelta& d);
   void Finish(const engine::TokenEvent& event);

@@ -122,12 +122,24 @@ void OutputAssembler::ReleaseContent(OutputDelta& out, bool all) {
     content_ += content_all_.substr(content_released_, end - content_released_);
     content_released_ = end;
   }
+  // Tokens go out with the text they made.
+  size_t n = 0;
+  while (n < logprobs_held_.size() && logprobs_held_[n].first <= content_released_) {
+    out.logprobs.push_back(logprobs_held_[n].second);
+    logprobs_.push_back(std::move(logprobs_held_[n].second));
+    ++n;
+  }
+  logprobs_held_.erase(logprobs_held_.begin(), logprobs_held_.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 void OutputAssembler::AppendContent(const std::string& text, OutputDelta& out) {
+  if (stop_matched_) logprobs_undecoded_.clear();
   if (text.empty() || stop_matched_) return;
   size_t search_from = content_released_;
   content_all_ += text;
+  // The tokens whose bytes this text completes end where it ends.
+  for (auto& lp : logprobs_undecoded_) logprobs_held_.emplace_back(content_all_.size(), std::move(lp));
+  logprobs_undecoded_.clear();
   size_t first = std::string::npos;
   for (const auto& s : stop_) {
     size_t at = content_all_.find(s, search_from);
@@ -135,6 +147,7 @@ void OutputAssembler::AppendContent(const std::string& text, OutputDelta& out) {
   }
   if (first != std::string::npos) {
     content_all_.resize(first);
+    std::erase_if(logprobs_held_, [&](const auto& held) { return held.first > first; });
     ReleaseContent(out, true);
     stop_matched_ = true;
     ended_ = true;
@@ -243,7 +256,7 @@ void OutputAssembler::CloseSpan(OutputDelta& out) {
   args_start_ = args_sent_ = 0;
 }
 
-OutputDelta OutputAssembler::OnToken(int token, bool reasoning) {
+OutputDelta OutputAssembler::OnToken(int token, bool reasoning, const ContentLogprob* logprob) {
   OutputDelta out;
   if (ended_ || token < 0) return out;
   if (tok::IsByte(token)) {
@@ -254,6 +267,7 @@ OutputDelta OutputAssembler::OnToken(int token, bool reasoning) {
       reasoning_ += t;
       out.reasoning += t;
     } else {
+      if (logprob && !stop_matched_) logprobs_undecoded_.push_back(*logprob);
       AppendContent(content_decoder_.Push(byte), out);
     }
     return out;

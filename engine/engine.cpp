@@ -126,6 +126,8 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
     if (id >= tok::kFirstPadding) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " is padding id " + std::to_string(id) + ", which is refused in input"));
   }
   if (request.max_tokens < 1) return Fail(Error::InvalidArgument("max_tokens must be at least 1"));
+  if (request.logprobs < -1 || request.logprobs > 20)
+    return Fail(Error::InvalidArgument("logprobs must be -1 (off) or 0 to 20 alternatives, got " + std::to_string(request.logprobs)));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (total > impl_->max_context)
     return Fail(Error::OutOfRange("context length exceeded: the prompt has " + std::to_string(request.prompt.size()) +
@@ -184,7 +186,7 @@ std::vector<TokenEvent> Engine::Step() {
 
 void Engine::Impl::Finish(Sequence& s, FinishReason why, int token, bool reasoning, bool forced,
                           std::vector<TokenEvent>& events) {
-  events.push_back({s.id, token, reasoning, forced, why, s.usage, {}, false});
+  events.push_back({s.id, token, reasoning, forced, why, s.usage, {}, false, std::nullopt, {}});
   ReleaseBlocks(*pool, s.cache);
   model->Retire(s.cache);
 }
@@ -193,7 +195,7 @@ void Engine::Impl::FailSequence(Sequence& s, const std::string& what, std::vecto
   log::Error("engine: sequence " + std::to_string(s.id) + " failed: " + what);
   ReleaseBlocks(*pool, s.cache);
   model->Retire(s.cache);
-  events.push_back({s.id, -1, false, false, FinishReason::kError, s.usage, what, unavailable});
+  events.push_back({s.id, -1, false, false, FinishReason::kError, s.usage, what, unavailable, std::nullopt, {}});
 }
 
 bool Engine::Impl::Admit(Sequence& s) {
@@ -246,7 +248,7 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
   });
   std::erase_if(taken, [&](std::unique_ptr<Sequence>& s) {
     if (!taken_cancels.count(s->id)) return false;
-    events.push_back({s->id, -1, false, false, FinishReason::kCancelled, s->usage, {}, false});
+    events.push_back({s->id, -1, false, false, FinishReason::kCancelled, s->usage, {}, false, std::nullopt, {}});
     return true;
   });
   while (!taken.empty() && static_cast<int>(running.size()) < options.max_running) {
@@ -348,16 +350,26 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
 bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEvent>& events) {
   const int V = model->config().vocab_size;
   std::deque<std::pair<int, bool>> emit;  // (token, forced)
+  std::optional<float> sampled_logprob;    // for the sampled token, when asked for
+  std::vector<TokenLogprob> sampled_top;
   // A spent thinking budget closes the span instead of sampling (model.md 9).
   const bool budget_spent = s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget;
   if (budget_spent) {
     emit.push_back({tok::kEndThink, true});
   } else {
+    // Only a request that asks for logprobs pays for them: they are read
+    // from the raw logits, before the masks below change them.
+    std::optional<TokenLogprobs> lp;
+    if (s.req.logprobs >= 0) lp.emplace(row);
     MaskPadding(row);
     if (s.req.controller) s.req.controller->Mask(row);
     int t = SampleToken(row, s.req.sampling, s.rng);
     if (t < 0) t = tok::kEnd;  // a controller that masks everything ends the turn
     emit.push_back({t, false});
+    if (lp) {
+      sampled_logprob = lp->Of(t);
+      sampled_top = lp->Top(s.req.logprobs);
+    }
   }
   while (!emit.empty()) {
     auto [t, forced] = emit.front();
@@ -380,9 +392,11 @@ bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEven
                                                                        : FinishReason::kNone;
     if (why != FinishReason::kNone) {
       Finish(s, why, t, reasoning, forced, events);
+      if (!forced) events.back().logprob = sampled_logprob, events.back().top_logprobs = std::move(sampled_top);
       return true;
     }
-    events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}, {}, false});
+    events.push_back({s.id, t, reasoning, forced, FinishReason::kNone, {}, {}, false, std::nullopt, {}});
+    if (!forced) events.back().logprob = sampled_logprob, events.back().top_logprobs = std::move(sampled_top);
     if (s.req.controller)
       for (int f : s.req.controller->OnToken(t)) emit.push_back({f, true});
   }

@@ -59,4 +59,33 @@ int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19
   return order.back();
 }
 
+TokenLogprobs::TokenLogprobs(std::span<const float> logits)
+    : logits_(logits.begin(), logits.begin() + std::min<size_t>(logits.size(), tok::kFirstPadding)) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float l : logits_)
+    if (std::isfinite(l)) mx = std::max<double>(mx, l);
+  double sum = 0;
+  for (float l : logits_)
+    if (std::isfinite(l)) sum += std::exp(static_cast<double>(l) - mx);
+  log_sum_ = mx + std::log(sum);
+}
+
+float TokenLogprobs::Of(int token) const {
+  if (token < 0 || token >= static_cast<int>(logits_.size()) || !std::isfinite(logits_[token]))
+    return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(static_cast<double>(logits_[token]) - log_sum_);
+}
+
+std::vector<TokenLogprob> TokenLogprobs::Top(int n) const {
+  std::vector<int> ids(logits_.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max(n, 0)), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int a, int b) {
+    return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b);
+  });
+  std::vector<TokenLogprob> out;
+  for (size_t i = 0; i < k; ++i) out.push_back({ids[i], Of(ids[i])});
+  return out;
+}
+
 }  // namespace moeserve::engine

@@ -52,6 +52,8 @@ struct ChatRequest {
   bool include_usage = false;
   std::string user;
   bool json_object = false;            // response_format {"type":"json_object"}
+  bool logprobs = false;               // log-probabilities of the content tokens
+  int top_logprobs = 0;                // 0..20 alternatives per token (needs logprobs)
   std::optional<ReasoningEffort> reasoning_effort;
   std::optional<int> thinking_budget;  // extension: lowers the tier's budget
 };

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 
 namespace moeserve::daemon {
@@ -39,11 +40,22 @@ struct ToolCallDelta {
   std::string arguments;            // a piece of the arguments text
 };
 
+// The log-probabilities of one content token (api.md, logprobs), as the
+// engine reported them when it sampled the token.
+struct ContentLogprob {
+  int token = 0;
+  float logprob = 0;
+  std::vector<engine::TokenLogprob> top;
+};
+
 struct OutputDelta {
   std::string reasoning;
   std::string content;
   std::vector<ToolCallDelta> tool_calls;
-  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+  // The tokens whose text is in `content` (held-back text holds back its
+  // tokens; tokens cut by a stop string are never reported).
+  std::vector<ContentLogprob> logprobs;
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty() && logprobs.empty(); }
 };
 
 struct AssembledToolCall {
@@ -66,8 +78,9 @@ class OutputAssembler {
   explicit OutputAssembler(std::vector<std::string> stop = {}) : stop_(std::move(stop)) {}
   explicit OutputAssembler(AssemblerOptions options);
 
-  // One generated token (`reasoning` as TokenEvent::reasoning reports it).
-  OutputDelta OnToken(int token, bool reasoning);
+  // One generated token (`reasoning` as TokenEvent::reasoning reports it),
+  // with its log-probabilities when the request asked for them.
+  OutputDelta OnToken(int token, bool reasoning, const ContentLogprob* logprob = nullptr);
   // End of generation: flushes held-back text and an unfinished call.
   OutputDelta Finish();
 
@@ -77,6 +90,8 @@ class OutputAssembler {
   const std::string& reasoning() const { return reasoning_; }
   const std::string& content() const { return content_; }
   const std::vector<AssembledToolCall>& tool_calls() const { return calls_; }
+  // Every content token's log-probabilities, in order (what the deltas carried).
+  const std::vector<ContentLogprob>& content_logprobs() const { return logprobs_; }
   int tool_call_parse_errors() const { return parse_errors_; }
 
  private:
@@ -99,6 +114,11 @@ class OutputAssembler {
   std::string content_;        // what the client gets (stop-trimmed)
   std::string content_all_;    // decoded content, before stop handling
   size_t content_released_ = 0;
+  // Content tokens' log-probabilities: not yet decoded into text, then
+  // waiting with the offset in content_all_ where their text ends.
+  std::vector<ContentLogprob> logprobs_undecoded_;
+  std::vector<std::pair<size_t, ContentLogprob>> logprobs_held_;
+  std::vector<ContentLogprob> logprobs_;
 
   // the call being read
   std::string span_;             // decoded span text so far

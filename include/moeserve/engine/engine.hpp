@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -71,6 +72,16 @@ struct GenerationRequest {
   bool starts_in_reasoning = true;  // the prompt opened <|think|> (chat turns do)
   std::vector<int> stop_tokens;   // empty: <|end|> and <|eos|>
   std::shared_ptr<DecodeController> controller;  // optional
+  // Log-probabilities of sampled tokens: -1 off (nothing is computed); 0..20
+  // the sampled token's and this many of the most likely tokens' (the
+  // the distribution of the model's logits over the tokenizer's ids, padding
+  // excluded, before temperature, top-p and the controller's mask; api.md).
+  int logprobs = -1;
+};
+
+struct TokenLogprob {
+  int token = 0;
+  float logprob = 0;
 };
 
 // kCancelled: Cancel() was called. kError: the engine failed the sequence
@@ -93,6 +104,11 @@ struct TokenEvent {
   SequenceUsage usage;      // filled on the finishing event
   std::string error;        // with kError: what failed, for logs and the client
   bool unavailable = false; // with kError: a peer failed (the expert-parallel group), not this request; retrying may help
+  // With GenerationRequest::logprobs >= 0, on sampled tokens (never forced
+  // ones): the token's log-probability and the most likely tokens', most
+  // likely first (ties: lower id first).
+  std::optional<float> logprob;
+  std::vector<TokenLogprob> top_logprobs;
 };
 
 // Which CPU kernels a model runs with, chosen once when it is loaded: kFast

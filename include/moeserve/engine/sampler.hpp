@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <vector>
 
 #include "moeserve/engine/engine.hpp"
 
@@ -17,5 +18,20 @@ void MaskPadding(std::span<float> logits);
 // Chooses a token from logits (modified in place). Greedy when temperature
 // <= 0 (ties to the lower id). Returns -1 when every token is masked.
 int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19937_64& rng);
+
+// The log-softmax of raw logits over the tokenizer's ids (padding excluded),
+// before any temperature, top-p or mask: what `logprobs` reports.
+class TokenLogprobs {
+ public:
+  // Reads `logits` (not modified); computed in double.
+  explicit TokenLogprobs(std::span<const float> logits);
+  float Of(int token) const;
+  // The `n` most likely tokens, most likely first (ties: lower id first).
+  std::vector<TokenLogprob> Top(int n) const;
+
+ private:
+  std::vector<float> logits_;
+  double log_sum_ = 0;  // log(sum(exp(logit)))
+};
 
 }  // namespace moeserve::engine
