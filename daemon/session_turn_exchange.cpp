@@ -52,8 +52,9 @@ void SessionTurnExchange::Reply(HttpResponse response) {
   on_answer_(
       std::move(answer),
       [self, shared] {
-        self->client_->Reply(std::move(*shared));
+        // The session is free again before the client can send its next turn.
         self->End(true);
+        self->client_->Reply(std::move(*shared));
       },
       [self](const ApiError& e) {
         ReplyError(*self->client_, e);
@@ -142,9 +143,9 @@ void SessionTurnExchange::EndStream() {
   on_answer_(
       answer_,
       [self] {
+        self->End(true);
         self->client_->Write("data: [DONE]\n\n");
         self->client_->EndStream();
-        self->End(true);
       },
       [self](const ApiError& e) {
         self->client_->Write("data: " + e.ToJson().dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n");
