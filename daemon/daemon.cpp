@@ -394,6 +394,7 @@ Status Daemon::LoadModel() {
   o.block_tokens = m.config.block_tokens;
   o.prefix_cache = m.config.prefix_cache;
   o.prefix_cache_bytes = m.config.prefix_cache_bytes;
+  o.prefix_pin_share = m.config.sessions.pin_share;
   o.kernels = m.config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
   o.threads = m.config.threads;
   o.max_context = m.config.max_context;

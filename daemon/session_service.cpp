@@ -71,6 +71,13 @@ ApiError QuotaExceeded(const std::string& tenant, int64_t used, int64_t adding, 
                   0};
 }
 
+// The prefix cache's pin of a session (Engine::PinPrefix): FNV-1a of its id, never 0.
+uint64_t PinKey(const std::string& id) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : id) h = (h ^ c) * 0x100000001b3ull;
+  return h | 1;
+}
+
 std::string NewSessionId(const std::string& replica) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   unsigned char raw[kIdRandomChars];
@@ -347,6 +354,7 @@ void SessionService::Impl::Delete(const std::string& id, HttpExchange& ex, const
   if (!r) return ReplyError(ex, r.error());
   if (!TryBusy(id)) return ReplyError(ex, Busy(id));
   auto st = store.Wait([&](SessionStore::Done done) { store.Delete(id, std::move(done)); });
+  if (engine) engine->PinPrefix(PinKey(id), {}, 0);
   Release(id);
   if (!st && st.error().code() == ErrorCode::kNotFound) return ReplyError(ex, NotFound(id));
   if (!st) return ReplyError(ex, ApiError::Internal("The session could not be deleted: " + st.error().message()));
@@ -464,8 +472,16 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
     whole["messages"] = std::move(compressed);
   }
 
-  // The answer, once assembled, is stored with the turn before the client sees
-  // it acknowledged.
+  // The session's prompt stays cached until its next turn (within the pin share).
+  if (engine && settings.pin_seconds > 0) {
+    std::vector<engine::ChatMessage> prompt_messages = MessagesFromEntries(history);
+    prompt_messages.insert(prompt_messages.end(), incoming_messages.begin(), incoming_messages.end());
+    if (auto prompt = engine::RenderChat(prompt_messages, tools.is_array() ? &tools : nullptr, true)) {
+      engine->PinPrefix(PinKey(id), std::move(*prompt), settings.pin_seconds);
+    }
+  }
+
+  // The answer, once assembled, is stored with the turn before the client sees it acknowledged.
   auto write = std::make_shared<TurnWrite>();
   write->session_id = id;
   write->entries = incoming;

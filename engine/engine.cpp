@@ -1,6 +1,7 @@
 #include "moeserve/engine/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <new>
@@ -50,6 +51,12 @@ struct Engine::Impl {
   SequenceId next_id = 1;
   std::deque<std::unique_ptr<Sequence>> waiting;
   std::set<SequenceId> cancels;
+  struct PinUpdate {
+    uint64_t key;
+    std::vector<int> tokens;
+    double expiry;  // steady_clock seconds
+  };
+  std::vector<PinUpdate> pin_updates;  // applied to the prefix cache by the step thread
   int running_count = 0;
   EngineMetrics metrics;
 
@@ -89,7 +96,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
     log::Info("engine: prefix cache off under expert parallelism (followers hold no copy of its snapshots)");
     impl->options.prefix_cache = false;
   }
-  impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes);
+  impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes, 4096, std::clamp(options.prefix_pin_share, 0.0, 1.0));
   ModelOptions mo;
   mo.kernels = options.kernels;
   mo.ep_rank = options.ep_rank;
@@ -153,6 +160,12 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
 void Engine::Cancel(SequenceId id) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->cancels.insert(id);
+}
+
+void Engine::PinPrefix(uint64_t key, std::vector<int> tokens, double seconds) {
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->pin_updates.push_back({key, std::move(tokens), seconds > 0 ? now + seconds : 0});
 }
 
 bool Engine::HasWork() const {
@@ -236,11 +249,14 @@ bool Engine::Impl::Admit(Sequence& s) {
 void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
   std::set<SequenceId> taken_cancels;
   std::deque<std::unique_ptr<Sequence>> taken;
+  std::vector<PinUpdate> pins;
   {
     std::lock_guard<std::mutex> lock(mu);
     taken_cancels.swap(cancels);
     taken.swap(waiting);
+    pins.swap(pin_updates);
   }
+  for (const auto& p : pins) prefix->SetPin(p.key, p.tokens, p.expiry);
   std::erase_if(running, [&](std::unique_ptr<Sequence>& s) {
     if (!taken_cancels.count(s->id)) return false;
     Finish(*s, FinishReason::kCancelled, -1, false, false, events);

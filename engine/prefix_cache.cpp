@@ -1,6 +1,7 @@
 #include "prefix_cache.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "moeserve/common/log.hpp"
 
@@ -19,6 +20,12 @@ int64_t VectorBytes(const std::vector<T>& v) {
 
 // A std::list node: the two links and the element.
 constexpr int64_t kListNodeBytes = static_cast<int64_t>(2 * sizeof(void*)) + kAllocOverhead;
+
+double SteadyNow() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+bool Begins(const std::vector<int>& whole, const std::vector<int>& prefix) {
+  return prefix.size() <= whole.size() && std::equal(prefix.begin(), prefix.end(), whole.begin());
+}
 
 }  // namespace
 
@@ -40,6 +47,12 @@ PrefixCacheStats PrefixCache::Stats() const {
   s.bytes = bytes();
   s.limit_bytes = max_bytes_;
   s.entries = static_cast<int64_t>(entries_.size());
+  const double now = SteadyNow();
+  for (const Entry& e : entries_) {
+    if (!Pinned(e, now)) continue;
+    ++s.pinned_entries;
+    s.pinned_bytes += EntryBytes(e);
+  }
   return s;
 }
 
@@ -71,6 +84,9 @@ void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t l
   e.blocks.assign(cache.blocks.begin(), cache.blocks.begin() + length / pool.block_tokens());
   e.delta = cache.delta;
   e.heap_bytes = HeapBytes(e);
+  const double now = SteadyNow();
+  for (const auto& [key, pin] : pins_)
+    if (pin.expiry > now && Begins(pin.tokens, e.tokens)) e.pin = key;
   // Alone, with every block its own, the entry must fit; else evicting the
   // whole cache would still not make room.
   const size_t table_size = std::max(cache_refs_.capacity(), static_cast<size_t>(pool.num_blocks()));
@@ -95,19 +111,53 @@ void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t l
   while (bytes() > max_bytes_ && entries_.size() > 1) EvictOne(pool, Why::kBytes);
 }
 
-void PrefixCache::DropLru(KvPool& pool) {
-  const Entry& victim = entries_.back();
-  for (int b : victim.blocks) {
+void PrefixCache::Drop(KvPool& pool, std::list<Entry>::iterator victim) {
+  for (int b : victim->blocks) {
     pool.Unref(b);
     if (--cache_refs_[static_cast<size_t>(b)] == 0) --distinct_blocks_;
   }
-  entry_heap_bytes_ -= victim.heap_bytes;
-  entries_.pop_back();
+  entry_heap_bytes_ -= victim->heap_bytes;
+  entries_.erase(victim);
+}
+
+bool PrefixCache::Pinned(const Entry& e, double now) const {
+  if (e.pin == 0) return false;
+  auto it = pins_.find(e.pin);
+  return it != pins_.end() && it->second.expiry > now;
+}
+
+void PrefixCache::SetPin(uint64_t key, const std::vector<int>& tokens, double expiry) {
+  const double now = SteadyNow();
+  std::erase_if(pins_, [&](const auto& kv) { return kv.second.expiry <= now; });
+  if (key == 0) return;
+  if (expiry <= now) {
+    pins_.erase(key);
+    return;
+  }
+  pins_[key] = Pin{tokens, expiry};
+  for (Entry& e : entries_)
+    if (Begins(tokens, e.tokens)) e.pin = key;
 }
 
 bool PrefixCache::EvictOne(KvPool& pool, Why why) {
   if (entries_.empty()) return false;
-  DropLru(pool);
+  // The least recently used unpinned entry; a pinned one only when none is
+  // left, or when pinned entries hold more than their share of the bound.
+  const double now = SteadyNow();
+  int64_t pinned_bytes = 0;
+  auto oldest_unpinned = entries_.end(), oldest_pinned = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (Pinned(*it, now)) {
+      pinned_bytes += EntryBytes(*it);
+      oldest_pinned = it;
+    } else {
+      oldest_unpinned = it;
+    }
+  }
+  const bool over_share = static_cast<double>(pinned_bytes) > pin_share_ * static_cast<double>(max_bytes_);
+  auto victim = (over_share || oldest_unpinned == entries_.end()) ? oldest_pinned : oldest_unpinned;
+  if (victim == entries_.end()) victim = std::prev(entries_.end());
+  Drop(pool, victim);
   switch (why) {
     case Why::kBytes: ++counters_.evicted_for_bytes; break;
     case Why::kEntries: ++counters_.evicted_for_entries; break;

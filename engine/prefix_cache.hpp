@@ -14,11 +14,17 @@
 // the whole bound is not cached. The engine also evicts when the KV pool
 // needs room for a new sequence.
 //
+// Pins (SetPin): a session keeps the prefixes of its latest prompt cached
+// between turns. An entry covered by a live pin is evicted only when no
+// unpinned entry is left, or when the pinned entries together pass
+// `pin_share` of the bound (then the least recently used pinned one goes).
+//
 // Thread safety: none; the engine's step thread owns the cache.
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <vector>
 
 #include "moeserve/engine/engine.hpp"
@@ -28,8 +34,8 @@ namespace moeserve::engine {
 
 class PrefixCache {
  public:
-  explicit PrefixCache(int64_t max_bytes = int64_t{1} << 30, size_t max_entries = 4096)
-      : max_bytes_(max_bytes), max_entries_(max_entries) {}
+  explicit PrefixCache(int64_t max_bytes = int64_t{1} << 30, size_t max_entries = 4096, double pin_share = 0.5)
+      : max_bytes_(max_bytes), max_entries_(max_entries), pin_share_(pin_share) {}
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -49,6 +55,9 @@ class PrefixCache {
   // Drops the least recently used entry; false when empty.
   bool EvictOne(KvPool& pool, Why why = Why::kPool);
   void Clear(KvPool& pool);
+  // Pins the entries whose tokens begin `tokens` (and those inserted later)
+  // until `expiry` (steady_clock seconds); an expiry <= now removes the pin.
+  void SetPin(uint64_t key, const std::vector<int>& tokens, double expiry);
   size_t size() const { return entries_.size(); }
 
   int64_t bytes() const { return kv_bytes() + state_bytes(); }
@@ -62,14 +71,24 @@ class PrefixCache {
     std::vector<int> blocks;
     std::vector<DeltaLayerState> delta;
     int64_t heap_bytes = 0;  // this entry's allocations, its list node included
+    uint64_t pin = 0;        // the key of the last pin that covered it (0: none)
+  };
+  struct Pin {
+    std::vector<int> tokens;
+    double expiry = 0;
   };
   static int64_t HeapBytes(const Entry& e);
-  void DropLru(KvPool& pool);  // unreferences the oldest entry's blocks and frees it
+  void Drop(KvPool& pool, std::list<Entry>::iterator victim);  // unreferences its blocks and frees it
+  void DropLru(KvPool& pool) { Drop(pool, std::prev(entries_.end())); }
+  bool Pinned(const Entry& e, double now) const;
+  int64_t EntryBytes(const Entry& e) const { return e.heap_bytes + static_cast<int64_t>(e.blocks.size()) * block_bytes_; }
   int64_t TableBytes() const { return static_cast<int64_t>(cache_refs_.capacity() * sizeof(uint32_t)); }
 
   std::list<Entry> entries_;  // front: most recently used
   int64_t max_bytes_;
   size_t max_entries_;
+  double pin_share_;
+  std::map<uint64_t, Pin> pins_;
   // References the cache's entries hold on each pool block (sized to the one
   // pool the cache is used with at the first insert): a block's bytes count once while any entry holds it.
   std::vector<uint32_t> cache_refs_;

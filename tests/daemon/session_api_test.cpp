@@ -197,6 +197,22 @@ TEST_F(SessionApi, ThirtyToolTurnsOverflowASmallContextIntoSummaries) {
   EXPECT_EQ(view[1]["kind"], "summary");
 }
 
+TEST_F(SessionApi, EachTurnIsServedFromTheCacheUpToItsNewTokens) {
+  const std::string id = Create({{"system", "You are a patient assistant with a long system prompt."}});
+  int64_t last_prompt = 0;
+  for (int turn = 0; turn < 4; ++turn) {
+    auto r = Turn(
+        id, {{"messages", UserTurn("question " + std::to_string(turn) + " about the weather")}, {"max_tokens", 8}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json usage = r.Json()["usage"];
+    const int64_t prompt = usage["prompt_tokens"], cached = usage["prompt_tokens_details"]["cached_tokens"];
+    // The last turn's prompt was cached up to its last whole block (16 tokens).
+    if (turn > 0) EXPECT_GE(cached, (last_prompt - 1) / 16 * 16) << "turn " << turn;
+    EXPECT_GT(prompt, last_prompt);
+    last_prompt = prompt;
+  }
+}
+
 TEST_F(SessionApi, AnotherTenantsSessionIsNotFound) {
   const std::string id = Create({{"system", "mine"}});
   for (const auto& [method, path, body] : std::vector<std::tuple<std::string, std::string, std::string>>{

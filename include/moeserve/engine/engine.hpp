@@ -126,6 +126,9 @@ struct EngineOptions {
   // Bound on what the prefix cache keeps alive: its KV blocks, DeltaNet state
   // copies and bookkeeping. 0 caches nothing.
   int64_t prefix_cache_bytes = int64_t{1} << 30;
+  // Share of prefix_cache_bytes that pinned prefixes (PinPrefix) may hold;
+  // past it, and when the KV pool needs room, pins give way.
+  double prefix_pin_share = 0.5;
   KernelChoice kernels = KernelChoice::kFast;
   int threads = 0;                   // kernel threads, 0: all cores (MOESERVE_CPU_THREADS wins; fixed at first use)
   int max_context = 0;               // 0: the model's max_position_embeddings
@@ -147,6 +150,8 @@ struct PrefixCacheStats {
   uint64_t evicted_for_entries = 0;
   uint64_t evicted_for_pool = 0;
   uint64_t too_large = 0;   // snapshots not cached because one alone exceeds the bound
+  int64_t pinned_entries = 0;  // entries a live pin covers (Engine::PinPrefix)
+  int64_t pinned_bytes = 0;    // their KV blocks and heap, each entry's blocks counted in full
 };
 
 struct EngineMetrics {
@@ -192,6 +197,14 @@ class Engine : public StepEngine {
   bool HasWork() const override;
 
   EngineMetrics Metrics() const;
+  // Keeps the cached prefixes of `tokens` (entries whose tokens begin it)
+  // from eviction for `seconds` from now, under `key` (one pin per key; a new
+  // call replaces it; seconds <= 0 removes it). Unpinned entries are evicted
+  // first; pinned ones only past EngineOptions::prefix_pin_share of the
+  // cache's bound, or when the KV pool needs their blocks for a new
+  // sequence, so pins never starve new requests. Any thread; takes effect
+  // at the next Step.
+  void PinPrefix(uint64_t key, std::vector<int> tokens, double seconds);
   const ModelConfig& config() const;
   // The loaded model, for the expert-parallel group's thread-safe calls.
   const Model& model() const;
