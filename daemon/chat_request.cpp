@@ -1,7 +1,11 @@
 #include "moeserve/daemon/chat_request.hpp"
 
+#include "moeserve/daemon/json_grammar.hpp"
+
 #include "moeserve/daemon/tool_chain.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -184,6 +188,19 @@ ApiResult<void> ReadTools(const ojson& body, ChatRequest& req) {
     } else {
       spec.parameters = *params;
     }
+    spec.index = static_cast<int>(i);
+    auto strict = fn->find("strict");
+    if (strict != fn->end() && !strict->is_null()) {
+      if (!strict->is_boolean()) return ApiFail(WrongType(p + ".function.strict", "a boolean", *strict));
+      spec.strict = strict->get<bool>();
+    }
+    // Strict: a keyword the grammar does not enforce is refused, never passed over.
+    if (spec.strict) {
+      if (auto ok = CheckSchemaSupported(spec.parameters); !ok) {
+        return ApiFail(ApiError::InvalidRequest("'" + p + ".function.parameters': " + ok.error().message(),
+                                                p + ".function.parameters"));
+      }
+    }
     req.tool_specs.push_back(std::move(spec));
   }
   if (!tools->empty()) req.tools = *tools;
@@ -292,6 +309,41 @@ ApiResult<void> ReadSampling(const ojson& body, ChatRequest& req) {
   return {};
 }
 
+// response_format {"type":"json_schema","json_schema":{"name","schema","strict","description"}}.
+ApiResult<void> ReadJsonSchemaFormat(const ojson& rf, ChatRequest& req) {
+  auto js = rf.find("json_schema");
+  if (js == rf.end() || !js->is_object()) {
+    return ApiFail(WrongType("response_format.json_schema", "an object", js == rf.end() ? ojson() : *js));
+  }
+  auto name = js->find("name");
+  if (name == js->end() || !name->is_string() || name->get<std::string>().empty() ||
+      name->get<std::string>().size() > 64 ||
+      !std::all_of(name->get_ref<const std::string&>().begin(), name->get_ref<const std::string&>().end(),
+                   [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; })) {
+    return ApiFail(ApiError::InvalidRequest(
+        "'response_format.json_schema.name' must be 1 to 64 letters, digits, underscores or dashes",
+        "response_format.json_schema.name"));
+  }
+  auto strict = js->find("strict");
+  if (strict != js->end() && !strict->is_null()) {
+    if (!strict->is_boolean()) return ApiFail(WrongType("response_format.json_schema.strict", "a boolean", *strict));
+    req.response_schema_strict = strict->get<bool>();
+  }
+  auto schema = js->find("schema");
+  if (schema != js->end() && !schema->is_null()) {
+    if (!schema->is_object()) return ApiFail(WrongType("response_format.json_schema.schema", "a JSON schema object", *schema));
+    req.response_schema = *schema;
+  }
+  if (req.response_schema_strict) {
+    if (auto ok = CheckSchemaSupported(req.response_schema.is_null() ? ojson::object() : req.response_schema); !ok) {
+      return ApiFail(ApiError::InvalidRequest("'response_format.json_schema.schema': " + ok.error().message(),
+                                              "response_format.json_schema.schema"));
+    }
+  }
+  req.json_object = true;
+  return {};
+}
+
 // OpenAI's logprobs (boolean) and top_logprobs (0..20, only with logprobs).
 ApiResult<void> ReadLogprobs(const ojson& body, ChatRequest& req) {
   auto lp = body.find("logprobs");
@@ -343,9 +395,11 @@ ApiResult<void> ReadFlags(const ojson& body, ChatRequest& req) {
     }
     std::string t = type->get<std::string>();
     if (t == "json_object") req.json_object = true;
-    else if (t != "text") {
+    else if (t == "json_schema") {
+      if (auto r = ReadJsonSchemaFormat(*rf, req); !r) return r;
+    } else if (t != "text") {
       return ApiFail(ApiError::InvalidRequest("'response_format.type' is '" + t +
-                                                  "'; this server supports \"text\" and \"json_object\"",
+                                                  "'; this server supports \"text\", \"json_object\" and \"json_schema\"",
                                               "response_format.type"));
     }
   }

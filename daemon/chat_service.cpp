@@ -103,6 +103,8 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
     for (const auto& t : policy.tools) p.constrained_names.push_back(t.name);
   } else if (req.json_object) {
     policy.mode = DecodeMode::kJsonObject;
+    if (req.response_schema.is_object()) policy.response_schema = req.response_schema;
+    policy.response_strict = req.response_schema_strict;
   } else if (req.tool_choice == ToolChoice::kAuto && !req.tool_specs.empty()) {
     policy.mode = DecodeMode::kFree;
   } else {
@@ -110,7 +112,10 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   }
   p.call_id_seed = policy.id_seed;
   auto controller = DecodePolicy::Create(std::move(policy));
-  if (!controller) return ApiFail(ApiError::InvalidRequest(controller.error().message(), "tools"));
+  if (!controller) {
+    const std::string& field = controller.error().field();
+    return ApiFail(ApiError::InvalidRequest(controller.error().message(), field.empty() ? "tools" : field));
+  }
   g.controller = std::move(*controller);
   return p;
 }

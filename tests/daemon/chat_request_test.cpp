@@ -59,8 +59,16 @@ TEST(ChatRequest, ErrorsNameTheCulprit) {
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"stream":"yes"})").param, "stream");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"tool_choice":"required"})").param, "tool_choice");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"reasoning_effort":"max"})").param, "reasoning_effort");
-  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema"}})").param,
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"xml"}})").param,
             "response_format.type");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema"}})").param,
+            "response_format.json_schema");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema","json_schema":{"name":"a b"}}})").param,
+            "response_format.json_schema.name");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema","json_schema":{"name":"r","strict":true,"schema":{"type":"object","properties":{"d":{"type":"string","format":"date"}}}}}})").param,
+            "response_format.json_schema.schema");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object","properties":{"d":{"type":"string","pattern":"^x$"}}}}}]})").param,
+            "tools[0].function.parameters");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f"}}],
                         "tool_choice":{"type":"function","function":{"name":"g"}}})").param,
             "tool_choice.function.name");

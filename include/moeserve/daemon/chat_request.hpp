@@ -29,6 +29,8 @@ enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 struct ToolSpec {
   std::string name;
   nlohmann::ordered_json parameters;  // the function's JSON schema ({} when absent)
+  bool strict = false;                // function.strict: every schema keyword must be enforced
+  int index = 0;                      // in the request's tools
 };
 
 enum class ReasoningEffort { kLow, kMedium, kHigh };
@@ -51,7 +53,9 @@ struct ChatRequest {
   bool stream = false;
   bool include_usage = false;
   std::string user;
-  bool json_object = false;            // response_format {"type":"json_object"}
+  bool json_object = false;            // response_format json_object or json_schema
+  nlohmann::ordered_json response_schema;  // json_schema's schema (null: any object)
+  bool response_schema_strict = false;     // json_schema.strict
   bool logprobs = false;               // log-probabilities of the content tokens
   int top_logprobs = 0;                // 0..20 alternatives per token (needs logprobs)
   std::optional<ReasoningEffort> reasoning_effort;

@@ -11,8 +11,9 @@
 //                <|tool_call|>{"id":"<id>","name":"<name>","arguments":<json>}<|/tool_call|>
 //                with <json> satisfying the function's parameters schema
 //                (JsonGrammar), then <|end|>.
-//   kJsonObject  response_format json_object: the answer after the reasoning
-//                span is one JSON object, then <|end|>.
+//   kJsonObject  response_format json_object or json_schema: the answer
+//                after the reasoning span is one JSON object (satisfying
+//                `response_schema`), then <|end|>.
 //
 // Reasoning stays free in every mode (the engine's thinking budget closes it);
 // only special tokens that would break the chat format are masked there.
@@ -43,14 +44,21 @@ struct DecodePolicyOptions {
   std::vector<ToolSpec> tools;   // kMustCall: the functions that may be called
   bool parallel_calls = true;    // kMustCall: more than one call allowed
   int max_calls = 4;             // kMustCall with parallel calls
+  // kJsonObject: the answer's schema (json_schema), and whether every keyword
+  // must be enforced (its `strict`); tools carry their own `strict`.
+  nlohmann::ordered_json response_schema = nlohmann::ordered_json{{"type", "object"}};
+  bool response_strict = false;
   GrammarLimits limits;
   uint64_t id_seed = 0;          // tool-call ids come from this seed (same seed, same ids)
 };
 
 class DecodePolicy : public engine::DecodeController {
  public:
-  // Errors: kInvalidArgument when a tool's parameters schema cannot describe
-  // an object (the message names the tool).
+  // Errors: kInvalidArgument when a tool's parameters schema (or the
+  // response schema) cannot describe an object, cannot be satisfied, or holds
+  // a keyword that is not enforced under strict; Error::field() is the
+  // request field ("tools[1].function.parameters",
+  // "response_format.json_schema.schema").
   static Result<std::shared_ptr<DecodePolicy>> Create(DecodePolicyOptions options);
 
   void Mask(std::span<float> logits) override;
