@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "daemon_harness.hpp"
+#include "moeserve/daemon/json_grammar.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
@@ -197,6 +198,96 @@ TEST_F(AgentApi, LogprobsAreNullUnlessAskedAndTopLogprobsIsValidated) {
   auto plain = Chat(port_, body);
   ASSERT_EQ(plain.status, 200);
   for (const auto& e : plain.Json()["choices"][0]["logprobs"]["content"]) EXPECT_TRUE(e["top_logprobs"].empty());
+}
+
+const char* kReportSchema = R"({"$defs":{"Level":{"type":"string","enum":["low","high"]}},
+  "type":"object","additionalProperties":false,"required":["title","level","count","note"],
+  "properties":{"title":{"type":"string","minLength":2,"maxLength":8},"level":{"$ref":"#/$defs/Level"},
+    "count":{"type":"integer","minimum":3,"maximum":40},"note":{"anyOf":[{"type":"string","maxLength":4},{"type":"null"}]}}})";
+
+TEST_F(AgentApi, JsonSchemaAnswersSatisfyTheSchemaStreamedOrNot) {
+  const json schema = json::parse(kReportSchema);
+  json body = {{"messages", UserTurn("Report")},
+               {"response_format", {{"type", "json_schema"},
+                                    {"json_schema", {{"name", "report"}, {"strict", true}, {"schema", schema}}}}},
+               {"max_tokens", 200}};
+  for (int seed : {1, 2, 3}) {
+    body["seed"] = seed;
+    body.erase("stream");
+    auto r = Chat(port_, body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json choice = r.Json()["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "stop") << r.body;
+    const std::string content = choice["message"]["content"];
+    auto value = nlohmann::ordered_json::parse(content, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << content;
+    auto ok = CheckAgainstSchema(value, nlohmann::ordered_json::parse(kReportSchema));
+    EXPECT_TRUE(ok.has_value()) << content << ": " << (ok ? "" : ok.error().message());
+    body["stream"] = true;
+    auto s = Chat(port_, body);
+    ASSERT_EQ(s.status, 200);
+    std::string streamed;
+    for (const auto& e : s.Events()) {
+      if (e == "[DONE]") continue;
+      const json chunk = json::parse(e);
+      for (const auto& ch : chunk["choices"])
+        if (ch["delta"].contains("content")) streamed += ch["delta"]["content"].get<std::string>();
+    }
+    EXPECT_EQ(streamed, content);
+  }
+}
+
+TEST_F(AgentApi, StrictSchemasWithKeywordsNotEnforcedAre400NamingThem) {
+  json schema = json::parse(kReportSchema);
+  schema["properties"]["title"]["pattern"] = "^[A-Z]";
+  json body = {{"messages", UserTurn("Report")},
+               {"response_format", {{"type", "json_schema"},
+                                    {"json_schema", {{"name", "report"}, {"strict", true}, {"schema", schema}}}}}};
+  auto r = Chat(port_, body);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "response_format.json_schema.schema");
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("$.properties.title.pattern"), std::string::npos)
+      << r.body;
+  // Not strict: the keyword is passed over and the rest is enforced.
+  body["response_format"]["json_schema"]["strict"] = false;
+  body["max_tokens"] = 200;
+  body["seed"] = 4;
+  auto loose = Chat(port_, body);
+  ASSERT_EQ(loose.status, 200) << loose.body;
+  // A strict tool: the same refusal, whatever tool_choice is.
+  json tool = kCalculator;
+  tool["function"]["strict"] = true;
+  tool["function"]["parameters"]["properties"]["expression"]["format"] = "math";
+  auto t = Chat(port_, {{"messages", UserTurn("x")}, {"tools", json::array({tool})}});
+  ASSERT_EQ(t.status, 400) << t.body;
+  EXPECT_EQ(t.Json()["error"]["param"], "tools[0].function.parameters");
+  EXPECT_NE(t.Json()["error"]["message"].get<std::string>().find("format"), std::string::npos) << t.body;
+  // A schema no value satisfies: 400 naming the field, strict or not.
+  json impossible = {{"type", "object"},
+                     {"properties", {{"n", {{"type", "integer"}, {"minimum", 0.2}, {"maximum", 0.8}}}}}};
+  auto none = Chat(port_, {{"messages", UserTurn("x")},
+                           {"response_format", {{"type", "json_schema"},
+                                                {"json_schema", {{"name", "n"}, {"schema", impossible}}}}}});
+  ASSERT_EQ(none.status, 400) << none.body;
+  EXPECT_EQ(none.Json()["error"]["param"], "response_format.json_schema.schema");
+}
+
+TEST_F(AgentApi, StrictToolArgumentsSatisfyTheNewKeywords) {
+  json tool = {{"type", "function"},
+               {"function", {{"name", "report"}, {"strict", true}, {"parameters", json::parse(kReportSchema)}}}};
+  json body = {{"messages", UserTurn("x")},
+               {"tools", json::array({tool})},
+               {"tool_choice", "required"},
+               {"parallel_tool_calls", false},
+               {"max_tokens", 300},
+               {"seed", 8}};
+  auto r = Chat(port_, body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json call = r.Json()["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["function"]["name"], "report");
+  auto args = nlohmann::ordered_json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+  auto ok = CheckAgainstSchema(args, nlohmann::ordered_json::parse(kReportSchema));
+  EXPECT_TRUE(ok.has_value()) << call.dump() << ": " << (ok ? "" : ok.error().message());
 }
 
 }  // namespace
