@@ -271,7 +271,9 @@ class TrainModel(nn.Module):
         w = s.gather(1, idx)
         w = w / w.sum(-1, keepdim=True) * cfg.routed_scaling_factor
         I = cfg.moe_inter
-        w13, w2 = W(p + "experts.w13"), W(p + "experts.w2")
+        # unbind: one backward that stacks the experts' gradients (indexing the
+        # stacked tensor per expert would add a full-size zero gradient each).
+        w13, w2 = W(p + "experts.w13").unbind(0), W(p + "experts.w2").unbind(0)
         # Tokens sorted by expert: one gather, contiguous slices per expert, one index_add.
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
@@ -282,7 +284,7 @@ class TrainModel(nn.Module):
         start = 0
         for e, n in enumerate(counts.tolist()):
             if n:
-                outs.append(swiglu(xs[start : start + n], w13[e, :I], w13[e, I:], w2[e]))
+                outs.append(swiglu(xs[start : start + n], w13[e][:I], w13[e][I:], w2[e]))
             start += n
         out = torch.cat(outs, dim=0) * w.reshape(-1)[order][:, None]
         y = torch.zeros_like(xf).index_add(0, tok, out)

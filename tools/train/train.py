@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import string
 import sys
 import time
 
@@ -31,7 +32,7 @@ import gen_data  # noqa: E402
 import model as M  # noqa: E402
 
 
-def examples(seed, count, cut_fraction):
+def examples(seed, count, cut_fraction, copy_ids=False):
     r = random.Random(f"cut:{seed}")
     out = []
     for t in gen_data.generate("train", seed, count):
@@ -40,7 +41,24 @@ def examples(seed, count, cut_fraction):
             if m["role"] == "assistant" and r.random() < cut_fraction:
                 n = len(m["reasoning_content"])
                 cuts[i] = r.randint(0, max(0, n - 1))
-        out.append(chat.render(t["messages"], t["tools"], cuts))
+        out.append(chat.render(t["messages"], t["tools"], cuts, copy_ids))
+    return out
+
+
+def copy_drills(seed, count):
+    """Synthetic copying lessons, a curriculum before the conversations: the
+    user turn is a random string (letters, digits, a few marks; 3 to 20
+    bytes), the assistant repeats it. A model this small sits on a plateau
+    for a long time before it can copy a value it has not seen; on these short
+    sequences it gets past it in a few hundred steps (loss ~4 -> ~0), and the
+    conversations then only have to learn where to copy from."""
+    r = random.Random(f"copy:{seed}")
+    chars = string.ascii_letters + string.digits + ".-+*"
+    out = []
+    for _ in range(count):
+        s = chat.text_ids("".join(r.choice(chars) for _ in range(r.randint(3, 20))))
+        ids = [chat.BOS, chat.USER] + s + [chat.END, chat.ASSISTANT, chat.THINK]
+        out.append((ids + s + [chat.END], [0] * len(ids) + [1] * (len(s) + 1)))
     return out
 
 
@@ -88,6 +106,10 @@ def main():
     ap.add_argument("--save-every", type=int, default=0, help="also write weights.pt every N steps")
     ap.add_argument("--stop-after", type=int, default=0,
                     help="stop after this many steps, keeping the --steps schedule (a shorter run of the same command)")
+    ap.add_argument("--copy-drills", action="store_true",
+                    help="train on copy_drills instead of conversations (a first stage)")
+    ap.add_argument("--copy-ids", action="store_true",
+                    help="also train on the call id each tool message repeats (chat.render's copy_ids)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -100,11 +122,14 @@ def main():
     if a.init:
         model.load_fp32(torch.load(a.init))
     n_params = sum(p.numel() for p in model.parameters())
-    data = examples(a.seed, a.steps * a.batch, 0.25)
-    # Every sequence starts with the same tools block: computed once per batch.
-    n_prefix = chat.shared_prefix_len(gen_data.TOOLS)
-    prefix = data[0][0][:n_prefix]
-    assert all(ids[:n_prefix] == prefix for ids, _ in data)
+    if a.copy_drills:
+        data, n_prefix, prefix = copy_drills(a.seed, a.steps * a.batch), 0, None
+    else:
+        data = examples(a.seed, a.steps * a.batch, 0.25, a.copy_ids)
+        # Every sequence starts with the same tools block: computed once per batch.
+        n_prefix = chat.shared_prefix_len(gen_data.TOOLS)
+        prefix = data[0][0][:n_prefix]
+        assert all(ids[:n_prefix] == prefix for ids, _ in data)
     batches = bucketed(data, a.batch, random.Random(f"batches:{a.seed}"))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     warm = max(1, a.steps // 20)
@@ -126,7 +151,7 @@ def main():
         logits, aux = model(x, valid, dsa_mode=mode, prefix=prefix)
         lm = F.cross_entropy(logits[m], y[m])
         # Indexer KL per query token: the shared prefix's queries count once.
-        kl = torch.cat([k[valid] for k in aux["indexer_kl"]] + [k.reshape(-1) for k in aux["prefix_indexer_kl"]]).mean()
+        kl = torch.cat([k[valid] for k in aux["indexer_kl"]] + [k.reshape(-1) for k in aux.get("prefix_indexer_kl", [])]).mean()
         loss = lm + kl
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
