@@ -70,6 +70,7 @@ TEST(UsageLedgerCrash, KillNineUnderLoadLosesNoAcknowledgedUsageAndCountsNoneTwi
     const int port = FreeLoopbackPort();
     pid_t pid = SpawnDaemon(port, ledger);
     ASSERT_TRUE(WaitReady(port, pid)) << "moe-daemon did not become ready (start " << kill << ")";
+    const int64_t acked_before = t.acked_requests.load();
     std::atomic<bool> stop{false};
     std::vector<std::thread> clients;
     for (int c = 0; c < kClients; ++c) {
@@ -102,7 +103,14 @@ TEST(UsageLedgerCrash, KillNineUnderLoadLosesNoAcknowledgedUsageAndCountsNoneTwi
         }
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 250)(rng)));
+    // Each start answers at least once before its kill, so every cycle puts an
+    // acknowledged request at risk however slow the build is (a sanitized
+    // daemon can take longer than a whole kill window for its first answer);
+    // then the kill falls at a random point of the load that follows.
+    const auto first_answer_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (t.acked_requests.load() <= acked_before && std::chrono::steady_clock::now() < first_answer_deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 230)(rng)));
     stop = true;  // no new requests; those in flight are cut by the kill
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
