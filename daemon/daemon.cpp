@@ -41,11 +41,12 @@ struct Daemon::Impl {
   // After the server, before the scheduler: destroyed once no sink can
   // charge any more, and its last commits still find the server to answer on.
   std::unique_ptr<BudgetService> budget;
-  // Server-kept sessions; after the budget it charges, before the engine.
-  std::unique_ptr<SessionService> sessions;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
+  // Server-kept sessions: after what a turn runs through (chat, scheduler,
+  // budget), so they go first and their last commits still find those.
+  std::unique_ptr<SessionService> sessions;
   // Expert parallelism (MOE_NUM_NODES > 1): rank 0 leads, the others follow.
   // After the engine, so that it stops (and goes) first.
   std::unique_ptr<ExpertParallel> ep;

@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include <random>
+#include <shared_mutex>
 
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/log.hpp"
@@ -200,6 +201,11 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
   std::mutex sweep_mu;
   std::condition_variable sweep_cv;
   bool stopping = false;
+  // Callbacks that outlive a request (the model's summary, after the turn)
+  // touch the store or the scheduler only under a shared lock while this is
+  // false; the service's destructor sets it under the exclusive lock first.
+  std::shared_mutex life_mu;
+  bool closed = false;
   std::thread sweeper;
 
   Impl(SessionSettings s, BudgetService& b, SessionStore& st) : settings(std::move(s)), budget(b), store(st) {}
@@ -547,6 +553,8 @@ class SummarySink : public SequenceSink, public std::enable_shared_from_this<Sum
 
 void SessionService::Impl::Summarize(const std::string& session_id, const Principal& who, int64_t summary_seq,
                                      std::vector<SessionEntry> replaced) {
+  std::shared_lock life(life_mu);
+  if (closed) return;
   ChatService* c = chat.load();
   if (!c || !scheduler || replaced.empty()) return;
   if (!budget.Admit(who, "low")) return;  // the tenant may not spend: the extractive summary stays
@@ -588,6 +596,8 @@ void SessionService::Impl::Summarize(const std::string& session_id, const Princi
           // the system block with one newline.
           const int64_t tokens = static_cast<int64_t>(text.size()) + 1;
           if (!ok || text.empty() || tokens >= replaced_tokens || static_cast<int64_t>(text.size()) > max_bytes) return;
+          std::shared_lock life(self->life_mu);
+          if (self->closed) return;
           self->store.ReplaceSummary(session_id, summary_seq, text, tokens, [session_id](const Status& st) {
             if (!st && st.error().code() != ErrorCode::kNotFound) {
               log::Warn("session " + session_id + ": the model's summary could not be stored: " + st.error().message());
@@ -625,6 +635,10 @@ Result<std::unique_ptr<SessionService>> SessionService::Create(SessionSettings s
 }
 
 SessionService::~SessionService() {
+  {
+    std::unique_lock life(impl_->life_mu);
+    impl_->closed = true;
+  }
   {
     std::lock_guard lock(impl_->sweep_mu);
     impl_->stopping = true;

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Time to first token of a growing tool-calling conversation, turn by turn,
+through the sessions API (POST /v1/sessions/{id}/chat/completions, only the
+new messages) beside the same kind of conversation through the stateless
+endpoint (the client re-sends the whole history every turn).
+
+Each turn adds about --turn-tokens tokens (tool results; the chat format's
+tokens are UTF-8 bytes), and the model answers with one forced tool call.
+The two conversations have system prompts of equal length that differ in
+their first byte, so neither is served from the other's cache. The daemon
+is started here, on the model given or one generated with moe-model-gen.
+
+Usage: bench/session_ttft.py BUILD_DIR [--preset small] [--turns 20] [--rounds 2]
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Reads a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def request(port, method, path, body=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+    conn.request(method, path, json.dumps(body) if body is not None else None, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, json.loads(data) if data else None
+
+
+def stream(port, path, body):
+    """POSTs a streamed turn; returns (seconds to the first generated delta, assistant message, usage)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+    payload = json.dumps(body)
+    start = time.perf_counter()
+    conn.request("POST", path, payload, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"{path}: {resp.status} {resp.read()[:300]!r}")
+    first = None
+    content, reasoning, calls, usage = "", "", {}, None
+    while True:
+        line = resp.readline()
+        if not line:
+            break
+        if not line.startswith(b"data: "):
+            continue
+        data = line[6:].strip()
+        if data == b"[DONE]":
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            raise RuntimeError(f"{path}: {chunk['error']}")
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for c in chunk.get("choices", []):
+            d = c.get("delta", {})
+            got = d.get("reasoning_content") or d.get("tool_calls") or (d.get("content") and "role" not in d)
+            if got and first is None:
+                first = time.perf_counter() - start
+            reasoning += d.get("reasoning_content") or ""
+            content += d.get("content") or ""
+            for t in d.get("tool_calls") or []:
+                call = calls.setdefault(t["index"], {"id": "", "name": "", "arguments": ""})
+                call["id"] = t.get("id", call["id"])
+                call["name"] = t["function"].get("name", call["name"])
+                call["arguments"] += t["function"].get("arguments", "")
+    conn.close()
+    message = {"role": "assistant", "content": content or None, "reasoning_content": reasoning or None}
+    if calls:
+        message["tool_calls"] = [{"id": c["id"], "type": "function",
+                                  "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                 for _, c in sorted(calls.items())]
+    return first, message, usage
+
+
+def new_messages(turn, last, turn_tokens):
+    """The turn's new messages: results for the last answer's calls, or a user message."""
+    filler = "".join(f"line {i} of file {turn}: some text that a tool returned.\n" for i in range(turn_tokens // 40 + 1))
+    calls = last.get("tool_calls") if last else None
+    if calls:
+        share = turn_tokens // len(calls)
+        return [{"role": "tool", "tool_call_id": c["id"], "content": filler[:share]} for c in calls]
+    return [{"role": "user", "content": filler[:turn_tokens]}]
+
+
+def run_round(port, turns, turn_tokens, marks, rnd):
+    turn_body = {"tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 96,
+                 "reasoning_effort": "low", "temperature": 0, "seed": rnd,
+                 "stream": True, "stream_options": {"include_usage": True}}
+    system = "You are an agent that reads files to answer questions. " * 4
+    status, created = request(port, "POST", "/v1/sessions", {"system": "A" + system, "tools": TOOLS})
+    assert status == 200, created
+    sid = created["id"]
+    history = [{"role": "system", "content": "B" + system}]
+    out = {"session": {}, "stateless": {}}
+    last_s = last_h = None
+    for turn in range(1, turns + 1):
+        msgs = new_messages(turn, last_s, turn_tokens)
+        t_s, last_s, u_s = stream(port, f"/v1/sessions/{sid}/chat/completions", dict(turn_body, messages=msgs))
+        history += new_messages(turn, last_h, turn_tokens)
+        t_h, last_h, u_h = stream(port, "/v1/chat/completions", dict(turn_body, messages=history, tools=TOOLS))
+        history.append(last_h)
+        if turn in marks:
+            out["session"][turn] = (t_s, u_s)
+            out["stateless"][turn] = (t_h, u_h)
+            print(f"round {rnd} turn {turn}: session {t_s:.3f} s, stateless {t_h:.3f} s "
+                  f"(prompt {u_s['prompt_tokens']}, cached {u_s['prompt_tokens_details']['cached_tokens']} / "
+                  f"{u_h['prompt_tokens_details']['cached_tokens']})", flush=True)
+    request(port, "DELETE", f"/v1/sessions/{sid}")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--model", help="a model directory (default: generate --preset)")
+    ap.add_argument("--turns", type=int, default=20)
+    ap.add_argument("--turn-tokens", type=int, default=800)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args()
+    work = os.path.join(args.build, "bench-session")
+    os.makedirs(work, exist_ok=True)
+    model = args.model or os.path.join(work, args.preset)
+    if not os.path.exists(os.path.join(model, "manifest.json")):
+        subprocess.run([os.path.join(args.build, "engine", "moe-model-gen"), "--preset", args.preset, "--seed", "1",
+                        "--out", model], check=True, stdout=subprocess.DEVNULL)
+    port = free_port()
+    log = open(os.path.join(work, "daemon.log"), "w")
+    daemon = subprocess.Popen([os.path.join(args.build, "daemon", "moe-daemon"), "--model", model, "--port", str(port),
+                               "--served-model-name", "bench", "--max-context", "32768", "--cache-tokens", "131072",
+                               "--threads", str(args.threads), "--state-dir", os.path.join(work, "state"),
+                               "--thinking-budgets.low", "4", "--constrained-max-string-bytes", "24"],
+                              stdout=log, stderr=log)
+    try:
+        for _ in range(600):
+            try:
+                if request(port, "GET", "/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        marks = {1, 10, 20} & set(range(1, args.turns + 1)) or {args.turns}
+        results = [run_round(port, args.turns, args.turn_tokens, marks, r) for r in range(args.rounds)]
+    finally:
+        daemon.terminate()
+        daemon.wait()
+    print(f"model {os.path.basename(model)}, {args.turns} turns of ~{args.turn_tokens} tokens, {args.rounds} rounds, "
+          "median time to first token (s); prompt / cached tokens of the last round")
+    print(f"{'turn':>5} {'session':>9} {'stateless':>10} {'ratio':>7} {'prompt':>8} {'cached s':>9} {'cached h':>9}")
+    for turn in sorted(marks):
+        s = statistics.median(r["session"][turn][0] for r in results)
+        h = statistics.median(r["stateless"][turn][0] for r in results)
+        us, uh = results[-1]["session"][turn][1], results[-1]["stateless"][turn][1]
+        print(f"{turn:>5} {s:>9.3f} {h:>10.3f} {s / h:>7.2f} {us['prompt_tokens']:>8} "
+              f"{us['prompt_tokens_details']['cached_tokens']:>9} {uh['prompt_tokens_details']['cached_tokens']:>9}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
