@@ -1,0 +1,167 @@
+// The parts of a loaded tokenizer.json (hf_tokenizer.hpp): each one mirrors
+// the Hugging Face `tokenizers` component of the same name, step for step,
+// because exact ids depend on the details (the order merges are applied in,
+// where a regex may look ahead, which added token wins an overlap).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+// Oniguruma defines UChar unless told not to; ICU defines it too.
+#define ONIG_ESCAPE_UCHAR_COLLISION
+#include <oniguruma.h>
+#include <unicode/normalizer2.h>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/engine/hf_tokenizer.hpp"
+
+
+namespace moeserve::engine::hf {
+
+// GPT-2's bytes_to_unicode(): byte b is written as the UTF-8 of this char.
+const std::string& ByteLevelChar(uint8_t b);
+// The byte a byte-level char stands for, or -1.
+int ByteOfByteLevelChar(std::string_view utf8_char);
+// Length of the UTF-8 sequence that starts with lead byte c (1 for a stray byte).
+inline size_t Utf8Length(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+bool IsValidUtf8(std::string_view text);
+
+// An Oniguruma regex in its default (Ruby) syntax over UTF-8, as the
+// `tokenizers` crate compiles Split patterns.
+class Regex {
+ public:
+  // error receives Oniguruma's message when the pattern does not compile.
+  static std::unique_ptr<Regex> Compile(std::string_view pattern, std::string& error);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  // The non-empty matches in text, left to right, each search starting where
+  // the last match ended; text is searched as a whole string, so lookahead
+  // stops at its end.
+  void FindAll(std::string_view text, std::vector<std::pair<size_t, size_t>>& matches) const;
+
+ private:
+  explicit Regex(OnigRegex regex) : regex_(regex) {}
+  OnigRegex regex_;
+};
+
+// A Sequence of Unicode normalization forms (NFC, NFD, NFKC, NFKD), applied in order.
+class Normalizer {
+ public:
+  void Add(const icu::Normalizer2* form) { forms_.push_back(form); }
+  bool empty() const { return forms_.empty(); }
+  void Normalize(std::string& text) const;
+
+ private:
+  std::vector<const icu::Normalizer2*> forms_;
+};
+
+// SplitDelimiterBehavior.
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+struct SplitStep {
+  std::shared_ptr<const Regex> regex;  // Regex patterns; literal below otherwise
+  std::string literal;
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false;
+};
+struct ByteLevelStep {
+  bool add_prefix_space = false;
+  bool use_regex = true;
+};
+using PreTokenizerStep = std::variant<SplitStep, ByteLevelStep>;
+
+// Runs the steps in order, each over every piece the last one left (a regex
+// never sees across a piece boundary); empty pieces are dropped.
+void PreTokenize(const std::vector<PreTokenizerStep>& steps, std::vector<std::string>& pieces);
+
+// Lets an unordered_map<std::string, ...> be searched with a string_view.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringMap = std::unordered_map<std::string, int, StringHash, std::equal_to<>>;
+
+// The BPE model.
+class Bpe {
+ public:
+  struct Merge {
+    uint32_t rank;
+    int32_t new_id;
+  };
+  StringMap vocab;
+  std::unordered_map<uint64_t, Merge> merges;  // (left id << 32 | right id)
+  bool ignore_merges = false;
+  int unk_id = -1;
+  bool fuse_unk = false;
+
+  // Appends the ids of one pre-tokenized word.
+  void Tokenize(std::string_view word, std::vector<int>& ids) const;
+
+ private:
+  void MergeAll(std::vector<int>& symbols) const;
+};
+
+struct AddedToken {
+  int id = 0;
+  std::string content;
+  bool special = false;
+  bool single_word = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool normalized = false;
+};
+
+// Finds added tokens in text the way the library's aho-corasick automaton
+// does (leftmost match, longest at that position, no overlaps), then applies
+// the token's flags.
+class AddedTokenMatcher {
+ public:
+  void Add(std::string_view pattern, const AddedToken* token);
+  bool empty() const { return nodes_.size() <= 1; }
+  struct Segment {
+    size_t start, end;
+    const AddedToken* token;  // null: text between tokens
+  };
+  // Segments cover text in order. Special tokens are passed over when
+  // special_as_text (their text stays in the neighbouring segment).
+  std::vector<Segment> Split(std::string_view text, bool special_as_text) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int>> next;  // sorted by byte
+    const AddedToken* token = nullptr;
+  };
+  std::vector<Node> nodes_ = std::vector<Node>(1);
+};
+
+class Pipeline {
+ public:
+  std::vector<AddedToken> added;
+  AddedTokenMatcher raw_tokens;         // "normalized": false, matched in the raw text
+  AddedTokenMatcher normalized_tokens;  // "normalized": true, matched in normalized text
+  Normalizer normalizer;
+  std::vector<PreTokenizerStep> pre_tokenizer;
+  Bpe model;
+  std::vector<std::string> token_text;   // by id; empty where no token has the id
+  std::vector<std::string> token_bytes;  // what the decoder makes of each id
+  std::vector<uint8_t> is_special;
+  StringMap added_by_content;
+
+  void Encode(std::string_view text, AddedTokenText mode, std::vector<int>& ids) const;
+
+ private:
+  void EncodeNormalizedPiece(std::string_view text, AddedTokenText mode, std::vector<int>& ids) const;
+  void EncodeModel(std::string text, std::vector<int>& ids) const;
+};
+
+// Builds the pipeline from a parsed tokenizer.json (hf_tokenizer_json.cpp).
+Result<std::shared_ptr<const Pipeline>> LoadPipeline(std::string_view json_text, std::string_view source);
+
+}  // namespace moeserve::engine::hf
