@@ -2,6 +2,8 @@
 // lowest merge rank first and the leftmost of equal ranks (Word::merge_all in
 // the `tokenizers` crate: a heap of candidate pairs over a linked list of
 // symbols, so a long word costs n log n, not n^2).
+#include <atomic>
+#include <bit>
 #include <queue>
 
 #include "hf_tokenizer/pipeline.hpp"
@@ -10,9 +12,19 @@ namespace moeserve::engine::hf {
 
 namespace {
 
-uint64_t PairKey(int left, int right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-}
+uint64_t PairKey(int left, int right) { return MergeTable::Key(left, right); }
+
+// Words already tokenized, per thread (Encode is const and shared): natural
+// text repeats its words, and BPE of a word is most of the cost. Bounded by
+// clearing; long words are not kept.
+constexpr size_t kCacheEntries = 1 << 16;
+constexpr size_t kCacheWordBytes = 256;
+struct WordCache {
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>> words;
+};
+thread_local WordCache word_cache;
+std::atomic<uint64_t> next_instance{1};
 
 struct Candidate {
   uint32_t rank;
@@ -24,8 +36,63 @@ struct Candidate {
 
 }  // namespace
 
+void MergeTable::Reserve(size_t n) {
+  size_t capacity = 16;
+  while (capacity < 2 * n) capacity *= 2;
+  if (capacity <= keys_.size()) return;
+  std::vector<uint64_t> old_keys = std::move(keys_);
+  std::vector<Merge> old_values = std::move(values_);
+  keys_.assign(capacity, kEmpty);
+  values_.assign(capacity, Merge{});
+  mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
+  size_ = 0;
+  for (size_t i = 0; i < old_keys.size(); ++i) {
+    if (old_keys[i] != kEmpty) Set(old_keys[i], old_values[i]);
+  }
+}
+
+void MergeTable::Set(uint64_t key, Merge merge) {
+  if (2 * (size_ + 1) > keys_.size()) Reserve(size_ + 1);
+  for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+    if (keys_[i] == key) {
+      values_[i] = merge;
+      return;
+    }
+    if (keys_[i] == kEmpty) {
+      keys_[i] = key;
+      values_[i] = merge;
+      ++size_;
+      return;
+    }
+  }
+}
+
+Bpe::Bpe() : instance_(next_instance.fetch_add(1)) {}
+
 void Bpe::Tokenize(std::string_view word, std::vector<int>& ids) const {
   if (word.empty()) return;
+  WordCache& cache = word_cache;
+  if (cache.owner != instance_) {
+    cache.words.clear();
+    cache.owner = instance_;
+  }
+  const bool cacheable = word.size() <= kCacheWordBytes;
+  if (cacheable) {
+    if (auto hit = cache.words.find(word); hit != cache.words.end()) {
+      ids.insert(ids.end(), hit->second.begin(), hit->second.end());
+      return;
+    }
+  }
+  const size_t first = ids.size();
+  TokenizeUncached(word, ids);
+  if (cacheable) {
+    if (cache.words.size() >= kCacheEntries) cache.words.clear();
+    cache.words.emplace(std::string(word), std::vector<int>(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end()));
+  }
+}
+
+void Bpe::TokenizeUncached(std::string_view word, std::vector<int>& ids) const {
   if (ignore_merges) {
     auto it = vocab.find(word);
     if (it != vocab.end()) {
@@ -65,8 +132,7 @@ void Bpe::MergeAll(std::vector<int>& symbols) const {
   }
   std::priority_queue<Candidate> queue;
   for (size_t i = 0; i + 1 < n; ++i) {
-    auto it = merges.find(PairKey(symbols[i], symbols[i + 1]));
-    if (it != merges.end()) queue.push({it->second.rank, i, it->second.new_id});
+    if (const Merge* m = merges.Find(PairKey(symbols[i], symbols[i + 1]))) queue.push({m->rank, i, m->new_id});
   }
   while (!queue.empty()) {
     Candidate top = queue.top();
@@ -74,8 +140,8 @@ void Bpe::MergeAll(std::vector<int>& symbols) const {
     if (removed[top.pos] || next[top.pos] < 0) continue;
     size_t right = static_cast<size_t>(next[top.pos]);
     // A stale entry: one of the two symbols has been merged since it was queued.
-    auto current = merges.find(PairKey(symbols[top.pos], symbols[right]));
-    if (current == merges.end() || current->second.new_id != top.new_id) continue;
+    const Merge* current = merges.Find(PairKey(symbols[top.pos], symbols[right]));
+    if (!current || current->new_id != top.new_id) continue;
 
     symbols[top.pos] = top.new_id;
     removed[right] = true;
@@ -84,12 +150,11 @@ void Bpe::MergeAll(std::vector<int>& symbols) const {
 
     if (prev[top.pos] >= 0) {
       size_t p = static_cast<size_t>(prev[top.pos]);
-      auto it = merges.find(PairKey(symbols[p], symbols[top.pos]));
-      if (it != merges.end()) queue.push({it->second.rank, p, it->second.new_id});
+      if (const Merge* m = merges.Find(PairKey(symbols[p], symbols[top.pos]))) queue.push({m->rank, p, m->new_id});
     }
     if (next[top.pos] >= 0) {
-      auto it = merges.find(PairKey(symbols[top.pos], symbols[static_cast<size_t>(next[top.pos])]));
-      if (it != merges.end()) queue.push({it->second.rank, top.pos, it->second.new_id});
+      const Merge* m = merges.Find(PairKey(symbols[top.pos], symbols[static_cast<size_t>(next[top.pos])]));
+      if (m) queue.push({m->rank, top.pos, m->new_id});
     }
   }
   size_t kept = 0;

@@ -109,7 +109,7 @@ class Loader {
     if (!m.contains("merges")) return Ok();
     if (!m["merges"].is_array()) return Bad("model.merges must be an array");
     const json& merges = m["merges"];
-    p.model.merges.reserve(merges.size());
+    p.model.merges.Reserve(merges.size());
     uint32_t rank = 0;
     for (size_t i = 0; i < merges.size(); ++i) {
       const json& merge = merges[i];
@@ -136,8 +136,7 @@ class Loader {
         if (it == p.model.vocab.end()) return Bad(where + ": token '" + tok + "' is not in model.vocab");
       }
       // A pair listed twice keeps its last rank, as the library's HashMap collect does.
-      uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32) | static_cast<uint32_t>(r->second);
-      p.model.merges[key] = Bpe::Merge{rank, merged->second};
+      p.model.merges.Set(MergeTable::Key(l->second, r->second), Bpe::Merge{rank, merged->second});
       ++rank;
     }
     return Ok();

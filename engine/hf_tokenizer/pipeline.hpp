@@ -88,15 +88,46 @@ struct StringHash {
 };
 using StringMap = std::unordered_map<std::string, int, StringHash, std::equal_to<>>;
 
-// The BPE model.
-class Bpe {
+// Merge rules by pair of ids: an open-addressing table, because looking
+// pairs up is most of what BPE does and a node-based map misses the cache on
+// every probe.
+class MergeTable {
  public:
   struct Merge {
     uint32_t rank;
     int32_t new_id;
   };
+  static uint64_t Key(int left, int right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+  void Reserve(size_t n);
+  // A pair set twice keeps the last value (the library's HashMap collect).
+  void Set(uint64_t key, Merge merge);
+  const Merge* Find(uint64_t key) const {
+    if (keys_.empty()) return nullptr;
+    for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return &values_[i];
+      if (keys_[i] == kEmpty) return nullptr;
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are below 2^31, so no key is this
+  size_t Slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  std::vector<uint64_t> keys_;
+  std::vector<Merge> values_;
+  size_t mask_ = 0, size_ = 0;
+  int shift_ = 64;
+};
+
+// The BPE model.
+class Bpe {
+ public:
+  using Merge = MergeTable::Merge;
+  Bpe();
   StringMap vocab;
-  std::unordered_map<uint64_t, Merge> merges;  // (left id << 32 | right id)
+  MergeTable merges;
   bool ignore_merges = false;
   int unk_id = -1;
   bool fuse_unk = false;
@@ -105,7 +136,9 @@ class Bpe {
   void Tokenize(std::string_view word, std::vector<int>& ids) const;
 
  private:
+  void TokenizeUncached(std::string_view word, std::vector<int>& ids) const;
   void MergeAll(std::vector<int>& symbols) const;
+  uint64_t instance_;  // tells this model's entries in the per-thread word cache from another's
 };
 
 struct AddedToken {
