@@ -1,5 +1,7 @@
 #include "moeserve/daemon/json_grammar.hpp"
 
+#include "moeserve/daemon/json_pattern.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -81,6 +83,16 @@ const ojson* ResolveRef(const ojson& root, const std::string& ref) {
   return nullptr;
 }
 
+// The pattern the grammar enforces for a string schema: compiled, matched by
+// some printable string, and not combined with minLength/maxLength (that
+// combination is refused under strict and the pattern ignored otherwise).
+std::shared_ptr<const PatternDfa> EnforcedPattern(const ojson& schema) {
+  auto p = schema.find("pattern");
+  if (p == schema.end() || !p->is_string() || schema.contains("minLength") || schema.contains("maxLength")) return nullptr;
+  auto dfa = PatternDfa::Compile(p->get<std::string>());
+  return dfa ? *dfa : nullptr;
+}
+
 using Int = __int128;
 
 Int Pow10(int n) {
@@ -123,6 +135,7 @@ struct SchemaNode {
   int64_t min_items = 0, max_items = -1;   // -1: the limit
   int64_t min_chars = 0, max_chars = -1;   // strings, in characters
   int max_string_bytes = -1;               // -1: the limit
+  std::shared_ptr<const PatternDfa> pattern;  // strings: the pattern enforced
   std::optional<long double> minimum, maximum;
   bool exclusive_minimum = false, exclusive_maximum = false;
   int integer_digits = -1;                 // -1: the limit
@@ -304,6 +317,15 @@ void Compiler::CompileScalarBounds(const ojson& schema, SchemaNode& n, const std
     if (n.min_chars > kMaxStringBytesForMinLength)
       Refuse("'" + where + "': minLength above " + std::to_string(kMaxStringBytesForMinLength) + " is not supported");
     if (n.min_chars > limits_.max_string_bytes) n.max_string_bytes = static_cast<int>(n.min_chars);
+    n.pattern = EnforcedPattern(schema);
+    if (n.pattern) {
+      const int needed = n.pattern->BytesToAccept(n.pattern->start());
+      if (needed > kMaxStringBytesForMinLength) {
+        Refuse("'" + where + "': the pattern needs more than " + std::to_string(kMaxStringBytesForMinLength) + " bytes");
+      } else if (needed > limits_.max_string_bytes) {
+        n.max_string_bytes = needed;
+      }
+    }
   }
   if (!(n.types & (kInteger | kNumber))) return;
   n.minimum = NumberKeyword(schema, "minimum");
@@ -358,6 +380,8 @@ struct JsonGrammar::Frame {
   // string: characters so far and the bounds
   int64_t chars = 0, min_chars = 0, max_chars = -1;
   int max_bytes = 0;
+  const PatternDfa* pattern = nullptr;  // string with a pattern: its DFA and state
+  int pattern_state = 0;
   // string utf-8 continuation state
   uint8_t utf8_needed = 0, utf8_lower = 0x80, utf8_upper = 0xBF;
   // literal: candidate texts and position
@@ -515,6 +539,8 @@ StepResult StepValue(std::vector<Frame>& stack, uint8_t c, const GrammarLimits& 
     f.min_chars = n->min_chars;
     f.max_chars = n->max_chars;
     f.max_bytes = n->max_string_bytes >= 0 ? n->max_string_bytes : lim.max_string_bytes;
+    f.pattern = n->pattern.get();
+    f.pattern_state = f.pattern ? f.pattern->start() : 0;
     return StepResult::kConsumed;
   }
   if ((c == '-' || (c >= '0' && c <= '9')) && (t & (kInteger | kNumber))) {
@@ -551,7 +577,43 @@ StepResult StepValue(std::vector<Frame>& stack, uint8_t c, const GrammarLimits& 
   return StepResult::kReject;
 }
 
+// A string with a pattern: printable ASCII only (\" and \\ for the two
+// characters JSON escapes), each character taken only if the pattern can
+// still be matched within the bytes left.
+StepResult StepPatternString(Frame& f, uint8_t c) {
+  const PatternDfa& dfa = *f.pattern;
+  const int room = f.max_bytes - f.count;
+  auto fits = [&](char ch, int bytes) {
+    const int next = dfa.Next(f.pattern_state, ch);
+    return next != PatternDfa::kDead && bytes + dfa.BytesToAccept(next) <= room ? next : PatternDfa::kDead;
+  };
+  if (f.state == Frame::kStrEscape) {
+    if (c != '"' && c != '\\') return StepResult::kReject;
+    const int next = fits(static_cast<char>(c), 2);
+    if (next == PatternDfa::kDead) return StepResult::kReject;
+    f.pattern_state = next;
+    f.state = Frame::kStrNormal;
+    f.count += 2;
+    return StepResult::kConsumed;
+  }
+  if (c == '"') return dfa.Accepting(f.pattern_state) ? StepResult::kConsumedDone : StepResult::kReject;
+  if (c == '\\') {
+    if (fits('"', 2) == PatternDfa::kDead && fits('\\', 2) == PatternDfa::kDead) return StepResult::kReject;
+    f.state = Frame::kStrEscape;
+    ++f.chars;
+    return StepResult::kConsumed;
+  }
+  if (c < 0x20 || c > 0x7E) return StepResult::kReject;
+  const int next = fits(static_cast<char>(c), 1);
+  if (next == PatternDfa::kDead) return StepResult::kReject;
+  f.pattern_state = next;
+  ++f.count;
+  ++f.chars;
+  return StepResult::kConsumed;
+}
+
 StepResult StepString(Frame& f, uint8_t c) {
+  if (f.pattern) return StepPatternString(f, c);
   int room = f.max_bytes - f.count;
   if (f.state == Frame::kStrEscape) {
     if (std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) == std::string_view::npos) return StepResult::kReject;
@@ -970,6 +1032,8 @@ Status CheckNode(const ojson& value, const ojson& schema, const ojson& root, con
       return Fail(Error::InvalidArgument(path + ": more items than maxItems"));
   }
   if (value.is_string()) {
+    if (auto dfa = EnforcedPattern(schema); dfa && !dfa->Matches(value.get_ref<const std::string&>()))
+      return Fail(Error::InvalidArgument(path + ": " + text + " does not match the pattern"));
     const auto n = static_cast<int64_t>(CodePoints(value.get_ref<const std::string&>()));
     if (n < CountKeyword(schema, "minLength", 0)) return Fail(Error::InvalidArgument(path + ": shorter than minLength"));
     if (auto mx = CountKeyword(schema, "maxLength", -1); mx >= 0 && n > mx)
@@ -1041,6 +1105,12 @@ class StrictChecker {
         if (!v.is_number_integer() || v.get<int64_t>() < 0) return Refuse(at, "must be a non-negative integer");
       } else if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") {
         if (!v.is_number()) return Refuse(at, "must be a number");
+      } else if (k == "pattern") {
+        if (!v.is_string()) return Refuse(at, "must be a string");
+        if (s.contains("minLength") || s.contains("maxLength"))
+          return Refuse(at, "'pattern' together with minLength/maxLength is not enforced; put the length in the pattern");
+        auto dfa = PatternDfa::Compile(v.get<std::string>());
+        if (!dfa) return Refuse(at, dfa.error().message());
       } else if (k == "enum") {
         if (!v.is_array() || v.empty()) return Refuse(at, "must be a non-empty array");
       } else if (k == "const") {
@@ -1066,7 +1136,7 @@ class StrictChecker {
     return Fail(Error::InvalidArgument("unsupported schema at " + at + ": " + why +
                                        " (strict schemas may use type, properties, required, additionalProperties, "
                                        "items, minItems, maxItems, enum, const, minLength, maxLength, minimum, "
-                                       "maximum, exclusiveMinimum, exclusiveMaximum, anyOf, allOf of one, $ref, $defs)"));
+                                       "maximum, exclusiveMinimum, exclusiveMaximum, pattern (a subset), anyOf, allOf of one, $ref, $defs)"));
   }
   const ojson& root_;
 };

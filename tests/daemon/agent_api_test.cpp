@@ -239,14 +239,14 @@ TEST_F(AgentApi, JsonSchemaAnswersSatisfyTheSchemaStreamedOrNot) {
 
 TEST_F(AgentApi, StrictSchemasWithKeywordsNotEnforcedAre400NamingThem) {
   json schema = json::parse(kReportSchema);
-  schema["properties"]["title"]["pattern"] = "^[A-Z]";
+  schema["properties"]["title"]["format"] = "hostname";
   json body = {{"messages", UserTurn("Report")},
                {"response_format", {{"type", "json_schema"},
                                     {"json_schema", {{"name", "report"}, {"strict", true}, {"schema", schema}}}}}};
   auto r = Chat(port_, body);
   ASSERT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(r.Json()["error"]["param"], "response_format.json_schema.schema");
-  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("$.properties.title.pattern"), std::string::npos)
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("$.properties.title.format"), std::string::npos)
       << r.body;
   // Not strict: the keyword is passed over and the rest is enforced.
   body["response_format"]["json_schema"]["strict"] = false;

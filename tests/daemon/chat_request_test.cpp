@@ -67,7 +67,7 @@ TEST(ChatRequest, ErrorsNameTheCulprit) {
             "response_format.json_schema.name");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"response_format":{"type":"json_schema","json_schema":{"name":"r","strict":true,"schema":{"type":"object","properties":{"d":{"type":"string","format":"date"}}}}}})").param,
             "response_format.json_schema.schema");
-  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object","properties":{"d":{"type":"string","pattern":"^x$"}}}}}]})").param,
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object","properties":{"d":{"type":"string","format":"uuid"}}}}}]})").param,
             "tools[0].function.parameters");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f"}}],
                         "tool_choice":{"type":"function","function":{"name":"g"}}})").param,

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <regex>
 
 #include "moeserve/daemon/decode_policy.hpp"
 #include "moeserve/daemon/json_grammar.hpp"
@@ -145,7 +146,9 @@ TEST(JsonSchema, StrictRefusesWhatIsNotEnforcedNamingIt) {
   };
   for (const Case& c : std::vector<Case>{
            {R"({"type":"object","properties":{"when":{"type":"string","format":"date-time"}}})", "$.properties.when.format"},
-           {R"({"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+$"}}})", "$.properties.id.pattern"},
+           {R"({"type":"object","properties":{"id":{"type":"string","pattern":"^(?=a)[a-z]+$"}}})", "$.properties.id.pattern"},
+           {R"({"type":"object","properties":{"id":{"type":"string","pattern":"(a)\\1"}}})", "$.properties.id.pattern"},
+           {R"({"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+$","maxLength":3}}})", "$.properties.id.pattern"},
            {R"({"type":"object","properties":{"x":{"oneOf":[{"type":"string"}]}}})", "$.properties.x.oneOf"},
            {R"({"type":"object","properties":{"x":{"type":"string","anyOf":[{"minLength":1}]}}})", "$.properties.x.type"},
            {R"({"type":"object","properties":{"a":{}},"additionalProperties":true})", "$.additionalProperties"},
@@ -220,6 +223,66 @@ TEST(JsonSchema, RandomLogitsAlwaysSatisfyTheSchema) {
     ASSERT_FALSE(v.is_discarded()) << "seed " << seed << ": " << text;
     auto ok = CheckAgainstSchema(v, schema);
     EXPECT_TRUE(ok.has_value()) << "seed " << seed << ": " << text << ": " << (ok ? "" : ok.error().message());
+  }
+}
+
+// Patterns: the grammar against std::regex (ECMAScript, the dialect JSON
+// Schema names) as an independent judge.
+bool RegexSearch(const std::string& pattern, const std::string& s) {
+  return std::regex_search(s, std::regex(pattern, std::regex::ECMAScript));
+}
+
+TEST(JsonSchema, PatternsAcceptWhatTheRegexMatches) {
+  struct Case {
+    std::string pattern;
+    std::vector<std::string> strings;
+  };
+  const std::vector<Case> cases = {
+      {"^[a-z]+$", {"abc", "", "ab1", "Z", "zz"}},
+      {"^\\d{3}-\\d{4}$", {"555-1234", "55-1234", "555-12345", "abc-defg"}},
+      {"^(?:[A-Z]{2}|x)_[0-9a-f]*$", {"AB_ff", "x_", "A_1", "AB_g", "xx_1"}},
+      {"^[^@\\s]+@[^@\\s]+\\.[a-z]{2,3}$", {"a@b.io", "a@b.c", "a b@c.de", "a@@b.com", "me@host.com"}},
+      {"ab?c", {"zac", "abbc", "xabcx", "ac", "bc"}},
+      {"^\\w+\\.(json|yaml)$", {"cfg.json", "cfg.yml", ".json", "a_b.yaml"}},
+      {"^\"[\\\\/]*\"$", {"\"\"", "\"\\/\"", "x", "\"a\""}},
+      {"^a{2,}b{0,1}$", {"aa", "aaab", "ab", "aabb"}},
+  };
+  for (const auto& c : cases) {
+    const std::string schema = nlohmann::json({{"type", "string"}, {"pattern", c.pattern}}).dump();
+    for (const auto& str : c.strings) {
+      const std::string value = nlohmann::json(str).dump();
+      EXPECT_EQ(AcceptsValue(schema, value), RegexSearch(c.pattern, str)) << c.pattern << " on " << value;
+    }
+  }
+  // A pattern that needs more bytes than the string bound raises it.
+  EXPECT_TRUE(AcceptsValue(R"({"type":"string","pattern":"^x{40}$"})", "\"" + std::string(40, 'x') + "\""));
+  // Refused: nothing printable matches, non-ASCII, anchors inside '|'.
+  for (const char* p : {"^\\n$", "^é$", "^a|b$", "(?<n>a)", "a**"}) {
+    auto g = JsonGrammar::ForObjectSchema(ojson{{"properties", {{"v", {{"type", "string"}, {"pattern", p}}}}}}, {}, true);
+    EXPECT_FALSE(g.has_value()) << p;
+  }
+}
+
+// Random logits through pattern strings: every answer matches (std::regex).
+TEST(JsonSchema, RandomLogitsMatchThePatterns) {
+  const ojson schema = ojson::parse(R"({"type":"object","additionalProperties":false,"required":["phone","mail","tag"],
+    "properties":{"phone":{"type":"string","pattern":"^\\+?\\d{2,3}[ -]\\d{4}$"},
+      "mail":{"type":"string","pattern":"^[a-z0-9._]+@[a-z]+\\.(com|org)$"},
+      "tag":{"type":"string","pattern":"v[0-9]\"?\\\\"}}})");
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    DecodePolicyOptions o;
+    o.mode = DecodeMode::kJsonObject;
+    o.response_schema = schema;
+    o.response_strict = true;
+    auto policy = DecodePolicy::Create(o);
+    ASSERT_TRUE(policy.has_value()) << policy.error().message();
+    const std::string text = DriveJson(**policy, seed);
+    auto v = ojson::parse(text, nullptr, false);
+    ASSERT_TRUE(v.is_object()) << "seed " << seed << ": " << text;
+    EXPECT_TRUE(RegexSearch("^\\+?\\d{2,3}[ -]\\d{4}$", v["phone"])) << text;
+    EXPECT_TRUE(RegexSearch("^[a-z0-9._]+@[a-z]+\\.(com|org)$", v["mail"])) << text;
+    EXPECT_TRUE(RegexSearch("v[0-9]\"?\\\\", v["tag"])) << text;
+    if (seed < 2) std::printf("seed %d: %s\n", static_cast<int>(seed), text.c_str());
   }
 }
 

@@ -8,7 +8,8 @@
 // object without `properties`, whose free keys then take values of that
 // schema), `items`, `minItems`/`maxItems`, `enum` and `const` (values compared
 // as their compact JSON text), `minLength`/`maxLength` (characters),
-// `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`, `anyOf`, `allOf`
+// `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`, `pattern` (the
+// subset json_pattern.hpp compiles; not beside min/maxLength), `anyOf`, `allOf`
 // with one schema, and `$ref` to "#", "#/$defs/..." or "#/definitions/...".
 // A `$ref` may re-enter a definition already being expanded (recursion) at
 // most `max_recursion` times along one path; deeper, that branch is closed
