@@ -29,6 +29,8 @@ Result<ModelDir> OpenModelDir(const std::string& path, const OpenModelOptions& o
   MOE_TRY(ValidateCheckpoint(checkpoint, config, &warnings));
   MOE_ASSIGN_OR_RETURN(Tokenizer tokenizer,
                        Tokenizer::FromFile((fs::path(path) / "tokenizer.json").string(), config.vocab_size));
+  // FromFile takes config.json's vocab_size as the vocabulary (ids past the
+  // file's are padding); anything else is a bug, checked here once more.
   if (tokenizer.vocab_size() != config.vocab_size)
     return Fail(Error::Corruption((fs::path(path) / "tokenizer.json").string(),
                                   "vocabulary of " + std::to_string(tokenizer.vocab_size()) +

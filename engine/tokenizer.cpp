@@ -206,11 +206,14 @@ class TokenizerJsonChecker {
       return Bad("vocabulary has " + std::to_string(n) + " ids, at least " + std::to_string(tok::kMinVocabSize) +
                  " are required");
     }
-    if (expected_vocab_size && *expected_vocab_size != n) {
+    // Real checkpoints round the embedding up past the tokenizer's ids (to a
+    // multiple of 64 or 128): the rows beyond are padding, never sampled nor
+    // accepted as input. Fewer rows than ids cannot be.
+    if (expected_vocab_size && *expected_vocab_size < n) {
       return Bad("vocabulary has " + std::to_string(n) + " ids (0.." + std::to_string(n - 1) +
-                 ") but config.json vocab_size is " + std::to_string(*expected_vocab_size));
+                 ") but config.json vocab_size is only " + std::to_string(*expected_vocab_size));
     }
-    return n;
+    return expected_vocab_size ? *expected_vocab_size : n;
   }
 
   std::string source_;

@@ -132,6 +132,20 @@ TEST(TokenizerJson, PaddingListedAsAddedTokensIsAccepted) {
   EXPECT_EQ(r->vocab_size(), 270);
 }
 
+TEST(TokenizerJson, ConfigVocabLargerThanTheFileIsPadding) {
+  // Real checkpoints pad the embedding past the tokenizer's ids.
+  auto r = Tokenizer::FromJsonText(Tokenizer::Builtin(300).ToJson(), "m/tokenizer.json", 384);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->vocab_size(), 384);
+  EXPECT_TRUE(r->IsPadding(299));
+  EXPECT_TRUE(r->IsPadding(300));
+  EXPECT_TRUE(r->IsPadding(383));
+  EXPECT_FALSE(r->IsPadding(384));
+  EXPECT_TRUE(r->ValidateInput(std::vector<int>{65, tok::kEnd}).has_value());
+  EXPECT_FALSE(r->ValidateInput(std::vector<int>{65, 350}).has_value());
+  EXPECT_FALSE(r->ValidateInput(std::vector<int>{384}).has_value());
+}
+
 struct Malformed {
   std::string name;
   std::function<void(ordered_json&)> mutate;
@@ -180,8 +194,8 @@ TEST(TokenizerJson, EveryMalformedVariantIsRefusedWithAMessage) {
        "\"normalizer\" must be null: the model reads raw UTF-8 bytes"},
       {"gap in ids", [](ordered_json& d) { d["model"]["vocab"].erase("<|pad_280|>"); },
        "ids must be 0..299 without gaps; id 280 is missing"},
-      {"vocab size differs from config", [](ordered_json&) {},
-       "vocabulary has 300 ids (0..299) but config.json vocab_size is 384", 384},
+      {"vocab size above config", [](ordered_json&) {},
+       "vocabulary has 300 ids (0..299) but config.json vocab_size is only 290", 290},
       {"last special removed", [](ordered_json& d) { d["added_tokens"].erase(d["added_tokens"].end() - 1); },
        "special token '<|tools|>' (id 267) is missing from added_tokens", std::nullopt},
       {"top level array", [](ordered_json& d) { d = ordered_json::array(); }, "top level is not a JSON object"},

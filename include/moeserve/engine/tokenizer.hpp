@@ -62,7 +62,9 @@ class Tokenizer {
   // content and "special": true; ids are 0..N-1, each exactly once, N >= 268;
   // no normalizer. Padding ids may be listed in model.vocab (what ToJson
   // writes) or in added_tokens, under any unique name. When
-  // expected_vocab_size is given (config.json's vocab_size), N must equal it.
+  // expected_vocab_size is given (config.json's vocab_size), N must not
+  // exceed it, and vocab_size() is expected_vocab_size: ids N.. are padding
+  // too (an embedding padded past the file's ids, as real checkpoints do).
   static Result<Tokenizer> FromFile(const std::string& path,
                                     std::optional<int> expected_vocab_size = std::nullopt);
   // Same checks on text already in memory; source names it in errors.
