@@ -104,7 +104,9 @@ def run_round(port, turns, turn_tokens, marks, rnd):
     turn_body = {"tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 96,
                  "reasoning_effort": "low", "temperature": 0, "seed": rnd,
                  "stream": True, "stream_options": {"include_usage": True}}
-    system = "You are an agent that reads files to answer questions. " * 4
+    # Distinct per round and per path (same length), so that no prompt is
+    # served from another conversation's cache.
+    system = f"{rnd:04d} You are an agent that reads files to answer questions. " * 4
     status, created = request(port, "POST", "/v1/sessions", {"system": "A" + system, "tools": TOOLS})
     assert status == 200, created
     sid = created["id"]
@@ -113,9 +115,21 @@ def run_round(port, turns, turn_tokens, marks, rnd):
     last_s = last_h = None
     for turn in range(1, turns + 1):
         msgs = new_messages(turn, last_s, turn_tokens)
-        t_s, last_s, u_s = stream(port, f"/v1/sessions/{sid}/chat/completions", dict(turn_body, messages=msgs))
         history += new_messages(turn, last_h, turn_tokens)
-        t_h, last_h, u_h = stream(port, "/v1/chat/completions", dict(turn_body, messages=history, tools=TOOLS))
+        # Which path goes first alternates, so neither always meets a machine
+        # the other just warmed (or a neighbour just loaded).
+        def session():
+            return stream(port, f"/v1/sessions/{sid}/chat/completions", dict(turn_body, messages=msgs))
+
+        def stateless():
+            return stream(port, "/v1/chat/completions", dict(turn_body, messages=history, tools=TOOLS))
+
+        if (turn + rnd) % 2:
+            t_s, last_s, u_s = session()
+            t_h, last_h, u_h = stateless()
+        else:
+            t_h, last_h, u_h = stateless()
+            t_s, last_s, u_s = session()
         history.append(last_h)
         if turn in marks:
             out["session"][turn] = (t_s, u_s)
@@ -158,6 +172,9 @@ def main():
             except OSError:
                 pass
             time.sleep(0.1)
+        # One request first: the process's first forward pass pays for warming up.
+        stream(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 4,
+                                              "stream": True})
         marks = {1, 10, 20} & set(range(1, args.turns + 1)) or {args.turns}
         results = [run_round(port, args.turns, args.turn_tokens, marks, r) for r in range(args.rounds)]
     finally:

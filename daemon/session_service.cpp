@@ -583,27 +583,25 @@ void SessionService::Impl::Summarize(const std::string& session_id, const Princi
   if (!controller) return;
   g.controller = std::move(*controller);
   auto self = shared_from_this();
-  const int64_t max_bytes = settings.summary_max_tokens;
-  auto sink = std::make_shared<SummarySink>([self, session_id, who, summary_seq, replaced_tokens, max_bytes](
+  auto sink = std::make_shared<SummarySink>([self, session_id, who, summary_seq, replaced_tokens](
                                                 std::string text, engine::SequenceUsage u, bool ok) {
     ChargeRecord charge{who.tenant,
                         "low",
                         {u.prompt_tokens - u.cached_tokens, u.cached_tokens, u.completion_tokens - u.reasoning_tokens,
                          u.reasoning_tokens}};
-    self->budget.Charge(
-        std::move(charge), [self, session_id, summary_seq, replaced_tokens, max_bytes, text, ok](const Status&) {
-          // Tokens are bytes plus markers (chat_format.hpp): the summary joins
-          // the system block with one newline.
-          const int64_t tokens = static_cast<int64_t>(text.size()) + 1;
-          if (!ok || text.empty() || tokens >= replaced_tokens || static_cast<int64_t>(text.size()) > max_bytes) return;
-          std::shared_lock life(self->life_mu);
-          if (self->closed) return;
-          self->store.ReplaceSummary(session_id, summary_seq, text, tokens, [session_id](const Status& st) {
-            if (!st && st.error().code() != ErrorCode::kNotFound) {
-              log::Warn("session " + session_id + ": the model's summary could not be stored: " + st.error().message());
-            }
-          });
-        });
+    self->budget.Charge(std::move(charge), [self, session_id, summary_seq, replaced_tokens, text, ok](const Status&) {
+      // Tokens are bytes plus markers (chat_format.hpp): the summary joins
+      // the system block with one newline.
+      const int64_t tokens = static_cast<int64_t>(text.size()) + 1;
+      if (!ok || text.empty() || tokens >= replaced_tokens) return;
+      std::shared_lock life(self->life_mu);
+      if (self->closed) return;
+      self->store.ReplaceSummary(session_id, summary_seq, text, tokens, [session_id](const Status& st) {
+        if (!st && st.error().code() != ErrorCode::kNotFound) {
+          log::Warn("session " + session_id + ": the model's summary could not be stored: " + st.error().message());
+        }
+      });
+    });
   });
   if (auto id = scheduler->Submit(std::move(g), sink); !id) {
     log::Info("session " + session_id + ": no model summary (" + id.error().message() + "); the extractive one stays");

@@ -1,8 +1,7 @@
 // daemon.session_api: server-kept sessions through the HTTP API on the tiny
-// model: the lifecycle, a 30-turn tool-calling session that overflows a small
-// context (summaries with correct `replaces`, whole tool chains on every
-// turn, every original kept), tenant isolation, concurrent turns, the
-// storage quota, idle expiry and hostile input.
+// model: the lifecycle, charging, the prefix cache across turns, tenant
+// isolation, concurrent turns, the storage quota, idle expiry and hostile
+// input. (The context policy over many turns: daemon.session_compression.)
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -126,75 +125,6 @@ TEST_F(SessionApi, CreateTurnGetDelete) {
   EXPECT_EQ(d.Json()["deleted"], true);
   EXPECT_EQ(Http(port_, "GET", "/v1/sessions/" + id, "", kAcme).status, 404);
   EXPECT_EQ(Http(port_, "DELETE", "/v1/sessions/" + id, "", kAcme).status, 404);
-}
-
-TEST_F(SessionApi, ThirtyToolTurnsOverflowASmallContextIntoSummaries) {
-  const std::string id = Create({{"system", "You call tools."},
-                                 {"tools", kTools},
-                                 {"context_policy", {{"max_context_tokens", 1200}, {"keep_recent_exchanges", 2}}}});
-  std::vector<std::string> users;
-  json pending = json::array();  // the last answer's calls
-  int summaries_seen = 0, calls_made = 0;
-  for (int turn = 0; turn < 30; ++turn) {
-    json messages = json::array();
-    for (const auto& c : pending) {
-      messages.push_back(
-          {{"role", "tool"}, {"tool_call_id", c["id"]}, {"content", "result of " + c["id"].get<std::string>()}});
-    }
-    // Every other turn a new exchange: a user message after the results.
-    if (turn % 2 == 0) {
-      users.push_back("step " + std::to_string(turn) + ": find item " + std::to_string(turn * 7));
-      messages.push_back({{"role", "user"}, {"content", users.back()}});
-    }
-    json body = {{"messages", messages}, {"max_tokens", 160}, {"seed", turn}};
-    body["tool_choice"] = turn % 2 == 0 ? "required" : "none";
-    if (turn % 2 == 1) body["max_tokens"] = 24;
-    auto r = Turn(id, body);
-    ASSERT_EQ(r.status, 200) << "turn " << turn << ": " << r.body;
-    json message = r.Json()["choices"][0]["message"];
-    pending = message.value("tool_calls", json::array());
-    calls_made += static_cast<int>(pending.size());
-
-    json view = Get(id);
-    EXPECT_EQ(ToolChainProblem(view["entries"]), "") << "turn " << turn;
-    json full = Get(id, true)["entries"];
-    EXPECT_EQ(SummaryProblem(full), "") << "turn " << turn;
-    for (const auto& e : view["entries"]) summaries_seen += e["kind"] == "summary" ? 1 : 0;
-    // The view the model sees fits the policy's budget (the answer's room apart).
-    int64_t tokens = 0;
-    for (const auto& e : view["entries"]) tokens += e["tokens"].get<int64_t>();
-    EXPECT_LE(tokens, 1200) << "turn " << turn;
-  }
-  EXPECT_GT(summaries_seen, 0) << "30 turns in 1200 tokens must have been compressed";
-  EXPECT_GT(calls_made, 10);
-
-  // ?full=1 keeps every original: each user message and call, in order, once.
-  json full = Get(id, true)["entries"];
-  std::vector<std::string> stored_users;
-  int stored_calls = 0, summaries = 0, active_summaries = 0;
-  int64_t last_seq = 0;
-  for (const auto& e : full) {
-    EXPECT_GT(e["seq"].get<int64_t>(), last_seq);
-    last_seq = e["seq"];
-    if (e["kind"] == "text" && e["role"] == "user") stored_users.push_back(e["content"]);
-    if (e["kind"] == "tool_call") ++stored_calls;
-    if (e["kind"] == "summary") {
-      ++summaries;
-      active_summaries += e.contains("replaced_by") ? 0 : 1;
-      EXPECT_LE(e["replaces"][0].get<int64_t>(), e["replaces"][1].get<int64_t>());
-      EXPECT_TRUE(e["author"] == "extractive" || e["author"] == "model");
-    }
-  }
-  EXPECT_EQ(stored_users, users);
-  EXPECT_EQ(stored_calls, calls_made);
-  EXPECT_GT(summaries, 0);
-  EXPECT_EQ(active_summaries, 1) << "each new summary takes in the one before";
-  // The default view hides what the summaries replace, and keeps the system prompt first.
-  json view = Get(id)["entries"];
-  EXPECT_LT(view.size(), full.size());
-  EXPECT_EQ(view[0]["role"], "system");
-  EXPECT_EQ(view[0]["kind"], "text");
-  EXPECT_EQ(view[1]["kind"], "summary");
 }
 
 TEST_F(SessionApi, EachTurnIsServedFromTheCacheUpToItsNewTokens) {
