@@ -4,7 +4,7 @@
 // symbols, so a long word costs n log n, not n^2).
 #include <atomic>
 #include <bit>
-#include <queue>
+#include <algorithm>
 
 #include "hf_tokenizer/pipeline.hpp"
 
@@ -70,6 +70,21 @@ void MergeTable::Set(uint64_t key, Merge merge) {
 
 Bpe::Bpe() : instance_(next_instance.fetch_add(1)) {}
 
+void Bpe::IndexCharacters() {
+  char_ids_.assign(0x800, -1);
+  std::string utf8;
+  for (uint32_t cp = 0; cp < 0x800; ++cp) {
+    utf8.clear();
+    if (cp < 0x80) {
+      utf8 += static_cast<char>(cp);
+    } else {
+      utf8 += static_cast<char>(0xC0 | (cp >> 6));
+      utf8 += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    if (auto it = vocab.find(utf8); it != vocab.end()) char_ids_[cp] = it->second;
+  }
+}
+
 void Bpe::Tokenize(std::string_view word, std::vector<int>& ids) const {
   if (word.empty()) return;
   WordCache& cache = word_cache;
@@ -100,15 +115,23 @@ void Bpe::TokenizeUncached(std::string_view word, std::vector<int>& ids) const {
       return;
     }
   }
-  std::vector<int> symbols;
-  symbols.reserve(word.size());
+  thread_local std::vector<int> symbols;
+  symbols.clear();
   bool last_was_unk = false;
   for (size_t i = 0; i < word.size();) {
-    size_t n = std::min(Utf8Length(static_cast<unsigned char>(word[i])), word.size() - i);
-    auto it = vocab.find(word.substr(i, n));
+    const auto lead = static_cast<unsigned char>(word[i]);
+    size_t n = std::min(Utf8Length(lead), word.size() - i);
+    int id = -1;
+    if (n <= 2 && !char_ids_.empty()) {
+      // One- and two-byte characters (every byte-level char) from a table, not the hash map.
+      uint32_t cp = n == 1 ? lead : ((lead & 0x1Fu) << 6) | (static_cast<unsigned char>(word[i + 1]) & 0x3Fu);
+      id = char_ids_[cp];
+    } else if (auto it = vocab.find(word.substr(i, n)); it != vocab.end()) {
+      id = it->second;
+    }
     i += n;
-    if (it != vocab.end()) {
-      symbols.push_back(it->second);
+    if (id >= 0) {
+      symbols.push_back(id);
       last_was_unk = false;
     } else if (unk_id >= 0) {
       // Unknown characters become the unk token, a run of them one token when fuse_unk.
@@ -124,19 +147,34 @@ void Bpe::TokenizeUncached(std::string_view word, std::vector<int>& ids) const {
 void Bpe::MergeAll(std::vector<int>& symbols) const {
   const size_t n = symbols.size();
   if (n < 2) return;
-  std::vector<int64_t> prev(n), next(n);
-  std::vector<bool> removed(n, false);
+  if (n <= kShortWord) {
+    MergeShort(symbols);
+    return;
+  }
+  // Scratch reused across words on this thread: a word's merge needs no allocation.
+  thread_local std::vector<int64_t> prev, next;
+  thread_local std::vector<char> removed;
+  thread_local std::vector<Candidate> heap;
+  prev.resize(n);
+  next.resize(n);
+  removed.assign(n, 0);
+  heap.clear();
+  auto push = [](Candidate c) {
+    heap.push_back(c);
+    std::push_heap(heap.begin(), heap.end());
+  };
   for (size_t i = 0; i < n; ++i) {
     prev[i] = static_cast<int64_t>(i) - 1;
     next[i] = i + 1 < n ? static_cast<int64_t>(i + 1) : -1;
   }
-  std::priority_queue<Candidate> queue;
   for (size_t i = 0; i + 1 < n; ++i) {
-    if (const Merge* m = merges.Find(PairKey(symbols[i], symbols[i + 1]))) queue.push({m->rank, i, m->new_id});
+    if (const Merge* m = merges.Find(PairKey(symbols[i], symbols[i + 1]))) heap.push_back({m->rank, i, m->new_id});
   }
-  while (!queue.empty()) {
-    Candidate top = queue.top();
-    queue.pop();
+  std::make_heap(heap.begin(), heap.end());
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    Candidate top = heap.back();
+    heap.pop_back();
     if (removed[top.pos] || next[top.pos] < 0) continue;
     size_t right = static_cast<size_t>(next[top.pos]);
     // A stale entry: one of the two symbols has been merged since it was queued.
@@ -144,17 +182,17 @@ void Bpe::MergeAll(std::vector<int>& symbols) const {
     if (!current || current->new_id != top.new_id) continue;
 
     symbols[top.pos] = top.new_id;
-    removed[right] = true;
+    removed[right] = 1;
     next[top.pos] = next[right];
     if (next[right] >= 0) prev[static_cast<size_t>(next[right])] = static_cast<int64_t>(top.pos);
 
     if (prev[top.pos] >= 0) {
       size_t p = static_cast<size_t>(prev[top.pos]);
-      if (const Merge* m = merges.Find(PairKey(symbols[p], symbols[top.pos]))) queue.push({m->rank, p, m->new_id});
+      if (const Merge* m = merges.Find(PairKey(symbols[p], symbols[top.pos]))) push({m->rank, p, m->new_id});
     }
     if (next[top.pos] >= 0) {
       const Merge* m = merges.Find(PairKey(symbols[top.pos], symbols[static_cast<size_t>(next[top.pos])]));
-      if (m) queue.push({m->rank, top.pos, m->new_id});
+      if (m) push({m->rank, top.pos, m->new_id});
     }
   }
   size_t kept = 0;
@@ -162,6 +200,26 @@ void Bpe::MergeAll(std::vector<int>& symbols) const {
     if (!removed[i]) symbols[kept++] = symbols[i];
   }
   symbols.resize(kept);
+}
+
+// The same order of merges for a short word without the heap: each round
+// merges the pair of lowest rank, the leftmost of equal ranks, which is the
+// pair the heap would pop next (a stale heap entry is never a current pair).
+void Bpe::MergeShort(std::vector<int>& symbols) const {
+  while (symbols.size() >= 2) {
+    const Merge* best = nullptr;
+    size_t best_pos = 0;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const Merge* m = merges.Find(PairKey(symbols[i], symbols[i + 1]));
+      if (m && (!best || m->rank < best->rank)) {
+        best = m;
+        best_pos = i;
+      }
+    }
+    if (!best) return;
+    symbols[best_pos] = best->new_id;
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  }
 }
 
 }  // namespace moeserve::engine::hf

@@ -99,6 +99,7 @@ class Loader {
       MOE_TRY(ClaimId(p, *id, token, "model.vocab"));
       p.model.vocab.emplace(token, *id);
     }
+    p.model.IndexCharacters();
     if (m.contains("unk_token") && !m["unk_token"].is_null()) {
       if (!m["unk_token"].is_string()) return Bad("model.unk_token must be a string or null");
       auto it = p.model.vocab.find(m["unk_token"].get<std::string>());

@@ -134,10 +134,16 @@ class Bpe {
 
   // Appends the ids of one pre-tokenized word.
   void Tokenize(std::string_view word, std::vector<int>& ids) const;
+  // Indexes the ids of the characters below U+0800 (all byte-level chars) in
+  // a table; called once the vocabulary is complete.
+  void IndexCharacters();
 
  private:
+  static constexpr size_t kShortWord = 16;
   void TokenizeUncached(std::string_view word, std::vector<int>& ids) const;
   void MergeAll(std::vector<int>& symbols) const;
+  void MergeShort(std::vector<int>& symbols) const;
+  std::vector<int> char_ids_;  // by code point; -1 where not a token
   uint64_t instance_;  // tells this model's entries in the per-thread word cache from another's
 };
 
