@@ -25,7 +25,7 @@ binary="$build/engine/moe-tokenize"
 [[ -x $binary ]] || { echo "$binary missing: cmake --build $build --target moe-tokenize" >&2; exit 1; }
 workdir="$(mktemp -d)"
 trap 'rm -rf "$workdir"' EXIT
-node "$root/tools/tokenizers/compare.mjs" --moe-tokenize "$binary" --bytes "$bytes" --workdir "$workdir" $tiktoken |
+node "$root/tools/tokenizers/compare.mjs" --moe-tokenize "$binary" --bytes "$bytes" --workdir "$workdir" --sequential $tiktoken |
   tee "$workdir/report.txt"
 # Speed ratio per tokenizer, from the lines compare.mjs printed.
 awk '/equal @huggingface\/tokenizers/ {

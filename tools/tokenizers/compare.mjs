@@ -3,6 +3,7 @@
 //
 //   node tools/tokenizers/compare.mjs --moe-tokenize BUILD/engine/moe-tokenize \
 //        [--bytes N | --corpus FILE] [--tokenizers gptoss,deepseek_v3,qwen3] [--no-tiktoken] [--workdir DIR]
+//        [--sequential]   (run moe-tokenize and the references one after the other, for timing)
 //
 // --bytes N generates N bytes with corpus.mjs (seed 1). The ctest
 // engine.hf_tokenizer_reference runs a 150 kB slice; the full 10 MB corpus is
@@ -103,6 +104,8 @@ for (const name of names) {
   const file = tokenizerPath(name);
   const withTiktoken = name === 'gptoss' && !flag('no-tiktoken');
   const ours = runMoeTokenize(file, withTiktoken ? [hfPath, tiktokenPath] : [hfPath]);
+  // For speeds, neither side shares the cores with the other.
+  if (flag('sequential')) await ours;
   const json = JSON.parse(fs.readFileSync(file, 'utf8'));
   const vocab = new Map(Object.entries(json.model.vocab).map(([t, id]) => [id, t]));
   for (const t of json.added_tokens) vocab.set(t.id, t.content);
