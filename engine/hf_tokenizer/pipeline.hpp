@@ -200,7 +200,7 @@ class Pipeline {
   void EncodeModel(std::string text, std::vector<int>& ids) const;
 };
 
-// Builds the pipeline from a parsed tokenizer.json (hf_tokenizer_json.cpp).
+// Builds the pipeline from tokenizer.json text (load.cpp).
 Result<std::shared_ptr<const Pipeline>> LoadPipeline(std::string_view json_text, std::string_view source);
 
 }  // namespace moeserve::engine::hf

@@ -6,9 +6,9 @@
 //
 //   node tools/tokenizers/corpus.mjs --bytes N [--seed S] > corpus.txt
 //
-// The same seed and size always give the same bytes; a smaller size is a
-// prefix-free sample of the same kinds of text (every kind appears within
-// the first few kilobytes), which is what the CI slice relies on.
+// The same seed and size always give the same bytes, and a smaller size the
+// start of a larger one's text; every kind of text appears within the first
+// few kilobytes, which is what the CI slice relies on.
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
