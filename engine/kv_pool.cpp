@@ -8,6 +8,16 @@
 namespace moeserve::engine {
 
 namespace {
+// The pool's bytes, or bad_alloc when they do not fit in size_t.
+size_t PoolBytes(int64_t num_blocks, int block_tokens, size_t floats_per_token) {
+  size_t bytes = 0;
+  if (num_blocks < 0 || block_tokens < 0 ||
+      __builtin_mul_overflow(static_cast<size_t>(num_blocks), static_cast<size_t>(block_tokens), &bytes) ||
+      __builtin_mul_overflow(bytes, floats_per_token * sizeof(float), &bytes))
+    throw std::bad_alloc();
+  return bytes;
+}
+
 float* MapPool(size_t bytes) {
   void* p = kernels::AllocateZeroedPages(bytes);
   if (p == nullptr) throw std::bad_alloc();
@@ -15,16 +25,24 @@ float* MapPool(size_t bytes) {
 }
 }  // namespace
 
+// The mapping comes first: it is by far the largest allocation, so a pool the
+// machine cannot hold fails there, as an error, before the per-block tables
+// are sized (a throwing operator new of an impossible size aborts under
+// AddressSanitizer instead of throwing).
 KvPool::KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token)
     : block_tokens_(block_tokens),
       floats_per_token_(floats_per_token),
-      bytes_(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_tokens) * floats_per_token * sizeof(float)),
-      data_(nullptr),
-      refs_(static_cast<size_t>(num_blocks), 0) {
-  free_.reserve(static_cast<size_t>(num_blocks));
+      bytes_(PoolBytes(num_blocks, block_tokens, floats_per_token)),
+      data_(MapPool(bytes_)) {
+  try {
+    refs_.assign(static_cast<size_t>(num_blocks), 0);
+    free_.reserve(static_cast<size_t>(num_blocks));
+  } catch (...) {
+    kernels::FreeZeroedPages(data_, bytes_);  // the destructor does not run for a throwing constructor
+    throw;
+  }
   // Hand out low block ids first (stack order).
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int>(b));
-  data_ = MapPool(bytes_);  // last: nothing after it can throw and leak the mapping
 }
 
 KvPool::~KvPool() { kernels::FreeZeroedPages(data_, bytes_); }
