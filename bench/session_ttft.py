@@ -100,7 +100,7 @@ def new_messages(turn, last, turn_tokens):
     return [{"role": "user", "content": filler[:turn_tokens]}]
 
 
-def run_round(port, turns, turn_tokens, marks, rnd):
+def run_round(port, turns, turn_tokens, marks, rnd, args_probes=5):
     turn_body = {"tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 96,
                  "reasoning_effort": "low", "temperature": 0, "seed": rnd,
                  "stream": True, "stream_options": {"include_usage": True}}
@@ -137,6 +137,24 @@ def run_round(port, turns, turn_tokens, marks, rnd):
             print(f"round {rnd} turn {turn}: session {t_s:.3f} s, stateless {t_h:.3f} s "
                   f"(prompt {u_s['prompt_tokens']}, cached {u_s['prompt_tokens_details']['cached_tokens']} / "
                   f"{u_h['prompt_tokens_details']['cached_tokens']})", flush=True)
+    # Probes: short turns (a few new tokens, one generated) on the grown
+    # history, where the prefill is small and what the session path adds
+    # (reading the store, rendering, the commit before [DONE]) shows.
+    probe = dict(turn_body, tool_choice="auto", max_tokens=1)
+    out["probe"] = {"session": [], "stateless": []}
+    for k in range(args_probes):
+        def short(last):
+            calls = last.get("tool_calls") if last else None
+            if calls:
+                return [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]
+            return [{"role": "user", "content": f"ok {k}"}]
+        msgs = short(last_s)
+        history += short(last_h)
+        t_h, last_h, _ = stream(port, "/v1/chat/completions", dict(probe, messages=history, tools=TOOLS))
+        history.append(last_h)
+        t_s, last_s, _ = stream(port, f"/v1/sessions/{sid}/chat/completions", dict(probe, messages=msgs))
+        out["probe"]["session"].append(t_s)
+        out["probe"]["stateless"].append(t_h)
     request(port, "DELETE", f"/v1/sessions/{sid}")
     return out
 
@@ -189,6 +207,11 @@ def main():
         us, uh = results[-1]["session"][turn][1], results[-1]["stateless"][turn][1]
         print(f"{turn:>5} {s:>9.3f} {h:>10.3f} {s / h:>7.2f} {us['prompt_tokens']:>8} "
               f"{us['prompt_tokens_details']['cached_tokens']:>9} {uh['prompt_tokens_details']['cached_tokens']:>9}")
+    ps = statistics.median(t for r in results for t in r["probe"]["session"])
+    ph = statistics.median(t for r in results for t in r["probe"]["stateless"])
+    print(f"short turns after turn {args.turns} (a few new tokens, max_tokens 1), median of "
+          f"{sum(len(r['probe']['session']) for r in results)}: session {ps:.3f} s, stateless {ph:.3f} s, "
+          f"ratio {ps / ph:.2f}")
 
 
 if __name__ == "__main__":
