@@ -125,6 +125,7 @@ json Metadata(const json& md, const std::string& name, const std::string& compon
 }
 
 std::string GroupName(const json& md, int replica) { return Name(md) + "-r" + std::to_string(replica); }
+std::string SessionReplicaName(int replica) { return "r" + std::to_string(replica); }
 std::string ConfigMapName(const json& md) { return Name(md) + "-config"; }
 std::string SecretName(const json& md) { return Name(md) + "-secrets"; }
 std::string CacheClaimName(const json& md) { return Name(md) + "-cache"; }
@@ -181,6 +182,22 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
     if (spec.thinking_budgets.contains(tier)) budgets[tier] = spec.thinking_budgets[tier];
   if (!budgets.empty()) serve["thinking_budgets"] = budgets;
   if (spec.state_size_gi > 0) serve["state_dir"] = kStateDir;  // the usage ledger survives the pod
+  // A server-kept session lives on the replica that created it (its id names
+  // the replica, given to each StatefulSet as --session_replica). A turn the
+  // Service sends to another replica is forwarded to the owner, whose HTTP
+  // server is its group's rank 0, addressed through the group's headless
+  // Service. With TLS the peers are reached over https as clients are.
+  if (spec.replicas > 1) {
+    std::string peers;
+    const std::string scheme = spec.tls_secret.empty() ? "http" : "https";
+    for (int r = 0; r < spec.replicas; ++r) {
+      const std::string group = GroupName(md, r);
+      if (!peers.empty()) peers += ",";
+      peers += SessionReplicaName(r) + "=" + scheme + "://" + group + "-0." + group + "." + Namespace(md) +
+               ".svc:" + std::to_string(spec.port);
+    }
+    serve["session_peers"] = peers;
+  }
   if (!spec.budgeting.policy.empty()) {
     // Several replicas share the policy's budgets: the operator sums their
     // usage, fires the hooks and hands the global spend back; a daemon that
@@ -336,7 +353,8 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
   json container = {
       {"name", "moe-daemon"},
       {"image", spec.image},
-      {"args", {"serve", "--config", std::string(kConfigDir) + "/config.yaml"}},
+      {"args", {"serve", "--config", std::string(kConfigDir) + "/config.yaml", "--session_replica",
+                SessionReplicaName(replica)}},
       {"ports", json::array({{{"name", "http"}, {"containerPort", spec.port}, {"protocol", "TCP"}}})},
       {"env",
        json::array({

@@ -3,6 +3,7 @@
 // the model source, revision, cache, endpoint and limits the spec asked for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <yaml-cpp/yaml.h>
@@ -71,6 +72,46 @@ TEST(OperatorDaemonContract, ConfigMapParsesAsDaemonConfig) {
     EXPECT_EQ(cfg->tls_cert_file, tls ? std::string(op::kSecretsDir) + "/tls.crt" : "");
     EXPECT_EQ(cfg->tls_key_file, tls ? std::string(op::kSecretsDir) + "/tls.key" : "");
   }
+}
+
+// Several replicas: each StatefulSet names its replica, and every replica's
+// config lists all of them at their group's rank-0 pod, so that a session
+// turn the Service sends anywhere reaches the replica that owns it.
+TEST(OperatorDaemonContract, ReplicasKnowEachOtherForSessions) {
+  nlohmann::json md = ExampleDeployment();
+  auto spec = op::ParseMoEDeploymentSpec(md["spec"]);
+  ASSERT_TRUE(spec) << spec.error().ToString();
+  op::MoEDeploymentSpec s = *spec;
+  s.replicas = 3;
+  const std::string ns = md["metadata"].value("namespace", "default");
+  const std::string name = md["metadata"]["name"];
+  const std::string text = op::desired::ConfigMap(md, s)["data"]["config.yaml"];
+  const std::string path = ::testing::TempDir() + "/replicas-config.yaml";
+  std::ofstream(path) << text;
+  for (int r = 0; r < s.replicas; ++r) {
+    SCOPED_TRACE("replica " + std::to_string(r));
+    nlohmann::json sts = op::desired::StatefulSet(md, s, r, "hash");
+    std::vector<std::string> args;  // as moe-daemon hands them on: "serve" first
+    for (const auto& a : sts["spec"]["template"]["spec"]["containers"][0]["args"]) args.push_back(a);
+    auto config_flag = std::find(args.begin(), args.end(), "--config");
+    ASSERT_NE(config_flag, args.end());
+    *(config_flag + 1) = path;  // the mounted ConfigMap, here
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    auto cfg = daemon::ParseServeArgs(static_cast<int>(argv.size()), argv.data());
+    ASSERT_TRUE(cfg) << cfg.error().ToString() << "\n" << text;
+    EXPECT_EQ(cfg->sessions.replica, "r" + std::to_string(r));
+    ASSERT_EQ(cfg->sessions.peers.size(), 3u);
+    for (int peer = 0; peer < s.replicas; ++peer) {
+      const std::string group = name + "-r" + std::to_string(peer);
+      EXPECT_EQ(cfg->sessions.peers["r" + std::to_string(peer)],
+                "http://" + group + "-0." + group + "." + ns + ".svc:" + std::to_string(s.port));
+    }
+  }
+  s.replicas = 1;  // one replica owns every session: nothing to forward
+  auto single = daemon::ParseDaemonConfigYaml(op::desired::ConfigMap(md, s)["data"]["config.yaml"], "config.yaml");
+  ASSERT_TRUE(single) << single.error().ToString();
+  EXPECT_TRUE(single->sessions.peers.empty());
 }
 
 }  // namespace

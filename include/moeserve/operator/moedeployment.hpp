@@ -126,6 +126,8 @@ namespace desired {
 json Labels(const json& md, const std::string& component);
 json OwnerReference(const json& md);
 std::string GroupName(const json& md, int replica);  // <name>-r<replica>
+// The replica name session ids carry (daemon session_replica): r<replica>.
+std::string SessionReplicaName(int replica);
 std::string ConfigMapName(const json& md);            // <name>-config
 std::string SecretName(const json& md);               // <name>-secrets
 std::string CacheClaimName(const json& md);           // <name>-cache
