@@ -114,11 +114,9 @@ TEST_F(AgentApi, LogprobsMatchTheModelsLogitsStreamedOrNot) {
     const int b = e["bytes"][0];
     ids.push_back(b);
     // A byte that is a whole character is that character, any other is \xNN.
-    std::string text = b < 0x80 ? std::string(1, static_cast<char>(b)) : "\\x" + [&] {
-      char hex[3];
-      std::snprintf(hex, sizeof(hex), "%02x", b);
-      return std::string(hex);
-    }();
+    constexpr char kHex[] = "0123456789abcdef";
+    std::string text = b < 0x80 ? std::string(1, static_cast<char>(b))
+                                : std::string("\\x") + kHex[(b >> 4) & 15] + kHex[b & 15];
     EXPECT_EQ(e["token"], text);
     ASSERT_EQ(e["top_logprobs"].size(), 3u);
     for (size_t k = 1; k < 3; ++k) EXPECT_LE(e["top_logprobs"][k]["logprob"], e["top_logprobs"][k - 1]["logprob"]);
@@ -131,7 +129,7 @@ TEST_F(AgentApi, LogprobsMatchTheModelsLogitsStreamedOrNot) {
   EXPECT_EQ(static_cast<int>(ids.size()) + 1 + (j["choices"][0]["finish_reason"] == "stop" ? 1 : 0), completion);
 
   // The same tokens through the model, in one pass.
-  std::vector<engine::ChatMessage> chat = {{engine::ChatRole::kUser, "Give me JSON"}};
+  std::vector<engine::ChatMessage> chat = {{engine::ChatRole::kUser, "Give me JSON", std::nullopt, {}, ""}};
   auto prompt = engine::RenderChat(chat, nullptr, true);
   ASSERT_TRUE(prompt);
   std::vector<int> tokens = *prompt;

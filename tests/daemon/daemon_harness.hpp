@@ -212,6 +212,36 @@ inline HttpResponse Chat(int port, const json& body, const std::map<std::string,
   return Http(port, "POST", "/v1/chat/completions", body.dump(), headers);
 }
 
+// The tests that drive a live daemon with the official `openai` npm client
+// run a script under tests/daemon that prints "all checks passed".
+inline std::string SourceRoot() {
+  const char* src = std::getenv("MOESERVE_SOURCE_DIR");
+  return src ? src : ".";
+}
+
+// node and node_modules/openai are installed (scripts/setup installs them).
+inline bool OpenAiClientInstalled() {
+  return std::system("command -v node >/dev/null 2>&1") == 0 &&
+         std::filesystem::exists(SourceRoot() + "/node_modules/openai/package.json");
+}
+
+struct ClientScriptRun {
+  int status = -1;
+  std::string output;
+};
+
+// Runs `node SCRIPT ARGUMENT` from the source root.
+inline ClientScriptRun RunOpenAiClientScript(const std::string& script, const std::string& argument) {
+  const std::string cmd = "cd '" + SourceRoot() + "' && node " + script + " " + argument + " 2>&1";
+  ClientScriptRun run;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return run;
+  char buf[1024];
+  while (fgets(buf, sizeof(buf), p)) run.output += buf;
+  run.status = ::pclose(p);
+  return run;
+}
+
 inline json UserTurn(const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); }
 
 }  // namespace moeserve::daemon::testing

@@ -28,7 +28,9 @@ void CompareWithReference(const std::string& model_dir, KernelChoice kernels, Co
   ASSERT_TRUE(dir) << dir.error().ToString();
   const std::vector<int> prompt = TestPrompt(300);
   ReferenceRun own;
-  if (!given) ASSERT_TRUE(RunReference(model_dir, prompt, 64, &own));
+  if (!given) {
+    ASSERT_TRUE(RunReference(model_dir, prompt, 64, &own));
+  }
   const ReferenceRun& ref = given ? *given : own;
   ASSERT_EQ(ref.positions, 364);
 

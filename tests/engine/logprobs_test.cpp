@@ -82,7 +82,9 @@ TEST(EngineLogprobs, MatchASoftmaxOverTheModelsLogits) {
       const auto& t = e.top_logprobs[k];
       EXPECT_NEAR(t.logprob, expected[t.token], 2e-3) << "token " << i << " alternative " << k;
       EXPECT_NEAR(t.logprob, sorted[k], 2e-3) << "token " << i << " alternative " << k << " is not the k-th most likely";
-      if (k > 0) EXPECT_LE(t.logprob, e.top_logprobs[k - 1].logprob);
+      if (k > 0) {
+        EXPECT_LE(t.logprob, e.top_logprobs[k - 1].logprob);
+      }
     }
     outside_top += *e.logprob < e.top_logprobs.back().logprob;
   }

@@ -165,7 +165,9 @@ std::string OpenError(const std::string& dir) {
 
 TEST(ModelGen, LoaderRefusesMismatchedTensors) {
   auto missing = CorruptedCopy("missing", [](SafetensorsWriter& w, const TensorView& t) {
-    if (t.name != "layers.3.attn.indexer.wk.weight") ASSERT_TRUE(w.Add(t.name, t.dtype, t.shape, BytesOf(t)));
+    if (t.name != "layers.3.attn.indexer.wk.weight") {
+      ASSERT_TRUE(w.Add(t.name, t.dtype, t.shape, BytesOf(t)));
+    }
   });
   std::string msg = OpenError(missing);
   EXPECT_NE(msg.find("model.safetensors: tensor 'layers.3.attn.indexer.wk.weight' is missing"), std::string::npos) << msg;
