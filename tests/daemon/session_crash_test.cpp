@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -127,7 +128,9 @@ void CheckSession(int port, const std::string& id, const std::map<std::string, s
       if (entries[j]["role"] == "assistant" && entries[j]["kind"] == "text") content = entries[j]["content"];
     }
     EXPECT_TRUE(answered) << "half-written turn: '" << text << "' without its answer";
-    if (auto it = acked.find(text); it != acked.end()) EXPECT_EQ(content, it->second) << text;
+    if (auto it = acked.find(text); it != acked.end()) {
+      EXPECT_EQ(content, it->second) << text;
+    }
   }
   for (const auto& [text, content] : acked) EXPECT_TRUE(found.contains(text)) << "acknowledged turn lost: " << text;
 }
@@ -150,15 +153,18 @@ TEST_F(SessionCrash, AcknowledgedTurnsSurviveAndCutTurnsLeaveNothingHalfWritten)
   const std::string id = c.Json()["id"];
   std::map<std::string, std::string> acked;
   std::set<std::string> in_doubt;
+  std::atomic<size_t> acked_count{0};  // acked.size(), readable while the client thread runs
   int n = 0;
   auto turn = [&](int port, bool stream, int max_tokens) {
     const std::string text = "turn " + std::to_string(n++);
     json body = {{"messages", UserTurn(text)}, {"max_tokens", max_tokens}, {"stream", stream}};
     auto r = Http(port, "POST", TurnPath(id), body.dump());
-    if (auto content = AckedContent(r, stream))
+    if (auto content = AckedContent(r, stream)) {
       acked[text] = *content;
-    else
+      acked_count = acked.size();
+    } else {
       in_doubt.insert(text);
+    }
   };
 
   // 1. Killed right after an acknowledged turn, streamed and not.
@@ -200,9 +206,16 @@ TEST_F(SessionCrash, AcknowledgedTurnsSurviveAndCutTurnsLeaveNothingHalfWritten)
   std::mt19937 rng(7);
   for (int k = 0; k < 6; ++k) {
     std::atomic<bool> stop{false};
+    const size_t acked_before = acked_count.load();
     std::thread client([&] {
       for (int i = 0; !stop.load(); ++i) turn(d.port, i % 2 == 1, 8);
     });
+    // Each start acknowledges a turn before its kill, however slow the build
+    // (a sanitized daemon's first turn can outlast a whole kill window); the
+    // kill then falls at a random point of the turns that follow.
+    const auto first_ack_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (acked_count.load() <= acked_before && std::chrono::steady_clock::now() < first_ack_deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(30, 300)(rng)));
     stop = true;
     Kill(d);
