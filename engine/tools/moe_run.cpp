@@ -1,10 +1,17 @@
 // moe-run: loads a model directory, renders a chat, generates, and prints the
 // reasoning, the answer and the prefill/decode speeds.
 //
-//   moe-run --model DIR --prompt TEXT [--system TEXT] [--max-tokens N]
+//   moe-run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--print-ids] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-p P] [--top-k K] [--seed S]
 //           [--reasoning-effort low|medium|high] [--thinking-budget N]
 //           [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS|auto]
+//
+// --prompt-ids gives the prompt as token ids, with no chat template, and
+// --print-ids prints only the generated ids, as one comma-separated line, so
+// that the engine can be compared with another implementation token for
+// token. gpt-oss checkpoints (config.json model_type "gpt_oss") run through
+// the single-sequence gpt-oss forward (gpt_oss_model.hpp), greedy only, and
+// need --prompt-ids.
 //
 // With --read-bw (the machine's read bandwidth, as bench_roofline measures
 // it) it also prints decode speed as a fraction of the memory roofline:
@@ -24,6 +31,7 @@
 
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/engine/tokenizer.hpp"
@@ -38,7 +46,9 @@ namespace {
 int Usage(const std::string& msg) {
   if (!msg.empty()) std::fprintf(stderr, "moe-run: %s\n", msg.c_str());
   std::fprintf(stderr,
-               "usage: moe-run --model DIR --prompt TEXT [--system TEXT] [--max-tokens N] [--temperature T]\n"
+               "usage: moe-run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--print-ids] [--system TEXT]\n"
+               "               [--max-tokens N] [--temperature T]\n"
+               "               [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
                "               [--thinking-budget N] [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS|auto]\n");
   return 2;
@@ -60,6 +70,52 @@ bool ToFloat(const std::string& s, double lo, double hi, double* out) {
   return true;
 }
 
+// "1,2,3" -> ids; false on anything else (empty items, signs, overflow).
+bool ParseIds(const std::string& s, std::vector<int>* out) {
+  size_t at = 0;
+  while (at <= s.size()) {
+    size_t comma = s.find(',', at);
+    if (comma == std::string::npos) comma = s.size();
+    long long v;
+    if (!ToInt(s.substr(at, comma - at), 0, (1ll << 31) - 1, &v)) return false;
+    out->push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  return !out->empty();
+}
+
+void PrintIds(const std::vector<int>& ids) {
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) line += ',';
+    line += std::to_string(ids[i]);
+  }
+  std::printf("%s\n", line.c_str());
+}
+
+// gpt-oss: greedy decode of max_tokens after the prompt, stopping at an end
+// token of config.json unless ignore_eos.
+int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_tokens, bool ignore_eos, bool print_ids) {
+  auto model = GptOssModel::Load(dir);
+  if (!model) return std::fprintf(stderr, "moe-run: %s\n", model.error().ToString().c_str()), 1;
+  GptOssModel::State st = (*model)->NewState();
+  std::vector<float> logits;
+  std::vector<int> out;
+  std::vector<int> next = prompt;
+  for (int step = 0; step < max_tokens; ++step) {
+    auto s = (*model)->Forward(st, next, false, &logits);
+    if (!s) return std::fprintf(stderr, "moe-run: %s\n", s.error().ToString().c_str()), 1;
+    const int tok = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(tok);
+    const auto& eos = (*model)->config().eos_tokens;
+    if (!ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) break;
+    next = {tok};
+  }
+  if (!print_ids) std::printf("generated %zu tokens after a prompt of %zu:\n", out.size(), prompt.size());
+  PrintIds(out);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,17 +123,20 @@ int main(int argc, char** argv) {
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
-  bool ignore_eos = false;
+  bool ignore_eos = false, print_ids = false;
+  std::vector<int> prompt_ids;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string("\x01"); };
     std::string v;
     if (a == "--ignore-eos") { ignore_eos = true; continue; }
+    if (a == "--print-ids") { print_ids = true; continue; }
     if (a == "--help" || a == "-h") return Usage("");
     v = next();
     if (v == "\x01") return Usage(a + " needs a value");
     if (a == "--model") model_path = v;
     else if (a == "--prompt") prompt = v;
+    else if (a == "--prompt-ids") { if (!ParseIds(v, &prompt_ids)) return Usage("--prompt-ids must be comma-separated token ids"); }
     else if (a == "--system") system = v;
     else if (a == "--reasoning-effort") effort = v;
     else if (a == "--kernels") kernels = v;
@@ -93,10 +152,16 @@ int main(int argc, char** argv) {
     else if (a == "--top-p") { if (!ToFloat(v, 0, 1, &top_p) || top_p == 0) return Usage("--top-p must be in (0, 1]"); }
     else return Usage("unknown argument '" + a + "'");
   }
-  if (model_path.empty() || prompt.empty()) return Usage("--model and --prompt are required");
+  if (model_path.empty() || (prompt.empty() == prompt_ids.empty()))
+    return Usage("--model and one of --prompt or --prompt-ids are required");
   if (effort != "low" && effort != "medium" && effort != "high") return Usage("--reasoning-effort must be low, medium or high");
   if (kernels != "fast" && kernels != "reference") return Usage("--kernels must be fast or reference");
 
+  if (IsGptOssModelDir(model_path)) {
+    if (prompt_ids.empty()) return Usage("gpt-oss models take --prompt-ids (no chat template here)");
+    if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
+    return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids);
+  }
   auto t0 = std::chrono::steady_clock::now();
   auto dir = OpenModelDir(model_path);
   if (!dir) return std::fprintf(stderr, "moe-run: %s\n", dir.error().ToString().c_str()), 1;
@@ -121,7 +186,7 @@ int main(int argc, char** argv) {
   std::vector<ChatMessage> messages;
   if (!system.empty()) messages.push_back({ChatRole::kSystem, system, std::nullopt, {}, ""});
   messages.push_back({ChatRole::kUser, prompt, std::nullopt, {}, ""});
-  auto ids = RenderChat(messages, nullptr, true);
+  auto ids = prompt_ids.empty() ? RenderChat(messages, nullptr, true) : Result<std::vector<int>>(prompt_ids);
   if (!ids) return std::fprintf(stderr, "moe-run: %s\n", ids.error().ToString().c_str()), 1;
 
   const auto& tb = dir->config.thinking_budgets;
@@ -138,7 +203,7 @@ int main(int argc, char** argv) {
   auto id = (*engine)->Submit(req);
   if (!id) return std::fprintf(stderr, "moe-run: %s\n", id.error().ToString().c_str()), 1;
 
-  std::vector<int> reasoning, answer;
+  std::vector<int> reasoning, answer, generated;
   SequenceUsage usage;
   FinishReason finish = FinishReason::kNone;
   std::chrono::steady_clock::time_point t_first;
@@ -166,6 +231,7 @@ int main(int argc, char** argv) {
         first = false;
       }
       if (e.token >= 0) (e.reasoning ? reasoning : answer).push_back(e.token);
+      if (e.token >= 0) generated.push_back(e.token);
       if (e.finish != FinishReason::kNone) {
         usage = e.usage;
         finish = e.finish;
@@ -176,6 +242,11 @@ int main(int argc, char** argv) {
   auto t_end = std::chrono::steady_clock::now();
   const kernels::ThreadPool::Stats pool_at_end = kernels::DefaultThreadPool().stats();
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  if (print_ids) {
+    if (finish == FinishReason::kError) return 1;
+    PrintIds(generated);
+    return 0;
+  }
   const Tokenizer& tk = dir->tokenizer;
   std::printf("reasoning (%d tokens): %s\n", usage.reasoning_tokens, tk.Decode(reasoning, true).c_str());
   std::printf("answer: %s\n", tk.Decode(answer, true).c_str());

@@ -1,0 +1,65 @@
+// The gpt-oss family on CPU, loaded from a Hugging Face checkpoint directory
+// as published (config.json model_type "gpt_oss", safetensors shards listed by
+// model.safetensors.index.json, MXFP4 experts as *_blocks / *_scales): no
+// conversion step. docs/model-format.md ("gpt-oss") describes what is accepted.
+//
+// This is the single-sequence fp32 path: dense weights widen to fp32 and the
+// MXFP4 experts are dequantised once at load, so memory is 4 bytes a weight
+// (fine for test and small checkpoints, not for gpt-oss-20b). The serving
+// Engine (engine.hpp) does not host this family yet.
+//
+// Thread safety: immutable after Load(); Forward() may run concurrently on
+// distinct states.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+
+namespace moeserve::engine {
+
+struct GptOssConfig {
+  int hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int experts = 0, experts_per_token = 0, vocab = 0, sliding_window = 0;
+  float rms_eps = 1e-5f, swiglu_limit = 7.0f, swiglu_alpha = 1.702f;
+  bool tie_embeddings = false;
+  std::vector<bool> sliding;  // per layer: banded (sliding_window) or full attention
+  std::vector<float> inv_freq;  // head_dim / 2 RoPE inverse frequencies (YaRN applied)
+  float rope_concentration = 1.0f;  // YaRN attention factor, multiplies cos and sin
+  std::vector<int> eos_tokens;
+};
+
+// Whether DIR/config.json names model_type "gpt_oss" (false when unreadable).
+bool IsGptOssModelDir(const std::string& dir);
+
+// Parses and validates config.json text; errors name the field.
+Result<GptOssConfig> ParseGptOssConfig(const std::string& text);
+
+class GptOssModel {
+ public:
+  // One sequence's attention cache: per layer, [length, kv_heads, head_dim] keys and values.
+  struct State {
+    std::vector<std::vector<float>> k, v;
+    int length = 0;
+  };
+
+  static Result<std::unique_ptr<GptOssModel>> Load(const std::string& dir);
+  ~GptOssModel();
+
+  const GptOssConfig& config() const { return cfg_; }
+  State NewState() const;
+  // Appends `tokens` to the state and writes vocab floats of logits per token
+  // (all_logits) or for the last token only.
+  Status Forward(State& state, std::span<const int> tokens, bool all_logits, std::vector<float>* logits) const;
+
+ private:
+  struct Weights;
+  GptOssModel() = default;
+  GptOssConfig cfg_;
+  std::unique_ptr<Weights> w_;
+};
+
+}  // namespace moeserve::engine
