@@ -7,7 +7,7 @@ implementation differs the choice is noted at the place (see also
 docs/model-format.md, "gpt-oss").
 
   python3 gpt_oss.py write --out DIR [--layers N] [--window W] [--seed S]
-                           [--drop TENSOR] [--bad-shape TENSOR]
+                           [--vocab V] [--tie] [--drop TENSOR] [--bad-shape TENSOR]
   python3 gpt_oss.py run --model DIR --tokens 1,2,3 --decode N --out OUTDIR
 
 `run` writes OUTDIR/meta.json (tokens, greedy_tokens, top2_margin) and
@@ -207,7 +207,7 @@ def cmd_write(a):
     index, bf16 dense tensors, MXFP4 experts, untied lm_head, the real
     o200k_harmony tokenizer files beside it."""
     rng = torch.Generator().manual_seed(a.seed)
-    hidden, inter, H, KV, d, E, vocab = 64, 64, 4, 2, 16, 4, 201088
+    hidden, inter, H, KV, d, E = 64, 64, 4, 2, 16, 4
     vocab = a.vocab
     L = a.layers
     cfg = {
@@ -248,6 +248,9 @@ def cmd_write(a):
         b, s = quant_mxfp4(torch.empty(E, hidden, inter), rng)
         t[e + "down_proj_blocks"], t[e + "down_proj_scales"] = b, s
         t[e + "down_proj_bias"] = rnd(E, hidden, scale=0.1)
+    if a.tie:
+        cfg["tie_word_embeddings"] = True
+        del t["lm_head.weight"]
     if a.drop:
         del t[a.drop]
     if a.bad_shape:
@@ -282,6 +285,7 @@ def main(argv=None):
     w.add_argument("--window", type=int, default=8)
     w.add_argument("--vocab", type=int, default=201088)
     w.add_argument("--seed", type=int, default=1)
+    w.add_argument("--tie", action="store_true", help="tie lm_head to the embedding (no lm_head.weight)")
     w.add_argument("--drop")
     w.add_argument("--bad-shape")
     r = sub.add_parser("run")
