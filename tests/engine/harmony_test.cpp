@@ -530,6 +530,14 @@ TEST_F(Harmony, MalformedOutputGivesAClearResult) {
     EXPECT_EQ(p.end(), c.end) << c.output;
     EXPECT_EQ(p.error().substr(0, c.error.size()), c.error) << c.output << " gave: " << p.error();
   }
+  // Ids outside the vocabulary (an engine's padding rows) add no text and break nothing.
+  auto padded = Parser({});
+  Ids ids = Spelled("<|channel|>final<|message|>ok");
+  ids.insert(ids.end(), {-1, 1 << 30, tok_->vocab_size()});
+  ids.push_back(t_.return_);
+  ParseAll(padded, ids);
+  EXPECT_EQ(padded.end(), HarmonyEnd::kFinal) << padded.error();
+  EXPECT_EQ(padded.content(), "ok");
   // A header that never ends is cut at a bound, not collected forever.
   auto p = Parser({});
   Ids endless = Spelled("<|channel|>final");
