@@ -91,6 +91,10 @@ Result<std::vector<float>> Mxfp4(const Checkpoint& ck, const std::string& name, 
     return Fail(Error::InvalidArgument("gpt-oss checkpoint: '" + name + "_blocks' and '_scales' must be U8"));
   std::vector<float> out(static_cast<size_t>(e * rows * cols));
   const size_t groups = static_cast<size_t>(e * rows * (cols / 32));
+  for (size_t g = 0; g < groups; ++g)
+    if (s->data[g] == 255)
+      return Fail(Error::InvalidArgument("gpt-oss checkpoint: '" + name + "_scales' holds 255 (E8M0 NaN) at group " +
+                                         std::to_string(g)));
   for (size_t g = 0; g < groups; ++g) {
     const float scale = std::ldexp(1.0f, static_cast<int>(s->data[g]) - 127);
     const uint8_t* blk = b->data + 16 * g;

@@ -179,6 +179,13 @@ TEST(GptOss, WrongExpertBlocksShapeIsNamed) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(GptOss, NanExpertScaleIsRefused) {
+  std::string dir = WriteModel("nan", "--layers 1 --vocab 1000 --nan-scale model.layers.0.mlp.experts.gate_up_proj_scales");
+  std::string e = LoadError(dir);
+  EXPECT_NE(e.find("gate_up_proj_scales' holds 255"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(GptOss, BadConfigValuesAreNamed) {
   std::string dir = WriteModel("config", "--layers 2 --vocab 1000");
   std::ifstream in(dir + "/config.json");

@@ -251,6 +251,8 @@ def cmd_write(a):
     if a.tie:
         cfg["tie_word_embeddings"] = True
         del t["lm_head.weight"]
+    if a.nan_scale:
+        t[a.nan_scale].view(-1)[-1] = 255  # E8M0 NaN
     if a.drop:
         del t[a.drop]
     if a.bad_shape:
@@ -287,6 +289,7 @@ def main(argv=None):
     w.add_argument("--seed", type=int, default=1)
     w.add_argument("--tie", action="store_true", help="tie lm_head to the embedding (no lm_head.weight)")
     w.add_argument("--drop")
+    w.add_argument("--nan-scale", help="an MXFP4 *_scales tensor whose last scale becomes 255 (NaN)")
     w.add_argument("--bad-shape")
     r = sub.add_parser("run")
     r.add_argument("--model", required=True)
