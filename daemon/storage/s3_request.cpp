@@ -47,7 +47,7 @@ Result<S3Endpoint> MakeS3Endpoint(const std::string& endpoint_url, const std::st
 HttpRequestSpec BuildS3Request(const S3Endpoint& endpoint, const AwsCredentials& credentials,
                                const std::string& method, const std::string& bucket, const std::string& key,
                                const KeyValues& query, const KeyValues& extra_headers,
-                               std::chrono::system_clock::time_point now) {
+                               std::chrono::system_clock::time_point now, const std::string& payload_sha256) {
   std::string host = endpoint.path_style ? endpoint.host : bucket + "." + endpoint.host;
   std::string path = endpoint.path_style ? "/" + AwsUriEncode(bucket, true) + "/" + AwsUriEncode(key, false)
                                          : "/" + AwsUriEncode(key, false);
@@ -67,18 +67,19 @@ HttpRequestSpec BuildS3Request(const S3Endpoint& endpoint, const AwsCredentials&
   if (credentials.empty()) return spec;
 
   std::string amz_date = AmzDate(now);
+  const std::string body_sha256 = payload_sha256.empty() ? std::string(kEmptySha256) : payload_sha256;
   SigV4Request sr;
   sr.method = method;
   sr.canonical_uri = path;
   sr.query = query;
-  sr.payload_sha256 = kEmptySha256;
+  sr.payload_sha256 = body_sha256;
   sr.headers = extra_headers;
   sr.headers.emplace_back("host", host);
-  sr.headers.emplace_back("x-amz-content-sha256", kEmptySha256);
+  sr.headers.emplace_back("x-amz-content-sha256", body_sha256);
   sr.headers.emplace_back("x-amz-date", amz_date);
   if (!credentials.session_token.empty()) sr.headers.emplace_back("x-amz-security-token", credentials.session_token);
   std::string auth = AuthorizationHeader(sr, credentials, SigV4Scope{endpoint.region, "s3"}, amz_date);
-  spec.headers.emplace_back("x-amz-content-sha256", kEmptySha256);
+  spec.headers.emplace_back("x-amz-content-sha256", body_sha256);
   spec.headers.emplace_back("x-amz-date", amz_date);
   if (!credentials.session_token.empty()) spec.headers.emplace_back("x-amz-security-token", credentials.session_token);
   spec.headers.emplace_back("Authorization", auth);

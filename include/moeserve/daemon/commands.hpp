@@ -7,5 +7,7 @@ namespace moeserve::daemon {
 int RunServeCommand(int argc, char** argv);
 // moe-daemon pull URI --revision R --cache DIR [--endpoint URL] ...   (storage/pull_command.cpp)
 int RunPullCommand(int argc, char** argv);
+// moe-daemon publish DIR URI [--endpoint URL] ...                   (storage/publish_command.cpp)
+int RunPublishCommand(int argc, char** argv);
 
 }  // namespace moeserve::daemon

@@ -33,9 +33,11 @@ struct HttpRequestSpec {
 };
 
 // extra_headers (e.g. range) are sent and signed. Anonymous when credentials are empty.
+// payload_sha256: hex sha256 of the body to send (uploads); empty means no body. S3
+// rejects a body whose hash differs, so a signed upload cannot store other bytes.
 HttpRequestSpec BuildS3Request(const S3Endpoint& endpoint, const AwsCredentials& credentials,
                                const std::string& method, const std::string& bucket, const std::string& key,
                                const KeyValues& query, const KeyValues& extra_headers,
-                               std::chrono::system_clock::time_point now);
+                               std::chrono::system_clock::time_point now, const std::string& payload_sha256 = "");
 
 }  // namespace moeserve::daemon::storage

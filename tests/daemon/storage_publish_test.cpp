@@ -1,0 +1,300 @@
+// moe-daemon publish against s3rver (a real S3 protocol server) and a local
+// folder: a Hugging Face-shaped directory goes up (a shard over the multipart
+// threshold in several parts), `pull` brings identical bytes back; an
+// interrupted multipart upload resumes without sending finished parts again; a
+// file changed after a partial upload is detected; unsafe inputs and refused
+// credentials fail clearly.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "moeserve/daemon/commands.hpp"
+#include "moeserve/daemon/storage/model_publisher.hpp"
+#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "storage/s3rver.hpp"
+#include "storage/test_servers.hpp"
+
+namespace moeserve::daemon::storage {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::MakeTempDir;
+using testing::S3rver;
+
+constexpr size_t kShard = 700000;       // over the test threshold: 7 parts of 100 KiB (the last shorter)
+constexpr uint64_t kPart = 100 << 10;
+constexpr int kShardParts = 7;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void WriteText(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// What a Hugging Face download looks like: config, tokenizer, index, shards, a nested folder.
+std::string MakeHfLikeModel(uint64_t seed) {
+  std::string dir = MakeTempDir("publish-src");
+  testing::WriteRandomModel(dir, {{"model-00001-of-00002.safetensors", kShard},
+                                  {"model-00002-of-00002.safetensors", 50000},
+                                  {"original/dtypes.json", 120}},
+                            seed);
+  fs::remove(dir + "/manifest.json");  // the publisher writes its own
+  WriteText(dir + "/config.json", R"({"model_type": "gpt_oss", "num_hidden_layers": 24})");
+  WriteText(dir + "/tokenizer.json", R"({"version": "1.0", "model": {"type": "BPE"}})");
+  WriteText(dir + "/model.safetensors.index.json", R"({"weight_map": {}})");
+  return dir;
+}
+
+class PublishTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = S3rver::Start("models", &why_).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (!server_) GTEST_SKIP() << why_;
+    src_ = MakeHfLikeModel(7);
+    cache_ = MakeTempDir("publish-cache");
+    state_ = MakeTempDir("publish-state");
+    opts_.target.endpoint_url = server_->endpoint();
+    opts_.target.credentials = AwsCredentials{S3rver::kAccessKey, S3rver::kSecretKey, ""};
+    opts_.multipart_threshold = 256 << 10;
+    opts_.part_size = kPart;
+    opts_.allow_small_parts = true;  // s3rver does not enforce S3's 5 MiB minimum
+    opts_.state_dir = state_;
+    opts_.log_progress = false;
+    opts_.retry.base_delay = std::chrono::milliseconds(10);
+  }
+  void TearDown() override {
+    for (const auto& d : {src_, cache_, state_})
+      if (!d.empty()) fs::remove_all(d);
+  }
+
+  Result<PulledModel> PullBack(const std::string& uri) {
+    PullOptions po;
+    po.revision = "v1";
+    po.log_progress = false;
+    po.part_size = 64 << 10;
+    po.source = opts_.target;
+    return WeightPuller({cache_}).Pull(uri, po);
+  }
+
+  // Every file the publisher listed arrives byte for byte.
+  void ExpectSameFiles(const std::string& pulled_dir, int expected_files) {
+    int compared = 0;
+    for (const auto& e : fs::recursive_directory_iterator(src_)) {
+      if (!e.is_regular_file() || e.path().filename() == "manifest.json") continue;
+      fs::path rel = fs::relative(e.path(), src_);
+      EXPECT_EQ(ReadAll(e.path()), ReadAll(fs::path(pulled_dir) / rel)) << rel;
+      ++compared;
+    }
+    EXPECT_EQ(compared, expected_files);
+  }
+
+  static S3rver* server_;
+  static std::string why_;
+  std::string src_, cache_, state_;
+  PublishOptions opts_;
+};
+S3rver* PublishTest::server_ = nullptr;
+std::string PublishTest::why_;
+
+TEST_F(PublishTest, PublishesInPartsThenPullsBackIdenticalBytes) {
+  auto published = PublishModel(src_, "s3://models/hf/v1/", opts_);
+  ASSERT_TRUE(published) << published.error().ToString();
+  EXPECT_EQ(published->stats.files, 6);
+  EXPECT_EQ(published->stats.files_sent, 6);
+  EXPECT_EQ(published->stats.parts_sent, kShardParts);
+  EXPECT_TRUE(fs::exists(src_ + "/manifest.json"));  // also left beside the model
+
+  auto pulled = PullBack("s3://models/hf/v1/");
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  ExpectSameFiles(pulled->dir, 6);
+
+  // A second publish finds every object in place (size and sha256) and sends none.
+  auto again = PublishModel(src_, "s3://models/hf/v1/", opts_);
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(again->stats.files_skipped, 6);
+  EXPECT_EQ(again->stats.files_sent, 0);
+  EXPECT_EQ(again->stats.bytes_sent, 0u);
+}
+
+TEST_F(PublishTest, InterruptedMultipartUploadResumesWithoutResendingParts) {
+  opts_.after_part = [](const std::string&, int n) {
+    return n == 3 ? Fail(Error::Unavailable("interrupted after part 3")) : Ok();
+  };
+  auto cut = PublishModel(src_, "s3://models/resume/v1/", opts_);
+  ASSERT_FALSE(cut);
+  EXPECT_NE(cut.error().message().find("interrupted after part 3"), std::string::npos);
+  // The manifest goes last: a puller sees no model yet.
+  auto early = PullBack("s3://models/resume/v1/");
+  ASSERT_FALSE(early);
+  EXPECT_EQ(early.error().code(), ErrorCode::kNotFound) << early.error().ToString();
+
+  opts_.after_part = nullptr;
+  auto resumed = PublishModel(src_, "s3://models/resume/v1/", opts_);
+  ASSERT_TRUE(resumed) << resumed.error().ToString();
+  EXPECT_EQ(resumed->stats.parts_resumed, 3);
+  EXPECT_EQ(resumed->stats.parts_sent, kShardParts - 3);
+  EXPECT_EQ(resumed->stats.uploads_restarted, 0);
+  // Sent now: everything but config.json (first in path order, sent by the cut run) and the shard's 3 parts.
+  uint64_t expected = 0;
+  for (const auto& f : resumed->manifest.files) expected += f.path == "config.json" ? 0 : f.size;
+  EXPECT_EQ(resumed->stats.bytes_sent, expected - 3 * kPart);
+  EXPECT_EQ(resumed->stats.files_skipped, 1);
+  auto pulled = PullBack("s3://models/resume/v1/");
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  ExpectSameFiles(pulled->dir, 6);
+}
+
+TEST_F(PublishTest, FileChangedAfterAPartialUploadIsDetectedAndSentAfresh) {
+  opts_.after_part = [](const std::string&, int n) { return n == 2 ? Fail(Error::Unavailable("cut")) : Ok(); };
+  ASSERT_FALSE(PublishModel(src_, "s3://models/changed/v1/", opts_));
+  {  // the shard's first part changes on disk
+    std::fstream f(src_ + "/model-00001-of-00002.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(10);
+    f.write("CHANGED", 7);
+  }
+  opts_.after_part = nullptr;
+  auto resumed = PublishModel(src_, "s3://models/changed/v1/", opts_);
+  ASSERT_TRUE(resumed) << resumed.error().ToString();
+  EXPECT_EQ(resumed->stats.uploads_restarted, 1);
+  EXPECT_EQ(resumed->stats.parts_resumed, 0);
+  EXPECT_EQ(resumed->stats.parts_sent, kShardParts);
+  auto pulled = PullBack("s3://models/changed/v1/");
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  ExpectSameFiles(pulled->dir, 6);
+}
+
+TEST_F(PublishTest, ServerErrorsAreRetried) {
+  testing::FaultProxy proxy(server_->port(),
+                            {.canned_response = "HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                             .faulty_connections = 2});
+  opts_.target.endpoint_url = proxy.url();
+  auto published = PublishModel(src_, "s3://models/retry/v1/", opts_);
+  ASSERT_TRUE(published) << published.error().ToString();
+  EXPECT_EQ(proxy.faults(), 2);
+  auto pulled = PullBack("s3://models/retry/v1/");
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  ExpectSameFiles(pulled->dir, 6);
+}
+
+TEST_F(PublishTest, RefusedCredentialsAndMissingBucketFailClearly) {
+  opts_.target.credentials = AwsCredentials{"NOSUCHKEY", "whatever", ""};
+  auto refused = PublishModel(src_, "s3://models/denied/", opts_);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), ErrorCode::kPermissionDenied) << refused.error().ToString();
+  EXPECT_NE(refused.error().message().find("InvalidAccessKeyId"), std::string::npos) << refused.error().message();
+
+  opts_.target.credentials = AwsCredentials{S3rver::kAccessKey, S3rver::kSecretKey, ""};
+  auto missing = PublishModel(src_, "s3://no-such-bucket/m/", opts_);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound) << missing.error().ToString();
+  EXPECT_NE(missing.error().message().find("does not exist"), std::string::npos) << missing.error().message();
+}
+
+TEST_F(PublishTest, LocalFolderTargetThenPull) {
+  std::string target = MakeTempDir("publish-target");
+  auto published = PublishModel(src_, "file://" + target, opts_);
+  ASSERT_TRUE(published) << published.error().ToString();
+  EXPECT_EQ(published->stats.files_sent, 6);
+  auto pulled = PullBack("file://" + target);
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  ExpectSameFiles(pulled->dir, 6);
+  auto again = PublishModel(src_, "file://" + target, opts_);
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(again->stats.files_skipped, 6);
+  fs::remove_all(target);
+}
+
+// Hostile or broken inputs: each is refused before anything is uploaded.
+class PublishInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("publish-bad");
+    outside_ = MakeTempDir("publish-outside");
+    WriteText(dir_ + "/config.json", "{}");
+    WriteText(outside_ + "/secret", "not part of the model");
+    target_ = MakeTempDir("publish-bad-target");
+    opts_.log_progress = false;
+  }
+  void TearDown() override {
+    for (const auto& d : {dir_, outside_, target_}) fs::remove_all(d);
+  }
+  void ExpectRefused(const std::string& needle, ErrorCode code = ErrorCode::kInvalidArgument) {
+    auto r = PublishModel(dir_, "file://" + target_, opts_);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code(), code) << r.error().ToString();
+    EXPECT_NE(r.error().message().find(needle), std::string::npos) << r.error().message();
+    EXPECT_TRUE(fs::is_empty(target_)) << "nothing may be published";
+  }
+  std::string dir_, outside_, target_;
+  PublishOptions opts_;
+};
+
+TEST_F(PublishInputTest, SymlinkLeavingTheDirectory) {
+  fs::create_symlink(outside_ + "/secret", dir_ + "/weights.bin");
+  ExpectRefused("leaving the directory");
+  opts_.follow_symlinks = true;  // asked for explicitly (a Hugging Face cache snapshot)
+  auto r = PublishModel(dir_, "file://" + target_, opts_);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(ReadAll(target_ + "/weights.bin"), "not part of the model");
+}
+
+TEST_F(PublishInputTest, SymlinkedFolder) {
+  fs::create_directory_symlink(outside_, dir_ + "/sub");
+  ExpectRefused("symlinked folder");
+}
+
+TEST_F(PublishInputTest, NamesThatAreNotSafeObjectKeys) {
+  WriteText(dir_ + "/a\\b.bin", "x");
+  ExpectRefused("a\\b.bin");
+  fs::remove(dir_ + "/a\\b.bin");
+  WriteText(dir_ + "/bad\x01name", "x");
+  ExpectRefused("bad");
+  fs::remove(dir_ + "/bad\x01name");
+  WriteText(dir_ + "/.pull/record", "x");  // reserved for the puller's resume record
+  ExpectRefused(".pull");
+}
+
+TEST_F(PublishInputTest, SpecialFilesAndMissingDirectory) {
+  ASSERT_EQ(::mkfifo((dir_ + "/pipe").c_str(), 0600), 0);
+  ExpectRefused("not a regular file");
+  fs::remove(dir_ + "/pipe");
+  auto missing = PublishModel(dir_ + "/nope", "file://" + target_, opts_);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
+  auto http = PublishModel(dir_, "https://example.com/models/", opts_);
+  ASSERT_FALSE(http);
+  EXPECT_EQ(http.error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(PublishInputTest, UnreadableFile) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads every file";
+  WriteText(dir_ + "/locked.bin", "x");
+  fs::permissions(dir_ + "/locked.bin", fs::perms::none);
+  ExpectRefused("unreadable", ErrorCode::kPermissionDenied);
+}
+
+TEST(PublishCommand, ExitCodes) {
+  std::vector<std::string> bad = {"publish", "--part-size"};
+  std::vector<char*> argv;
+  for (auto& s : bad) argv.push_back(s.data());
+  EXPECT_EQ(RunPublishCommand(static_cast<int>(argv.size()), argv.data()), 2);
+  std::string target = MakeTempDir("publish-cli");
+  std::vector<std::string> missing = {"publish", target + "/absent", "file://" + target, "--quiet"};
+  argv.clear();
+  for (auto& s : missing) argv.push_back(s.data());
+  EXPECT_EQ(RunPublishCommand(static_cast<int>(argv.size()), argv.data()), 1);
+  fs::remove_all(target);
+}
+
+}  // namespace
+}  // namespace moeserve::daemon::storage
