@@ -61,6 +61,16 @@ def main():
         sys.exit(f"gpt-oss: moe-run {got} != reference {ref}")
     checked += 1
 
+    # Refusals: malformed ids, and a gpt-oss model asked for a chat prompt.
+    for args, expect in ((["--prompt-ids", "1,,2"], "comma-separated token ids"),
+                         (["--prompt-ids", "-3"], "comma-separated token ids"),
+                         (["--prompt", "hello"], "gpt-oss models take --prompt-ids"),
+                         (["--prompt-ids", "1,2000"], "token id 2000 is outside the vocabulary")):
+        r = subprocess.run([a.moe_run, "--model", gpt, "--print-ids"] + args, capture_output=True, text=True)
+        if r.returncode == 0 or expect not in r.stderr:
+            sys.exit(f"moe-run {args}: rc {r.returncode}, stderr {r.stderr!r}; expected an error with {expect!r}")
+        checked += 1
+
     dsa = os.path.join(a.workdir, "moe-dsa-v1")
     sh([a.moe_model_gen, "--preset", "tiny", "--out", dsa])
     prompt = [256, 258, 72, 105, 33]
@@ -71,8 +81,9 @@ def main():
     checked += 1
 
     shutil.rmtree(a.workdir, ignore_errors=True)
-    print(f"moe-run --print-ids equals the reference's greedy ids for {checked} families ({n} tokens each)")
-    if checked != 2:
+    print(f"moe-run --print-ids equals the reference's greedy ids for both families ({n} tokens each); "
+          f"{checked - 2} refusals checked")
+    if checked != 6:
         sys.exit("not every family was checked")
 
 
