@@ -296,6 +296,7 @@ Result<PublishResult> PublishModel(const std::string& dir, const std::string& ta
   MOE_ASSIGN_OR_RETURN(result.manifest, ManifestForPublish(dir, options.follow_symlinks));
   result.stats.files = static_cast<int>(result.manifest.files.size());
   const std::string manifest_json = result.manifest.ToJson();
+  result.manifest_sha256 = Sha256Hex(manifest_json);
   if (options.write_local_manifest) {
     if (auto w = WriteFileAtomically(fs::path(dir) / "manifest.json", manifest_json); !w)
       log::Warn("publish: " + w.error().message() + " (the manifest still goes to the target)");

@@ -1,6 +1,7 @@
 // `moe-daemon publish DIR URI [options]`: writes manifest.json for a model
 // directory and uploads the directory to s3://bucket/prefix/ or file:///dir,
 // the manifest last, so that `moe-daemon pull URI` can fetch and verify it.
+// Prints the URI and the manifest's sha256 (a revision for the MoEDeployment).
 #include <cstdio>
 #include <string>
 
@@ -122,7 +123,8 @@ int RunPublishCommand(int argc, char** argv) {
               " sent, " + std::to_string(s.files_skipped) + " already there; " + std::to_string(s.parts_sent) +
               " parts sent, " + std::to_string(s.parts_resumed) + " resumed; " +
               FormatBytes(static_cast<double>(s.bytes_sent)) + " uploaded");
-  std::printf("%s\n", args->uri.c_str());
+  // What a MoEDeployment needs: the URI and a revision naming exactly this content.
+  std::printf("uri: %s\nrevision: %s\n", args->uri.c_str(), published->manifest_sha256.c_str());
   return 0;
 }
 

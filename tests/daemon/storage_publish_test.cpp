@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/commands.hpp"
 #include "moeserve/daemon/storage/model_publisher.hpp"
 #include "moeserve/daemon/storage/weight_puller.hpp"
@@ -113,6 +114,7 @@ TEST_F(PublishTest, PublishesInPartsThenPullsBackIdenticalBytes) {
   EXPECT_EQ(published->stats.files_sent, 6);
   EXPECT_EQ(published->stats.parts_sent, kShardParts);
   EXPECT_TRUE(fs::exists(src_ + "/manifest.json"));  // also left beside the model
+  EXPECT_EQ(published->manifest_sha256, Sha256Hex(ReadAll(src_ + "/manifest.json")));
 
   auto pulled = PullBack("s3://models/hf/v1/");
   ASSERT_TRUE(pulled) << pulled.error().ToString();
@@ -212,6 +214,29 @@ TEST_F(PublishTest, LocalFolderTargetThenPull) {
   ASSERT_TRUE(again) << again.error().ToString();
   EXPECT_EQ(again->stats.files_skipped, 6);
   fs::remove_all(target);
+}
+
+// The two commands as an operator runs them: credentials from the AWS_* variables.
+TEST_F(PublishTest, CommandLinePublishThenPull) {
+  const char* bin = std::getenv("MOESERVE_BINARY_DIR");
+  std::string exe = std::string(bin ? bin : MOESERVE_BINARY_DIR_DEFAULT) + "/daemon/moe-daemon";
+  ASSERT_TRUE(fs::exists(exe)) << exe;
+  std::vector<std::string> env = {std::string("AWS_ACCESS_KEY_ID=") + S3rver::kAccessKey,
+                                  std::string("AWS_SECRET_ACCESS_KEY=") + S3rver::kSecretKey};
+  testing::Subprocess publish({exe, "publish", src_, "s3://models/cli/", "--endpoint", server_->endpoint(),
+                               "--multipart-threshold", "256KiB", "--state-dir", state_, "--quiet"},
+                              env);
+  std::string revision_line = publish.WaitForLine("revision: ", std::chrono::seconds(60));
+  ASSERT_EQ(publish.Wait(), 0);
+  std::string revision = revision_line.substr(revision_line.find(": ") + 2);
+  EXPECT_EQ(revision, Sha256Hex(ReadAll(src_ + "/manifest.json")));
+  testing::Subprocess pull({exe, "pull", "s3://models/cli/", "--revision", revision, "--cache", cache_, "--endpoint",
+                            server_->endpoint(), "--quiet"},
+                           env);
+  std::string dir = pull.WaitForLine(cache_, std::chrono::seconds(60));
+  ASSERT_EQ(pull.Wait(), 0);
+  ASSERT_FALSE(dir.empty());
+  ExpectSameFiles(dir, 6);
 }
 
 // Hostile or broken inputs: each is refused before anything is uploaded.

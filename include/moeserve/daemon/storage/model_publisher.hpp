@@ -61,6 +61,9 @@ struct PublishStats {
 
 struct PublishResult {
   engine::Manifest manifest;
+  // sha256 of the manifest.json written: names this exact content, a natural
+  // MoEDeployment spec.model.revision (a changed file gives a new one).
+  std::string manifest_sha256;
   PublishStats stats;
 };
 
