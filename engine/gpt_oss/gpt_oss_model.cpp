@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/safetensors.hpp"
@@ -150,8 +151,19 @@ Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir) {
   text << in.rdbuf();
   std::unique_ptr<GptOssModel> m(new GptOssModel());
   MOE_ASSIGN_OR_RETURN(m->cfg_, ParseGptOssConfig(text.str()));
-  MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   const GptOssConfig& c = m->cfg_;
+  // Every weight becomes 4 bytes here: refuse up front what the machine cannot hold.
+  const double weights = 2.0 * c.vocab * c.hidden +
+                         static_cast<double>(c.layers) *
+                             (2.0 * c.hidden * (c.heads + c.kv_heads) * c.head_dim +
+                              3.0 * static_cast<double>(c.experts) * c.hidden * c.intermediate);
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (ram > 0 && 4.0 * weights > ram)
+    return Fail(Error::ResourceExhausted("gpt-oss: the fp32 CPU path needs about " +
+                                         std::to_string(static_cast<long long>(4.0 * weights / 1e9)) +
+                                         " GB for this config, more than this machine's " +
+                                         std::to_string(static_cast<long long>(ram / 1e9)) + " GB of memory"));
+  MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   const int64_t hd = c.hidden, qd = int64_t{c.heads} * c.head_dim, kvd = int64_t{c.kv_heads} * c.head_dim;
   const int64_t E = c.experts, I = c.intermediate;
   auto w = std::make_unique<Weights>();

@@ -207,6 +207,18 @@ TEST(GptOss, BadConfigValuesAreNamed) {
       {"model_type", "llama", "model_type is not"},
       {"vocab_size", nullptr, "missing 'vocab_size'"},
   };
+  {
+    // Parses, but a weight count no machine here holds in fp32: refused before any tensor is read.
+    nlohmann::json j = good;
+    j["hidden_size"] = 32768;
+    j["intermediate_size"] = 32768;
+    j["num_local_experts"] = 4096;
+    j["num_hidden_layers"] = 1;
+    j["layer_types"] = nlohmann::json::array({"full_attention"});
+    std::ofstream(dir + "/config.json") << j.dump();
+    std::string e = LoadError(dir);
+    EXPECT_NE(e.find("the fp32 CPU path needs about"), std::string::npos) << e;
+  }
   int checked = 0;
   for (const Case& k : cases) {
     nlohmann::json j = good;
