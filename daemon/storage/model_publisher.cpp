@@ -116,12 +116,6 @@ class S3Publisher {
   }
 
  private:
-  uint64_t PartSize(uint64_t size) const {
-    uint64_t part = std::max<uint64_t>(o_.part_size, (size + kS3MaxParts - 1) / kS3MaxParts);
-    if (!o_.allow_small_parts) part = std::max(part, kS3MinPartSize);
-    return part;
-  }
-
   // Best effort: a server that cannot abort keeps the parts until its
   // lifecycle rule for incomplete multipart uploads removes them.
   void DropUpload(const std::string& key, const std::string& upload_id) {
@@ -133,7 +127,7 @@ class S3Publisher {
 
   Status SendInParts(const fs::path& file, const engine::ManifestEntry& e, const std::string& key,
                      const fs::path& state_path) {
-    const uint64_t part_size = PartSize(e.size);
+    const uint64_t part_size = PlanPartSize(e.size, o_.part_size, o_.allow_small_parts);
     std::optional<UploadState> state = UploadState::Load(state_path);
     if (state && (state->size != e.size || state->sha256 != e.sha256 || state->part_size != part_size)) {
       log::Warn("publish: " + e.path + " changed since its interrupted upload; starting it afresh");
@@ -236,6 +230,12 @@ Status CopyToLocal(const fs::path& src, const fs::path& dest, const engine::Mani
 }
 
 }  // namespace
+
+uint64_t PlanPartSize(uint64_t size, uint64_t requested, bool allow_small_parts) {
+  uint64_t part = std::max<uint64_t>(requested, (size + kS3MaxParts - 1) / kS3MaxParts);
+  if (!allow_small_parts) part = std::max(part, kS3MinPartSize);
+  return part;
+}
 
 Result<engine::Manifest> ManifestForPublish(const std::string& dir_in, bool follow_symlinks) {
   std::error_code ec;

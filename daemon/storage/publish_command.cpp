@@ -69,6 +69,8 @@ Result<PublishArgs> ParseArgs(int argc, char** argv) {
       MOE_ASSIGN_OR_RETURN(std::string v, value());
       MOE_ASSIGN_OR_RETURN(a.options.part_size, ParseSize(arg, v));
       if (a.options.part_size == 0) return Fail(Error::InvalidArgument("--part-size must be positive"));
+      if (a.options.part_size > kS3MaxSinglePut)
+        return Fail(Error::InvalidArgument("--part-size above 5GiB: S3 refuses parts that large"));
     } else if (arg == "--state-dir") {
       MOE_ASSIGN_OR_RETURN(a.options.state_dir, value());
     } else if (arg == "--follow-symlinks") {

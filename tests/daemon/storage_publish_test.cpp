@@ -308,11 +308,28 @@ TEST_F(PublishInputTest, UnreadableFile) {
   ExpectRefused("unreadable", ErrorCode::kPermissionDenied);
 }
 
+TEST(PublishPartSize, StaysWithinS3Limits) {
+  constexpr uint64_t MiB = 1 << 20, GiB = 1ull << 30;
+  EXPECT_EQ(PlanPartSize(20 * GiB, 64 * MiB, false), 64 * MiB);  // 320 parts: as asked
+  EXPECT_EQ(PlanPartSize(20 * GiB, 1 * MiB, false), 5 * MiB);    // S3's minimum part
+  EXPECT_EQ(PlanPartSize(2 * GiB, 1 * MiB, true), 1 * MiB);      // allowed below it (test servers)
+  // 1 TiB in 64 MiB parts would be 16,384 parts: raised to fit 10,000.
+  uint64_t part = PlanPartSize(1024 * GiB, 64 * MiB, false);
+  EXPECT_GT(part, 64 * MiB);
+  EXPECT_LE((1024 * GiB + part - 1) / part, kS3MaxParts);
+  EXPECT_GT((1024 * GiB + part - 2) / (part - 1), kS3MaxParts) << "the smallest size that fits";
+}
+
 TEST(PublishCommand, ExitCodes) {
-  std::vector<std::string> bad = {"publish", "--part-size"};
   std::vector<char*> argv;
-  for (auto& s : bad) argv.push_back(s.data());
-  EXPECT_EQ(RunPublishCommand(static_cast<int>(argv.size()), argv.data()), 2);
+  for (std::vector<std::string> bad : {std::vector<std::string>{"publish", "--part-size"},
+                                       {"publish", "d", "s3://b/p/", "--part-size", "6GiB"},
+                                       {"publish", "d", "s3://b/p/", "--multipart-threshold", "6GiB"},
+                                       {"publish", "d"}}) {
+    argv.clear();
+    for (auto& s : bad) argv.push_back(s.data());
+    EXPECT_EQ(RunPublishCommand(static_cast<int>(argv.size()), argv.data()), 2) << bad.back();
+  }
   std::string target = MakeTempDir("publish-cli");
   std::vector<std::string> missing = {"publish", target + "/absent", "file://" + target, "--quiet"};
   argv.clear();

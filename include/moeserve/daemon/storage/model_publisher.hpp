@@ -67,6 +67,11 @@ struct PublishResult {
   PublishStats stats;
 };
 
+// The part size a file of `size` bytes goes up in: `requested`, raised so that
+// no file needs more than 10,000 parts and, unless small parts are allowed,
+// to S3's 5 MiB minimum.
+uint64_t PlanPartSize(uint64_t size, uint64_t requested, bool allow_small_parts);
+
 // Lists dir's files as object keys, refusing unsafe names, escaping symlinks,
 // symlinked folders and special files; then hashes them (engine::Manifest, whose
 // ToJson is the manifest.json the puller and the engine read).
