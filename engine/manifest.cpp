@@ -59,9 +59,12 @@ Result<Manifest> ParseManifest(const std::string& text, const std::string& sourc
 Result<Manifest> BuildManifest(const std::string& dir) {
   Manifest m;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+  const fs::path base(dir);
+  for (auto it = fs::recursive_directory_iterator(base, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_regular_file()) continue;
-    std::string rel = fs::relative(it->path(), dir).generic_string();
+    // Lexical: a symlinked file is listed under its own name (the name the
+    // loader opens), never under its target's, which fs::relative would give.
+    std::string rel = it->path().lexically_relative(base).generic_string();
     if (rel == "manifest.json") continue;
     MOE_ASSIGN_OR_RETURN(std::string sha, Sha256File(it->path().string()));
     m.files.push_back({rel, static_cast<uint64_t>(it->file_size()), sha});

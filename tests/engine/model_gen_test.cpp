@@ -226,5 +226,26 @@ TEST(ModelGen, ManifestDetectsCorruption) {
   fs::remove_all(d);
 }
 
+// A file that is a symlink (a Hugging Face cache snapshot links every file
+// into its blob store) is listed under its own name with its target's bytes.
+TEST(ModelGen, ManifestNamesSymlinkedFilesByTheirOwnName) {
+  std::string d = TempDir("manifest_links");
+  std::string blobs = TempDir("manifest_blobs");
+  fs::create_directories(blobs);
+  { std::ofstream(blobs + "/abc123") << "weights"; }
+  fs::create_directories(d + "/sub");
+  fs::create_symlink(blobs + "/abc123", d + "/sub/model.safetensors");
+  { std::ofstream(d + "/config.json") << "{}"; }
+  auto m = BuildManifest(d + "/");  // a trailing separator, as a user may type it
+  ASSERT_TRUE(m) << m.error().ToString();
+  ASSERT_EQ(m->files.size(), 2u);
+  EXPECT_EQ(m->files[0].path, "config.json");
+  EXPECT_EQ(m->files[1].path, "sub/model.safetensors");
+  EXPECT_EQ(m->files[1].size, 7u);
+  EXPECT_TRUE(VerifyManifest(*m, d));
+  fs::remove_all(d);
+  fs::remove_all(blobs);
+}
+
 }  // namespace
 }  // namespace moeserve::engine
