@@ -48,19 +48,9 @@ Result<PublishArgs> ParseArgs(int argc, char** argv) {
       if (i + 1 >= argc) return Fail(Error::InvalidArgument(arg + " needs a value"));
       return std::string(argv[++i]);
     };
-    if (arg == "--endpoint") {
-      MOE_ASSIGN_OR_RETURN(a.options.target.endpoint_url, value());
-    } else if (arg == "--region") {
-      MOE_ASSIGN_OR_RETURN(a.options.target.region, value());
-    } else if (arg == "--path-style") {
-      a.options.target.addressing = S3AddressingStyle::kPath;
-    } else if (arg == "--virtual-host") {
-      a.options.target.addressing = S3AddressingStyle::kVirtualHost;
-    } else if (arg == "--credentials-file") {
-      MOE_ASSIGN_OR_RETURN(a.options.target.credentials_file, value());
-    } else if (arg == "--ca-bundle") {
-      MOE_ASSIGN_OR_RETURN(a.options.target.ca_file, value());
-    } else if (arg == "--multipart-threshold") {
+    MOE_ASSIGN_OR_RETURN(bool shared_flag, ApplyObjectStoreFlag(arg, value, a.options.target, a.options.retry));
+    if (shared_flag) continue;
+    if (arg == "--multipart-threshold") {
       MOE_ASSIGN_OR_RETURN(std::string v, value());
       MOE_ASSIGN_OR_RETURN(a.options.multipart_threshold, ParseSize(arg, v));
       if (a.options.multipart_threshold > kS3MaxSinglePut)
@@ -77,14 +67,6 @@ Result<PublishArgs> ParseArgs(int argc, char** argv) {
       a.options.follow_symlinks = true;
     } else if (arg == "--no-local-manifest") {
       a.options.write_local_manifest = false;
-    } else if (arg == "--max-attempts") {
-      MOE_ASSIGN_OR_RETURN(std::string v, value());
-      MOE_ASSIGN_OR_RETURN(long n, ParseInt(arg, v, 1));
-      a.options.retry.max_attempts = static_cast<int>(n);
-    } else if (arg == "--retry-base-ms") {
-      MOE_ASSIGN_OR_RETURN(std::string v, value());
-      MOE_ASSIGN_OR_RETURN(long n, ParseInt(arg, v, 0));
-      a.options.retry.base_delay = std::chrono::milliseconds(n);
     } else if (arg == "--quiet") {
       a.options.log_progress = false;
     } else if (arg == "-h" || arg == "--help") {

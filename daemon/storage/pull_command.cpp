@@ -55,23 +55,13 @@ Result<PullArgs> ParseArgs(int argc, char** argv) {
       if (i + 1 >= argc) return Fail(Error::InvalidArgument(arg + " needs a value"));
       return std::string(argv[++i]);
     };
+    MOE_ASSIGN_OR_RETURN(bool shared_flag, ApplyObjectStoreFlag(arg, value, a.options.source, a.options.retry));
+    if (shared_flag) continue;
     if (arg == "--revision") {
       MOE_ASSIGN_OR_RETURN(a.options.revision, value());
       have_revision = true;
     } else if (arg == "--cache") {
       MOE_ASSIGN_OR_RETURN(a.cache.root, value());
-    } else if (arg == "--endpoint") {
-      MOE_ASSIGN_OR_RETURN(a.options.source.endpoint_url, value());
-    } else if (arg == "--region") {
-      MOE_ASSIGN_OR_RETURN(a.options.source.region, value());
-    } else if (arg == "--path-style") {
-      a.options.source.addressing = S3AddressingStyle::kPath;
-    } else if (arg == "--virtual-host") {
-      a.options.source.addressing = S3AddressingStyle::kVirtualHost;
-    } else if (arg == "--credentials-file") {
-      MOE_ASSIGN_OR_RETURN(a.options.source.credentials_file, value());
-    } else if (arg == "--ca-bundle") {
-      MOE_ASSIGN_OR_RETURN(a.options.source.ca_file, value());
     } else if (arg == "--connections") {
       MOE_ASSIGN_OR_RETURN(std::string v, value());
       MOE_ASSIGN_OR_RETURN(long n, ParseInt(arg, v, 1));
@@ -83,14 +73,6 @@ Result<PullArgs> ParseArgs(int argc, char** argv) {
     } else if (arg == "--cache-size-limit") {
       MOE_ASSIGN_OR_RETURN(std::string v, value());
       MOE_ASSIGN_OR_RETURN(a.cache.size_limit_bytes, ParseSize(arg, v));
-    } else if (arg == "--max-attempts") {
-      MOE_ASSIGN_OR_RETURN(std::string v, value());
-      MOE_ASSIGN_OR_RETURN(long n, ParseInt(arg, v, 1));
-      a.options.retry.max_attempts = static_cast<int>(n);
-    } else if (arg == "--retry-base-ms") {
-      MOE_ASSIGN_OR_RETURN(std::string v, value());
-      MOE_ASSIGN_OR_RETURN(long n, ParseInt(arg, v, 0));
-      a.options.retry.base_delay = std::chrono::milliseconds(n);
     } else if (arg == "--stall-timeout") {
       MOE_ASSIGN_OR_RETURN(std::string v, value());
       MOE_ASSIGN_OR_RETURN(long n, ParseInt(arg, v, 1));
