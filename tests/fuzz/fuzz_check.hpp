@@ -21,6 +21,26 @@
 
 namespace moeserve::fuzz {
 
+// The byte-level alphabet's name for byte b (GPT-2's bytes_to_unicode), for
+// targets that build a byte-level tokenizer.json of their own. Written here
+// independently of the engine's table, which the targets test.
+inline std::string ByteLevelName(int b) {
+  auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
+  int cp = b;
+  if (!printable(b)) {
+    cp = 256;
+    for (int x = 0; x < b; ++x) cp += !printable(x);
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
 // Is s valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF)?
 inline bool IsValidUtf8(std::string_view s) {
   size_t i = 0;

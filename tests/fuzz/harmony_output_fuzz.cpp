@@ -16,29 +16,12 @@
 #include "moeserve/engine/harmony.hpp"
 
 using namespace moeserve;
+using fuzz::ByteLevelName;
 using engine::HarmonyDelta;
 using engine::HarmonyEnd;
 using engine::HfTokenizer;
 
 namespace {
-
-// The byte-level alphabet's name for byte b (GPT-2's bytes_to_unicode).
-std::string ByteLevelName(int b) {
-  auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
-  int cp = b;
-  if (!printable(b)) {
-    cp = 256;
-    for (int x = 0; x < b; ++x) cp += !printable(x);
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 constexpr const char* kControls[] = {"<|start|>", "<|end|>",    "<|message|>", "<|channel|>",
                                      "<|constrain|>", "<|return|>", "<|call|>", "<|endoftext|>"};

@@ -18,27 +18,11 @@
 #include "moeserve/engine/hf_tokenizer.hpp"
 
 using namespace moeserve;
+using fuzz::ByteLevelName;
 using engine::AddedTokenText;
 using engine::HfTokenizer;
 
 namespace {
-
-std::string ByteLevelName(int b) {
-  auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
-  int cp = b;
-  if (!printable(b)) {
-    cp = 256;
-    for (int x = 0; x < b; ++x) cp += !printable(x);
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 const HfTokenizer& FixedTokenizer() {
   static const HfTokenizer tokenizer = [] {
