@@ -65,6 +65,13 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   const int n_keys = keys ? static_cast<int>(keys->size()) : static_cast<int>(pos0 + nr);
   k.mla_decode(shape, q_abs.data(), q_pe.data(), rows, off_c, key_ptr, n_keys, lat.data());
   // o = W_uv lat per head (W_uv: rows nope .. nope + vd of each head's block).
+  if (ctx.clock.on()) {  // logical work: q_abs, scores over c|k_pe, the latent sum, W_uv
+    double visible_sum = 0;
+    for (int j = 0; j < nr; ++j) visible_sum += keys ? static_cast<double>(keys->size()) : static_cast<double>(pos0 + j + 1);
+    ctx.clock.Add(ProfilePart::kAttention,
+                  2.0 * H * (nr * (static_cast<double>(np) * kv + static_cast<double>(kv) * v) +
+                             visible_sum * (2.0 * kv + rope)));
+  }
   float* o0 = o + static_cast<size_t>(r0) * H * v;  // [nr * H][vd]
   if (w.wkv_b_bf16) {
     std::vector<kernels::Bf16MatVecJob> jobs;
@@ -121,11 +128,21 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   } else {
     LinearMany({{&w.wq_a, x, qa.data()}, {&w.wkv_a, x, kv.data()}}, n, kc);
   }
+  PartClock& clock = ctx.clock;
+  if (clock.on()) {
+    double f = LinearFlops({&w.wq_a, &w.wkv_a}, n);
+    if (dsa) f += LinearFlops({&w.idx_weights_proj, &w.idx_wk}, n);
+    if (m.output_gate) f += LinearFlops({&w.wg}, n);
+    clock.Mark(ProfilePart::kProjections, f);
+  }
   for (int t = 0; t < n; ++t) kc.rms_norm(&qa[t * ql], w.q_norm.data(), eps, static_cast<size_t>(ql), &qr[t * ql]);
+  clock.Mark(ProfilePart::kGlue);
   if (dsa) {
     LinearMany({{&w.wq_b, qr.data(), q.data()}, {&w.idx_wq_b, qr.data(), iq.data()}}, n, kc);
+    clock.Mark(ProfilePart::kProjections, LinearFlops({&w.wq_b, &w.idx_wq_b}, n));
   } else {
     Linear(w.wq_b, qr.data(), n, q.data(), kc);
+    clock.Mark(ProfilePart::kProjections, LinearFlops({&w.wq_b}, n));
   }
   if (dsa) {
     const float wscale = 1.0f / std::sqrt(static_cast<float>(IH)) / std::sqrt(static_cast<float>(ID));
@@ -149,6 +166,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     }
   }
 
+  clock.Mark(ProfilePart::kGlue);
   // 4. Attention per query over its sequence's cache (causal; DSA-restricted).
   std::vector<float> o(static_cast<size_t>(n) * H * vd, 0.0f);
   for (const SegmentRows& seg : ctx.segments) {
@@ -189,11 +207,13 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         kc.indexer_scores(iqr, iwr, IH, ID, rows.data(), off_ik, static_cast<int>(pos + 1), index_scores.data());
         keys.resize(static_cast<size_t>(cfg.dsa.index_topk));
         kernels::TopKIndices(index_scores.data(), static_cast<int>(pos + 1), cfg.dsa.index_topk, keys.data());
+        // Scores: a dot of ID per head and cached row, then the head weights.
+        clock.Mark(ProfilePart::kIndexer, 2.0 * IH * (ID + 1) * static_cast<double>(pos + 1));
       } else {
         keys.resize(static_cast<size_t>(pos + 1));
         for (int64_t sidx = 0; sidx <= pos; ++sidx) keys[static_cast<size_t>(sidx)] = static_cast<int>(sidx);
       }
-      if (dsa && ctx.trace) ctx.trace->dsa_selected[ctx.layer].push_back(keys);
+      if (dsa && ctx.trace && ctx.trace->record_dsa) ctx.trace->dsa_selected[ctx.layer].push_back(keys);
       return sparse;
     };
     if (absorbed) {
@@ -203,6 +223,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         const int64_t pos = seg.pos0 + (r - seg.row0);
         if (select_keys(r, pos)) {
           AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, 1, pos, &keys, o.data());
+          clock.Mark(ProfilePart::kAttention);
           ++r;
           continue;
         }
@@ -211,7 +232,9 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
           select_keys(r + nr, pos + nr);  // dense: only the trace needs it
           ++nr;
         }
+        clock.Mark(ProfilePart::kGlue);
         AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, nr, pos, nullptr, o.data());
+        clock.Mark(ProfilePart::kAttention);
         r += nr;
       }
       continue;
@@ -235,13 +258,16 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
           for (int j = 0; j < vd; ++j) oh[j] += scores[k] * v[j];
         }
       }
+      clock.Mark(ProfilePart::kAttention, 2.0 * H * static_cast<double>(keys.size()) * (qk + vd));
     }
   }
 
   // 5. Output gate and projection: out = wo(o * sigmoid(wg x)).
   if (m.output_gate)
     kc.sigmoid_mul(gate.data(), o.data(), o.data(), o.size());
+  clock.Mark(ProfilePart::kGlue);
   Linear(w.wo, o.data(), n, out, kc);
+  clock.Mark(ProfilePart::kProjections, LinearFlops({&w.wo}, n));
 }
 
 }  // namespace moeserve::engine

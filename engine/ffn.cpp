@@ -145,12 +145,15 @@ void RouteToken(const ModelConfig& cfg, const LayerWeights& w, const float* logi
   for (int e : idx) picks.push_back({e, s[e] / sum * static_cast<float>(m.routed_scaling_factor)});
 }
 
-void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k) {
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k, PartClock* clock) {
   SwiGlu(w.w1, w.w3, w.w2, x, n, out, k);
+  if (clock) clock->Mark(ProfilePart::kProjections, LinearFlops({&w.w1, &w.w3, &w.w2}, n));
 }
 
 void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n, float* out,
-            std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k) {
+            std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k, PartClock* clock) {
+  PartClock off(nullptr, 0);
+  PartClock& ck = clock ? *clock : off;
   const MoeConfig& m = cfg.moe;
   const int D = cfg.hidden_size, E = m.num_experts, I = m.moe_intermediate_size;
 
@@ -161,8 +164,10 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     sh1.resize(static_cast<size_t>(n) * w.shared_w1.rows);
     sh3.resize(sh1.size());
     LinearMany({{&w.gate, x, logits.data()}, {&w.shared_w1, x, sh1.data()}, {&w.shared_w3, x, sh3.data()}}, n, k);
+    ck.Mark(ProfilePart::kProjections, LinearFlops({&w.gate, &w.shared_w1, &w.shared_w3}, n));
   } else {
     Linear(w.gate, x, n, logits.data(), k);
+    ck.Mark(ProfilePart::kProjections, LinearFlops({&w.gate}, n));
   }
   std::vector<std::vector<std::pair<int, float>>> by_expert(static_cast<size_t>(E));  // (token, weight)
   std::vector<std::pair<int, float>> picks;
@@ -174,10 +179,12 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     }
   }
 
+  ck.Mark(ProfilePart::kGlue);
   // 2. Shared experts for every token.
   if (m.num_shared_experts > 0) {
     k.silu_mul(sh1.data(), sh3.data(), sh1.data(), sh1.size());
     Linear(w.shared_w2, sh1.data(), n, out, k);
+    ck.Mark(ProfilePart::kProjections, LinearFlops({&w.shared_w2}, n));
   } else {
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
   }
@@ -200,7 +207,11 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     }
     work.push_back(std::move(r));
   }
+  ck.Mark(ProfilePart::kGlue);
   RunExperts(w, work, D, I, k);
+  double routed_rows = 0;
+  for (const ExpertRows& r : work) routed_rows += r.ne;
+  ck.Mark(ProfilePart::kExperts, 6.0 * routed_rows * D * I);  // w13 (2I x D) and w2 (D x I)
   for (const ExpertRows& r : work) {
     const auto& routed = by_expert[r.e];
     for (int i = 0; i < r.ne; ++i) {
@@ -209,6 +220,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
       for (int j = 0; j < D; ++j) o[j] += wt * r.ye[static_cast<size_t>(i) * D + j];
     }
   }
+  ck.Mark(ProfilePart::kGlue);
 }
 
 }  // namespace moeserve::engine

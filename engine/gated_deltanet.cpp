@@ -26,6 +26,9 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
               {&w.b_proj, x, b.data()},
               {&w.g_proj, x, gp.data()}},
              n, ctx.kernels);
+  PartClock& clock = ctx.clock;
+  clock.Mark(ProfilePart::kProjections,
+             LinearFlops({&w.q_proj, &w.k_proj, &w.v_proj, &w.a_proj, &w.b_proj, &w.g_proj}, n));
 
   std::vector<float> o(static_cast<size_t>(n) * Cv);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
@@ -96,6 +99,10 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
     // Heads share nothing, so the result does not depend on how they are
     // spread over the threads.
     kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(Hd), head);
+    // Logical work, as the recurrent form does it per token and head: the
+    // decay (dk dv), k^T S, the rank-1 update and q^T S (2 dk dv each), plus
+    // the convs (2 K per channel).
+    clock.Mark(ProfilePart::kDeltaRule, static_cast<double>(T) * (7.0 * Hd * dk * dv + 2.0 * K * C));
   }
 
   // 5. Gated RMSNorm per head, then the output projection.
@@ -108,7 +115,9 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
       ctx.kernels.silu_mul(&gp[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv], normed.data(), oh,
                            static_cast<size_t>(dv));
     }
+  clock.Mark(ProfilePart::kGlue);
   Linear(w.o_proj, o.data(), n, out, ctx.kernels);
+  clock.Mark(ProfilePart::kProjections, LinearFlops({&w.o_proj}, n));
 }
 
 }  // namespace moeserve::engine

@@ -3,6 +3,8 @@
 // batch is a list of segments (consecutive token rows of one sequence).
 #pragma once
 
+#include <chrono>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -22,6 +24,47 @@ struct SegmentRows {
   int64_t pos0;
 };
 
+// Charges the time between marks to a part of a ForwardProfile (model.hpp):
+// each Mark() gives the time since the previous one (or construction) to
+// its part, so a layer's parts add up to its time. Without a profile every
+// call is one null test.
+class PartClock {
+ public:
+  PartClock(ForwardProfile* profile, int row) : p_(profile), row_(row) {
+    if (p_) last_ = std::chrono::steady_clock::now();
+  }
+  bool on() const { return p_ != nullptr; }
+  void Mark(ProfilePart part, double flops = 0, double bytes = 0) {
+    if (!p_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const int i = static_cast<int>(part);
+    p_->seconds[row_][i] += std::chrono::duration<double>(now - last_).count();
+    p_->flops[row_][i] += flops;
+    p_->bytes[row_][i] += bytes;
+    last_ = now;
+  }
+  // Restarts the clock without charging anyone (time others have timed).
+  void Skip() {
+    if (p_) last_ = std::chrono::steady_clock::now();
+  }
+  // Work without time (counted where the shapes are known, timed by a later Mark).
+  void Add(ProfilePart part, double flops) {
+    if (p_) p_->flops[row_][static_cast<int>(part)] += flops;
+  }
+
+ private:
+  ForwardProfile* p_;
+  int row_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// 2 n rows cols: the logical work of Linear(W) over n rows, summed over Ws.
+inline double LinearFlops(std::initializer_list<const Matrix*> ws, int n) {
+  double f = 0;
+  for (const Matrix* w : ws) f += 2.0 * n * static_cast<double>(w->rows) * static_cast<double>(w->cols);
+  return f;
+}
+
 struct LayerContext {
   const ModelConfig& config;
   const ModelOptions& options;
@@ -37,6 +80,7 @@ struct LayerContext {
   const std::vector<float>& rope_freqs;
   float mla_scale;
   ForwardTrace* trace;
+  PartClock& clock;  // this layer's timers (a no-op without a profile)
 };
 
 // Linear helpers over the batch: Y[N, W.rows] = X[N, W.cols] W^T, by the
@@ -58,9 +102,11 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
 // Gated DeltaNet (5.3).
 void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
 // Dense SwiGLU (3) and MoE (6).
-void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k);
+// clock: optional timers (PartClock).
+void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k,
+              PartClock* clock = nullptr);
 void MoeFfn(const ModelConfig& config, const LayerWeights& w, const float* x, int n, float* out,
-            std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k);
+            std::vector<uint64_t>* expert_tokens, const kernels::KernelSet& k, PartClock* clock = nullptr);
 
 // The MoE's parts, shared by MoeFfn and the expert-parallel form
 // (moe_parallel.cpp). RouteToken: one token's router logits [E] -> its

@@ -107,29 +107,40 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
       std::copy_n(&weights_->embed.w[static_cast<size_t>(tok) * D], D, &x[static_cast<size_t>(r++) * D]);
     }
 
+  ForwardProfile* profile = trace ? trace->profile : nullptr;
+  constexpr int kModelRow = kProfileRows - 1;  // embedding, final norm, head
+  const double hidden_bytes = 4.0 * N * D;     // one read or write of the hidden states
+  PartClock model_clock(profile, kModelRow);
+  model_clock.Mark(ProfilePart::kGlue, 0, hidden_bytes);
   const kernels::KernelSet& ks = *kernels_;
   ExpertParallelStats ep;
   ep.rank_rows.assign(static_cast<size_t>(ep_world_), 0);
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_->layers[static_cast<size_t>(i)];
-    LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace};
+    PartClock clock(profile, static_cast<int>(w.kind));
+    LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace, clock};
     // h = x + Attn(RMSNorm(x; attn_norm))
     for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.attn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
+    clock.Mark(ProfilePart::kGlue, 0, 2 * hidden_bytes);
     if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
     else MlaAttention(ctx, w, normed.data(), N, branch.data());
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
     // y = h + FFN(RMSNorm(h; ffn_norm))
     for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
+    clock.Mark(ProfilePart::kGlue, 0, 5 * hidden_bytes);
     std::vector<uint64_t>* layer_tokens = expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr;
     if (w.moe && comm) {
       MOE_TRY(MoeFfnParallel(c, w, normed.data(), N, branch.data(), layer_tokens, ks, *comm, ep));
+      clock.Mark(ProfilePart::kExperts);
     } else if (w.moe) {
-      MoeFfn(c, w, normed.data(), N, branch.data(), layer_tokens, ks);
+      MoeFfn(c, w, normed.data(), N, branch.data(), layer_tokens, ks, &clock);
     } else {
-      DenseFfn(w, normed.data(), N, branch.data(), ks);
+      DenseFfn(w, normed.data(), N, branch.data(), ks, &clock);
     }
     for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
+    clock.Mark(ProfilePart::kGlue, 0, 3 * hidden_bytes);
   }
+  model_clock.Skip();  // the layers timed themselves
 
   for (auto& s : segments) s.cache->length += static_cast<int64_t>(s.tokens.size());
   if (comm) {
@@ -151,8 +162,10 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
     std::vector<float> final_norm(want.size() * static_cast<size_t>(D));
     for (size_t k = 0; k < want.size(); ++k)
       ks.rms_norm(&x[static_cast<size_t>(want[k]) * D], weights_->norm.data(), eps, static_cast<size_t>(D), &final_norm[k * D]);
+    model_clock.Mark(ProfilePart::kGlue, 0, 8.0 * want.size() * D);
     logits->resize(want.size() * static_cast<size_t>(V));
     Linear(weights_->head, final_norm.data(), static_cast<int>(want.size()), logits->data(), ks);
+    model_clock.Mark(ProfilePart::kProjections, LinearFlops({&weights_->head}, static_cast<int>(want.size())));
   }
   return Ok();
 }

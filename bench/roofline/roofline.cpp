@@ -6,7 +6,8 @@
 //    machine whose bandwidth moves from moment to moment, the best of many
 //    short runs is compared with the best of many short passes (with 1 GiB
 //    passes of ~30 ms, kernels' best 2 ms runs read up to 120 % of it);
-//  - fp32 FMA peak: independent FMA chains in registers on every core;
+//  - fp32 FMA peak: independent FMA chains in registers on every core (and,
+//    with --ceilings, the BF16 dot-product peak; both in peaks.hpp);
 //  then the MXFP4 matmul at batch 1 (vs bandwidth) and batch 512 (vs FMA
 //  peak) at flagship-like shapes, and the F32 and BF16 matvecs (vs bandwidth).
 // Usage: bench_roofline [--ceilings] [--mib N]
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "../kernels/shapes.hpp"
+#include "peaks.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
@@ -37,68 +39,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// FMA chains: 12 independent accumulators, 2 * width * 12 FLOP per iteration.
-__attribute__((target("avx512f,fma"))) float FmaAvx512(size_t iters) {
-  __m512 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (size_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  __m512 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx2,fma"))) float FmaAvx2(size_t iters) {
-  __m256 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (size_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  }
-  __m256 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
-  float t[8];
-  _mm256_storeu_ps(t, s);
-  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
-// Runs fn(thread_index) on `threads` threads started together; returns seconds.
-template <class Fn>
-double OnAllCores(int threads, Fn fn) {
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<std::thread> ts;
-  Clock::time_point start;
-  for (int t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] {
-      ready++;
-      while (!go.load()) {
-      }
-      fn(t);
-    });
-  while (ready.load() < threads) {
-  }
-  start = Clock::now();
-  go = true;
-  for (auto& t : ts) t.join();
-  return Seconds(start, Clock::now());
-}
-
-volatile float g_sink;
-
-double FmaPeak(int threads, bool avx512) {
-  const size_t iters = 50'000'000;
-  double best = 0.0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const double s = OnAllCores(threads, [&](int) { g_sink = avx512 ? FmaAvx512(iters) : FmaAvx2(iters); });
-    best = std::max(best, 2.0 * (avx512 ? 16 : 8) * 12.0 * static_cast<double>(iters) * threads / s);
-  }
-  return best;
-}
+using mb::FmaPeak;
 
 struct Timing {
   double best_s = 1e30, mean_s = 0;
@@ -159,8 +100,10 @@ int main(int argc, char** argv) {
   const double bw = before.best_bytes_per_s;
   const double peak = FmaPeak(threads, avx512);
   if (ceilings_only) {
-    std::printf("read_bw_GBps=%.2f read_bw_mean_GBps=%.2f fma_peak_GFLOPs=%.2f threads=%d\n", bw / 1e9,
-                before.mean_bytes_per_s / 1e9, peak / 1e9, threads);
+    // The BF16 dot-product peak (vdpbf16ps; 0 without avx512_bf16): the
+    // ceiling of the BF16 GEMM rows.
+    std::printf("read_bw_GBps=%.2f read_bw_mean_GBps=%.2f fma_peak_GFLOPs=%.2f bf16_dot_peak_GFLOPs=%.2f threads=%d\n",
+                bw / 1e9, before.mean_bytes_per_s / 1e9, peak / 1e9, mb::Bf16DotPeak(threads) / 1e9, threads);
     return 0;
   }
   struct Row {

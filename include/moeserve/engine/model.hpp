@@ -68,10 +68,38 @@ struct ForwardSegment {
   bool all_logits = false;       // logits for every token, else only the last
 };
 
+// Where a forward pass spends its time, by layer kind and part (the prefill
+// breakdown benchmark, bench/prefill). Filled only when ForwardTrace::profile
+// points at one; with none, the timers are a null test each.
+//   projections: the dense matrix products (attention and DeltaNet
+//     projections, shared experts, dense FFN, router, LM head);
+//   experts: the routed experts' products;
+//   attention: MLA / DSA attention over the cache (absorbed or expanded form);
+//   indexer: the DSA indexer's scores and top-k;
+//   delta_rule: DeltaNet's conv, norms, gates and chunked/recurrent rule;
+//   glue: norms, RoPE, cache writes, routing, gathers, residual adds.
+// flops is the logical work of each part (2 M N K for a product, the
+// attention form that ran), not what a kernel executes (padding, the WY
+// form's extra products); bytes, for glue only, the hidden-state bytes its
+// norms and residual adds read and write (its bound is read bandwidth).
+enum class ProfilePart : int { kProjections, kExperts, kAttention, kIndexer, kDeltaRule, kGlue };
+inline constexpr int kProfileParts = 6;
+// Rows: LayerKind (mla, dsa, delta), then the parts outside the layers
+// (embedding, final norm, LM head).
+inline constexpr int kProfileRows = 4;
+struct ForwardProfile {
+  double seconds[kProfileRows][kProfileParts] = {};
+  double flops[kProfileRows][kProfileParts] = {};
+  double bytes[kProfileRows][kProfileParts] = {};
+};
+
 // Optional observations of a forward pass, for tests and metrics.
 struct ForwardTrace {
   // dsa_selected[layer][query index in the batch] = sorted selected positions
   std::map<int, std::vector<std::vector<int>>> dsa_selected;
+  bool record_dsa = true;  // false: leave dsa_selected alone (a profile-only trace)
+  // Not owned; accumulated into (never reset) by every pass that gets it.
+  ForwardProfile* profile = nullptr;
 };
 
 struct ModelWeights;

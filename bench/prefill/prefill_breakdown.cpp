@@ -1,0 +1,204 @@
+// Prompt prefill, part by part, against this machine's ceilings.
+//
+// Generates the `small` preset (or loads --model), prefills prompts of the
+// given lengths in chunks of --chunk tokens as the engine's scheduler does
+// (EngineOptions::prefill_chunk_tokens, 512), with a ForwardProfile
+// (model.hpp) that times each layer kind's parts: the dense projections, the
+// routed experts, MLA/DSA attention, the DSA indexer, the DeltaNet rule, and
+// glue. Each part is compared with its own ceiling measured in the same run:
+// the fp32 FMA peak and the BF16 dot-product peak (vdpbf16ps) for the
+// products, read bandwidth for glue (over the hidden-state bytes its norms
+// and residual adds touch, an estimate). FLOPs are the logical work (2 M N K
+// for a product; the attention form that ran; see ForwardProfile).
+//
+// Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512]
+//                      [--kernels fast|reference] [--no-ceilings]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+#include <filesystem>
+#include <unistd.h>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../roofline/peaks.hpp"
+#include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/model.hpp"
+#include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/model_gen.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/read_bandwidth.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
+
+namespace me = moeserve::engine;
+namespace mk = moeserve::kernels;
+namespace mb = moeserve::bench;
+
+namespace {
+
+const char* kRowNames[me::kProfileRows] = {"mla", "dsa", "delta", "model"};
+const char* kPartNames[me::kProfileParts] = {"projections", "experts", "attention", "indexer", "delta_rule", "glue"};
+
+std::vector<int> ParseList(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    char* end;
+    v.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+    p = *end == ',' ? end + 1 : end;
+    if (end == p && *p) break;
+  }
+  return v;
+}
+
+struct Ceilings {
+  double fma = 0, dot = 0, bw = 0;  // FLOP/s, FLOP/s, bytes/s
+};
+
+void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const Ceilings& c) {
+  std::printf("%-6s %-12s %9s %6s %9s %9s %8s %8s  %s\n", "kind", "part", "ms", "share", "GFLOP", "GFLOP/s",
+              "of fp32", "of bf16", "(glue: GB/s, of read bw)");
+  double part_s[me::kProfileParts] = {}, part_f[me::kProfileParts] = {}, part_b[me::kProfileParts] = {};
+  double timed = 0;
+  auto row = [&](const char* kind, const char* part, double s, double f, double b, bool glue) {
+    std::printf("%-6s %-12s %9.1f %5.1f%% ", kind, part, s * 1e3, 100.0 * s / total_s);
+    if (glue)
+      std::printf("%9s %9s %8s %8s  %.2f GB/s, %.1f%% of %.1f GB/s\n", "-", "-", "-", "-", b / s / 1e9,
+                  100.0 * b / s / c.bw, c.bw / 1e9);
+    else if (f > 0)
+      std::printf("%9.2f %9.1f %7.1f%% %7.1f%%\n", f / 1e9, f / s / 1e9, 100.0 * f / s / c.fma,
+                  c.dot > 0 ? 100.0 * f / s / c.dot : 0.0);
+    else
+      std::printf("%9s\n", "-");
+  };
+  for (int r = 0; r < me::kProfileRows; ++r)
+    for (int i = 0; i < me::kProfileParts; ++i) {
+      const double s = p.seconds[r][i];
+      if (s <= 0) continue;
+      timed += s;
+      part_s[i] += s;
+      part_f[i] += p.flops[r][i];
+      part_b[i] += p.bytes[r][i];
+      row(kRowNames[r], kPartNames[i], s, p.flops[r][i], p.bytes[r][i], i == static_cast<int>(me::ProfilePart::kGlue));
+    }
+  std::printf("-- by part, all kinds --\n");
+  for (int i = 0; i < me::kProfileParts; ++i)
+    if (part_s[i] > 0)
+      row("all", kPartNames[i], part_s[i], part_f[i], part_b[i], i == static_cast<int>(me::ProfilePart::kGlue));
+  double all_f = 0;
+  for (int i = 0; i < me::kProfileParts; ++i) all_f += part_f[i];
+  std::printf("total %.1f ms (%.1f%% timed by parts), %.1f GFLOP (%.1f MFLOP/token), %.1f tokens/s; "
+              "fp32 bound %.1f tokens/s\n",
+              total_s * 1e3, 100.0 * timed / total_s, all_f / 1e9, all_f / tokens / 1e6, tokens / total_s,
+              c.fma / (all_f / tokens));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path;
+  std::vector<int> lengths = {512, 4096};
+  int chunk = 512;
+  bool reference = false, ceilings = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc) model_path = argv[++i];
+    else if (a == "--tokens" && i + 1 < argc) lengths = ParseList(argv[++i]);
+    else if (a == "--chunk" && i + 1 < argc) chunk = std::atoi(argv[++i]);
+    else if (a == "--kernels" && i + 1 < argc) reference = std::string(argv[++i]) == "reference";
+    else if (a == "--no-ceilings") ceilings = false;
+    else {
+      std::fprintf(stderr, "usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512] "
+                           "[--kernels fast|reference] [--no-ceilings]\n");
+      return 2;
+    }
+  }
+  if (chunk < 1 || lengths.empty()) {
+    std::fprintf(stderr, "bench_prefill: --chunk and --tokens must be positive\n");
+    return 2;
+  }
+  std::filesystem::path tmp;
+  if (model_path.empty()) {
+    tmp = std::filesystem::temp_directory_path() / ("bench_prefill_small_" + std::to_string(getpid()));
+    auto cfg = me::PresetConfig("small");
+    me::ModelGenOptions go;
+    go.config = *cfg;
+    go.seed = 1;
+    if (auto st = me::GenerateModel(go, tmp.string()); !st) {
+      std::fprintf(stderr, "generate: %s\n", st.error().ToString().c_str());
+      return 1;
+    }
+    model_path = tmp.string();
+  }
+  auto dir = me::OpenModelDir(model_path);
+  if (!dir) {
+    std::fprintf(stderr, "open: %s\n", dir.error().ToString().c_str());
+    return 1;
+  }
+  me::ModelOptions mo;
+  mo.kernels = reference ? me::KernelChoice::kReference : me::KernelChoice::kFast;
+  auto model = me::Model::Load(*dir, mo);
+  if (!model) {
+    std::fprintf(stderr, "load: %s\n", model.error().ToString().c_str());
+    return 1;
+  }
+  const int threads = mk::DefaultThreadPool().size();
+  Ceilings c;
+  if (ceilings) {
+    c.fma = mb::FmaPeak(threads, mk::IsaSupported(mk::Isa::kAvx512));
+    c.dot = mb::Bf16DotPeak(threads);
+    c.bw = mk::MeasureReadBandwidth(128, 1.0, 12).best_bytes_per_s;
+  }
+  const mk::KernelSet& ks = mk::Kernels(reference ? mk::Isa::kReference : mk::BestIsa());
+  std::printf("bench_prefill: %s, %d threads, kernels %s (%s, %s); chunks of %d tokens\n", model_path.c_str(), threads,
+              mk::IsaName(ks.isa), ks.matmul_mxfp4.name, ks.matmul_bf16.name, chunk);
+  std::printf("ceilings: fp32 FMA peak %.1f GFLOP/s, BF16 dot peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", c.fma / 1e9,
+              c.dot / 1e9, c.bw / 1e9);
+  const int V = dir->config.vocab_size;
+  // One untimed chunk first: the first pass pays for page faults on the
+  // weights and the kernels' scratch, which would land on the first layer.
+  bool warm = false;
+  std::vector<float> logits;
+  for (int L : lengths) {
+    constexpr int kBlockTokens = 16;
+    me::KvPool pool((L + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token());
+    me::SequenceCache cache = (*model)->NewSequence();
+    std::mt19937 rng(7);
+    std::vector<int> prompt(static_cast<size_t>(L));
+    for (int& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(V));
+    me::ForwardProfile profile;
+    me::ForwardTrace trace;
+    trace.record_dsa = false;
+    trace.profile = &profile;
+    if (!warm) {
+      me::KvPool wp((chunk + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token());
+      me::SequenceCache wc = (*model)->NewSequence();
+      const int n = std::min(chunk, L);
+      if (!me::EnsureBlocks(wp, wc, n)) return 1;
+      me::ForwardSegment seg{&wc, std::span<const int>(prompt.data(), static_cast<size_t>(n)), false};
+      if (!(*model)->Forward(wp, std::span(&seg, 1), &logits)) return 1;
+      me::ReleaseBlocks(wp, wc);
+      warm = true;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int p = 0; p < L; p += chunk) {
+      const int n = std::min(chunk, L - p);
+      if (auto st = me::EnsureBlocks(pool, cache, p + n); !st) {
+        std::fprintf(stderr, "blocks: %s\n", st.error().ToString().c_str());
+        return 1;
+      }
+      me::ForwardSegment seg{&cache, std::span<const int>(prompt.data() + p, static_cast<size_t>(n)), false};
+      if (auto st = (*model)->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
+        std::fprintf(stderr, "forward: %s\n", st.error().ToString().c_str());
+        return 1;
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("\nprefill of %d tokens:\n", L);
+    PrintTable(profile, s, L, c);
+    me::ReleaseBlocks(pool, cache);
+  }
+  if (!tmp.empty()) std::filesystem::remove_all(tmp);
+  return 0;
+}
