@@ -600,7 +600,7 @@ def moe_route(cfg, gate_w, gate_b, x):
         grouped = sb.view(T, G, E // G)
         group_score = torch.sort(grouped, dim=-1, descending=True)[0][..., :2].sum(-1)  # [T, G]
         keep_groups = _top_indices(group_score, cfg.topk_group)
-        dropped = torch.ones(T, G, dtype=torch.bool).scatter_(1, keep_groups, False)
+        dropped = torch.ones(T, G, dtype=torch.bool, device=x.device).scatter_(1, keep_groups, False)
         sb = grouped.masked_fill(dropped[:, :, None], float("-inf")).view(T, E)
     idx = _top_indices(sb, cfg.experts_per_token)
     w = s.gather(1, idx)

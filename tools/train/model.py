@@ -75,8 +75,8 @@ def delta_chunked(q, k, v, beta, g, chunk=64, S=None):
     beta, g = (F.pad(a.permute(0, 2, 1), (0, pad)) for a in (beta, g))  # [B, H, T']
     if S is None:
         S = q.new_zeros(B, H, dk, dv)
-    eye = torch.eye(chunk, dtype=q.dtype)
-    incl = torch.ones(chunk, chunk, dtype=torch.bool).tril()
+    eye = torch.eye(chunk, dtype=q.dtype, device=q.device)
+    incl = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
     outs = []
     for c0 in range(0, T + pad, chunk):
         sl = slice(c0, c0 + chunk)
@@ -141,10 +141,19 @@ class TrainModel(nn.Module):
         return self.p[name.replace(".", "__")]
 
     def state_dict_fp32(self):
-        """{checkpoint name (experts unquantised): fp32 tensor}."""
-        out = {k.replace("__", "."): v.detach().clone() for k, v in self.p.items()}
-        out.update({k: v.clone() for k, v in self.gate_bias.items()})
+        """{checkpoint name (experts unquantised): fp32 tensor}, on the CPU
+        whatever device the model trains on."""
+        out = {k.replace("__", "."): v.detach().cpu().clone() for k, v in self.p.items()}
+        out.update({k: v.cpu().clone() for k, v in self.gate_bias.items()})
         return out
+
+    def to_device(self, device):
+        """Moves the parameters, the balancing biases and the RoPE frequencies
+        (plain tensors that nn.Module.to does not see)."""
+        self.to(device)
+        self.gate_bias = {k: v.to(device) for k, v in self.gate_bias.items()}
+        self.freqs = self.freqs.to(device)
+        return self
 
     def load_fp32(self, weights):
         with torch.no_grad():
@@ -183,7 +192,8 @@ class TrainModel(nn.Module):
         S = k_pe.shape[1]
         scores = torch.einsum("bthn,bhsn->bhts", q_nope, k_nope) + torch.einsum("bthr,bsr->bhts", q_pe, k_pe)
         scores = scores * ref.mla_softmax_scale(cfg)
-        causal = torch.arange(S)[None, :] <= (offset + torch.arange(T))[:, None]  # [T, S]
+        dev = x.device
+        causal = torch.arange(S, device=dev)[None, :] <= (offset + torch.arange(T, device=dev))[:, None]  # [T, S]
         visible = causal[None, None]
         if dsa_mode is not None:
             I = self.indexer(p, x.detach(), qr.detach(), cos, sin, past, keep)  # [B, T, S]
@@ -191,7 +201,7 @@ class TrainModel(nn.Module):
             sel = causal[None]
             if dsa_mode == "sparse" and S > cfg.index_topk:
                 top = self.select(I, cfg.index_topk)
-                sel = torch.zeros(B, T, S, dtype=torch.bool).scatter_(-1, top, True) & causal
+                sel = torch.zeros(B, T, S, dtype=torch.bool, device=dev).scatter_(-1, top, True) & causal
                 visible = sel[:, None]
             with torch.no_grad():
                 target = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1).sum(1)
@@ -303,14 +313,15 @@ class TrainModel(nn.Module):
         cfg, W = self.cfg, self.W
         B, T = ids.shape
         if valid is None:
-            valid = torch.ones(B, T, dtype=torch.bool)
+            valid = torch.ones(B, T, dtype=torch.bool, device=ids.device)
         aux = {}
         Tp = 0 if prefix is None else len(prefix)
-        cos, sin = ref.rope_angles(self.freqs, torch.arange(Tp, Tp + T))
+        dev = ids.device
+        cos, sin = ref.rope_angles(self.freqs, torch.arange(Tp, Tp + T, device=dev))
         x = W("embed.weight")[ids]
         if prefix is not None:
-            pcos, psin = ref.rope_angles(self.freqs, torch.arange(Tp))
-            xp = W("embed.weight")[torch.as_tensor(prefix)][None]
+            pcos, psin = ref.rope_angles(self.freqs, torch.arange(Tp, device=dev))
+            xp = W("embed.weight")[torch.as_tensor(prefix, device=dev)][None]
             paux = {}
         for i, kind in enumerate(cfg.layer_types):
             p = f"layers.{i}."
@@ -339,7 +350,7 @@ class TrainModel(nn.Module):
                 x = h + self.moe(p + "ffn.", f.reshape(B * T, -1), aux, valid.reshape(-1)).view(B, T, -1)
             else:
                 both = torch.cat([fp.reshape(Tp, -1), f.reshape(B * T, -1)])
-                ok = torch.cat([torch.ones(Tp, dtype=torch.bool), valid.reshape(-1)])
+                ok = torch.cat([torch.ones(Tp, dtype=torch.bool, device=dev), valid.reshape(-1)])
                 y = self.moe(p + "ffn.", both, aux, ok)
                 xp = hp + y[:Tp][None]
                 x = h + y[Tp:].view(B, T, -1)
