@@ -1,5 +1,6 @@
 #include "moeserve/daemon/chat_service.hpp"
 
+#include <optional>
 #include <random>
 
 #include "completion_sink.hpp"
@@ -38,15 +39,32 @@ struct Prepared {
   std::string tier;
   uint64_t call_id_seed = 0;
   std::vector<std::string> constrained_names;  // the callable tools of a constrained call
+  std::vector<int> harmony_prefill;            // gpt-oss: the call header the prompt ends with
+  std::vector<std::string> harmony_tool_names; // gpt-oss: the functions the output may call
 };
 
 ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   if (!req.model.empty() && req.model != facts.model_name) return ApiFail(ApiError::ModelNotFound(req.model));
-  const nlohmann::ordered_json* tools = req.tools.is_array() ? &req.tools : nullptr;
-  auto prompt = engine::RenderChat(req.messages, tools, /*add_generation_prompt=*/true);
-  if (!prompt) {
-    const std::string& field = prompt.error().field();
-    return ApiFail(ApiError::InvalidRequest(prompt.error().message(), field.empty() ? "messages" : field));
+  ReasoningEffort effort = req.reasoning_effort.value_or(facts.default_effort);
+  GrammarLimits limits;
+  limits.max_string_bytes = facts.constrained_max_string_bytes;
+  Prepared p;
+  std::optional<std::vector<int>> prompt;
+  if (facts.harmony) {
+    // gpt-oss: harmony (harmony_request.hpp), the tier's effort in the system message.
+    auto h = RenderHarmonyRequest(req, effort, *facts.harmony, limits);
+    if (!h) return ApiFail(h.error());
+    prompt = std::move(h->prompt);
+    p.harmony_prefill = std::move(h->prefill);
+    p.harmony_tool_names = std::move(h->tool_names);
+  } else {
+    const nlohmann::ordered_json* tools = req.tools.is_array() ? &req.tools : nullptr;
+    auto rendered = engine::RenderChat(req.messages, tools, /*add_generation_prompt=*/true);
+    if (!rendered) {
+      const std::string& field = rendered.error().field();
+      return ApiFail(ApiError::InvalidRequest(rendered.error().message(), field.empty() ? "messages" : field));
+    }
+    prompt = std::move(*rendered);
   }
   const int prompt_tokens = static_cast<int>(prompt->size());
   if (prompt_tokens >= facts.max_context) {
@@ -67,14 +85,13 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
     max_tokens = std::min(facts.default_max_tokens, facts.max_context - prompt_tokens);
   }
 
-  ReasoningEffort effort = req.reasoning_effort.value_or(facts.default_effort);
   int budget = effort == ReasoningEffort::kLow      ? facts.budgets.low
                : effort == ReasoningEffort::kMedium ? facts.budgets.medium
                                                     : facts.budgets.high;
-  // thinking_budget may lower the tier's budget, never raise it (model.md 9).
-  if (req.thinking_budget) budget = std::min(budget, *req.thinking_budget);
+  // thinking_budget may lower the tier's budget, never raise it (model.md 9);
+  // a tier without a budget (negative) takes the request's.
+  if (req.thinking_budget) budget = budget < 0 ? *req.thinking_budget : std::min(budget, *req.thinking_budget);
 
-  Prepared p;
   p.tier = std::string(ReasoningEffortName(effort));
   auto& g = p.generation;
   g.prompt = std::move(*prompt);
@@ -94,6 +111,14 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   for (int t : g.prompt) prompt_hash = (prompt_hash ^ static_cast<uint32_t>(t)) * 0x100000001b3ull;
   policy.id_seed = g.sampling.seed ^ prompt_hash;
   policy.limits.max_string_bytes = facts.constrained_max_string_bytes;
+  p.call_id_seed = policy.id_seed;
+  if (facts.harmony) {
+    // The output is read by harmony's parser; the tool choice is in the prompt
+    // (RenderHarmonyRequest), and the arguments are not constrained.
+    g.starts_in_reasoning = false;
+    g.stop_tokens = engine::HarmonyStopTokens(facts.harmony->tokens);
+    return p;
+  }
   if (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed) {
     policy.mode = DecodeMode::kMustCall;
     for (const auto& t : req.tool_specs) {
@@ -157,6 +182,9 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   info.call_id_seed = prepared->call_id_seed;
   info.constrained_names = prepared->constrained_names;
   info.logprobs = req->logprobs;
+  info.harmony = facts_.harmony;
+  info.harmony_tool_names = prepared->harmony_tool_names;
+  info.harmony_prefill = prepared->harmony_prefill;
   info.received = received;
   auto sink = std::make_shared<CompletionSink>(std::move(info), exchange, scheduler_, metrics_, budget_);
   // Registered before Submit: a hang-up in between cancels as soon as the id is known.

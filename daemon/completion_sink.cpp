@@ -4,10 +4,24 @@
 
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/chat_service.hpp"
+#include "moeserve/daemon/harmony_assembler.hpp"
 
 namespace moeserve::daemon {
 
 using json = nlohmann::json;
+
+namespace {
+
+std::unique_ptr<OutputReader> MakeReader(const CompletionInfo& info) {
+  if (info.harmony) {
+    return std::make_unique<HarmonyAssembler>(HarmonyAssemblerOptions{info.harmony->tokenizer, info.harmony->tokens,
+                                                                      info.harmony_tool_names, info.stop,
+                                                                      info.call_id_seed, info.harmony_prefill});
+  }
+  return std::make_unique<OutputAssembler>(AssemblerOptions{info.stop, info.call_id_seed, info.constrained_names});
+}
+
+}  // namespace
 
 CompletionSink::CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange> exchange, Scheduler& scheduler,
                                DaemonMetrics& metrics, BudgetService& budget)
@@ -16,7 +30,8 @@ CompletionSink::CompletionSink(CompletionInfo info, std::shared_ptr<HttpExchange
       scheduler_(scheduler),
       metrics_(metrics),
       budget_(budget),
-      assembler_(AssemblerOptions{info_.stop, info_.call_id_seed, info_.constrained_names}),
+      reader_(MakeReader(info_)),
+      assembler_(*reader_),
       sse_(exchange_) {
   // The role chunk goes first, before any event can.
   if (info_.stream) sse_.Send(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr).dump());

@@ -1,5 +1,5 @@
 // The sink of one chat completion: assembles the sequence's tokens
-// (OutputAssembler) and answers the client, either once at the end (a JSON
+// (OutputAssembler, or HarmonyAssembler for gpt-oss) and answers the client, either once at the end (a JSON
 // chat.completion) or as server-sent chat.completion.chunk events.
 //
 // Every request that reaches the engine is charged once when it ends (to the
@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/daemon/budget_service.hpp"
+#include "moeserve/daemon/harmony_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
@@ -44,6 +45,10 @@ struct CompletionInfo {
   uint64_t call_id_seed = 0;                   // DecodePolicyOptions::id_seed
   std::vector<std::string> constrained_names;  // tool_choice required or named: the callable tools
   bool logprobs = false;                       // choices[].logprobs for the content tokens
+  // gpt-oss: the output is read in harmony (HarmonyAssembler), not moe-dsa-v1's format.
+  std::shared_ptr<const HarmonyServing> harmony;
+  std::vector<std::string> harmony_tool_names;  // the functions the output may call
+  std::vector<int> harmony_prefill;             // the call header the prompt ends with, if any
   std::chrono::steady_clock::time_point received;
 };
 
@@ -77,7 +82,8 @@ class CompletionSink : public SequenceSink, public std::enable_shared_from_this<
   Scheduler& scheduler_;
   DaemonMetrics& metrics_;
   BudgetService& budget_;
-  OutputAssembler assembler_;
+  std::unique_ptr<OutputReader> reader_;  // this family's output format
+  OutputReader& assembler_;
   SseWriter sse_;
 
   std::mutex id_mu_;

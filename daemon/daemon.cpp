@@ -21,6 +21,7 @@
 #include "moeserve/daemon/session_service.hpp"
 #include "moeserve/daemon/usage_history.hpp"
 #include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/gpt_oss_engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
 
 namespace moeserve::daemon {
@@ -42,6 +43,9 @@ struct Daemon::Impl {
   // charge any more, and its last commits still find the server to answer on.
   std::unique_ptr<BudgetService> budget;
   std::unique_ptr<engine::Engine> engine;
+  // A gpt-oss model runs on its own backend instead of `engine` (one of the two is set).
+  std::unique_ptr<engine::GptOssEngine> gpt_oss;
+  std::atomic<bool> gpt_oss_family{false};
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
   // Server-kept sessions: after what a turn runs through (chat, scheduler,
@@ -159,6 +163,12 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
   }
   if (SessionService::Owns(path)) {
     if (!Authenticate(head)) return refuse(MissingKey());
+    if (gpt_oss_family.load()) {
+      // Sessions render, count and summarise in moe-dsa-v1's format.
+      return refuse(ApiError::InvalidRequest(
+          "Server-kept sessions are not served for gpt-oss models yet; send the whole conversation to "
+          "/v1/chat/completions"));
+    }
     if (draining.load() && head.method == "POST") {
       return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
     }
@@ -234,7 +244,7 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
   }
   if (path == "/metrics") {
     budget->RefreshMetrics();
-    if (serving.load()) metrics.UpdateFromEngine(engine->Metrics());
+    if (serving.load()) metrics.UpdateFromEngine(engine ? engine->Metrics() : gpt_oss->Metrics());
     if (ep) {
       const auto em = engine ? engine->Metrics() : engine::EngineMetrics{};
       ep->RefreshMetrics(engine ? &em : nullptr);
@@ -382,6 +392,7 @@ Status Daemon::LoadModel() {
     m.pulled = std::make_unique<storage::PulledModel>(std::move(*pulled));  // its lease keeps the model from eviction
   }
   m.readiness.Set("loading", model_dir);
+  if (engine::IsGptOssModelDir(model_dir)) return LoadGptOss(model_dir);
   auto dir = engine::OpenModelDir(model_dir);
   if (!dir) {
     m.readiness.Set("failed", dir.error().message());
@@ -449,6 +460,49 @@ Status Daemon::LoadModel() {
     m.readiness.Set("ready");
   }
   log::Info("moe-daemon: serving " + facts.model_name + " (context " + std::to_string(facts.max_context) + ") on " + url());
+  return Ok();
+}
+
+// gpt-oss (config.json model_type "gpt_oss"): its own backend, the harmony
+// chat format, no expert parallelism, prefix cache or sessions.
+Status Daemon::LoadGptOss(const std::string& model_dir) {
+  Impl& m = *impl_;
+  auto fail = [&](const Error& e) {
+    m.readiness.Set("failed", e.message());
+    return Fail(e.WithContext("loading gpt-oss model " + m.config.model));
+  };
+  auto group = engine::ExpertGroupSettingsFromEnv();
+  if (!group) return fail(group.error());
+  if (group->enabled()) return fail(Error::InvalidArgument("expert parallelism is not supported for gpt-oss models"));
+  engine::GptOssEngineOptions o;
+  o.max_running = m.config.max_running;
+  o.max_waiting = m.config.max_queue;
+  o.prefill_chunk_tokens = m.config.prefill_chunk_tokens;
+  o.cache_tokens = m.config.cache_tokens;
+  o.max_context = m.config.max_context;
+  auto eng = engine::GptOssEngine::Create(model_dir, o);
+  if (!eng) return fail(eng.error());
+  m.gpt_oss = std::move(*eng);
+  m.gpt_oss_family.store(true);
+  auto harmony = std::make_shared<HarmonyServing>();
+  harmony->tokenizer = &m.gpt_oss->tokenizer();
+  harmony->tokens = m.gpt_oss->harmony_tokens();
+  ServingFacts facts;
+  facts.model_name = m.config.served_model_name;
+  facts.max_context = m.gpt_oss->max_context();
+  facts.default_max_tokens = m.config.default_max_tokens;
+  // The tiers bound reasoning only when the configuration says how much.
+  facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
+  facts.default_effort = m.config.default_reasoning_effort;
+  facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
+  facts.harmony = std::move(harmony);
+  m.scheduler = std::make_unique<Scheduler>(*m.gpt_oss);
+  m.scheduler->Start();
+  m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
+  m.serving.store(true);
+  m.readiness.Set("ready");
+  log::Info("moe-daemon: serving gpt-oss " + facts.model_name + " (context " + std::to_string(facts.max_context) +
+            ", harmony chat format) on " + url());
   return Ok();
 }
 

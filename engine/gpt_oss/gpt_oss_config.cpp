@@ -72,6 +72,7 @@ Result<GptOssConfig> ParseGptOssConfig(const std::string& text) {
   MOE_ASSIGN_OR_RETURN(c.experts_per_token, IntField(j, "num_experts_per_tok", 1, 4096, ept_fallback));
   MOE_ASSIGN_OR_RETURN(c.vocab, IntField(j, "vocab_size", 1, 1 << 22));
   MOE_ASSIGN_OR_RETURN(c.sliding_window, IntField(j, "sliding_window", 1, 1 << 24));
+  MOE_ASSIGN_OR_RETURN(c.max_position, IntField(j, "max_position_embeddings", 1, 1 << 30, 4096));
   if (c.hidden % 32 || c.intermediate % 32)
     return Fail(Bad("hidden_size and intermediate_size must be multiples of 32 (MXFP4 blocks)"));
   if (c.heads % c.kv_heads) return Fail(Bad("num_attention_heads must be a multiple of num_key_value_heads"));

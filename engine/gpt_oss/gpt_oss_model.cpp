@@ -202,6 +202,7 @@ GptOssModel::State GptOssModel::NewState() const {
   State s;
   s.k.resize(cfg_.layers);
   s.v.resize(cfg_.layers);
+  s.dropped.assign(cfg_.layers, 0);
   return s;
 }
 
@@ -211,7 +212,8 @@ Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_log
     if (t < 0 || t >= c.vocab)
       return Fail(Error::OutOfRange("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                                std::to_string(c.vocab) + ")"));
-  if (static_cast<int>(st.k.size()) != c.layers) return Fail(Error::InvalidArgument("state does not belong to this model"));
+  if (static_cast<int>(st.k.size()) != c.layers || static_cast<int>(st.dropped.size()) != c.layers)
+    return Fail(Error::InvalidArgument("state does not belong to this model"));
   logits->clear();
   const int hd = c.hidden, d = c.head_dim, H = c.heads, KV = c.kv_heads, rep = H / KV, I = c.intermediate;
   const int kvd = KV * d;
@@ -231,17 +233,25 @@ Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_log
       for (int h = 0; h < KV; ++h) Rope(k.data() + h * d, d, pos, c);
       std::vector<float>& K = st.k[li];
       std::vector<float>& V = st.v[li];
+      // Banded layers see the last sliding_window positions, this one
+      // included; positions before that are dropped once twice the window is
+      // held (one erase per window of tokens, not one per token).
+      const int first = c.sliding[li] ? std::max(0, pos - c.sliding_window + 1) : 0;
+      int& dropped = st.dropped[li];
+      if (c.sliding[li] && first - dropped >= c.sliding_window) {
+        K.erase(K.begin(), K.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
+        V.erase(V.begin(), V.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
+        dropped = first;
+      }
       K.insert(K.end(), k.begin(), k.end());
       V.insert(V.end(), v.begin(), v.end());
-      // Banded layers see the last sliding_window positions, this one included.
-      const int first = c.sliding[li] ? std::max(0, pos - c.sliding_window + 1) : 0;
       scores.resize(pos + 1 - first);
       for (int h = 0; h < H; ++h) {
         const float* qh = q.data() + h * d;
         const int kh = h / rep;
         float mx = L.sinks[h];
         for (int j = first; j <= pos; ++j) {
-          const float* kj = K.data() + static_cast<size_t>(j) * kvd + kh * d;
+          const float* kj = K.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
           float s = 0;
           for (int e = 0; e < d; ++e) s += qh[e] * kj[e];
           scores[j - first] = s * scale;
@@ -254,7 +264,7 @@ Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_log
         std::fill_n(oh, d, 0.0f);
         for (int j = first; j <= pos; ++j) {
           const float p = static_cast<float>(scores[j - first] / denom);
-          const float* vj = V.data() + static_cast<size_t>(j) * kvd + kh * d;
+          const float* vj = V.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
           for (int e = 0; e < d; ++e) oh[e] += p * vj[e];
         }
       }

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/api_keys.hpp"
 #include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/harmony_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/scheduler.hpp"
@@ -23,9 +25,13 @@ struct ServingFacts {
   std::string model_name;
   int max_context = 0;
   int default_max_tokens = 1024;
+  // A tier's budget; negative: no budget (gpt-oss without thinking_budgets configured).
   engine::ThinkingBudgets budgets;
   ReasoningEffort default_effort = ReasoningEffort::kMedium;
   int constrained_max_string_bytes = 256;
+  // The chat format: null renders moe-dsa-v1's (model.md section 8); set,
+  // the family is gpt-oss and requests are rendered and read in harmony.
+  std::shared_ptr<const HarmonyServing> harmony;
 };
 
 class ChatService {

@@ -73,26 +73,45 @@ struct AssemblerOptions {
   std::vector<std::string> constrained_names;
 };
 
-class OutputAssembler {
+// What a completion's sink reads one sequence's tokens through, whatever the
+// chat format: OutputAssembler (this file) for moe-dsa-v1, HarmonyAssembler
+// (harmony_assembler.hpp) for gpt-oss.
+class OutputReader {
+ public:
+  virtual ~OutputReader() = default;
+  // One generated token (`reasoning` as TokenEvent::reasoning reports it),
+  // with its log-probabilities when the request asked for them.
+  virtual OutputDelta OnToken(int token, bool reasoning, const ContentLogprob* logprob = nullptr) = 0;
+  // End of generation: flushes held-back text and an unfinished call.
+  virtual OutputDelta Finish() = 0;
+  // The answer is over before the engine stopped (a stop string matched, or
+  // the format says so): the caller cancels the sequence, and the finish
+  // reason is "stop".
+  virtual bool StopMatched() const = 0;
+  virtual const std::string& reasoning() const = 0;
+  virtual const std::string& content() const = 0;
+  virtual const std::vector<AssembledToolCall>& tool_calls() const = 0;
+  // Every content token's log-probabilities, in order (what the deltas carried).
+  virtual const std::vector<ContentLogprob>& content_logprobs() const = 0;
+  virtual int tool_call_parse_errors() const = 0;
+};
+
+class OutputAssembler : public OutputReader {
  public:
   explicit OutputAssembler(std::vector<std::string> stop = {}) : stop_(std::move(stop)) {}
   explicit OutputAssembler(AssemblerOptions options);
 
-  // One generated token (`reasoning` as TokenEvent::reasoning reports it),
-  // with its log-probabilities when the request asked for them.
-  OutputDelta OnToken(int token, bool reasoning, const ContentLogprob* logprob = nullptr);
-  // End of generation: flushes held-back text and an unfinished call.
-  OutputDelta Finish();
+  OutputDelta OnToken(int token, bool reasoning, const ContentLogprob* logprob = nullptr) override;
+  OutputDelta Finish() override;
 
-  bool StopMatched() const { return stop_matched_; }
+  bool StopMatched() const override { return stop_matched_; }
   bool Ended() const { return ended_; }  // <|end|>/<|eos|> seen or a stop matched
 
-  const std::string& reasoning() const { return reasoning_; }
-  const std::string& content() const { return content_; }
-  const std::vector<AssembledToolCall>& tool_calls() const { return calls_; }
-  // Every content token's log-probabilities, in order (what the deltas carried).
-  const std::vector<ContentLogprob>& content_logprobs() const { return logprobs_; }
-  int tool_call_parse_errors() const { return parse_errors_; }
+  const std::string& reasoning() const override { return reasoning_; }
+  const std::string& content() const override { return content_; }
+  const std::vector<AssembledToolCall>& tool_calls() const override { return calls_; }
+  const std::vector<ContentLogprob>& content_logprobs() const override { return logprobs_; }
+  int tool_call_parse_errors() const override { return parse_errors_; }
 
  private:
   void AppendContent(const std::string& text, OutputDelta& out);

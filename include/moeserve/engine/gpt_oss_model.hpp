@@ -5,8 +5,9 @@
 //
 // This is the single-sequence fp32 path: dense weights widen to fp32 and the
 // MXFP4 experts are dequantised once at load, so memory is 4 bytes a weight
-// (fine for test and small checkpoints, not for gpt-oss-20b). The serving
-// Engine (engine.hpp) does not host this family yet.
+// (fine for test and small checkpoints, not for gpt-oss-20b). The daemon
+// serves it through GptOssEngine (gpt_oss_engine.hpp), one forward per
+// sequence.
 //
 // Thread safety: immutable after Load(); Forward() may run concurrently on
 // distinct states.
@@ -24,6 +25,7 @@ namespace moeserve::engine {
 struct GptOssConfig {
   int hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int experts = 0, experts_per_token = 0, vocab = 0, sliding_window = 0;
+  int max_position = 4096;  // max_position_embeddings: the context window
   float rms_eps = 1e-5f, swiglu_limit = 7.0f, swiglu_alpha = 1.702f;
   bool tie_embeddings = false;
   std::vector<bool> sliding;  // per layer: banded (sliding_window) or full attention
@@ -40,9 +42,14 @@ Result<GptOssConfig> ParseGptOssConfig(const std::string& text);
 
 class GptOssModel {
  public:
-  // One sequence's attention cache: per layer, [length, kv_heads, head_dim] keys and values.
+  // One sequence's attention cache: per layer, [positions held, kv_heads,
+  // head_dim] keys and values. A banded layer holds at most about twice
+  // sliding_window positions: older ones, which no later query sees, are
+  // dropped (dropped[layer] counts them), so a long sequence's banded layers
+  // cost a bounded amount of memory.
   struct State {
     std::vector<std::vector<float>> k, v;
+    std::vector<int> dropped;
     int length = 0;
   };
 

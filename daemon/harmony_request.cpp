@@ -1,0 +1,80 @@
+#include "moeserve/daemon/harmony_request.hpp"
+
+namespace moeserve::daemon {
+
+namespace {
+
+engine::HarmonyEffort ToHarmony(ReasoningEffort e) {
+  switch (e) {
+    case ReasoningEffort::kLow:
+      return engine::HarmonyEffort::kLow;
+    case ReasoningEffort::kMedium:
+      return engine::HarmonyEffort::kMedium;
+    case ReasoningEffort::kHigh:
+      break;
+  }
+  return engine::HarmonyEffort::kHigh;
+}
+
+}  // namespace
+
+ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& req, ReasoningEffort effort,
+                                              const HarmonyServing& serving, const GrammarLimits& limits) {
+  if (req.logprobs) {
+    return ApiFail(ApiError::InvalidRequest("logprobs is not supported for gpt-oss models", "logprobs"));
+  }
+  if (req.json_object) {
+    return ApiFail(ApiError::InvalidRequest(
+        "response_format json_object and json_schema are not supported for gpt-oss models (the answer cannot be "
+        "constrained yet); describe the format in the instructions instead",
+        "response_format"));
+  }
+  // The same schema checks as moe-dsa-v1's, so a tool set is refused alike by every family.
+  for (const auto& t : req.tool_specs) {
+    auto grammar = JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
+    if (!grammar) {
+      return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
+                                              "tools[" + std::to_string(t.index) + "].function.parameters"));
+    }
+  }
+
+  HarmonyPrompt out;
+  const bool offer_tools = req.tool_choice != ToolChoice::kNone && !req.tool_specs.empty();
+  const nlohmann::ordered_json* tools = offer_tools && req.tools.is_array() ? &req.tools : nullptr;
+  if (offer_tools) {
+    for (const auto& t : req.tool_specs) {
+      if (req.tool_choice != ToolChoice::kNamed || t.name == req.tool_choice_name) out.tool_names.push_back(t.name);
+    }
+  }
+  engine::HarmonySystemOptions system;
+  system.effort = ToHarmony(effort);
+  system.current_date = serving.current_date;
+  auto prompt = engine::RenderHarmonyChat(*serving.tokenizer, req.messages, tools, system, /*add_generation_prompt=*/true);
+  if (!prompt) {
+    const std::string& field = prompt.error().field();
+    return ApiFail(ApiError::InvalidRequest(prompt.error().message(), field.empty() ? "messages" : field));
+  }
+  out.prompt = std::move(*prompt);
+
+  // A call the request demands: the server writes its header, as the
+  // renderer writes a call in the history.
+  const bool must_call = req.tool_choice == ToolChoice::kNamed || req.tool_choice == ToolChoice::kRequired;
+  if (must_call && !out.tool_names.empty()) {
+    const bool one = out.tool_names.size() == 1;
+    auto head = serving.tokenizer->Encode(one ? "commentary to=functions." + out.tool_names[0] + " " : "commentary to=functions.");
+    if (!head) return ApiFail(ApiError::Internal("encoding the call header failed: " + head.error().message()));
+    out.prefill.push_back(serving.tokens.channel);
+    out.prefill.insert(out.prefill.end(), head->begin(), head->end());
+    if (one) {
+      auto json_word = serving.tokenizer->Encode("json");
+      if (!json_word) return ApiFail(ApiError::Internal("encoding the call header failed: " + json_word.error().message()));
+      out.prefill.push_back(serving.tokens.constrain);
+      out.prefill.insert(out.prefill.end(), json_word->begin(), json_word->end());
+      out.prefill.push_back(serving.tokens.message);
+    }
+    out.prompt.insert(out.prompt.end(), out.prefill.begin(), out.prefill.end());
+  }
+  return out;
+}
+
+}  // namespace moeserve::daemon

@@ -1,0 +1,48 @@
+// A chat request as a gpt-oss prompt: the harmony rendering of the
+// request's messages and tools (engine::RenderHarmonyChat), with the checks
+// and the tool_choice handling this family needs (docs/chat-formats.md).
+//
+//   tool_choice auto      tools in the developer message; the model may call any
+//   tool_choice none      no tools rendered; a call in the output breaks the format
+//   named, or required    the prompt ends with the call's header
+//   with one tool         (`<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>`):
+//                         the model writes the arguments only
+//   required, several     the prompt ends with `<|channel|>commentary to=functions.`:
+//                         the model writes the name (one of the tools, else the
+//                         output breaks the format) and the arguments
+// Tool schemas are checked as for moe-dsa-v1 (JsonGrammar: unsatisfiable
+// schemas, and with strict unsupported keywords, are a 400), but the
+// arguments are not constrained by them. Refused with a 400 naming the
+// field: response_format json_object/json_schema and logprobs.
+//
+// Thread safety: a function over values.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moeserve/daemon/api_error.hpp"
+#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/harmony.hpp"
+#include "moeserve/engine/hf_tokenizer.hpp"
+
+namespace moeserve::daemon {
+
+// What the daemon serving a gpt-oss model renders with.
+struct HarmonyServing {
+  const engine::HfTokenizer* tokenizer = nullptr;  // the engine's; outlives every request
+  engine::HarmonyTokens tokens;
+  std::string current_date;  // "YYYY-MM-DD" in the system message; empty leaves it out
+};
+
+struct HarmonyPrompt {
+  std::vector<int> prompt;               // ends with <|start|>assistant, then `prefill`
+  std::vector<int> prefill;              // the header the server wrote (tool_choice), else empty
+  std::vector<std::string> tool_names;   // the functions the output may call
+};
+
+ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& request, ReasoningEffort effort,
+                                              const HarmonyServing& serving, const GrammarLimits& limits);
+
+}  // namespace moeserve::daemon

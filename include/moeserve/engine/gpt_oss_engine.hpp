@@ -1,0 +1,74 @@
+// The serving backend of the gpt-oss family: the StepEngine the daemon's
+// scheduler drives, over GptOssModel (gpt_oss_model.hpp).
+//
+// Each sequence owns its attention cache (GptOssModel::State, banded layers
+// trimmed to the sliding window). A step admits queued sequences while
+// max_running and the token reservation allow (prompt + max_tokens of every
+// running sequence within cache_tokens), runs up to prefill_chunk_tokens of
+// prompt prefill, and decodes one token for every other running sequence,
+// one forward per sequence (no batched kernels yet: the fp32 single-sequence
+// forward is what runs). No prefix cache.
+//
+// Harmony-aware where the moe-dsa-v1 Engine is think-span-aware: a token is
+// `reasoning` when it is in the body of an `analysis` message (counted in
+// usage.reasoning_tokens), and the thinking budget ends an analysis message
+// that reaches it by forcing `<|end|><|start|>assistant<|channel|>final<|message|>`.
+// Stops: GenerationRequest::stop_tokens, or when empty <|return|>, <|call|>
+// and config.json's eos_token_id; the stop token is emitted, then the finish.
+// `logprobs` is not computed (the daemon refuses it for this family).
+//
+// Thread safety: Submit, Cancel, Metrics and the accessors from any thread;
+// Step from one thread at a time. Step never throws; a failed forward or a
+// throwing controller fails only its sequence (kError).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/gpt_oss_model.hpp"
+#include "moeserve/engine/harmony.hpp"
+#include "moeserve/engine/hf_tokenizer.hpp"
+
+namespace moeserve::engine {
+
+struct GptOssEngineOptions {
+  int max_running = 64;
+  int max_waiting = 256;
+  int prefill_chunk_tokens = 512;
+  int64_t cache_tokens = 1 << 16;  // prompt + max_tokens reserved by running sequences, together
+  int max_context = 0;             // 0: max_position_embeddings
+};
+
+class GptOssEngine : public StepEngine {
+ public:
+  // Loads DIR (config.json, safetensors, tokenizer.json with harmony's
+  // control tokens). Errors name the file or field.
+  static Result<std::unique_ptr<GptOssEngine>> Create(const std::string& dir, const GptOssEngineOptions& options);
+  ~GptOssEngine() override;
+
+  // Errors: kInvalidArgument (empty prompt, ids outside the vocabulary,
+  // max_tokens < 1), kOutOfRange (prompt + max_tokens past the context, or
+  // past cache_tokens so it could never run), kResourceExhausted (queue full).
+  Result<SequenceId> Submit(GenerationRequest request) override;
+  void Cancel(SequenceId id) override;
+  std::vector<TokenEvent> Step() override;
+  bool HasWork() const override;
+
+  // running, waiting and cache_usage_ratio (reserved / cache_tokens); the
+  // prefix-cache and expert figures stay zero.
+  EngineMetrics Metrics() const;
+  const GptOssConfig& config() const;
+  const HfTokenizer& tokenizer() const;
+  const HarmonyTokens& harmony_tokens() const;
+  int max_context() const;
+
+ private:
+  struct Impl;
+  explicit GptOssEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moeserve::engine
