@@ -1,0 +1,263 @@
+// GptOssEngine (gpt_oss_engine.hpp) on a tiny random gpt-oss checkpoint
+// written by tools/reference/gpt_oss.py: sequences run together, with
+// chunked prefill and a queue, emit exactly the tokens of the
+// single-sequence greedy loop over GptOssModel; analysis tokens count as
+// reasoning and the thinking budget closes them into a final message; stops,
+// cancels, controller faults and refused submissions.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <unistd.h>
+
+#include "moeserve/engine/gpt_oss_engine.hpp"
+
+namespace moeserve::engine {
+namespace {
+
+std::string Root() {
+  const char* src = std::getenv("MOESERVE_SOURCE_DIR");
+  return src ? src : MOESERVE_SOURCE_DIR_DEFAULT;
+}
+
+// Two layers, one banded with a window of 4: prompts here are longer than
+// twice the window, so the banded cache is trimmed while they run.
+const std::string& ModelDir() {
+  static std::string dir = [] {
+    std::string d = ::testing::TempDir() + "/moe_gptoss_engine_" + std::to_string(::getpid());
+    std::filesystem::remove_all(d);
+    std::string cmd = "/usr/bin/python3 " + Root() + "/tools/reference/gpt_oss.py write --out " + d +
+                      " --layers 2 --window 4 --seed 5 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return d;
+  }();
+  return dir;
+}
+
+std::unique_ptr<GptOssEngine> NewEngine(GptOssEngineOptions o = {}) {
+  auto e = GptOssEngine::Create(ModelDir(), o);
+  if (!e) {
+    ADD_FAILURE() << e.error().ToString();
+    return nullptr;
+  }
+  return std::move(*e);
+}
+
+std::vector<int> Prompt(int n, int salt) {
+  std::vector<int> p;
+  uint64_t s = 1000 + static_cast<uint64_t>(salt);
+  while (static_cast<int>(p.size()) < n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p.push_back(static_cast<int>((s >> 33) % 150000));
+  }
+  return p;
+}
+
+// Runs the engine until idle; every event by sequence.
+std::map<SequenceId, std::vector<TokenEvent>> Drain(GptOssEngine& e, int max_steps = 500) {
+  std::map<SequenceId, std::vector<TokenEvent>> out;
+  for (int i = 0; i < max_steps && e.HasWork(); ++i)
+    for (auto& ev : e.Step()) out[ev.id].push_back(ev);
+  EXPECT_FALSE(e.HasWork());
+  return out;
+}
+
+std::vector<int> Tokens(const std::vector<TokenEvent>& events) {
+  std::vector<int> t;
+  for (const auto& e : events)
+    if (e.token >= 0) t.push_back(e.token);
+  return t;
+}
+
+// Masks the harmony control tokens and the rest of the reserved range, so that
+// a random model writes only text.
+class TextOnly : public DecodeController {
+ public:
+  void Mask(std::span<float> logits) override {
+    for (size_t i = 199998; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+};
+
+TEST(GptOssEngine, ConcurrentSequencesEmitTheSingleSequenceGreedyTokens) {
+  GptOssEngineOptions o;
+  o.max_running = 2;  // the third waits for a slot
+  o.prefill_chunk_tokens = 7;
+  auto e = NewEngine(o);
+  ASSERT_TRUE(e);
+  const int vocab = e->tokenizer().vocab_size();
+  auto model = GptOssModel::Load(ModelDir());
+  ASSERT_TRUE(model) << model.error().ToString();
+  const std::vector<std::vector<int>> prompts = {Prompt(5, 1), Prompt(23, 2), Prompt(17, 3)};
+  const int decode = 9;
+  std::vector<SequenceId> ids;
+  for (const auto& p : prompts) {
+    GenerationRequest r;
+    r.prompt = p;
+    r.max_tokens = decode;
+    r.sampling.temperature = 0;
+    r.stop_tokens = {-1};  // none: run to max_tokens
+    auto id = e->Submit(r);
+    ASSERT_TRUE(id) << id.error().ToString();
+    ids.push_back(*id);
+  }
+  EXPECT_EQ(e->Metrics().waiting, 3);
+  auto events = Drain(*e);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    // The reference: one sequence, whole prompt, greedy over the tokenizer's ids.
+    GptOssModel::State st = (*model)->NewState();
+    std::vector<float> logits;
+    std::vector<int> want;
+    ASSERT_TRUE((*model)->Forward(st, prompts[i], false, &logits));
+    for (int k = 0; k < decode; ++k) {
+      const int next = static_cast<int>(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
+      want.push_back(next);
+      ASSERT_TRUE((*model)->Forward(st, std::vector<int>{next}, false, &logits));
+    }
+    const auto& ev = events[ids[i]];
+    EXPECT_EQ(Tokens(ev), want) << "sequence " << i;
+    ASSERT_FALSE(ev.empty());
+    EXPECT_EQ(ev.back().finish, FinishReason::kLength);
+    EXPECT_EQ(ev.back().usage.prompt_tokens, static_cast<int>(prompts[i].size()));
+    EXPECT_EQ(ev.back().usage.completion_tokens, decode);
+    EXPECT_EQ(ev.back().usage.reasoning_tokens, 0);  // the prompts open no analysis message
+  }
+  EXPECT_EQ(e->Metrics().running, 0);
+  EXPECT_EQ(e->Metrics().cache_usage_ratio, 0.0);
+}
+
+TEST(GptOssEngine, AnalysisIsReasoningAndTheBudgetOpensTheFinalAnswer) {
+  auto e = NewEngine();
+  ASSERT_TRUE(e);
+  const HfTokenizer& tok = e->tokenizer();
+  auto prompt = tok.Encode("<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>analysis<|message|>",
+                           AddedTokenText::kMatchAll);
+  ASSERT_TRUE(prompt);
+  GenerationRequest r;
+  r.prompt = *prompt;
+  r.max_tokens = 14;
+  r.sampling.temperature = 0;
+  r.thinking_budget = 3;
+  r.controller = std::make_shared<TextOnly>();
+  auto id = e->Submit(r);
+  ASSERT_TRUE(id);
+  auto ev = Drain(*e)[*id];
+  ASSERT_EQ(Tokens(ev).size(), 14u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(ev[i].reasoning) << i;
+    EXPECT_FALSE(ev[i].forced) << i;
+  }
+  const auto close = *tok.Encode("<|end|><|start|>assistant<|channel|>final<|message|>", AddedTokenText::kMatchAll);
+  for (size_t i = 0; i < close.size(); ++i) {
+    EXPECT_EQ(ev[3 + i].token, close[i]) << i;
+    EXPECT_TRUE(ev[3 + i].forced) << i;
+    EXPECT_FALSE(ev[3 + i].reasoning) << i;
+  }
+  for (size_t i = 3 + close.size(); i < 14; ++i) EXPECT_FALSE(ev[i].reasoning) << i;  // the final answer
+  EXPECT_EQ(ev.back().usage.reasoning_tokens, 3);
+  EXPECT_EQ(ev.back().finish, FinishReason::kLength);
+}
+
+// Forces <|return|> after the first token: a forced stop token ends the sequence.
+class ReturnAfterOne : public TextOnly {
+ public:
+  explicit ReturnAfterOne(int ret) : ret_(ret) {}
+  std::vector<int> OnToken(int) override { return done_++ ? std::vector<int>{} : std::vector<int>{ret_}; }
+
+ private:
+  int ret_, done_ = 0;
+};
+
+class Throws : public DecodeController {
+ public:
+  void Mask(std::span<float>) override { throw std::runtime_error("mask exploded"); }
+};
+
+TEST(GptOssEngine, StopsCancelsAndFaultsTouchOnlyTheirSequence) {
+  auto e = NewEngine();
+  ASSERT_TRUE(e);
+  GenerationRequest base;
+  base.prompt = Prompt(6, 9);
+  base.max_tokens = 30;
+  base.sampling.temperature = 0;
+
+  GenerationRequest stop = base;
+  stop.controller = std::make_shared<ReturnAfterOne>(e->harmony_tokens().return_);
+  GenerationRequest faulty = base;
+  faulty.controller = std::make_shared<Throws>();
+  GenerationRequest cancelled = base;
+  GenerationRequest plain = base;
+  plain.max_tokens = 4;
+  plain.controller = std::make_shared<TextOnly>();
+  auto s = e->Submit(stop), f = e->Submit(faulty), c = e->Submit(cancelled), p = e->Submit(plain);
+  ASSERT_TRUE(s && f && c && p);
+  e->Cancel(*c);
+  auto ev = Drain(*e);
+
+  EXPECT_EQ(ev[*s].back().finish, FinishReason::kStop);
+  EXPECT_EQ(Tokens(ev[*s]).size(), 2u);
+  EXPECT_EQ(Tokens(ev[*s]).back(), e->harmony_tokens().return_);
+  EXPECT_EQ(ev[*s].back().usage.completion_tokens, 2);
+
+  EXPECT_EQ(ev[*f].back().finish, FinishReason::kError);
+  EXPECT_NE(ev[*f].back().error.find("mask exploded"), std::string::npos) << ev[*f].back().error;
+
+  ASSERT_EQ(ev[*c].size(), 1u);
+  EXPECT_EQ(ev[*c][0].finish, FinishReason::kCancelled);
+
+  EXPECT_EQ(ev[*p].back().finish, FinishReason::kLength);
+  EXPECT_EQ(Tokens(ev[*p]).size(), 4u);
+}
+
+TEST(GptOssEngine, RefusedSubmissionsSayWhy) {
+  GptOssEngineOptions o;
+  o.max_context = 64;
+  o.max_waiting = 1;
+  auto e = NewEngine(o);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->max_context(), 64);
+  GenerationRequest r;
+  r.max_tokens = 4;
+  auto empty = e->Submit(r);
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().code(), ErrorCode::kInvalidArgument);
+
+  r.prompt = {1, 2, e->config().vocab};
+  auto oov = e->Submit(r);
+  ASSERT_FALSE(oov);
+  EXPECT_EQ(oov.error().code(), ErrorCode::kInvalidArgument);
+
+  r.prompt = Prompt(61, 1);
+  auto too_long = e->Submit(r);
+  ASSERT_FALSE(too_long);
+  EXPECT_EQ(too_long.error().code(), ErrorCode::kOutOfRange);
+  EXPECT_NE(too_long.error().message().find("64"), std::string::npos) << too_long.error().message();
+
+  r.prompt = Prompt(8, 1);
+  ASSERT_TRUE(e->Submit(r));
+  auto full = e->Submit(r);
+  ASSERT_FALSE(full);
+  EXPECT_EQ(full.error().code(), ErrorCode::kResourceExhausted);
+}
+
+TEST(GptOssEngine, LoadRefusesANonHarmonyTokenizer) {
+  const std::string dir = ::testing::TempDir() + "/moe_gptoss_engine_notok_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(ModelDir(), dir);
+  // A tokenizer.json without harmony's control tokens (a plain BPE with two tokens).
+  {
+    std::ofstream f(dir + "/tokenizer.json");
+    f << R"({"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},
+           "post_processor":null,"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]}})";
+  }
+  auto e = GptOssEngine::Create(dir, {});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message().find("harmony"), std::string::npos) << e.error().message();
+}
+
+}  // namespace
+}  // namespace moeserve::engine
