@@ -1,0 +1,240 @@
+// daemon.gpt_oss_serve: a real moe-daemon serving a tiny random gpt-oss
+// checkpoint (tools/reference/gpt_oss.py, the o200k_harmony tokenizer beside
+// it). The model's output is noise, so these tests check the shape of the
+// answers and what the daemon did with the request: the prompt it rendered
+// (usage.prompt_tokens against the harmony renderer), streamed and
+// non-streamed answers agreeing, a named tool call opened by the server's
+// header, the official `openai` client, and clear 4xx refusals.
+// (What the output parser makes of well-formed output is in
+// daemon.harmony_serving, on scripted token streams.)
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <unistd.h>
+
+#include "daemon_harness.hpp"
+#include "moeserve/engine/harmony.hpp"
+
+namespace moeserve::daemon::testing {
+namespace {
+
+const std::string& GptOssDir() {
+  static std::string dir = [] {
+    std::string d = ::testing::TempDir() + "/moe_daemon_gptoss_" + std::to_string(::getpid());
+    std::filesystem::remove_all(d);
+    std::string cmd = "/usr/bin/python3 " + SourceRoot() + "/tools/reference/gpt_oss.py write --out " + d +
+                      " --layers 2 --window 8 --seed 3 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return d;
+  }();
+  return dir;
+}
+
+const char* kWeatherTools = R"([{"type":"function","function":{"name":"get_weather","description":"Current weather.",
+  "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+
+class GptOssServe : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    DaemonConfig c;
+    c.model = GptOssDir();
+    c.served_model_name = "gpt-oss-tiny";
+    c.port = FreeLoopbackPort();
+    c.max_context = 512;
+    c.cache_tokens = 4096;
+    c.default_max_tokens = 8;
+    c.default_reasoning_effort = ReasoningEffort::kLow;
+    c.shutdown_grace_seconds = 5;
+    daemon_ = StartDaemon(c).release();
+    port_ = daemon_ ? PortOf(*daemon_) : 0;
+    auto t = engine::HfTokenizer::FromFile(GptOssDir() + "/tokenizer.json");
+    ASSERT_TRUE(t) << t.error().ToString();
+    tok_ = new engine::HfTokenizer(std::move(*t));
+  }
+  static void TearDownTestSuite() {
+    if (daemon_) daemon_->Shutdown(1);
+    delete daemon_;
+    daemon_ = nullptr;
+    delete tok_;
+  }
+  void SetUp() override { ASSERT_NE(daemon_, nullptr); }
+
+  // What the harmony renderer makes of `messages` (+ tools) at `effort`.
+  static size_t RenderedTokens(const std::vector<engine::ChatMessage>& messages, const nlohmann::ordered_json* tools,
+                               engine::HarmonyEffort effort) {
+    engine::HarmonySystemOptions s;
+    s.effort = effort;
+    auto ids = engine::RenderHarmonyChat(*tok_, messages, tools, s, true);
+    EXPECT_TRUE(ids) << ids.error().ToString();
+    return ids ? ids->size() : 0;
+  }
+
+  inline static Daemon* daemon_ = nullptr;
+  inline static int port_ = 0;
+  inline static engine::HfTokenizer* tok_ = nullptr;
+};
+
+engine::ChatMessage User(std::string text) { return {engine::ChatRole::kUser, std::move(text), std::nullopt, {}, ""}; }
+
+TEST_F(GptOssServe, ModelsListsTheServedModel) {
+  auto r = Http(port_, "GET", "/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["data"][0]["id"], "gpt-oss-tiny");
+  EXPECT_EQ(r.Json()["data"][0]["max_model_len"], 512);
+}
+
+TEST_F(GptOssServe, ChatAnswersInTheApisShapeFromAHarmonyPrompt) {
+  json body = {{"model", "gpt-oss-tiny"}, {"messages", UserTurn("What is 2+2?")}, {"max_tokens", 6}, {"seed", 4},
+               {"reasoning_effort", "high"}};
+  auto r = Chat(port_, body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.Json();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "gpt-oss-tiny");
+  EXPECT_EQ(j["tier"], "high");
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_TRUE(choice["message"]["content"].is_string());
+  EXPECT_TRUE(choice["finish_reason"] == "stop" || choice["finish_reason"] == "length") << choice;
+  // The prompt is harmony's rendering at the request's tier.
+  EXPECT_EQ(j["usage"]["prompt_tokens"], RenderedTokens({User("What is 2+2?")}, nullptr, engine::HarmonyEffort::kHigh));
+  EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 1);
+  EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 6);
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+
+  // Streamed with the same seed: the same answer, in chunks, then usage and [DONE].
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto s = Chat(port_, body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_NE(s.headers["content-type"].find("text/event-stream"), std::string::npos);
+  auto events = s.Events();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string content, reasoning, finish;
+  json usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (!c["usage"].is_null()) usage = c["usage"];
+    for (const auto& ch : c["choices"]) {
+      content += ch["delta"].value("content", "");
+      if (ch["delta"].contains("reasoning_content")) reasoning += ch["delta"]["reasoning_content"].get<std::string>();
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+  }
+  EXPECT_EQ(content, choice["message"]["content"]);
+  EXPECT_EQ(reasoning, choice["message"]["reasoning_content"].is_null() ? "" : choice["message"]["reasoning_content"]);
+  EXPECT_EQ(finish, choice["finish_reason"]);
+  EXPECT_EQ(usage, j["usage"]);
+}
+
+TEST_F(GptOssServe, NamedToolChoiceOpensTheCallInThePrompt) {
+  const auto tools = nlohmann::ordered_json::parse(kWeatherTools);
+  json body = {{"messages", UserTurn("Weather in Oslo?")},
+               {"tools", json::parse(kWeatherTools)},
+               {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+               {"max_tokens", 5},
+               {"seed", 2}};
+  auto r = Chat(port_, body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.Json();
+  const json& msg = j["choices"][0]["message"];
+  ASSERT_TRUE(msg["tool_calls"].is_array()) << j;
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  // The prompt: harmony's rendering with the tools, then the call header the server wrote.
+  const auto header = *tok_->Encode("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>",
+                                    engine::AddedTokenText::kMatchAll);
+  EXPECT_EQ(j["usage"]["prompt_tokens"],
+            RenderedTokens({User("Weather in Oslo?")}, &tools, engine::HarmonyEffort::kLow) + header.size());
+
+  // Streamed: the call's id and name come first, then argument pieces adding up to the same text.
+  body["stream"] = true;
+  auto s = Chat(port_, body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string args, first_name, first_id;
+  for (const auto& e : s.Events()) {
+    if (e == "[DONE]") break;
+    const json chunk = json::parse(e);  // held: a range-for over a member of a temporary reads freed memory
+    for (const auto& ch : chunk["choices"]) {
+      if (!ch["delta"].contains("tool_calls")) continue;
+      for (const auto& tc : ch["delta"]["tool_calls"]) {
+        EXPECT_EQ(tc["index"], 0);
+        if (tc.contains("id") && first_id.empty()) {
+          first_id = tc["id"];
+          first_name = tc["function"]["name"];
+        }
+        args += tc["function"]["arguments"].get<std::string>();
+      }
+    }
+  }
+  EXPECT_EQ(first_name, "get_weather");
+  EXPECT_EQ(first_id, msg["tool_calls"][0]["id"]);  // same seed and prompt, same id
+  EXPECT_EQ(args, msg["tool_calls"][0]["function"]["arguments"]);
+}
+
+TEST_F(GptOssServe, ConcurrentRequestsAllAnswer) {
+  std::vector<std::future<HttpResponse>> runs;
+  for (int i = 0; i < 4; ++i) {
+    runs.push_back(std::async(std::launch::async, [i] {
+      return Chat(port_, {{"messages", UserTurn("request " + std::to_string(i))}, {"max_tokens", 4 + i}, {"seed", i}});
+    }));
+  }
+  for (auto& f : runs) {
+    auto r = f.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_LE(r.Json()["usage"]["completion_tokens"].get<int>(), 7);
+  }
+}
+
+TEST_F(GptOssServe, HostileRequestsGetClearErrors) {
+  auto expect_400 = [](const HttpResponse& r, const std::string& code, const std::string& param) {
+    EXPECT_EQ(r.status, 400) << r.body;
+    json e = r.Json()["error"];
+    EXPECT_EQ(e["code"], code) << r.body;
+    if (!param.empty()) EXPECT_EQ(e["param"], param) << r.body;
+    EXPECT_FALSE(e["message"].get<std::string>().empty());
+  };
+  // A tool schema nothing satisfies.
+  expect_400(Chat(port_, {{"messages", UserTurn("hi")},
+                          {"tools", json::parse(R"([{"type":"function","function":{"name":"f","parameters":
+                               {"type":"object","properties":{"n":{"type":"integer","minimum":5,"maximum":1}}}}}])")}}),
+             "invalid_request_error", "tools[0].function.parameters");
+  // Parameters that are not a schema object.
+  auto not_schema = Chat(port_, {{"messages", UserTurn("hi")},
+                                 {"tools", json::parse(R"([{"type":"function","function":{"name":"f","parameters":"x"}}])")}});
+  EXPECT_EQ(not_schema.status, 400) << not_schema.body;
+  // A prompt longer than the context window (512 tokens here).
+  std::string longtext;
+  for (int i = 0; i < 800; ++i) longtext += "word" + std::to_string(i) + " ";
+  expect_400(Chat(port_, {{"messages", UserTurn(longtext)}}), "context_length_exceeded", "");
+  expect_400(Chat(port_, {{"messages", UserTurn("hi")}, {"max_tokens", 100000}}), "context_length_exceeded", "");
+  // What this family does not support is refused, not ignored.
+  expect_400(Chat(port_, {{"messages", UserTurn("hi")}, {"logprobs", true}}), "invalid_request_error", "logprobs");
+  expect_400(Chat(port_, {{"messages", UserTurn("hi")}, {"response_format", {{"type", "json_object"}}}}),
+             "invalid_request_error", "response_format");
+  // A tool result answering no call.
+  expect_400(Chat(port_, {{"messages", json::array({{{"role", "user"}, {"content", "hi"}},
+                                                   {{"role", "tool"}, {"tool_call_id", "call_x"}, {"content", "1"}}})}}),
+             "invalid_tool_history", "");
+  // Server-kept sessions render in moe-dsa-v1's format: refused for gpt-oss.
+  auto session = Http(port_, "POST", "/v1/sessions", "{}");
+  EXPECT_EQ(session.status, 400) << session.body;
+  EXPECT_NE(session.body.find("gpt-oss"), std::string::npos) << session.body;
+  // The daemon still serves after all that.
+  EXPECT_EQ(Chat(port_, {{"messages", UserTurn("hi")}, {"max_tokens", 2}}).status, 200);
+}
+
+TEST_F(GptOssServe, OfficialOpenAiClient) {
+  if (!OpenAiClientInstalled()) GTEST_SKIP() << "node or the openai npm package is missing (scripts/setup installs them)";
+  auto run = RunOpenAiClientScript("tests/daemon/openai_gpt_oss.mjs", daemon_->url() + "/v1");
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("all checks passed"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace moeserve::daemon::testing

@@ -1,0 +1,72 @@
+// Drives moe-daemon serving a tiny random gpt-oss checkpoint with the official
+// `openai` npm client: non-streamed and streamed chat agree, a named tool
+// call (the server writes its harmony header), the tool-result turn, and the
+// family's refusals as typed errors. The model's text is noise; the shapes
+// and the agreement are what is checked.
+// Usage: node openai_gpt_oss.mjs BASE_URL (e.g. http://127.0.0.1:8000/v1)
+import OpenAI from "openai";
+import assert from "node:assert/strict";
+
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: "sk-openai-test", maxRetries: 0, timeout: 60000 });
+const model = (await client.models.list()).data[0].id;
+const tools = [{
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "Current weather",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  },
+}];
+
+const plain = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Hello" }], max_tokens: 6, seed: 3, reasoning_effort: "low",
+});
+assert.equal(plain.object, "chat.completion");
+assert.equal(plain.choices[0].message.role, "assistant");
+assert.ok(["stop", "length"].includes(plain.choices[0].finish_reason));
+assert.equal(plain.usage.total_tokens, plain.usage.prompt_tokens + plain.usage.completion_tokens);
+
+const stream = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Hello" }], max_tokens: 6, seed: 3, reasoning_effort: "low",
+  stream: true, stream_options: { include_usage: true },
+});
+let content = "", reasoning = "", finish = null, usage = null;
+for await (const chunk of stream) {
+  if (chunk.usage) usage = chunk.usage;
+  for (const c of chunk.choices) {
+    content += c.delta.content ?? "";
+    reasoning += c.delta.reasoning_content ?? "";
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+}
+assert.equal(content, plain.choices[0].message.content ?? "");
+assert.equal(reasoning, plain.choices[0].message.reasoning_content ?? "");
+assert.equal(finish, plain.choices[0].finish_reason);
+assert.deepEqual(usage, plain.usage);
+
+const messages = [{ role: "user", content: "Weather in Oslo?" }];
+const named = { type: "function", function: { name: "get_weather" } };
+const forced = await client.chat.completions.create({ model, messages, tools, tool_choice: named, max_tokens: 5, seed: 9 });
+const call = forced.choices[0].message.tool_calls[0];
+assert.equal(call.function.name, "get_weather");
+assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+
+// The stream helper reassembles the streamed call into the same message.
+const runner = client.beta.chat.completions.stream({ model, messages, tools, tool_choice: named, max_tokens: 5, seed: 9 });
+const final = await runner.finalChatCompletion();
+assert.equal(final.choices[0].message.tool_calls[0].id, call.id);
+assert.equal(final.choices[0].message.tool_calls[0].function.arguments, call.function.arguments);
+
+messages.push(forced.choices[0].message);
+messages.push({ role: "tool", tool_call_id: call.id, content: "{\"c\":3}" });
+const answer = await client.chat.completions.create({ model, messages, tools, max_tokens: 4, seed: 1 });
+assert.ok(answer.usage.prompt_tokens > forced.usage.prompt_tokens);
+
+await assert.rejects(
+  client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], logprobs: true }),
+  (e) => e.status === 400 && e.param === "logprobs");
+await assert.rejects(
+  client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }),
+  (e) => e.status === 404 && e.code === "model_not_found");
+
+console.log("openai client on gpt-oss: all checks passed");
