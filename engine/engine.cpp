@@ -99,6 +99,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
   impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes, 4096, std::clamp(options.prefix_pin_share, 0.0, 1.0));
   ModelOptions mo;
   mo.kernels = options.kernels;
+  mo.bf16_activations = options.bf16_activations;
   mo.ep_rank = options.ep_rank;
   mo.ep_world = options.ep_world;
   MOE_ASSIGN_OR_RETURN(impl->model, Model::Load(model_dir, mo));

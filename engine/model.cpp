@@ -23,7 +23,9 @@ void Model::set_options(const ModelOptions& o) {
   // runs. kAuto's prefill form goes with them (model.hpp): the reference
   // kernels run the spec's expanded form, the fast ones the absorbed form.
   const bool reference = o.kernels == KernelChoice::kReference;
-  kernels_ = &kernels::Kernels(reference ? kernels::Isa::kReference : kernels::BestIsa());
+  kernels_ = reference ? &kernels::Kernels(kernels::Isa::kReference)
+             : o.bf16_activations ? &kernels::KernelsWithBf16Activations(kernels::BestIsa())
+                                  : &kernels::Kernels(kernels::BestIsa());
   absorbed_prefill_ = o.mla_form == MlaForm::kAbsorbed || (o.mla_form == MlaForm::kAuto && !reference);
 }
 

@@ -1,10 +1,13 @@
 // Google Benchmark for the CPU kernels at flagship-like shapes, every variant
 // this CPU supports: MXFP4 matmul at batch 1 and 512 (the batch-512 runs are
-// kept to few iterations), F32 matmul, RMSNorm. Counters: bytes/s (weights +
+// kept to few iterations), F32 matmul, RMSNorm; on AVX-512, the prefill GEMMs
+// with BF16-rounded activations (matmul_*_bf16act) beside the fp32 ones. Counters: bytes/s (weights +
 // activations read) and FLOP/s.
 #include <benchmark/benchmark.h>
 
+#include <bit>
 #include <string>
+#include <vector>
 
 #include "../kernels/shapes.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
@@ -40,6 +43,41 @@ void BM_Mxfp4MatMul(benchmark::State& st, mk::Isa isa, size_t out, size_t in, si
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));
+}
+
+// The prefill GEMMs with BF16-rounded activations (bf16_activations.hpp):
+// MXFP4 or BF16 weights at a prefill batch; on AVX-512 with avx512_bf16 the
+// vdpbf16ps GEMM, whose ceiling is twice the fp32 FMA peak.
+void BM_Mxfp4MatMulBf16Act(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
+  const mb::Mxfp4Matrix m = mb::RandomMxfp4(out, in, 1);
+  std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
+  const mk::KernelSet& k = mk::Kernels(isa);
+  for (auto _ : st) {
+    k.matmul_mxfp4_bf16act(m.view(), x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));
+}
+
+std::vector<uint16_t> RandomBf16(size_t count, uint32_t seed) {
+  const std::vector<float> f = mb::RandomFloats(count, seed);
+  std::vector<uint16_t> w(count);
+  for (size_t i = 0; i < count; ++i) w[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(f[i]) >> 16);
+  return w;
+}
+
+// BF16 weights at a prefill batch: the fp32 path (matmul_bf16: widen, fp32
+// GEMM) or the BF16-activation one.
+void BM_Bf16MatMul(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n, bool bf16act) {
+  const std::vector<uint16_t> w = RandomBf16(out * in, 7);
+  std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
+  const mk::KernelSet& k = mk::Kernels(isa);
+  for (auto _ : st) {
+    if (bf16act) k.matmul_bf16_bf16act(w.data(), out, in, x.data(), n, y.data());
+    else k.matmul_bf16(w.data(), out, in, x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetCounters(st, 2.0 * static_cast<double>(out * in) + 4.0 * static_cast<double>(n * in), mb::MatMulFlops(out, in, n));
 }
 
 void BM_F32MatMul(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
@@ -95,6 +133,35 @@ int Register() {
           ->Iterations(3)
           ->UseRealTime();
     benchmark::RegisterBenchmark(("rms_norm/" + v + "/7168").c_str(), BM_RmsNorm, isa, size_t{7168});
+    if (isa != mk::Isa::kAvx512) continue;  // elsewhere the bf16act rows are the fp32 GEMM again
+    // Flagship shapes at batch 512, and the small preset's expert (w13:
+    // 768 x 1024) at 512 and at 64 rows (a 512-token chunk over 32 experts,
+    // 4 each) and its 1024 x 1024-class projections with BF16 weights.
+    for (const auto& s : mb::kMxfp4Shapes)
+      benchmark::RegisterBenchmark(("mxfp4_matmul_bf16act/" + v + "/" + s.name + "/n512").c_str(), BM_Mxfp4MatMulBf16Act,
+                                   isa, s.out, s.in, size_t{512})
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(3)
+          ->UseRealTime();
+    for (size_t n : {size_t{512}, size_t{64}}) {
+      benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/768x1024/n" + std::to_string(n)).c_str(), BM_Mxfp4MatMul, isa,
+                                   size_t{768}, size_t{1024}, n)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("mxfp4_matmul_bf16act/" + v + "/768x1024/n" + std::to_string(n)).c_str(),
+                                   BM_Mxfp4MatMulBf16Act, isa, size_t{768}, size_t{1024}, n)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
+    }
+    for (bool bf16act : {false, true})
+      benchmark::RegisterBenchmark(
+          ((bf16act ? "bf16_matmul_bf16act/" : "bf16_matmul/") + v + "/1024x1024/n512").c_str(), BM_Bf16MatMul, isa,
+          size_t{1024}, size_t{1024}, size_t{512}, bf16act)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
   }
   return 0;
 }

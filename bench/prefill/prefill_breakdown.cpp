@@ -12,7 +12,9 @@
 // for a product; the attention form that ran; see ForwardProfile).
 //
 // Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512]
-//                      [--kernels fast|reference] [--no-ceilings]
+//                      [--kernels fast|reference] [--bf16-activations] [--no-ceilings]
+// --bf16-activations: the prefill GEMMs with BF16-rounded activations
+// (ModelOptions::bf16_activations).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,7 +102,7 @@ int main(int argc, char** argv) {
   std::string model_path;
   std::vector<int> lengths = {512, 4096};
   int chunk = 512;
-  bool reference = false, ceilings = true;
+  bool reference = false, ceilings = true, bf16act = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model_path = argv[++i];
@@ -108,9 +110,10 @@ int main(int argc, char** argv) {
     else if (a == "--chunk" && i + 1 < argc) chunk = std::atoi(argv[++i]);
     else if (a == "--kernels" && i + 1 < argc) reference = std::string(argv[++i]) == "reference";
     else if (a == "--no-ceilings") ceilings = false;
+    else if (a == "--bf16-activations") bf16act = true;
     else {
       std::fprintf(stderr, "usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512] "
-                           "[--kernels fast|reference] [--no-ceilings]\n");
+                           "[--kernels fast|reference] [--bf16-activations] [--no-ceilings]\n");
       return 2;
     }
   }
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
   }
   me::ModelOptions mo;
   mo.kernels = reference ? me::KernelChoice::kReference : me::KernelChoice::kFast;
+  mo.bf16_activations = bf16act;
   auto model = me::Model::Load(*dir, mo);
   if (!model) {
     std::fprintf(stderr, "load: %s\n", model.error().ToString().c_str());
@@ -150,7 +154,9 @@ int main(int argc, char** argv) {
     c.dot = mb::Bf16DotPeak(threads);
     c.bw = mk::MeasureReadBandwidth(128, 1.0, 12).best_bytes_per_s;
   }
-  const mk::KernelSet& ks = mk::Kernels(reference ? mk::Isa::kReference : mk::BestIsa());
+  const mk::KernelSet& ks = reference ? mk::Kernels(mk::Isa::kReference)
+                            : bf16act  ? mk::KernelsWithBf16Activations(mk::BestIsa())
+                                       : mk::Kernels(mk::BestIsa());
   std::printf("bench_prefill: %s, %d threads, kernels %s (%s, %s); chunks of %d tokens\n", model_path.c_str(), threads,
               mk::IsaName(ks.isa), ks.matmul_mxfp4.name, ks.matmul_bf16.name, chunk);
   std::printf("ceilings: fp32 FMA peak %.1f GFLOP/s, BF16 dot peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", c.fma / 1e9,

@@ -50,7 +50,8 @@ int Usage(const std::string& msg) {
                "               [--max-tokens N] [--temperature T]\n"
                "               [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
-               "               [--thinking-budget N] [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS|auto]\n");
+               "               [--thinking-budget N] [--kernels fast|reference] [--bf16-activations] [--ignore-eos]\n"
+               "               [--read-bw GBPS|auto]\n");
   return 2;
 }
 
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
-  bool ignore_eos = false, print_ids = false;
+  bool ignore_eos = false, print_ids = false, bf16_activations = false;
   std::vector<int> prompt_ids;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
     std::string v;
     if (a == "--ignore-eos") { ignore_eos = true; continue; }
     if (a == "--print-ids") { print_ids = true; continue; }
+    if (a == "--bf16-activations") { bf16_activations = true; continue; }
     if (a == "--help" || a == "-h") return Usage("");
     v = next();
     if (v == "\x01") return Usage(a + " needs a value");
@@ -167,6 +169,7 @@ int main(int argc, char** argv) {
   if (!dir) return std::fprintf(stderr, "moe-run: %s\n", dir.error().ToString().c_str()), 1;
   EngineOptions eo;
   eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
+  eo.bf16_activations = bf16_activations;
   eo.cache_tokens = 1 << 15;
   auto engine = Engine::Create(*dir, eo);
   if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;

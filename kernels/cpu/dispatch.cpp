@@ -112,6 +112,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(mxfp4_matvec_scalar),
         MOESERVE_ENTRY(mxfp4_gemm_scalar),
         MOESERVE_ENTRY(f32_matmul_cols_scalar),
+        MOESERVE_NAMED(MatMulMxfp4Bf16ActRef, "matmul_mxfp4_bf16act_ref"),
+        MOESERVE_NAMED(MatMulBf16Bf16ActRef, "matmul_bf16_bf16act_ref"),
     },
     {
         Isa::kScalar,
@@ -131,6 +133,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(mxfp4_matvec_scalar),
         MOESERVE_ENTRY(mxfp4_gemm_scalar),
         MOESERVE_ENTRY(f32_matmul_cols_scalar),
+        MOESERVE_ENTRY(matmul_mxfp4_bf16act_scalar),
+        MOESERVE_ENTRY(matmul_bf16_bf16act_scalar),
     },
     {
         Isa::kAvx2,
@@ -150,6 +154,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(mxfp4_matvec_avx2),
         MOESERVE_ENTRY(mxfp4_gemm_avx2),
         MOESERVE_ENTRY(f32_matmul_cols_avx2),
+        MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx2),
+        MOESERVE_ENTRY(matmul_bf16_bf16act_avx2),
     },
     {
         Isa::kAvx512,
@@ -169,6 +175,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(mxfp4_matvec_avx512),
         MOESERVE_ENTRY(mxfp4_gemm_avx512),
         MOESERVE_ENTRY(f32_matmul_cols_avx512),
+        MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx512),
+        MOESERVE_ENTRY(matmul_bf16_bf16act_avx512),
     },
 };
 
@@ -176,6 +184,33 @@ constexpr KernelSet kSets[kIsaCount] = {
 #undef MOESERVE_NAMED
 
 constexpr Isa kAll[kIsaCount] = {Isa::kReference, Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+
+// matmul_mxfp4 / matmul_bf16 of KernelsWithBf16Activations(isa).
+template <Isa isa>
+void MatMulMxfp4Bf16From(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  const KernelSet& k = kSets[static_cast<int>(isa)];
+  (n >= kBf16ActMinRows ? k.matmul_mxfp4_bf16act : k.matmul_mxfp4)(w, X, n, Y);
+}
+template <Isa isa>
+void MatMulBf16Bf16From(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
+  const KernelSet& k = kSets[static_cast<int>(isa)];
+  (n >= kBf16ActMinRows ? k.matmul_bf16_bf16act : k.matmul_bf16)(W, out, in, X, n, Y);
+}
+
+template <Isa isa>
+constexpr KernelSet WithBf16Activations(const char* mxfp4_name, const char* bf16_name) {
+  KernelSet s = kSets[static_cast<int>(isa)];
+  s.matmul_mxfp4 = {MatMulMxfp4Bf16From<isa>, mxfp4_name};
+  s.matmul_bf16 = {MatMulBf16Bf16From<isa>, bf16_name};
+  return s;
+}
+
+constexpr KernelSet kBf16ActSets[kIsaCount] = {
+    WithBf16Activations<Isa::kReference>("matmul_mxfp4_ref+bf16act", "matmul_bf16_ref+bf16act"),
+    WithBf16Activations<Isa::kScalar>("matmul_mxfp4_scalar+bf16act", "matmul_bf16_scalar+bf16act"),
+    WithBf16Activations<Isa::kAvx2>("matmul_mxfp4_avx2+bf16act", "matmul_bf16_avx2+bf16act"),
+    WithBf16Activations<Isa::kAvx512>("matmul_mxfp4_avx512+bf16act", "matmul_bf16_avx512+bf16act"),
+};
 
 }  // namespace
 
@@ -225,6 +260,11 @@ const KernelSet& Kernels(Isa isa) {
     std::abort();
   }
   return kSets[static_cast<int>(isa)];
+}
+
+const KernelSet& KernelsWithBf16Activations(Isa isa) {
+  Kernels(isa);  // refuses what this CPU cannot run
+  return kBf16ActSets[static_cast<int>(isa)];
 }
 
 }  // namespace moeserve::kernels

@@ -79,6 +79,26 @@ MOESERVE_DECLARE_VECTOR(avx2)
 MOESERVE_DECLARE_VECTOR(avx512)
 #undef MOESERVE_DECLARE_VECTOR
 
+// Products with BF16-rounded activations (bf16_activations.hpp): the scalar
+// and AVX2 variants round and call their set's products; AVX-512 dispatches to
+// the vdpbf16ps GEMM (matmul_bf16dot.cpp) when the CPU has avx512_bf16.
+#define MOESERVE_DECLARE_BF16ACT(sfx)                                                                            \
+  void matmul_mxfp4_bf16act_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);                  \
+  void matmul_bf16_bf16act_##sfx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
+MOESERVE_DECLARE_BF16ACT(scalar)
+MOESERVE_DECLARE_BF16ACT(avx2)
+MOESERVE_DECLARE_BF16ACT(avx512)
+#undef MOESERVE_DECLARE_BF16ACT
+// The vdpbf16ps building blocks (matmul_bf16dot.cpp; AVX-512 F/BW + BF16
+// only). X as BF16 rows of stride ldx (even, >= in, zero past in); the
+// GEMMs write columns [o_begin, o_end) of Y (o_begin a multiple of 32 for
+// the fast MXFP4 panel decode; others are decoded row by row).
+void round_bf16_rows_avx512bf16(const float* X, size_t n, size_t in, uint16_t* Xb, size_t ldx);
+void mxfp4_gemm_bf16dot(const Mxfp4PackedView& w, const uint16_t* Xb, size_t ldx, size_t n, float* Y, size_t o_begin,
+                        size_t o_end);
+void bf16_gemm_bf16dot(const uint16_t* W, size_t out, size_t in, const uint16_t* Xb, size_t ldx, size_t n, float* Y,
+                       size_t o_begin, size_t o_end);
+
 // 2^(s-127) for an E8M0 scale byte (255 gives +inf here; loaders refuse it),
 // and half of it (for kernels that look up twice the E2M1 value).
 struct E8M0Table {

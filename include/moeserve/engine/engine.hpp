@@ -130,6 +130,7 @@ struct EngineOptions {
   // past it, and when the KV pool needs room, pins give way.
   double prefix_pin_share = 0.5;
   KernelChoice kernels = KernelChoice::kFast;
+  bool bf16_activations = false;     // ModelOptions::bf16_activations (prefill GEMMs in BF16)
   int threads = 0;                   // kernel threads, 0: all cores (MOESERVE_CPU_THREADS wins; fixed at first use)
   int max_context = 0;               // 0: the model's max_position_embeddings
   // Expert parallelism led by this engine (rank 0) or followed (ranks > 0):

@@ -45,6 +45,16 @@ struct ModelOptions {
   DeltaForm delta_form = DeltaForm::kAuto;
   int delta_chunk = 64;  // chunk length of the WY form
   KernelChoice kernels = KernelChoice::kFast;
+  // With the fast kernels: the products of kernels::kBf16ActMinRows (32) or
+  // more rows with MXFP4 or BF16 weights (prefill) take BF16-rounded
+  // activations (kernels/bf16_activations.hpp: vdpbf16ps where the CPU has
+  // avx512_bf16), about twice the fp32 GEMMs' speed. Off by default: the
+  // rounding (2^-8 of each activation) is a BF16 path in the sense of
+  // docs/model-format.md section 10, outside the fp32 path's 1e-3 bound on
+  // the random test models (measured up to 0.6 of max|logit| at late
+  // positions of a 300-token prefill; 6e-3 at the first). The reference
+  // kernels stay fp32 whatever this says.
+  bool bf16_activations = false;
   // Expert parallelism: this rank loads only its experts and every MoE layer
   // runs across the group (moe_parallel.cpp). Every rank must then call
   // Forward with the same segments, in the same order. Not owned; must

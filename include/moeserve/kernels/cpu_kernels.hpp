@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
@@ -72,6 +73,9 @@ struct Kernel {
 using MatMulF32Fn = void (*)(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y);
 using MatMulBf16Fn = void (*)(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
 using MatMulMxfp4Fn = void (*)(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
+// The same products with X rounded to BF16 (bf16_activations.hpp): the
+// families matmul_mxfp4_bf16act and matmul_bf16_bf16act share these two
+// signatures; on AVX-512 with avx512_bf16 they run vdpbf16ps.
 // Several matrix-vector products in one parallel pass (each job as alone, bit
 // for bit): a decode step's projections of one input, or its routed experts.
 using MatVecBf16ManyFn = void (*)(std::span<const Bf16MatVecJob> jobs, size_t n);
@@ -131,12 +135,23 @@ struct KernelSet {
   Kernel<Mxfp4MatVecFn> mxfp4_matvec;
   Kernel<Mxfp4GemmFn> mxfp4_gemm;
   Kernel<F32MatMulColsFn> f32_matmul_cols;
+  // Products with BF16-rounded activations (prefill GEMMs).
+  Kernel<MatMulMxfp4Fn> matmul_mxfp4_bf16act;
+  Kernel<MatMulBf16Fn> matmul_bf16_bf16act;
 };
 
 // The set for isa. isa must be supported (IsaSupported): asking for a set
 // this CPU cannot run aborts with a message rather than fault later on an
 // illegal instruction, or quietly run another variant.
 const KernelSet& Kernels(Isa isa);
+
+// The set for isa with its matmul_mxfp4 and matmul_bf16 entries taking
+// BF16-rounded activations from kBf16ActMinRows rows up (the
+// matmul_*_bf16act families; fewer rows, the set's own products): what a
+// caller that accepts BF16 activation rounding in its prefill GEMMs uses.
+// Names: "<family>_<isa>+bf16act". Refuses an unsupported isa as Kernels().
+inline constexpr size_t kBf16ActMinRows = 32;
+const KernelSet& KernelsWithBf16Activations(Isa isa);
 
 // Calls fn(family, variant name, whether the entry has a function) for every
 // entry of a set, in declaration order (for tests and reports that walk all
@@ -159,6 +174,8 @@ void ForEachKernel(const KernelSet& k, Fn&& fn) {
   fn("mxfp4_matvec", k.mxfp4_matvec.name, k.mxfp4_matvec.fn != nullptr);
   fn("mxfp4_gemm", k.mxfp4_gemm.name, k.mxfp4_gemm.fn != nullptr);
   fn("f32_matmul_cols", k.f32_matmul_cols.name, k.f32_matmul_cols.fn != nullptr);
+  fn("matmul_mxfp4_bf16act", k.matmul_mxfp4_bf16act.name, k.matmul_mxfp4_bf16act.fn != nullptr);
+  fn("matmul_bf16_bf16act", k.matmul_bf16_bf16act.name, k.matmul_bf16_bf16act.fn != nullptr);
 }
 
 }  // namespace moeserve::kernels
