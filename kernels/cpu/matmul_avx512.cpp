@@ -244,9 +244,50 @@ void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int8_t* parts, f
     }
 }
 
+namespace {
+
+// One 16-row group's elements [k0, k0 + kc) into 16 columns of a k-major
+// panel (stride kNR), the same fp32 values as DecodePackedRow (E2M1 value
+// times the E8M0 scale) 16 rows per vector: in a 64-byte line of codes,
+// 32-bit lane r holds row r's elements 8c .. 8c + 7 of a block (low nibbles
+// 8c + j, high 8c + 4 + j), and vpermps reads only an index's low 4 bits,
+// so a shift selects each nibble (instead of one scalar decode and one
+// strided store per element).
+inline void DecodeGroupPanel(const Mxfp4PackedView& w, size_t g, size_t k0, size_t kc, float* dst) {
+  const size_t nb = w.in / 32;
+  const __m512 lut = _mm512_loadu_ps(kE2M1Values);
+  for (size_t b = k0 / 32; b < (k0 + kc) / 32; ++b) {
+    const uint8_t* codes = w.codes + (g * nb + b) * 256;
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + (g * nb + b) * 16)));
+    const __m512 sc = _mm512_castsi512_ps(_mm512_mask_mov_epi32(
+        _mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000)));
+    float* d = dst + (b * 32 - k0) * kNR;
+#pragma GCC unroll 4
+    for (size_t c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_load_si512(codes + c * 64);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        _mm512_store_ps(d + (8 * c + j) * kNR, _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * j), lut), sc));
+        _mm512_store_ps(d + (8 * c + 4 + j) * kNR,
+                        _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * j + 4), lut), sc));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void mxfp4_gemm_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
   auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
-    DecodePackedPanel(w, o0, nr, k0, kc, Wp, kNR);
+
+    if (o0 % kMxfp4PackRows != 0) return DecodePackedPanel(w, o0, nr, k0, kc, Wp, kNR);
+    for (size_t half = 0; half < 2; ++half) {
+      if (half * 16 < nr) {
+        DecodeGroupPanel(w, o0 / kMxfp4PackRows + half, k0, kc, Wp + half * 16);
+      } else {
+        for (size_t k = 0; k < kc; ++k) _mm512_store_ps(Wp + k * kNR + half * 16, _mm512_setzero_ps());
+      }
+    }
   };
   Gemm(pack, w.out, w.in, X, n, Y, o_begin, o_end);
 }
