@@ -196,17 +196,32 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
     std::vector<float> scores, index_scores;
     std::vector<int> keys;
+    // The indexer's scores of up to kIndexerBlock sparse rows [block_r0,
+    // block_r0 + block_n), one pass over the cached keys for all of them
+    // (indexer_scores_batch); rows after a sparse row are sparse too.
+    constexpr int kIndexerBlock = 16;
+    int block_r0 = 0, block_n = 0;
+    size_t block_ld = 0;
+    std::vector<int> block_keys;
+    const auto score_block = [&](int r) {
+      block_r0 = r;
+      block_n = std::min(kIndexerBlock, seg.row0 + seg.n - r);
+      block_keys.resize(static_cast<size_t>(block_n));
+      for (int b = 0; b < block_n; ++b) block_keys[static_cast<size_t>(b)] = static_cast<int>(seg.pos0 + (r + b - seg.row0) + 1);
+      block_ld = static_cast<size_t>(block_keys.back());
+      index_scores.resize(static_cast<size_t>(block_n) * block_ld);
+      kc.indexer_scores_batch(&iq[static_cast<size_t>(r) * IH * ID], &iw[static_cast<size_t>(r) * IH], block_n, IH, ID,
+                              rows.data(), off_ik, block_keys.data(), index_scores.data(), block_ld);
+    };
     // Which keys the query at row r sees: all s <= pos, or the indexer's top
     // k (sparse; then `keys` holds them). Records the set when tracing.
     const auto select_keys = [&](int r, int64_t pos) {
       const bool sparse = dsa && pos + 1 > cfg.dsa.index_topk;
       if (sparse) {
-        index_scores.resize(static_cast<size_t>(pos + 1));
-        const float* iqr = &iq[static_cast<size_t>(r) * IH * ID];
-        const float* iwr = &iw[static_cast<size_t>(r) * IH];
-        kc.indexer_scores(iqr, iwr, IH, ID, rows.data(), off_ik, static_cast<int>(pos + 1), index_scores.data());
+        if (r < block_r0 || r >= block_r0 + block_n) score_block(r);
+        const float* row_scores = &index_scores[static_cast<size_t>(r - block_r0) * block_ld];
         keys.resize(static_cast<size_t>(cfg.dsa.index_topk));
-        kernels::TopKIndices(index_scores.data(), static_cast<int>(pos + 1), cfg.dsa.index_topk, keys.data());
+        kernels::TopKIndices(row_scores, static_cast<int>(pos + 1), cfg.dsa.index_topk, keys.data());
         // Scores: a dot of ID per head and cached row, then the head weights.
         clock.Mark(ProfilePart::kIndexer, 2.0 * IH * (ID + 1) * static_cast<double>(pos + 1));
       } else {

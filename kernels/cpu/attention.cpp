@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -427,7 +428,104 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
   });
 }
 
+#if defined(__x86_64__)
+// Query q's scores over keys [kb, kb + 32): the keys' rows transposed in Kt
+// (Kt[d * 32 + j] = key kb + j, element d), each head's dot products for 32
+// keys in two vectors (one lane per key), HN heads at a time so that each
+// piece of Kt is loaded once for them.
+template <int HN>
+__attribute__((target("avx512f"))) inline void IndexerHeadsAvx512(const float* Kt, const float* iq, const float* w,
+                                                                  int dim, __m512& I0, __m512& I1) {
+  __m512 a0[HN], a1[HN];
+#pragma GCC unroll 4
+  for (int i = 0; i < HN; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+  for (int d = 0; d < dim; ++d) {
+    const __m512 k0 = _mm512_load_ps(Kt + d * 32), k1 = _mm512_load_ps(Kt + d * 32 + 16);
+#pragma GCC unroll 4
+    for (int i = 0; i < HN; ++i) {
+      const __m512 x = _mm512_set1_ps(iq[static_cast<size_t>(i) * dim + d]);
+      a0[i] = _mm512_fmadd_ps(x, k0, a0[i]);
+      a1[i] = _mm512_fmadd_ps(x, k1, a1[i]);
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int i = 0; i < HN; ++i) {
+    const __m512 wi = _mm512_set1_ps(w[i]);
+    I0 = _mm512_fmadd_ps(wi, _mm512_max_ps(a0[i], zero), I0);
+    I1 = _mm512_fmadd_ps(wi, _mm512_max_ps(a1[i], zero), I1);
+  }
+}
+
+__attribute__((target("avx512f"))) void IndexerBatchAvx512(const float* iq, const float* w, int queries, int heads,
+                                                          int dim, const float* const* rows, size_t offset,
+                                                          const int* n, float* scores, size_t ld, int b, int e,
+                                                          float* Kt) {
+  for (int kb = b; kb < e; kb += 32) {
+    const int nk = std::min(32, e - kb);
+    for (int j = 0; j < 32; ++j) {
+      if (j < nk) {
+        const float* row = rows[kb + j] + offset;
+        for (int d = 0; d < dim; ++d) Kt[d * 32 + j] = row[d];
+      } else {
+        for (int d = 0; d < dim; ++d) Kt[d * 32 + j] = 0.0f;
+      }
+    }
+    for (int q = 0; q < queries; ++q) {
+      if (kb >= n[q]) continue;
+      const float* qi = iq + static_cast<size_t>(q) * heads * dim;
+      const float* wq = w + static_cast<size_t>(q) * heads;
+      __m512 I0 = _mm512_setzero_ps(), I1 = _mm512_setzero_ps();
+      int h = 0;
+      for (; h + 4 <= heads; h += 4) IndexerHeadsAvx512<4>(Kt, qi + static_cast<size_t>(h) * dim, wq + h, dim, I0, I1);
+      for (; h < heads; ++h) IndexerHeadsAvx512<1>(Kt, qi + static_cast<size_t>(h) * dim, wq + h, dim, I0, I1);
+      const int valid = std::min(nk, n[q] - kb);
+      float* out = scores + static_cast<size_t>(q) * ld + kb;
+      _mm512_mask_storeu_ps(out, TailMask16(valid), I0);
+      if (valid > 16) _mm512_mask_storeu_ps(out + 16, TailMask16(valid - 16), I1);
+    }
+  }
+}
+#endif
+
+// indexer_scores_batch for one Isa (not kReference): AVX-512 blocked over
+// the queries (4 or more); otherwise the one-query form per query.
+void IndexerScoresBatch(const float* iq, const float* w, int queries, int heads, int dim, const float* const* rows,
+                        size_t offset, const int* n, float* scores, size_t ld, Isa isa) {
+#if defined(__x86_64__)
+  // Under 4 queries (decode) the transposition costs more than the reuse
+  // saves: the one-query form.
+  if (isa == Isa::kAvx512 && queries >= 4) {
+    int n_max = 0;
+    for (int q = 0; q < queries; ++q) n_max = std::max(n_max, n[q]);
+    ThreadPool& pool = DefaultThreadPool();
+    // Key chunks of whole 32-key blocks, a few per thread.
+    int chunk = std::max(256, (n_max + pool.size() * 4 - 1) / (pool.size() * 4));
+    chunk = (chunk + 31) / 32 * 32;
+    const int chunks = (n_max + chunk - 1) / chunk;
+    pool.ParallelFor(static_cast<size_t>(chunks), [&](size_t c) {
+      const int b = static_cast<int>(c) * chunk, e = std::min(n_max, b + chunk);
+      std::vector<float> kt_buf(static_cast<size_t>(dim) * 32 + 16);
+      // 64-byte aligned for the aligned loads.
+      float* Kt = kt_buf.data() + ((64 - reinterpret_cast<uintptr_t>(kt_buf.data()) % 64) % 64) / sizeof(float);
+      IndexerBatchAvx512(iq, w, queries, heads, dim, rows, offset, n, scores, ld, b, e, Kt);
+    });
+    return;
+  }
+#endif
+  for (int q = 0; q < queries; ++q)
+    IndexerScores(iq + static_cast<size_t>(q) * heads * dim, w + static_cast<size_t>(q) * heads, heads, dim, rows,
+                  offset, n[q], scores + static_cast<size_t>(q) * ld, isa);
+}
+
 }  // namespace
+
+void IndexerScoresBatchRef(const float* iq, const float* w, int queries, int heads, int dim, const float* const* rows,
+                           size_t offset, const int* n, float* scores, size_t ld) {
+  for (int q = 0; q < queries; ++q)
+    IndexerScoresRef(iq + static_cast<size_t>(q) * heads * dim, w + static_cast<size_t>(q) * heads, heads, dim, rows,
+                     offset, n[q], scores + static_cast<size_t>(q) * ld);
+}
 
 void TopKIndices(const float* scores, int n, int k, int* out) {
   std::vector<int> idx(static_cast<size_t>(n));
@@ -447,6 +545,10 @@ namespace cpu {
   void indexer_scores_##sfx(const float* iq, const float* w, int heads, int dim, const float* const* rows,          \
                             size_t offset, int n, float* scores) {                                                 \
     IndexerScores(iq, w, heads, dim, rows, offset, n, scores, isa);                                                \
+  }                                                                                                                \
+  void indexer_scores_batch_##sfx(const float* iq, const float* w, int queries, int heads, int dim,                 \
+                                  const float* const* rows, size_t offset, const int* n, float* scores, size_t ld) { \
+    IndexerScoresBatch(iq, w, queries, heads, dim, rows, offset, n, scores, ld, isa);                               \
   }
 MOESERVE_ATTENTION_VARIANTS(scalar, Isa::kScalar)
 MOESERVE_ATTENTION_VARIANTS(avx2, Isa::kAvx2)

@@ -114,6 +114,7 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(f32_matmul_cols_scalar),
         MOESERVE_NAMED(MatMulMxfp4Bf16ActRef, "matmul_mxfp4_bf16act_ref"),
         MOESERVE_NAMED(MatMulBf16Bf16ActRef, "matmul_bf16_bf16act_ref"),
+        MOESERVE_NAMED(IndexerScoresBatchRef, "indexer_scores_batch_ref"),
     },
     {
         Isa::kScalar,
@@ -135,6 +136,7 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(f32_matmul_cols_scalar),
         MOESERVE_ENTRY(matmul_mxfp4_bf16act_scalar),
         MOESERVE_ENTRY(matmul_bf16_bf16act_scalar),
+        MOESERVE_ENTRY(indexer_scores_batch_scalar),
     },
     {
         Isa::kAvx2,
@@ -156,6 +158,7 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(f32_matmul_cols_avx2),
         MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx2),
         MOESERVE_ENTRY(matmul_bf16_bf16act_avx2),
+        MOESERVE_ENTRY(indexer_scores_batch_avx2),
     },
     {
         Isa::kAvx512,
@@ -177,6 +180,7 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(f32_matmul_cols_avx512),
         MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx512),
         MOESERVE_ENTRY(matmul_bf16_bf16act_avx512),
+        MOESERVE_ENTRY(indexer_scores_batch_avx512),
     },
 };
 

@@ -64,7 +64,9 @@ void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float*
   void mla_decode_##sfx(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,                       \
                         const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);        \
   void indexer_scores_##sfx(const float* iq, const float* w, int heads, int dim, const float* const* rows,         \
-                            size_t offset, int n, float* scores);
+                            size_t offset, int n, float* scores);                                                \
+  void indexer_scores_batch_##sfx(const float* iq, const float* w, int queries, int heads, int dim,                \
+                                  const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 MOESERVE_DECLARE_THREADED(scalar)
 MOESERVE_DECLARE_THREADED(avx2)
 MOESERVE_DECLARE_THREADED(avx512)

@@ -44,6 +44,15 @@ void MlaDecodeRef(const MlaDecodeShape& shape, const float* q_abs, const float* 
 void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset,
                       int n, float* scores);
 
+// Several queries of one sequence at once (prefill): query b < queries
+// scores keys [0, n[b]) into scores + b * ld exactly as IndexerScoresRef
+// would (iq [queries, heads, dim], w [queries, heads]); the fast variants
+// read each key row once for all the queries (AVX-512: 32 keys transposed
+// into registers' lanes against every query's heads), instead of once per
+// query, which left the per-query form bound by re-reading the cache.
+void IndexerScoresBatchRef(const float* iq, const float* w, int queries, int heads, int dim, const float* const* rows,
+                           size_t offset, const int* n, float* scores, size_t ld);
+
 // The k (<= n) indices with the largest scores, ties to the lower index,
 // written in ascending order. O(n) expected (nth_element), not a full sort.
 void TopKIndices(const float* scores, int n, int k, int* out);

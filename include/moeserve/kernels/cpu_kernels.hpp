@@ -95,6 +95,8 @@ using MlaDecodeFn = void (*)(const MlaDecodeShape& shape, const float* q_abs, co
                              const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);
 using IndexerScoresFn = void (*)(const float* iq, const float* w, int heads, int dim, const float* const* rows,
                                  size_t offset, int n, float* scores);
+using IndexerScoresBatchFn = void (*)(const float* iq, const float* w, int queries, int heads, int dim,
+                                      const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 // delta_rule.hpp: the recurrent gated delta rule for one head.
 using DeltaRuleRecurrentFn = void (*)(const float* q, const float* k, const float* v, const float* beta,
                                       const float* g, int T, int dk, int dv, size_t qk_stride, size_t v_stride,
@@ -138,6 +140,8 @@ struct KernelSet {
   // Products with BF16-rounded activations (prefill GEMMs).
   Kernel<MatMulMxfp4Fn> matmul_mxfp4_bf16act;
   Kernel<MatMulBf16Fn> matmul_bf16_bf16act;
+  // The indexer's scores for a block of queries (attention.hpp).
+  Kernel<IndexerScoresBatchFn> indexer_scores_batch;
 };
 
 // The set for isa. isa must be supported (IsaSupported): asking for a set
@@ -176,6 +180,7 @@ void ForEachKernel(const KernelSet& k, Fn&& fn) {
   fn("f32_matmul_cols", k.f32_matmul_cols.name, k.f32_matmul_cols.fn != nullptr);
   fn("matmul_mxfp4_bf16act", k.matmul_mxfp4_bf16act.name, k.matmul_mxfp4_bf16act.fn != nullptr);
   fn("matmul_bf16_bf16act", k.matmul_bf16_bf16act.name, k.matmul_bf16_bf16act.fn != nullptr);
+  fn("indexer_scores_batch", k.indexer_scores_batch.name, k.indexer_scores_batch.fn != nullptr);
 }
 
 }  // namespace moeserve::kernels
