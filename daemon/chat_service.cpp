@@ -41,6 +41,7 @@ struct Prepared {
   std::vector<std::string> constrained_names;  // the callable tools of a constrained call
   std::vector<int> harmony_prefill;            // gpt-oss: the call header the prompt ends with
   std::vector<std::string> harmony_tool_names; // gpt-oss: the functions the output may call
+  std::optional<ToolSpec> harmony_call;        // gpt-oss: the call the prompt opened
 };
 
 ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
@@ -57,6 +58,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
     prompt = std::move(h->prompt);
     p.harmony_prefill = std::move(h->prefill);
     p.harmony_tool_names = std::move(h->tool_names);
+    p.harmony_call = std::move(h->opened_call);
   } else {
     const nlohmann::ordered_json* tools = req.tools.is_array() ? &req.tools : nullptr;
     auto rendered = engine::RenderChat(req.messages, tools, /*add_generation_prompt=*/true);
@@ -117,6 +119,16 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
     // (RenderHarmonyRequest), and the arguments are not constrained.
     g.starts_in_reasoning = false;
     g.stop_tokens = engine::HarmonyStopTokens(facts.harmony->tokens);
+    if (p.harmony_call && facts.harmony->token_bytes) {
+      // The call the server opened: its arguments follow the function's schema, then <|call|>.
+      auto grammar = JsonGrammar::ForObjectSchema(p.harmony_call->parameters, limits, p.harmony_call->strict);
+      if (!grammar) {
+        return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
+                                                "tools[" + std::to_string(p.harmony_call->index) + "].function.parameters"));
+      }
+      g.controller = std::make_shared<HarmonyArgumentsController>(facts.harmony->token_bytes, std::move(*grammar),
+                                                                  facts.harmony->tokens.call);
+    }
     return p;
   }
   if (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed) {

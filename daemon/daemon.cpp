@@ -487,6 +487,7 @@ Status Daemon::LoadGptOss(const std::string& model_dir) {
   auto harmony = std::make_shared<HarmonyServing>();
   harmony->tokenizer = &m.gpt_oss->tokenizer();
   harmony->tokens = m.gpt_oss->harmony_tokens();
+  harmony->token_bytes = TokenByteIndex::Build(m.gpt_oss->tokenizer());
   ServingFacts facts;
   facts.model_name = m.config.served_model_name;
   facts.max_context = m.gpt_oss->max_context();

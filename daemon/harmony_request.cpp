@@ -71,6 +71,8 @@ ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& req, ReasoningE
       out.prefill.push_back(serving.tokens.constrain);
       out.prefill.insert(out.prefill.end(), json_word->begin(), json_word->end());
       out.prefill.push_back(serving.tokens.message);
+      for (const auto& t : req.tool_specs)
+        if (t.name == out.tool_names[0]) out.opened_call = t;
     }
     out.prompt.insert(out.prompt.end(), out.prefill.begin(), out.prefill.end());
   }

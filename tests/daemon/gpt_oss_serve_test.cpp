@@ -4,7 +4,8 @@
 // answers and what the daemon did with the request: the prompt it rendered
 // (usage.prompt_tokens against the harmony renderer), streamed and
 // non-streamed answers agreeing, a named tool call opened by the server's
-// header, the official `openai` client, and clear 4xx refusals.
+// header (its arguments constrained by the schema), the official `openai`
+// client, and clear 4xx refusals.
 // (What the output parser makes of well-formed output is in
 // daemon.harmony_serving, on scripted token streams.)
 #include <gtest/gtest.h>
@@ -33,7 +34,8 @@ const std::string& GptOssDir() {
 }
 
 const char* kWeatherTools = R"([{"type":"function","function":{"name":"get_weather","description":"Current weather.",
-  "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+  "parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Rome"]}},"required":["city"],
+  "additionalProperties":false}}}])";
 
 class GptOssServe : public ::testing::Test {
  protected:
@@ -136,7 +138,7 @@ TEST_F(GptOssServe, NamedToolChoiceOpensTheCallInThePrompt) {
   json body = {{"messages", UserTurn("Weather in Oslo?")},
                {"tools", json::parse(kWeatherTools)},
                {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
-               {"max_tokens", 5},
+               {"max_tokens", 24},
                {"seed", 2}};
   auto r = Chat(port_, body);
   ASSERT_EQ(r.status, 200) << r.body;
@@ -144,6 +146,12 @@ TEST_F(GptOssServe, NamedToolChoiceOpensTheCallInThePrompt) {
   const json& msg = j["choices"][0]["message"];
   ASSERT_TRUE(msg["tool_calls"].is_array()) << j;
   EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  // The arguments follow the schema (the random model is constrained), and <|call|> ends the call.
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << j;
+  auto parsed = json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << msg;
+  EXPECT_TRUE(parsed["city"] == "Oslo" || parsed["city"] == "Rome") << parsed;
+  EXPECT_EQ(parsed.size(), 1u) << parsed;
   EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
   EXPECT_EQ(msg["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
   // The prompt: harmony's rendering with the tools, then the call header the server wrote.

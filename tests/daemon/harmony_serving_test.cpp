@@ -6,11 +6,13 @@
 // characters, stop strings, broken output), with the real o200k_harmony
 // tokenizer.
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "moeserve/daemon/harmony_arguments.hpp"
 #include "moeserve/daemon/harmony_assembler.hpp"
 #include "moeserve/daemon/harmony_request.hpp"
 
@@ -347,6 +349,56 @@ TEST_F(GptOssChat, BrokenOutputEndsTheAnswerAndKeepsWhatWasRead) {
   EXPECT_EQ(c.tool_call_parse_errors(), 1);
   EXPECT_EQ(c.end(), engine::HarmonyEnd::kCutOff);
   EXPECT_FALSE(c.StopMatched());  // the engine's length finish stands: finish_reason length
+}
+
+// ---- constrained arguments ---------------------------------------------------------
+
+// A call the server opened: whatever the model prefers among the allowed
+// tokens, the arguments satisfy the schema and <|call|> follows them.
+TEST_F(GptOssChat, OpenedCallsArgumentsFollowTheSchemaThenTheCallEnds) {
+  // An enum and a ranged integer; then free strings (where most tokens are allowed).
+  const auto schemas = {nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+      "city":{"type":"string","enum":["Oslo","Rome"]},"days":{"type":"integer","minimum":1,"maximum":7}},
+      "required":["city","days"],"additionalProperties":false})"),
+                        nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+      "query":{"type":"string","maxLength":24},"tags":{"type":"array","items":{"type":"string"},"maxItems":2}},
+      "required":["query","tags"]})"),
+                        nlohmann::ordered_json::parse(R"({"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Rome"]}},"required":["city"],
+  "additionalProperties":false})")};
+  const auto index = TokenByteIndex::Build(*tok_);
+  const int vocab = tok_->vocab_size();
+  for (int seed = 0; seed < 6; ++seed) {
+    const auto& schema = *(schemas.begin() + seed % 3);
+    auto grammar = JsonGrammar::ForObjectSchema(schema, GrammarLimits{});
+    ASSERT_TRUE(grammar) << grammar.error().ToString();
+    HarmonyArgumentsController c(index, *grammar, serving_.tokens.call);
+    std::mt19937 pick(static_cast<unsigned>(seed));
+    std::string args;
+    bool called = false;
+    for (int step = 0; step < 64 && !called; ++step) {
+      std::vector<int> allowed = c.Allowed(vocab);
+      ASSERT_FALSE(allowed.empty()) << "nothing allowed after " << args;
+      for (int id : allowed) ASSERT_FALSE(tok_->IsSpecial(id)) << "a control token inside the arguments";
+      if (step == 0)
+        for (int id : allowed) ASSERT_EQ(tok_->TokenBytes(id).substr(0, 1), "{") << tok_->TokenBytes(id);
+      // The "model": a random allowed token, longer ones preferred (as real text is).
+      int token = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(pick)];
+      for (int tries = 0; tries < 8; ++tries) {
+        int other = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(pick)];
+        if (tok_->TokenBytes(other).size() > tok_->TokenBytes(token).size()) token = other;
+      }
+      args += std::string(tok_->TokenBytes(token));
+      for (int forced : c.OnToken(token)) {
+        EXPECT_EQ(forced, serving_.tokens.call);
+        called = true;
+      }
+    }
+    ASSERT_TRUE(called) << args;
+    EXPECT_EQ(c.Allowed(vocab), std::vector<int>{serving_.tokens.call});
+    auto value = nlohmann::ordered_json::parse(args, nullptr, false);
+    ASSERT_FALSE(value.is_discarded()) << args;
+    EXPECT_TRUE(CheckAgainstSchema(value, schema)) << args;
+  }
 }
 
 }  // namespace

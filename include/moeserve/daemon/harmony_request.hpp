@@ -11,18 +11,22 @@
 //                         the model writes the name (one of the tools, else the
 //                         output breaks the format) and the arguments
 // Tool schemas are checked as for moe-dsa-v1 (JsonGrammar: unsatisfiable
-// schemas, and with strict unsupported keywords, are a 400), but the
-// arguments are not constrained by them. Refused with a 400 naming the
+// schemas, and with strict unsupported keywords, are a 400); the arguments of
+// a call the server opened are constrained by them (harmony_arguments.hpp),
+// the calls the model opens itself are not. Refused with a 400 naming the
 // field: response_format json_object/json_schema and logprobs.
 //
 // Thread safety: a function over values.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/harmony_arguments.hpp"
 #include "moeserve/daemon/json_grammar.hpp"
 #include "moeserve/engine/harmony.hpp"
 #include "moeserve/engine/hf_tokenizer.hpp"
@@ -34,12 +38,16 @@ struct HarmonyServing {
   const engine::HfTokenizer* tokenizer = nullptr;  // the engine's; outlives every request
   engine::HarmonyTokens tokens;
   std::string current_date;  // "YYYY-MM-DD" in the system message; empty leaves it out
+  // The vocabulary by bytes, for constraining the calls the server opens (null: not constrained).
+  std::shared_ptr<const TokenByteIndex> token_bytes;
 };
 
 struct HarmonyPrompt {
   std::vector<int> prompt;               // ends with <|start|>assistant, then `prefill`
   std::vector<int> prefill;              // the header the server wrote (tool_choice), else empty
   std::vector<std::string> tool_names;   // the functions the output may call
+  // The function whose call `prefill` opened (its arguments come next), when it names one.
+  std::optional<ToolSpec> opened_call;
 };
 
 ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& request, ReasoningEffort effort,
