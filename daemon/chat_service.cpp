@@ -42,6 +42,8 @@ struct Prepared {
   std::vector<int> harmony_prefill;            // gpt-oss: the call header the prompt ends with
   std::vector<std::string> harmony_tool_names; // gpt-oss: the functions the output may call
   std::optional<ToolSpec> harmony_call;        // gpt-oss: the call the prompt opened
+  std::vector<ToolSpec> harmony_choices;       // gpt-oss: the functions a required call chooses among
+  std::vector<int> harmony_header_tail;        // gpt-oss: <|constrain|>json<|message|>
 };
 
 ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
@@ -59,6 +61,8 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
     p.harmony_prefill = std::move(h->prefill);
     p.harmony_tool_names = std::move(h->tool_names);
     p.harmony_call = std::move(h->opened_call);
+    p.harmony_choices = std::move(h->call_choices);
+    p.harmony_header_tail = std::move(h->header_tail);
   } else {
     const nlohmann::ordered_json* tools = req.tools.is_array() ? &req.tools : nullptr;
     auto rendered = engine::RenderChat(req.messages, tools, /*add_generation_prompt=*/true);
@@ -119,15 +123,24 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
     // (RenderHarmonyRequest), and the arguments are not constrained.
     g.starts_in_reasoning = false;
     g.stop_tokens = engine::HarmonyStopTokens(facts.harmony->tokens);
-    if (p.harmony_call && facts.harmony->token_bytes) {
-      // The call the server opened: its arguments follow the function's schema, then <|call|>.
-      auto grammar = JsonGrammar::ForObjectSchema(p.harmony_call->parameters, limits, p.harmony_call->strict);
-      if (!grammar) {
-        return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
-                                                "tools[" + std::to_string(p.harmony_call->index) + "].function.parameters"));
+    if (facts.harmony->token_bytes && (p.harmony_call || !p.harmony_choices.empty())) {
+      // The call tool_choice demands: its arguments follow the function's schema, then <|call|>.
+      std::vector<HarmonyArgumentsController::Choice> choices;
+      for (const ToolSpec& t : p.harmony_call ? std::vector<ToolSpec>{*p.harmony_call} : p.harmony_choices) {
+        auto grammar = JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
+        if (!grammar) {
+          return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
+                                                  "tools[" + std::to_string(t.index) + "].function.parameters"));
+        }
+        choices.push_back({t.name, std::move(*grammar)});
       }
-      g.controller = std::make_shared<HarmonyArgumentsController>(facts.harmony->token_bytes, std::move(*grammar),
-                                                                  facts.harmony->tokens.call);
+      if (p.harmony_call) {
+        g.controller = std::make_shared<HarmonyArgumentsController>(facts.harmony->token_bytes,
+                                                                    std::move(choices[0].grammar), facts.harmony->tokens.call);
+      } else {
+        g.controller = std::make_shared<HarmonyArgumentsController>(facts.harmony->token_bytes, std::move(choices),
+                                                                    p.harmony_header_tail, facts.harmony->tokens.call);
+      }
     }
     return p;
   }

@@ -37,16 +37,40 @@ HarmonyArgumentsController::HarmonyArgumentsController(std::shared_ptr<const Tok
                                                        int call_token)
     : index_(std::move(index)), grammar_(std::move(grammar)), call_token_(call_token) {}
 
+HarmonyArgumentsController::HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index,
+                                                       std::vector<Choice> choices, std::vector<int> header_tail,
+                                                       int call_token)
+    : index_(std::move(index)), choices_(std::move(choices)), header_tail_(std::move(header_tail)), call_token_(call_token) {}
+
 std::vector<int> HarmonyArgumentsController::Allowed(int vocab) const {
+  if (done_) return call_token_ < vocab ? std::vector<int>{call_token_} : std::vector<int>{};
+  return grammar_ ? AllowedArguments(vocab) : AllowedNames(vocab);
+}
+
+// Text tokens that continue the name towards one of "NAME " (the space ends it).
+std::vector<int> HarmonyArgumentsController::AllowedNames(int vocab) const {
   std::vector<int> out;
-  if (done_) {
-    if (call_token_ < vocab) out.push_back(call_token_);
-    return out;
+  const size_t at = name_written_.size();
+  for (const auto& e : index_->entries()) {
+    for (const auto& c : choices_) {
+      const size_t len = c.name.size() + 1;
+      if (at + e.bytes.size() > len) continue;
+      const std::string target = c.name + " ";
+      if (target.compare(0, at, name_written_) == 0 && target.compare(at, e.bytes.size(), e.bytes) == 0) {
+        if (e.id < vocab) out.push_back(e.id);
+        break;
+      }
+    }
   }
+  return out;
+}
+
+std::vector<int> HarmonyArgumentsController::AllowedArguments(int vocab) const {
+  std::vector<int> out;
   // states[k]: the grammar after the first k bytes of the entry being walked.
   std::vector<JsonGrammar> states;
   states.reserve(64);
-  states.push_back(grammar_);
+  states.push_back(*grammar_);
   int refused_at = std::numeric_limits<int>::max();  // byte of the last walk the grammar refused
   for (const auto& e : index_->entries()) {
     // Starts with a refused prefix (shares more than the bytes before the refusal): refused too.
@@ -77,16 +101,37 @@ void HarmonyArgumentsController::Mask(std::span<float> logits) {
 }
 
 std::vector<int> HarmonyArgumentsController::OnToken(int token) {
+  if (skip_ > 0) {  // a header token this controller forced
+    --skip_;
+    return {};
+  }
   if (done_ || broken_) return {};
-  for (unsigned char c : index_->BytesOf(token)) {
+  const std::string& bytes = index_->BytesOf(token);
+  if (!grammar_) {
+    name_written_ += bytes;
+    for (const auto& c : choices_) {
+      if (name_written_ == c.name + " ") {
+        grammar_ = c.grammar;
+        skip_ = static_cast<int>(header_tail_.size());
+        return header_tail_;  // <|constrain|>json<|message|>: the arguments come next
+      }
+    }
+    const bool on_the_way = std::any_of(choices_.begin(), choices_.end(), [&](const Choice& c) {
+      return (c.name + " ").compare(0, name_written_.size(), name_written_) == 0;
+    });
+    // A forced or unmasked token off every name: stop constraining; the parser reports the call as generated.
+    if (!on_the_way || bytes.empty()) broken_ = true;
+    return {};
+  }
+  for (unsigned char c : bytes) {
     // A forced or unmasked token the grammar refuses: stop constraining, the
     // parser reports the arguments as generated.
-    if (!grammar_.Feed(c)) {
+    if (!grammar_->Feed(c)) {
       broken_ = true;
       return {};
     }
   }
-  if (grammar_.Done()) {
+  if (grammar_->Done()) {
     done_ = true;
     return {call_token_};  // the arguments are complete: the call ends
   }

@@ -62,17 +62,19 @@ ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& req, ReasoningE
   if (must_call && !out.tool_names.empty()) {
     const bool one = out.tool_names.size() == 1;
     auto head = serving.tokenizer->Encode(one ? "commentary to=functions." + out.tool_names[0] + " " : "commentary to=functions.");
-    if (!head) return ApiFail(ApiError::Internal("encoding the call header failed: " + head.error().message()));
+    auto json_word = serving.tokenizer->Encode("json");
+    if (!head || !json_word) return ApiFail(ApiError::Internal("encoding the call header failed"));
+    out.header_tail.push_back(serving.tokens.constrain);
+    out.header_tail.insert(out.header_tail.end(), json_word->begin(), json_word->end());
+    out.header_tail.push_back(serving.tokens.message);
     out.prefill.push_back(serving.tokens.channel);
     out.prefill.insert(out.prefill.end(), head->begin(), head->end());
     if (one) {
-      auto json_word = serving.tokenizer->Encode("json");
-      if (!json_word) return ApiFail(ApiError::Internal("encoding the call header failed: " + json_word.error().message()));
-      out.prefill.push_back(serving.tokens.constrain);
-      out.prefill.insert(out.prefill.end(), json_word->begin(), json_word->end());
-      out.prefill.push_back(serving.tokens.message);
+      out.prefill.insert(out.prefill.end(), out.header_tail.begin(), out.header_tail.end());
       for (const auto& t : req.tool_specs)
         if (t.name == out.tool_names[0]) out.opened_call = t;
+    } else {
+      for (const auto& t : req.tool_specs) out.call_choices.push_back(t);
     }
     out.prompt.insert(out.prompt.end(), out.prefill.begin(), out.prefill.end());
   }

@@ -185,6 +185,24 @@ TEST_F(GptOssServe, NamedToolChoiceOpensTheCallInThePrompt) {
   EXPECT_EQ(args, msg["tool_calls"][0]["function"]["arguments"]);
 }
 
+TEST_F(GptOssServe, RequiredToolChoiceCallsOneOfTheTools) {
+  json tools = json::parse(kWeatherTools);
+  tools.push_back(json::parse(R"({"type":"function","function":{"name":"get_time","parameters":{"type":"object",
+      "properties":{"zone":{"type":"string","enum":["UTC","CET"]}},"required":["zone"],"additionalProperties":false}}})"));
+  auto r = Chat(port_, {{"messages", UserTurn("Weather or time?")}, {"tools", tools}, {"tool_choice", "required"},
+                        {"max_tokens", 32}, {"seed", 5}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.Json();
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << j;
+  const json& call = j["choices"][0]["message"]["tool_calls"][0];
+  const std::string name = call["function"]["name"];
+  auto parsed = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << call;
+  if (name == "get_weather") EXPECT_TRUE(parsed["city"] == "Oslo" || parsed["city"] == "Rome") << parsed;
+  else if (name == "get_time") EXPECT_TRUE(parsed["zone"] == "UTC" || parsed["zone"] == "CET") << parsed;
+  else ADD_FAILURE() << "called " << name;
+}
+
 TEST_F(GptOssServe, ConcurrentRequestsAllAnswer) {
   std::vector<std::future<HttpResponse>> runs;
   for (int i = 0; i < 4; ++i) {

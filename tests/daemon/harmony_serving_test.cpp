@@ -5,7 +5,10 @@
 // content, streamed deltas adding up to the final message, whole UTF-8
 // characters, stop strings, broken output), with the real o200k_harmony
 // tokenizer.
+#include <algorithm>
 #include <cstdlib>
+#include <deque>
+#include <set>
 #include <random>
 #include <string>
 #include <vector>
@@ -399,6 +402,77 @@ TEST_F(GptOssChat, OpenedCallsArgumentsFollowTheSchemaThenTheCallEnds) {
     ASSERT_FALSE(value.is_discarded()) << args;
     EXPECT_TRUE(CheckAgainstSchema(value, schema)) << args;
   }
+}
+
+// tool_choice required with several tools: the name is one of the tools',
+// the server writes the rest of the header, then the arguments follow that
+// tool's schema; the parser reads the whole as that call.
+TEST_F(GptOssChat, RequiredCallChoosesANameThenItsArguments) {
+  auto p = Render(std::string(R"({"tool_choice":"required","tools":[)") + kWeatherTool +
+                  R"(,{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":
+                  {"zone":{"type":"string","enum":["UTC","CET"]}},"required":["zone"],"additionalProperties":false}}}],
+                  "messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(p) << p.error().message;
+  ASSERT_EQ(p->call_choices.size(), 2u);
+  EXPECT_EQ(tok_->Decode(p->header_tail), "<|constrain|>json<|message|>");
+  const auto index = TokenByteIndex::Build(*tok_);
+  const int vocab = tok_->vocab_size();
+  std::set<std::string> chosen;
+  for (int seed = 0; seed < 6; ++seed) {
+    std::vector<HarmonyArgumentsController::Choice> choices;
+    for (const auto& t : p->call_choices) choices.push_back({t.name, *JsonGrammar::ForObjectSchema(t.parameters, {})});
+    HarmonyArgumentsController c(index, std::move(choices), p->header_tail, serving_.tokens.call);
+    HarmonyAssembler a = Assembler(p->tool_names, {}, p->prefill);
+    std::mt19937 pick(static_cast<unsigned>(seed));
+    std::deque<int> forced;
+    bool ended = false;
+    for (int step = 0; step < 200 && !ended; ++step) {
+      int token;
+      if (!forced.empty()) {
+        token = forced.front();
+        forced.pop_front();
+      } else {
+        std::vector<int> allowed = c.Allowed(vocab);
+        ASSERT_FALSE(allowed.empty());
+        token = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(pick)];
+      }
+      for (int f : c.OnToken(token)) forced.push_back(f);
+      a.OnToken(token, false);
+      ended = token == serving_.tokens.call;
+    }
+    ASSERT_TRUE(ended);
+    a.Finish();
+    ASSERT_EQ(a.tool_calls().size(), 1u) << a.format_error();
+    const auto& call = a.tool_calls()[0];
+    chosen.insert(call.name);
+    auto value = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << call.arguments;
+    for (const auto& t : p->call_choices)
+      if (t.name == call.name) EXPECT_TRUE(CheckAgainstSchema(value, t.parameters)) << call.arguments;
+    EXPECT_EQ(a.end(), engine::HarmonyEnd::kToolCalls);
+  }
+  EXPECT_FALSE(chosen.empty());
+  // After "get_" both names stay open, and nothing else does.
+  std::vector<HarmonyArgumentsController::Choice> choices;
+  for (const auto& t : p->call_choices) choices.push_back({t.name, *JsonGrammar::ForObjectSchema(t.parameters, {})});
+  HarmonyArgumentsController c(index, std::move(choices), p->header_tail, serving_.tokens.call);
+  const Ids get_ = *tok_->Encode("get_");  // held: a range-for over *temporary would read freed memory
+  for (int id : get_) {
+    const auto allowed = c.Allowed(vocab);
+    ASSERT_NE(std::find(allowed.begin(), allowed.end(), id), allowed.end())
+        << id << " \"" << tok_->TokenBytes(id) << "\" among " << allowed.size();
+    EXPECT_TRUE(c.OnToken(id).empty());
+  }
+  bool weather_only = false, time_only = false;
+  for (int id : c.Allowed(vocab)) {
+    const std::string b(tok_->TokenBytes(id));
+    const bool w = std::string("weather ").starts_with(b), t = std::string("time ").starts_with(b);
+    EXPECT_TRUE(w || t) << b;
+    weather_only |= w;
+    time_only |= t;
+  }
+  EXPECT_TRUE(weather_only);
+  EXPECT_TRUE(time_only);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Constrains a gpt-oss tool call's arguments by the function's JSON schema
-// (the same JsonGrammar as moe-dsa-v1's calls), for the calls the server
-// opens itself (tool_choice named, or required with one tool: the prompt
-// ends with the call's header, harmony_request.hpp).
+// (the same JsonGrammar as moe-dsa-v1's calls), for the calls tool_choice
+// demands: named, or required with one tool (the prompt ends with the call's
+// header, harmony_request.hpp), and required with several (the prompt ends
+// with `to=functions.`: the name is constrained to the tools' names first).
 //
 // The grammar reads bytes, and o200k_harmony's tokens are multi-byte: at each
 // step every text token whose bytes the grammar accepts from its state stays,
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,22 +47,40 @@ class TokenByteIndex {
 
 class HarmonyArgumentsController : public engine::DecodeController {
  public:
-  // `grammar` is the function's parameters (JsonGrammar::ForObjectSchema);
-  // `call_token` is <|call|>.
+  // A call already opened: `grammar` is the function's parameters
+  // (JsonGrammar::ForObjectSchema); `call_token` is <|call|>.
   HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index, JsonGrammar grammar, int call_token);
+
+  // tool_choice required with several tools: the prompt ends with
+  // `commentary to=functions.`, so the name comes first: one of `choices`
+  // and a space, then `header_tail` (<|constrain|>json<|message|>) is forced
+  // and that function's arguments follow.
+  struct Choice {
+    std::string name;
+    JsonGrammar grammar;
+  };
+  HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index, std::vector<Choice> choices,
+                             std::vector<int> header_tail, int call_token);
 
   void Mask(std::span<float> logits) override;
   std::vector<int> OnToken(int token) override;
 
-  // The ids the grammar allows next (what Mask leaves), for tests.
+  // The ids allowed next (what Mask leaves), for tests.
   std::vector<int> Allowed(int vocab) const;
 
  private:
+  std::vector<int> AllowedNames(int vocab) const;
+  std::vector<int> AllowedArguments(int vocab) const;
+
   std::shared_ptr<const TokenByteIndex> index_;
-  JsonGrammar grammar_;
+  std::vector<Choice> choices_;   // while the name is written
+  std::string name_written_;
+  std::vector<int> header_tail_;
+  std::optional<JsonGrammar> grammar_;  // the arguments' grammar, once the function is known
   int call_token_;
+  int skip_ = 0;          // forced tokens to come back through OnToken, not arguments
   bool done_ = false;     // the arguments are complete
-  bool broken_ = false;   // a token the grammar refused was emitted anyway: no more constraint
+  bool broken_ = false;   // a token the constraint refused was emitted anyway: no more constraint
 };
 
 }  // namespace moeserve::daemon

@@ -8,12 +8,12 @@
 //   with one tool         (`<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>`):
 //                         the model writes the arguments only
 //   required, several     the prompt ends with `<|channel|>commentary to=functions.`:
-//                         the model writes the name (one of the tools, else the
-//                         output breaks the format) and the arguments
+//                         the model writes the name (constrained to the tools'),
+//                         the server the rest of the header, the model the arguments
 // Tool schemas are checked as for moe-dsa-v1 (JsonGrammar: unsatisfiable
 // schemas, and with strict unsupported keywords, are a 400); the arguments of
-// a call the server opened are constrained by them (harmony_arguments.hpp),
-// the calls the model opens itself are not. Refused with a 400 naming the
+// the calls tool_choice demands are constrained by them (harmony_arguments.hpp),
+// the calls the model opens itself under `auto` are not. Refused with a 400 naming the
 // field: response_format json_object/json_schema and logprobs.
 //
 // Thread safety: a function over values.
@@ -48,6 +48,10 @@ struct HarmonyPrompt {
   std::vector<std::string> tool_names;   // the functions the output may call
   // The function whose call `prefill` opened (its arguments come next), when it names one.
   std::optional<ToolSpec> opened_call;
+  // tool_choice required with several tools: the functions the model chooses
+  // among after `prefill`, and the rest of the header after the name.
+  std::vector<ToolSpec> call_choices;
+  std::vector<int> header_tail;  // <|constrain|>json<|message|>
 };
 
 ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& request, ReasoningEffort effort,
