@@ -172,6 +172,10 @@ void CompletionSink::OnEvent(const engine::TokenEvent& e) {
 
 void CompletionSink::Finish(const engine::TokenEvent& e) {
   SendDelta(assembler_.Finish());
+  if (std::string fault = assembler_.FormatFault(); !fault.empty()) {
+    log::Warn("completion " + info_.id + ": the model's output broke the chat format (" + fault +
+              "); answered with what was read before");
+  }
   const auto& u = e.usage;
   metrics_.AddTokens(info_.tenant, info_.tier, "input", static_cast<uint64_t>(u.prompt_tokens - u.cached_tokens));
   metrics_.AddTokens(info_.tenant, info_.tier, "cached_input", static_cast<uint64_t>(u.cached_tokens));

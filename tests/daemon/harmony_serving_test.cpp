@@ -332,6 +332,7 @@ TEST_F(GptOssChat, BrokenOutputEndsTheAnswerAndKeepsWhatWasRead) {
   EXPECT_TRUE(a.StopMatched());
   EXPECT_EQ(a.end(), engine::HarmonyEnd::kMalformed);
   EXPECT_NE(a.format_error().find("rm_rf"), std::string::npos) << a.format_error();
+  EXPECT_EQ(a.FormatFault(), a.format_error());  // what the sink logs
   EXPECT_EQ(a.reasoning(), "Hmm.");
   EXPECT_TRUE(a.tool_calls().empty());
   EXPECT_TRUE(a.content().empty());
@@ -352,6 +353,7 @@ TEST_F(GptOssChat, BrokenOutputEndsTheAnswerAndKeepsWhatWasRead) {
   EXPECT_EQ(c.tool_call_parse_errors(), 1);
   EXPECT_EQ(c.end(), engine::HarmonyEnd::kCutOff);
   EXPECT_FALSE(c.StopMatched());  // the engine's length finish stands: finish_reason length
+  EXPECT_EQ(c.FormatFault(), "");  // cut off is not a broken format
 }
 
 // ---- constrained arguments ---------------------------------------------------------

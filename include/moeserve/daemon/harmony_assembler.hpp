@@ -56,6 +56,7 @@ class HarmonyAssembler : public OutputReader {
   const std::vector<AssembledToolCall>& tool_calls() const override { return calls_; }
   const std::vector<ContentLogprob>& content_logprobs() const override { return no_logprobs_; }
   int tool_call_parse_errors() const override { return parse_errors_; }
+  std::string FormatFault() const override { return malformed_ ? parser_.error() : ""; }
 
   // The parser's message when the output broke the format (or was cut off at Finish); empty otherwise.
   const std::string& format_error() const { return parser_.error(); }

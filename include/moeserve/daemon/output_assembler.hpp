@@ -94,6 +94,9 @@ class OutputReader {
   // Every content token's log-probabilities, in order (what the deltas carried).
   virtual const std::vector<ContentLogprob>& content_logprobs() const = 0;
   virtual int tool_call_parse_errors() const = 0;
+  // What broke the chat format when the output did (the answer then ended
+  // there); empty otherwise.
+  virtual std::string FormatFault() const { return ""; }
 };
 
 class OutputAssembler : public OutputReader {
