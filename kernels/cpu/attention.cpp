@@ -155,6 +155,53 @@ __attribute__((target("avx512f"))) void AxpysAvx512(const float* const* p, const
   }
 }
 
+// acc[h * L + j] += sum_r p[r * H + h] x[r][j] for h < HN, over all nrows
+// rows: a register tile of HN heads x 32 columns runs over the rows (two
+// loads and HN broadcasts per 2 HN FMAs), then moves to the next 32 columns.
+// (The 4-row form above loads and stores its accumulators for every 4 rows:
+// about 1.6 memory operations per FMA against 0.6 here.)
+template <int HN>
+__attribute__((target("avx512f"))) void AccumulateTiledAvx512(const float* p, int H, const float* const* x, int nrows,
+                                                             int L, float* acc) {
+  for (int j = 0; j < L; j += 32) {
+    const __mmask16 m0 = TailMask16(L - j), m1 = L - j > 16 ? TailMask16(L - j - 16) : __mmask16(0);
+    __m512 a0[HN], a1[HN];
+#pragma GCC unroll 8
+    for (int h = 0; h < HN; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
+    for (int r = 0; r < nrows; ++r) {
+      if (r + 8 < nrows) __builtin_prefetch(x[r + 8] + j, 0, 3);
+      const __m512 x0 = _mm512_maskz_loadu_ps(m0, x[r] + j), x1 = _mm512_maskz_loadu_ps(m1, x[r] + j + 16);
+      const float* pr = p + static_cast<size_t>(r) * H;
+#pragma GCC unroll 8
+      for (int h = 0; h < HN; ++h) {
+        const __m512 ph = _mm512_set1_ps(pr[h]);
+        a0[h] = _mm512_fmadd_ps(ph, x0, a0[h]);
+        a1[h] = _mm512_fmadd_ps(ph, x1, a1[h]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < HN; ++h) {
+      float* a = acc + static_cast<size_t>(h) * L + j;
+      _mm512_mask_storeu_ps(a, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, a), a0[h]));
+      _mm512_mask_storeu_ps(a + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, a + 16), a1[h]));
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void AccumulateTiledUpTo8Avx512(const float* p, int hn, int H, const float* const* x,
+                                                                  int nrows, int L, float* acc) {
+  switch (hn) {
+    case 8: return AccumulateTiledAvx512<8>(p, H, x, nrows, L, acc);
+    case 7: return AccumulateTiledAvx512<7>(p, H, x, nrows, L, acc);
+    case 6: return AccumulateTiledAvx512<6>(p, H, x, nrows, L, acc);
+    case 5: return AccumulateTiledAvx512<5>(p, H, x, nrows, L, acc);
+    case 4: return AccumulateTiledAvx512<4>(p, H, x, nrows, L, acc);
+    case 3: return AccumulateTiledAvx512<3>(p, H, x, nrows, L, acc);
+    case 2: return AccumulateTiledAvx512<2>(p, H, x, nrows, L, acc);
+    default: return AccumulateTiledAvx512<1>(p, H, x, nrows, L, acc);
+  }
+}
+
 template <int NR>
 __attribute__((target("avx512f"))) void AxpysUpTo8Avx512(const float* const* p, int heads, const float* const* x, int n,
                                                          float* acc) {
@@ -353,6 +400,21 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
     const int b = static_cast<int>(c) * chunk, e = std::min(n_keys, b + chunk);
     float* acc = &partial[c * static_cast<size_t>(H) * L];
     float* sum = &chunk_sum[c * static_cast<size_t>(H)];
+#if defined(__x86_64__)
+    if (avx512) {
+      // The chunk's weights first, then the tiled weighted sums over its
+      // rows (in L2 from the scores pass), 8 heads at a time.
+      std::vector<const float*> row(static_cast<size_t>(e - b));
+      for (int i = b; i < e; ++i) {
+        ExpShiftedAccumulate(&scores[static_cast<size_t>(i) * H], mx.data(), sum, H, true);
+        row[static_cast<size_t>(i - b)] = rows[KeyAt(keys, i)] + offset;
+      }
+      for (int h0 = 0; h0 < H; h0 += 8)
+        AccumulateTiledUpTo8Avx512(&scores[static_cast<size_t>(b) * H + h0], std::min(8, H - h0), H, row.data(), e - b,
+                                   L, acc + static_cast<size_t>(h0) * L);
+      return;
+    }
+#endif
     for (int i = b; i < e; i += 4) {
       const int nr = std::min(4, e - i);
       const float* p[4];
