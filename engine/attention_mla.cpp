@@ -34,10 +34,12 @@ constexpr int kMaxHeadsPerCall = 128;
 
 // The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
 // one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
-// attention over the latent cache, o = W_uv lat per head. keys: the one
-// row's key list (nr == 1); null: row j sees positions 0 .. pos0 + j.
+// attention over the latent cache, o = W_uv lat per head. row_keys: each
+// row's own key list (DSA's sparse rows; one latent-attention call per row,
+// the products of W_uk and W_uv still one pass for all nr rows); null: row j
+// sees positions 0 .. pos0 + j (one call for all rows).
 void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q, const float* const* rows, size_t off_c,
-                  int r0, int nr, int64_t pos0, const std::vector<int>* keys, float* o) {
+                  int r0, int nr, int64_t pos0, const std::vector<std::vector<int>>* row_keys, float* o) {
   const MlaConfig& m = ctx.config.mla;
   const int H = m.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, vd = m.v_head_dim;
   const size_t qk = static_cast<size_t>(nope + rope), kv = static_cast<size_t>(m.kv_lora_rank);
@@ -56,18 +58,27 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
                         &q_abs[static_cast<size_t>(j) * H * kv], kv);
   }
   for (size_t g = 0; g < HR; ++g) std::copy_n(q0 + g * qk + np, rope, &q_pe[g * static_cast<size_t>(rope)]);
-  std::vector<int> visible;
-  if (nr > 1)
-    for (int j = 0; j < nr; ++j) visible.insert(visible.end(), static_cast<size_t>(H), static_cast<int>(pos0 + j + 1));
-  const kernels::MlaDecodeShape shape{static_cast<int>(HR), static_cast<int>(kv), rope, ctx.mla_scale,
-                                      visible.empty() ? nullptr : visible.data()};
-  const int* key_ptr = keys ? keys->data() : nullptr;
-  const int n_keys = keys ? static_cast<int>(keys->size()) : static_cast<int>(pos0 + nr);
-  k.mla_decode(shape, q_abs.data(), q_pe.data(), rows, off_c, key_ptr, n_keys, lat.data());
+  if (row_keys) {
+    const kernels::MlaDecodeShape shape{H, static_cast<int>(kv), rope, ctx.mla_scale, nullptr};
+    for (int j = 0; j < nr; ++j) {
+      const std::vector<int>& keys = (*row_keys)[static_cast<size_t>(j)];
+      const size_t at = static_cast<size_t>(j) * H;
+      k.mla_decode(shape, &q_abs[at * kv], &q_pe[at * static_cast<size_t>(rope)], rows, off_c, keys.data(),
+                   static_cast<int>(keys.size()), &lat[at * kv]);
+    }
+  } else {
+    std::vector<int> visible;
+    if (nr > 1)
+      for (int j = 0; j < nr; ++j) visible.insert(visible.end(), static_cast<size_t>(H), static_cast<int>(pos0 + j + 1));
+    const kernels::MlaDecodeShape shape{static_cast<int>(HR), static_cast<int>(kv), rope, ctx.mla_scale,
+                                        visible.empty() ? nullptr : visible.data()};
+    k.mla_decode(shape, q_abs.data(), q_pe.data(), rows, off_c, nullptr, static_cast<int>(pos0 + nr), lat.data());
+  }
   // o = W_uv lat per head (W_uv: rows nope .. nope + vd of each head's block).
   if (ctx.clock.on()) {  // logical work: q_abs, scores over c|k_pe, the latent sum, W_uv
     double visible_sum = 0;
-    for (int j = 0; j < nr; ++j) visible_sum += keys ? static_cast<double>(keys->size()) : static_cast<double>(pos0 + j + 1);
+    for (int j = 0; j < nr; ++j)
+      visible_sum += row_keys ? static_cast<double>((*row_keys)[static_cast<size_t>(j)].size()) : static_cast<double>(pos0 + j + 1);
     ctx.clock.Add(ProfilePart::kAttention,
                   2.0 * H * (nr * (static_cast<double>(np) * kv + static_cast<double>(kv) * v) +
                              visible_sum * (2.0 * kv + rope)));
@@ -232,14 +243,23 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       return sparse;
     };
     if (absorbed) {
-      // Sparse rows one at a time; runs of causal (dense) rows as blocks.
+      // Sparse rows kIndexerBlock at a time (each with its own keys; every
+      // row after a sparse one is sparse); runs of causal (dense) rows as blocks.
       const int block = std::max(1, kMaxHeadsPerCall / H);
+      std::vector<std::vector<int>> sparse_keys;
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);
         if (select_keys(r, pos)) {
-          AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, 1, pos, &keys, o.data());
+          const int nb = std::min(kIndexerBlock, seg.row0 + seg.n - r);
+          sparse_keys.resize(static_cast<size_t>(nb));
+          sparse_keys[0] = keys;
+          for (int j = 1; j < nb; ++j) {
+            select_keys(r + j, pos + j);
+            sparse_keys[static_cast<size_t>(j)] = keys;
+          }
+          AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, nb, pos, &sparse_keys, o.data());
           clock.Mark(ProfilePart::kAttention);
-          ++r;
+          r += nb;
           continue;
         }
         int nr = 1;
