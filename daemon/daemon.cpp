@@ -463,8 +463,9 @@ Status Daemon::LoadModel() {
   return Ok();
 }
 
-// gpt-oss (config.json model_type "gpt_oss"): its own backend, the harmony
-// chat format, no expert parallelism, prefix cache or sessions.
+// gpt-oss (config.json model_type "gpt_oss"): its own backend (with a
+// prompt-state cache in place of the prefix cache), the harmony chat format,
+// no expert parallelism or sessions.
 Status Daemon::LoadGptOss(const std::string& model_dir) {
   Impl& m = *impl_;
   auto fail = [&](const Error& e) {
@@ -480,6 +481,7 @@ Status Daemon::LoadGptOss(const std::string& model_dir) {
   o.prefill_chunk_tokens = m.config.prefill_chunk_tokens;
   o.cache_tokens = m.config.cache_tokens;
   o.max_context = m.config.max_context;
+  o.prefix_cache_bytes = m.config.prefix_cache ? m.config.prefix_cache_bytes : 0;
   auto eng = engine::GptOssEngine::Create(model_dir, o);
   if (!eng) return fail(eng.error());
   m.gpt_oss = std::move(*eng);

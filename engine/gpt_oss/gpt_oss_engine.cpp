@@ -103,6 +103,18 @@ struct GptOssEngine::Impl {
   std::vector<int> default_stops;
   std::vector<int> close_analysis;  // <|end|><|start|>assistant<|channel|>final<|message|>
 
+  // The prompt-state cache (Step thread only; figures in atomics for Metrics).
+  struct CachedPrompt {
+    std::vector<int> tokens;
+    GptOssModel::State state;
+    int64_t bytes = 0;
+    uint64_t last_used = 0;
+  };
+  std::vector<CachedPrompt> cache;
+  uint64_t cache_clock = 0;
+  std::atomic<int64_t> cache_bytes{0}, cache_entries{0};
+  std::atomic<uint64_t> lookup_tokens{0}, hit_tokens{0}, evicted{0}, too_large{0};
+
   mutable std::mutex mu;
   SequenceId next_id = 1;
   std::deque<std::unique_ptr<Sequence>> waiting;
@@ -177,12 +189,66 @@ struct GptOssEngine::Impl {
     return e;
   }
 
+  static int64_t StateBytes(const GptOssModel::State& st, size_t tokens) {
+    int64_t floats = 0;
+    for (size_t l = 0; l < st.k.size(); ++l) floats += static_cast<int64_t>(st.k[l].size() + st.v[l].size());
+    return floats * 4 + static_cast<int64_t>(tokens) * 4 + 256;
+  }
+
+  // Before the first prefill chunk: start from the longest kept prompt this one extends.
+  void StartFromCache(Sequence& s) {
+    const auto& prompt = s.request.prompt;
+    lookup_tokens += prompt.size();
+    CachedPrompt* best = nullptr;
+    for (auto& c : cache) {
+      if (c.tokens.size() < prompt.size() && (!best || c.tokens.size() > best->tokens.size()) &&
+          std::equal(c.tokens.begin(), c.tokens.end(), prompt.begin()))
+        best = &c;
+    }
+    if (!best) return;
+    best->last_used = ++cache_clock;
+    s.state = best->state;
+    s.prefilled = best->tokens.size();
+    s.usage.cached_tokens = static_cast<int>(best->tokens.size());
+    hit_tokens += best->tokens.size();
+  }
+
+  // After the last prefill chunk: keep a copy of the state under the prompt.
+  void KeepInCache(const Sequence& s) {
+    if (options.prefix_cache_bytes <= 0) return;
+    const auto& prompt = s.request.prompt;
+    const int64_t bytes = StateBytes(s.state, prompt.size());
+    if (bytes > options.prefix_cache_bytes) {
+      ++too_large;
+      return;
+    }
+    for (auto& c : cache) {
+      if (c.tokens == prompt) {
+        c.last_used = ++cache_clock;
+        return;
+      }
+    }
+    int64_t total = bytes;
+    for (const auto& c : cache) total += c.bytes;
+    while (total > options.prefix_cache_bytes && !cache.empty()) {
+      auto lru = std::min_element(cache.begin(), cache.end(),
+                                  [](const CachedPrompt& a, const CachedPrompt& b) { return a.last_used < b.last_used; });
+      total -= lru->bytes;
+      cache.erase(lru);
+      ++evicted;
+    }
+    cache.push_back({prompt, s.state, bytes, ++cache_clock});
+    cache_bytes.store(total);
+    cache_entries.store(static_cast<int64_t>(cache.size()));
+  }
+
   // One step of one running sequence: a prefill chunk (and, when that ends
   // the prompt, the first token), or one decoded token.
   void Advance(Sequence& s, int& prefill_budget, std::vector<TokenEvent>& events) {
     std::vector<float> logits;
     bool have_logits = false;
     const auto& prompt = s.request.prompt;
+    if (s.prefilled == 0 && options.prefix_cache_bytes > 0) StartFromCache(s);
     if (s.prefilled < prompt.size()) {
       const size_t n = std::min(prompt.size() - s.prefilled, static_cast<size_t>(std::max(prefill_budget, 0)));
       if (n == 0) return;
@@ -191,6 +257,7 @@ struct GptOssEngine::Impl {
       if (!st) return events.push_back(Finished(s, FinishReason::kError, "the forward pass failed: " + st.error().message()));
       s.prefilled += n;
       if (s.prefilled < prompt.size()) return;
+      KeepInCache(s);
       have_logits = true;
     }
     // The thinking budget: an analysis message that reached it ends, and the final answer begins.
@@ -350,6 +417,13 @@ EngineMetrics GptOssEngine::Metrics() const {
   }
   e.running = impl_->running_count.load();
   e.cache_usage_ratio = static_cast<double>(impl_->reserved.load()) / static_cast<double>(impl_->options.cache_tokens);
+  e.prefix_lookup_tokens = impl_->lookup_tokens.load();
+  e.prefix_hit_tokens = impl_->hit_tokens.load();
+  e.prefix_cache.bytes = e.prefix_cache.state_bytes = impl_->cache_bytes.load();
+  e.prefix_cache.limit_bytes = std::max<int64_t>(impl_->options.prefix_cache_bytes, 0);
+  e.prefix_cache.entries = impl_->cache_entries.load();
+  e.prefix_cache.evicted_for_bytes = impl_->evicted.load();
+  e.prefix_cache.too_large = impl_->too_large.load();
   return e;
 }
 

@@ -4,7 +4,8 @@
 // answers and what the daemon did with the request: the prompt it rendered
 // (usage.prompt_tokens against the harmony renderer), streamed and
 // non-streamed answers agreeing, a named tool call opened by the server's
-// header (its arguments constrained by the schema), the official `openai`
+// header (its arguments constrained by the schema) and the next turn served
+// from the prompt-state cache, the official `openai`
 // client, and clear 4xx refusals.
 // (What the output parser makes of well-formed output is in
 // daemon.harmony_serving, on scripted token streams.)
@@ -60,6 +61,7 @@ class GptOssServe : public ::testing::Test {
     delete daemon_;
     daemon_ = nullptr;
     delete tok_;
+    std::filesystem::remove_all(GptOssDir());  // about 100 MB
   }
   void SetUp() override { ASSERT_NE(daemon_, nullptr); }
 
@@ -159,6 +161,16 @@ TEST_F(GptOssServe, NamedToolChoiceOpensTheCallInThePrompt) {
                                     engine::AddedTokenText::kMatchAll);
   EXPECT_EQ(j["usage"]["prompt_tokens"],
             RenderedTokens({User("Weather in Oslo?")}, &tools, engine::HarmonyEffort::kLow) + header.size());
+
+  // The tool-result turn re-sends that prompt and the call: only what is new is prefilled.
+  json next = {{"messages", json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}},
+                                         msg,
+                                         {{"role", "tool"}, {"tool_call_id", msg["tool_calls"][0]["id"]}, {"content", "3C"}}})},
+               {"tools", json::parse(kWeatherTools)},
+               {"max_tokens", 2}};
+  auto t = Chat(port_, next);
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(t.Json()["usage"]["prompt_tokens_details"]["cached_tokens"], j["usage"]["prompt_tokens"]) << t.body;
 
   // Streamed: the call's id and name come first, then argument pieces adding up to the same text.
   body["stream"] = true;

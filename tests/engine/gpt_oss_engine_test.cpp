@@ -1,7 +1,8 @@
 // GptOssEngine (gpt_oss_engine.hpp) on a tiny random gpt-oss checkpoint
 // written by tools/reference/gpt_oss.py: sequences run together, with
 // chunked prefill and a queue, emit exactly the tokens of the
-// single-sequence greedy loop over GptOssModel; analysis tokens count as
+// single-sequence greedy loop over GptOssModel, with or without the
+// prompt-state cache; analysis tokens count as
 // reasoning and the thinking budget closes them into a final message; stops,
 // cancels, controller faults and refused submissions.
 #include <gtest/gtest.h>
@@ -39,6 +40,12 @@ const std::string& ModelDir() {
   return dir;
 }
 
+// The checkpoint (about 100 MB) goes when the tests end.
+struct RemoveModel : ::testing::Environment {
+  void TearDown() override { std::filesystem::remove_all(ModelDir()); }
+};
+const auto* const kRemoveModel = ::testing::AddGlobalTestEnvironment(new RemoveModel);
+
 std::unique_ptr<GptOssEngine> NewEngine(GptOssEngineOptions o = {}) {
   auto e = GptOssEngine::Create(ModelDir(), o);
   if (!e) {
@@ -46,6 +53,17 @@ std::unique_ptr<GptOssEngine> NewEngine(GptOssEngineOptions o = {}) {
     return nullptr;
   }
   return std::move(*e);
+}
+
+// One engine without the prompt-state cache, shared by the tests that need no
+// particular options (a load is most of a test's time).
+GptOssEngine& SharedPlain() {
+  static std::unique_ptr<GptOssEngine> e = [] {
+    GptOssEngineOptions o;
+    o.prefix_cache_bytes = 0;
+    return NewEngine(o);
+  }();
+  return *e;
 }
 
 std::vector<int> Prompt(int n, int salt) {
@@ -130,9 +148,55 @@ TEST(GptOssEngine, ConcurrentSequencesEmitTheSingleSequenceGreedyTokens) {
   EXPECT_EQ(e->Metrics().cache_usage_ratio, 0.0);
 }
 
+// The prompt-state cache: a prompt that extends an earlier one prefills only
+// the new tokens and emits what an engine without the cache emits.
+TEST(GptOssEngine, PromptStateCacheServesExtensionsWithTheSameTokens) {
+  auto run = [](GptOssEngine& e, const std::vector<int>& prompt) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_tokens = 5;
+    r.sampling.temperature = 0;
+    r.stop_tokens = {-1};
+    auto id = e.Submit(r);
+    EXPECT_TRUE(id);
+    return Drain(e)[*id];
+  };
+  const std::vector<int> first = Prompt(20, 4);
+  std::vector<int> second = first;
+  for (int t : Prompt(11, 5)) second.push_back(t);
+
+  GptOssEngine* plain = &SharedPlain();
+  auto cached = NewEngine();
+  ASSERT_TRUE(cached);
+  auto a = run(*cached, first);
+  EXPECT_EQ(a.back().usage.cached_tokens, 0);
+  EXPECT_EQ(cached->Metrics().prefix_cache.entries, 1);
+  EXPECT_GT(cached->Metrics().prefix_cache.bytes, 0);
+  auto b = run(*cached, second);
+  EXPECT_EQ(b.back().usage.cached_tokens, 20);
+  EXPECT_EQ(cached->Metrics().prefix_hit_tokens, 20u);
+  EXPECT_EQ(Tokens(b), Tokens(run(*plain, second)));
+  EXPECT_EQ(Tokens(a), Tokens(run(*plain, first)));
+  // A prompt that is not an extension (it differs inside the kept one) starts afresh.
+  std::vector<int> other = second;
+  other[3] += 1;
+  auto c = run(*cached, other);
+  EXPECT_EQ(c.back().usage.cached_tokens, 0);
+  EXPECT_EQ(Tokens(c), Tokens(run(*plain, other)));
+
+  // A bound smaller than one copy keeps nothing.
+  GptOssEngineOptions tiny;
+  tiny.prefix_cache_bytes = 1000;
+  auto small = NewEngine(tiny);
+  ASSERT_TRUE(small);
+  run(*small, first);
+  EXPECT_EQ(run(*small, second).back().usage.cached_tokens, 0);
+  EXPECT_EQ(small->Metrics().prefix_cache.entries, 0);
+  EXPECT_EQ(small->Metrics().prefix_cache.too_large, 2u);
+}
+
 TEST(GptOssEngine, AnalysisIsReasoningAndTheBudgetOpensTheFinalAnswer) {
-  auto e = NewEngine();
-  ASSERT_TRUE(e);
+  GptOssEngine* e = &SharedPlain();
   const HfTokenizer& tok = e->tokenizer();
   auto prompt = tok.Encode("<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>analysis<|message|>",
                            AddedTokenText::kMatchAll);
@@ -178,8 +242,7 @@ class Throws : public DecodeController {
 };
 
 TEST(GptOssEngine, StopsCancelsAndFaultsTouchOnlyTheirSequence) {
-  auto e = NewEngine();
-  ASSERT_TRUE(e);
+  GptOssEngine* e = &SharedPlain();
   GenerationRequest base;
   base.prompt = Prompt(6, 9);
   base.max_tokens = 30;
@@ -255,6 +318,7 @@ TEST(GptOssEngine, LoadRefusesANonHarmonyTokenizer) {
            "post_processor":null,"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]}})";
   }
   auto e = GptOssEngine::Create(dir, {});
+  std::filesystem::remove_all(dir);
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message().find("harmony"), std::string::npos) << e.error().message();
 }

@@ -7,7 +7,17 @@
 // running sequence within cache_tokens), runs up to prefill_chunk_tokens of
 // prompt prefill, and decodes one token for every other running sequence,
 // one forward per sequence (no batched kernels yet: the fp32 single-sequence
-// forward is what runs). No prefix cache.
+// forward is what runs).
+//
+// Prompt-state cache: when a prompt's prefill ends, a copy of the sequence's
+// attention cache is kept under its tokens; a later prompt that starts with
+// (and is longer than) a kept prompt starts from that copy
+// (usage.cached_tokens). An agent's tool loop re-sends the previous prompt
+// plus the turn, so each turn prefills only what is new (harmony drops the
+// reasoning after a final answer, so the prompt after one hits up to the
+// start of that turn). Bounded by prefix_cache_bytes (the copies' floats and
+// tokens), least recently used first out; a copy alone over the bound is not
+// kept. Results are the same with the cache on or off.
 //
 // Harmony-aware where the moe-dsa-v1 Engine is think-span-aware: a token is
 // `reasoning` when it is in the body of an `analysis` message (counted in
@@ -40,6 +50,8 @@ struct GptOssEngineOptions {
   int prefill_chunk_tokens = 512;
   int64_t cache_tokens = 1 << 16;  // prompt + max_tokens reserved by running sequences, together
   int max_context = 0;             // 0: max_position_embeddings
+  // Bound on the prompt-state cache (below); 0 caches nothing.
+  int64_t prefix_cache_bytes = int64_t{1} << 30;
 };
 
 class GptOssEngine : public StepEngine {
@@ -57,8 +69,9 @@ class GptOssEngine : public StepEngine {
   std::vector<TokenEvent> Step() override;
   bool HasWork() const override;
 
-  // running, waiting and cache_usage_ratio (reserved / cache_tokens); the
-  // prefix-cache and expert figures stay zero.
+  // running, waiting, cache_usage_ratio (reserved / cache_tokens), the
+  // prompt-state cache's lookups, hits, bytes, entries and evictions; the
+  // expert figures stay empty.
   EngineMetrics Metrics() const;
   const GptOssConfig& config() const;
   const HfTokenizer& tokenizer() const;
