@@ -1,9 +1,11 @@
-"""Train the tiny agent model (CPU, deterministic from --seed).
+"""Train the tiny agent model (CPU or CUDA, deterministic from --seed on a
+given device kind).
 
-  nice /usr/bin/python3 tools/train/train.py --config tools/train/config.json \
-      --seed 1 --steps 150 --batch 8 --out build-x/tiny-agent-train
+  /usr/bin/python3 tools/train/train.py --config tools/train/config.json \
+      --seed 1 --steps 150 --batch 8 --out build-x/tiny-agent-train [--device cuda]
 
-Data comes from gen_data.py (train split, same seed), rendered by chat.py; the
+Data comes from gen_data.py (train split; each window of 32 batches from its
+own seed, made ahead by --data-workers processes), rendered by chat.py; the
 loss is next-token cross-entropy on the tokens the model generates (reasoning,
 answers, tool call name and arguments, <|end|>), plus the DSA indexer's KL.
 A quarter of the assistant turns have their reasoning cut short at a random
@@ -11,8 +13,10 @@ length, as a thinking budget cuts it, so the model learns to act after the
 engine closes the span. The first --dense-steps steps attend densely in the
 dsa layers (indexer warm-up), then top-k. The tools block every sequence
 starts with is computed once per batch (model.forward's prefix); batches
-hold conversations of similar length. Writes weights.pt (fp32) and
-train_log.json (loss curve, time, expert load per MoE layer).
+hold conversations of similar length. The learning rate is cosine over
+--steps, or warm-up-stable-decay with the decay timed to --time-budget (the
+log's decay_start replays it with --decay-start). Writes weights.pt (fp32)
+and train_log.json (loss curve, time, expert load per MoE layer).
 """
 
 import argparse
