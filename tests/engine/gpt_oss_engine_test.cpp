@@ -148,6 +148,43 @@ TEST(GptOssEngine, ConcurrentSequencesEmitTheSingleSequenceGreedyTokens) {
   EXPECT_EQ(e->Metrics().cache_usage_ratio, 0.0);
 }
 
+// Sampling reuses the engine's sampler: a seed fixes the tokens, another seed
+// draws others; and the banded layers' caches stay within about twice the
+// window however long the sequence.
+TEST(GptOssEngine, SeededSamplingAndBandedCachesStayBounded) {
+  GptOssEngine& e = SharedPlain();
+  auto run = [&](uint64_t seed) {
+    GenerationRequest r;
+    r.prompt = Prompt(12, 6);
+    r.max_tokens = 12;
+    r.sampling.temperature = 1.5f;
+    r.sampling.top_p = 0.95f;
+    r.sampling.seed = seed;
+    r.stop_tokens = {-1};
+    auto id = e.Submit(r);
+    EXPECT_TRUE(id);
+    return Tokens(Drain(e)[*id]);
+  };
+  const auto a = run(7);
+  EXPECT_EQ(a.size(), 12u);
+  EXPECT_EQ(run(7), a);
+  EXPECT_NE(run(8), a);
+
+  auto model = GptOssModel::Load(ModelDir());
+  ASSERT_TRUE(model) << model.error().ToString();
+  const GptOssConfig& c = (*model)->config();
+  GptOssModel::State st = (*model)->NewState();
+  std::vector<float> logits;
+  // A prompt, then decoded tokens (a prompt may be held whole while it is read).
+  ASSERT_TRUE((*model)->Forward(st, Prompt(40, 7), false, &logits));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*model)->Forward(st, std::vector<int>{100 + i}, false, &logits));
+  const size_t kvd = static_cast<size_t>(c.kv_heads) * c.head_dim;
+  for (int l = 0; l < c.layers; ++l) {
+    if (c.sliding[l]) EXPECT_LE(st.k[l].size(), 2 * static_cast<size_t>(c.sliding_window) * kvd) << l;
+    else EXPECT_EQ(st.k[l].size(), 43 * kvd) << l;
+  }
+}
+
 // The prompt-state cache: a prompt that extends an earlier one prefills only
 // the new tokens and emits what an engine without the cache emits.
 TEST(GptOssEngine, PromptStateCacheServesExtensionsWithTheSameTokens) {
