@@ -7,6 +7,7 @@
 #include "layers.hpp"
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::engine {
 
@@ -59,13 +60,17 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   }
   for (size_t g = 0; g < HR; ++g) std::copy_n(q0 + g * qk + np, rope, &q_pe[g * static_cast<size_t>(rope)]);
   if (row_keys) {
+    // Rows side by side on the pool, each row's call running inline on its
+    // thread (a nested parallel-for runs serially): one hand-off for the
+    // block instead of two per row. The kernel's key chunks and their merge
+    // order do not depend on where it runs, so the results are the same.
     const kernels::MlaDecodeShape shape{H, static_cast<int>(kv), rope, ctx.mla_scale, nullptr};
-    for (int j = 0; j < nr; ++j) {
-      const std::vector<int>& keys = (*row_keys)[static_cast<size_t>(j)];
-      const size_t at = static_cast<size_t>(j) * H;
+    kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(nr), [&](size_t j) {
+      const std::vector<int>& keys = (*row_keys)[j];
+      const size_t at = j * H;
       k.mla_decode(shape, &q_abs[at * kv], &q_pe[at * static_cast<size_t>(rope)], rows, off_c, keys.data(),
                    static_cast<int>(keys.size()), &lat[at * kv]);
-    }
+    });
   } else {
     std::vector<int> visible;
     if (nr > 1)
