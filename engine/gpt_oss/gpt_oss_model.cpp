@@ -1,5 +1,6 @@
-// The gpt-oss forward pass on CPU in fp32, one token at a time against the
-// sequence's cache: RMSNorm, GQA attention with q/k/v/o biases and per-head
+// The gpt-oss forward pass on CPU, a block of tokens at a time against the
+// sequence's cache, through the model's KernelSet (BF16 dense matrices read as
+// stored, MXFP4 experts repacked for the integer dot-product kernels): RMSNorm, GQA attention with q/k/v/o biases and per-head
 // sinks (banded or full by layer), YaRN RoPE, the biased top-k router with a
 // softmax over the chosen logits, MXFP4 experts with biases and the clamped
 // SwiGLU over interleaved gate/up rows.
@@ -11,20 +12,49 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "moeserve/engine/dtype.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/safetensors.hpp"
+#include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::engine {
+
+// A dense [rows, cols] matrix as the checkpoint holds it: BF16 read in place
+// from the mapped shard (2-byte aligned, as safetensors lays it out; copied
+// otherwise), or F32 owned. Products go through the model's KernelSet.
+struct DenseMatrix {
+  const uint16_t* bf16 = nullptr;
+  std::vector<uint16_t> bf16_copy;
+  std::vector<float> f32;
+  size_t rows = 0, cols = 0;
+
+  void Apply(const kernels::KernelSet& k, const float* X, size_t n, float* Y) const {
+    if (bf16)
+      k.matmul_bf16(bf16, rows, cols, X, n, Y);
+    else
+      k.matmul_f32(f32.data(), rows, cols, X, n, Y);
+  }
+  void Row(size_t r, float* out) const {
+    if (bf16)
+      for (size_t c = 0; c < cols; ++c) out[c] = Bf16ToF32(bf16[r * cols + c]);
+    else
+      std::copy_n(f32.data() + r * cols, cols, out);
+  }
+  size_t bytes() const { return rows * cols * (bf16 ? 2 : 4); }
+};
 
 struct GptOssModel::Weights {
   struct Layer {
     std::vector<float> in_norm, post_norm;
-    std::vector<float> wq, bq, wk, bk, wv, bv, wo, bo, sinks;
-    std::vector<float> router_w, router_b;
-    std::vector<float> gate_up, gate_up_b;  // [E, 2I, hidden] (row 2i gate, 2i+1 up), [E, 2I]
-    std::vector<float> down, down_b;        // [E, hidden, I], [E, hidden]
+    DenseMatrix wq, wk, wv, wo, router;
+    std::vector<float> bq, bk, bv, bo, sinks, router_b;
+    kernels::Mxfp4PackedStack gate_up, down;  // E x [2I, hidden] (row 2i gate, 2i+1 up), E x [hidden, I]
+    std::vector<float> gate_up_b, down_b;     // [E, 2I], [E, hidden]
   };
-  std::vector<float> embed, head, norm;
+  Checkpoint checkpoint;  // keeps the mapped BF16 matrices alive
+  DenseMatrix embed, head;
+  std::vector<float> norm;
   std::vector<Layer> layers;
 };
 
@@ -75,14 +105,34 @@ Result<std::vector<float>> Dense(const Checkpoint& ck, const std::string& name, 
   return out;
 }
 
-// E2M1 values by code: bit 3 the sign, bits 0-2 the magnitude.
-constexpr float kFp4[16] = {0.0f, 0.5f, 1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                            -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+// A dense matrix, BF16 kept as stored (see DenseMatrix) or F32.
+Result<DenseMatrix> DenseMat(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols) {
+  Error err = Error::Internal("");
+  const TensorView* t = FindShaped(ck, name, {rows, cols}, &err);
+  if (!t) return Fail(err);
+  DenseMatrix m;
+  m.rows = static_cast<size_t>(rows);
+  m.cols = static_cast<size_t>(cols);
+  if (t->dtype == DType::kBF16) {
+    if (reinterpret_cast<uintptr_t>(t->data) % alignof(uint16_t) == 0) {
+      m.bf16 = reinterpret_cast<const uint16_t*>(t->data);
+    } else {
+      m.bf16_copy.resize(m.rows * m.cols);
+      std::memcpy(m.bf16_copy.data(), t->data, m.bf16_copy.size() * 2);
+      m.bf16 = m.bf16_copy.data();
+    }
+    return m;
+  }
+  MOE_ASSIGN_OR_RETURN(m.f32, Dense(ck, name, {rows, cols}));
+  return m;
+}
 
 // MXFP4 experts NAME_blocks [E, rows, cols/32, 16] and NAME_scales [E, rows,
-// cols/32] (E8M0, bias 127) -> fp32 [E, rows, cols]. Byte j of a block holds
-// element 2j in its low nibble and 2j+1 in its high nibble.
-Result<std::vector<float>> Mxfp4(const Checkpoint& ck, const std::string& name, int64_t e, int64_t rows, int64_t cols) {
+// cols/32] (E8M0, bias 127): the OCP layout our kernels read, repacked for
+// them (lossless). Byte j of a block holds element 2j in its low nibble and
+// 2j+1 in its high nibble.
+Result<kernels::Mxfp4PackedStack> Mxfp4(const Checkpoint& ck, const std::string& name, int64_t e, int64_t rows,
+                                        int64_t cols) {
   Error err = Error::Internal("");
   const TensorView* b = FindShaped(ck, name + "_blocks", {e, rows, cols / 32, 16}, &err);
   if (!b) return Fail(err);
@@ -90,87 +140,78 @@ Result<std::vector<float>> Mxfp4(const Checkpoint& ck, const std::string& name, 
   if (!s) return Fail(err);
   if (b->dtype != DType::kU8 || s->dtype != DType::kU8)
     return Fail(Error::InvalidArgument("gpt-oss checkpoint: '" + name + "_blocks' and '_scales' must be U8"));
-  std::vector<float> out(static_cast<size_t>(e * rows * cols));
   const size_t groups = static_cast<size_t>(e * rows * (cols / 32));
-  for (size_t g = 0; g < groups; ++g)
-    if (s->data[g] == 255)
-      return Fail(Error::InvalidArgument("gpt-oss checkpoint: '" + name + "_scales' holds 255 (E8M0 NaN) at group " +
-                                         std::to_string(g)));
-  for (size_t g = 0; g < groups; ++g) {
-    const float scale = std::ldexp(1.0f, static_cast<int>(s->data[g]) - 127);
-    const uint8_t* blk = b->data + 16 * g;
-    float* o = out.data() + 32 * g;
-    for (int j = 0; j < 16; ++j) {
-      o[2 * j] = kFp4[blk[j] & 0x0F] * scale;
-      o[2 * j + 1] = kFp4[blk[j] >> 4] * scale;
-    }
+  const long long nan_at = kernels::Mxfp4FindNanScale(s->data, groups);
+  if (nan_at >= 0)
+    return Fail(Error::InvalidArgument("gpt-oss checkpoint: '" + name + "_scales' holds 255 (E8M0 NaN) at group " +
+                                       std::to_string(nan_at)));
+  return kernels::Mxfp4PackedStack(b->data, s->data, static_cast<size_t>(e), static_cast<size_t>(rows),
+                                   static_cast<size_t>(cols));
+}
+
+// cos and sin of each RoPE frequency at each position (scaled by the YaRN
+// concentration), computed once per call and shared by every head and layer.
+struct RopeTable {
+  std::vector<float> cos, sin;  // [n, d/2]
+  RopeTable(const GptOssConfig& c, int first_pos, size_t n) : cos(n * c.inv_freq.size()), sin(cos.size()) {
+    const size_t half = c.inv_freq.size();
+    for (size_t t = 0; t < n; ++t)
+      for (size_t i = 0; i < half; ++i) {
+        const double ang = static_cast<double>(first_pos + static_cast<int>(t)) * c.inv_freq[i];
+        cos[t * half + i] = static_cast<float>(std::cos(ang) * c.rope_concentration);
+        sin[t * half + i] = static_cast<float>(std::sin(ang) * c.rope_concentration);
+      }
   }
-  return out;
-}
+};
 
-// y[r] = W[r, :] . x + b[r] for W [rows, cols].
-void MatVec(const float* w, const float* b, const float* x, int rows, int cols, float* y) {
-  for (int r = 0; r < rows; ++r) {
-    const float* wr = w + static_cast<size_t>(r) * cols;
-    double acc = 0;
-    for (int c = 0; c < cols; ++c) acc += static_cast<double>(wr[c]) * x[c];
-    y[r] = static_cast<float>(acc) + (b ? b[r] : 0.0f);
-  }
-}
-
-void RmsNorm(const float* x, const float* w, int n, float eps, float* y) {
-  double ss = 0;
-  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
-  for (int i = 0; i < n; ++i) y[i] = x[i] * inv * w[i];
-}
-
-// Half-split rotation of one head vector at position pos, cos/sin scaled by
-// the YaRN concentration.
-void Rope(float* v, int d, int pos, const GptOssConfig& c) {
-  const int half = d / 2;
-  for (int i = 0; i < half; ++i) {
-    const double ang = static_cast<double>(pos) * c.inv_freq[i];
-    const float co = static_cast<float>(std::cos(ang) * c.rope_concentration);
-    const float si = static_cast<float>(std::sin(ang) * c.rope_concentration);
+// Half-split rotation of one head vector (d = 2 * half) with the token's row of the table.
+void Rope(float* v, const float* co, const float* si, size_t half) {
+  for (size_t i = 0; i < half; ++i) {
     const float x1 = v[i], x2 = v[i + half];
-    v[i] = x1 * co - x2 * si;
-    v[i + half] = x2 * co + x1 * si;
+    v[i] = x1 * co[i] - x2 * si[i];
+    v[i + half] = x2 * co[i] + x1 * si[i];
   }
+}
+
+void AddBias(float* y, const float* b, size_t n, size_t width) {
+  for (size_t t = 0; t < n; ++t)
+    for (size_t i = 0; i < width; ++i) y[t * width + i] += b[i];
 }
 
 }  // namespace
 
 GptOssModel::~GptOssModel() = default;
 
-Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir) {
+Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir, kernels::Isa isa) {
   namespace fs = std::filesystem;
   std::ifstream in(fs::path(dir) / "config.json", std::ios::binary);
   if (!in) return Fail(Error::NotFound(dir + "/config.json: cannot open"));
   std::ostringstream text;
   text << in.rdbuf();
   std::unique_ptr<GptOssModel> m(new GptOssModel());
+  m->kernels_ = &kernels::Kernels(isa);
   MOE_ASSIGN_OR_RETURN(m->cfg_, ParseGptOssConfig(text.str()));
   const GptOssConfig& c = m->cfg_;
-  // Every weight becomes 4 bytes here: refuse up front what the machine cannot hold.
-  const double weights = 2.0 * c.vocab * c.hidden +
-                         static_cast<double>(c.layers) *
-                             (2.0 * c.hidden * (c.heads + c.kv_heads) * c.head_dim +
-                              3.0 * static_cast<double>(c.experts) * c.hidden * c.intermediate);
+  // Experts stay MXFP4 (4.25 bits a weight), dense matrices BF16 as stored:
+  // refuse up front what the machine cannot hold.
+  const double dense = 2.0 * (c.tie_embeddings ? 1.0 : 2.0) * c.vocab * c.hidden +
+                       2.0 * c.layers * (2.0 * c.hidden * (c.heads + c.kv_heads) * c.head_dim);
+  const double experts = static_cast<double>(c.layers) * 3.0 * c.experts * c.hidden * c.intermediate * 17.0 / 32.0;
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  if (ram > 0 && 4.0 * weights > ram)
-    return Fail(Error::ResourceExhausted("gpt-oss: the fp32 CPU path needs about " +
-                                         std::to_string(static_cast<long long>(4.0 * weights / 1e9)) +
-                                         " GB for this config, more than this machine's " +
-                                         std::to_string(static_cast<long long>(ram / 1e9)) + " GB of memory"));
-  MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  if (ram > 0 && dense + experts > ram)
+    return Fail(Error::ResourceExhausted("gpt-oss: this config needs about " +
+                                         std::to_string(static_cast<long long>((dense + experts) / 1e9)) +
+                                         " GB of weights in memory, more than this machine's " +
+                                         std::to_string(static_cast<long long>(ram / 1e9)) + " GB"));
+  auto w = std::make_unique<Weights>();
+  MOE_ASSIGN_OR_RETURN(w->checkpoint, Checkpoint::Open(dir));
+  const Checkpoint& ck = w->checkpoint;
   const int64_t hd = c.hidden, qd = int64_t{c.heads} * c.head_dim, kvd = int64_t{c.kv_heads} * c.head_dim;
   const int64_t E = c.experts, I = c.intermediate;
-  auto w = std::make_unique<Weights>();
-  MOE_ASSIGN_OR_RETURN(w->embed, Dense(ck, "model.embed_tokens.weight", {c.vocab, hd}));
+  MOE_ASSIGN_OR_RETURN(w->embed, DenseMat(ck, "model.embed_tokens.weight", c.vocab, hd));
   MOE_ASSIGN_OR_RETURN(w->norm, Dense(ck, "model.norm.weight", {hd}));
   if (!c.tie_embeddings) {
-    MOE_ASSIGN_OR_RETURN(w->head, Dense(ck, "lm_head.weight", {c.vocab, hd}));
+    MOE_ASSIGN_OR_RETURN(w->head, DenseMat(ck, "lm_head.weight", c.vocab, hd));
   }
   w->layers.resize(c.layers);
   for (int i = 0; i < c.layers; ++i) {
@@ -178,16 +219,16 @@ Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir) {
     Weights::Layer& L = w->layers[i];
     MOE_ASSIGN_OR_RETURN(L.in_norm, Dense(ck, p + "input_layernorm.weight", {hd}));
     MOE_ASSIGN_OR_RETURN(L.post_norm, Dense(ck, p + "post_attention_layernorm.weight", {hd}));
-    MOE_ASSIGN_OR_RETURN(L.wq, Dense(ck, p + "self_attn.q_proj.weight", {qd, hd}));
+    MOE_ASSIGN_OR_RETURN(L.wq, DenseMat(ck, p + "self_attn.q_proj.weight", qd, hd));
     MOE_ASSIGN_OR_RETURN(L.bq, Dense(ck, p + "self_attn.q_proj.bias", {qd}));
-    MOE_ASSIGN_OR_RETURN(L.wk, Dense(ck, p + "self_attn.k_proj.weight", {kvd, hd}));
+    MOE_ASSIGN_OR_RETURN(L.wk, DenseMat(ck, p + "self_attn.k_proj.weight", kvd, hd));
     MOE_ASSIGN_OR_RETURN(L.bk, Dense(ck, p + "self_attn.k_proj.bias", {kvd}));
-    MOE_ASSIGN_OR_RETURN(L.wv, Dense(ck, p + "self_attn.v_proj.weight", {kvd, hd}));
+    MOE_ASSIGN_OR_RETURN(L.wv, DenseMat(ck, p + "self_attn.v_proj.weight", kvd, hd));
     MOE_ASSIGN_OR_RETURN(L.bv, Dense(ck, p + "self_attn.v_proj.bias", {kvd}));
-    MOE_ASSIGN_OR_RETURN(L.wo, Dense(ck, p + "self_attn.o_proj.weight", {hd, qd}));
+    MOE_ASSIGN_OR_RETURN(L.wo, DenseMat(ck, p + "self_attn.o_proj.weight", hd, qd));
     MOE_ASSIGN_OR_RETURN(L.bo, Dense(ck, p + "self_attn.o_proj.bias", {hd}));
     MOE_ASSIGN_OR_RETURN(L.sinks, Dense(ck, p + "self_attn.sinks", {c.heads}));
-    MOE_ASSIGN_OR_RETURN(L.router_w, Dense(ck, p + "mlp.router.weight", {E, hd}));
+    MOE_ASSIGN_OR_RETURN(L.router, DenseMat(ck, p + "mlp.router.weight", E, hd));
     MOE_ASSIGN_OR_RETURN(L.router_b, Dense(ck, p + "mlp.router.bias", {E}));
     MOE_ASSIGN_OR_RETURN(L.gate_up, Mxfp4(ck, p + "mlp.experts.gate_up_proj", E, 2 * I, hd));
     MOE_ASSIGN_OR_RETURN(L.gate_up_b, Dense(ck, p + "mlp.experts.gate_up_proj_bias", {E, 2 * I}));
@@ -198,6 +239,22 @@ Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir) {
   return m;
 }
 
+size_t GptOssModel::weight_bytes() const {
+  size_t n = w_->embed.bytes() + (cfg_.tie_embeddings ? 0 : w_->head.bytes());
+  for (const auto& L : w_->layers)
+    n += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.router.bytes() + L.gate_up.bytes() +
+         L.down.bytes();
+  return n;
+}
+
+size_t GptOssModel::active_weight_bytes_per_token() const {
+  size_t n = (cfg_.tie_embeddings ? w_->embed : w_->head).bytes();
+  for (const auto& L : w_->layers)
+    n += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.router.bytes() +
+         (L.gate_up.bytes() + L.down.bytes()) / static_cast<size_t>(cfg_.experts) * cfg_.experts_per_token;
+  return n;
+}
+
 GptOssModel::State GptOssModel::NewState() const {
   State s;
   s.k.resize(cfg_.layers);
@@ -206,8 +263,13 @@ GptOssModel::State GptOssModel::NewState() const {
   return s;
 }
 
+// The forward over a block of n new tokens, layer by layer: every projection
+// is one product over the block's rows (matrix-vector kernels for one token,
+// GEMMs for a prefill chunk), attention runs per (token, head) in parallel,
+// and each expert takes the rows routed to it in one product.
 Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_logits, std::vector<float>* logits) const {
   const GptOssConfig& c = cfg_;
+  const kernels::KernelSet& k = *kernels_;
   for (int t : tokens)
     if (t < 0 || t >= c.vocab)
       return Fail(Error::OutOfRange("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
@@ -215,98 +277,159 @@ Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_log
   if (static_cast<int>(st.k.size()) != c.layers || static_cast<int>(st.dropped.size()) != c.layers)
     return Fail(Error::InvalidArgument("state does not belong to this model"));
   logits->clear();
-  const int hd = c.hidden, d = c.head_dim, H = c.heads, KV = c.kv_heads, rep = H / KV, I = c.intermediate;
-  const int kvd = KV * d;
+  const size_t n = tokens.size();
+  if (n == 0) return Ok();
+  const size_t hd = c.hidden, d = c.head_dim, H = c.heads, KV = c.kv_heads, rep = H / KV, I = c.intermediate;
+  const size_t kvd = KV * d, qd = H * d, E = c.experts, K = c.experts_per_token;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> x(hd), t(hd), q(H * d), k(kvd), v(kvd), o(H * d), a(hd), scores, router(c.experts);
-  std::vector<float> gu(2 * I), act(I), y(hd), moe(hd);
-  for (size_t ti = 0; ti < tokens.size(); ++ti) {
-    const int pos = st.length;
-    std::copy_n(w_->embed.data() + static_cast<size_t>(tokens[ti]) * hd, hd, x.data());
-    for (int li = 0; li < c.layers; ++li) {
-      const Weights::Layer& L = w_->layers[li];
-      RmsNorm(x.data(), L.in_norm.data(), hd, c.rms_eps, t.data());
-      MatVec(L.wq.data(), L.bq.data(), t.data(), H * d, hd, q.data());
-      MatVec(L.wk.data(), L.bk.data(), t.data(), kvd, hd, k.data());
-      MatVec(L.wv.data(), L.bv.data(), t.data(), kvd, hd, v.data());
-      for (int h = 0; h < H; ++h) Rope(q.data() + h * d, d, pos, c);
-      for (int h = 0; h < KV; ++h) Rope(k.data() + h * d, d, pos, c);
-      std::vector<float>& K = st.k[li];
-      std::vector<float>& V = st.v[li];
-      // Banded layers see the last sliding_window positions, this one
-      // included; positions before that are dropped once twice the window is
-      // held (one erase per window of tokens, not one per token).
-      const int first = c.sliding[li] ? std::max(0, pos - c.sliding_window + 1) : 0;
-      int& dropped = st.dropped[li];
-      if (c.sliding[li] && first - dropped >= c.sliding_window) {
-        K.erase(K.begin(), K.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
-        V.erase(V.begin(), V.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
+  const int pos0 = st.length;
+  const RopeTable rope(c, pos0, n);
+  const size_t half = d / 2;
+  std::vector<float> x(n * hd), t(n * hd), q(n * qd), kk(n * kvd), vv(n * kvd), o(n * qd), a(n * hd);
+  std::vector<float> router(n * E), moe(n * hd);
+  for (size_t i = 0; i < n; ++i) w_->embed.Row(static_cast<size_t>(tokens[i]), x.data() + i * hd);
+  auto norm_rows = [&](const std::vector<float>& w) {
+    for (size_t i = 0; i < n; ++i) k.rms_norm(x.data() + i * hd, w.data(), c.rms_eps, hd, t.data() + i * hd);
+  };
+  for (int li = 0; li < c.layers; ++li) {
+    const Weights::Layer& L = w_->layers[li];
+    norm_rows(L.in_norm);
+    L.wq.Apply(k, t.data(), n, q.data());
+    L.wk.Apply(k, t.data(), n, kk.data());
+    L.wv.Apply(k, t.data(), n, vv.data());
+    AddBias(q.data(), L.bq.data(), n, qd);
+    AddBias(kk.data(), L.bk.data(), n, kvd);
+    AddBias(vv.data(), L.bv.data(), n, kvd);
+    for (size_t i = 0; i < n; ++i) {
+      const float* co = rope.cos.data() + i * half;
+      const float* si = rope.sin.data() + i * half;
+      for (size_t h = 0; h < H; ++h) Rope(q.data() + i * qd + h * d, co, si, half);
+      for (size_t h = 0; h < KV; ++h) Rope(kk.data() + i * kvd + h * d, co, si, half);
+    }
+    std::vector<float>& Kc = st.k[li];
+    std::vector<float>& Vc = st.v[li];
+    // Banded layers see the last sliding_window positions, the query's own
+    // included; positions no query of this block sees are dropped once twice
+    // the window is held (one erase per window of tokens, not one per token).
+    int& dropped = st.dropped[li];
+    if (c.sliding[li]) {
+      const int first = std::max(0, pos0 - c.sliding_window + 1);
+      if (first - dropped >= c.sliding_window) {
+        Kc.erase(Kc.begin(), Kc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
+        Vc.erase(Vc.begin(), Vc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
         dropped = first;
       }
-      K.insert(K.end(), k.begin(), k.end());
-      V.insert(V.end(), v.begin(), v.end());
-      scores.resize(pos + 1 - first);
-      for (int h = 0; h < H; ++h) {
-        const float* qh = q.data() + h * d;
-        const int kh = h / rep;
-        float mx = L.sinks[h];
-        for (int j = first; j <= pos; ++j) {
-          const float* kj = K.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
-          float s = 0;
-          for (int e = 0; e < d; ++e) s += qh[e] * kj[e];
-          scores[j - first] = s * scale;
-          mx = std::max(mx, scores[j - first]);
-        }
-        // The sink is one more logit in the denominator, with no value.
-        double denom = std::exp(static_cast<double>(L.sinks[h]) - mx);
-        for (float& s : scores) denom += (s = static_cast<float>(std::exp(static_cast<double>(s) - mx)));
-        float* oh = o.data() + h * d;
-        std::fill_n(oh, d, 0.0f);
-        for (int j = first; j <= pos; ++j) {
-          const float p = static_cast<float>(scores[j - first] / denom);
-          const float* vj = V.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
-          for (int e = 0; e < d; ++e) oh[e] += p * vj[e];
-        }
+    }
+    Kc.insert(Kc.end(), kk.begin(), kk.end());
+    Vc.insert(Vc.end(), vv.begin(), vv.end());
+    const bool banded = c.sliding[li];
+    kernels::DefaultThreadPool().ParallelFor(n * H, [&](size_t job) {
+      const size_t i = job / H, h = job % H;
+      const int pos = pos0 + static_cast<int>(i);
+      const int first = banded ? std::max(0, pos - c.sliding_window + 1) : 0;
+      const float* qh = q.data() + i * qd + h * d;
+      const size_t kh = h / rep;
+      std::vector<float> scores(static_cast<size_t>(pos + 1 - first));
+      float mx = L.sinks[h];
+      for (int j = first; j <= pos; ++j) {
+        const float* kj = Kc.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
+        float s = 0;
+        for (size_t e = 0; e < d; ++e) s += qh[e] * kj[e];
+        scores[j - first] = s * scale;
+        mx = std::max(mx, scores[j - first]);
       }
-      MatVec(L.wo.data(), L.bo.data(), o.data(), hd, H * d, a.data());
-      for (int i = 0; i < hd; ++i) x[i] += a[i];
+      // The sink is one more logit in the denominator, with no value.
+      double denom = std::exp(static_cast<double>(L.sinks[h]) - mx);
+      for (float& s : scores) denom += (s = static_cast<float>(std::exp(static_cast<double>(s) - mx)));
+      float* oh = o.data() + i * qd + h * d;
+      std::fill_n(oh, d, 0.0f);
+      for (int j = first; j <= pos; ++j) {
+        const float p = static_cast<float>(scores[j - first] / denom);
+        const float* vj = Vc.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
+        for (size_t e = 0; e < d; ++e) oh[e] += p * vj[e];
+      }
+    });
+    L.wo.Apply(k, o.data(), n, a.data());
+    AddBias(a.data(), L.bo.data(), n, hd);
+    for (size_t i = 0; i < n * hd; ++i) x[i] += a[i];
 
-      // MoE: top-k of the biased router logits (ties to the lower index, as
-      // torch.topk), softmax over the chosen logits only.
-      RmsNorm(x.data(), L.post_norm.data(), hd, c.rms_eps, t.data());
-      MatVec(L.router_w.data(), L.router_b.data(), t.data(), c.experts, hd, router.data());
-      std::vector<int> idx(c.experts);
-      for (int e = 0; e < c.experts; ++e) idx[e] = e;
-      std::partial_sort(idx.begin(), idx.begin() + c.experts_per_token, idx.end(),
-                        [&](int l, int r) { return router[l] > router[r] || (router[l] == router[r] && l < r); });
-      const float top = router[idx[0]];
+    // MoE: top-k of the biased router logits (ties to the lower index, as
+    // torch.topk), softmax over the chosen logits only; each expert then takes
+    // the rows routed to it.
+    norm_rows(L.post_norm);
+    L.router.Apply(k, t.data(), n, router.data());
+    AddBias(router.data(), L.router_b.data(), n, E);
+    std::vector<std::vector<size_t>> rows_of(E);
+    std::vector<std::vector<float>> weight_of(E);
+    std::vector<int> idx(E);
+    for (size_t i = 0; i < n; ++i) {
+      const float* r = router.data() + i * E;
+      for (size_t e = 0; e < E; ++e) idx[e] = static_cast<int>(e);
+      std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(K), idx.end(),
+                        [&](int l, int rr) { return r[l] > r[rr] || (r[l] == r[rr] && l < rr); });
+      const float top = r[idx[0]];
       double wsum = 0;
-      std::vector<double> wts(c.experts_per_token);
-      for (int j = 0; j < c.experts_per_token; ++j) wsum += (wts[j] = std::exp(static_cast<double>(router[idx[j]]) - top));
-      std::fill(moe.begin(), moe.end(), 0.0f);
-      for (int j = 0; j < c.experts_per_token; ++j) {
-        const size_t e = static_cast<size_t>(idx[j]);
-        MatVec(L.gate_up.data() + e * 2 * I * hd, L.gate_up_b.data() + e * 2 * I, t.data(), 2 * I, hd, gu.data());
-        for (int i = 0; i < I; ++i) {
-          const float g = std::min(gu[2 * i], c.swiglu_limit);
-          const float u = std::clamp(gu[2 * i + 1], -c.swiglu_limit, c.swiglu_limit);
-          act[i] = g / (1.0f + std::exp(-c.swiglu_alpha * g)) * (u + 1.0f);
-        }
-        MatVec(L.down.data() + e * hd * I, L.down_b.data() + e * hd, act.data(), hd, I, y.data());
-        const float wj = static_cast<float>(wts[j] / wsum);
-        for (int i = 0; i < hd; ++i) moe[i] += wj * y[i];
+      std::vector<double> wts(K);
+      for (size_t j = 0; j < K; ++j) wsum += (wts[j] = std::exp(static_cast<double>(r[idx[j]]) - top));
+      for (size_t j = 0; j < K; ++j) {
+        rows_of[idx[j]].push_back(i);
+        weight_of[idx[j]].push_back(static_cast<float>(wts[j] / wsum));
       }
-      for (int i = 0; i < hd; ++i) x[i] += moe[i];
     }
-    st.length = pos + 1;
-    if (all_logits || ti + 1 == tokens.size()) {
-      RmsNorm(x.data(), w_->norm.data(), hd, c.rms_eps, t.data());
-      const std::vector<float>& head = c.tie_embeddings ? w_->embed : w_->head;
-      const size_t at = logits->size();
-      logits->resize(at + c.vocab);
-      MatVec(head.data(), nullptr, t.data(), c.vocab, hd, logits->data() + at);
+    // Per expert: its rows gathered, gate_up (+ bias), the clamped SwiGLU over
+    // interleaved gate/up columns, down (+ bias). Experts with few rows share
+    // one parallel pass of matrix-vector products per projection.
+    std::vector<std::vector<float>> xin(E), gu(E), act(E), y(E);
+    std::vector<kernels::Mxfp4MatVecJob> jobs;
+    for (size_t e = 0; e < E; ++e) {
+      const size_t ne = rows_of[e].size();
+      if (!ne) continue;
+      xin[e].resize(ne * hd);
+      for (size_t r = 0; r < ne; ++r) std::copy_n(t.data() + rows_of[e][r] * hd, hd, xin[e].data() + r * hd);
+      gu[e].resize(ne * 2 * I);
+      if (ne < kernels::kMxfp4GemmMinRows)
+        jobs.push_back({L.gate_up.matrix(e), xin[e].data(), ne, gu[e].data()});
+      else
+        k.matmul_mxfp4(L.gate_up.matrix(e), xin[e].data(), ne, gu[e].data());
     }
+    if (!jobs.empty()) k.matvec_mxfp4_many(jobs);
+    jobs.clear();
+    for (size_t e = 0; e < E; ++e) {
+      const size_t ne = rows_of[e].size();
+      if (!ne) continue;
+      AddBias(gu[e].data(), L.gate_up_b.data() + e * 2 * I, ne, 2 * I);
+      act[e].resize(ne * I);
+      for (size_t r = 0; r < ne; ++r)
+        for (size_t i = 0; i < I; ++i) {
+          const float g = std::min(gu[e][r * 2 * I + 2 * i], c.swiglu_limit);
+          const float u = std::clamp(gu[e][r * 2 * I + 2 * i + 1], -c.swiglu_limit, c.swiglu_limit);
+          act[e][r * I + i] = g / (1.0f + std::exp(-c.swiglu_alpha * g)) * (u + 1.0f);
+        }
+      y[e].resize(ne * hd);
+      if (ne < kernels::kMxfp4GemmMinRows)
+        jobs.push_back({L.down.matrix(e), act[e].data(), ne, y[e].data()});
+      else
+        k.matmul_mxfp4(L.down.matrix(e), act[e].data(), ne, y[e].data());
+    }
+    if (!jobs.empty()) k.matvec_mxfp4_many(jobs);
+    std::fill(moe.begin(), moe.end(), 0.0f);
+    for (size_t e = 0; e < E; ++e)
+      for (size_t r = 0; r < rows_of[e].size(); ++r) {
+        const float wj = weight_of[e][r];
+        float* dst = moe.data() + rows_of[e][r] * hd;
+        const float* src = y[e].data() + r * hd;
+        const float* bias = L.down_b.data() + e * hd;
+        for (size_t i = 0; i < hd; ++i) dst[i] += wj * (src[i] + bias[i]);
+      }
+    for (size_t i = 0; i < n * hd; ++i) x[i] += moe[i];
   }
+  st.length = pos0 + static_cast<int>(n);
+  const size_t first_row = all_logits ? 0 : n - 1, rows = n - first_row;
+  std::vector<float> normed(rows * hd);
+  for (size_t i = 0; i < rows; ++i)
+    k.rms_norm(x.data() + (first_row + i) * hd, w_->norm.data(), c.rms_eps, hd, normed.data() + i * hd);
+  logits->resize(rows * static_cast<size_t>(c.vocab));
+  (c.tie_embeddings ? w_->embed : w_->head).Apply(k, normed.data(), rows, logits->data());
   return Ok();
 }
 

@@ -11,7 +11,7 @@
 // that the engine can be compared with another implementation token for
 // token. gpt-oss checkpoints (config.json model_type "gpt_oss") run through
 // the single-sequence gpt-oss forward (gpt_oss_model.hpp), greedy only, and
-// need --prompt-ids.
+// need --prompt-ids; the prompt is one prefill call, then one call per token.
 //
 // With --read-bw (the machine's read bandwidth, as bench_roofline measures
 // it) it also prints decode speed as a fraction of the memory roofline:
@@ -94,26 +94,70 @@ void PrintIds(const std::vector<int>& ids) {
   std::printf("%s\n", line.c_str());
 }
 
+// The process's peak resident memory (VmHWM), in bytes; 0 when unknown.
+double PeakRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
 // gpt-oss: greedy decode of max_tokens after the prompt, stopping at an end
-// token of config.json unless ignore_eos.
-int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_tokens, bool ignore_eos, bool print_ids) {
-  auto model = GptOssModel::Load(dir);
+// token of config.json unless ignore_eos; then (without --print-ids) load
+// time, memory, prefill and decode speed, and decode against the memory
+// roofline when a read bandwidth is given or measured.
+int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_tokens, bool ignore_eos, bool print_ids,
+              kernels::Isa isa, double read_bw, bool read_bw_auto) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = GptOssModel::Load(dir, isa);
   if (!model) return std::fprintf(stderr, "moe-run: %s\n", model.error().ToString().c_str()), 1;
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::unique_ptr<kernels::ReadBandwidthProbe> probe;
+  if (read_bw_auto) {
+    probe = std::make_unique<kernels::ReadBandwidthProbe>(256);
+    for (int i = 0; i < 8; ++i) probe->Pass();
+  }
   GptOssModel::State st = (*model)->NewState();
   std::vector<float> logits;
   std::vector<int> out;
   std::vector<int> next = prompt;
+  double prefill_s = 0, decode_s = 0;
   for (int step = 0; step < max_tokens; ++step) {
+    const auto ts = std::chrono::steady_clock::now();
     auto s = (*model)->Forward(st, next, false, &logits);
     if (!s) return std::fprintf(stderr, "moe-run: %s\n", s.error().ToString().c_str()), 1;
+    (step == 0 ? prefill_s : decode_s) += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
     const int tok = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(tok);
     const auto& eos = (*model)->config().eos_tokens;
     if (!ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) break;
     next = {tok};
   }
-  if (!print_ids) std::printf("generated %zu tokens after a prompt of %zu:\n", out.size(), prompt.size());
+  if (print_ids) return PrintIds(out), 0;
+  std::printf("generated %zu tokens after a prompt of %zu:\n", out.size(), prompt.size());
   PrintIds(out);
+  const double bytes = static_cast<double>((*model)->active_weight_bytes_per_token());
+  const double decode_tps = out.size() > 1 ? static_cast<double>(out.size() - 1) / decode_s : 0.0;
+  std::printf("load %.1f s; weights held %.2f GB; peak resident memory %.2f GB\n", load_s,
+              static_cast<double>((*model)->weight_bytes()) / 1e9, PeakRssBytes() / 1e9);
+  std::printf("prefill %.1f tokens/s, decode %.2f tokens/s (kernels: %s)\n",
+              static_cast<double>(prompt.size()) / prefill_s, decode_tps, kernels::IsaName(isa));
+  std::printf("weights read per decoded token: %.1f MB\n", bytes / 1e6);
+  if (read_bw_auto) {
+    for (int i = 0; i < 8; ++i) probe->Pass();
+    read_bw = probe->result().best_bytes_per_s / 1e9;
+    std::printf("read bandwidth, best of %d passes before and after decode: %.2f GB/s\n", probe->result().passes,
+                read_bw);
+  }
+  if (read_bw > 0 && decode_tps > 0) {
+    const double roof = read_bw * 1e9 / bytes;
+    std::printf("roofline %.2f tokens/s (%.2f GB/s / %.1f MB); decode reached %.1f%% of it\n", roof, read_bw,
+                bytes / 1e6, 100.0 * decode_tps / roof);
+  }
   return 0;
 }
 
@@ -162,7 +206,8 @@ int main(int argc, char** argv) {
   if (IsGptOssModelDir(model_path)) {
     if (prompt_ids.empty()) return Usage("gpt-oss models take --prompt-ids (no chat template here)");
     if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
-    return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids);
+    return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
+                     kernels == "fast" ? kernels::BestIsa() : kernels::Isa::kReference, read_bw, read_bw_auto);
   }
   auto t0 = std::chrono::steady_clock::now();
   auto dir = OpenModelDir(model_path);

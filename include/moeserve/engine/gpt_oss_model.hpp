@@ -3,10 +3,11 @@
 // model.safetensors.index.json, MXFP4 experts as *_blocks / *_scales): no
 // conversion step. docs/model-format.md ("gpt-oss") describes what is accepted.
 //
-// This is the single-sequence fp32 path: dense weights widen to fp32 and the
-// MXFP4 experts are dequantised once at load, so memory is 4 bytes a weight
-// (fine for test and small checkpoints, not for gpt-oss-20b). The daemon
-// serves it through GptOssEngine (gpt_oss_engine.hpp), one forward per
+// Weights stay as published: dense matrices BF16 (read in place from the
+// mapped shards), experts MXFP4 (repacked once for the kernels, 4.25 bits a
+// weight), so gpt-oss-20b needs about 13 GB. Products run through a KernelSet
+// (cpu_kernels.hpp): the best this CPU supports, or the reference set. The
+// daemon serves it through GptOssEngine (gpt_oss_engine.hpp), one forward per
 // sequence.
 //
 // Thread safety: immutable after Load(); Forward() may run concurrently on
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
 
 namespace moeserve::engine {
 
@@ -53,10 +55,16 @@ class GptOssModel {
     int length = 0;
   };
 
-  static Result<std::unique_ptr<GptOssModel>> Load(const std::string& dir);
+  static Result<std::unique_ptr<GptOssModel>> Load(const std::string& dir,
+                                                   kernels::Isa isa = kernels::BestIsa());
   ~GptOssModel();
 
   const GptOssConfig& config() const { return cfg_; }
+  // Bytes of weights held (dense as stored, experts packed), and those one
+  // decoded token reads: every dense matrix, experts_per_token experts per
+  // layer, the output head (the memory roofline's numerator).
+  size_t weight_bytes() const;
+  size_t active_weight_bytes_per_token() const;
   State NewState() const;
   // Appends `tokens` to the state and writes vocab floats of logits per token
   // (all_logits) or for the last token only.
@@ -66,6 +74,7 @@ class GptOssModel {
   struct Weights;
   GptOssModel() = default;
   GptOssConfig cfg_;
+  const kernels::KernelSet* kernels_ = nullptr;
   std::unique_ptr<Weights> w_;
 };
 
