@@ -6,8 +6,8 @@
 // max_running and the token reservation allow (prompt + max_tokens of every
 // running sequence within cache_tokens), runs up to prefill_chunk_tokens of
 // prompt prefill, and decodes one token for every other running sequence,
-// one forward per sequence (no batched kernels yet: the fp32 single-sequence
-// forward is what runs).
+// one forward per sequence (GptOssModel's single-sequence forward: no
+// batching across sequences yet).
 //
 // Prompt-state cache: when a prompt's prefill ends, a copy of the sequence's
 // attention cache is kept under its tokens; a later prompt that starts with
