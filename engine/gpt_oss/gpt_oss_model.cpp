@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "moeserve/engine/dtype.hpp"
@@ -127,6 +128,15 @@ Result<DenseMatrix> DenseMat(const Checkpoint& ck, const std::string& name, int6
   return m;
 }
 
+// Drops the whole pages inside [p, p + n) of a read-only file mapping from
+// this process (a later read would fault them in again from the file).
+void ReleaseMappedPages(const uint8_t* p, size_t n) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 // MXFP4 experts NAME_blocks [E, rows, cols/32, 16] and NAME_scales [E, rows,
 // cols/32] (E8M0, bias 127): the OCP layout our kernels read, repacked for
 // them (lossless). Byte j of a block holds element 2j in its low nibble and
@@ -145,8 +155,14 @@ Result<kernels::Mxfp4PackedStack> Mxfp4(const Checkpoint& ck, const std::string&
   if (nan_at >= 0)
     return Fail(Error::InvalidArgument("gpt-oss checkpoint: '" + name + "_scales' holds 255 (E8M0 NaN) at group " +
                                        std::to_string(nan_at)));
-  return kernels::Mxfp4PackedStack(b->data, s->data, static_cast<size_t>(e), static_cast<size_t>(rows),
+  kernels::Mxfp4PackedStack packed(b->data, s->data, static_cast<size_t>(e), static_cast<size_t>(rows),
                                    static_cast<size_t>(cols));
+  // The mapped file pages are not read again: drop them, or they stay
+  // resident beside the packed copy (11 GB of gpt-oss-20b) and crowd out the
+  // BF16 matrices that every token reads in place.
+  ReleaseMappedPages(b->data, b->nbytes);
+  ReleaseMappedPages(s->data, s->nbytes);
+  return packed;
 }
 
 // cos and sin of each RoPE frequency at each position (scaled by the YaRN

@@ -110,9 +110,12 @@ Mxfp4PackedStack::Mxfp4PackedStack(const uint8_t* blocks, const uint8_t* scales,
       out_(out),
       in_(in) {
   const size_t file_blocks = out * in / 2, file_scales = out * in / 32;
-  for (size_t i = 0; i < count; ++i)
+  // One matrix per task: loading a large model is mostly this repacking (and
+  // the page faults of the fresh buffers), which every core can share.
+  DefaultThreadPool().ParallelFor(count, [&](size_t i) {
     PackMxfp4(blocks + i * file_blocks, scales + i * file_scales, out, in,
               codes_.data() + i * Mxfp4PackedCodeBytes(out, in), scales_.data() + i * Mxfp4PackedScaleBytes(out, in));
+  });
 }
 
 const Mxfp4Activations& Mxfp4ActivationBuffer::Quantize(const float* X, size_t n, size_t in, Mxfp4QuantizeFn quantize) {
