@@ -8,6 +8,7 @@
 // broadcasts of X against the panel; panels are produced once per call.
 #include <immintrin.h>
 
+#include "avx512_mxfp4_scales.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "variants.hpp"
@@ -26,8 +27,6 @@ constexpr size_t kMR = 8;    // activation rows per register tile
 constexpr size_t kKC = 2048;
 
 inline size_t Min(size_t a, size_t b) { return a < b ? a : b; }
-
-inline __mmask16 Mask(size_t valid) { return valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u); }
 
 template <size_t MR>
 inline void Micro(const float* __restrict Wp, const float* __restrict X, size_t ldx, size_t kc, float* Y, size_t ldy,
@@ -99,7 +98,7 @@ void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, 
     for (size_t o0 = o_begin; o0 < o_end; o0 += kNR) {
       const size_t nr = Min(kNR, o_end - o0);
       pack(Wp, o0, nr, k0, kc);
-      const __mmask16 m0 = Mask(nr), m1 = nr > 16 ? Mask(nr - 16) : __mmask16(0);
+      const __mmask16 m0 = LaneMask(nr), m1 = nr > 16 ? LaneMask(nr - 16) : __mmask16(0);
       size_t t = 0;
       for (; t + kMR <= n; t += kMR) Micro<kMR>(Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, k0 == 0);
       if (t < n) MicroTail(n - t, Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, k0 == 0);
@@ -144,10 +143,7 @@ inline __m512 Mxfp4BlockRows(const uint8_t* codes, const uint8_t* scales16, cons
   const __m512i q =
       _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(acc_h, 14), _mm512_slli_epi32(acc_m, 7)), acc_l);
   const __m512i d = _mm512_sub_epi32(q, _mm512_set1_epi32(offset));
-  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales16)));
-  const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-                                             _mm512_set1_epi32(0x00400000));  // E8M0 0 = 2^-127
-  const __m512 sc = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(act_scale));
+  const __m512 sc = _mm512_mul_ps(E8M0Scales16(scales16), _mm512_set1_ps(act_scale));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, y);
 }
 
@@ -158,7 +154,7 @@ inline void Mxfp4Groups(const Mxfp4PackedView& w, const Mxfp4Activations& x, flo
   const size_t nb = w.in / 32;
   __mmask16 valid[S];
 #pragma GCC unroll 4
-  for (int i = 0; i < S; ++i) valid[i] = Mask(Min(16, w.out - gs[i] * 16));
+  for (int i = 0; i < S; ++i) valid[i] = LaneMask(Min(16, w.out - gs[i] * 16));
   for (size_t t = 0; t < x.n; ++t) {
     const int8_t* hi = x.part(t, 0);
     const int8_t* mid = x.part(t, 1);
@@ -258,9 +254,7 @@ inline void DecodeGroupPanel(const Mxfp4PackedView& w, size_t g, size_t k0, size
   const __m512 lut = _mm512_loadu_ps(kE2M1Values);
   for (size_t b = k0 / 32; b < (k0 + kc) / 32; ++b) {
     const uint8_t* codes = w.codes + (g * nb + b) * 256;
-    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + (g * nb + b) * 16)));
-    const __m512 sc = _mm512_castsi512_ps(_mm512_mask_mov_epi32(
-        _mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000)));
+    const __m512 sc = E8M0Scales16(w.scales + (g * nb + b) * 16);
     float* d = dst + (b * 32 - k0) * kNR;
 #pragma GCC unroll 4
     for (size_t c = 0; c < 4; ++c) {
@@ -309,7 +303,7 @@ void f32_matmul_cols_avx512(const float* W, size_t out, size_t in, const float* 
     return;
   }
   const size_t kv = in / 16 * 16;
-  const __mmask16 tail = Mask(in - kv);
+  const __mmask16 tail = LaneMask(in - kv);
   size_t o = o_begin;
   for (; o + 4 <= o_end; o += 4)
     for (size_t t = 0; t < n; ++t) {
@@ -351,7 +345,7 @@ void f32_matmul_cols_avx512(const float* W, size_t out, size_t in, const float* 
 
 void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float* y) {
   const size_t kv = d / 16 * 16;
-  const __mmask16 tail = Mask(d - kv);
+  const __mmask16 tail = LaneMask(d - kv);
   __m512 ss = _mm512_setzero_ps();
   size_t i = 0;
   for (; i < kv; i += 16) {

@@ -16,6 +16,7 @@
 
 #include <cstring>
 
+#include "avx512_mxfp4_scales.hpp"
 #include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
@@ -29,8 +30,6 @@ constexpr size_t kMR = 12;    // activation rows per register tile
 constexpr size_t kKP = 1024;  // k-pairs per panel (2048 k: 128 KiB, in L2, as the fp32 GEMM's)
 
 inline size_t Min(size_t a, size_t b) { return a < b ? a : b; }
-inline __mmask16 Mask(size_t valid) { return valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1u); }
-
 template <size_t MR>
 inline void Micro(const uint32_t* __restrict Wp, const uint16_t* __restrict X, size_t ldx, size_t kp, float* Y,
                   size_t ldy, __mmask16 m0, __mmask16 m1, bool first) {
@@ -88,7 +87,7 @@ void Gemm(Pack pack, size_t out, size_t pairs, const uint16_t* X, size_t ldx, si
     for (size_t o0 = o_begin; o0 < o_end; o0 += kNR) {
       const size_t nr = Min(kNR, o_end - o0);
       pack(Wp, o0, nr, p0, kp);
-      const __mmask16 m0 = Mask(nr), m1 = nr > 16 ? Mask(nr - 16) : __mmask16(0);
+      const __mmask16 m0 = LaneMask(nr), m1 = nr > 16 ? LaneMask(nr - 16) : __mmask16(0);
       const uint16_t* x = X + 2 * p0;
       size_t t = 0;
       for (; t + kMR <= n; t += kMR) Micro<kMR>(Wp, x + t * ldx, ldx, kp, Y + t * out + o0, out, m0, m1, p0 == 0);
@@ -114,9 +113,7 @@ inline void DecodeGroupPairs(const Mxfp4PackedView& w, size_t g, size_t p0, size
   const __m512 lut = _mm512_loadu_ps(kE2M1Values);
   for (size_t b = p0 / 16; b < (p0 + kp) / 16; ++b) {
     const uint8_t* codes = w.codes + (g * nb + b) * 256;
-    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + (g * nb + b) * 16)));
-    const __m512 sc = _mm512_castsi512_ps(_mm512_mask_mov_epi32(
-        _mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000)));
+    const __m512 sc = E8M0Scales16(w.scales + (g * nb + b) * 16);
     uint32_t* d = dst + (b * 16 - p0) * kNR;
 #pragma GCC unroll 4
     for (size_t c = 0; c < 4; ++c) {
@@ -148,8 +145,8 @@ void round_bf16_rows_avx512bf16(const float* X, size_t n, size_t in, uint16_t* X
       _mm512_storeu_si512(d + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k)));
     if (k < in) {
       const size_t rest = in - k;
-      const __m512 a = _mm512_maskz_loadu_ps(Mask(rest), x + k);
-      const __m512 b = _mm512_maskz_loadu_ps(rest > 16 ? Mask(rest - 16) : __mmask16(0), x + k + 16);
+      const __m512 a = _mm512_maskz_loadu_ps(LaneMask(rest), x + k);
+      const __m512 b = _mm512_maskz_loadu_ps(rest > 16 ? LaneMask(rest - 16) : __mmask16(0), x + k + 16);
       _mm512_storeu_si512(d + k, (__m512i)_mm512_cvtne2ps_pbh(b, a));
       k += 32;
     }
