@@ -193,6 +193,10 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // expanded form below is a plain serial loop, ~70 % of a 2K-token
     // prefill when it was used there).
     const bool absorbed = seg.n == 1 ? ctx.options.mla_form != MlaForm::kExpanded : ctx.absorbed_prefill;
+    // Deterministic: one query per attention call and indexer pass, as in
+    // decode (a block's kernels split and merge their work by its size).
+    constexpr int kIndexerBlock = 16;
+    const int indexer_block = ctx.options.deterministic ? 1 : kIndexerBlock;
     // Expanded form: per-head keys and values for every cached position.
     std::vector<float> k_nope, vals;
     if (!absorbed) {
@@ -215,13 +219,12 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // The indexer's scores of up to kIndexerBlock sparse rows [block_r0,
     // block_r0 + block_n), one pass over the cached keys for all of them
     // (indexer_scores_batch); rows after a sparse row are sparse too.
-    constexpr int kIndexerBlock = 16;
     int block_r0 = 0, block_n = 0;
     size_t block_ld = 0;
     std::vector<int> block_keys;
     const auto score_block = [&](int r) {
       block_r0 = r;
-      block_n = std::min(kIndexerBlock, seg.row0 + seg.n - r);
+      block_n = std::min(indexer_block, seg.row0 + seg.n - r);
       block_keys.resize(static_cast<size_t>(block_n));
       for (int b = 0; b < block_n; ++b) block_keys[static_cast<size_t>(b)] = static_cast<int>(seg.pos0 + (r + b - seg.row0) + 1);
       block_ld = static_cast<size_t>(block_keys.back());
@@ -250,12 +253,12 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     if (absorbed) {
       // Sparse rows kIndexerBlock at a time (each with its own keys; every
       // row after a sparse one is sparse); runs of causal (dense) rows as blocks.
-      const int block = std::max(1, kMaxHeadsPerCall / H);
+      const int block = ctx.options.deterministic ? 1 : std::max(1, kMaxHeadsPerCall / H);
       std::vector<std::vector<int>> sparse_keys;
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);
         if (select_keys(r, pos)) {
-          const int nb = std::min(kIndexerBlock, seg.row0 + seg.n - r);
+          const int nb = std::min(indexer_block, seg.row0 + seg.n - r);
           sparse_keys.resize(static_cast<size_t>(nb));
           sparse_keys[0] = keys;
           for (int j = 1; j < nb; ++j) {

@@ -90,6 +90,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
               " ignored: the kernel thread pool was already started with another size");
   if (options.prefix_cache_bytes < 0)
     return Fail(Error::InvalidArgument("engine options: prefix_cache_bytes must not be negative"));
+  if (options.deterministic && options.ep_world > 1)
+    return Fail(Error::InvalidArgument("engine options: deterministic decode is not available with expert parallelism"));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.ep_world > 1 && options.prefix_cache) {
@@ -100,6 +102,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
   ModelOptions mo;
   mo.kernels = options.kernels;
   mo.bf16_activations = options.bf16_activations;
+  mo.deterministic = options.deterministic;
   mo.ep_rank = options.ep_rank;
   mo.ep_world = options.ep_world;
   MOE_ASSIGN_OR_RETURN(impl->model, Model::Load(model_dir, mo));

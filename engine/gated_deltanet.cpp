@@ -35,8 +35,10 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   for (const SegmentRows& seg : ctx.segments) {
     DeltaLayerState& st = seg.cache->delta[static_cast<size_t>(ctx.layer)];
     const int T = seg.n;
-    const bool chunked = ctx.options.delta_form == DeltaForm::kChunked ||
-                         (ctx.options.delta_form == DeltaForm::kAuto && T > 1);
+    // Deterministic: recurrent always (the chunked form sums in another
+    // order, and its chunks depend on how the prompt was split).
+    const bool chunked = !ctx.options.deterministic && (ctx.options.delta_form == DeltaForm::kChunked ||
+                                                        (ctx.options.delta_form == DeltaForm::kAuto && T > 1));
     std::vector<float> conv(static_cast<size_t>(T) * C), beta(static_cast<size_t>(T) * Hd), g(beta.size());
     // Steps 2-4 touch only the head's own channels (q and k: dk each, v: dv)
     // and state, so each head runs them whole, in parallel with the others:

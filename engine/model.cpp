@@ -23,10 +23,15 @@ void Model::set_options(const ModelOptions& o) {
   // runs. kAuto's prefill form goes with them (model.hpp): the reference
   // kernels run the spec's expanded form, the fast ones the absorbed form.
   const bool reference = o.kernels == KernelChoice::kReference;
-  kernels_ = reference ? &kernels::Kernels(kernels::Isa::kReference)
-             : o.bf16_activations ? &kernels::KernelsWithBf16Activations(kernels::BestIsa())
-                                  : &kernels::Kernels(kernels::BestIsa());
-  absorbed_prefill_ = o.mla_form == MlaForm::kAbsorbed || (o.mla_form == MlaForm::kAuto && !reference);
+  // Deterministic: one form for every segment length, so that a token
+  // prefilled in any chunk, or decoded, runs the same code.
+  const kernels::Isa isa = reference ? kernels::Isa::kReference : kernels::BestIsa();
+  kernels_ = o.deterministic        ? &kernels::KernelsBatchInvariant(isa)
+             : reference            ? &kernels::Kernels(isa)
+             : o.bf16_activations ? &kernels::KernelsWithBf16Activations(isa)
+                                  : &kernels::Kernels(isa);
+  absorbed_prefill_ = o.deterministic ? o.mla_form != MlaForm::kExpanded
+                                      : o.mla_form == MlaForm::kAbsorbed || (o.mla_form == MlaForm::kAuto && !reference);
 }
 
 Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptions& options) {

@@ -216,6 +216,80 @@ constexpr KernelSet kBf16ActSets[kIsaCount] = {
     WithBf16Activations<Isa::kAvx512>("matmul_mxfp4_avx512+bf16act", "matmul_bf16_avx512+bf16act"),
 };
 
+// KernelsBatchInvariant(isa): products in blocks of kRowBlock rows, each
+// block by the set's matrix-vector kernels.
+constexpr size_t kRowBlock = kGemmMinRows - 1;
+
+template <Isa isa>
+void MatMulF32Rows(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
+  const KernelSet& k = kSets[static_cast<int>(isa)];
+  for (size_t t = 0; t < n; t += kRowBlock) k.matmul_f32(W, out, in, X + t * in, std::min(kRowBlock, n - t), Y + t * out);
+}
+
+template <Isa isa>
+void MatMulBf16Rows(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
+  const KernelSet& k = kSets[static_cast<int>(isa)];
+  if (n < kGemmMinRows) return k.matmul_bf16(W, out, in, X, n, Y);
+  // Whole blocks as one pass (the jobs share n), then the rest.
+  std::vector<Bf16MatVecJob> jobs;
+  const size_t full = n / kRowBlock;
+  for (size_t b = 0; b < full; ++b) jobs.push_back({W, out, in, X + b * kRowBlock * in, Y + b * kRowBlock * out});
+  k.matvec_bf16_many(jobs, kRowBlock);
+  if (const size_t rest = n - full * kRowBlock; rest > 0)
+    k.matmul_bf16(W, out, in, X + full * kRowBlock * in, rest, Y + full * kRowBlock * out);
+}
+
+template <Isa isa>
+void MatMulMxfp4Rows(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  const KernelSet& k = kSets[static_cast<int>(isa)];
+  if (n < kGemmMinRows) return k.matmul_mxfp4(w, X, n, Y);
+  if (w.out == 0) return;
+  if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
+  std::vector<Mxfp4MatVecJob> jobs;
+  for (size_t t = 0; t < n; t += kRowBlock) jobs.push_back({w, X + t * w.in, std::min(kRowBlock, n - t), Y + t * w.out});
+  k.matvec_mxfp4_many(jobs);
+}
+
+// The gates over whole vectors only: the AVX2 variant finishes a tail with
+// scalar code, whose exp differs in the last bits from the vector one.
+constexpr size_t kGateLanes = 16;
+template <Isa isa, bool kSilu>
+void GateRows(const float* a, const float* b, float* out, size_t n) {
+  const KernelSet& k = kSets[static_cast<int>(isa)];
+  const GateFn gate = kSilu ? k.silu_mul.fn : k.sigmoid_mul.fn;
+  const size_t body = n / kGateLanes * kGateLanes;
+  gate(a, b, out, body);
+  if (body == n) return;
+  float ta[kGateLanes] = {}, tb[kGateLanes] = {}, to[kGateLanes];
+  std::copy(a + body, a + n, ta);
+  std::copy(b + body, b + n, tb);
+  gate(ta, tb, to, kGateLanes);
+  std::copy(to, to + (n - body), out + body);
+}
+
+template <Isa isa>
+constexpr KernelSet BatchInvariant(const char* f32, const char* bf16, const char* mxfp4, const char* silu,
+                                   const char* sigmoid) {
+  KernelSet s = kSets[static_cast<int>(isa)];
+  s.matmul_f32 = {MatMulF32Rows<isa>, f32};
+  s.matmul_bf16 = {MatMulBf16Rows<isa>, bf16};
+  s.matmul_mxfp4 = {MatMulMxfp4Rows<isa>, mxfp4};
+  s.silu_mul = {GateRows<isa, true>, silu};
+  s.sigmoid_mul = {GateRows<isa, false>, sigmoid};
+  return s;
+}
+
+#define MOESERVE_ROWS(isa, sfx)                                                                               \
+  BatchInvariant<isa>("matmul_f32_" sfx "+rows", "matmul_bf16_" sfx "+rows", "matmul_mxfp4_" sfx "+rows",      \
+                      "silu_mul_" sfx "+rows", "sigmoid_mul_" sfx "+rows")
+constexpr KernelSet kRowSets[kIsaCount] = {
+    MOESERVE_ROWS(Isa::kReference, "ref"),
+    MOESERVE_ROWS(Isa::kScalar, "scalar"),
+    MOESERVE_ROWS(Isa::kAvx2, "avx2"),
+    MOESERVE_ROWS(Isa::kAvx512, "avx512"),
+};
+#undef MOESERVE_ROWS
+
 }  // namespace
 
 const char* IsaName(Isa isa) {
@@ -269,6 +343,11 @@ const KernelSet& Kernels(Isa isa) {
 const KernelSet& KernelsWithBf16Activations(Isa isa) {
   Kernels(isa);  // refuses what this CPU cannot run
   return kBf16ActSets[static_cast<int>(isa)];
+}
+
+const KernelSet& KernelsBatchInvariant(Isa isa) {
+  Kernels(isa);  // refuses what this CPU cannot run
+  return kRowSets[static_cast<int>(isa)];
 }
 
 }  // namespace moeserve::kernels

@@ -131,6 +131,15 @@ struct EngineOptions {
   double prefix_pin_share = 0.5;
   KernelChoice kernels = KernelChoice::kFast;
   bool bf16_activations = false;     // ModelOptions::bf16_activations (prefill GEMMs in BF16)
+  // Batch-invariant decode (ModelOptions::deterministic): a sequence's
+  // logits, and so its tokens, are the same bits whatever else is in the
+  // batch, however its prompt was split into prefill chunks and whether its
+  // prefix came from the prefix cache. Every product runs row by row on the
+  // matrix-vector kernels (no GEMM), attention one query per call, DeltaNet
+  // in its recurrent form: prefill is several times slower (docs/operations.md
+  // has the figures). Overrides bf16_activations. Not with ep_world > 1 (the
+  // expert-parallel layers are not covered).
+  bool deterministic = false;
   int threads = 0;                   // kernel threads, 0: all cores (MOESERVE_CPU_THREADS wins; fixed at first use)
   int max_context = 0;               // 0: the model's max_position_embeddings
   // Expert parallelism led by this engine (rank 0) or followed (ranks > 0):

@@ -55,6 +55,13 @@ struct ModelOptions {
   // positions of a 300-token prefill; 6e-3 at the first). The reference
   // kernels stay fp32 whatever this says.
   bool bf16_activations = false;
+  // Batch-invariant forward (EngineOptions::deterministic): a token's
+  // results do not depend on the other tokens of the pass, bit for bit: the
+  // products run row by row (kernels::KernelsBatchInvariant), attention one
+  // query per call, the DSA indexer one query per pass, DeltaNet in its
+  // recurrent form. Overrides bf16_activations and the forms above (MLA:
+  // absorbed unless kExpanded; DeltaNet: recurrent).
+  bool deterministic = false;
   // Expert parallelism: this rank loads only its experts and every MoE layer
   // runs across the group (moe_parallel.cpp). Every rank must then call
   // Forward with the same segments, in the same order. Not owned; must

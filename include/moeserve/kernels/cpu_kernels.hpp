@@ -157,6 +157,19 @@ const KernelSet& Kernels(Isa isa);
 inline constexpr size_t kBf16ActMinRows = 32;
 const KernelSet& KernelsWithBf16Activations(Isa isa);
 
+// The set for isa made batch-invariant (EngineOptions::deterministic): a
+// row's results do not depend on the other rows of the call. The products
+// (matmul_f32, matmul_bf16, matmul_mxfp4) never take the GEMM path: from
+// kGemmMinRows rows up they run the set's matrix-vector kernels on blocks of
+// kGemmMinRows - 1 rows (whose per-row sums do not depend on the block's other
+// rows: MXFP4 quantises each row on its own), the MXFP4 and BF16 blocks as
+// one parallel pass (matvec_*_many). silu_mul and sigmoid_mul run every
+// element on the vector path, padding the tail, so an element's result does
+// not depend on where a row starts in a batch. Slower for batches (weights
+// are read once per block of rows), the same bits for one row as the set's
+// own. Names: "<family>_<isa>+rows". Refuses an unsupported isa as Kernels().
+const KernelSet& KernelsBatchInvariant(Isa isa);
+
 // Calls fn(family, variant name, whether the entry has a function) for every
 // entry of a set, in declaration order (for tests and reports that walk all
 // families).
