@@ -51,7 +51,7 @@ int Usage(const std::string& msg) {
                "               [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
                "               [--thinking-budget N] [--kernels fast|reference] [--bf16-activations] [--ignore-eos]\n"
-               "               [--read-bw GBPS|auto]\n");
+               "               [--read-bw GBPS|auto] [--deterministic]\n");
   return 2;
 }
 
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
-  bool ignore_eos = false, print_ids = false, bf16_activations = false;
+  bool ignore_eos = false, print_ids = false, bf16_activations = false, deterministic = false;
   std::vector<int> prompt_ids;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
     if (a == "--ignore-eos") { ignore_eos = true; continue; }
     if (a == "--print-ids") { print_ids = true; continue; }
     if (a == "--bf16-activations") { bf16_activations = true; continue; }
+    if (a == "--deterministic") { deterministic = true; continue; }
     if (a == "--help" || a == "-h") return Usage("");
     v = next();
     if (v == "\x01") return Usage(a + " needs a value");
@@ -206,6 +207,7 @@ int main(int argc, char** argv) {
   if (IsGptOssModelDir(model_path)) {
     if (prompt_ids.empty()) return Usage("gpt-oss models take --prompt-ids (no chat template here)");
     if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
+    if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
                      kernels == "fast" ? kernels::BestIsa() : kernels::Isa::kReference, read_bw, read_bw_auto);
   }
@@ -215,6 +217,7 @@ int main(int argc, char** argv) {
   EngineOptions eo;
   eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
   eo.bf16_activations = bf16_activations;
+  eo.deterministic = deterministic;
   eo.cache_tokens = 1 << 15;
   auto engine = Engine::Create(*dir, eo);
   if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
