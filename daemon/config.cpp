@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -80,6 +81,7 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
   else if (key == "cache_tokens") return integer(16, int64_t{1} << 40, c.cache_tokens);
   else if (key == "block_tokens") return integer(1, 4096, c.block_tokens);
   else if (key == "prefix_cache") return boolean(c.prefix_cache);
+  else if (key == "deterministic") return boolean(c.deterministic);
   else if (key == "prefix_cache_bytes") return integer(0, int64_t{1} << 50, c.prefix_cache_bytes);
   else if (key == "threads") return integer(0, 4096, c.threads);
   else if (key == "max_context") return integer(0, int64_t{1} << 31, c.max_context);
@@ -194,6 +196,7 @@ std::string ServeUsage() {
          "                  [--api-keys-file FILE] [--served-model-name NAME] [--max-running N]\n"
          "                  [--max-queue N] [--cache-tokens N] [--no-prefix-cache] [--threads N]\n"
          "                  [--default-max-tokens N] [--shutdown-grace-seconds S] [--kernels fast|reference]\n"
+         "                  [--deterministic]\n"
          "Every YAML setting (see include/moeserve/daemon/config.hpp) is also a flag: --max_context 4096\n"
          "or --max-context 4096. Flags override the --config file.\n";
 }
@@ -212,6 +215,8 @@ Result<DaemonConfig> ParseServeArgs(int argc, char** argv) {
     } else if (key == "no-prefix-cache") {
       key = "prefix_cache";
       value = "false";
+    } else if (key == "deterministic" && (i + 1 >= argc || std::string_view(argv[i + 1]).starts_with("--"))) {
+      value = "true";  // a bare switch; --deterministic=false turns it off
     } else {
       if (i + 1 >= argc) return Fail(Error::InvalidArgument("flag --" + key + " needs a value"));
       value = argv[++i];

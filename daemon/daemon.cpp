@@ -408,6 +408,7 @@ Status Daemon::LoadModel() {
   o.prefix_cache_bytes = m.config.prefix_cache_bytes;
   o.prefix_pin_share = m.config.sessions.pin_share;
   o.kernels = m.config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
+  o.deterministic = m.config.deterministic;
   o.threads = m.config.threads;
   o.max_context = m.config.max_context;
   // Expert parallelism from the operator's variables: this rank's slice of
@@ -475,6 +476,8 @@ Status Daemon::LoadGptOss(const std::string& model_dir) {
   auto group = engine::ExpertGroupSettingsFromEnv();
   if (!group) return fail(group.error());
   if (group->enabled()) return fail(Error::InvalidArgument("expert parallelism is not supported for gpt-oss models"));
+  if (m.config.deterministic)
+    return fail(Error::InvalidArgument("deterministic decode is not available for gpt-oss models"));
   engine::GptOssEngineOptions o;
   o.max_running = m.config.max_running;
   o.max_waiting = m.config.max_queue;

@@ -85,5 +85,32 @@ TEST(DaemonConfig, PrefixCacheBytes) {
   EXPECT_NE(bad.error().message().find("prefix_cache_bytes: must be between 0 and"), std::string::npos) << bad.error().message();
 }
 
+// --deterministic is a bare switch (also --deterministic=false, and the YAML
+// setting); anything but a boolean is refused.
+TEST(DaemonConfig, Deterministic) {
+  EXPECT_FALSE(DaemonConfig{}.deterministic);
+  const auto parse = [](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return ParseServeArgs(static_cast<int>(argv.size()), argv.data());
+  };
+  auto last = parse({"serve", "--model", "/m", "--deterministic"});
+  ASSERT_TRUE(last.has_value()) << last.error().message();
+  EXPECT_TRUE(last->deterministic);
+  auto middle = parse({"serve", "--deterministic", "--model", "/m"});
+  ASSERT_TRUE(middle.has_value()) << middle.error().message();
+  EXPECT_TRUE(middle->deterministic);
+  EXPECT_EQ(middle->model, "/m");
+  auto off = parse({"serve", "--model", "/m", "--deterministic=false"});
+  ASSERT_TRUE(off.has_value()) << off.error().message();
+  EXPECT_FALSE(off->deterministic);
+  auto yaml = ParseDaemonConfigYaml("deterministic: true\n", "daemon.yaml");
+  ASSERT_TRUE(yaml.has_value()) << yaml.error().message();
+  EXPECT_TRUE(yaml->deterministic);
+  auto bad = parse({"serve", "--model", "/m", "--deterministic", "maybe"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("must be true or false"), std::string::npos) << bad.error().message();
+}
+
 }  // namespace
 }  // namespace moeserve::daemon

@@ -39,6 +39,8 @@
 //   shutdown_grace_seconds: 30
 //   max_body_bytes: 8388608
 //   kernels: fast                 # fast | reference
+//   deterministic: false          # batch-invariant decode: a request's tokens do not depend on
+//                                 # what else runs (EngineOptions::deterministic); slower prefill
 //   constrained_max_string_bytes: 256   # longest string in a constrained tool call
 //   state_dir: ""                 # the daemon's durable state (a PersistentVolumeClaim under Kubernetes)
 //   ledger_path: ""               # the usage ledger (SQLite); default <state_dir>/usage.sqlite3;
@@ -105,6 +107,7 @@ struct DaemonConfig {
   double shutdown_grace_seconds = 30;
   size_t max_body_bytes = 8u << 20;
   std::string kernels = "fast";
+  bool deterministic = false;  // EngineOptions::deterministic (not for gpt-oss models)
   // Constrained decoding: the longest string a tool argument (or json_object
   // value) may hold. A bound keeps a poorly sampling model from running on.
   int constrained_max_string_bytes = 256;
