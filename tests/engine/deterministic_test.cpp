@@ -28,8 +28,8 @@ int Argmax(const float* row, int V) {
   return best;
 }
 
-std::unique_ptr<Model> LoadModel(bool deterministic) {
-  auto d = OpenModelDir(TinyModel(1, 16));  // sparse DSA selection past 16 tokens
+std::unique_ptr<Model> LoadModel(bool deterministic, ExpertFormat experts = ExpertFormat::kMxfp4) {
+  auto d = OpenModelDir(TinyModel(1, 16, experts));  // sparse DSA selection past 16 tokens
   EXPECT_TRUE(d) << d.error().ToString();
   ModelOptions o;
   o.deterministic = deterministic;
@@ -105,6 +105,16 @@ TEST(DeterministicModel, LogitsDoNotDependOnTheBatchOrTheChunks) {
     EXPECT_TRUE(SameBits(TargetLogits(*m, prompt, {kPrompt}, others, kDecode), alone)) << others << " others";
   EXPECT_TRUE(SameBits(TargetLogits(*m, prompt, {5, 11, 1, 23}, 0, kDecode), alone)) << "chunked prompt";
   EXPECT_TRUE(SameBits(TargetLogits(*m, prompt, {17, 23}, 8, kDecode), alone)) << "chunked prompt, 8 others";
+  EXPECT_TRUE(SameBits(TargetLogits(*m, prompt, {1, 1, 38}, 20, kDecode), alone)) << "chunked prompt, 20 others";
+}
+
+// BF16 experts take the BF16 matrix-vector kernels instead of the MXFP4 ones.
+TEST(DeterministicModel, Bf16ExpertsToo) {
+  auto m = LoadModel(true, ExpertFormat::kBf16);
+  const auto prompt = TestPrompt(kPrompt, 9);
+  const auto alone = TargetLogits(*m, prompt, {kPrompt}, 0, kDecode);
+  ASSERT_FALSE(alone.empty());
+  EXPECT_TRUE(SameBits(TargetLogits(*m, prompt, {kPrompt}, 8, kDecode), alone)) << "8 others";
   EXPECT_TRUE(SameBits(TargetLogits(*m, prompt, {1, 1, 38}, 20, kDecode), alone)) << "chunked prompt, 20 others";
 }
 
