@@ -3,6 +3,7 @@
 // Usage: node openai_client.mjs BASE_URL (e.g. http://127.0.0.1:8000/v1)
 import OpenAI from "openai";
 import assert from "node:assert/strict";
+import { readStream } from "./stream_text.mjs";
 
 const client = new OpenAI({ baseURL: process.argv[2], apiKey: "sk-openai-test", maxRetries: 0, timeout: 60000 });
 const tools = [{
@@ -38,15 +39,7 @@ const stream = await client.chat.completions.create({
   model: "tiny", messages: [{ role: "user", content: "Hello" }], max_tokens: 12, seed: 3,
   stream: true, stream_options: { include_usage: true },
 });
-let content = "", reasoning = "", usage = null, finish = null;
-for await (const chunk of stream) {
-  if (chunk.usage) usage = chunk.usage;
-  for (const c of chunk.choices) {
-    content += c.delta.content ?? "";
-    reasoning += c.delta.reasoning_content ?? "";
-    if (c.finish_reason) finish = c.finish_reason;
-  }
-}
+const { content, reasoning, finish, usage } = await readStream(stream);
 assert.equal(content, plain.choices[0].message.content ?? "");
 assert.equal(reasoning, plain.choices[0].message.reasoning_content ?? "");
 assert.equal(finish, plain.choices[0].finish_reason);

@@ -6,6 +6,7 @@
 // Usage: node openai_gpt_oss.mjs BASE_URL (e.g. http://127.0.0.1:8000/v1)
 import OpenAI from "openai";
 import assert from "node:assert/strict";
+import { readStream } from "./stream_text.mjs";
 
 const client = new OpenAI({ baseURL: process.argv[2], apiKey: "sk-openai-test", maxRetries: 0, timeout: 60000 });
 const model = (await client.models.list()).data[0].id;
@@ -30,15 +31,7 @@ const stream = await client.chat.completions.create({
   model, messages: [{ role: "user", content: "Hello" }], max_tokens: 6, seed: 3, reasoning_effort: "low",
   stream: true, stream_options: { include_usage: true },
 });
-let content = "", reasoning = "", finish = null, usage = null;
-for await (const chunk of stream) {
-  if (chunk.usage) usage = chunk.usage;
-  for (const c of chunk.choices) {
-    content += c.delta.content ?? "";
-    reasoning += c.delta.reasoning_content ?? "";
-    if (c.finish_reason) finish = c.finish_reason;
-  }
-}
+const { content, reasoning, finish, usage } = await readStream(stream);
 assert.equal(content, plain.choices[0].message.content ?? "");
 assert.equal(reasoning, plain.choices[0].message.reasoning_content ?? "");
 assert.equal(finish, plain.choices[0].finish_reason);
