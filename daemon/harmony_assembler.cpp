@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "moeserve/common/json_limits.hpp"
+#include "moeserve/daemon/stop_hold.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
 namespace moeserve::daemon {
@@ -18,17 +19,7 @@ HarmonyAssembler::HarmonyAssembler(HarmonyAssemblerOptions options)
 void HarmonyAssembler::ReleaseContent(OutputDelta& out, bool all) {
   size_t end = content_all_.size();
   if (!all) {
-    // Hold back the longest tail that could still grow into a stop string.
-    size_t hold = 0;
-    for (const auto& s : stop_) {
-      for (size_t k = std::min(s.size() - 1, content_all_.size() - content_released_); k > hold; --k) {
-        if (content_all_.compare(content_all_.size() - k, k, s, 0, k) == 0) {
-          hold = k;
-          break;
-        }
-      }
-    }
-    end -= hold;
+    end -= StopHoldBack(content_all_, content_released_, stop_);
   }
   if (end > content_released_) {
     const std::string piece = content_all_.substr(content_released_, end - content_released_);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/common/json_limits.hpp"
+#include "moeserve/daemon/stop_hold.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
 namespace moeserve::daemon {
@@ -105,17 +106,7 @@ OutputAssembler::OutputAssembler(AssemblerOptions options)
 void OutputAssembler::ReleaseContent(OutputDelta& out, bool all) {
   size_t end = content_all_.size();
   if (!all && !stop_.empty()) {
-    // Hold back the longest tail that could still grow into a stop string.
-    size_t hold = 0;
-    for (const auto& s : stop_) {
-      for (size_t k = std::min(s.size() - 1, content_all_.size() - content_released_); k > hold; --k) {
-        if (content_all_.compare(content_all_.size() - k, k, s, 0, k) == 0) {
-          hold = k;
-          break;
-        }
-      }
-    }
-    end -= hold;
+    end -= StopHoldBack(content_all_, content_released_, stop_);
   }
   if (end > content_released_) {
     out.content += content_all_.substr(content_released_, end - content_released_);
