@@ -59,8 +59,10 @@ int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19
   return order.back();
 }
 
-TokenLogprobs::TokenLogprobs(std::span<const float> logits)
-    : logits_(logits.begin(), logits.begin() + std::min<size_t>(logits.size(), tok::kFirstPadding)) {
+TokenLogprobs::TokenLogprobs(std::span<const float> logits) : TokenLogprobs(logits, tok::kFirstPadding) {}
+
+TokenLogprobs::TokenLogprobs(std::span<const float> logits, size_t ids)
+    : logits_(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(std::min(logits.size(), ids))) {
   double mx = -std::numeric_limits<double>::infinity();
   for (float l : logits_)
     if (std::isfinite(l)) mx = std::max<double>(mx, l);
@@ -77,6 +79,7 @@ float TokenLogprobs::Of(int token) const {
 }
 
 std::vector<TokenLogprob> TokenLogprobs::Top(int n) const {
+  if (n <= 0) return {};  // the sampled token's value only: no pass over the vocabulary
   std::vector<int> ids(logits_.size());
   std::iota(ids.begin(), ids.end(), 0);
   const size_t k = std::min<size_t>(static_cast<size_t>(std::max(n, 0)), ids.size());

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -275,6 +276,10 @@ struct GptOssEngine::Impl {
       if (!st) return events.push_back(Finished(s, FinishReason::kError, "the forward pass failed: " + st.error().message()));
     }
     s.pending.clear();
+    // Only a request that asks for logprobs pays for them: they are read from
+    // the raw logits, before the masks below change them (as Engine does).
+    std::optional<TokenLogprobs> lp;
+    if (s.request.logprobs >= 0) lp.emplace(logits, static_cast<size_t>(tokenizer.vocab_size()));
     // Ids the tokenizer does not define (the embedding's padding rows) are never sampled.
     for (size_t i = static_cast<size_t>(tokenizer.vocab_size()); i < logits.size(); ++i)
       logits[i] = -std::numeric_limits<float>::infinity();
@@ -288,7 +293,12 @@ struct GptOssEngine::Impl {
     }
     const int token = SampleToken(logits, s.request.sampling, s.rng);
     if (token < 0) return events.push_back(Finished(s, FinishReason::kError, "every token was masked"));
-    events.push_back(Emit(s, token, /*forced=*/false));
+    TokenEvent e = Emit(s, token, /*forced=*/false);
+    if (lp) {
+      e.logprob = lp->Of(token);
+      e.top_logprobs = lp->Top(s.request.logprobs);
+    }
+    events.push_back(std::move(e));
   }
 };
 
@@ -326,6 +336,8 @@ Result<SequenceId> GptOssEngine::Submit(GenerationRequest request) {
   Impl& m = *impl_;
   if (request.prompt.empty()) return Fail(Error::InvalidArgument("empty prompt"));
   if (request.max_tokens < 1) return Fail(Error::InvalidArgument("max_tokens must be at least 1"));
+  if (request.logprobs < -1 || request.logprobs > 20)
+    return Fail(Error::InvalidArgument("logprobs must be -1 (off) or 0 to 20 alternatives, got " + std::to_string(request.logprobs)));
   for (int t : request.prompt)
     if (t < 0 || t >= m.model->config().vocab)
       return Fail(Error::InvalidArgument("prompt token " + std::to_string(t) + " is outside the vocabulary"));

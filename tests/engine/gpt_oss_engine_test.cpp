@@ -4,11 +4,15 @@
 // single-sequence greedy loop over GptOssModel, with or without the
 // prompt-state cache; analysis tokens count as
 // reasoning and the thinking budget closes them into a final message; stops,
-// cancels, controller faults and refused submissions.
+// cancels, controller faults and refused submissions; logprobs against a
+// log-softmax of the model's own logits (and their cost, printed).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <algorithm>
+#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -311,6 +315,129 @@ TEST(GptOssEngine, StopsCancelsAndFaultsTouchOnlyTheirSequence) {
 
   EXPECT_EQ(ev[*p].back().finish, FinishReason::kLength);
   EXPECT_EQ(Tokens(ev[*p]).size(), 4u);
+}
+
+// log_softmax over the tokenizer's ids of one row of logits, in double.
+std::vector<double> LogSoftmax(const std::vector<float>& row, int ids) {
+  double mx = *std::max_element(row.begin(), row.begin() + ids), sum = 0;
+  for (int i = 0; i < ids; ++i) sum += std::exp(static_cast<double>(row[i]) - mx);
+  std::vector<double> out(static_cast<size_t>(ids));
+  for (int i = 0; i < ids; ++i) out[static_cast<size_t>(i)] = row[i] - mx - std::log(sum);
+  return out;
+}
+
+TEST(GptOssEngine, LogprobsOnlyWhenAskedAndAsTheModelsLogSoftmax) {
+  GptOssEngine& e = SharedPlain();
+  const int vocab = e.tokenizer().vocab_size();
+  GenerationRequest base;
+  base.prompt = Prompt(10, 11);
+  base.max_tokens = 6;
+  base.stop_tokens = {-1};
+  // Temperature, top-p and the controller's mask change what is sampled, never the reported values.
+  base.sampling.temperature = 1.3f;
+  base.sampling.top_p = 0.8f;
+  base.sampling.seed = 4;
+  base.controller = std::make_shared<TextOnly>();
+  GenerationRequest asked = base, bare = base, none = base;
+  asked.logprobs = 5;
+  bare.logprobs = 0;
+  auto a = e.Submit(asked), b = e.Submit(bare), n = e.Submit(none);
+  ASSERT_TRUE(a && b && n);
+  auto ev = Drain(e);
+  const auto tokens = Tokens(ev[*a]);
+  ASSERT_EQ(tokens.size(), 6u);
+  // Asking changes nothing about what is sampled.
+  EXPECT_EQ(Tokens(ev[*b]), tokens);
+  EXPECT_EQ(Tokens(ev[*n]), tokens);
+  for (const auto& x : ev[*n]) {
+    EXPECT_FALSE(x.logprob.has_value());
+    EXPECT_TRUE(x.top_logprobs.empty());
+  }
+  for (const auto& x : ev[*b]) {
+    EXPECT_TRUE(x.logprob.has_value());
+    EXPECT_TRUE(x.top_logprobs.empty());  // 0 alternatives: the sampled token's only
+  }
+
+  // The reference: the same tokens through the model, one at a time.
+  auto model = GptOssModel::Load(ModelDir());
+  ASSERT_TRUE(model) << model.error().ToString();
+  GptOssModel::State st = (*model)->NewState();
+  std::vector<float> logits;
+  ASSERT_TRUE((*model)->Forward(st, base.prompt, false, &logits));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto want = LogSoftmax(logits, vocab);
+    const TokenEvent& got = ev[*a][i];
+    ASSERT_TRUE(got.logprob.has_value()) << i;
+    EXPECT_NEAR(*got.logprob, want[static_cast<size_t>(tokens[i])], 2e-3) << i;
+    EXPECT_NEAR(*ev[*b][i].logprob, *got.logprob, 1e-6) << i;
+    std::vector<int> order(want.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
+    std::partial_sort(order.begin(), order.begin() + 5, order.end(), [&](int x, int y) { return want[x] > want[y]; });
+    ASSERT_EQ(got.top_logprobs.size(), 5u) << i;
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(got.top_logprobs[k].token, order[k]) << i << "/" << k;
+      EXPECT_NEAR(got.top_logprobs[k].logprob, want[static_cast<size_t>(order[k])], 2e-3) << i << "/" << k;
+      if (k > 0) {
+        EXPECT_GE(got.top_logprobs[k - 1].logprob, got.top_logprobs[k].logprob) << i << "/" << k;
+      }
+    }
+    ASSERT_TRUE((*model)->Forward(st, std::vector<int>{tokens[i]}, false, &logits));
+  }
+
+  // Forced tokens (a controller's, the thinking budget's) carry none.
+  GenerationRequest forced = base;
+  forced.logprobs = 3;
+  forced.stop_tokens = {};  // the defaults: <|return|> stops
+  forced.controller = std::make_shared<ReturnAfterOne>(e.harmony_tokens().return_);
+  auto f = e.Submit(forced);
+  ASSERT_TRUE(f);
+  auto fev = Drain(e)[*f];
+  ASSERT_EQ(Tokens(fev).size(), 2u);
+  EXPECT_FALSE(fev[0].forced);
+  EXPECT_TRUE(fev[0].logprob.has_value());
+  EXPECT_EQ(fev[0].top_logprobs.size(), 3u);
+  EXPECT_TRUE(fev[1].forced);
+  EXPECT_EQ(fev[1].token, e.harmony_tokens().return_);
+  EXPECT_FALSE(fev[1].logprob.has_value());
+  EXPECT_TRUE(fev[1].top_logprobs.empty());
+
+  // Out of range: refused, naming the field.
+  for (int bad : {-2, 21}) {
+    GenerationRequest r = base;
+    r.logprobs = bad;
+    auto id = e.Submit(r);
+    ASSERT_FALSE(id) << bad;
+    EXPECT_EQ(id.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(id.error().message().find("logprobs"), std::string::npos) << id.error().message();
+  }
+}
+
+// What asking costs: decode tokens/s with and without logprobs (20
+// alternatives), printed for the record; not an assertion (no wall-clock asserts).
+TEST(GptOssEngine, LogprobsCostIsPrinted) {
+  GptOssEngine& e = SharedPlain();
+  auto rate = [&](int logprobs) {
+    GenerationRequest r;
+    r.prompt = Prompt(8, 12);
+    r.max_tokens = 48;
+    r.stop_tokens = {-1};
+    r.sampling.temperature = 0;
+    r.logprobs = logprobs;
+    auto id = e.Submit(r);
+    EXPECT_TRUE(id);
+    e.Step();  // admission, the prefill and the first token: untimed
+    const auto t0 = std::chrono::steady_clock::now();
+    int decoded = 0;
+    while (e.HasWork())
+      for (const auto& ev : e.Step()) decoded += ev.token >= 0;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return decoded / s;
+  };
+  rate(-1);  // warm-up
+  const double off = rate(-1), on = rate(20), on0 = rate(0);
+  std::cout << "gpt-oss tiny decode: " << off << " tokens/s without logprobs, " << on0 << " with logprobs (0 alternatives), "
+            << on << " with top_logprobs 20\n";
+  EXPECT_GT(off, 0);
 }
 
 TEST(GptOssEngine, RefusedSubmissionsSayWhy) {

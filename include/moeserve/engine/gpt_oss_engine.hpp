@@ -25,7 +25,11 @@
 // that reaches it by forcing `<|end|><|start|>assistant<|channel|>final<|message|>`.
 // Stops: GenerationRequest::stop_tokens, or when empty <|return|>, <|call|>
 // and config.json's eos_token_id; the stop token is emitted, then the finish.
-// `logprobs` is not computed (the daemon refuses it for this family).
+// `logprobs` (GenerationRequest::logprobs, 0..20) as Engine reports them: on
+// sampled tokens only, never forced ones (a controller's, the thinking
+// budget's), the log-softmax of the raw logits over the tokenizer's ids
+// (TokenLogprobs, sampler.hpp), before temperature, top-p and the
+// controller's mask; -1 computes nothing.
 //
 // Thread safety: Submit, Cancel, Metrics and the accessors from any thread;
 // Step from one thread at a time. Step never throws; a failed forward or a
@@ -62,7 +66,7 @@ class GptOssEngine : public StepEngine {
   ~GptOssEngine() override;
 
   // Errors: kInvalidArgument (empty prompt, ids outside the vocabulary,
-  // max_tokens < 1), kOutOfRange (prompt + max_tokens past the context, or
+  // max_tokens < 1, logprobs outside -1..20), kOutOfRange (prompt + max_tokens past the context, or
   // past cache_tokens so it could never run), kResourceExhausted (queue full).
   Result<SequenceId> Submit(GenerationRequest request) override;
   void Cancel(SequenceId id) override;

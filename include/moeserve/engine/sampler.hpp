@@ -19,11 +19,15 @@ void MaskPadding(std::span<float> logits);
 // <= 0 (ties to the lower id). Returns -1 when every token is masked.
 int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19937_64& rng);
 
-// The log-softmax of raw logits over the tokenizer's ids (padding excluded),
-// before any temperature, top-p or mask: what `logprobs` reports.
+// The log-softmax of raw logits over the tokenizer's ids (the padding rows
+// past them excluded), before any temperature, top-p or mask: what
+// `logprobs` reports. Both engines use it (moe-dsa-v1's Engine, GptOssEngine).
 class TokenLogprobs {
  public:
-  // Reads `logits` (not modified); computed in double.
+  // Reads the first `ids` logits (not modified; all of them when the row is
+  // shorter); computed in double. gpt-oss passes its tokenizer's vocab_size().
+  TokenLogprobs(std::span<const float> logits, size_t ids);
+  // moe-dsa-v1's ids: those below tok::kFirstPadding.
   explicit TokenLogprobs(std::span<const float> logits);
   float Of(int token) const;
   // The `n` most likely tokens, most likely first (ties: lower id first).
