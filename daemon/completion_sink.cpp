@@ -5,6 +5,7 @@
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/chat_service.hpp"
 #include "moeserve/daemon/harmony_assembler.hpp"
+#include "moeserve/daemon/logprobs_json.hpp"
 
 namespace moeserve::daemon {
 
@@ -71,43 +72,9 @@ void CompletionSink::AbortStream(const json& error_body) {
   sse_.Close();
 }
 
-namespace {
-
-// OpenAI's token text: a byte that is a whole UTF-8 character is that
-// character; any other byte (a piece of a longer character, or invalid) is
-// written as the four characters \xNN, as OpenAI writes such tokens; `bytes`
-// holds the real bytes. A special token is its text ("<|end|>").
-json TokenJson(int token, float logprob) {
-  std::string text;
-  if (engine::tok::IsByte(token)) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    if (token < 0x80) text = std::string(1, static_cast<char>(token));
-    else text = std::string("\\x") + kHex[token >> 4] + kHex[token & 15];
-  } else {
-    text = std::string(engine::tok::SpecialText(token));
-  }
-  json bytes = json::array();
-  if (engine::tok::IsByte(token)) bytes.push_back(token);
-  else
-    for (unsigned char c : text) bytes.push_back(c);
-  // -9999 is OpenAI's value for "too unlikely to say" (JSON has no -infinity).
-  const double lp = std::isfinite(logprob) ? std::max(static_cast<double>(logprob), -9999.0) : -9999.0;
-  return {{"token", std::move(text)}, {"logprob", lp}, {"bytes", std::move(bytes)}};
+const engine::HfTokenizer* CompletionSink::LogprobsTokenizer() const {
+  return info_.harmony ? info_.harmony->tokenizer : nullptr;
 }
-
-json LogprobsJson(const std::vector<ContentLogprob>& tokens) {
-  json content = json::array();
-  for (const auto& t : tokens) {
-    json entry = TokenJson(t.token, t.logprob);
-    json top = json::array();
-    for (const auto& alt : t.top) top.push_back(TokenJson(alt.token, alt.logprob));
-    entry["top_logprobs"] = std::move(top);
-    content.push_back(std::move(entry));
-  }
-  return {{"content", std::move(content)}, {"refusal", nullptr}};
-}
-
-}  // namespace
 
 json CompletionSink::Chunk(json delta, const char* finish_reason, json logprobs) const {
   json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
@@ -130,7 +97,7 @@ void CompletionSink::SendDelta(const OutputDelta& d) {
   if (!info_.stream || d.empty()) return;
   if (!d.reasoning.empty()) sse_.Send(Chunk({{"reasoning_content", d.reasoning}}, nullptr).dump());
   if (!d.content.empty() || !d.logprobs.empty()) {
-    sse_.Send(Chunk({{"content", d.content}}, nullptr, info_.logprobs ? LogprobsJson(d.logprobs) : json(nullptr)).dump());
+    sse_.Send(Chunk({{"content", d.content}}, nullptr, info_.logprobs ? LogprobsJson(d.logprobs, LogprobsTokenizer()) : json(nullptr)).dump());
   }
   if (!d.tool_calls.empty()) {
     json calls = json::array();
@@ -262,7 +229,8 @@ void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged
                {"system_fingerprint", nullptr},
                {"choices", json::array({{{"index", 0},
                                          {"message", std::move(message)},
-                                         {"logprobs", info_.logprobs ? LogprobsJson(assembler_.content_logprobs()) : json(nullptr)},
+                                         {"logprobs", info_.logprobs ? LogprobsJson(assembler_.content_logprobs(), LogprobsTokenizer())
+                                                                   : json(nullptr)},
                                          {"finish_reason", finish_reason}}})},
                {"usage", Usage(u)},
                {"tier", info_.tier}};

@@ -72,6 +72,8 @@ class CompletionSink : public SequenceSink, public std::enable_shared_from_this<
  private:
   nlohmann::json Chunk(nlohmann::json delta, const char* finish_reason, nlohmann::json logprobs = nullptr) const;
   nlohmann::json Usage(const engine::SequenceUsage& u) const;
+  // How logprobs spell this family's ids: gpt-oss's tokenizer, or null for moe-dsa-v1's bytes.
+  const engine::HfTokenizer* LogprobsTokenizer() const;
   void SendDelta(const OutputDelta& d);
   void Finish(const engine::TokenEvent& event);
   // The answer, once the charge of `event`'s usage is committed (or not).

@@ -9,7 +9,8 @@
 namespace moeserve::daemon {
 
 HarmonyAssembler::HarmonyAssembler(HarmonyAssemblerOptions options)
-    : id_rng_(options.call_id_seed ? std::optional<std::mt19937_64>(*options.call_id_seed) : std::nullopt),
+    : tokenizer_(options.tokenizer),
+      id_rng_(options.call_id_seed ? std::optional<std::mt19937_64>(*options.call_id_seed) : std::nullopt),
       parser_(*options.tokenizer, options.tokens, std::move(options.tool_names),
               [this] { return id_rng_ ? engine::NewToolCallId(*id_rng_) : engine::NewToolCallId(); }),
       stop_(std::move(options.stop)) {
@@ -27,13 +28,25 @@ void HarmonyAssembler::ReleaseContent(OutputDelta& out, bool all) {
     content_ += piece;
     content_released_ = end;
   }
+  // Tokens go out with the text they made.
+  size_t n = 0;
+  while (n < logprobs_held_.size() && logprobs_held_[n].first <= content_released_) {
+    out.logprobs.push_back(logprobs_held_[n].second);
+    logprobs_.push_back(std::move(logprobs_held_[n].second));
+    ++n;
+  }
+  logprobs_held_.erase(logprobs_held_.begin(), logprobs_held_.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 void HarmonyAssembler::AppendContent(const std::string& text, OutputDelta& out) {
+  if (stop_matched_) logprobs_undecoded_.clear();
   if (text.empty() || stop_matched_) return;
   // A match may start in held-back text, so search from what was released.
   const size_t search_from = content_released_;
   content_all_ += text;
+  // The tokens whose bytes this text completes end where it ends.
+  for (auto& lp : logprobs_undecoded_) logprobs_held_.emplace_back(content_all_.size(), std::move(lp));
+  logprobs_undecoded_.clear();
   size_t cut = std::string::npos;
   for (const auto& s : stop_) {
     if (s.empty()) continue;
@@ -42,6 +55,8 @@ void HarmonyAssembler::AppendContent(const std::string& text, OutputDelta& out) 
   }
   if (cut != std::string::npos) {
     content_all_.resize(cut);
+    // A token whose text runs past the cut is not part of the answer.
+    std::erase_if(logprobs_held_, [&](const auto& held) { return held.first > cut; });
     stop_matched_ = true;
     ReleaseContent(out, /*all=*/true);
     return;
@@ -80,12 +95,13 @@ void HarmonyAssembler::Apply(std::vector<engine::HarmonyDelta> deltas, OutputDel
 
 OutputDelta HarmonyAssembler::OnToken(int token, bool reasoning, const ContentLogprob* logprob) {
   (void)reasoning;  // the parser knows the channel
-  (void)logprob;
   OutputDelta out = std::move(held_);
   held_ = OutputDelta{};
   // After the end (a stop string, a broken format, a terminator) nothing more is read:
   // the tokens the engine emits before the cancel lands are dropped.
   if (finished_ || StopMatched() || parser_.end() != engine::HarmonyEnd::kRunning) return out;
+  // Content text's tokens only: its bytes arrive with this or a later content delta.
+  if (logprob && parser_.ReadingContent() && !tokenizer_->IsSpecial(token)) logprobs_undecoded_.push_back(*logprob);
   Apply(parser_.Push(token), out);
   return out;
 }

@@ -20,9 +20,6 @@ engine::HarmonyEffort ToHarmony(ReasoningEffort e) {
 
 ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& req, ReasoningEffort effort,
                                               const HarmonyServing& serving, const GrammarLimits& limits) {
-  if (req.logprobs) {
-    return ApiFail(ApiError::InvalidRequest("logprobs is not supported for gpt-oss models", "logprobs"));
-  }
   if (req.json_object) {
     return ApiFail(ApiError::InvalidRequest(
         "response_format json_object and json_schema are not supported for gpt-oss models (the answer cannot be "

@@ -295,6 +295,8 @@ OutputDelta OutputAssembler::OnToken(int token, bool reasoning, const ContentLog
       out.reasoning += rest.reasoning;
       out.content += rest.content;
       for (auto& d : rest.tool_calls) out.tool_calls.push_back(std::move(d));
+      // The tokens of the text released here (held back for a stop string) go with it.
+      for (auto& l : rest.logprobs) out.logprobs.push_back(std::move(l));
       ended_ = true;
       break;
     }

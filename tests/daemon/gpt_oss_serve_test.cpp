@@ -252,7 +252,9 @@ TEST_F(GptOssServe, HostileRequestsGetClearErrors) {
   expect_400(Chat(port_, {{"messages", UserTurn(longtext)}}), "context_length_exceeded", "");
   expect_400(Chat(port_, {{"messages", UserTurn("hi")}, {"max_tokens", 100000}}), "context_length_exceeded", "");
   // What this family does not support is refused, not ignored.
-  expect_400(Chat(port_, {{"messages", UserTurn("hi")}, {"logprobs", true}}), "invalid_request_error", "logprobs");
+  // logprobs are served (daemon.gpt_oss_logprobs); their range is checked.
+  expect_400(Chat(port_, {{"messages", UserTurn("hi")}, {"logprobs", true}, {"top_logprobs", 21}}),
+             "invalid_request_error", "top_logprobs");
   expect_400(Chat(port_, {{"messages", UserTurn("hi")}, {"response_format", {{"type", "json_object"}}}}),
              "invalid_request_error", "response_format");
   // A tool result answering no call.

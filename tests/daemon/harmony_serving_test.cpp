@@ -3,11 +3,12 @@
 // text, the tool_choice headers and the refusals; and scripted token streams
 // through HarmonyAssembler (channels to reasoning_content / tool_calls /
 // content, streamed deltas adding up to the final message, whole UTF-8
-// characters, stop strings, broken output), with the real o200k_harmony
-// tokenizer.
+// characters, stop strings, broken output, the content tokens' logprobs and
+// their JSON spelling), with the real o200k_harmony tokenizer.
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <limits>
 #include <set>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "moeserve/daemon/harmony_arguments.hpp"
 #include "moeserve/daemon/harmony_assembler.hpp"
 #include "moeserve/daemon/harmony_request.hpp"
+#include "moeserve/daemon/logprobs_json.hpp"
 
 namespace moeserve::daemon {
 namespace {
@@ -231,9 +233,11 @@ TEST_F(GptOssChat, RefusalsNameTheField) {
   EXPECT_EQ(strict.error().param, "tools[0].function.parameters");
   EXPECT_NE(strict.error().message.find("format"), std::string::npos) << strict.error().message;
 
-  auto logprobs = Render(R"({"logprobs":true,"messages":[{"role":"user","content":"hi"}]})");
+  // logprobs are served; their range is checked as for every family.
+  EXPECT_TRUE(Render(R"({"logprobs":true,"top_logprobs":20,"messages":[{"role":"user","content":"hi"}]})"));
+  auto logprobs = Render(R"({"logprobs":true,"top_logprobs":21,"messages":[{"role":"user","content":"hi"}]})");
   ASSERT_FALSE(logprobs);
-  EXPECT_EQ(logprobs.error().param, "logprobs");
+  EXPECT_EQ(logprobs.error().param, "top_logprobs");
 
   auto format = Render(R"({"response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]})");
   ASSERT_FALSE(format);
@@ -475,6 +479,162 @@ TEST_F(GptOssChat, RequiredCallChoosesANameThenItsArguments) {
   }
   EXPECT_TRUE(weather_only);
   EXPECT_TRUE(time_only);
+}
+
+// ---- logprobs ---------------------------------------------------------------------
+
+// Feeds `ids` as sampled tokens, each with a log-probability of its own (so
+// that a token reported out of place shows); returns every delta's logprobs
+// in order, and checks each delta's tokens came with text.
+std::vector<ContentLogprob> FeedWithLogprobs(HarmonyAssembler& a, const Ids& ids, std::string* streamed_content,
+                                             bool finish = true) {
+  std::vector<ContentLogprob> streamed;
+  auto take = [&](OutputDelta d) {
+    if (!d.logprobs.empty()) EXPECT_FALSE(d.content.empty()) << "logprobs come with the content they made";
+    *streamed_content += d.content;
+    for (auto& l : d.logprobs) streamed.push_back(std::move(l));
+  };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (a.StopMatched()) break;
+    const ContentLogprob lp{ids[i], -0.25f - 0.01f * static_cast<float>(i), {{ids[i], -0.1f}}};
+    take(a.OnToken(ids[i], false, &lp));
+  }
+  if (finish) take(a.Finish());
+  return streamed;
+}
+
+std::vector<int> TokensOf(const std::vector<ContentLogprob>& lps) {
+  std::vector<int> t;
+  for (const auto& l : lps) t.push_back(l.token);
+  return t;
+}
+
+std::string JoinedBytes(const engine::HfTokenizer& tok, const std::vector<ContentLogprob>& lps) {
+  std::string b;
+  for (const auto& l : lps) b += tok.TokenBytes(l.token);
+  return b;
+}
+
+TEST_F(GptOssChat, LogprobsCoverTheContentTokensOnly) {
+  // Reasoning, a commentary preamble (content), a call: only the preamble's text tokens.
+  HarmonyAssembler call = Assembler({"get_weather"});
+  std::string streamed_content;
+  const auto streamed = FeedWithLogprobs(
+      call,
+      Spelled("<|channel|>analysis<|message|>User wants weather.<|end|>"
+              "<|start|>assistant<|channel|>commentary<|message|>Checking now.<|end|>"
+              "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+              "<|message|>{\"city\":\"Oslo\"}<|call|>"),
+      &streamed_content);
+  EXPECT_EQ(call.content(), "Checking now.");
+  EXPECT_EQ(TokensOf(call.content_logprobs()), *tok_->Encode("Checking now."));
+  EXPECT_EQ(JoinedBytes(*tok_, call.content_logprobs()), call.content());
+  EXPECT_EQ(TokensOf(streamed), TokensOf(call.content_logprobs()));  // the deltas carried the same
+  EXPECT_EQ(streamed_content, call.content());
+  // Each token keeps the values it was sampled with (the preamble's text starts at position 12).
+  const Ids ids = Spelled("<|channel|>analysis<|message|>User wants weather.<|end|><|start|>assistant<|channel|>commentary<|message|>");
+  ASSERT_FALSE(call.content_logprobs().empty());
+  EXPECT_FLOAT_EQ(call.content_logprobs()[0].logprob, -0.25f - 0.01f * static_cast<float>(ids.size()));
+
+  // analysis then final: the final message's tokens, not the terminator.
+  HarmonyAssembler answer = Assembler({});
+  std::string answer_content;
+  FeedWithLogprobs(answer, Spelled("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final"
+                                   "<|message|>Hello, world!<|return|>"),
+                   &answer_content);
+  EXPECT_EQ(TokensOf(answer.content_logprobs()), *tok_->Encode("Hello, world!"));
+  EXPECT_EQ(JoinedBytes(*tok_, answer.content_logprobs()), "Hello, world!");
+
+  // A prefilled call header and the call's arguments: no content, no logprobs.
+  HarmonyAssembler opened = Assembler({"get_weather"}, {}, Spelled("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"));
+  std::string none;
+  EXPECT_TRUE(FeedWithLogprobs(opened, Spelled(R"({"city":"Rome"}<|call|>)"), &none).empty());
+  EXPECT_TRUE(opened.content_logprobs().empty());
+
+  // Without logprobs (the request did not ask), nothing is carried.
+  HarmonyAssembler plain = Assembler({});
+  Feed(plain, Spelled("<|channel|>final<|message|>Hi<|return|>"));
+  EXPECT_EQ(plain.content(), "Hi");
+  EXPECT_TRUE(plain.content_logprobs().empty());
+}
+
+// Tokens that are pieces of one character go out with the delta that
+// completes it; their bytes add up to the content's.
+TEST_F(GptOssChat, LogprobsOfSplitCharactersGoWithTheWholeCharacter) {
+  HarmonyAssembler a = Assembler({});
+  Ids ids = Spelled("<|channel|>final<|message|>");
+  const std::string text = "\xF0\x9F\x98\x80 \xE4\xB8\xAD";
+  for (unsigned char b : text) ids.push_back(*tok_->TokenId(ByteTokenText(b)));
+  ids.push_back(serving_.tokens.return_);
+  std::vector<OutputDelta> deltas;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const ContentLogprob lp{ids[i], -1.0f, {}};
+    deltas.push_back(a.OnToken(ids[i], false, &lp));
+  }
+  deltas.push_back(a.Finish());
+  size_t carried = 0;
+  for (const auto& d : deltas) {
+    // A delta's tokens are exactly its text's bytes: no token waits for a later delta, none runs ahead.
+    EXPECT_EQ(JoinedBytes(*tok_, d.logprobs), d.content);
+    carried += d.logprobs.size();
+  }
+  EXPECT_EQ(carried, text.size());
+  EXPECT_EQ(JoinedBytes(*tok_, a.content_logprobs()), a.content());
+  EXPECT_EQ(a.content(), text);
+
+  // The JSON spelling: a piece of a character is \xNN, its bytes the real ones;
+  // an alternative that is a control token is its literal text.
+  std::vector<ContentLogprob> lps = a.content_logprobs();
+  lps[0].top = {{serving_.tokens.return_, -3.0f}, {*tok_->Encode("Hello")->begin(), -std::numeric_limits<float>::infinity()}};
+  const nlohmann::json j = LogprobsJson(lps, tok_);
+  ASSERT_EQ(j["content"].size(), text.size());
+  EXPECT_EQ(j["content"][0]["token"], "\\xf0");
+  EXPECT_EQ(j["content"][0]["bytes"], nlohmann::json::array({0xF0}));
+  EXPECT_EQ(j["content"][4]["token"], " ");
+  EXPECT_EQ(j["content"][0]["top_logprobs"][0]["token"], "<|return|>");
+  EXPECT_EQ(j["content"][0]["top_logprobs"][0]["bytes"],
+            nlohmann::json::array({'<', '|', 'r', 'e', 't', 'u', 'r', 'n', '|', '>'}));
+  EXPECT_EQ(j["content"][0]["top_logprobs"][1]["token"], "Hello");
+  EXPECT_EQ(j["content"][0]["top_logprobs"][1]["logprob"], -9999.0);  // -infinity, as OpenAI writes it
+  EXPECT_TRUE(j["refusal"].is_null());
+}
+
+TEST_F(GptOssChat, TokenTextEscapesWhatIsNotAWholeCharacter) {
+  EXPECT_EQ(TokenText("Hello"), "Hello");
+  EXPECT_EQ(TokenText(" \xE4\xB8\xAD\xC3\xA9"), " \xE4\xB8\xAD\xC3\xA9");
+  EXPECT_EQ(TokenText("a\xF0\x9F"), "a\\xf0\\x9f");        // a character cut by the token's end
+  EXPECT_EQ(TokenText("\x98\x80!"), "\\x98\\x80!");         // the rest of one
+  EXPECT_EQ(TokenText("\xC0\x80"), "\\xc0\\x80");           // overlong
+  EXPECT_EQ(TokenText("\xED\xA0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(TokenText("\xF4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
+  EXPECT_EQ(TokenText(""), "");
+}
+
+// A stop string: held-back text holds back its tokens; a token the cut
+// runs through is dropped, as for moe-dsa-v1.
+TEST_F(GptOssChat, LogprobsStayWithTheirTextAroundAStopString) {
+  HarmonyAssembler a = Assembler({}, {"STOP"});
+  const Ids head = Spelled("<|channel|>final<|message|>one two ST");
+  std::string content;
+  auto first = FeedWithLogprobs(a, head, &content, /*finish=*/false);
+  EXPECT_EQ(content, "one two ");
+  // " ST" (or whatever token holds the "ST") is held back with its text.
+  EXPECT_EQ(JoinedBytes(*tok_, first), "one two");
+  auto rest = FeedWithLogprobs(a, Spelled("OP three<|return|>"), &content);
+  EXPECT_TRUE(a.StopMatched());
+  EXPECT_EQ(a.content(), "one two ");
+  EXPECT_TRUE(rest.empty());
+  EXPECT_EQ(JoinedBytes(*tok_, a.content_logprobs()), "one two");
+  EXPECT_EQ(TokensOf(a.content_logprobs()), TokensOf(first));
+
+  // Held back at the end of the answer, then released whole by Finish.
+  HarmonyAssembler b = Assembler({}, {"STOP"});
+  std::string b_content;
+  auto streamed = FeedWithLogprobs(b, Spelled("<|channel|>final<|message|>one two ST<|return|>"), &b_content);
+  EXPECT_EQ(b.content(), "one two ST");
+  EXPECT_EQ(b_content, b.content());
+  EXPECT_EQ(JoinedBytes(*tok_, b.content_logprobs()), "one two ST");
+  EXPECT_EQ(TokensOf(streamed), TokensOf(b.content_logprobs()));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Drives moe-daemon serving a tiny random gpt-oss checkpoint with the official
 // `openai` npm client: non-streamed and streamed chat agree, a named tool
-// call (the server writes its harmony header), the tool-result turn, and the
-// family's refusals as typed errors. The model's text is noise; the shapes
+// call (the server writes its harmony header), the tool-result turn, logprobs,
+// and typed errors. The model's text is noise; the shapes
 // and the agreement are what is checked.
 // Usage: node openai_gpt_oss.mjs BASE_URL (e.g. http://127.0.0.1:8000/v1)
 import OpenAI from "openai";
@@ -55,9 +55,23 @@ messages.push({ role: "tool", tool_call_id: call.id, content: "{\"c\":3}" });
 const answer = await client.chat.completions.create({ model, messages, tools, max_tokens: 4, seed: 1 });
 assert.ok(answer.usage.prompt_tokens > forced.usage.prompt_tokens);
 
+// logprobs: the content tokens' (the random model's content is often empty;
+// daemon.gpt_oss_logprobs has a scripted model with known content), whose
+// bytes join into the content, JSON and streamed alike.
+const lpRequest = {
+  model, messages: [{ role: "user", content: "Hello" }], max_tokens: 6, seed: 3, reasoning_effort: "low",
+  logprobs: true, top_logprobs: 2,
+};
+const withLp = await client.chat.completions.create(lpRequest);
+const lpEntries = withLp.choices[0].logprobs.content;
+assert.ok(Array.isArray(lpEntries));
+for (const e of lpEntries) assert.equal(e.top_logprobs.length, 2);
+assert.equal(Buffer.from(lpEntries.flatMap((e) => e.bytes)).toString("utf8"), withLp.choices[0].message.content ?? "");
+const lpFinal = await client.beta.chat.completions.stream(lpRequest).finalChatCompletion();
+assert.deepEqual(lpFinal.choices[0].logprobs?.content ?? [], lpEntries);
 await assert.rejects(
-  client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], logprobs: true }),
-  (e) => e.status === 400 && e.param === "logprobs");
+  client.chat.completions.create({ ...lpRequest, top_logprobs: 21 }),
+  (e) => e.status === 400 && e.param === "top_logprobs");
 await assert.rejects(
   client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }),
   (e) => e.status === 404 && e.code === "model_not_found");

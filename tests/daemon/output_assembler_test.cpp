@@ -104,6 +104,25 @@ TEST(OutputAssembler, StopStringsCutContentAndHoldBackPartialMatches) {
   EXPECT_EQ(a.content(), "abcSTXyz");
 }
 
+// Content held back for a stop string when <|end|> comes is released with
+// that token's delta, and so are its tokens' logprobs: the stream carries
+// every entry the JSON answer has.
+TEST(OutputAssembler, HeldBackContentsLogprobsGoOutAtTheEnd) {
+  OutputAssembler a({"STOP"});
+  std::string streamed;
+  std::vector<int> streamed_tokens;
+  for (auto [t, r] : Tokens({tok::kEndThink, std::string("ab ST"), tok::kEnd})) {
+    const ContentLogprob lp{t, -0.5f, {}};
+    OutputDelta d = a.OnToken(t, r, &lp);
+    streamed += d.content;
+    for (const auto& l : d.logprobs) streamed_tokens.push_back(l.token);
+  }
+  EXPECT_EQ(streamed, "ab ST");
+  EXPECT_EQ(streamed_tokens, (std::vector<int>{'a', 'b', ' ', 'S', 'T'}));
+  ASSERT_EQ(a.content_logprobs().size(), 5u);
+  EXPECT_TRUE(a.Finish().logprobs.empty());
+}
+
 TEST(OutputAssembler, SplitsNoUtf8Character) {
   OutputAssembler a;
   a.OnToken(tok::kEndThink, false);

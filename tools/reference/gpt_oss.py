@@ -8,6 +8,7 @@ docs/model-format.md, "gpt-oss").
 
   python3 gpt_oss.py write --out DIR [--layers N] [--window W] [--seed S]
                            [--vocab V] [--tie] [--drop TENSOR] [--bad-shape TENSOR]
+                           [--next A:B,C:D,...]
   python3 gpt_oss.py run --model DIR --tokens 1,2,3 --decode N --out OUTDIR
 
 `run` writes OUTDIR/meta.json (tokens, greedy_tokens, top2_margin) and
@@ -248,6 +249,8 @@ def cmd_write(a):
         b, s = quant_mxfp4(torch.empty(E, hidden, inter), rng)
         t[e + "down_proj_blocks"], t[e + "down_proj_scales"] = b, s
         t[e + "down_proj_bias"] = rnd(E, hidden, scale=0.1)
+    if a.next:
+        script_next_tokens(t, a.next, L, hidden)
     if a.tie:
         cfg["tie_word_embeddings"] = True
         del t["lm_head.weight"]
@@ -278,6 +281,40 @@ def cmd_write(a):
             shutil.copyfile(os.path.join(tok, name), os.path.join(a.out, name))
 
 
+def script_next_tokens(t, pairs, layers, hidden):
+    """--next A:B,...: a checkpoint whose greedy next token after id A is B,
+    whatever came before, so that a test can have a server produce known
+    output (harmony messages) from a tiny model. Every layer adds nothing to
+    the residual stream (attention and expert outputs are zero), so the
+    logits at a position are lm_head . norm(embed[token]); each A's embedding
+    is its own unit vector e_i, and B's lm_head row is 2 e_i (a logit of
+    about 16 against the random rows' few units)."""
+    succ = {}
+    for pair in pairs.split(","):
+        a, b = (int(x) for x in pair.split(":"))
+        if a in succ and succ[a] != b:
+            raise SystemExit(f"--next: {a} is given two successors")
+        succ[a] = b
+    if len(succ) > hidden:
+        raise SystemExit(f"--next: at most {hidden} tokens")
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        t[p + "self_attn.o_proj.weight"].zero_()
+        t[p + "self_attn.o_proj.bias"].zero_()
+        t[p + "mlp.experts.down_proj_blocks"].zero_()  # E2M1 code 0 is 0.0 at any scale
+        t[p + "mlp.experts.down_proj_bias"].zero_()
+    t["model.norm.weight"].fill_(1.0)
+    rows = {}
+    for i, (a, b) in enumerate(succ.items()):
+        t["model.embed_tokens.weight"][a] = 0.0
+        t["model.embed_tokens.weight"][a, i] = 1.0
+        rows.setdefault(b, []).append(i)
+    for b, dims in rows.items():
+        t["lm_head.weight"][b] = 0.0
+        for i in dims:
+            t["lm_head.weight"][b, i] = 2.0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -291,6 +328,7 @@ def main(argv=None):
     w.add_argument("--drop")
     w.add_argument("--nan-scale", help="an MXFP4 *_scales tensor whose last scale becomes 255 (NaN)")
     w.add_argument("--bad-shape")
+    w.add_argument("--next", help="A:B,C:D,...: the greedy next token after id A is B (layers add nothing)")
     r = sub.add_parser("run")
     r.add_argument("--model", required=True)
     r.add_argument("--tokens", required=True)

@@ -11,8 +11,14 @@
 // Text is whole UTF-8 characters in every delta (the parser decodes per
 // message). Output that breaks the format ends the answer where it broke:
 // StopMatched() turns true (the sink cancels the sequence and answers with
-// what was read) and format_error() names the fault. `logprobs` are not
-// carried (the daemon refuses them for this family).
+// what was read) and format_error() names the fault.
+//
+// `logprobs` are carried for the content tokens only (the text tokens of
+// final and commentary-preamble messages): never for reasoning, tool-call
+// arguments, headers or control tokens. As in OutputAssembler, a token goes
+// out with the delta whose text completes its bytes, text held back for a
+// stop string holds back its tokens, and tokens whose text a stop string cuts
+// are never reported.
 //
 // Thread safety: one assembler per sequence, used by one thread at a time.
 #pragma once
@@ -21,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moeserve/daemon/output_assembler.hpp"
@@ -54,7 +61,7 @@ class HarmonyAssembler : public OutputReader {
   const std::string& reasoning() const override { return reasoning_; }
   const std::string& content() const override { return content_; }
   const std::vector<AssembledToolCall>& tool_calls() const override { return calls_; }
-  const std::vector<ContentLogprob>& content_logprobs() const override { return no_logprobs_; }
+  const std::vector<ContentLogprob>& content_logprobs() const override { return logprobs_; }
   int tool_call_parse_errors() const override { return parse_errors_; }
   std::string FormatFault() const override { return malformed_ ? parser_.error() : ""; }
 
@@ -67,6 +74,7 @@ class HarmonyAssembler : public OutputReader {
   void AppendContent(const std::string& text, OutputDelta& out);
   void ReleaseContent(OutputDelta& out, bool all);
 
+  const engine::HfTokenizer* tokenizer_;
   std::optional<std::mt19937_64> id_rng_;
   engine::HarmonyOutputParser parser_;
   std::vector<std::string> stop_;
@@ -78,7 +86,11 @@ class HarmonyAssembler : public OutputReader {
   std::string content_all_;  // before stop handling
   size_t content_released_ = 0;
   std::vector<AssembledToolCall> calls_;
-  std::vector<ContentLogprob> no_logprobs_;
+  // Content tokens' log-probabilities: not yet decoded into text, then
+  // waiting with the offset in content_all_ where their text ends.
+  std::vector<ContentLogprob> logprobs_undecoded_;
+  std::vector<std::pair<size_t, ContentLogprob>> logprobs_held_;
+  std::vector<ContentLogprob> logprobs_;
   int parse_errors_ = 0;
 };
 

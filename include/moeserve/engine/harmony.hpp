@@ -133,6 +133,10 @@ class HarmonyOutputParser {
   // The function whose arguments are being generated now, for a caller that
   // constrains them by the tool's schema.
   std::optional<std::string> ArgumentsOpenFor() const;
+  // A message whose text goes to content (final, or a commentary preamble) is
+  // open: the next id, unless a control token, is content text. For a caller
+  // that follows the content tokens (logprobs).
+  bool ReadingContent() const { return state_ == State::kBody && target_ == Target::kContent; }
 
  private:
   enum class State { kHeader, kBody, kBetween, kDone };
