@@ -324,6 +324,14 @@ ApiResult<void> ReadJsonSchemaFormat(const ojson& rf, ChatRequest& req) {
         "'response_format.json_schema.name' must be 1 to 64 letters, digits, underscores or dashes",
         "response_format.json_schema.name"));
   }
+  req.response_schema_name = name->get<std::string>();
+  auto description = js->find("description");
+  if (description != js->end() && !description->is_null()) {
+    if (!description->is_string()) {
+      return ApiFail(WrongType("response_format.json_schema.description", "a string", *description));
+    }
+    req.response_schema_description = description->get<std::string>();
+  }
   auto strict = js->find("strict");
   if (strict != js->end() && !strict->is_null()) {
     if (!strict->is_boolean()) return ApiFail(WrongType("response_format.json_schema.strict", "a boolean", *strict));

@@ -1,11 +1,13 @@
 #include "moeserve/daemon/chat_service.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <random>
 
 #include "completion_sink.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/decode_policy.hpp"
+#include "moeserve/daemon/harmony_structure.hpp"
 
 namespace moeserve::daemon {
 
@@ -120,7 +122,10 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   p.call_id_seed = policy.id_seed;
   if (facts.harmony) {
     // The output is read by harmony's parser; the tool choice is in the prompt
-    // (RenderHarmonyRequest), and the arguments are not constrained.
+    // (RenderHarmonyRequest). A demanded call's arguments follow its schema
+    // (HarmonyArgumentsController); when the model chooses (tools under auto,
+    // or a response_format), the whole output follows harmony's structure
+    // (HarmonyStructureController).
     g.starts_in_reasoning = false;
     g.stop_tokens = engine::HarmonyStopTokens(facts.harmony->tokens);
     if (facts.harmony->token_bytes && (p.harmony_call || !p.harmony_choices.empty())) {
@@ -141,6 +146,31 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
         g.controller = std::make_shared<HarmonyArgumentsController>(facts.harmony->token_bytes, std::move(choices),
                                                                     p.harmony_header_tail, facts.harmony->tokens.call);
       }
+    } else if (facts.harmony->token_bytes && (req.json_object || !p.harmony_tool_names.empty())) {
+      HarmonyStructureOptions structure;
+      structure.index = facts.harmony->token_bytes;
+      structure.tokens = facts.harmony->tokens;
+      for (const ToolSpec& t : req.tool_specs) {
+        if (std::find(p.harmony_tool_names.begin(), p.harmony_tool_names.end(), t.name) == p.harmony_tool_names.end()) {
+          continue;
+        }
+        auto grammar = JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
+        if (!grammar) {
+          return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
+                                                  "tools[" + std::to_string(t.index) + "].function.parameters"));
+        }
+        structure.functions.push_back({t.name, std::move(*grammar)});
+      }
+      if (req.json_object) {
+        const nlohmann::ordered_json schema =
+            req.response_schema.is_object() ? req.response_schema : nlohmann::ordered_json{{"type", "object"}};
+        auto grammar = JsonGrammar::ForObjectSchema(schema, limits, req.response_schema_strict);
+        if (!grammar) {
+          return ApiFail(ApiError::InvalidRequest(grammar.error().message(), "response_format.json_schema.schema"));
+        }
+        structure.response = std::move(*grammar);
+      }
+      g.controller = std::make_shared<HarmonyStructureController>(std::move(structure));
     }
     return p;
   }

@@ -142,6 +142,7 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
   if (std::string fault = assembler_.FormatFault(); !fault.empty()) {
     log::Warn("completion " + info_.id + ": the model's output broke the chat format (" + fault +
               "); answered with what was read before");
+    metrics_.AddOutputFormatError();
   }
   const auto& u = e.usage;
   metrics_.AddTokens(info_.tenant, info_.tier, "input", static_cast<uint64_t>(u.prompt_tokens - u.cached_tokens));

@@ -65,14 +65,14 @@ std::vector<int> HarmonyArgumentsController::AllowedNames(int vocab) const {
   return out;
 }
 
-std::vector<int> HarmonyArgumentsController::AllowedArguments(int vocab) const {
+std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar& grammar, int vocab) {
   std::vector<int> out;
   // states[k]: the grammar after the first k bytes of the entry being walked.
   std::vector<JsonGrammar> states;
   states.reserve(64);
-  states.push_back(*grammar_);
+  states.push_back(grammar);
   int refused_at = std::numeric_limits<int>::max();  // byte of the last walk the grammar refused
-  for (const auto& e : index_->entries()) {
+  for (const auto& e : index.entries()) {
     // Starts with a refused prefix (shares more than the bytes before the refusal): refused too.
     if (e.shared > refused_at) continue;
     refused_at = std::numeric_limits<int>::max();
@@ -92,12 +92,26 @@ std::vector<int> HarmonyArgumentsController::AllowedArguments(int vocab) const {
   return out;
 }
 
-void HarmonyArgumentsController::Mask(std::span<float> logits) {
-  if (broken_) return;
+bool FeedTokenBytes(JsonGrammar& grammar, const std::string& bytes) {
+  for (unsigned char c : bytes)
+    if (!grammar.Feed(c)) return false;
+  return true;
+}
+
+void MaskAllBut(std::span<float> logits, const std::vector<int>& allowed) {
   std::vector<char> keep(logits.size(), 0);
-  for (int id : Allowed(static_cast<int>(logits.size()))) keep[static_cast<size_t>(id)] = 1;
+  for (int id : allowed) keep[static_cast<size_t>(id)] = 1;
   for (size_t i = 0; i < logits.size(); ++i)
     if (!keep[i]) logits[i] = -std::numeric_limits<float>::infinity();
+}
+
+std::vector<int> HarmonyArgumentsController::AllowedArguments(int vocab) const {
+  return TokensAcceptedBy(*index_, *grammar_, vocab);
+}
+
+void HarmonyArgumentsController::Mask(std::span<float> logits) {
+  if (broken_) return;
+  MaskAllBut(logits, Allowed(static_cast<int>(logits.size())));
 }
 
 std::vector<int> HarmonyArgumentsController::OnToken(int token) {
@@ -123,13 +137,11 @@ std::vector<int> HarmonyArgumentsController::OnToken(int token) {
     if (!on_the_way || bytes.empty()) broken_ = true;
     return {};
   }
-  for (unsigned char c : bytes) {
-    // A forced or unmasked token the grammar refuses: stop constraining, the
-    // parser reports the arguments as generated.
-    if (!grammar_->Feed(c)) {
-      broken_ = true;
-      return {};
-    }
+  // A forced or unmasked token the grammar refuses: stop constraining, the
+  // parser reports the arguments as generated.
+  if (!FeedTokenBytes(*grammar_, bytes)) {
+    broken_ = true;
+    return {};
   }
   if (grammar_->Done()) {
     done_ = true;

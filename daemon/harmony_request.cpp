@@ -20,12 +20,6 @@ engine::HarmonyEffort ToHarmony(ReasoningEffort e) {
 
 ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& req, ReasoningEffort effort,
                                               const HarmonyServing& serving, const GrammarLimits& limits) {
-  if (req.json_object) {
-    return ApiFail(ApiError::InvalidRequest(
-        "response_format json_object and json_schema are not supported for gpt-oss models (the answer cannot be "
-        "constrained yet); describe the format in the instructions instead",
-        "response_format"));
-  }
   // The same schema checks as moe-dsa-v1's, so a tool set is refused alike by every family.
   for (const auto& t : req.tool_specs) {
     auto grammar = JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
@@ -46,6 +40,15 @@ ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& req, ReasoningE
   engine::HarmonySystemOptions system;
   system.effort = ToHarmony(effort);
   system.current_date = serving.current_date;
+  if (req.json_object) {
+    // harmony's structured output: the schema in the developer message; the
+    // final answer is constrained to it (harmony_structure.hpp).
+    engine::HarmonyResponseFormat format;
+    format.name = req.response_schema_name.empty() ? "json_object" : req.response_schema_name;
+    format.description = req.response_schema_name.empty() ? "Answer with one JSON object." : req.response_schema_description;
+    format.schema = req.response_schema.is_object() ? req.response_schema : nlohmann::ordered_json{{"type", "object"}};
+    system.response_format = std::move(format);
+  }
   auto prompt = engine::RenderHarmonyChat(*serving.tokenizer, req.messages, tools, system, /*add_generation_prompt=*/true);
   if (!prompt) {
     const std::string& field = prompt.error().field();

@@ -101,6 +101,11 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                                  .Help("Generated tool calls whose arguments are not a valid JSON object")
                                  .Register(*registry_)
                                  .Add({});
+  output_format_errors_ = &BuildCounter()
+                               .Name("moe_output_format_errors_total")
+                               .Help("Answers whose generated output broke the chat format (answered with what was read before)")
+                               .Register(*registry_)
+                               .Add({});
   client_disconnects_ = &BuildCounter()
                              .Name("moe_client_disconnects_total")
                              .Help("Clients that went away before the end of their answer; their sequences were cancelled")
@@ -144,6 +149,7 @@ void DaemonMetrics::AddTokens(const std::string& tenant, const std::string& tier
   tokens_->Add({{"tenant", tenant}, {"tier", tier}, {"kind", kind}}).Increment(static_cast<double>(n));
 }
 void DaemonMetrics::AddToolCallParseErrors(uint64_t n) { tool_call_parse_errors_->Increment(static_cast<double>(n)); }
+void DaemonMetrics::AddOutputFormatError() { output_format_errors_->Increment(); }
 void DaemonMetrics::AddClientDisconnect() { client_disconnects_->Increment(); }
 void DaemonMetrics::AddCost(const std::string& tenant, const std::string& tier, double usd) {
   cost_->Add({{"tenant", tenant}, {"tier", tier}}).Increment(usd);

@@ -135,6 +135,18 @@ Result<std::vector<int>> RenderHarmonyChat(const HfTokenizer& tokenizer, const s
     MOE_ASSIGN_OR_RETURN(std::string section, HarmonyFunctionsSection(*tools));
     developer += (developer.empty() ? "" : "\n\n") + section;
   }
+  if (system.response_format) {
+    const HarmonyResponseFormat& f = *system.response_format;
+    std::string section = "# Response Formats\n\n## " + f.name + "\n\n";
+    // Every line of the description is a comment line.
+    if (!f.description.empty()) {
+      std::string comment = "// ";
+      for (char c : f.description) comment += c == '\n' ? std::string("\n// ") : std::string(1, c);
+      section += comment + "\n";
+    }
+    section += f.schema.dump();
+    developer += (developer.empty() ? "" : "\n\n") + section;
+  }
   if (!developer.empty()) MOE_TRY(w.Message("developer", "", developer));
 
   std::map<std::string, std::string, std::less<>> call_names;  // tool_call_id -> function name

@@ -239,10 +239,6 @@ TEST_F(GptOssChat, RefusalsNameTheField) {
   ASSERT_FALSE(logprobs);
   EXPECT_EQ(logprobs.error().param, "top_logprobs");
 
-  auto format = Render(R"({"response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]})");
-  ASSERT_FALSE(format);
-  EXPECT_EQ(format.error().param, "response_format");
-
   auto orphan = Render(R"({"messages":[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"x","content":"1"}]})");
   ASSERT_FALSE(orphan);
   EXPECT_EQ(orphan.error().status, 400);

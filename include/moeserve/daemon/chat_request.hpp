@@ -56,6 +56,8 @@ struct ChatRequest {
   bool json_object = false;            // response_format json_object or json_schema
   nlohmann::ordered_json response_schema;  // json_schema's schema (null: any object)
   bool response_schema_strict = false;     // json_schema.strict
+  std::string response_schema_name;        // json_schema.name (empty for json_object)
+  std::string response_schema_description; // json_schema.description, when given
   bool logprobs = false;               // log-probabilities of the content tokens
   int top_logprobs = 0;                // 0..20 alternatives per token (needs logprobs)
   std::optional<ReasoningEffort> reasoning_effort;

@@ -45,6 +45,13 @@ class TokenByteIndex {
   std::vector<std::string> by_id_;
 };
 
+// The text tokens whose bytes `grammar` accepts from its state (ids below vocab).
+std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar& grammar, int vocab);
+// Feeds a token's bytes; false when the grammar refuses one (the grammar is then unusable).
+bool FeedTokenBytes(JsonGrammar& grammar, const std::string& bytes);
+// Sets every logit not in `allowed` to -infinity.
+void MaskAllBut(std::span<float> logits, const std::vector<int>& allowed);
+
 class HarmonyArgumentsController : public engine::DecodeController {
  public:
   // A call already opened: `grammar` is the function's parameters

@@ -13,8 +13,11 @@
 // Tool schemas are checked as for moe-dsa-v1 (JsonGrammar: unsatisfiable
 // schemas, and with strict unsupported keywords, are a 400); the arguments of
 // the calls tool_choice demands are constrained by them (harmony_arguments.hpp),
-// the calls the model opens itself under `auto` are not. Refused with a 400 naming the
-// field: response_format json_object/json_schema and logprobs.
+// and so are the calls the model opens itself under `auto` (harmony_structure.hpp).
+// response_format json_schema is rendered as harmony's structured output
+// (`# Response Formats` in the developer message, under the schema's name
+// and description); json_object as a format named `json_object` with the
+// schema {"type":"object"}; the final answer is constrained to the schema.
 //
 // Thread safety: a function over values.
 #pragma once

@@ -40,6 +40,7 @@ class DaemonMetrics {
   // kind: input | cached_input | output | reasoning
   void AddTokens(const std::string& tenant, const std::string& tier, const std::string& kind, uint64_t n);
   void AddToolCallParseErrors(uint64_t n);
+  void AddOutputFormatError();
   void AddClientDisconnect();
   // Budgets (budget_service.hpp): a charged request's cost; a budget's limit
   // and the share of it left in the current period; a hook delivery attempt
@@ -84,6 +85,7 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Counter>* expert_tokens_;
   prometheus::Family<prometheus::Counter>* alert_deliveries_;
   prometheus::Counter* tool_call_parse_errors_;
+  prometheus::Counter* output_format_errors_;
   prometheus::Counter* client_disconnects_;
   prometheus::Gauge* http_open_connections_;
   prometheus::Family<prometheus::Counter>* http_refusals_;

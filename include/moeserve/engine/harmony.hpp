@@ -9,10 +9,11 @@
 //   system     model identity, knowledge cutoff, the current date when given,
 //              `Reasoning: low|medium|high`, the valid channels line (and where
 //              function calls go when tools are present)
-//   developer  `# Instructions` with the request's system/developer text, and
+//   developer  `# Instructions` with the request's system/developer text,
 //              `# Tools` with the function tools as `namespace functions {..}`
-//              (JSON schemas as harmony's TypeScript-like types); omitted when
-//              there is neither
+//              (JSON schemas as harmony's TypeScript-like types), and
+//              `# Response Formats` with a structured-output schema; omitted
+//              when there is none of these
 //   user       the text
 //   assistant  reasoning on analysis, content on final (on commentary, as a
 //              preamble, when the message also calls tools), each call as
@@ -47,11 +48,21 @@ namespace moeserve::engine {
 
 enum class HarmonyEffort { kLow, kMedium, kHigh };
 
+// A structured-output format: the developer message ends with
+// `# Response Formats\n\n## {name}\n\n// {description}\n{schema as compact JSON}`
+// (the description line only when there is one), as harmony writes it.
+struct HarmonyResponseFormat {
+  std::string name;
+  std::string description;
+  nlohmann::ordered_json schema;
+};
+
 struct HarmonySystemOptions {
   std::string model_identity = "You are ChatGPT, a large language model trained by OpenAI.";
   std::string knowledge_cutoff = "2024-06";
   std::string current_date;  // "YYYY-MM-DD"; empty omits the line
   HarmonyEffort effort = HarmonyEffort::kMedium;
+  std::optional<HarmonyResponseFormat> response_format;  // rendered in the developer message
 };
 
 // The control tokens' ids in a tokenizer; refused (naming the token) when one is missing.
