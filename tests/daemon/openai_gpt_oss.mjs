@@ -1,7 +1,8 @@
 // Drives moe-daemon serving a tiny random gpt-oss checkpoint with the official
 // `openai` npm client: non-streamed and streamed chat agree, a named tool
 // call (the server writes its harmony header), the tool-result turn, logprobs,
-// and typed errors. The model's text is noise; the shapes
+// a response_format json_schema answer through the parse helper, and typed
+// errors. The model's text is noise; the shapes
 // and the agreement are what is checked.
 // Usage: node openai_gpt_oss.mjs BASE_URL (e.g. http://127.0.0.1:8000/v1)
 import OpenAI from "openai";
@@ -72,6 +73,29 @@ assert.deepEqual(lpFinal.choices[0].logprobs?.content ?? [], lpEntries);
 await assert.rejects(
   client.chat.completions.create({ ...lpRequest, top_logprobs: 21 }),
   (e) => e.status === 400 && e.param === "top_logprobs");
+// response_format json_schema (strict, $defs, anyOf) through the client's parse
+// helper: the final answer is constrained to the schema; a short thinking
+// budget closes the random model's analysis.
+const schema = {
+  type: "object", additionalProperties: false, required: ["city", "days", "unit"],
+  $defs: { Unit: { type: "string", enum: ["c", "f"] } },
+  properties: {
+    city: { type: "string", minLength: 1, maxLength: 12 },
+    days: { anyOf: [{ type: "integer", minimum: 1, maximum: 14 }, { type: "null" }] },
+    unit: { $ref: "#/$defs/Unit" },
+  },
+};
+const parsed = await client.beta.chat.completions.parse({
+  model, messages: [{ role: "user", content: "Weather in Paris" }], max_tokens: 120, seed: 6, thinking_budget: 4,
+  response_format: { type: "json_schema", json_schema: { name: "weather", strict: true, schema } },
+});
+const value = parsed.choices[0].message.parsed;
+assert.equal(parsed.choices[0].finish_reason, "stop");
+assert.deepEqual(Object.keys(value).sort(), ["city", "days", "unit"]);
+assert.ok(value.city.length >= 1 && [...value.city].length <= 12);
+assert.ok(value.days === null || (Number.isInteger(value.days) && value.days >= 1 && value.days <= 14));
+assert.ok(["c", "f"].includes(value.unit));
+
 await assert.rejects(
   client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }),
   (e) => e.status === 404 && e.code === "model_not_found");
