@@ -244,8 +244,10 @@ struct GptOssEngine::Impl {
   }
 
   // One step of one running sequence: a prefill chunk (and, when that ends
-  // the prompt, the first token), or one decoded token.
-  void Advance(Sequence& s, int& prefill_budget, std::vector<TokenEvent>& events) {
+  // the prompt, the first token), a forced token, or one decoded token. A
+  // decode step of one new token is not run here: the sequence joins
+  // `decode`, whose forward runs once for all of them (DecodeTogether).
+  void Advance(Sequence& s, int& prefill_budget, std::vector<TokenEvent>& events, std::vector<Sequence*>& decode) {
     std::vector<float> logits;
     bool have_logits = false;
     const auto& prompt = s.request.prompt;
@@ -272,9 +274,45 @@ struct GptOssEngine::Impl {
       return events.push_back(Emit(s, token, /*forced=*/true));
     }
     if (!have_logits) {
+      if (s.pending.size() == 1) return decode.push_back(&s);
+      // Several tokens since the last forward (forced ones): one block.
       auto st = model->Forward(s.state, s.pending, false, &logits);
       if (!st) return events.push_back(Finished(s, FinishReason::kError, "the forward pass failed: " + st.error().message()));
     }
+    Sample(s, logits, events);
+  }
+
+  // The decode steps of this Step, one forward for all: each weight is read
+  // once for the batch, attention runs per sequence.
+  void DecodeTogether(const std::vector<Sequence*>& decode, std::vector<TokenEvent>& events) {
+    if (decode.empty()) return;
+    std::vector<GptOssModel::State*> states;
+    std::vector<int> tokens;
+    for (Sequence* s : decode) {
+      states.push_back(&s->state);
+      tokens.push_back(s->pending.front());
+    }
+    std::vector<float> all;
+    auto st = model->ForwardBatch(states, tokens, &all);
+    const size_t vocab = static_cast<size_t>(model->config().vocab);
+    std::vector<float> logits;
+    for (size_t i = 0; i < decode.size(); ++i) {
+      Sequence& s = *decode[i];
+      if (!st) {
+        events.push_back(Finished(s, FinishReason::kError, "the forward pass failed: " + st.error().message()));
+        continue;
+      }
+      logits.assign(all.begin() + static_cast<std::ptrdiff_t>(i * vocab), all.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+      try {
+        Sample(s, logits, events);
+      } catch (...) {
+        events.push_back(Finished(s, FinishReason::kError, "the step failed: " + ExceptionText(std::current_exception())));
+      }
+    }
+  }
+
+  // Samples the next token from the logits of the last forward and emits it.
+  void Sample(Sequence& s, std::vector<float>& logits, std::vector<TokenEvent>& events) {
     s.pending.clear();
     // Only a request that asks for logprobs pays for them: they are read from
     // the raw logits, before the masks below change them (as Engine does).
@@ -393,17 +431,19 @@ std::vector<TokenEvent> GptOssEngine::Step() {
       m.running_count.store(static_cast<int>(m.running.size()));
     }
     int prefill_budget = m.options.prefill_chunk_tokens;
+    std::vector<Impl::Sequence*> decode;
     for (auto& s : m.running) {
       if (cancels.count(s->id)) {
         events.push_back(m.Finished(*s, FinishReason::kCancelled));
         continue;
       }
       try {
-        m.Advance(*s, prefill_budget, events);
+        m.Advance(*s, prefill_budget, events, decode);
       } catch (...) {
         events.push_back(m.Finished(*s, FinishReason::kError, "the step failed: " + ExceptionText(std::current_exception())));
       }
     }
+    m.DecodeTogether(decode, events);
   } catch (...) {
     // Out of memory while admitting or collecting: fail what is running, keep the engine usable.
     for (auto& s : m.running)

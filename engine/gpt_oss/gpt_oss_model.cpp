@@ -168,12 +168,13 @@ Result<kernels::Mxfp4PackedStack> Mxfp4(const Checkpoint& ck, const std::string&
 // cos and sin of each RoPE frequency at each position (scaled by the YaRN
 // concentration), computed once per call and shared by every head and layer.
 struct RopeTable {
-  std::vector<float> cos, sin;  // [n, d/2]
-  RopeTable(const GptOssConfig& c, int first_pos, size_t n) : cos(n * c.inv_freq.size()), sin(cos.size()) {
+  std::vector<float> cos, sin;  // [rows, d/2]
+  RopeTable(const GptOssConfig& c, const std::vector<int>& positions)
+      : cos(positions.size() * c.inv_freq.size()), sin(cos.size()) {
     const size_t half = c.inv_freq.size();
-    for (size_t t = 0; t < n; ++t)
+    for (size_t t = 0; t < positions.size(); ++t)
       for (size_t i = 0; i < half; ++i) {
-        const double ang = static_cast<double>(first_pos + static_cast<int>(t)) * c.inv_freq[i];
+        const double ang = static_cast<double>(positions[t]) * c.inv_freq[i];
         cos[t * half + i] = static_cast<float>(std::cos(ang) * c.rope_concentration);
         sin[t * half + i] = static_cast<float>(std::sin(ang) * c.rope_concentration);
       }
@@ -279,27 +280,61 @@ GptOssModel::State GptOssModel::NewState() const {
   return s;
 }
 
-// The forward over a block of n new tokens, layer by layer: every projection
-// is one product over the block's rows (matrix-vector kernels for one token,
-// GEMMs for a prefill chunk), attention runs per (token, head) in parallel,
-// and each expert takes the rows routed to it in one product.
 Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_logits, std::vector<float>* logits) const {
+  if (static_cast<int>(st.k.size()) != cfg_.layers || static_cast<int>(st.dropped.size()) != cfg_.layers)
+    return Fail(Error::InvalidArgument("state does not belong to this model"));
+  logits->clear();
+  if (tokens.empty()) return Ok();
+  Run run{&st, 0, tokens.size()};
+  return ForwardRuns(std::span<const Run>(&run, 1), tokens, all_logits, logits);
+}
+
+Status GptOssModel::ForwardBatch(std::span<State* const> states, std::span<const int> tokens,
+                                 std::vector<float>* logits) const {
+  if (states.size() != tokens.size())
+    return Fail(Error::InvalidArgument("ForwardBatch: " + std::to_string(states.size()) + " states for " +
+                                       std::to_string(tokens.size()) + " tokens"));
+  std::vector<Run> runs;
+  for (size_t i = 0; i < states.size(); ++i) {
+    State* st = states[i];
+    if (!st || static_cast<int>(st->k.size()) != cfg_.layers || static_cast<int>(st->dropped.size()) != cfg_.layers)
+      return Fail(Error::InvalidArgument("state does not belong to this model"));
+    for (size_t j = 0; j < i; ++j)
+      if (states[j] == st) return Fail(Error::InvalidArgument("ForwardBatch: a state appears twice"));
+    runs.push_back({st, i, 1});
+  }
+  logits->clear();
+  if (tokens.empty()) return Ok();
+  return ForwardRuns(runs, tokens, /*all_logits=*/true, logits);
+}
+
+// The forward over rows of new tokens, layer by layer: every projection is
+// one product over all rows (matrix-vector kernels for one row, GEMMs for
+// more), attention runs per (row, head) in parallel against the row's own
+// sequence, and each expert takes the rows routed to it in one product. A
+// run is consecutive rows of one sequence (a prefill chunk is one run; a
+// batched decode step is one run of one row per sequence).
+Status GptOssModel::ForwardRuns(std::span<const Run> runs, std::span<const int> tokens, bool all_logits,
+                                std::vector<float>* logits) const {
   const GptOssConfig& c = cfg_;
   const kernels::KernelSet& k = *kernels_;
   for (int t : tokens)
     if (t < 0 || t >= c.vocab)
       return Fail(Error::OutOfRange("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                                std::to_string(c.vocab) + ")"));
-  if (static_cast<int>(st.k.size()) != c.layers || static_cast<int>(st.dropped.size()) != c.layers)
-    return Fail(Error::InvalidArgument("state does not belong to this model"));
-  logits->clear();
   const size_t n = tokens.size();
-  if (n == 0) return Ok();
   const size_t hd = c.hidden, d = c.head_dim, H = c.heads, KV = c.kv_heads, rep = H / KV, I = c.intermediate;
   const size_t kvd = KV * d, qd = H * d, E = c.experts, K = c.experts_per_token;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int pos0 = st.length;
-  const RopeTable rope(c, pos0, n);
+  // Each row's run and position.
+  std::vector<size_t> run_of(n);
+  std::vector<int> position(n);
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (size_t i = 0; i < runs[r].rows; ++i) {
+      run_of[runs[r].first_row + i] = r;
+      position[runs[r].first_row + i] = runs[r].state->length + static_cast<int>(i);
+    }
+  const RopeTable rope(c, position);
   const size_t half = d / 2;
   std::vector<float> x(n * hd), t(n * hd), q(n * qd), kk(n * kvd), vv(n * kvd), o(n * qd), a(n * hd);
   std::vector<float> router(n * E), moe(n * hd);
@@ -322,26 +357,34 @@ Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_log
       for (size_t h = 0; h < H; ++h) Rope(q.data() + i * qd + h * d, co, si, half);
       for (size_t h = 0; h < KV; ++h) Rope(kk.data() + i * kvd + h * d, co, si, half);
     }
-    std::vector<float>& Kc = st.k[li];
-    std::vector<float>& Vc = st.v[li];
     // Banded layers see the last sliding_window positions, the query's own
-    // included; positions no query of this block sees are dropped once twice
-    // the window is held (one erase per window of tokens, not one per token).
-    int& dropped = st.dropped[li];
-    if (c.sliding[li]) {
-      const int first = std::max(0, pos0 - c.sliding_window + 1);
-      if (first - dropped >= c.sliding_window) {
-        Kc.erase(Kc.begin(), Kc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
-        Vc.erase(Vc.begin(), Vc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
-        dropped = first;
+    // included; positions no query of a run sees are dropped once twice the
+    // window is held (one erase per window of tokens, not one per token).
+    for (const Run& run : runs) {
+      State& st = *run.state;
+      std::vector<float>& Kc = st.k[li];
+      std::vector<float>& Vc = st.v[li];
+      int& dropped = st.dropped[li];
+      if (c.sliding[li]) {
+        const int first = std::max(0, st.length - c.sliding_window + 1);
+        if (first - dropped >= c.sliding_window) {
+          Kc.erase(Kc.begin(), Kc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
+          Vc.erase(Vc.begin(), Vc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
+          dropped = first;
+        }
       }
+      const auto from = static_cast<std::ptrdiff_t>(run.first_row * kvd), to = from + static_cast<std::ptrdiff_t>(run.rows * kvd);
+      Kc.insert(Kc.end(), kk.begin() + from, kk.begin() + to);
+      Vc.insert(Vc.end(), vv.begin() + from, vv.begin() + to);
     }
-    Kc.insert(Kc.end(), kk.begin(), kk.end());
-    Vc.insert(Vc.end(), vv.begin(), vv.end());
     const bool banded = c.sliding[li];
     kernels::DefaultThreadPool().ParallelFor(n * H, [&](size_t job) {
       const size_t i = job / H, h = job % H;
-      const int pos = pos0 + static_cast<int>(i);
+      const State& st = *runs[run_of[i]].state;
+      const std::vector<float>& Kc = st.k[li];
+      const std::vector<float>& Vc = st.v[li];
+      const int dropped = st.dropped[li];
+      const int pos = position[i];
       const int first = banded ? std::max(0, pos - c.sliding_window + 1) : 0;
       const float* qh = q.data() + i * qd + h * d;
       const size_t kh = h / rep;
@@ -439,7 +482,7 @@ Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_log
       }
     for (size_t i = 0; i < n * hd; ++i) x[i] += moe[i];
   }
-  st.length = pos0 + static_cast<int>(n);
+  for (const Run& run : runs) run.state->length += static_cast<int>(run.rows);
   const size_t first_row = all_logits ? 0 : n - 1, rows = n - first_row;
   std::vector<float> normed(rows * hd);
   for (size_t i = 0; i < rows; ++i)

@@ -4,7 +4,7 @@
 //   moe-run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--print-ids] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-p P] [--top-k K] [--seed S]
 //           [--reasoning-effort low|medium|high] [--thinking-budget N]
-//           [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS|auto]
+//           [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS|auto] [--batch N]
 //
 // --prompt-ids gives the prompt as token ids, with no chat template, and
 // --print-ids prints only the generated ids, as one comma-separated line, so
@@ -12,6 +12,12 @@
 // token. gpt-oss checkpoints (config.json model_type "gpt_oss") run through
 // the single-sequence gpt-oss forward (gpt_oss_model.hpp), greedy only, and
 // need --prompt-ids; the prompt is one prefill call, then one call per token.
+// With --batch N (gpt-oss, N >= 2) it then decodes N sequences together
+// (GptOssModel::ForwardBatch, as the daemon's engine does for concurrent
+// requests): each starts from the prompt's state with a different first token
+// (the greedy one, then others spread over the vocabulary, so that they route
+// to different experts), and it prints the decode tokens/s of all of them
+// together against N times the single sequence's.
 //
 // With --read-bw (the machine's read bandwidth, as bench_roofline measures
 // it) it also prints decode speed as a fraction of the memory roofline:
@@ -51,7 +57,7 @@ int Usage(const std::string& msg) {
                "               [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
                "               [--thinking-budget N] [--kernels fast|reference] [--bf16-activations] [--ignore-eos]\n"
-               "               [--read-bw GBPS|auto] [--deterministic]\n");
+               "               [--read-bw GBPS|auto] [--deterministic] [--batch N]\n");
   return 2;
 }
 
@@ -110,8 +116,40 @@ double PeakRssBytes() {
 // token of config.json unless ignore_eos; then (without --print-ids) load
 // time, memory, prefill and decode speed, and decode against the memory
 // roofline when a read bandwidth is given or measured.
+// --batch: `batch` sequences from the prompt's state decode max_tokens - 1
+// tokens together, greedy.
+int RunGptOssBatch(const GptOssModel& model, const GptOssModel::State& prompt_state, int first_token, int max_tokens,
+                   int batch, double single_decode_tps) {
+  const int vocab = model.config().vocab;
+  std::vector<GptOssModel::State> states(static_cast<size_t>(batch), prompt_state);
+  std::vector<GptOssModel::State*> ptrs;
+  std::vector<int> next;
+  for (int i = 0; i < batch; ++i) {
+    ptrs.push_back(&states[static_cast<size_t>(i)]);
+    next.push_back(static_cast<int>((first_token + static_cast<long long>(i) * 7919) % vocab));
+  }
+  std::vector<float> logits;
+  double seconds = 0;
+  const int steps = std::max(max_tokens - 1, 1);
+  for (int step = 0; step < steps; ++step) {
+    const auto ts = std::chrono::steady_clock::now();
+    auto s = model.ForwardBatch(ptrs, next, &logits);
+    if (!s) return std::fprintf(stderr, "moe-run: %s\n", s.error().ToString().c_str()), 1;
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    for (int i = 0; i < batch; ++i) {
+      const float* row = logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab);
+      next[static_cast<size_t>(i)] = static_cast<int>(std::max_element(row, row + vocab) - row);
+    }
+  }
+  const double tps = static_cast<double>(steps) * batch / seconds;
+  std::printf("batched decode: %d sequences together, %.2f tokens/s in all (%.2f per sequence); %.2fx the single "
+              "sequence's %.2f tokens/s\n",
+              batch, tps, tps / batch, single_decode_tps > 0 ? tps / single_decode_tps : 0.0, single_decode_tps);
+  return 0;
+}
+
 int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_tokens, bool ignore_eos, bool print_ids,
-              kernels::Isa isa, double read_bw, bool read_bw_auto) {
+              kernels::Isa isa, double read_bw, bool read_bw_auto, int batch) {
   const auto t0 = std::chrono::steady_clock::now();
   auto model = GptOssModel::Load(dir, isa);
   if (!model) return std::fprintf(stderr, "moe-run: %s\n", model.error().ToString().c_str()), 1;
@@ -122,6 +160,7 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
     for (int i = 0; i < 8; ++i) probe->Pass();
   }
   GptOssModel::State st = (*model)->NewState();
+  GptOssModel::State prompt_state;  // for --batch
   std::vector<float> logits;
   std::vector<int> out;
   std::vector<int> next = prompt;
@@ -130,6 +169,7 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
     const auto ts = std::chrono::steady_clock::now();
     auto s = (*model)->Forward(st, next, false, &logits);
     if (!s) return std::fprintf(stderr, "moe-run: %s\n", s.error().ToString().c_str()), 1;
+    if (step == 0 && batch > 1) prompt_state = st;
     (step == 0 ? prefill_s : decode_s) += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
     const int tok = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(tok);
@@ -158,6 +198,7 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
     std::printf("roofline %.2f tokens/s (%.2f GB/s / %.1f MB); decode reached %.1f%% of it\n", roof, read_bw,
                 bytes / 1e6, 100.0 * decode_tps / roof);
   }
+  if (batch > 1) return RunGptOssBatch(**model, prompt_state, out.front(), max_tokens, batch, decode_tps);
   return 0;
 }
 
@@ -168,6 +209,7 @@ int main(int argc, char** argv) {
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
+  long long batch = 1;
   bool ignore_eos = false, print_ids = false, bf16_activations = false, deterministic = false;
   std::vector<int> prompt_ids;
   for (int i = 1; i < argc; ++i) {
@@ -196,6 +238,7 @@ int main(int argc, char** argv) {
       if (v == "auto") read_bw_auto = true;
       else if (!ToFloat(v, 0.001, 1e6, &read_bw)) return Usage("--read-bw must be 'auto' or a positive number of GB/s");
     }
+    else if (a == "--batch") { if (!ToInt(v, 1, 1024, &batch)) return Usage("--batch must be 1 to 1024 sequences"); }
     else if (a == "--top-p") { if (!ToFloat(v, 0, 1, &top_p) || top_p == 0) return Usage("--top-p must be in (0, 1]"); }
     else return Usage("unknown argument '" + a + "'");
   }
@@ -204,12 +247,14 @@ int main(int argc, char** argv) {
   if (effort != "low" && effort != "medium" && effort != "high") return Usage("--reasoning-effort must be low, medium or high");
   if (kernels != "fast" && kernels != "reference") return Usage("--kernels must be fast or reference");
 
+  if (batch > 1 && !IsGptOssModelDir(model_path)) return Usage("--batch is for gpt-oss models");
   if (IsGptOssModelDir(model_path)) {
     if (prompt_ids.empty()) return Usage("gpt-oss models take --prompt-ids (no chat template here)");
     if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
     if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
-                     kernels == "fast" ? kernels::BestIsa() : kernels::Isa::kReference, read_bw, read_bw_auto);
+                     kernels == "fast" ? kernels::BestIsa() : kernels::Isa::kReference, read_bw, read_bw_auto,
+                     static_cast<int>(batch));
   }
   auto t0 = std::chrono::steady_clock::now();
   auto dir = OpenModelDir(model_path);

@@ -162,6 +162,64 @@ TEST(GptOss, ConformancePromptInChunks) {
   Conformance(WriteModel("chunks", "--layers 2 --window 3 --vocab 1000 --seed 5"), 17, 6, 3, kernels::BestIsa(), 5);
 }
 
+// A batched decode step (ForwardBatch: the projections and experts over all
+// sequences' rows at once, attention per sequence) gives each sequence the
+// logits of its own Forward, within the bound for batched against alone
+// (1e-4 of the largest logit), and the same greedy tokens: sequences at
+// different lengths, past the sliding window (so the band's trims differ per
+// sequence), with experts shared by several rows.
+TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
+  const std::string dir = WriteModel("batch", "--layers 3 --window 4 --vocab 1000 --seed 5");
+  auto model = GptOssModel::Load(dir);
+  ASSERT_TRUE(model) << model.error().ToString();
+  const GptOssModel& m = **model;
+  const size_t vocab = static_cast<size_t>(m.config().vocab);
+  const std::vector<std::vector<int>> prompts = {{5, 17, 99, 3, 250, 8, 61, 7, 400, 12, 33}, {42}, {7, 7, 7, 900, 1, 2}};
+  const size_t B = prompts.size();
+  std::vector<GptOssModel::State> alone, together;
+  std::vector<int> next_alone(B), next_together(B);
+  std::vector<float> logits;
+  for (size_t i = 0; i < B; ++i) {
+    alone.push_back(m.NewState());
+    together.push_back(m.NewState());
+    ASSERT_TRUE(m.Forward(alone[i], prompts[i], false, &logits));
+    next_alone[i] = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    ASSERT_TRUE(m.Forward(together[i], prompts[i], false, &logits));
+    next_together[i] = next_alone[i];
+  }
+  double worst = 0;
+  for (int step = 0; step < 10; ++step) {
+    std::vector<GptOssModel::State*> states;
+    for (auto& st : together) states.push_back(&st);
+    std::vector<float> batch;
+    ASSERT_TRUE(m.ForwardBatch(states, next_together, &batch));
+    ASSERT_EQ(batch.size(), B * vocab);
+    for (size_t i = 0; i < B; ++i) {
+      ASSERT_TRUE(m.Forward(alone[i], std::vector<int>{next_alone[i]}, false, &logits));
+      const float* b = batch.data() + i * vocab;
+      double maxref = 0, maxdiff = 0;
+      for (size_t v = 0; v < vocab; ++v) {
+        maxref = std::max(maxref, std::fabs(static_cast<double>(logits[v])));
+        maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(b[v]) - logits[v]));
+      }
+      worst = std::max(worst, maxdiff / maxref);
+      EXPECT_LE(maxdiff, 1e-4 * maxref) << "sequence " << i << " step " << step;
+      next_alone[i] = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      next_together[i] = static_cast<int>(std::max_element(b, b + vocab) - b);
+      EXPECT_EQ(next_together[i], next_alone[i]) << "sequence " << i << " step " << step;
+      EXPECT_EQ(together[i].length, alone[i].length);
+    }
+  }
+  std::printf("batched against alone: worst max|diff|/max|logit| = %.3g\n", worst);
+  // Misuse is refused: a state twice, or a count mismatch.
+  std::vector<GptOssModel::State*> twice = {&together[0], &together[0]};
+  std::vector<float> out;
+  EXPECT_FALSE(m.ForwardBatch(twice, std::vector<int>{1, 2}, &out));
+  std::vector<GptOssModel::State*> one = {&together[1]};
+  EXPECT_FALSE(m.ForwardBatch(one, std::vector<int>{1, 2}, &out));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(GptOss, CheckpointCarriesRealTokenizerFiles) {
   std::string dir = WriteModel("tok", "--layers 1 --vocab 1000");
   EXPECT_TRUE(std::filesystem::exists(dir + "/tokenizer.json"));

@@ -5,9 +5,12 @@
 // trimmed to the sliding window). A step admits queued sequences while
 // max_running and the token reservation allow (prompt + max_tokens of every
 // running sequence within cache_tokens), runs up to prefill_chunk_tokens of
-// prompt prefill, and decodes one token for every other running sequence,
-// one forward per sequence (GptOssModel's single-sequence forward: no
-// batching across sequences yet).
+// prompt prefill, and decodes one token for every other running sequence.
+// The decode steps of a step run as one batch (GptOssModel::ForwardBatch):
+// the dense matrices and the experts are read once for all the sequences,
+// attention runs per sequence. A sequence with several tokens since its last
+// forward (forced tokens: a thinking-budget close, a call's end) runs them
+// as a block of its own.
 //
 // Prompt-state cache: when a prompt's prefill ends, a copy of the sequence's
 // attention cache is kept under its tokens; a later prompt that starts with

@@ -7,8 +7,8 @@
 // mapped shards), experts MXFP4 (repacked once for the kernels, 4.25 bits a
 // weight), so gpt-oss-20b needs about 13 GB. Products run through a KernelSet
 // (cpu_kernels.hpp): the best this CPU supports, or the reference set. The
-// daemon serves it through GptOssEngine (gpt_oss_engine.hpp), one forward per
-// sequence.
+// daemon serves it through GptOssEngine (gpt_oss_engine.hpp): prefill chunks
+// one sequence at a time, decode steps batched across sequences (ForwardBatch).
 //
 // Thread safety: immutable after Load(); Forward() may run concurrently on
 // distinct states.
@@ -69,9 +69,22 @@ class GptOssModel {
   // Appends `tokens` to the state and writes vocab floats of logits per token
   // (all_logits) or for the last token only.
   Status Forward(State& state, std::span<const int> tokens, bool all_logits, std::vector<float>* logits) const;
+  // One decode step of several sequences together: tokens[i] is appended to
+  // *states[i] (distinct states), and vocab floats of logits are written per
+  // sequence, in order. The projections and experts run once over all rows
+  // (each weight read once for the batch); attention runs per sequence. The
+  // logits agree with Forward's on each state alone within the kernels'
+  // rounding (matrix products over more rows may sum in another order).
+  Status ForwardBatch(std::span<State* const> states, std::span<const int> tokens, std::vector<float>* logits) const;
 
  private:
   struct Weights;
+  struct Run {  // consecutive rows of one sequence
+    State* state;
+    size_t first_row, rows;
+  };
+  Status ForwardRuns(std::span<const Run> runs, std::span<const int> tokens, bool all_logits,
+                     std::vector<float>* logits) const;
   GptOssModel() = default;
   GptOssConfig cfg_;
   const kernels::KernelSet* kernels_ = nullptr;
