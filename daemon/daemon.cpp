@@ -163,12 +163,6 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
   }
   if (SessionService::Owns(path)) {
     if (!Authenticate(head)) return refuse(MissingKey());
-    if (gpt_oss_family.load()) {
-      // Sessions render, count and summarise in moe-dsa-v1's format.
-      return refuse(ApiError::InvalidRequest(
-          "Server-kept sessions are not served for gpt-oss models yet; send the whole conversation to "
-          "/v1/chat/completions"));
-    }
     if (draining.load() && head.method == "POST") {
       return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
     }
@@ -447,7 +441,7 @@ Status Daemon::LoadModel() {
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
-  m.sessions->Attach(*m.chat, *m.scheduler, m.engine.get());
+  m.sessions->Attach(*m.chat, *m.scheduler, MoeDsaSessionModel(m.engine.get()));
   if (group->enabled()) {
     // Ready, and serving, only while every rank is connected.
     auto leader = ExpertParallel::Lead(*group, *m.engine, m.readiness, m.serving, m.metrics);
@@ -465,8 +459,8 @@ Status Daemon::LoadModel() {
 }
 
 // gpt-oss (config.json model_type "gpt_oss"): its own backend (with a
-// prompt-state cache in place of the prefix cache), the harmony chat format,
-// no expert parallelism or sessions.
+// prompt-state cache in place of the prefix cache), the harmony chat format
+// (sessions count and summarise in it too), no expert parallelism.
 Status Daemon::LoadGptOss(const std::string& model_dir) {
   Impl& m = *impl_;
   auto fail = [&](const Error& e) {
@@ -505,6 +499,7 @@ Status Daemon::LoadGptOss(const std::string& model_dir) {
   m.scheduler = std::make_unique<Scheduler>(*m.gpt_oss);
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
+  m.sessions->Attach(*m.chat, *m.scheduler, HarmonySessionModel(m.chat->facts().harmony, facts.default_effort));
   m.serving.store(true);
   m.readiness.Set("ready");
   log::Info("moe-daemon: serving gpt-oss " + facts.model_name + " (context " + std::to_string(facts.max_context) +

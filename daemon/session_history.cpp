@@ -51,10 +51,9 @@ std::string ToolResultJson(const SessionEntry& e) {
                                                                          ojson::error_handler_t::replace);
 }
 
-// Tokens an entry adds to the prompt: the chat format's tokens are UTF-8
-// bytes plus its special tokens (chat_format.hpp), so this is exact up to
-// the markers an assistant message shares between its entries.
-int64_t CountTokens(const SessionEntry& e) {
+}  // namespace
+
+int64_t ByteEntryTokens(const SessionEntry& e) {
   const auto n = [](const std::string& s) { return static_cast<int64_t>(s.size()); };
   switch (e.kind) {
     case EntryKind::kText:
@@ -73,6 +72,8 @@ int64_t CountTokens(const SessionEntry& e) {
   }
   return 0;
 }
+
+namespace {
 
 // The first line of `text`, at most `max_bytes` bytes, cut on a UTF-8 boundary.
 std::string FirstLine(std::string_view text, size_t max_bytes) {
@@ -128,7 +129,7 @@ ojson SessionEntry::ToJson() const {
 }
 
 std::vector<SessionEntry> EntriesFromMessages(const std::vector<engine::ChatMessage>& messages, int64_t first_seq,
-                                              double now) {
+                                              double now, const EntryTokenCounter& count) {
   std::vector<SessionEntry> out;
   int64_t seq = first_seq;
   for (const auto& m : messages) {
@@ -168,7 +169,7 @@ std::vector<SessionEntry> EntriesFromMessages(const std::vector<engine::ChatMess
         break;
     }
   }
-  for (auto& e : out) e.tokens = CountTokens(e);
+  for (auto& e : out) e.tokens = count(e);
   return out;
 }
 
@@ -273,7 +274,8 @@ std::string ExtractiveSummary(const std::vector<SessionEntry>& entries, size_t m
 
 std::optional<CompressionPlan> PlanCompression(const std::vector<SessionEntry>& history,
                                                const std::vector<SessionEntry>& incoming,
-                                               const CompressionLimits& limits, const TokenCounter& count) {
+                                               const CompressionLimits& limits, const TokenCounter& count,
+                                               const EntryTokenCounter& entry_tokens) {
   auto with_incoming = [&](std::vector<SessionEntry> h) {
     h.insert(h.end(), incoming.begin(), incoming.end());
     return h;
@@ -309,7 +311,7 @@ std::optional<CompressionPlan> PlanCompression(const std::vector<SessionEntry>& 
     }
     s.replaces = {first, last};
     s.content = ExtractiveSummary(replaced, limits.summary_max_bytes);
-    s.tokens = CountTokens(s);
+    s.tokens = entry_tokens(s);
     std::vector<SessionEntry> after = system;
     after.push_back(s);
     after.insert(after.end(), history.begin() + static_cast<long>(end), history.end());
@@ -337,6 +339,8 @@ std::string_view SummarizationPrompt() {
          "still open. Plain sentences, no more than a few lines; do not invent "
          "anything.";
 }
+
+std::string_view SummaryHeader() { return kSummaryHeader; }
 
 std::string SummarizationTranscript(const std::vector<SessionEntry>& entries) {
   std::string out;

@@ -7,8 +7,6 @@
 
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/log.hpp"
-#include "moeserve/daemon/decode_policy.hpp"
-#include "moeserve/daemon/output_assembler.hpp"
 #include "moeserve/daemon/session_history.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "session_forward.hpp"
@@ -192,8 +190,9 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
   BudgetService& budget;
   SessionStore& store;
   std::atomic<ChatService*> chat{nullptr};
+  // Set before `chat` (read only once chat is set).
   Scheduler* scheduler = nullptr;
-  engine::Engine* engine = nullptr;
+  std::shared_ptr<const SessionModel> model;
 
   std::mutex busy_mu;
   std::set<std::string> busy;
@@ -333,7 +332,13 @@ void SessionService::Impl::Create(const std::string& body, HttpExchange& ex, con
     r.metadata = *it;
   }
   r.id = NewSessionId(settings.replica);
-  auto entries = EntriesFromMessages(system, 1, r.created_at);
+  // The family counts the system prompt's tokens once the model is loaded;
+  // a session created before that counts it in bytes (display only: the
+  // system entry is never compressed).
+  ChatService* attached = chat.load();
+  auto entries = attached ? EntriesFromMessages(system, 1, r.created_at,
+                                                [m = model](const SessionEntry& e) { return m->EntryTokens(e); })
+                          : EntriesFromMessages(system, 1, r.created_at);
   r.next_seq = 1 + static_cast<int64_t>(entries.size());
   r.bytes = static_cast<int64_t>(r.tools.dump().size() + r.metadata.dump().size()) + 128;
   for (const auto& e : entries) r.bytes += e.StoredBytes();
@@ -360,7 +365,7 @@ void SessionService::Impl::Delete(const std::string& id, HttpExchange& ex, const
   if (!r) return ReplyError(ex, r.error());
   if (!TryBusy(id)) return ReplyError(ex, Busy(id));
   auto st = store.Wait([&](SessionStore::Done done) { store.Delete(id, std::move(done)); });
-  if (engine) engine->PinPrefix(PinKey(id), {}, 0);
+  if (chat.load()) model->Unpin(PinKey(id));
   Release(id);
   if (!st && st.error().code() == ErrorCode::kNotFound) return ReplyError(ex, NotFound(id));
   if (!st) return ReplyError(ex, ApiError::Internal("The session could not be deleted: " + st.error().message()));
@@ -434,7 +439,8 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
     }
   }
   const double now = WallNow();
-  auto incoming = EntriesFromMessages(incoming_messages, rec->next_seq, now);
+  const EntryTokenCounter entry_tokens = [m = model](const SessionEntry& e) { return m->EntryTokens(e); };
+  auto incoming = EntriesFromMessages(incoming_messages, rec->next_seq, now, entry_tokens);
   int64_t adding = 0;
   for (const auto& e : incoming) adding += e.StoredBytes();
   if (auto q = CheckQuota(who.tenant, adding); !q) return ReplyError(*ex, q.error());
@@ -451,11 +457,10 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
       rec->context_policy.value("keep_recent_exchanges", static_cast<int64_t>(settings.keep_exchanges)));
   limits.summary_max_bytes = static_cast<size_t>(settings.summary_max_tokens);
   const ojson tools = rec->tools;
-  TokenCounter count = [&tools](const std::vector<engine::ChatMessage>& m) -> int64_t {
-    auto p = engine::RenderChat(m, tools.is_array() ? &tools : nullptr, true);
-    return p ? static_cast<int64_t>(p->size()) : INT64_MAX;
+  TokenCounter count = [&](const std::vector<engine::ChatMessage>& m) -> int64_t {
+    return model->PromptTokens(m, tools, *request).value_or(INT64_MAX);
   };
-  auto plan = PlanCompression(history, incoming, limits, count);
+  auto plan = PlanCompression(history, incoming, limits, count, entry_tokens);
   std::optional<SessionEntry> summary;
   std::vector<SessionEntry> replaced_originals;
   if (plan) {
@@ -467,7 +472,7 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
         summary = e;
       }
     }
-    incoming = EntriesFromMessages(incoming_messages, rec->next_seq + 1, now);
+    incoming = EntriesFromMessages(incoming_messages, rec->next_seq + 1, now, entry_tokens);
     for (const auto& e : history)
       if (std::find(plan->replaced.begin(), plan->replaced.end(), e.seq) != plan->replaced.end())
         replaced_originals.push_back(e);
@@ -479,12 +484,10 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
   }
 
   // The session's prompt stays cached until its next turn (within the pin share).
-  if (engine && settings.pin_seconds > 0) {
+  if (settings.pin_seconds > 0) {
     std::vector<engine::ChatMessage> prompt_messages = MessagesFromEntries(history);
     prompt_messages.insert(prompt_messages.end(), incoming_messages.begin(), incoming_messages.end());
-    if (auto prompt = engine::RenderChat(prompt_messages, tools.is_array() ? &tools : nullptr, true)) {
-      engine->PinPrefix(PinKey(id), std::move(*prompt), settings.pin_seconds);
-    }
+    model->PinPrompt(PinKey(id), prompt_messages, tools, settings.pin_seconds);
   }
 
   // The answer, once assembled, is stored with the turn before the client sees it acknowledged.
@@ -494,7 +497,7 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
   write->summary = summary;
   if (plan) write->replaced = plan->replaced;
   const int64_t answer_seq = rec->next_seq + (summary ? 1 : 0) + static_cast<int64_t>(incoming.size());
-  auto on_answer = [self, write, answer_seq, who, summary, replaced_originals](
+  auto on_answer = [self, write, answer_seq, who, summary, replaced_originals, entry_tokens](
                        AssembledAnswer a, SessionTurnExchange::Release release, SessionTurnExchange::Refuse refuse) {
     engine::ChatMessage m;
     m.role = engine::ChatRole::kAssistant;
@@ -505,7 +508,7 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
       m.tool_calls.push_back({c.id, c.name, value ? *value : ojson(c.arguments)});
     }
     const double at = WallNow();
-    for (auto& e : EntriesFromMessages({m}, answer_seq, at)) write->entries.push_back(std::move(e));
+    for (auto& e : EntriesFromMessages({m}, answer_seq, at, entry_tokens)) write->entries.push_back(std::move(e));
     write->now = at;
     self->store.CommitTurn(
         *write, [self, release, refuse, id = write->session_id, who, summary, replaced_originals](const Status& st) {
@@ -532,20 +535,25 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
 // it is shorter than what it stands for.
 namespace {
 
+// Reads the summary's tokens with the family's reader: its content is the
+// answer (for gpt-oss the final channel), never the reasoning. Output that
+// breaks the family's format is no summary.
 class SummarySink : public SequenceSink, public std::enable_shared_from_this<SummarySink> {
  public:
   using Finished = std::function<void(std::string text, engine::SequenceUsage usage, bool ok)>;
-  explicit SummarySink(Finished finished) : finished_(std::move(finished)) {}
+  SummarySink(std::unique_ptr<OutputReader> reader, Finished finished)
+      : reader_(std::move(reader)), finished_(std::move(finished)) {}
   void OnEvent(const engine::TokenEvent& e) override {
-    if (e.token >= 0) (void)assembler_.OnToken(e.token, e.reasoning);
+    if (e.token >= 0) (void)reader_->OnToken(e.token, e.reasoning);
     if (e.finish == engine::FinishReason::kNone) return;
-    (void)assembler_.Finish();
-    const bool ok = e.finish == engine::FinishReason::kStop || e.finish == engine::FinishReason::kLength;
-    finished_(assembler_.content(), e.usage, ok);
+    (void)reader_->Finish();
+    const bool ok = (e.finish == engine::FinishReason::kStop || e.finish == engine::FinishReason::kLength) &&
+                    reader_->FormatFault().empty();
+    finished_(reader_->content(), e.usage, ok);
   }
 
  private:
-  OutputAssembler assembler_;
+  std::unique_ptr<OutputReader> reader_;
   Finished finished_;
 };
 
@@ -561,38 +569,32 @@ void SessionService::Impl::Summarize(const std::string& session_id, const Princi
   int64_t replaced_tokens = 0;
   for (const auto& e : replaced) replaced_tokens += e.tokens;
   const ServingFacts& facts = c->facts();
-  const int max_tokens = settings.summary_max_tokens + facts.budgets.low;
+  // The low tier's reasoning budget; a tier without one (gpt-oss without
+  // thinking_budgets) may reason as long as the summary may be.
+  const int reasoning = facts.budgets.low >= 0 ? facts.budgets.low : settings.summary_max_tokens;
+  const int max_tokens = settings.summary_max_tokens + reasoning;
   std::string transcript = SummarizationTranscript(replaced);
   const size_t room = static_cast<size_t>(std::max(64, facts.max_context - max_tokens - 512));
   if (transcript.size() > room) transcript = transcript.substr(transcript.size() - room);  // the newest part
   std::vector<engine::ChatMessage> prompt_messages = {
       {engine::ChatRole::kSystem, std::string(SummarizationPrompt()), std::nullopt, {}, ""},
       {engine::ChatRole::kUser, transcript, std::nullopt, {}, ""}};
-  auto prompt = engine::RenderChat(prompt_messages, nullptr, true);
-  if (!prompt || static_cast<int64_t>(prompt->size()) + max_tokens > facts.max_context) return;
-  engine::GenerationRequest g;
-  g.prompt = std::move(*prompt);
-  g.max_tokens = max_tokens;
-  g.thinking_budget = facts.budgets.low;
-  g.starts_in_reasoning = true;
-  g.sampling.temperature = 0;
-  g.sampling.seed = static_cast<uint64_t>(summary_seq);
-  DecodePolicyOptions policy;
-  policy.mode = DecodeMode::kNoTools;
-  auto controller = DecodePolicy::Create(std::move(policy));
-  if (!controller) return;
-  g.controller = std::move(*controller);
+  auto g = model->SummaryRequest(prompt_messages, max_tokens, reasoning, static_cast<uint64_t>(summary_seq));
+  if (!g || static_cast<int64_t>(g->prompt.size()) + max_tokens > facts.max_context) return;
   auto self = shared_from_this();
-  auto sink = std::make_shared<SummarySink>([self, session_id, who, summary_seq, replaced_tokens](
-                                                std::string text, engine::SequenceUsage u, bool ok) {
+  auto finished = [self, session_id, who, summary_seq, replaced_tokens](std::string text, engine::SequenceUsage u,
+                                                                        bool ok) {
     ChargeRecord charge{who.tenant,
                         "low",
                         {u.prompt_tokens - u.cached_tokens, u.cached_tokens, u.completion_tokens - u.reasoning_tokens,
                          u.reasoning_tokens}};
     self->budget.Charge(std::move(charge), [self, session_id, summary_seq, replaced_tokens, text, ok](const Status&) {
-      // Tokens are bytes plus markers (chat_format.hpp): the summary joins
-      // the system block with one newline.
-      const int64_t tokens = static_cast<int64_t>(text.size()) + 1;
+      // Counted as the family counts a summary entry, like the extractive one it replaces.
+      SessionEntry written;
+      written.role = engine::ChatRole::kSystem;
+      written.kind = EntryKind::kSummary;
+      written.content = text;
+      const int64_t tokens = self->model->EntryTokens(written);
       if (!ok || text.empty() || tokens >= replaced_tokens) return;
       std::shared_lock life(self->life_mu);
       if (self->closed) return;
@@ -602,8 +604,9 @@ void SessionService::Impl::Summarize(const std::string& session_id, const Princi
         }
       });
     });
-  });
-  if (auto id = scheduler->Submit(std::move(g), sink); !id) {
+  };
+  auto sink = std::make_shared<SummarySink>(model->MakeSummaryReader(), std::move(finished));
+  if (auto id = scheduler->Submit(std::move(*g), sink); !id) {
     log::Info("session " + session_id + ": no model summary (" + id.error().message() + "); the extractive one stays");
   }
 }
@@ -645,9 +648,9 @@ SessionService::~SessionService() {
   if (impl_->sweeper.joinable()) impl_->sweeper.join();
 }
 
-void SessionService::Attach(ChatService& chat, Scheduler& scheduler, engine::Engine* engine) {
+void SessionService::Attach(ChatService& chat, Scheduler& scheduler, std::shared_ptr<const SessionModel> model) {
   impl_->scheduler = &scheduler;
-  impl_->engine = engine;
+  impl_->model = std::move(model);
   impl_->chat.store(&chat);
 }
 

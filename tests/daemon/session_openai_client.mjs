@@ -1,11 +1,14 @@
 // Drives a server-kept session with the official `openai` npm client: the
 // session's turn endpoint is a chat-completions base URL
 // (BASE/v1/sessions/{id}), so an unchanged client sends only new messages.
-// Usage: node session_openai_client.mjs BASE_URL (e.g. http://127.0.0.1:8000)
+// Usage: node session_openai_client.mjs BASE_URL [FAMILY]
+// (e.g. http://127.0.0.1:8000; FAMILY moe-dsa-v1, the default, or gpt-oss;
+// the served model is named "tiny")
 import OpenAI from "openai";
 import assert from "node:assert/strict";
 
 const base = process.argv[2];
+const family = process.argv[3] ?? "moe-dsa-v1";
 const tools = [{
   type: "function",
   function: {
@@ -32,9 +35,12 @@ assert.equal(first.choices[0].finish_reason, "tool_calls");
 const call = first.choices[0].message.tool_calls[0];
 assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
 
-// 2. the result, streamed, with only the new message; the history is the server's
+// 2. the result, streamed, with only the new message; the history is the server's.
+// harmony leaves the tools out of a prompt under tool_choice none, so that
+// prompt would not extend the cached one: gpt-oss keeps auto.
 const stream = await client.chat.completions.create({
-  model: "tiny", messages: [{ role: "tool", tool_call_id: call.id, content: "42" }], tool_choice: "none",
+  model: "tiny", messages: [{ role: "tool", tool_call_id: call.id, content: "42" }],
+  tool_choice: family === "gpt-oss" ? "auto" : "none",
   max_tokens: 10, seed: 1, stream: true, stream_options: { include_usage: true },
 });
 let content = "", usage = null;

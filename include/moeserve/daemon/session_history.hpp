@@ -61,10 +61,18 @@ struct SessionEntry {
   nlohmann::ordered_json ToJson() const;
 };
 
+// Tokens one entry adds to the rendered prompt (SessionEntry::tokens); the
+// family's count (session_model.hpp).
+using EntryTokenCounter = std::function<int64_t(const SessionEntry&)>;
+// moe-dsa-v1's count: the chat format's tokens are UTF-8 bytes plus its
+// special tokens (chat_format.hpp), so this is exact up to the markers an
+// assistant message shares between its entries.
+int64_t ByteEntryTokens(const SessionEntry& entry);
+
 // The entries of `messages`, numbered from `first_seq`, each with its token
-// count. System messages become system text entries.
+// count by `count`. System messages become system text entries.
 std::vector<SessionEntry> EntriesFromMessages(const std::vector<engine::ChatMessage>& messages, int64_t first_seq,
-                                              double now);
+                                              double now, const EntryTokenCounter& count = ByteEntryTokens);
 // The messages the model sees for entries in render order
 // (ActiveInRenderOrder).
 std::vector<engine::ChatMessage> MessagesFromEntries(const std::vector<SessionEntry>& entries);
@@ -107,12 +115,16 @@ using TokenCounter = std::function<int64_t(const std::vector<engine::ChatMessage
 // entries) fits the budget, or when nothing may be compressed. Otherwise the
 // fewest oldest exchanges whose compression fits the budget, or all that may
 // be compressed when none does (the turn then fails on the context window).
+// The summary entry's own `tokens` come from `entry_tokens`.
 std::optional<CompressionPlan> PlanCompression(const std::vector<SessionEntry>& history,
                                                const std::vector<SessionEntry>& incoming,
-                                               const CompressionLimits& limits, const TokenCounter& count);
+                                               const CompressionLimits& limits, const TokenCounter& count,
+                                               const EntryTokenCounter& entry_tokens = ByteEntryTokens);
 
 // The fixed instruction the model gets to write a summary (low tier).
 std::string_view SummarizationPrompt();
+// The header a summary's text follows in the system message the model sees.
+std::string_view SummaryHeader();
 // The transcript of entries the model summarises.
 std::string SummarizationTranscript(const std::vector<SessionEntry>& entries);
 

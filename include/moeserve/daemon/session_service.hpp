@@ -25,6 +25,11 @@
 // - The model writes the summary (low tier, SummarizationPrompt) after the
 //   turn that needed it was acknowledged; until then, and when the model's
 //   text is not shorter than what it replaces, the extractive summary stands.
+// - What depends on the model family (counting a prompt and an entry,
+//   generating and reading a summary, pinning) is the SessionModel given at
+//   Attach (session_model.hpp); the rest is the same for every family. The
+//   store keeps every entry; the family's renderer decides what of it the
+//   prompt shows (harmony drops reasoning before a final answer).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -44,12 +49,9 @@
 #include "moeserve/daemon/chat_service.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/scheduler.hpp"
+#include "moeserve/daemon/session_model.hpp"
 #include "moeserve/daemon/session_settings.hpp"
 #include "moeserve/daemon/session_store.hpp"
-
-namespace moeserve::engine {
-class Engine;
-}
 
 namespace moeserve::daemon {
 
@@ -62,8 +64,8 @@ class SessionService {
   ~SessionService();
 
   // Once the model is loaded: turns run through `chat`; summaries through
-  // `scheduler`; `engine` (may be null) pins active sessions' cached prefixes.
-  void Attach(ChatService& chat, Scheduler& scheduler, engine::Engine* engine);
+  // `scheduler`; `model` counts, summarises and pins as the family does.
+  void Attach(ChatService& chat, Scheduler& scheduler, std::shared_ptr<const SessionModel> model);
 
   static bool Owns(const std::string& path) { return path == "/v1/sessions" || path.starts_with("/v1/sessions/"); }
   // Decided from the head: the route and method (the caller has checked the
