@@ -22,41 +22,66 @@ int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19
   if (best < 0) return -1;
   if (params.temperature <= 0.0f) return best;
 
-  // Candidates sorted by logit (ties: lower id first), cut by top-k.
+  const double mx = logits[best];
+  const double temperature = params.temperature;
+  auto weight = [&](int id) { return std::exp((logits[id] - mx) / temperature); };
+  const double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+
+  // Without top-k or top-p every finite id is a candidate and the order of
+  // the walk does not change the distribution: walk the ids as they are, no
+  // sort (a 200k-token vocabulary costs a sort of 200k ids otherwise).
+  if (params.top_k <= 0 && params.top_p >= 1.0f) {
+    double sum = 0;
+    for (int i = 0; i < V; ++i)
+      if (std::isfinite(logits[i])) sum += weight(i);
+    const double target = u * sum;
+    double acc = 0;
+    int last = best;
+    for (int i = 0; i < V; ++i) {
+      if (!std::isfinite(logits[i])) continue;
+      acc += weight(i);
+      last = i;
+      if (target < acc) return i;
+    }
+    return last;
+  }
+
+  // Candidates by logit (ties: lower id first), cut by top-k. Only as many
+  // as the nucleus needs are sorted: the leading `sorted` of them, grown by
+  // 4x while the nucleus is not reached.
   std::vector<int> order;
   for (int i = 0; i < V; ++i)
     if (std::isfinite(logits[i])) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  if (params.top_k > 0 && static_cast<int>(order.size()) > params.top_k) order.resize(static_cast<size_t>(params.top_k));
-
-  std::vector<double> p(order.size());
-  const double mx = logits[order[0]];
+  const auto before = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  size_t candidates = order.size();
+  if (params.top_k > 0 && candidates > static_cast<size_t>(params.top_k)) {
+    candidates = static_cast<size_t>(params.top_k);
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(candidates), order.end(), before);
+    order.resize(candidates);
+  }
   double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i) sum += p[i] = std::exp((logits[order[i]] - mx) / params.temperature);
-  for (auto& x : p) x /= sum;
-  // Nucleus: the smallest prefix whose mass reaches top_p.
-  if (params.top_p < 1.0f) {
-    double acc = 0;
-    size_t keep = p.size();
-    for (size_t i = 0; i < p.size(); ++i) {
-      acc += p[i];
-      if (acc >= params.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-    p.resize(keep);
-    order.resize(keep);
-    double s = std::accumulate(p.begin(), p.end(), 0.0);
-    for (auto& x : p) x /= s;
+  for (int id : order) sum += weight(id);
+  const double nucleus = params.top_p < 1.0f ? params.top_p * sum : sum;
+  size_t sorted = std::min<size_t>(64, candidates), keep = 0;
+  double kept_mass = 0;
+  for (;;) {
+    if (sorted < candidates)
+      std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(sorted), order.end(), before);
+    std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(sorted), before);
+    // The smallest prefix whose mass reaches top_p (all of them without top_p).
+    keep = 0;
+    kept_mass = 0;
+    while (keep < sorted && (keep == 0 || kept_mass < nucleus)) kept_mass += weight(order[keep++]);
+    if (kept_mass >= nucleus || sorted == candidates) break;
+    sorted = std::min(candidates, sorted * 4);
   }
-  const double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+  const double target = u * kept_mass;
   double acc = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    acc += p[i];
-    if (u < acc) return order[i];
+  for (size_t i = 0; i < keep; ++i) {
+    acc += weight(order[i]);
+    if (target < acc) return order[i];
   }
-  return order.back();
+  return order[keep - 1];
 }
 
 TokenLogprobs::TokenLogprobs(std::span<const float> logits) : TokenLogprobs(logits, tok::kFirstPadding) {}
