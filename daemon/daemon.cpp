@@ -45,7 +45,6 @@ struct Daemon::Impl {
   std::unique_ptr<engine::Engine> engine;
   // A gpt-oss model runs on its own backend instead of `engine` (one of the two is set).
   std::unique_ptr<engine::GptOssEngine> gpt_oss;
-  std::atomic<bool> gpt_oss_family{false};
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
   // Server-kept sessions: after what a turn runs through (chat, scheduler,
@@ -482,7 +481,6 @@ Status Daemon::LoadGptOss(const std::string& model_dir) {
   auto eng = engine::GptOssEngine::Create(model_dir, o);
   if (!eng) return fail(eng.error());
   m.gpt_oss = std::move(*eng);
-  m.gpt_oss_family.store(true);
   auto harmony = std::make_shared<HarmonyServing>();
   harmony->tokenizer = &m.gpt_oss->tokenizer();
   harmony->tokens = m.gpt_oss->harmony_tokens();

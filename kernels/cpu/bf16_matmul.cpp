@@ -146,10 +146,19 @@ void MatVecBf16ManyRef(std::span<const Bf16MatVecJob> jobs, size_t n) {
 
 namespace {
 
+// Below this many rows matmul_bf16 runs the multi-row matrix-vector kernel
+// (W read from memory once, each 256 KiB task's rows then from L2 for every
+// row of X); from it on, W is widened to fp32 for the GEMM, which writes and
+// reads W again at twice its size and so pays only when the rows are many.
+// A batched decode step of 8-16 sequences sits between the two: on
+// gpt-oss-20b's shapes widening at 8 rows made a step of 8 sequences slower
+// than 8 single steps.
+constexpr size_t kBf16WidenMinRows = 32;
+
 // matmul_bf16 for one Isa (not kReference).
 void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y, Isa isa) {
   if (out == 0 || n == 0) return;
-  if (n >= 8) {
+  if (n >= kBf16WidenMinRows) {
     // Arithmetic-bound: widen once (cost of one read of W) and use the fp32 GEMM.
     thread_local std::vector<float> wide;
     wide.resize(out * in);

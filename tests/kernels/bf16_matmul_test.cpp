@@ -1,5 +1,5 @@
 // BF16 weights: every variant of the matmul_bf16 family this CPU supports
-// (matvec below 8 rows, widened GEMM above) against the reference, on odd
+// (matvec below 32 rows, widened GEMM from 32) against the reference, on odd
 // shapes; the reference against fp32 on the widened weights (conversion is
 // exact); matvec_bf16_many against matmul_bf16 job by job.
 #include "moeserve/kernels/bf16_matmul.hpp"
@@ -29,7 +29,8 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   for (auto [out, in, n] : {std::tuple{1, 1, 1}, std::tuple{7, 33, 1}, std::tuple{130, 257, 3}, std::tuple{64, 1024, 7},
                             std::tuple{100, 96, 8}, std::tuple{301, 515, 19}, std::tuple{1, 4096, 1},
-                            std::tuple{333, 1024, 2}, std::tuple{70, 1000, 5}, std::tuple{5, 31, 1}, std::tuple{9, 64, 4}}) {
+                            std::tuple{333, 1024, 2}, std::tuple{70, 1000, 5}, std::tuple{5, 31, 1}, std::tuple{9, 64, 4},
+                            std::tuple{77, 300, 31}, std::tuple{130, 257, 32}, std::tuple{65, 129, 45}}) {
     std::vector<uint16_t> W(static_cast<size_t>(out) * in);
     std::vector<float> Wf(W.size()), X(static_cast<size_t>(n) * in);
     for (size_t i = 0; i < W.size(); ++i) {
