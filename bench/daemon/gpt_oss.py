@@ -5,13 +5,14 @@ tokenizer), timed through the HTTP API:
 
   single     one request, unconstrained: completion tokens per second
   parallel   N requests at once: completion tokens per second, all together
-             (GptOssEngine decodes one forward per sequence, so this shows
-             what the missing batched kernels cost)
+             (GptOssEngine decodes them in one batched forward per step)
   constrained  a tool_choice-named call with a free-string schema: every
              token masked by the JSON grammar over the 200k-token vocabulary
 
-Usage: bench/daemon/gpt_oss.py [BUILD_DIR] [--layers 4] [--tokens 48] [--parallel 4]
-The tokens are noise (random weights); only the times mean something.
+Usage: bench/daemon/gpt_oss.py [BUILD_DIR] [--layers 4] [--tokens 48] [--parallel 4] [--model DIR]
+--model serves an existing checkpoint instead (e.g. the gpt-oss-20b-shaped
+one of bench/gpt_oss/README.md). The tokens are noise (random weights); only
+the times mean something.
 """
 import argparse
 import json
@@ -46,19 +47,21 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=48, help="max_tokens (at most ~60: see plain())")
     ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--model", help="serve this gpt-oss checkpoint instead of writing a tiny one")
     a = ap.parse_args()
     work = os.path.join(a.build, "bench-gptoss")  # the checkpoint (~100 MB) and the daemon log
     os.makedirs(work, exist_ok=True)
-    model = os.path.join(work, "model")
-    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools/reference/gpt_oss.py"), "write", "--out", model,
-                    "--layers", str(a.layers)], check=True)
+    model = a.model or os.path.join(work, "model")
+    if not a.model:
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools/reference/gpt_oss.py"), "write", "--out", model,
+                        "--layers", str(a.layers)], check=True)
     port = free_port()
     log = open(os.path.join(work, "daemon.log"), "w")
     daemon = subprocess.Popen([os.path.join(a.build, "daemon/moe-daemon"), "--model", model, "--port", str(port),
                                "--max-context", "4096", "--constrained-max-string-bytes", "4096"],
                               stdout=log, stderr=subprocess.STDOUT)
     try:
-        for _ in range(600):
+        for _ in range(3000):  # a 13 GB checkpoint loads in up to a minute
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
                 break
