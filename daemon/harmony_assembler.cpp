@@ -29,13 +29,7 @@ void HarmonyAssembler::ReleaseContent(OutputDelta& out, bool all) {
     content_released_ = end;
   }
   // Tokens go out with the text they made.
-  size_t n = 0;
-  while (n < logprobs_held_.size() && logprobs_held_[n].first <= content_released_) {
-    out.logprobs.push_back(logprobs_held_[n].second);
-    logprobs_.push_back(std::move(logprobs_held_[n].second));
-    ++n;
-  }
-  logprobs_held_.erase(logprobs_held_.begin(), logprobs_held_.begin() + static_cast<std::ptrdiff_t>(n));
+  ReleaseHeldLogprobs(logprobs_held_, content_released_, out, logprobs_);
 }
 
 void HarmonyAssembler::AppendContent(const std::string& text, OutputDelta& out) {

@@ -103,6 +103,17 @@ OutputAssembler::OutputAssembler(AssemblerOptions options)
   if (options.call_id_seed) id_rng_.emplace(*options.call_id_seed);
 }
 
+void ReleaseHeldLogprobs(std::vector<std::pair<size_t, ContentLogprob>>& held, size_t released, OutputDelta& out,
+                         std::vector<ContentLogprob>& all) {
+  size_t n = 0;
+  while (n < held.size() && held[n].first <= released) {
+    out.logprobs.push_back(held[n].second);
+    all.push_back(std::move(held[n].second));
+    ++n;
+  }
+  held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
 void OutputAssembler::ReleaseContent(OutputDelta& out, bool all) {
   size_t end = content_all_.size();
   if (!all && !stop_.empty()) {
@@ -114,13 +125,7 @@ void OutputAssembler::ReleaseContent(OutputDelta& out, bool all) {
     content_released_ = end;
   }
   // Tokens go out with the text they made.
-  size_t n = 0;
-  while (n < logprobs_held_.size() && logprobs_held_[n].first <= content_released_) {
-    out.logprobs.push_back(logprobs_held_[n].second);
-    logprobs_.push_back(std::move(logprobs_held_[n].second));
-    ++n;
-  }
-  logprobs_held_.erase(logprobs_held_.begin(), logprobs_held_.begin() + static_cast<std::ptrdiff_t>(n));
+  ReleaseHeldLogprobs(logprobs_held_, content_released_, out, logprobs_);
 }
 
 void OutputAssembler::AppendContent(const std::string& text, OutputDelta& out) {

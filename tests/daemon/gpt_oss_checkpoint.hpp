@@ -15,16 +15,39 @@
 
 namespace moeserve::daemon::testing {
 
+// Writes the checkpoint into `dir` (replacing it), with the writer's
+// `extra` arguments (--next for scripted output); false when the writer failed.
+inline bool WriteTinyGptOss(const std::string& dir, const std::string& extra = "") {
+  std::filesystem::remove_all(dir);
+  std::string cmd = "/usr/bin/python3 " + SourceRoot() + "/tools/reference/gpt_oss.py write --out " + dir +
+                    " --layers 2 --window 8 --seed 3 " + extra + " 2>&1";
+  const bool ok = std::system(cmd.c_str()) == 0;
+  EXPECT_TRUE(ok) << cmd;
+  return ok;
+}
+
 inline const std::string& TinyGptOssDir() {
   static std::string dir = [] {
     std::string d = ::testing::TempDir() + "/moe_daemon_gptoss_ckpt_" + std::to_string(::getpid());
-    std::filesystem::remove_all(d);
-    std::string cmd = "/usr/bin/python3 " + SourceRoot() + "/tools/reference/gpt_oss.py write --out " + d +
-                      " --layers 2 --window 8 --seed 3 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    WriteTinyGptOss(d);
     return d;
   }();
   return dir;
+}
+
+// A daemon configuration serving `model` on a free loopback port: a 512-token
+// context, 4096 cache tokens, 8 tokens by default at the low tier.
+inline DaemonConfig TinyGptOssConfig(const std::string& model, const std::string& served_name) {
+  DaemonConfig c;
+  c.model = model;
+  c.served_model_name = served_name;
+  c.port = FreeLoopbackPort();
+  c.max_context = 512;
+  c.cache_tokens = 4096;
+  c.default_max_tokens = 8;
+  c.default_reasoning_effort = ReasoningEffort::kLow;
+  c.shutdown_grace_seconds = 5;
+  return c;
 }
 
 }  // namespace moeserve::daemon::testing

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.hpp"
+#include "gpt_oss_checkpoint.hpp"
 #include "moeserve/daemon/logprobs_json.hpp"
 #include "moeserve/engine/harmony.hpp"
 
@@ -52,19 +53,8 @@ class GptOssLogprobs : public ::testing::Test {
       next += (next.empty() ? "" : ",") + std::to_string(chain[i]) + ":" + std::to_string(to);
     }
     dir_ = ::testing::TempDir() + "/moe_daemon_gptoss_lp_" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir_);
-    const std::string cmd = "/usr/bin/python3 " + SourceRoot() + "/tools/reference/gpt_oss.py write --out " + dir_ +
-                            " --layers 2 --window 8 --seed 3 --next " + next + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    DaemonConfig c;
-    c.model = dir_;
-    c.served_model_name = "gpt-oss-scripted";
-    c.port = FreeLoopbackPort();
-    c.max_context = 512;
-    c.cache_tokens = 4096;
-    c.default_max_tokens = 8;
-    c.default_reasoning_effort = ReasoningEffort::kLow;
-    c.shutdown_grace_seconds = 5;
+    ASSERT_TRUE(WriteTinyGptOss(dir_, "--next " + next));
+    DaemonConfig c = TinyGptOssConfig(dir_, "gpt-oss-scripted");
     daemon_ = StartDaemon(c).release();
     port_ = daemon_ ? PortOf(*daemon_) : 0;
   }

@@ -17,22 +17,11 @@
 #include <unistd.h>
 
 #include "daemon_harness.hpp"
+#include "gpt_oss_checkpoint.hpp"
 #include "moeserve/engine/harmony.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {
-
-const std::string& GptOssDir() {
-  static std::string dir = [] {
-    std::string d = ::testing::TempDir() + "/moe_daemon_gptoss_" + std::to_string(::getpid());
-    std::filesystem::remove_all(d);
-    std::string cmd = "/usr/bin/python3 " + SourceRoot() + "/tools/reference/gpt_oss.py write --out " + d +
-                      " --layers 2 --window 8 --seed 3 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return d;
-  }();
-  return dir;
-}
 
 const char* kWeatherTools = R"([{"type":"function","function":{"name":"get_weather","description":"Current weather.",
   "parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Rome"]}},"required":["city"],
@@ -41,18 +30,9 @@ const char* kWeatherTools = R"([{"type":"function","function":{"name":"get_weath
 class GptOssServe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    DaemonConfig c;
-    c.model = GptOssDir();
-    c.served_model_name = "gpt-oss-tiny";
-    c.port = FreeLoopbackPort();
-    c.max_context = 512;
-    c.cache_tokens = 4096;
-    c.default_max_tokens = 8;
-    c.default_reasoning_effort = ReasoningEffort::kLow;
-    c.shutdown_grace_seconds = 5;
-    daemon_ = StartDaemon(c).release();
+    daemon_ = StartDaemon(TinyGptOssConfig(TinyGptOssDir(), "gpt-oss-tiny")).release();
     port_ = daemon_ ? PortOf(*daemon_) : 0;
-    auto t = engine::HfTokenizer::FromFile(GptOssDir() + "/tokenizer.json");
+    auto t = engine::HfTokenizer::FromFile(TinyGptOssDir() + "/tokenizer.json");
     ASSERT_TRUE(t) << t.error().ToString();
     tok_ = new engine::HfTokenizer(std::move(*t));
   }
@@ -61,7 +41,7 @@ class GptOssServe : public ::testing::Test {
     delete daemon_;
     daemon_ = nullptr;
     delete tok_;
-    std::filesystem::remove_all(GptOssDir());  // about 100 MB
+    std::filesystem::remove_all(TinyGptOssDir());  // about 100 MB
   }
   void SetUp() override { ASSERT_NE(daemon_, nullptr); }
 

@@ -49,15 +49,9 @@ struct Conversation {
 class SessionGptOss : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    DaemonConfig c;
-    c.model = TinyGptOssDir();
-    c.served_model_name = "gpt-oss-tiny";
-    c.port = FreeLoopbackPort();
+    DaemonConfig c = TinyGptOssConfig(TinyGptOssDir(), "gpt-oss-tiny");
     c.max_context = 1024;
     c.cache_tokens = 1 << 14;
-    c.default_max_tokens = 8;
-    c.default_reasoning_effort = ReasoningEffort::kLow;
-    c.shutdown_grace_seconds = 5;
     c.api_keys_file = WriteFile("keys.yaml", R"(
 keys:
   - {key: sk-acme-0123456789, tenant: acme}

@@ -26,6 +26,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moeserve/engine/engine.hpp"
@@ -72,6 +73,13 @@ struct AssemblerOptions {
   // Constrained calls (tool_choice required or named): the names the model may write.
   std::vector<std::string> constrained_names;
 };
+
+// Content tokens' log-probabilities wait beside the text they made while that
+// text is held back for stop strings; each entry is (end offset of its text
+// in the content, its logprobs). Moves those whose text is now released (end
+// <= released) into the delta and into the message's list, in order.
+void ReleaseHeldLogprobs(std::vector<std::pair<size_t, ContentLogprob>>& held, size_t released, OutputDelta& out,
+                         std::vector<ContentLogprob>& all);
 
 // What a completion's sink reads one sequence's tokens through, whatever the
 // chat format: OutputAssembler (this file) for moe-dsa-v1, HarmonyAssembler
