@@ -5,6 +5,42 @@
 
 namespace moeserve::daemon {
 
+namespace {
+
+// The characters of `bytes` when it is plain JSON string text (whole UTF-8
+// characters, as JsonGrammar accepts them: no overlong forms, surrogates or
+// code points past U+10FFFF; no control bytes, '"' or '\\'), else -1.
+int PlainChars(const std::string& bytes) {
+  int chars = 0;
+  for (size_t i = 0; i < bytes.size(); ++chars) {
+    const auto c = static_cast<uint8_t>(bytes[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return -1;
+      ++i;
+      continue;
+    }
+    int need = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, lo = 0xA0;
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) need = 2;
+    else if (c == 0xED) need = 2, hi = 0x9F;
+    else if (c == 0xF0) need = 3, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else if (c == 0xF4) need = 3, hi = 0x8F;
+    else return -1;
+    if (i + static_cast<size_t>(need) >= bytes.size()) return -1;  // a character cut at the end
+    for (int k = 1; k <= need; ++k) {
+      const auto b = static_cast<uint8_t>(bytes[i + static_cast<size_t>(k)]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return -1;
+    }
+    i += static_cast<size_t>(need) + 1;
+  }
+  return chars;
+}
+
+}  // namespace
+
 std::shared_ptr<const TokenByteIndex> TokenByteIndex::Build(const engine::HfTokenizer& tokenizer) {
   auto index = std::make_shared<TokenByteIndex>();
   const int vocab = tokenizer.vocab_size();
@@ -14,7 +50,8 @@ std::shared_ptr<const TokenByteIndex> TokenByteIndex::Build(const engine::HfToke
     std::string bytes(tokenizer.TokenBytes(id));
     if (bytes.empty()) continue;
     index->by_id_[static_cast<size_t>(id)] = bytes;
-    index->entries_.push_back({std::move(bytes), id, 0});
+    const int plain = PlainChars(bytes);
+    index->entries_.push_back({std::move(bytes), id, 0, plain});
   }
   std::sort(index->entries_.begin(), index->entries_.end(),
             [](const Entry& a, const Entry& b) { return a.bytes < b.bytes || (a.bytes == b.bytes && a.id < b.id); });
@@ -67,18 +104,31 @@ std::vector<int> HarmonyArgumentsController::AllowedNames(int vocab) const {
 
 std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar& grammar, int vocab) {
   std::vector<int> out;
-  // states[k]: the grammar after the first k bytes of the entry being walked.
+  // Inside a free string most tokens are plain text that fits: accepted at
+  // once; only the others are walked through the grammar.
+  const JsonGrammar::PlainTextRoom room = grammar.PlainTextRoomNow();
+  // states[k]: the grammar after the first k bytes of the last walked entry.
   std::vector<JsonGrammar> states;
   states.reserve(64);
   states.push_back(grammar);
   int refused_at = std::numeric_limits<int>::max();  // byte of the last walk the grammar refused
+  // Bytes in common with the last walked entry: the smallest `shared` since
+  // it (the entries are sorted, so that is their common prefix).
+  int common = 0;
+  bool walked_any = false;
   for (const auto& e : index.entries()) {
+    common = walked_any ? std::min(common, e.shared) : 0;
+    if (e.plain_chars >= 0 && static_cast<int64_t>(e.bytes.size()) <= room.bytes && e.plain_chars <= room.chars) {
+      if (e.id < vocab) out.push_back(e.id);
+      continue;
+    }
     // Starts with a refused prefix (shares more than the bytes before the refusal): refused too.
-    if (e.shared > refused_at) continue;
+    if (walked_any && common > refused_at) continue;
+    walked_any = true;
     refused_at = std::numeric_limits<int>::max();
-    states.erase(states.begin() + e.shared + 1, states.end());
+    states.erase(states.begin() + common + 1, states.end());
     bool ok = true;
-    for (size_t k = static_cast<size_t>(e.shared); k < e.bytes.size(); ++k) {
+    for (size_t k = static_cast<size_t>(common); k < e.bytes.size(); ++k) {
       JsonGrammar next = states[k];
       if (!next.Feed(static_cast<uint8_t>(e.bytes[k]))) {
         refused_at = static_cast<int>(k);
@@ -88,6 +138,7 @@ std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar
       states.push_back(std::move(next));
     }
     if (ok && e.id < vocab) out.push_back(e.id);
+    common = static_cast<int>(e.bytes.size());
   }
   return out;
 }

@@ -942,6 +942,16 @@ Result<JsonGrammar> JsonGrammar::ForObjectSchema(const ojson& schema, const Gram
 
 bool JsonGrammar::Done() const { return stack_.empty(); }
 
+JsonGrammar::PlainTextRoom JsonGrammar::PlainTextRoomNow() const {
+  if (stack_.empty()) return {};
+  const Frame& f = stack_.back();
+  if (f.kind != Frame::kString || f.pattern || f.is_key || f.state != Frame::kStrNormal) return {};
+  PlainTextRoom room;
+  room.bytes = std::max<int64_t>(0, f.max_bytes - f.count - std::max<int64_t>(0, f.min_chars - f.chars));
+  room.chars = f.max_chars >= 0 ? std::max<int64_t>(0, f.max_chars - f.chars) : room.bytes;
+  return room;
+}
+
 bool JsonGrammar::CanAccept(uint8_t byte) const {
   JsonGrammar copy = *this;
   return copy.Feed(byte);

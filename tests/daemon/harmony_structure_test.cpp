@@ -7,6 +7,7 @@
 // thinking-budget close walks the same header paths. Also the rendering of
 // response_format as harmony's `# Response Formats`.
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <random>
@@ -252,6 +253,39 @@ TEST_F(HarmonyStructure, AForcedTokenOffThePathsStopsTheConstraint) {
   std::vector<float> logits(static_cast<size_t>(tok_->vocab_size()), 1.0f);
   c.Mask(logits);
   for (float l : logits) ASSERT_EQ(l, 1.0f);
+}
+
+// The mask's shortcut inside free strings (plain tokens that fit are taken
+// without feeding them) gives exactly the tokens a byte-by-byte walk of each
+// token accepts, in strings with and without length bounds, near a bound,
+// after an escape, in the middle of a character, and outside strings.
+TEST_F(HarmonyStructure, PlainTextShortcutAcceptsExactlyWhatTheGrammarDoes) {
+  const ojson schema = ojson::parse(R"({"type":"object","properties":{
+      "free":{"type":"string"},"short":{"type":"string","maxLength":3},"long":{"type":"string","minLength":6},
+      "tag":{"type":"string","pattern":"^[a-z]+$"}},"additionalProperties":false})");
+  GrammarLimits limits;
+  limits.max_string_bytes = 40;
+  const int vocab = tok_->vocab_size();
+  int shortcut_states = 0;
+  for (const std::string prefix : {"{\"free\":\"", "{\"free\":\"abc", "{\"free\":\"\\", "{\"free\":\"\xC3",
+                                   "{\"short\":\"ab", "{\"long\":\"", "{\"free\":\"0123456789012345678901234567890123",
+                                   "{\"tag\":\"ab", "{\"fr", "{"}) {
+    auto g = JsonGrammar::ForObjectSchema(schema, limits);
+    ASSERT_TRUE(g) << g.error().ToString();
+    for (unsigned char c : prefix) ASSERT_TRUE(g->Feed(c)) << prefix;
+    shortcut_states += g->PlainTextRoomNow().bytes > 0;
+    std::vector<int> fast = TokensAcceptedBy(*index_, *g, vocab);
+    std::sort(fast.begin(), fast.end());
+    std::vector<int> walked;
+    for (int id = 0; id < vocab; ++id) {
+      const std::string& bytes = index_->BytesOf(id);
+      if (bytes.empty()) continue;
+      JsonGrammar copy = *g;
+      if (FeedTokenBytes(copy, bytes)) walked.push_back(id);
+    }
+    EXPECT_EQ(fast, walked) << "after " << prefix << ": " << fast.size() << " against " << walked.size();
+  }
+  EXPECT_GE(shortcut_states, 5);  // the shortcut really ran
 }
 
 TEST_F(HarmonyStructure, ResponseFormatIsRenderedAsHarmonysStructuredOutput) {

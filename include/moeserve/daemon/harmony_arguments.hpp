@@ -35,6 +35,9 @@ class TokenByteIndex {
     std::string bytes;
     int id = 0;
     int shared = 0;  // bytes in common with the previous entry
+    // Characters, when the bytes are plain string text (JsonGrammar::PlainTextRoom:
+    // from 0x20 up but '"' and '\\', whole valid UTF-8 characters); -1 otherwise.
+    int plain_chars = -1;
   };
   const std::vector<Entry>& entries() const { return entries_; }
   // The bytes of a text token (empty for control tokens and unknown ids).

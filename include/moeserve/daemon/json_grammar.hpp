@@ -79,6 +79,17 @@ class JsonGrammar {
   // A complete value has been read; nothing more is accepted.
   bool Done() const;
 
+  // Inside a string that takes any further text (no pattern, not an object
+  // key, not in the middle of an escape or a character): how many more bytes
+  // and characters of plain text (bytes from 0x20 up but '"' and '\\', whole
+  // UTF-8 characters) it surely takes, the bytes still owed to minLength set
+  // aside. Both 0 anywhere else. A shortcut for masks over a vocabulary: a
+  // plain token that fits is accepted without feeding it byte by byte.
+  struct PlainTextRoom {
+    int64_t bytes = 0, chars = 0;
+  };
+  PlainTextRoom PlainTextRoomNow() const;
+
   // Shared pieces, public for the controllers and tests.
   struct Frame;
   ~JsonGrammar();
