@@ -99,8 +99,9 @@ void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const C
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path;
+  std::string model_path, preset = "small";
   std::vector<int> lengths = {512, 4096};
+  bool per_chunk = false;
   int chunk = 512;
   bool reference = false, ceilings = true, bf16act = false;
   for (int i = 1; i < argc; ++i) {
@@ -111,9 +112,12 @@ int main(int argc, char** argv) {
     else if (a == "--kernels" && i + 1 < argc) reference = std::string(argv[++i]) == "reference";
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--bf16-activations") bf16act = true;
+    else if (a == "--per-chunk") per_chunk = true;
+    else if (a == "--preset" && i + 1 < argc) preset = argv[++i];
     else {
       std::fprintf(stderr, "usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512] "
-                           "[--kernels fast|reference] [--bf16-activations] [--no-ceilings]\n");
+                           "[--kernels fast|reference] [--bf16-activations] [--no-ceilings] [--per-chunk] "
+                           "[--preset tiny|small|...]\n");
       return 2;
     }
   }
@@ -123,8 +127,12 @@ int main(int argc, char** argv) {
   }
   std::filesystem::path tmp;
   if (model_path.empty()) {
-    tmp = std::filesystem::temp_directory_path() / ("bench_prefill_small_" + std::to_string(getpid()));
-    auto cfg = me::PresetConfig("small");
+    tmp = std::filesystem::temp_directory_path() / ("bench_prefill_" + preset + "_" + std::to_string(getpid()));
+    auto cfg = me::PresetConfig(preset);
+    if (!cfg) {
+      std::fprintf(stderr, "preset: %s\n", cfg.error().ToString().c_str());
+      return 2;
+    }
     me::ModelGenOptions go;
     go.config = *cfg;
     go.seed = 1;
@@ -187,9 +195,24 @@ int main(int argc, char** argv) {
       me::ReleaseBlocks(wp, wc);
       warm = true;
     }
+    // --per-chunk: each chunk is new tokens against all the earlier ones
+    // cached, as one turn of a growing session; its logical work and
+    // GFLOP/s, and its efficiency (GFLOP/s) against the second chunk's.
+    auto total_flops = [&] {
+      double f = 0;
+      for (int r = 0; r < me::kProfileRows; ++r)
+        for (int i = 0; i < me::kProfileParts; ++i) f += profile.flops[r][i];
+      return f;
+    };
+    if (per_chunk)
+      std::printf("\nprefill of %d tokens, chunk by chunk:\n%8s %8s %9s %9s %9s %8s %10s\n", L, "cached", "new", "ms",
+                  "GFLOP", "GFLOP/s", "of fp32", "vs chunk 2");
+    double second_rate = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < L; p += chunk) {
       const int n = std::min(chunk, L - p);
+      const double f0 = total_flops();
+      const auto c0 = std::chrono::steady_clock::now();
       if (auto st = me::EnsureBlocks(pool, cache, p + n); !st) {
         std::fprintf(stderr, "blocks: %s\n", st.error().ToString().c_str());
         return 1;
@@ -198,6 +221,15 @@ int main(int argc, char** argv) {
       if (auto st = (*model)->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
         std::fprintf(stderr, "forward: %s\n", st.error().ToString().c_str());
         return 1;
+      }
+      if (per_chunk) {
+        const double cs = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+        const double cf = total_flops() - f0, rate = cf / cs;
+        if (p / chunk == 1) second_rate = rate;
+        std::printf("%8d %8d %9.1f %9.2f %9.1f %7.1f%% %10s\n", p, n, cs * 1e3, cf / 1e9, rate / 1e9,
+                    c.fma > 0 ? 100.0 * rate / c.fma : 0.0,
+                    second_rate > 0 ? (std::to_string(static_cast<int>(100.0 * rate / second_rate + 0.5)) + "%").c_str()
+                                    : "-");
       }
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

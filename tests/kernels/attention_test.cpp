@@ -171,11 +171,17 @@ TEST(IndexerKernel, BatchMatchesOneQueryAtATime) {
 
 TEST(TopKKernel, MatchesStableSortWithTies) {
   std::mt19937 rng(3);
-  for (int n : {1, 2, 17, 1000, 5000}) {
+  for (int n : {1, 2, 17, 1000, 5000, 14000}) {
     std::vector<float> s(static_cast<size_t>(n));
-    std::uniform_int_distribution<int> d(0, 20);  // many exact ties
-    for (auto& x : s) x = static_cast<float>(d(rng));
-    for (int k : {1, n / 2 + 1, n}) {
+    std::uniform_int_distribution<int> d(-10, 10);  // many exact ties, negatives, zeros
+    std::normal_distribution<float> g(0.0f, 3.0f);
+    for (size_t i = 0; i < s.size(); ++i) {
+      // Thirds: small integers (ties), continuous values, and zeros of both signs.
+      const size_t kind = i % 3;
+      s[i] = kind == 0 ? static_cast<float>(d(rng)) : kind == 1 ? g(rng) : (d(rng) < 0 ? -0.0f : 0.0f);
+    }
+    for (int k : {1, 2, n / 3, n / 2 + 1, n - 1, n, 2048}) {
+      if (k < 1 || k > n) continue;
       std::vector<int> idx(static_cast<size_t>(n));
       std::iota(idx.begin(), idx.end(), 0);
       std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return s[a] > s[b]; });

@@ -53,8 +53,9 @@ void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const
 void IndexerScoresBatchRef(const float* iq, const float* w, int queries, int heads, int dim, const float* const* rows,
                            size_t offset, const int* n, float* scores, size_t ld);
 
-// The k (<= n) indices with the largest scores, ties to the lower index,
-// written in ascending order. O(n) expected (nth_element), not a full sort.
+// The k (<= n) indices with the largest scores, ties to the lower index
+// (-0 and +0 tie), written in ascending order. O(n): a radix select of the
+// k-th largest score, then one pass in index order.
 void TopKIndices(const float* scores, int n, int k, int* out);
 
 }  // namespace moeserve::kernels
