@@ -283,7 +283,9 @@ TEST_F(SessionGptOss, CompressionFollowsTheHarmonyCountAndSummarisesAtLow) {
   }
   EXPECT_EQ(low_after, low_before + 1) << "no low-tier summary generation was charged: "
                                        << Http(port_, "GET", "/v1/usage", "", kAcme).body;
-  for (const auto& e : Get(c.id, false)["entries"])
+  // Held: a range-for over a member of a temporary would read freed memory.
+  const json session = Get(c.id, false);
+  for (const auto& e : session["entries"])
     if (e["kind"] == "summary") EXPECT_TRUE(e["author"] == "extractive" || e["author"] == "model") << e;
 }
 
