@@ -34,16 +34,7 @@ inline void Micro(const float* __restrict Wp, const float* __restrict X, size_t 
   __m512 c0[MR], c1[MR];
 #pragma GCC unroll 16
   for (size_t i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
-  // The tile's partial sums, read back after the k loop, come from far
-  // caches or memory at batch 512 (Y is n x out floats): fetched now, they
-  // arrive while the FMAs run instead of stalling the tile's end.
-  if (!first) {
-#pragma GCC unroll 16
-    for (size_t i = 0; i < MR; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(Y + i * ldy), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(Y + i * ldy + 16), _MM_HINT_T0);
-    }
-  }
+  if (!first) PrefetchTile<MR>(Y, ldy);
   for (size_t k = 0; k < kc; ++k) {
     const __m512 w0 = _mm512_load_ps(Wp + k * kNR);
     const __m512 w1 = _mm512_load_ps(Wp + k * kNR + 16);
@@ -244,11 +235,9 @@ namespace {
 
 // One 16-row group's elements [k0, k0 + kc) into 16 columns of a k-major
 // panel (stride kNR), the same fp32 values as DecodePackedRow (E2M1 value
-// times the E8M0 scale) 16 rows per vector: in a 64-byte line of codes,
-// 32-bit lane r holds row r's elements 8c .. 8c + 7 of a block (low nibbles
-// 8c + j, high 8c + 4 + j), and vpermps reads only an index's low 4 bits,
-// so a shift selects each nibble (instead of one scalar decode and one
-// strided store per element).
+// times the E8M0 scale) 16 rows per vector, a line of codes at a time
+// (DecodeCodeLine: instead of one scalar decode and one strided store per
+// element).
 inline void DecodeGroupPanel(const Mxfp4PackedView& w, size_t g, size_t k0, size_t kc, float* dst) {
   const size_t nb = w.in / 32;
   const __m512 lut = _mm512_loadu_ps(kE2M1Values);
@@ -259,11 +248,12 @@ inline void DecodeGroupPanel(const Mxfp4PackedView& w, size_t g, size_t k0, size
 #pragma GCC unroll 4
     for (size_t c = 0; c < 4; ++c) {
       const __m512i v = _mm512_load_si512(codes + c * 64);
+      __m512 lo[4], hi[4];
+      DecodeCodeLine(v, lut, sc, lo, hi);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        _mm512_store_ps(d + (8 * c + j) * kNR, _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * j), lut), sc));
-        _mm512_store_ps(d + (8 * c + 4 + j) * kNR,
-                        _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * j + 4), lut), sc));
+        _mm512_store_ps(d + (8 * c + j) * kNR, lo[j]);
+        _mm512_store_ps(d + (8 * c + 4 + j) * kNR, hi[j]);
       }
     }
   }

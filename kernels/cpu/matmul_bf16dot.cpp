@@ -36,13 +36,7 @@ inline void Micro(const uint32_t* __restrict Wp, const uint16_t* __restrict X, s
   __m512 c0[MR], c1[MR];
 #pragma GCC unroll 16
   for (size_t i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
-  if (!first) {
-#pragma GCC unroll 16
-    for (size_t i = 0; i < MR; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(Y + i * ldy), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(Y + i * ldy + 16), _MM_HINT_T0);
-    }
-  }
+  if (!first) PrefetchTile<MR>(Y, ldy);
   for (size_t p = 0; p < kp; ++p) {
     const __m512bh w0 = (__m512bh)_mm512_load_si512(Wp + p * kNR);
     const __m512bh w1 = (__m512bh)_mm512_load_si512(Wp + p * kNR + 16);
@@ -105,9 +99,7 @@ inline __m512i Pairs(__m512 even, __m512 odd) {
 }
 
 // One 16-row group's pairs [p0, p0 + kp) into 16 columns of the panel
-// (stride kNR). A 64-byte line of codes holds, in 32-bit lane r, row r's
-// elements 8c .. 8c + 7 of a block (low nibbles 8c + j, high 8c + 4 + j);
-// vpermps reads only an index's low 4 bits, so a shift picks each nibble.
+// (stride kNR), a line of codes at a time (DecodeCodeLine).
 inline void DecodeGroupPairs(const Mxfp4PackedView& w, size_t g, size_t p0, size_t kp, uint32_t* dst) {
   const size_t nb = w.in / 32;
   const __m512 lut = _mm512_loadu_ps(kE2M1Values);
@@ -119,11 +111,7 @@ inline void DecodeGroupPairs(const Mxfp4PackedView& w, size_t g, size_t p0, size
     for (size_t c = 0; c < 4; ++c) {
       const __m512i v = _mm512_load_si512(codes + c * 64);
       __m512 lo[4], hi[4];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        lo[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * j), lut), sc);
-        hi[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8 * j + 4), lut), sc);
-      }
+      DecodeCodeLine(v, lut, sc, lo, hi);
       // Pairs 4c .. 4c + 3 of the block: (8c, 8c+1), (8c+2, 8c+3), (8c+4, 8c+5), (8c+6, 8c+7).
       _mm512_storeu_si512(d + (4 * c + 0) * kNR, Pairs(lo[0], lo[1]));
       _mm512_storeu_si512(d + (4 * c + 1) * kNR, Pairs(lo[2], lo[3]));
