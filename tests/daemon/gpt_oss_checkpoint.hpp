@@ -12,6 +12,7 @@
 #include <string>
 
 #include "daemon_harness.hpp"
+#include "moeserve/engine/hf_tokenizer.hpp"
 
 namespace moeserve::daemon::testing {
 
@@ -49,5 +50,33 @@ inline DaemonConfig TinyGptOssConfig(const std::string& model, const std::string
   c.shutdown_grace_seconds = 5;
   return c;
 }
+
+// A suite served by one daemon on the tiny checkpoint, with the checkpoint's
+// tokenizer (to compare prompts with what the harmony renderer makes). The
+// suite's SetUpTestSuite calls StartSuite with its configuration; the
+// checkpoint is removed when the suite ends.
+class TinyGptOssSuite : public ::testing::Test {
+ protected:
+  static void StartSuite(const DaemonConfig& config) {
+    daemon_ = StartDaemon(config).release();
+    port_ = daemon_ ? PortOf(*daemon_) : 0;
+    auto t = engine::HfTokenizer::FromFile(TinyGptOssDir() + "/tokenizer.json");
+    ASSERT_TRUE(t) << t.error().ToString();
+    tok_ = new engine::HfTokenizer(std::move(*t));
+  }
+  static void TearDownTestSuite() {
+    if (daemon_) daemon_->Shutdown(1);
+    delete daemon_;
+    daemon_ = nullptr;
+    delete tok_;
+    tok_ = nullptr;
+    std::filesystem::remove_all(TinyGptOssDir());  // about 100 MB
+  }
+  void SetUp() override { ASSERT_NE(daemon_, nullptr); }
+
+  inline static Daemon* daemon_ = nullptr;
+  inline static int port_ = 0;
+  inline static engine::HfTokenizer* tok_ = nullptr;
+};
 
 }  // namespace moeserve::daemon::testing

@@ -27,23 +27,9 @@ const char* kWeatherTools = R"([{"type":"function","function":{"name":"get_weath
   "parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Rome"]}},"required":["city"],
   "additionalProperties":false}}}])";
 
-class GptOssServe : public ::testing::Test {
+class GptOssServe : public TinyGptOssSuite {
  protected:
-  static void SetUpTestSuite() {
-    daemon_ = StartDaemon(TinyGptOssConfig(TinyGptOssDir(), "gpt-oss-tiny")).release();
-    port_ = daemon_ ? PortOf(*daemon_) : 0;
-    auto t = engine::HfTokenizer::FromFile(TinyGptOssDir() + "/tokenizer.json");
-    ASSERT_TRUE(t) << t.error().ToString();
-    tok_ = new engine::HfTokenizer(std::move(*t));
-  }
-  static void TearDownTestSuite() {
-    if (daemon_) daemon_->Shutdown(1);
-    delete daemon_;
-    daemon_ = nullptr;
-    delete tok_;
-    std::filesystem::remove_all(TinyGptOssDir());  // about 100 MB
-  }
-  void SetUp() override { ASSERT_NE(daemon_, nullptr); }
+  static void SetUpTestSuite() { StartSuite(TinyGptOssConfig(TinyGptOssDir(), "gpt-oss-tiny")); }
 
   // What the harmony renderer makes of `messages` (+ tools) at `effort`.
   static size_t RenderedTokens(const std::vector<engine::ChatMessage>& messages, const nlohmann::ordered_json* tools,
@@ -55,9 +41,6 @@ class GptOssServe : public ::testing::Test {
     return ids ? ids->size() : 0;
   }
 
-  inline static Daemon* daemon_ = nullptr;
-  inline static int port_ = 0;
-  inline static engine::HfTokenizer* tok_ = nullptr;
 };
 
 engine::ChatMessage User(std::string text) { return {engine::ChatRole::kUser, std::move(text), std::nullopt, {}, ""}; }
@@ -293,7 +276,9 @@ TEST_F(GptOssServe, HostileRequestsGetClearErrors) {
     EXPECT_EQ(r.status, 400) << r.body;
     json e = r.Json()["error"];
     EXPECT_EQ(e["code"], code) << r.body;
-    if (!param.empty()) EXPECT_EQ(e["param"], param) << r.body;
+    if (!param.empty()) {
+      EXPECT_EQ(e["param"], param) << r.body;
+    }
     EXPECT_FALSE(e["message"].get<std::string>().empty());
   };
   // A tool schema nothing satisfies.

@@ -46,7 +46,7 @@ struct Conversation {
   json pending = json::array();
 };
 
-class SessionGptOss : public ::testing::Test {
+class SessionGptOss : public TinyGptOssSuite {
  protected:
   static void SetUpTestSuite() {
     DaemonConfig c = TinyGptOssConfig(TinyGptOssDir(), "gpt-oss-tiny");
@@ -59,20 +59,8 @@ keys:
 )");
     c.sessions.replica = "r1";
     c.sessions.summary_max_tokens = 32;
-    daemon_ = StartDaemon(c).release();
-    port_ = daemon_ ? PortOf(*daemon_) : 0;
-    auto t = engine::HfTokenizer::FromFile(TinyGptOssDir() + "/tokenizer.json");
-    ASSERT_TRUE(t) << t.error().ToString();
-    tok_ = new engine::HfTokenizer(std::move(*t));
+    StartSuite(c);
   }
-  static void TearDownTestSuite() {
-    if (daemon_) daemon_->Shutdown(1);
-    delete daemon_;
-    daemon_ = nullptr;
-    delete tok_;
-    std::filesystem::remove_all(TinyGptOssDir());
-  }
-  void SetUp() override { ASSERT_NE(daemon_, nullptr); }
 
   static Conversation Create(const json& body) {
     Conversation c;
@@ -135,9 +123,6 @@ keys:
     return a && b ? static_cast<int64_t>(b->size() - a->size()) : -1;
   }
 
-  inline static Daemon* daemon_ = nullptr;
-  inline static int port_ = 0;
-  inline static engine::HfTokenizer* tok_ = nullptr;
 };
 
 TEST_F(SessionGptOss, ToolTurnsPromptAsTheStatelessEndpointAndStoreEverything) {
@@ -200,8 +185,9 @@ TEST_F(SessionGptOss, ToolTurnsPromptAsTheStatelessEndpointAndStoreEverything) {
       EXPECT_EQ(e["tool_call"]["function"]["name"], "get_weather");
     }
     if (e["kind"] == "tool_result" && e["tool_call_id"] == call_id) saw_result = true;
-    if (e["kind"] == "text" && e["role"] == "user" && e["content"] == "Weather in Oslo?")
+    if (e["kind"] == "text" && e["role"] == "user" && e["content"] == "Weather in Oslo?") {
       EXPECT_EQ(e["tokens"], RenderedUserTokens("Weather in Oslo?")) << e;
+    }
   }
   EXPECT_TRUE(saw_thought && saw_call && saw_result) << full.dump();
   for (const char* k : {"text", "reasoning", "tool_call", "tool_result"}) EXPECT_TRUE(kinds.contains(k)) << k;
@@ -285,8 +271,11 @@ TEST_F(SessionGptOss, CompressionFollowsTheHarmonyCountAndSummarisesAtLow) {
                                        << Http(port_, "GET", "/v1/usage", "", kAcme).body;
   // Held: a range-for over a member of a temporary would read freed memory.
   const json session = Get(c.id, false);
-  for (const auto& e : session["entries"])
-    if (e["kind"] == "summary") EXPECT_TRUE(e["author"] == "extractive" || e["author"] == "model") << e;
+  for (const auto& e : session["entries"]) {
+    if (e["kind"] == "summary") {
+      EXPECT_TRUE(e["author"] == "extractive" || e["author"] == "model") << e;
+    }
+  }
 }
 
 // The gpt-oss summary generation, without the model: its prompt is harmony
