@@ -30,8 +30,9 @@ float Dot(const float* a, const float* b, int n) {
 
 // Queries per call of the latent-attention kernel in prefill: their heads run
 // side by side (MlaDecodeShape::visible keeps each causal), so every cached
-// row is read once for the block; capped at 128 heads a call.
-constexpr int kMaxHeadsPerCall = 128;
+// row is read once per tile of head-queries rather than once per query; a
+// call of up to 1024 head-queries gives each thread several 32-lane tiles.
+constexpr int kMaxHeadsPerCall = 1024;
 
 // The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
 // one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
@@ -60,17 +61,15 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   }
   for (size_t g = 0; g < HR; ++g) std::copy_n(q0 + g * qk + np, rope, &q_pe[g * static_cast<size_t>(rope)]);
   if (row_keys) {
-    // Rows side by side on the pool, each row's call running inline on its
-    // thread (a nested parallel-for runs serially): one hand-off for the
-    // block instead of two per row. The kernel's key chunks and their merge
-    // order do not depend on where it runs, so the results are the same.
+    // Each row with its own keys, the rows side by side on the pool.
+    std::vector<const int*> keys(static_cast<size_t>(nr));
+    std::vector<int> n_keys(static_cast<size_t>(nr));
+    for (int j = 0; j < nr; ++j) {
+      keys[static_cast<size_t>(j)] = (*row_keys)[static_cast<size_t>(j)].data();
+      n_keys[static_cast<size_t>(j)] = static_cast<int>((*row_keys)[static_cast<size_t>(j)].size());
+    }
     const kernels::MlaDecodeShape shape{H, static_cast<int>(kv), rope, ctx.mla_scale, nullptr};
-    kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(nr), [&](size_t j) {
-      const std::vector<int>& keys = (*row_keys)[j];
-      const size_t at = j * H;
-      k.mla_decode(shape, &q_abs[at * kv], &q_pe[at * static_cast<size_t>(rope)], rows, off_c, keys.data(),
-                   static_cast<int>(keys.size()), &lat[at * kv]);
-    });
+    k.mla_rows(shape, nr, q_abs.data(), q_pe.data(), rows, off_c, keys.data(), n_keys.data(), lat.data());
   } else {
     std::vector<int> visible;
     if (nr > 1)

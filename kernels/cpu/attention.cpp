@@ -299,6 +299,17 @@ void MlaDecodeRef(const MlaDecodeShape& sh, const float* q_abs, const float* q_p
   }
 }
 
+void MlaRowsRef(const MlaDecodeShape& sh, int queries, const float* q_abs, const float* q_pe, const float* const* rows,
+                size_t offset, const int* const* keys, const int* n_keys, float* lat) {
+  const MlaDecodeShape one{sh.heads, sh.kv_lora, sh.rope, sh.scale, nullptr};
+  const size_t H = static_cast<size_t>(sh.heads);
+  for (int j = 0; j < queries; ++j) {
+    const size_t at = static_cast<size_t>(j) * H;
+    MlaDecodeRef(one, q_abs + at * sh.kv_lora, q_pe + at * sh.rope, rows, offset, keys[j], n_keys[j],
+                 lat + at * sh.kv_lora);
+  }
+}
+
 namespace {
 
 // mla_decode for one Isa (not kReference).
@@ -306,6 +317,14 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
                const int* keys, int n_keys, float* lat, Isa isa) {
   const int H = sh.heads, L = sh.kv_lora, R = sh.rope, W = L + R;
   const bool avx512 = isa == Isa::kAvx512;
+  ThreadPool& pool = DefaultThreadPool();
+#if defined(__x86_64__)
+  // Many head-queries (a block of prefill queries, or a query of many
+  // heads): tiles of 32 as vector lanes, at least two tiles per thread;
+  // fewer keep the split over keys below.
+  if (avx512 && n_keys >= 1 && H >= 64 * static_cast<int>(pool.size()))
+    return cpu::mla_flash_avx512(sh, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+#endif
   const Vec v = VecFor(isa);
   // Each cached row is [latent | rope key]: with the query likewise joined per
   // head, a score is one dot product over the whole row.
@@ -367,7 +386,6 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
         for (int h = h0; h < h0 + hn; ++h) v.axpy(p[r][h], row[r], acc + static_cast<size_t>(h) * L, L);
     }
   };
-  ThreadPool& pool = DefaultThreadPool();
   // Keys in chunks; every chunk reads each of its rows once for all heads,
   // twice in all: scores and each chunk's maxima first, then (after the
   // global maxima) exponentials, their sums and the weighted latent sums.
@@ -441,6 +459,23 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
   for (int c = 0; c < chunks; ++c) v.axpy(1.0f, &partial[static_cast<size_t>(c) * H * L], lat, H * L);
   for (int h = 0; h < H; ++h)
     for (int j = 0; j < L; ++j) lat[static_cast<size_t>(h) * L + j] *= inv[h];
+}
+
+// mla_rows for one Isa: the queries side by side on the pool, each query's
+// call running inline on its thread (a nested parallel-for runs serially);
+// AVX-512 takes a query's heads as the vector lanes.
+void MlaRows(const MlaDecodeShape& sh, int queries, const float* q_abs, const float* q_pe, const float* const* rows,
+             size_t offset, const int* const* keys, const int* n_keys, float* lat, Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx512) return cpu::mla_rows_flash_avx512(sh, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+#endif
+  const MlaDecodeShape one{sh.heads, sh.kv_lora, sh.rope, sh.scale, nullptr};
+  const size_t H = static_cast<size_t>(sh.heads);
+  DefaultThreadPool().ParallelFor(static_cast<size_t>(queries), [&](size_t j) {
+    const size_t at = j * H;
+    MlaDecode(one, q_abs + at * sh.kv_lora, q_pe + at * sh.rope, rows, offset, keys[j], n_keys[j],
+              lat + at * sh.kv_lora, isa);
+  });
 }
 
 }  // namespace
@@ -645,6 +680,11 @@ namespace cpu {
   void mla_decode_##sfx(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,                        \
                         const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat) {        \
     MlaDecode(shape, q_abs, q_pe, rows, offset, keys, n_keys, lat, isa);                                           \
+  }                                                                                                                \
+  void mla_rows_##sfx(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,             \
+                      const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,         \
+                      float* lat) {                                                                               \
+    MlaRows(shape, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat, isa);                                    \
   }                                                                                                                \
   void indexer_scores_##sfx(const float* iq, const float* w, int heads, int dim, const float* const* rows,          \
                             size_t offset, int n, float* scores) {                                                 \

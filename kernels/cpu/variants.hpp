@@ -63,6 +63,9 @@ void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float*
   void matvec_bf16_many_##sfx(std::span<const Bf16MatVecJob> jobs, size_t n);                                     \
   void mla_decode_##sfx(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,                       \
                         const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);        \
+  void mla_rows_##sfx(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,             \
+                      const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,         \
+                      float* lat);                                                                                \
   void indexer_scores_##sfx(const float* iq, const float* w, int heads, int dim, const float* const* rows,         \
                             size_t offset, int n, float* scores);                                                \
   void indexer_scores_batch_##sfx(const float* iq, const float* w, int queries, int heads, int dim,                \
@@ -119,5 +122,13 @@ inline constexpr E8M0Table kE8M0 = MakeE8M0Table();
 // Aligned scratch (64 bytes), from a non-ISA translation unit.
 float* AllocScratch(size_t floats);
 void FreeScratch(float* p);
+// Latent attention with head-queries as the vector lanes
+// (mla_flash_avx512.cpp; AVX-512 only; every query sees >= 1 key):
+// mla_decode for many head-queries at once, and mla_rows.
+void mla_flash_avx512(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
+                      size_t offset, const int* keys, int n_keys, float* lat);
+void mla_rows_flash_avx512(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
+                           const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
+                           float* lat);
 
 }  // namespace moeserve::kernels::cpu

@@ -105,6 +105,78 @@ TEST(MlaDecodeKernel, VisibleKeysPerHeadEqualSeparateCalls) {
   });
 }
 
+TEST(MlaDecodeKernel, ManyHeadQueriesCausalMatchReference) {
+  // Calls of many head-queries (the fast set takes them as vector lanes in
+  // tiles of 32): causal limits that stop inside and at the ends of key
+  // blocks, a partial last tile, latent widths not a multiple of the
+  // 8-column tile, key counts not a multiple of the 8-key tile; dense and
+  // through a sparse key list.
+  std::mt19937 rng(7);
+  for (auto [queries, H, kvl, rope, n] : {std::tuple{130, 8, 64, 16, 700}, std::tuple{37, 16, 36, 6, 97},
+                                          std::tuple{2, 128, 256, 32, 150}, std::tuple{300, 1, 20, 4, 49}}) {
+    const int hq = queries * H;
+    PagedRows cache(n, 1 + kvl + rope, rng);
+    auto q_abs = Random(static_cast<size_t>(hq) * kvl, rng, 0.3f);
+    auto q_pe = Random(static_cast<size_t>(hq) * rope, rng, 0.3f);
+    std::vector<int> visible;
+    std::uniform_int_distribution<int> sees(1, n);
+    for (int j = 0; j < queries; ++j) visible.insert(visible.end(), static_cast<size_t>(H), j == 0 ? 1 : sees(rng));
+    std::vector<int> keys;
+    for (int i = n - 1; i >= 0; i -= 2) keys.push_back(i);  // descending: the list order is what `visible` counts
+    const int n_list = static_cast<int>(keys.size());
+    std::vector<int> visible_list(visible);
+    for (int& v : visible_list) v = std::min(v, n_list);
+    const MlaDecodeShape dense{hq, kvl, rope, 0.3f, visible.data()}, sparse{hq, kvl, rope, 0.3f, visible_list.data()};
+    std::vector<float> ref(static_cast<size_t>(hq) * kvl), fast(ref.size());
+    ForEachVariant("mla_decode", [&](const KernelSet& k) {
+      SCOPED_TRACE(k.mla_decode.name);
+      MlaDecodeRef(dense, q_abs.data(), q_pe.data(), cache.rows.data(), 1, nullptr, n, ref.data());
+      std::fill(fast.begin(), fast.end(), NAN);
+      k.mla_decode(dense, q_abs.data(), q_pe.data(), cache.rows.data(), 1, nullptr, n, fast.data());
+      ExpectClose(fast, ref, 1e-5);
+      MlaDecodeRef(sparse, q_abs.data(), q_pe.data(), cache.rows.data(), 1, keys.data(), n_list, ref.data());
+      std::fill(fast.begin(), fast.end(), NAN);
+      k.mla_decode(sparse, q_abs.data(), q_pe.data(), cache.rows.data(), 1, keys.data(), n_list, fast.data());
+      ExpectClose(fast, ref, 1e-5);
+    });
+  }
+}
+
+TEST(MlaRowsKernel, FastMatchesReference) {
+  // Queries with their own key lists (DSA's sparse rows): head counts for
+  // each lane width of the AVX-512 form (8, 16, 32 per tile) and odd ones,
+  // list lengths from 1 key to several blocks, not multiples of the tiles.
+  std::mt19937 rng(11);
+  for (auto [queries, H, kvl, rope, n] : {std::tuple{5, 8, 64, 16, 400}, std::tuple{3, 16, 40, 8, 130},
+                                          std::tuple{2, 40, 48, 6, 77}, std::tuple{7, 3, 24, 4, 60}}) {
+    PagedRows cache(n, 2 + kvl + rope, rng);
+    const size_t hq = static_cast<size_t>(queries) * H;
+    auto q_abs = Random(hq * kvl, rng, 0.3f);
+    auto q_pe = Random(hq * rope, rng, 0.3f);
+    std::vector<std::vector<int>> lists(static_cast<size_t>(queries));
+    std::vector<const int*> keys;
+    std::vector<int> n_keys;
+    for (int j = 0; j < queries; ++j) {
+      std::vector<int> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      const int len = j == 0 ? 1 : std::uniform_int_distribution<int>(1, n)(rng);
+      lists[static_cast<size_t>(j)].assign(all.begin(), all.begin() + len);
+      keys.push_back(lists[static_cast<size_t>(j)].data());
+      n_keys.push_back(len);
+    }
+    const MlaDecodeShape shape{H, kvl, rope, 0.3f};
+    std::vector<float> ref(hq * kvl), fast(ref.size());
+    MlaRowsRef(shape, queries, q_abs.data(), q_pe.data(), cache.rows.data(), 2, keys.data(), n_keys.data(), ref.data());
+    ForEachVariant("mla_rows", [&](const KernelSet& k) {
+      SCOPED_TRACE(k.mla_rows.name);
+      std::fill(fast.begin(), fast.end(), NAN);
+      k.mla_rows(shape, queries, q_abs.data(), q_pe.data(), cache.rows.data(), 2, keys.data(), n_keys.data(), fast.data());
+      ExpectClose(fast, ref, 1e-5);
+    });
+  }
+}
+
 TEST(MlaDecodeKernel, ReferenceIsSoftmaxWeightedLatent) {
   // Two keys, one head, scores 0 and ln 3: weights 1/4 and 3/4.
   std::vector<float> r0 = {1, 0, 0, 0}, r1 = {0, 1, std::log(3.0f), 0};

@@ -40,6 +40,13 @@ struct MlaDecodeShape {
 void MlaDecodeRef(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
                   size_t offset, const int* keys, int n_keys, float* lat);
 
+// Several queries, each with its own key list (DSA's sparse rows in
+// prefill): query j's heads [j * heads, (j + 1) * heads) of q_abs, q_pe and
+// lat attend over keys[j][0 .. n_keys[j]) (n_keys[j] >= 1) exactly as
+// MlaDecodeRef would; shape.visible is not used. The fast variants run the
+// queries in parallel (AVX-512: a query's heads as the vector lanes).
+void MlaRowsRef(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe, const float* const* rows,
+                size_t offset, const int* const* keys, const int* n_keys, float* lat);
 // scores[s] = sum_j w[j] * ReLU(iq[j] . ik_s) for s in [0, n); iq [heads, dim].
 void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset,
                       int n, float* scores);

@@ -93,6 +93,10 @@ using GateFn = void (*)(const float* a, const float* b, float* out, size_t n);
 // attention.hpp: MLA decode over cached rows, and the DSA indexer's scores.
 using MlaDecodeFn = void (*)(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,
                              const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);
+// attention.hpp: queries with their own key lists (DSA's sparse rows), in parallel.
+using MlaRowsFn = void (*)(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
+                           const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
+                           float* lat);
 using IndexerScoresFn = void (*)(const float* iq, const float* w, int heads, int dim, const float* const* rows,
                                  size_t offset, int n, float* scores);
 using IndexerScoresBatchFn = void (*)(const float* iq, const float* w, int queries, int heads, int dim,
@@ -130,6 +134,7 @@ struct KernelSet {
   Kernel<GateFn> silu_mul;
   Kernel<GateFn> sigmoid_mul;
   Kernel<MlaDecodeFn> mla_decode;
+  Kernel<MlaRowsFn> mla_rows;
   Kernel<IndexerScoresFn> indexer_scores;
   Kernel<DeltaRuleRecurrentFn> delta_rule_recurrent;
   // Building blocks.
@@ -185,6 +190,7 @@ void ForEachKernel(const KernelSet& k, Fn&& fn) {
   fn("silu_mul", k.silu_mul.name, k.silu_mul.fn != nullptr);
   fn("sigmoid_mul", k.sigmoid_mul.name, k.sigmoid_mul.fn != nullptr);
   fn("mla_decode", k.mla_decode.name, k.mla_decode.fn != nullptr);
+  fn("mla_rows", k.mla_rows.name, k.mla_rows.fn != nullptr);
   fn("indexer_scores", k.indexer_scores.name, k.indexer_scores.fn != nullptr);
   fn("delta_rule_recurrent", k.delta_rule_recurrent.name, k.delta_rule_recurrent.fn != nullptr);
   fn("mxfp4_quantize", k.mxfp4_quantize.name, k.mxfp4_quantize.fn != nullptr);
