@@ -3,6 +3,7 @@
 // the recurrent step (decode) and the chunked WY form (prefill).
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "layers.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -32,6 +33,9 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
 
   std::vector<float> o(static_cast<size_t>(n) * Cv);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+  // The L2 norm's weights as an RMSNorm (step 3): dk^-0.5, and for q the
+  // scale dk^-0.5 on top.
+  const std::vector<float> k_norm_w(static_cast<size_t>(dk), qscale), q_norm_w(static_cast<size_t>(dk), qscale * qscale);
   for (const SegmentRows& seg : ctx.segments) {
     DeltaLayerState& st = seg.cache->delta[static_cast<size_t>(ctx.layer)];
     const int T = seg.n;
@@ -39,46 +43,48 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
     // order, and its chunks depend on how the prompt was split).
     const bool chunked = !ctx.options.deterministic && (ctx.options.delta_form == DeltaForm::kChunked ||
                                                         (ctx.options.delta_form == DeltaForm::kAuto && T > 1));
-    std::vector<float> conv(static_cast<size_t>(T) * C), beta(static_cast<size_t>(T) * Hd), g(beta.size());
+    std::vector<float> beta(static_cast<size_t>(T) * Hd), g(beta.size());
     // Steps 2-4 touch only the head's own channels (q and k: dk each, v: dv)
     // and state, so each head runs them whole, in parallel with the others:
     // a decode step then has no serial stretch between the projections and
     // the output norm.
     auto head = [&](size_t hs) {
       const int h = static_cast<int>(hs);
+      // The head's q | k | v after the conv, [T, Wh]: its own rows, so the
+      // conv writes and the delta rule reads a buffer that stays in cache
+      // (rows of all heads' channels would be C floats apart).
+      const int Wh = 2 * dk + dv;
+      const auto qkv = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(T) * Wh);
       // 2. Causal depthwise conv over [tail (K-1 rows) ; new rows], then silu;
       // the tail keeps the last K-1 inputs.
-      // Channels [ch0, ch0 + count) of q|k|v are channels [c0, c0 + count) of
-      // the projection `proj` (width `width`) and of its conv W.
-      const auto conv_channels = [&](int ch0, int count, const Matrix& W, const std::vector<float>& proj, int width, int c0) {
-        for (int i = 0; i < count; ++i) {
-          const int ch = ch0 + i;
-          const float* wc = &W.w[static_cast<size_t>(c0 + i) * K];
-          const auto input = [&](int u) {  // u indexes [tail ; new rows]
-            return u < K - 1 ? st.conv_tail[static_cast<size_t>(u) * C + ch]
-                             : proj[static_cast<size_t>(seg.row0 + u - (K - 1)) * width + c0 + i];
-          };
-          for (int t = 0; t < T; ++t) {
-            float acc = 0.0f;
-            for (int j = 0; j < K; ++j) acc += wc[j] * input(t + j);
-            conv[static_cast<size_t>(t) * C + ch] = kernels::Silu(acc);
-          }
-          // In place, ascending: slot u reads input T + u > u, not yet overwritten.
-          for (int u = 0; u < K - 1; ++u) st.conv_tail[static_cast<size_t>(u) * C + ch] = input(T + u);
+      // Channels [ch0, ch0 + count) of q|k|v (columns [col, col + count) of
+      // qkv) are channels [c0, c0 + count) of the projection `proj` (width
+      // `width`) and of its conv W.
+      const auto conv_channels = [&](int ch0, int col, int count, const Matrix& W, const std::vector<float>& proj,
+                                     int width, int c0) {
+        const float* x = &proj[static_cast<size_t>(seg.row0) * width + c0];
+        ctx.kernels.causal_conv_silu(&st.conv_tail[ch0], C, x, width, T, count, &W.w[static_cast<size_t>(c0) * K], K,
+                                     &qkv[col], Wh);
+        // In place, ascending: slot u takes row T + u of [tail ; new rows],
+        // a later slot (T + u > u), not yet overwritten.
+        for (int u = 0; u < K - 1; ++u) {
+          const int from = T + u;
+          const float* in = from < K - 1 ? &st.conv_tail[static_cast<size_t>(from) * C + ch0]
+                                         : x + static_cast<size_t>(from - (K - 1)) * width;
+          std::copy(in, in + count, &st.conv_tail[static_cast<size_t>(u) * C + ch0]);
         }
       };
-      conv_channels(h * dk, dk, w.q_conv, pq, Cq, h * dk);
-      conv_channels(Cq + h * dk, dk, w.k_conv, pk, Cq, h * dk);
-      conv_channels(2 * Cq + h * dv, dv, w.v_conv, pv, Cv, h * dv);
+      conv_channels(h * dk, 0, dk, w.q_conv, pq, Cq, h * dk);
+      conv_channels(Cq + h * dk, dk, dk, w.k_conv, pk, Cq, h * dk);
+      conv_channels(2 * Cq + h * dv, 2 * dk, dv, w.v_conv, pv, Cv, h * dv);
       // 3. L2-normalise q and k (q also scaled by dk^-0.5); beta and g.
+      // x / sqrt(|x|^2 + eps) is the set's RMSNorm with eps / dk and weight
+      // dk^-0.5: w x / sqrt(|x|^2 / dk + eps / dk).
       for (int t = 0; t < T; ++t)
         for (int part = 0; part < 2; ++part) {
-          float* vec = &conv[static_cast<size_t>(t) * C + static_cast<size_t>(part * Cq + h * dk)];
-          float ss = 0.0f;
-          for (int i = 0; i < dk; ++i) ss += vec[i] * vec[i];
-          float inv = 1.0f / std::sqrt(ss + 1e-6f);
-          if (part == 0) inv *= qscale;
-          for (int i = 0; i < dk; ++i) vec[i] *= inv;
+          float* vec = &qkv[static_cast<size_t>(t) * Wh + static_cast<size_t>(part * dk)];
+          ctx.kernels.rms_norm(vec, (part == 0 ? q_norm_w : k_norm_w).data(), 1e-6f / static_cast<float>(dk),
+                               static_cast<size_t>(dk), vec);
         }
       float* beta_h = &beta[static_cast<size_t>(h) * T];
       float* g_h = &g[static_cast<size_t>(h) * T];
@@ -88,15 +94,16 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
         g_h[t] = -std::exp(w.A_log[h]) * kernels::Softplus(a[r] + w.dt_bias[h]);
       }
       // 4. The delta rule.
-      const float* qh = &conv[static_cast<size_t>(h) * dk];
-      const float* kh = &conv[static_cast<size_t>(Cq + h * dk)];
-      const float* vh = &conv[static_cast<size_t>(2 * Cq + h * dv)];
+      const float* qh = &qkv[0];
+      const float* kh = &qkv[static_cast<size_t>(dk)];
+      const float* vh = &qkv[static_cast<size_t>(2 * dk)];
       float* S = &st.S[static_cast<size_t>(h) * dk * dv];
       float* oh = &o[static_cast<size_t>(seg.row0) * Cv + static_cast<size_t>(h) * dv];
       if (chunked)
-        kernels::DeltaRuleChunked(qh, kh, vh, beta_h, g_h, T, dk, dv, C, C, S, oh, Cv, std::max(1, ctx.options.delta_chunk));
+        ctx.kernels.delta_rule_chunked(qh, kh, vh, beta_h, g_h, T, dk, dv, Wh, Wh, S, oh, Cv,
+                                       std::max(1, ctx.options.delta_chunk));
       else
-        ctx.kernels.delta_rule_recurrent(qh, kh, vh, beta_h, g_h, T, dk, dv, C, C, S, oh, Cv);
+        ctx.kernels.delta_rule_recurrent(qh, kh, vh, beta_h, g_h, T, dk, dv, Wh, Wh, S, oh, Cv);
     };
     // Heads share nothing, so the result does not depend on how they are
     // spread over the threads.

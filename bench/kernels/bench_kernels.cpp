@@ -1,7 +1,8 @@
 // Google Benchmark for the CPU kernels at flagship-like shapes, every variant
 // this CPU supports: MXFP4 matmul at batch 1 and 512 (the batch-512 runs are
 // kept to few iterations), F32 matmul, RMSNorm; on AVX-512, the prefill GEMMs
-// with BF16-rounded activations (matmul_*_bf16act) beside the fp32 ones. Counters: bytes/s (weights +
+// with BF16-rounded activations (matmul_*_bf16act) beside the fp32 ones; the
+// chunked gated delta rule for one head. Counters: bytes/s (weights +
 // activations read) and FLOP/s.
 #include <benchmark/benchmark.h>
 
@@ -11,6 +12,7 @@
 
 #include "../kernels/shapes.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/delta_rule.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace mb = moeserve::bench;
@@ -105,6 +107,31 @@ void BM_RmsNorm(benchmark::State& st, mk::Isa isa, size_t d) {
   SetCounters(st, 8.0 * static_cast<double>(d), 4.0 * static_cast<double>(d));
 }
 
+// One head of the chunked delta rule over T tokens (q, k, v interleaved with
+// the other heads' channels, as the engine lays them out), chunks of C.
+// FLOP/s counts the recurrent form's logical work, 7 dk dv per token, as
+// bench_prefill does.
+void BM_DeltaRuleChunked(benchmark::State& st, mk::Isa isa, int T, int dk, int dv, int C) {
+  const size_t stride = 2 * static_cast<size_t>(dk) + dv;
+  std::vector<float> qkv = mb::RandomFloats(static_cast<size_t>(T) * stride), beta(T), g(T),
+                     S0 = mb::RandomFloats(static_cast<size_t>(dk) * dv, 5), S(S0.size()), o(static_cast<size_t>(T) * dv);
+  for (float& x : qkv) x *= 0.1f;  // |q|, |k| about 1 per row, as after the L2 norm
+  for (int t = 0; t < T; ++t) {
+    beta[t] = 0.5f;
+    g[t] = -0.05f;
+  }
+  const float* q = qkv.data();
+  const float* kk = q + dk;
+  const float* v = kk + dk;
+  const mk::KernelSet& k = mk::Kernels(isa);
+  for (auto _ : st) {
+    S = S0;
+    k.delta_rule_chunked(q, kk, v, beta.data(), g.data(), T, dk, dv, stride, stride, S.data(), o.data(), dv, C);
+    benchmark::DoNotOptimize(o.data());
+  }
+  SetCounters(st, 4.0 * static_cast<double>(T) * (stride + dv), 7.0 * T * dk * dv);
+}
+
 int Register() {
   for (mk::Isa isa : mk::SupportedIsas()) {
     if (isa == mk::Isa::kReference) continue;  // the ground truth for tests, not a serving path
@@ -133,6 +160,13 @@ int Register() {
           ->Iterations(3)
           ->UseRealTime();
     benchmark::RegisterBenchmark(("rms_norm/" + v + "/7168").c_str(), BM_RmsNorm, isa, size_t{7168});
+    // The small preset's head (dk 64, dv 128) over a 512-token prefill chunk.
+    for (int C : {32, 64})
+      benchmark::RegisterBenchmark(("delta_rule_chunked/" + v + "/64x128/T512/C" + std::to_string(C)).c_str(),
+                                   BM_DeltaRuleChunked, isa, 512, 64, 128, C)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
     if (isa != mk::Isa::kAvx512) continue;  // elsewhere the bf16act rows are the fp32 GEMM again
     // Flagship shapes at batch 512, and the small preset's expert (w13:
     // 768 x 1024) at 512 and at 64 rows (a 512-token chunk over 32 experts,

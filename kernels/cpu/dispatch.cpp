@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "moeserve/kernels/causal_conv.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
@@ -116,6 +117,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_NAMED(MatMulMxfp4Bf16ActRef, "matmul_mxfp4_bf16act_ref"),
         MOESERVE_NAMED(MatMulBf16Bf16ActRef, "matmul_bf16_bf16act_ref"),
         MOESERVE_NAMED(IndexerScoresBatchRef, "indexer_scores_batch_ref"),
+        MOESERVE_NAMED(DeltaRuleChunked, "delta_rule_chunked_ref"),
+        MOESERVE_NAMED(CausalConvSiluRef, "causal_conv_silu_ref"),
     },
     {
         Isa::kScalar,
@@ -139,6 +142,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(matmul_mxfp4_bf16act_scalar),
         MOESERVE_ENTRY(matmul_bf16_bf16act_scalar),
         MOESERVE_ENTRY(indexer_scores_batch_scalar),
+        MOESERVE_ENTRY(delta_rule_chunked_scalar),
+        MOESERVE_ENTRY(causal_conv_silu_scalar),
     },
     {
         Isa::kAvx2,
@@ -162,6 +167,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx2),
         MOESERVE_ENTRY(matmul_bf16_bf16act_avx2),
         MOESERVE_ENTRY(indexer_scores_batch_avx2),
+        MOESERVE_ENTRY(delta_rule_chunked_avx2),
+        MOESERVE_ENTRY(causal_conv_silu_avx2),
     },
     {
         Isa::kAvx512,
@@ -185,6 +192,8 @@ constexpr KernelSet kSets[kIsaCount] = {
         MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx512),
         MOESERVE_ENTRY(matmul_bf16_bf16act_avx512),
         MOESERVE_ENTRY(indexer_scores_batch_avx512),
+        MOESERVE_ENTRY(delta_rule_chunked_avx512),
+        MOESERVE_ENTRY(causal_conv_silu_avx512),
     },
 };
 

@@ -83,6 +83,18 @@ MOESERVE_DECLARE_THREADED(avx512)
 MOESERVE_DECLARE_VECTOR(avx2)
 MOESERVE_DECLARE_VECTOR(avx512)
 #undef MOESERVE_DECLARE_VECTOR
+// Gated DeltaNet's chunked delta rule as blocked products and its causal
+// conv + silu, one per Isa (delta_rule_chunked.cpp, causal_conv.cpp).
+#define MOESERVE_DECLARE_DELTA_CHUNKED(sfx)                                                                      \
+  void delta_rule_chunked_##sfx(const float* q, const float* k, const float* v, const float* beta, const float* g, \
+                                int T, int dk, int dv, size_t qk_stride, size_t v_stride, float* S, float* o,     \
+                                size_t o_stride, int C);                                                          \
+  void causal_conv_silu_##sfx(const float* tail, size_t tail_stride, const float* x, size_t x_stride, int T,       \
+                              int n, const float* w, int K, float* out, size_t out_stride);
+MOESERVE_DECLARE_DELTA_CHUNKED(scalar)
+MOESERVE_DECLARE_DELTA_CHUNKED(avx2)
+MOESERVE_DECLARE_DELTA_CHUNKED(avx512)
+#undef MOESERVE_DECLARE_DELTA_CHUNKED
 
 // Products with BF16-rounded activations (bf16_activations.hpp): the scalar
 // and AVX2 variants round and call their set's products; AVX-512 dispatches to
@@ -121,6 +133,10 @@ constexpr E8M0Table MakeE8M0Table() {
 inline constexpr E8M0Table kE8M0 = MakeE8M0Table();
 // Aligned scratch (64 bytes), from a non-ISA translation unit.
 float* AllocScratch(size_t floats);
+// mla_decode for many head-queries at once with head-queries as the lanes
+// (mla_flash_avx512.cpp; AVX-512 only; n_keys >= 1).
+void mla_flash_avx512(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
+                      size_t offset, const int* keys, int n_keys, float* lat);
 void FreeScratch(float* p);
 // Latent attention with head-queries as the vector lanes
 // (mla_flash_avx512.cpp; AVX-512 only; every query sees >= 1 key):

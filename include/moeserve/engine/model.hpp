@@ -43,7 +43,7 @@ enum class DeltaForm { kAuto, kRecurrent, kChunked };
 struct ModelOptions {
   MlaForm mla_form = MlaForm::kAuto;
   DeltaForm delta_form = DeltaForm::kAuto;
-  int delta_chunk = 64;  // chunk length of the WY form
+  int delta_chunk = 32;  // chunk length of the WY form (of 16-64, 32 ran fastest on AVX-512)
   KernelChoice kernels = KernelChoice::kFast;
   // With the fast kernels: the products of kernels::kBf16ActMinRows (32) or
   // more rows with MXFP4 or BF16 weights (prefill) take BF16-rounded

@@ -105,6 +105,15 @@ using IndexerScoresBatchFn = void (*)(const float* iq, const float* w, int queri
 using DeltaRuleRecurrentFn = void (*)(const float* q, const float* k, const float* v, const float* beta,
                                       const float* g, int T, int dk, int dv, size_t qk_stride, size_t v_stride,
                                       float* S, float* o, size_t o_stride);
+// delta_rule.hpp: the chunked (WY) gated delta rule for one head, chunks of C
+// tokens; single-threaded (callers run heads in parallel).
+using DeltaRuleChunkedFn = void (*)(const float* q, const float* k, const float* v, const float* beta, const float* g,
+                                    int T, int dk, int dv, size_t qk_stride, size_t v_stride, float* S, float* o,
+                                    size_t o_stride, int C);
+// causal_conv.hpp: DeltaNet's causal depthwise conv + silu over a block of
+// channels; single-threaded.
+using CausalConvSiluFn = void (*)(const float* tail, size_t tail_stride, const float* x, size_t x_stride, int T, int n,
+                                  const float* w, int K, float* out, size_t out_stride);
 //
 // Single-threaded building blocks of the products above, which their tests
 // drive directly (column ranges, k-chunks). They compute output columns
@@ -147,6 +156,9 @@ struct KernelSet {
   Kernel<MatMulBf16Fn> matmul_bf16_bf16act;
   // The indexer's scores for a block of queries (attention.hpp).
   Kernel<IndexerScoresBatchFn> indexer_scores_batch;
+  // Gated DeltaNet's chunked delta rule (prefill) and its convolution.
+  Kernel<DeltaRuleChunkedFn> delta_rule_chunked;
+  Kernel<CausalConvSiluFn> causal_conv_silu;
 };
 
 // The set for isa. isa must be supported (IsaSupported): asking for a set
@@ -200,6 +212,8 @@ void ForEachKernel(const KernelSet& k, Fn&& fn) {
   fn("matmul_mxfp4_bf16act", k.matmul_mxfp4_bf16act.name, k.matmul_mxfp4_bf16act.fn != nullptr);
   fn("matmul_bf16_bf16act", k.matmul_bf16_bf16act.name, k.matmul_bf16_bf16act.fn != nullptr);
   fn("indexer_scores_batch", k.indexer_scores_batch.name, k.indexer_scores_batch.fn != nullptr);
+  fn("delta_rule_chunked", k.delta_rule_chunked.name, k.delta_rule_chunked.fn != nullptr);
+  fn("causal_conv_silu", k.causal_conv_silu.name, k.causal_conv_silu.fn != nullptr);
 }
 
 }  // namespace moeserve::kernels

@@ -16,7 +16,9 @@ void DeltaRuleRecurrent(const float* q, const float* k, const float* v, const fl
                         int dv, size_t qk_stride, size_t v_stride, float* S, float* o, size_t o_stride);
 
 // The same over chunks of C tokens: dense [C, C] products within a chunk
-// and one state update per chunk instead of C.
+// and one state update per chunk instead of C. The reference of the
+// delta_rule_chunked family (cpu_kernels.hpp), whose other variants run it
+// as blocked, vectorised products (delta_rule_chunked.cpp).
 void DeltaRuleChunked(const float* q, const float* k, const float* v, const float* beta, const float* g, int T, int dk,
                       int dv, size_t qk_stride, size_t v_stride, float* S, float* o, size_t o_stride, int C);
 
