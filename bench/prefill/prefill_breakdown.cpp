@@ -58,9 +58,9 @@ struct Ceilings {
   double fma = 0, dot = 0, bw = 0;  // FLOP/s, FLOP/s, bytes/s
 };
 
-// dot_products: the projections and experts ran as BF16 dot products (their
-// ceiling is then the BF16 dot peak; attention, the indexer and the delta
-// rule stay fp32 FMAs; glue is bound by read bandwidth).
+// dot_products: the projections, experts and attention ran as BF16 dot
+// products (their ceiling is then the BF16 dot peak; the indexer and the
+// delta rule stay fp32 FMAs; glue is bound by read bandwidth).
 void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const Ceilings& c, bool dot_products) {
   std::printf("%-6s %-12s %9s %6s %9s %9s %8s %8s  %s\n", "kind", "part", "ms", "share", "GFLOP", "GFLOP/s",
               "of fp32", "of bf16", "(glue: GB/s, of read bw)");
@@ -106,12 +106,13 @@ void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const C
       continue;
     }
     const bool dot = dot_products && c.dot > 0 &&
-                     (part == me::ProfilePart::kProjections || part == me::ProfilePart::kExperts);
+                     (part == me::ProfilePart::kProjections || part == me::ProfilePart::kExperts ||
+                      part == me::ProfilePart::kAttention);
     bound_s += part_f[i] / (dot ? c.dot : c.fma);
   }
-  std::printf("bound of the work as it ran (%s; attention, indexer, delta rule at the fp32 peak; glue at read "
-              "bandwidth): %.1f tokens/s; this run reached %.1f%% of it\n",
-              dot_products ? "projections and experts at the BF16 dot peak" : "products at the fp32 peak",
+  std::printf("bound of the work as it ran (%s; indexer, delta rule at the fp32 peak; glue at read bandwidth): "
+              "%.1f tokens/s; this run reached %.1f%% of it\n",
+              dot_products ? "projections, experts, attention at the BF16 dot peak" : "products and attention at the fp32 peak",
               tokens / bound_s, 100.0 * bound_s / total_s);
 }
 

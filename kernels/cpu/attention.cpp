@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
@@ -312,6 +313,13 @@ void MlaRowsRef(const MlaDecodeShape& sh, int queries, const float* q_abs, const
 
 namespace {
 
+// Many head-queries (a block of prefill queries, or a query of many heads)
+// go to the kernels with head-queries as lanes, in tiles of 32, at least
+// two tiles per thread; fewer keep mla_decode's split over keys.
+bool FlashTiles(const MlaDecodeShape& sh, int n_keys, const ThreadPool& pool) {
+  return n_keys >= 1 && sh.heads >= 64 * pool.size();
+}
+
 // mla_decode for one Isa (not kReference).
 void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows, size_t offset,
                const int* keys, int n_keys, float* lat, Isa isa) {
@@ -319,11 +327,7 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
   const bool avx512 = isa == Isa::kAvx512;
   ThreadPool& pool = DefaultThreadPool();
 #if defined(__x86_64__)
-  // Many head-queries (a block of prefill queries, or a query of many
-  // heads): tiles of 32 as vector lanes, at least two tiles per thread;
-  // fewer keep the split over keys below.
-  if (avx512 && n_keys >= 1 && H >= 64 * static_cast<int>(pool.size()))
-    return cpu::mla_flash_avx512(sh, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+  if (avx512 && FlashTiles(sh, n_keys, pool)) return cpu::mla_flash_avx512(sh, q_abs, q_pe, rows, offset, keys, n_keys, lat);
 #endif
   const Vec v = VecFor(isa);
   // Each cached row is [latent | rope key]: with the query likewise joined per
@@ -694,6 +698,25 @@ namespace cpu {
                                   const float* const* rows, size_t offset, const int* n, float* scores, size_t ld) { \
     IndexerScoresBatch(iq, w, queries, heads, dim, rows, offset, n, scores, ld, isa);                               \
   }
+// The BF16-activation set's attention (KernelsWithBf16Activations): BF16
+// dot products where the CPU has them.
+void mla_decode_avx512_bf16act(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,
+                               const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat) {
+#if defined(__x86_64__)
+  if (CpuHasAvx512Bf16() && FlashTiles(shape, n_keys, DefaultThreadPool()))
+    return mla_flash_bf16dot(shape, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+#endif
+  MlaDecode(shape, q_abs, q_pe, rows, offset, keys, n_keys, lat, Isa::kAvx512);
+}
+void mla_rows_avx512_bf16act(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
+                             const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
+                             float* lat) {
+#if defined(__x86_64__)
+  if (CpuHasAvx512Bf16()) return mla_rows_flash_bf16dot(shape, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+#endif
+  MlaRows(shape, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat, Isa::kAvx512);
+}
+
 MOESERVE_ATTENTION_VARIANTS(scalar, Isa::kScalar)
 MOESERVE_ATTENTION_VARIANTS(avx2, Isa::kAvx2)
 MOESERVE_ATTENTION_VARIANTS(avx512, Isa::kAvx512)

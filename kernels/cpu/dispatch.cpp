@@ -219,6 +219,10 @@ constexpr KernelSet WithBf16Activations(const char* mxfp4_name, const char* bf16
   KernelSet s = kSets[static_cast<int>(isa)];
   s.matmul_mxfp4 = {MatMulMxfp4Bf16From<isa>, mxfp4_name};
   s.matmul_bf16 = {MatMulBf16Bf16From<isa>, bf16_name};
+  if constexpr (isa == Isa::kAvx512) {  // attention's products as BF16 dot products too
+    s.mla_decode = {cpu::mla_decode_avx512_bf16act, "mla_decode_avx512+bf16act"};
+    s.mla_rows = {cpu::mla_rows_avx512_bf16act, "mla_rows_avx512+bf16act"};
+  }
   return s;
 }
 

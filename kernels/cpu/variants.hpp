@@ -133,10 +133,6 @@ constexpr E8M0Table MakeE8M0Table() {
 inline constexpr E8M0Table kE8M0 = MakeE8M0Table();
 // Aligned scratch (64 bytes), from a non-ISA translation unit.
 float* AllocScratch(size_t floats);
-// mla_decode for many head-queries at once with head-queries as the lanes
-// (mla_flash_avx512.cpp; AVX-512 only; n_keys >= 1).
-void mla_flash_avx512(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
-                      size_t offset, const int* keys, int n_keys, float* lat);
 void FreeScratch(float* p);
 // Latent attention with head-queries as the vector lanes
 // (mla_flash_avx512.cpp; AVX-512 only; every query sees >= 1 key):
@@ -146,5 +142,18 @@ void mla_flash_avx512(const MlaDecodeShape& shape, const float* q_abs, const flo
 void mla_rows_flash_avx512(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
                            const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
                            float* lat);
+// The same with BF16 dot products (mla_flash_bf16dot.cpp; only where the CPU
+// reports avx512_bf16), and the BF16-activation set's entries that use them
+// when it does (attention.cpp; the fp32 AVX-512 kernels otherwise).
+void mla_flash_bf16dot(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe, const float* const* rows,
+                       size_t offset, const int* keys, int n_keys, float* lat);
+void mla_rows_flash_bf16dot(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
+                            const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
+                            float* lat);
+void mla_decode_avx512_bf16act(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,
+                               const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);
+void mla_rows_avx512_bf16act(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
+                             const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
+                             float* lat);
 
 }  // namespace moeserve::kernels::cpu

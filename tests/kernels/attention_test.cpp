@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "each_variant.hpp"
+#include "moeserve/kernels/bf16_activations.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::kernels {
 namespace {
@@ -174,6 +177,53 @@ TEST(MlaRowsKernel, FastMatchesReference) {
       k.mla_rows(shape, queries, q_abs.data(), q_pe.data(), cache.rows.data(), 2, keys.data(), n_keys.data(), fast.data());
       ExpectClose(fast, ref, 1e-5);
     });
+  }
+}
+
+TEST(MlaBf16DotKernel, CloseToReferenceAndRunsAsBf16) {
+  // The BF16-activation set's attention: BF16 dot products (queries, rows
+  // and weights rounded to BF16) where the CPU has them. Within BF16's
+  // rounding of the reference, and not the fp32 kernels' result (so the
+  // dot-product path is what ran).
+  if (!CpuHasAvx512Bf16() || !IsaSupported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  const KernelSet& fp32 = Kernels(Isa::kAvx512);
+  const KernelSet& bf16 = KernelsWithBf16Activations(Isa::kAvx512);
+  std::mt19937 rng(12);
+  for (auto [queries, H, kvl, rope, n] : {std::tuple{130, 8, 64, 16, 300}, std::tuple{3, 40, 50, 7, 101},
+                                          std::tuple{9, 8, 256, 32, 97}, std::tuple{4, 16, 30, 6, 49}}) {
+    const int hq = queries * H;
+    PagedRows cache(n, 1 + kvl + rope, rng);
+    auto q_abs = Random(static_cast<size_t>(hq) * kvl, rng, 0.3f);
+    auto q_pe = Random(static_cast<size_t>(hq) * rope, rng, 0.3f);
+    std::vector<int> visible;
+    for (int j = 0; j < queries; ++j) visible.insert(visible.end(), static_cast<size_t>(H), 1 + j * (n - 1) / queries);
+    std::vector<std::vector<int>> lists(static_cast<size_t>(queries));
+    std::vector<const int*> keys;
+    std::vector<int> n_keys;
+    for (int j = 0; j < queries; ++j) {
+      for (int i = j % 3; i < n; i += 1 + j % 3) lists[static_cast<size_t>(j)].push_back(i);
+      keys.push_back(lists[static_cast<size_t>(j)].data());
+      n_keys.push_back(static_cast<int>(lists[static_cast<size_t>(j)].size()));
+    }
+    const MlaDecodeShape causal{hq, kvl, rope, 0.3f, visible.data()}, per_query{H, kvl, rope, 0.3f};
+    std::vector<float> ref(static_cast<size_t>(hq) * kvl), got(ref.size()), f32(ref.size());
+    auto check = [&](const char* what) {
+      SCOPED_TRACE(what);
+      ExpectClose(got, ref, 1e-2);  // BF16 keeps 8 significant bits
+      double differs = 0;
+      for (size_t i = 0; i < got.size(); ++i) differs = std::max(differs, std::fabs(static_cast<double>(got[i]) - f32[i]));
+      EXPECT_GT(differs, 0.0);
+    };
+    if (hq >= 64 * DefaultThreadPool().size()) {  // as many head-queries as prefill's causal blocks
+      MlaDecodeRef(causal, q_abs.data(), q_pe.data(), cache.rows.data(), 1, nullptr, n, ref.data());
+      fp32.mla_decode(causal, q_abs.data(), q_pe.data(), cache.rows.data(), 1, nullptr, n, f32.data());
+      bf16.mla_decode(causal, q_abs.data(), q_pe.data(), cache.rows.data(), 1, nullptr, n, got.data());
+      check("causal block");
+    }
+    MlaRowsRef(per_query, queries, q_abs.data(), q_pe.data(), cache.rows.data(), 1, keys.data(), n_keys.data(), ref.data());
+    fp32.mla_rows(per_query, queries, q_abs.data(), q_pe.data(), cache.rows.data(), 1, keys.data(), n_keys.data(), f32.data());
+    bf16.mla_rows(per_query, queries, q_abs.data(), q_pe.data(), cache.rows.data(), 1, keys.data(), n_keys.data(), got.data());
+    check("own key lists");
   }
 }
 

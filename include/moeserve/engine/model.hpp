@@ -48,7 +48,11 @@ struct ModelOptions {
   // With the fast kernels: the products of kernels::kBf16ActMinRows (32) or
   // more rows with MXFP4 or BF16 weights (prefill) take BF16-rounded
   // activations (kernels/bf16_activations.hpp: vdpbf16ps where the CPU has
-  // avx512_bf16), about twice the fp32 GEMMs' speed. Off by default: the
+  // avx512_bf16), about twice the fp32 GEMMs' speed; on such CPUs latent
+  // attention's blocks of prefill queries and DSA's sparse rows likewise
+  // take BF16 dot products (queries, cached rows and softmax weights rounded
+  // to BF16; the indexer stays fp32, so the DSA selections are the fp32
+  // path's). Off by default: the
   // rounding (2^-8 of each activation) is a BF16 path in the sense of
   // docs/model-format.md section 10, outside the fp32 path's 1e-3 bound on
   // the random test models (measured up to 0.6 of max|logit| at late

@@ -1,0 +1,214 @@
+// The latent-attention tiles of mla_flash_avx512.cpp with BF16 dot products
+// (vdpbf16ps: two products per fp32 lane per instruction, twice an FMA's),
+// for the BF16-activation kernel set: queries, cached rows and softmax
+// weights rounded to BF16, sums and the softmax itself in fp32. Compiled
+// with AVX-512 BF16 only here; reached only when the CPU reports
+// avx512_bf16 (attention.cpp).
+//
+// vdpbf16ps adds to each fp32 lane the products of one pair of BF16 values
+// from each operand. Lanes are head-queries, so the pairs run along the
+// reduction: scores pair consecutive row elements (queries packed as
+// Qt2[w/2][lane], each block's rows rounded into contiguous pairs, a pair
+// broadcast per key), weighted sums pair consecutive keys (the weights as
+// P2[key/2][lane], each block's latents as V2[key/2][l], a pair broadcast per
+// latent column).
+#include <cstring>
+
+#include "avx512_mxfp4_scales.hpp"
+#include "mla_flash_tiles.hpp"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+using flash::kBlock;
+using flash::kLatTile;
+using flash::Tile;
+
+inline uint32_t Bf16Bits(float x) {  // round to nearest even (finite values)
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+// 16 words (a[j] low, b[j] high) in BF16.
+alignas(64) constexpr uint16_t kPairs16[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                               8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+alignas(32) constexpr uint16_t kPairs8[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+
+inline __m512i PairUp16(__m512 a, __m512 b) {
+  const __m512i idx = _mm512_load_si512(kPairs16);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+struct ZmmBf16 : flash::Zmm {
+  using I = __m512i;
+  static I LoadBits(const uint32_t* p) { return _mm512_load_si512(p); }
+  static void StoreBits(uint32_t* p, I v) { _mm512_store_si512(p, v); }
+  static I Set1Bits(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+  static R Dot(R acc, I a, I b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+  static I PairUp(R a, R b) { return PairUp16(a, b); }
+};
+struct YmmBf16 : flash::Ymm {
+  using I = __m256i;
+  static I LoadBits(const uint32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void StoreBits(uint32_t* p, I v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+  static I Set1Bits(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+  static R Dot(R acc, I a, I b) { return _mm256_dpbf16_ps(acc, (__m256bh)a, (__m256bh)b); }
+  static I PairUp(R a, R b) {
+    const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairs8));
+    return _mm256_permutexvar_epi16(idx, (__m256i)_mm256_cvtne2ps_pbh(b, a));
+  }
+};
+
+// Pairs of x[0 .. n) (the last one's high half 0 for odd n) into out.
+inline void RoundRow(const float* x, int n, uint32_t* out) {
+  int w = 0;
+  for (; w + 32 <= n; w += 32)
+    _mm512_storeu_si512(out + w / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + w + 16), _mm512_loadu_ps(x + w)));
+  if (w < n) {
+    const int rest = n - w;
+    const __m512 lo = _mm512_maskz_loadu_ps(LaneMask(static_cast<size_t>(std::min(rest, 16))), x + w);
+    const __m512 hi = _mm512_maskz_loadu_ps(rest > 16 ? LaneMask(static_cast<size_t>(rest - 16)) : __mmask16(0), x + w + 16);
+    _mm512_mask_storeu_epi32(out + w / 2, LaneMask(static_cast<size_t>((rest + 1) / 2)),
+                             (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+}
+
+// Words (a[l], b[l]) for l < n; b null: zeros.
+inline void PairRows(const float* a, const float* b, int n, uint32_t* out) {
+  for (int l = 0; l < n; l += 16) {
+    const __mmask16 m = LaneMask(static_cast<size_t>(std::min(16, n - l)));
+    const __m512 va = _mm512_maskz_loadu_ps(m, a + l);
+    const __m512 vb = b ? _mm512_maskz_loadu_ps(m, b + l) : _mm512_setzero_ps();
+    _mm512_mask_storeu_epi32(out + l, m, PairUp16(va, vb));
+  }
+}
+
+template <class V, int NV>
+struct Bf16Dot {
+  using R = typename V::R;
+  using I = typename V::I;
+  static constexpr int kLanes = V::kWidth * NV;
+  static constexpr int kKeyTile = NV == 1 ? 12 : 8;
+
+  struct Work {
+    int W2, L;
+    uint32_t *Qt2, *Kb, *P2, *V2;
+    static uint32_t* Words(size_t n) { return reinterpret_cast<uint32_t*>(AllocScratch(n)); }
+    Work(int W, int L_)
+        : W2((W + 1) / 2),
+          L(L_),
+          Qt2(Words(static_cast<size_t>(W2) * kLanes)),
+          Kb(Words(static_cast<size_t>(kBlock) * W2)),
+          P2(Words(static_cast<size_t>(kBlock / 2 + 1) * kLanes)),
+          V2(Words(static_cast<size_t>(kBlock / 2 + 1) * L)) {}
+    ~Work() {
+      for (uint32_t* p : {Qt2, Kb, P2, V2}) FreeScratch(reinterpret_cast<float*>(p));
+    }
+  };
+
+  template <class Q>
+  static void PackQ(Work& ws, int W, Q q) {
+    for (int p = 0; p < ws.W2; ++p)
+      for (int j = 0; j < kLanes; ++j) {
+        const uint32_t lo = Bf16Bits(q(j, 2 * p)), hi = 2 * p + 1 < W ? Bf16Bits(q(j, 2 * p + 1)) : 0u;
+        ws.Qt2[p * kLanes + j] = lo | hi << 16;
+      }
+  }
+
+  template <int KN>
+  [[gnu::noinline]] static void ScoreTile(const uint32_t* __restrict Qt2, const uint32_t* __restrict kb, int W2,
+                                          float* __restrict St) {
+    R a[NV][KN];
+#pragma GCC unroll 12
+    for (int i = 0; i < KN; ++i)
+      for (int v = 0; v < NV; ++v) a[v][i] = V::Zero();
+    for (int p = 0; p < W2; ++p) {
+      I q[NV];
+      for (int v = 0; v < NV; ++v) q[v] = V::LoadBits(Qt2 + p * kLanes + v * V::kWidth);
+#pragma GCC unroll 12
+      for (int i = 0; i < KN; ++i) {
+        const I kv = V::Set1Bits(kb[i * W2 + p]);
+        for (int v = 0; v < NV; ++v) a[v][i] = V::Dot(a[v][i], q[v], kv);
+      }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < KN; ++i)
+      for (int v = 0; v < NV; ++v) V::Store(St + i * kLanes + v * V::kWidth, a[v][i]);
+  }
+
+  template <int KN>
+  static void ScoreRest(const uint32_t* Qt2, const uint32_t* kb, int n, int W2, float* St) {
+    if constexpr (KN > 0) {
+      if (n == KN) return ScoreTile<KN>(Qt2, kb, W2, St);
+      return ScoreRest<KN - 1>(Qt2, kb, n, W2, St);
+    }
+  }
+
+  static void Score(Work& ws, const float* const* k, int n, int W, float* St) {
+    for (int i = 0; i < n; ++i) RoundRow(k[i], W, ws.Kb + static_cast<size_t>(i) * ws.W2);
+    int i = 0;
+    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, ws.Kb + i * ws.W2, ws.W2, St + i * kLanes);
+    ScoreRest<kKeyTile - 1>(ws.Qt2, ws.Kb + i * ws.W2, n - i, ws.W2, St + i * kLanes);
+  }
+
+  template <int LN>
+  [[gnu::noinline]] static void WeightedSumTile(const uint32_t* __restrict P2, const uint32_t* __restrict V2, int n2,
+                                                int L, int l0, const R* alpha, float* __restrict Ot) {
+    R a[NV][LN];
+#pragma GCC unroll 8
+    for (int r = 0; r < LN; ++r)
+      for (int u = 0; u < NV; ++u) a[u][r] = V::Mul(alpha[u], V::Load(Ot + (l0 + r) * kLanes + u * V::kWidth));
+    for (int ip = 0; ip < n2; ++ip) {
+      I p[NV];
+      for (int u = 0; u < NV; ++u) p[u] = V::LoadBits(P2 + ip * kLanes + u * V::kWidth);
+      const uint32_t* vi = V2 + static_cast<size_t>(ip) * L + l0;
+#pragma GCC unroll 8
+      for (int r = 0; r < LN; ++r) {
+        const I x = V::Set1Bits(vi[r]);
+        for (int u = 0; u < NV; ++u) a[u][r] = V::Dot(a[u][r], p[u], x);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < LN; ++r)
+      for (int u = 0; u < NV; ++u) V::Store(Ot + (l0 + r) * kLanes + u * V::kWidth, a[u][r]);
+  }
+
+  static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
+    const int n2 = (n + 1) / 2;
+    for (int ip = 0; ip < n2; ++ip) {
+      const bool odd = 2 * ip + 1 >= n;  // the block's last key has no partner
+      for (int u = 0; u < NV; ++u) {
+        const R a = V::Load(P + 2 * ip * kLanes + u * V::kWidth);
+        const R b = odd ? V::Zero() : V::Load(P + (2 * ip + 1) * kLanes + u * V::kWidth);
+        V::StoreBits(ws.P2 + ip * kLanes + u * V::kWidth, V::PairUp(a, b));
+      }
+      PairRows(v[2 * ip], odd ? nullptr : v[2 * ip + 1], L, ws.V2 + static_cast<size_t>(ip) * L);
+    }
+    int l0 = 0;
+    for (; l0 + kLatTile <= L; l0 += kLatTile) WeightedSumTile<kLatTile>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
+    for (; l0 < L; ++l0) WeightedSumTile<1>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
+  }
+};
+
+}  // namespace
+
+void mla_flash_bf16dot(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows,
+                       size_t offset, const int* keys, int n_keys, float* lat) {
+  flash::DecodeTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+}
+
+void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* q_abs, const float* q_pe,
+                            const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
+                            float* lat) {
+  if (sh.heads <= 8)
+    return flash::RowsTiles<Tile<flash::Ymm, 1, Bf16Dot<YmmBf16, 1>>>(sh, queries, q_abs, q_pe, rows, offset, keys,
+                                                                      n_keys, lat);
+  if (sh.heads <= 16)
+    return flash::RowsTiles<Tile<flash::Zmm, 1, Bf16Dot<ZmmBf16, 1>>>(sh, queries, q_abs, q_pe, rows, offset, keys,
+                                                                      n_keys, lat);
+  return flash::RowsTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, queries, q_abs, q_pe, rows, offset, keys,
+                                                                    n_keys, lat);
+}
+
+}  // namespace moeserve::kernels::cpu

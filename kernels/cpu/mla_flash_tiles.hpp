@@ -1,0 +1,274 @@
+// The tile machinery of the latent-attention kernels with head-queries as
+// the vector lanes (mla_flash_avx512.cpp: fp32 FMAs; mla_flash_bf16dot.cpp:
+// BF16 dot products). Included only by those AVX-512 translation units.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
+#include "variants.hpp"
+#include "vec_exp.hpp"
+
+namespace moeserve::kernels::cpu::flash {
+
+// The two vector widths, as the tile code needs them.
+struct Zmm {
+  using R = __m512;
+  static constexpr int kWidth = 16;
+  static R Load(const float* p) { return _mm512_load_ps(p); }
+  static void Store(float* p, R v) { _mm512_store_ps(p, v); }
+  static R Set1(float x) { return _mm512_set1_ps(x); }
+  static R Zero() { return _mm512_setzero_ps(); }
+  static R Fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R Mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static R Add(R a, R b) { return _mm512_add_ps(a, b); }
+  static R Sub(R a, R b) { return _mm512_sub_ps(a, b); }
+  static R Max(R a, R b) { return _mm512_max_ps(a, b); }
+  static R Exp(R x) { return simd::Exp512(x); }
+  // s, with -inf in the lanes whose limit seen[lane] <= at.
+  static R MaskFrom(R s, const int* seen, int at) {
+    return _mm512_mask_mov_ps(s, _mm512_cmple_epi32_mask(_mm512_load_si512(seen), _mm512_set1_epi32(at)),
+                              _mm512_set1_ps(-std::numeric_limits<float>::infinity()));
+  }
+};
+struct Ymm {
+  using R = __m256;
+  static constexpr int kWidth = 8;
+  static R Load(const float* p) { return _mm256_load_ps(p); }
+  static void Store(float* p, R v) { _mm256_store_ps(p, v); }
+  static R Set1(float x) { return _mm256_set1_ps(x); }
+  static R Zero() { return _mm256_setzero_ps(); }
+  static R Fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R Mul(R a, R b) { return _mm256_mul_ps(a, b); }
+  static R Add(R a, R b) { return _mm256_add_ps(a, b); }
+  static R Sub(R a, R b) { return _mm256_sub_ps(a, b); }
+  static R Max(R a, R b) { return _mm256_max_ps(a, b); }
+  // Through the 512-bit form: it gives exactly 0 for -inf (masked keys).
+  static R Exp(R x) { return _mm512_castps512_ps256(simd::Exp512(_mm512_castps256_ps512(x))); }
+  static R MaskFrom(R s, const int* seen, int at) {
+    return _mm256_mask_mov_ps(s, _mm256_cmple_epi32_mask(_mm256_load_si256(reinterpret_cast<const __m256i*>(seen)),
+                                                         _mm256_set1_epi32(at)),
+                              _mm256_set1_ps(-std::numeric_limits<float>::infinity()));
+  }
+};
+
+constexpr int kBlock = 48;   // keys per softmax block
+constexpr int kLatTile = 8;  // latent columns per weighted-sum micro-tile
+
+inline int KeyAt(const int* keys, int i) { return keys ? keys[i] : i; }
+
+// The fp32 FMA products of a tile of NV vectors of lanes (head-queries):
+// the queries transposed (Qt[w][lane]), scores and weighted sums read the
+// cached rows in place.
+template <class V, int NV>
+struct Fp32Dot {
+  using R = typename V::R;
+  static constexpr int kLanes = V::kWidth * NV;
+  static constexpr int kKeyTile = NV == 1 ? 12 : 8;  // keys per score micro-tile
+
+  struct Work {
+    float* Qt;
+    Work(int W, int /*L*/) : Qt(AllocScratch(static_cast<size_t>(W) * kLanes)) {}
+    ~Work() { FreeScratch(Qt); }
+  };
+  // Qt[w][j] = q(j, w), already scaled; pad lanes zero.
+  template <class Q>
+  static void PackQ(Work& ws, int W, Q q) {
+    for (int w = 0; w < W; ++w)
+      for (int j = 0; j < kLanes; ++j) ws.Qt[w * kLanes + j] = q(j, w);
+  }
+
+  // St[i][lane] = sum_w Qt[w][lane] k_i[w] for the KN keys k_i.
+  // (Not inlined: inside the block loop the register allocator spilled
+  // accumulators, putting a store-load chain on every step.)
+  template <int KN>
+  [[gnu::noinline]] static void ScoreTile(const float* __restrict Qt, const float* const* k, int W, float* __restrict St) {
+    R a[NV][KN];
+#pragma GCC unroll 12
+    for (int i = 0; i < KN; ++i)
+      for (int v = 0; v < NV; ++v) a[v][i] = V::Zero();
+    for (int w = 0; w < W; ++w) {
+      R q[NV];
+      for (int v = 0; v < NV; ++v) q[v] = V::Load(Qt + w * kLanes + v * V::kWidth);
+#pragma GCC unroll 12
+      for (int i = 0; i < KN; ++i) {
+        const R kv = V::Set1(k[i][w]);
+        for (int v = 0; v < NV; ++v) a[v][i] = V::Fma(q[v], kv, a[v][i]);
+      }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < KN; ++i)
+      for (int v = 0; v < NV; ++v) V::Store(St + i * kLanes + v * V::kWidth, a[v][i]);
+  }
+
+  template <int KN>
+  static void ScoreRest(const float* Qt, const float* const* k, int n, int W, float* St) {
+    if constexpr (KN > 0) {
+      if (n == KN) return ScoreTile<KN>(Qt, k, W, St);
+      return ScoreRest<KN - 1>(Qt, k, n, W, St);
+    }
+  }
+
+  static void Score(Work& ws, const float* const* k, int n, int W, float* St) {
+    const float* Qt = ws.Qt;
+    int i = 0;
+    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(Qt, k + i, W, St + i * kLanes);
+    ScoreRest<kKeyTile - 1>(Qt, k + i, n - i, W, St + i * kLanes);
+  }
+
+  // Ot[l0 + r][lane] = alpha[lane] Ot[l0 + r][lane] + sum_i P[i][lane] v_i[l0 + r], r < LN, i < n.
+  template <int LN>
+  [[gnu::noinline]] static void WeightedSumTile(const float* __restrict P, const float* const* v, int n, int l0, const R* alpha,
+                              float* __restrict Ot) {
+    R a[NV][LN];
+#pragma GCC unroll 8
+    for (int r = 0; r < LN; ++r)
+      for (int u = 0; u < NV; ++u) a[u][r] = V::Mul(alpha[u], V::Load(Ot + (l0 + r) * kLanes + u * V::kWidth));
+    for (int i = 0; i < n; ++i) {
+      R p[NV];
+      for (int u = 0; u < NV; ++u) p[u] = V::Load(P + i * kLanes + u * V::kWidth);
+      const float* vi = v[i] + l0;
+#pragma GCC unroll 8
+      for (int r = 0; r < LN; ++r) {
+        const R x = V::Set1(vi[r]);
+        for (int u = 0; u < NV; ++u) a[u][r] = V::Fma(p[u], x, a[u][r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < LN; ++r)
+      for (int u = 0; u < NV; ++u) V::Store(Ot + (l0 + r) * kLanes + u * V::kWidth, a[u][r]);
+  }
+
+  static void Weighted(Work&, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
+    int l0 = 0;
+    for (; l0 + kLatTile <= L; l0 += kLatTile) WeightedSumTile<kLatTile>(P, v, n, l0, alpha, Ot);
+    for (; l0 < L; ++l0) WeightedSumTile<1>(P, v, n, l0, alpha, Ot);
+  }
+};
+
+// One tile through the Dot policy's products: head-queries [hq0, hq0 +
+// lanes) of the call over list entries [0, n_keys), lane j limited to the
+// first visible[hq0 + j] (if given). Online softmax per block of kBlock keys.
+template <class V, int NV, class Dot>
+struct Tile {
+  using R = typename V::R;
+  static constexpr int kLanes = V::kWidth * NV;
+  static void Run(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows,
+                  size_t offset, const int* keys, int n_keys, int hq0, int lanes, float* lat) {
+    const int L = sh.kv_lora, R_ = sh.rope, W = L + R_;
+    typename Dot::Work ws(W, L);
+    float* St = AllocScratch(static_cast<size_t>(kBlock) * kLanes);
+    float* Ot = AllocScratch(static_cast<size_t>(L) * kLanes);
+    // Pad lanes (zero queries) copy the nearest real lane's limit, so they
+    // change neither bound.
+    alignas(64) int seen[kLanes];
+    int nearest = n_keys, furthest = 1;
+    for (int j = 0; j < lanes; ++j) {
+      const int s = sh.visible ? std::min(n_keys, sh.visible[hq0 + j]) : n_keys;
+      seen[j] = s;
+      nearest = std::min(nearest, s);
+      furthest = std::max(furthest, s);
+    }
+    for (int j = lanes; j < kLanes; ++j) seen[j] = nearest;
+    Dot::PackQ(ws, W, [&](int j, int w) {
+      if (j >= lanes) return 0.0f;
+      const size_t h = static_cast<size_t>(hq0 + j);
+      return sh.scale * (w < L ? q_abs[h * L + w] : q_pe[h * R_ + (w - L)]);
+    });
+    std::fill(Ot, Ot + static_cast<size_t>(L) * kLanes, 0.0f);
+    const R neg_inf = V::Set1(-std::numeric_limits<float>::infinity());
+    R m[NV], l[NV];
+    for (int u = 0; u < NV; ++u) {
+      m[u] = neg_inf;
+      l[u] = V::Zero();
+    }
+    const float* k[kBlock];
+    for (int b0 = 0; b0 < furthest; b0 += kBlock) {
+      const int n = std::min(kBlock, furthest - b0);
+      for (int i = 0; i < n; ++i) k[i] = rows[KeyAt(keys, b0 + i)] + offset;
+      // The next block's rows, whole, while this one computes: gathered rows
+      // (sparse lists, a paged cache) defeat the hardware's stream prefetch.
+      if (b0 + kBlock < furthest)
+        for (int i = 0; i < std::min(kBlock, furthest - b0 - kBlock); ++i) {
+          const char* row = reinterpret_cast<const char*>(rows[KeyAt(keys, b0 + kBlock + i)] + offset);
+          for (int byte = 0; byte < W * 4; byte += 64) _mm_prefetch(row + byte, _MM_HINT_T1);
+        }
+      Dot::Score(ws, k, n, W, St);
+      // Mask (only where a lane stops inside this block) and the block maxima.
+      const bool mask = b0 + n > nearest;
+      R bm[NV];
+      for (int u = 0; u < NV; ++u) bm[u] = neg_inf;
+      for (int i = 0; i < n; ++i)
+        for (int u = 0; u < NV; ++u) {
+          float* si = St + i * kLanes + u * V::kWidth;
+          R s = V::Load(si);
+          if (mask) {
+            s = V::MaskFrom(s, seen + u * V::kWidth, b0 + i);
+            V::Store(si, s);
+          }
+          bm[u] = V::Max(bm[u], s);
+        }
+      // Every lane sees key 0, so from the first block on its maximum is
+      // finite and exp(old - new) is 0 there (from -inf), then in (0, 1].
+      R alpha[NV], sum[NV];
+      for (int u = 0; u < NV; ++u) {
+        const R mx = V::Max(m[u], bm[u]);
+        alpha[u] = V::Exp(V::Sub(m[u], mx));
+        m[u] = mx;
+        sum[u] = V::Zero();
+      }
+      for (int i = 0; i < n; ++i)
+        for (int u = 0; u < NV; ++u) {
+          float* si = St + i * kLanes + u * V::kWidth;
+          const R p = V::Exp(V::Sub(V::Load(si), m[u]));
+          V::Store(si, p);
+          sum[u] = V::Add(sum[u], p);
+        }
+      for (int u = 0; u < NV; ++u) l[u] = V::Fma(l[u], alpha[u], sum[u]);
+      Dot::Weighted(ws, St, k, n, L, alpha, Ot);
+    }
+    alignas(64) float inv[kLanes];
+    for (int u = 0; u < NV; ++u) V::Store(inv + u * V::kWidth, l[u]);
+    for (int j = 0; j < lanes; ++j) {
+      const float r = 1.0f / inv[j];
+      float* out = lat + static_cast<size_t>(hq0 + j) * L;
+      for (int c = 0; c < L; ++c) out[c] = Ot[c * kLanes + j] * r;
+    }
+    FreeScratch(Ot);
+    FreeScratch(St);
+  }
+};
+
+// mla_decode over tiles of head-queries, and mla_rows over (query, tile),
+// on the pool.
+template <class T>
+void DecodeTiles(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows,
+                 size_t offset, const int* keys, int n_keys, float* lat) {
+  const int tiles = (sh.heads + T::kLanes - 1) / T::kLanes;
+  // Tiles in reverse: under causal visibility the last tiles see the most
+  // keys, and taking the longest first balances the threads' ends.
+  DefaultThreadPool().ParallelFor(static_cast<size_t>(tiles), [&](size_t t) {
+    const int hq0 = (tiles - 1 - static_cast<int>(t)) * T::kLanes;
+    T::Run(sh, q_abs, q_pe, rows, offset, keys, n_keys, hq0, std::min(T::kLanes, sh.heads - hq0), lat);
+  });
+}
+
+template <class T>
+void RowsTiles(const MlaDecodeShape& sh, int queries, const float* q_abs, const float* q_pe, const float* const* rows,
+               size_t offset, const int* const* keys, const int* n_keys, float* lat) {
+  const int H = sh.heads, per = (H + T::kLanes - 1) / T::kLanes;
+  const size_t L = static_cast<size_t>(sh.kv_lora), R = static_cast<size_t>(sh.rope);
+  DefaultThreadPool().ParallelFor(static_cast<size_t>(queries) * per, [&](size_t t) {
+    const size_t j = t / per;
+    const int hq0 = static_cast<int>(t % per) * T::kLanes;
+    const MlaDecodeShape one{H, sh.kv_lora, sh.rope, sh.scale, nullptr};
+    T::Run(one, q_abs + j * H * L, q_pe + j * H * R, rows, offset, keys[j], n_keys[j], hq0,
+           std::min(T::kLanes, H - hq0), lat + j * H * L);
+  });
+}
+
+}  // namespace moeserve::kernels::cpu::flash
