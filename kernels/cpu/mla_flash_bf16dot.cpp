@@ -12,7 +12,13 @@
 // broadcast per key), weighted sums pair consecutive keys (the weights as
 // P2[key/2][lane], each block's latents as V2[key/2][l], a pair broadcast per
 // latent column).
+//
+// The cached rows a call reads are rounded to BF16 once per call, before the
+// tiles run (every tile of a causal block, and every sparse row's query,
+// reads most of them: rounding them per tile cost as much as the products
+// for 8-head queries).
 #include <cstring>
+#include <vector>
 
 #include "avx512_mxfp4_scales.hpp"
 #include "mla_flash_tiles.hpp"
@@ -74,13 +80,15 @@ inline void RoundRow(const float* x, int n, uint32_t* out) {
   }
 }
 
-// Words (a[l], b[l]) for l < n; b null: zeros.
-inline void PairRows(const float* a, const float* b, int n, uint32_t* out) {
+// Words (a[l], b[l]) for l < n from two BF16 rows; b null: zeros.
+inline void PairRows(const uint16_t* a, const uint16_t* b, int n, uint32_t* out) {
+  const __m512i idx = _mm512_load_si512(kPairs16);
   for (int l = 0; l < n; l += 16) {
     const __mmask16 m = LaneMask(static_cast<size_t>(std::min(16, n - l)));
-    const __m512 va = _mm512_maskz_loadu_ps(m, a + l);
-    const __m512 vb = b ? _mm512_maskz_loadu_ps(m, b + l) : _mm512_setzero_ps();
-    _mm512_mask_storeu_epi32(out + l, m, PairUp16(va, vb));
+    const __m256i va = _mm256_maskz_loadu_epi16(m, a + l);
+    const __m256i vb = b ? _mm256_maskz_loadu_epi16(m, b + l) : _mm256_setzero_si256();
+    const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(va), vb, 1);
+    _mm512_mask_storeu_epi32(out + l, m, _mm512_permutexvar_epi16(idx, ab));
   }
 }
 
@@ -90,20 +98,22 @@ struct Bf16Dot {
   using I = typename V::I;
   static constexpr int kLanes = V::kWidth * NV;
   static constexpr int kKeyTile = NV == 1 ? 12 : 8;
+  // The rows come rounded (RoundRows): W2 words each, the latent first.
+  static int RowBytes(int W) { return (W + 1) / 2 * 4; }
+  static const uint32_t* Words(const float* row) { return reinterpret_cast<const uint32_t*>(row); }
 
   struct Work {
     int W2, L;
-    uint32_t *Qt2, *Kb, *P2, *V2;
+    uint32_t *Qt2, *P2, *V2;
     static uint32_t* Words(size_t n) { return reinterpret_cast<uint32_t*>(AllocScratch(n)); }
     Work(int W, int L_)
         : W2((W + 1) / 2),
           L(L_),
           Qt2(Words(static_cast<size_t>(W2) * kLanes)),
-          Kb(Words(static_cast<size_t>(kBlock) * W2)),
           P2(Words(static_cast<size_t>(kBlock / 2 + 1) * kLanes)),
           V2(Words(static_cast<size_t>(kBlock / 2 + 1) * L)) {}
     ~Work() {
-      for (uint32_t* p : {Qt2, Kb, P2, V2}) FreeScratch(reinterpret_cast<float*>(p));
+      for (uint32_t* p : {Qt2, P2, V2}) FreeScratch(reinterpret_cast<float*>(p));
     }
   };
 
@@ -117,8 +127,10 @@ struct Bf16Dot {
   }
 
   template <int KN>
-  [[gnu::noinline]] static void ScoreTile(const uint32_t* __restrict Qt2, const uint32_t* __restrict kb, int W2,
+  [[gnu::noinline]] static void ScoreTile(const uint32_t* __restrict Qt2, const float* const* k, int W2,
                                           float* __restrict St) {
+    const uint32_t* kb[KN];
+    for (int i = 0; i < KN; ++i) kb[i] = Words(k[i]);
     R a[NV][KN];
 #pragma GCC unroll 12
     for (int i = 0; i < KN; ++i)
@@ -128,7 +140,7 @@ struct Bf16Dot {
       for (int v = 0; v < NV; ++v) q[v] = V::LoadBits(Qt2 + p * kLanes + v * V::kWidth);
 #pragma GCC unroll 12
       for (int i = 0; i < KN; ++i) {
-        const I kv = V::Set1Bits(kb[i * W2 + p]);
+        const I kv = V::Set1Bits(kb[i][p]);
         for (int v = 0; v < NV; ++v) a[v][i] = V::Dot(a[v][i], q[v], kv);
       }
     }
@@ -138,18 +150,17 @@ struct Bf16Dot {
   }
 
   template <int KN>
-  static void ScoreRest(const uint32_t* Qt2, const uint32_t* kb, int n, int W2, float* St) {
+  static void ScoreRest(const uint32_t* Qt2, const float* const* k, int n, int W2, float* St) {
     if constexpr (KN > 0) {
-      if (n == KN) return ScoreTile<KN>(Qt2, kb, W2, St);
-      return ScoreRest<KN - 1>(Qt2, kb, n, W2, St);
+      if (n == KN) return ScoreTile<KN>(Qt2, k, W2, St);
+      return ScoreRest<KN - 1>(Qt2, k, n, W2, St);
     }
   }
 
-  static void Score(Work& ws, const float* const* k, int n, int W, float* St) {
-    for (int i = 0; i < n; ++i) RoundRow(k[i], W, ws.Kb + static_cast<size_t>(i) * ws.W2);
+  static void Score(Work& ws, const float* const* k, int n, int /*W*/, float* St) {
     int i = 0;
-    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, ws.Kb + i * ws.W2, ws.W2, St + i * kLanes);
-    ScoreRest<kKeyTile - 1>(ws.Qt2, ws.Kb + i * ws.W2, n - i, ws.W2, St + i * kLanes);
+    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, k + i, ws.W2, St + i * kLanes);
+    ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, ws.W2, St + i * kLanes);
   }
 
   template <int LN>
@@ -183,7 +194,8 @@ struct Bf16Dot {
         const R b = odd ? V::Zero() : V::Load(P + (2 * ip + 1) * kLanes + u * V::kWidth);
         V::StoreBits(ws.P2 + ip * kLanes + u * V::kWidth, V::PairUp(a, b));
       }
-      PairRows(v[2 * ip], odd ? nullptr : v[2 * ip + 1], L, ws.V2 + static_cast<size_t>(ip) * L);
+      PairRows(reinterpret_cast<const uint16_t*>(v[2 * ip]),
+               odd ? nullptr : reinterpret_cast<const uint16_t*>(v[2 * ip + 1]), L, ws.V2 + static_cast<size_t>(ip) * L);
     }
     int l0 = 0;
     for (; l0 + kLatTile <= L; l0 += kLatTile) WeightedSumTile<kLatTile>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
@@ -191,23 +203,73 @@ struct Bf16Dot {
   }
 };
 
+// The rows the call reads, rounded to BF16 pairs once: `at` lists them
+// (row indices), rounded[i] = the i-th's W2 words. One buffer per calling
+// thread, kept between calls (its pages stay mapped).
+struct RoundedRows {
+  std::vector<uint32_t> words;
+  std::vector<const float*> ptrs;  // per row index, for the tile runner
+  void Round(const float* const* rows, size_t offset, const std::vector<int>& at, int W) {
+    const size_t W2 = static_cast<size_t>((W + 1) / 2);
+    if (words.size() < at.size() * W2) words.resize(at.size() * W2);
+    constexpr size_t kChunk = 64;
+    DefaultThreadPool().ParallelFor((at.size() + kChunk - 1) / kChunk, [&](size_t c) {
+      for (size_t i = c * kChunk; i < std::min(at.size(), (c + 1) * kChunk); ++i)
+        RoundRow(rows[at[i]] + offset, W, &words[i * W2]);
+    });
+  }
+};
+thread_local RoundedRows tl_rounded;
+
 }  // namespace
 
 void mla_flash_bf16dot(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, const float* const* rows,
                        size_t offset, const int* keys, int n_keys, float* lat) {
-  flash::DecodeTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+  // List entries [0, furthest) are all any head-query reads; rounded in list
+  // order, the tiles then read them without the key list.
+  int furthest = 1;
+  for (int h = 0; h < sh.heads; ++h) furthest = std::max(furthest, sh.visible ? std::min(n_keys, sh.visible[h]) : n_keys);
+  std::vector<int> at(static_cast<size_t>(furthest));
+  for (int i = 0; i < furthest; ++i) at[static_cast<size_t>(i)] = keys ? keys[i] : i;
+  RoundedRows& r = tl_rounded;
+  const int W = sh.kv_lora + sh.rope;
+  r.Round(rows, offset, at, W);
+  r.ptrs.resize(at.size());
+  for (size_t i = 0; i < at.size(); ++i) r.ptrs[i] = reinterpret_cast<const float*>(&r.words[i * ((W + 1) / 2)]);
+  flash::DecodeTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, q_abs, q_pe, r.ptrs.data(), 0, nullptr,
+                                                               std::min(n_keys, furthest), lat);
 }
 
 void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* q_abs, const float* q_pe,
                             const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
                             float* lat) {
+  // The union of the queries' keys, each rounded once; ptrs indexed by key.
+  int top = 0;
+  for (int j = 0; j < queries; ++j)
+    for (int i = 0; i < n_keys[j]; ++i) top = std::max(top, keys[j][i]);
+  std::vector<int> slot(static_cast<size_t>(top) + 1, -1), at;
+  for (int j = 0; j < queries; ++j)
+    for (int i = 0; i < n_keys[j]; ++i) {
+      int& s = slot[static_cast<size_t>(keys[j][i])];
+      if (s < 0) {
+        s = static_cast<int>(at.size());
+        at.push_back(keys[j][i]);
+      }
+    }
+  RoundedRows& r = tl_rounded;
+  const int W = sh.kv_lora + sh.rope;
+  r.Round(rows, offset, at, W);
+  r.ptrs.assign(slot.size(), nullptr);
+  for (size_t key = 0; key < slot.size(); ++key)
+    if (slot[key] >= 0) r.ptrs[key] = reinterpret_cast<const float*>(&r.words[static_cast<size_t>(slot[key]) * ((W + 1) / 2)]);
+  const float* const* rounded = r.ptrs.data();
   if (sh.heads <= 8)
-    return flash::RowsTiles<Tile<flash::Ymm, 1, Bf16Dot<YmmBf16, 1>>>(sh, queries, q_abs, q_pe, rows, offset, keys,
+    return flash::RowsTiles<Tile<flash::Ymm, 1, Bf16Dot<YmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys,
                                                                       n_keys, lat);
   if (sh.heads <= 16)
-    return flash::RowsTiles<Tile<flash::Zmm, 1, Bf16Dot<ZmmBf16, 1>>>(sh, queries, q_abs, q_pe, rows, offset, keys,
+    return flash::RowsTiles<Tile<flash::Zmm, 1, Bf16Dot<ZmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys,
                                                                       n_keys, lat);
-  return flash::RowsTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, queries, q_abs, q_pe, rows, offset, keys,
+  return flash::RowsTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, queries, q_abs, q_pe, rounded, 0, keys,
                                                                     n_keys, lat);
 }
 

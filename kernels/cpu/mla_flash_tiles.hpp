@@ -70,6 +70,7 @@ struct Fp32Dot {
   static constexpr int kLanes = V::kWidth * NV;
   static constexpr int kKeyTile = NV == 1 ? 12 : 8;  // keys per score micro-tile
 
+  static int RowBytes(int W) { return W * 4; }
   struct Work {
     float* Qt;
     Work(int W, int /*L*/) : Qt(AllocScratch(static_cast<size_t>(W) * kLanes)) {}
@@ -195,7 +196,7 @@ struct Tile {
       if (b0 + kBlock < furthest)
         for (int i = 0; i < std::min(kBlock, furthest - b0 - kBlock); ++i) {
           const char* row = reinterpret_cast<const char*>(rows[KeyAt(keys, b0 + kBlock + i)] + offset);
-          for (int byte = 0; byte < W * 4; byte += 64) _mm_prefetch(row + byte, _MM_HINT_T1);
+          for (int byte = 0; byte < Dot::RowBytes(W); byte += 64) _mm_prefetch(row + byte, _MM_HINT_T1);
         }
       Dot::Score(ws, k, n, W, St);
       // Mask (only where a lane stops inside this block) and the block maxima.
