@@ -196,6 +196,11 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // decode (a block's kernels split and merge their work by its size).
     constexpr int kIndexerBlock = 16;
     const int indexer_block = ctx.options.deterministic ? 1 : kIndexerBlock;
+    // Sparse rows per attention call (each with its own keys): a call
+    // prepares the union of its rows' keys once (the BF16 kernels round
+    // them), so more rows a call share that work.
+    constexpr int kSparseBlock = 64;
+    const int sparse_block = ctx.options.deterministic ? 1 : kSparseBlock;
     // Expanded form: per-head keys and values for every cached position.
     std::vector<float> k_nope, vals;
     if (!absorbed) {
@@ -257,7 +262,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);
         if (select_keys(r, pos)) {
-          const int nb = std::min(indexer_block, seg.row0 + seg.n - r);
+          const int nb = std::min(sparse_block, seg.row0 + seg.n - r);
           sparse_keys.resize(static_cast<size_t>(nb));
           sparse_keys[0] = keys;
           for (int j = 1; j < nb; ++j) {

@@ -167,20 +167,20 @@ struct Bf16Dot {
   [[gnu::noinline]] static void WeightedSumTile(const uint32_t* __restrict P2, const uint32_t* __restrict V2, int n2,
                                                 int L, int l0, const R* alpha, float* __restrict Ot) {
     R a[NV][LN];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < LN; ++r)
       for (int u = 0; u < NV; ++u) a[u][r] = V::Mul(alpha[u], V::Load(Ot + (l0 + r) * kLanes + u * V::kWidth));
     for (int ip = 0; ip < n2; ++ip) {
       I p[NV];
       for (int u = 0; u < NV; ++u) p[u] = V::LoadBits(P2 + ip * kLanes + u * V::kWidth);
       const uint32_t* vi = V2 + static_cast<size_t>(ip) * L + l0;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int r = 0; r < LN; ++r) {
         const I x = V::Set1Bits(vi[r]);
         for (int u = 0; u < NV; ++u) a[u][r] = V::Dot(a[u][r], p[u], x);
       }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < LN; ++r)
       for (int u = 0; u < NV; ++u) V::Store(Ot + (l0 + r) * kLanes + u * V::kWidth, a[u][r]);
   }
@@ -198,7 +198,9 @@ struct Bf16Dot {
                odd ? nullptr : reinterpret_cast<const uint16_t*>(v[2 * ip + 1]), L, ws.V2 + static_cast<size_t>(ip) * L);
     }
     int l0 = 0;
-    for (; l0 + kLatTile <= L; l0 += kLatTile) WeightedSumTile<kLatTile>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
+    for (; l0 + kLatTile<NV> <= L; l0 += kLatTile<NV>)
+      WeightedSumTile<kLatTile<NV>>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
+    for (; l0 + 8 <= L; l0 += 8) WeightedSumTile<8>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
     for (; l0 < L; ++l0) WeightedSumTile<1>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
   }
 };

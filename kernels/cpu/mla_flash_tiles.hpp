@@ -57,7 +57,11 @@ struct Ymm {
 };
 
 constexpr int kBlock = 48;   // keys per softmax block
-constexpr int kLatTile = 8;  // latent columns per weighted-sum micro-tile
+// Latent columns per weighted-sum micro-tile: 8 for two vectors of lanes
+// (16 accumulators); 16 for one (the same count: enough independent sums to
+// cover the FMA's or the BF16 dot's latency at two per cycle).
+template <int NV>
+constexpr int kLatTile = NV == 1 ? 16 : 8;
 
 inline int KeyAt(const int* keys, int i) { return keys ? keys[i] : i; }
 
@@ -126,27 +130,28 @@ struct Fp32Dot {
   [[gnu::noinline]] static void WeightedSumTile(const float* __restrict P, const float* const* v, int n, int l0, const R* alpha,
                               float* __restrict Ot) {
     R a[NV][LN];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < LN; ++r)
       for (int u = 0; u < NV; ++u) a[u][r] = V::Mul(alpha[u], V::Load(Ot + (l0 + r) * kLanes + u * V::kWidth));
     for (int i = 0; i < n; ++i) {
       R p[NV];
       for (int u = 0; u < NV; ++u) p[u] = V::Load(P + i * kLanes + u * V::kWidth);
       const float* vi = v[i] + l0;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int r = 0; r < LN; ++r) {
         const R x = V::Set1(vi[r]);
         for (int u = 0; u < NV; ++u) a[u][r] = V::Fma(p[u], x, a[u][r]);
       }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < LN; ++r)
       for (int u = 0; u < NV; ++u) V::Store(Ot + (l0 + r) * kLanes + u * V::kWidth, a[u][r]);
   }
 
   static void Weighted(Work&, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
     int l0 = 0;
-    for (; l0 + kLatTile <= L; l0 += kLatTile) WeightedSumTile<kLatTile>(P, v, n, l0, alpha, Ot);
+    for (; l0 + kLatTile<NV> <= L; l0 += kLatTile<NV>) WeightedSumTile<kLatTile<NV>>(P, v, n, l0, alpha, Ot);
+    for (; l0 + 8 <= L; l0 += 8) WeightedSumTile<8>(P, v, n, l0, alpha, Ot);
     for (; l0 < L; ++l0) WeightedSumTile<1>(P, v, n, l0, alpha, Ot);
   }
 };
