@@ -192,15 +192,13 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // expanded form below is a plain serial loop, ~70 % of a 2K-token
     // prefill when it was used there).
     const bool absorbed = seg.n == 1 ? ctx.options.mla_form != MlaForm::kExpanded : ctx.absorbed_prefill;
+    // Sparse rows a block: one indexer pass over the cached keys for all of
+    // them, their top-k selections side by side, one attention call (which
+    // prepares the union of their keys once: the BF16 kernels round them).
     // Deterministic: one query per attention call and indexer pass, as in
     // decode (a block's kernels split and merge their work by its size).
-    constexpr int kIndexerBlock = 16;
-    const int indexer_block = ctx.options.deterministic ? 1 : kIndexerBlock;
-    // Sparse rows per attention call (each with its own keys): a call
-    // prepares the union of its rows' keys once (the BF16 kernels round
-    // them), so more rows a call share that work.
     constexpr int kSparseBlock = 64;
-    const int sparse_block = ctx.options.deterministic ? 1 : kSparseBlock;
+    const int indexer_block = ctx.options.deterministic ? 1 : kSparseBlock;
     // Expanded form: per-head keys and values for every cached position.
     std::vector<float> k_nope, vals;
     if (!absorbed) {
@@ -220,7 +218,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
     std::vector<float> scores, index_scores;
     std::vector<int> keys;
-    // The indexer's scores of up to kIndexerBlock sparse rows [block_r0,
+    // The indexer's scores of up to kSparseBlock sparse rows [block_r0,
     // block_r0 + block_n), one pass over the cached keys for all of them
     // (indexer_scores_batch); rows after a sparse row are sparse too.
     int block_r0 = 0, block_n = 0;
@@ -255,25 +253,35 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       return sparse;
     };
     if (absorbed) {
-      // Sparse rows kIndexerBlock at a time (each with its own keys; every
+      // Sparse rows kSparseBlock at a time (each with its own keys; every
       // row after a sparse one is sparse); runs of causal (dense) rows as blocks.
       const int block = ctx.options.deterministic ? 1 : std::max(1, kMaxHeadsPerCall / H);
       std::vector<std::vector<int>> sparse_keys;
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);
-        if (select_keys(r, pos)) {
-          const int nb = std::min(sparse_block, seg.row0 + seg.n - r);
+        if (dsa && pos + 1 > cfg.dsa.index_topk) {
+          score_block(r);
+          const int nb = block_n;
           sparse_keys.resize(static_cast<size_t>(nb));
-          sparse_keys[0] = keys;
-          for (int j = 1; j < nb; ++j) {
-            select_keys(r + j, pos + j);
-            sparse_keys[static_cast<size_t>(j)] = keys;
-          }
+          // The block's selections side by side (each a pure function of its
+          // row's scores), recorded in row order after.
+          kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(nb), [&](size_t j) {
+            std::vector<int>& kj = sparse_keys[j];
+            kj.resize(static_cast<size_t>(cfg.dsa.index_topk));
+            kernels::TopKIndices(&index_scores[j * block_ld], static_cast<int>(pos + 1 + static_cast<int64_t>(j)),
+                                 cfg.dsa.index_topk, kj.data());
+          });
+          double indexer_flops = 0;  // a dot of ID per head and cached row, then the head weights
+          for (int j = 0; j < nb; ++j) indexer_flops += 2.0 * IH * (ID + 1) * static_cast<double>(pos + 1 + j);
+          clock.Mark(ProfilePart::kIndexer, indexer_flops);
+          if (ctx.trace && ctx.trace->record_dsa)
+            for (const std::vector<int>& kj : sparse_keys) ctx.trace->dsa_selected[ctx.layer].push_back(kj);
           AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, nb, pos, &sparse_keys, o.data());
           clock.Mark(ProfilePart::kAttention);
           r += nb;
           continue;
         }
+        select_keys(r, pos);  // dense: only the trace needs it
         int nr = 1;
         while (nr < block && r + nr < seg.row0 + seg.n && !(dsa && pos + nr + 1 > cfg.dsa.index_topk)) {
           select_keys(r + nr, pos + nr);  // dense: only the trace needs it
