@@ -51,9 +51,9 @@ struct ModelOptions {
   // avx512_bf16), about twice the fp32 GEMMs' speed; on such CPUs latent
   // attention's blocks of prefill queries and DSA's sparse rows likewise
   // take BF16 dot products (queries, cached rows and softmax weights rounded
-  // to BF16; the indexer stays fp32, so the DSA selections are the fp32
-  // path's). Off by default: the
-  // rounding (2^-8 of each activation) is a BF16 path in the sense of
+  // to BF16; the indexer's scores stay fp32 products, though of inputs
+  // the BF16-activation projections made). Off by default: the rounding
+  // (2^-8 of each activation) is a BF16 path in the sense of
   // docs/model-format.md section 10, outside the fp32 path's 1e-3 bound on
   // the random test models (measured up to 0.6 of max|logit| at late
   // positions of a 300-token prefill; 6e-3 at the first). The reference
