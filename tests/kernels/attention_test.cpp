@@ -56,6 +56,19 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, doubl
   EXPECT_LE(diff, rel * mx) << "max diff " << diff << " of " << mx;
 }
 
+// Queries of H heads each (q_abs, q_pe: [queries * H] rows) over a paged
+// cache of n rows, this layer's data at `offset` in each.
+struct HeadQueries {
+  int hq;
+  PagedRows cache;
+  std::vector<float> q_abs, q_pe;
+  HeadQueries(int queries, int H, int kvl, int rope, int n, int offset, std::mt19937& rng)
+      : hq(queries * H),
+        cache(n, offset + kvl + rope, rng),
+        q_abs(Random(static_cast<size_t>(hq) * kvl, rng, 0.3f)),
+        q_pe(Random(static_cast<size_t>(hq) * rope, rng, 0.3f)) {}
+};
+
 TEST(MlaDecodeKernel, FastMatchesReference) {
   std::mt19937 rng(1);
   for (auto [heads, kvl, rope, n] : {std::tuple{4, 64, 16, 1}, std::tuple{3, 37, 6, 5}, std::tuple{16, 128, 32, 1000},
@@ -117,10 +130,10 @@ TEST(MlaDecodeKernel, ManyHeadQueriesCausalMatchReference) {
   std::mt19937 rng(7);
   for (auto [queries, H, kvl, rope, n] : {std::tuple{130, 8, 64, 16, 700}, std::tuple{37, 16, 36, 6, 97},
                                           std::tuple{2, 128, 256, 32, 150}, std::tuple{300, 1, 20, 4, 49}}) {
-    const int hq = queries * H;
-    PagedRows cache(n, 1 + kvl + rope, rng);
-    auto q_abs = Random(static_cast<size_t>(hq) * kvl, rng, 0.3f);
-    auto q_pe = Random(static_cast<size_t>(hq) * rope, rng, 0.3f);
+    HeadQueries b(queries, H, kvl, rope, n, 1, rng);
+    const int hq = b.hq;
+    const PagedRows& cache = b.cache;
+    const std::vector<float>&q_abs = b.q_abs, &q_pe = b.q_pe;
     std::vector<int> visible;
     std::uniform_int_distribution<int> sees(1, n);
     for (int j = 0; j < queries; ++j) visible.insert(visible.end(), static_cast<size_t>(H), j == 0 ? 1 : sees(rng));
@@ -152,10 +165,10 @@ TEST(MlaRowsKernel, FastMatchesReference) {
   std::mt19937 rng(11);
   for (auto [queries, H, kvl, rope, n] : {std::tuple{5, 8, 64, 16, 400}, std::tuple{3, 16, 40, 8, 130},
                                           std::tuple{2, 40, 48, 6, 77}, std::tuple{7, 3, 24, 4, 60}}) {
-    PagedRows cache(n, 2 + kvl + rope, rng);
-    const size_t hq = static_cast<size_t>(queries) * H;
-    auto q_abs = Random(hq * kvl, rng, 0.3f);
-    auto q_pe = Random(hq * rope, rng, 0.3f);
+    HeadQueries b(queries, H, kvl, rope, n, 2, rng);
+    const size_t hq = static_cast<size_t>(b.hq);
+    const PagedRows& cache = b.cache;
+    const std::vector<float>&q_abs = b.q_abs, &q_pe = b.q_pe;
     std::vector<std::vector<int>> lists(static_cast<size_t>(queries));
     std::vector<const int*> keys;
     std::vector<int> n_keys;
@@ -191,10 +204,10 @@ TEST(MlaBf16DotKernel, CloseToReferenceAndRunsAsBf16) {
   std::mt19937 rng(12);
   for (auto [queries, H, kvl, rope, n] : {std::tuple{130, 8, 64, 16, 300}, std::tuple{3, 40, 50, 7, 101},
                                           std::tuple{9, 8, 256, 32, 97}, std::tuple{4, 16, 30, 6, 49}}) {
-    const int hq = queries * H;
-    PagedRows cache(n, 1 + kvl + rope, rng);
-    auto q_abs = Random(static_cast<size_t>(hq) * kvl, rng, 0.3f);
-    auto q_pe = Random(static_cast<size_t>(hq) * rope, rng, 0.3f);
+    HeadQueries b(queries, H, kvl, rope, n, 1, rng);
+    const int hq = b.hq;
+    const PagedRows& cache = b.cache;
+    const std::vector<float>&q_abs = b.q_abs, &q_pe = b.q_pe;
     std::vector<int> visible;
     for (int j = 0; j < queries; ++j) visible.insert(visible.end(), static_cast<size_t>(H), 1 + j * (n - 1) / queries);
     std::vector<std::vector<int>> lists(static_cast<size_t>(queries));
