@@ -9,6 +9,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <numeric>
 
 #include "moeserve/kernels/comm/rendezvous.hpp"
@@ -132,11 +133,25 @@ class GlooCommunicator final : public Communicator {
   uint64_t bytes_sent_ = 0;
 };
 
+// Gloo's TCP transport writes with plain writev: a write to a peer that
+// has died raises SIGPIPE, whose default action ends this process instead of
+// failing the collective (the error the group's re-forming relies on).
+// Ignored process-wide, once, unless the program set its own handler.
+void IgnoreSigpipeUnlessHandled() {
+  static const bool done = [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  (void)done;
+}
+
 }  // namespace
 
 CommResult<std::unique_ptr<Communicator>> JoinGlooGroup(const GlooGroupOptions& o, uint64_t* epoch_out) {
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size)
     return CommFail("gloo: rank " + std::to_string(o.rank) + " outside a world of " + std::to_string(o.size));
+  IgnoreSigpipeUnlessHandled();
   auto client = RendezvousClient::Connect(o.master_host, o.master_port, o.secret, o.timeout);
   if (!client) return std::unexpected(client.error());
   auto epoch = (*client)->Join(o.rank, o.timeout);
