@@ -33,6 +33,8 @@ float Dot(const float* a, const float* b, int n) {
 // row is read once per tile of head-queries rather than once per query; a
 // call of up to 1024 head-queries gives each thread several 32-lane tiles.
 constexpr int kMaxHeadsPerCall = 1024;
+// Rows from which AbsorbedRows runs its per-head products as GEMMs.
+constexpr int kHeadGemmRows = 16;
 
 // The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
 // one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
@@ -49,7 +51,23 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   const kernels::KernelSet& k = ctx.kernels;
   std::vector<float> q_abs(HR * kv), q_pe(HR * static_cast<size_t>(rope)), lat(HR * kv);
   const float* q0 = q + static_cast<size_t>(r0) * H * qk;  // [nr * H][qk]
-  if (w.w_uk_t_bf16) {
+  // BF16 weights and a block of rows: per head, one GEMM over the block's
+  // rows of that head (gathered), where one matrix-vector product per
+  // head-query re-read the head's matrix for every row.
+  const bool head_gemms = nr >= kHeadGemmRows;
+  const auto per_head_gemm = [&](auto weight, size_t out, size_t in, auto src, auto dst) {
+    std::vector<float> X(static_cast<size_t>(nr) * in), Y(static_cast<size_t>(nr) * out);
+    for (int h = 0; h < H; ++h) {
+      for (int j = 0; j < nr; ++j) std::copy_n(src(j, h), in, &X[static_cast<size_t>(j) * in]);
+      k.matmul_bf16(weight(h), out, in, X.data(), static_cast<size_t>(nr), Y.data());
+      for (int j = 0; j < nr; ++j) std::copy_n(&Y[static_cast<size_t>(j) * out], out, dst(j, h));
+    }
+  };
+  const auto g_of = [H](int j, int h) { return static_cast<size_t>(j) * H + static_cast<size_t>(h); };
+  if (w.w_uk_t_bf16 && head_gemms) {
+    per_head_gemm([&](int h) { return w.w_uk_t_bf16 + static_cast<size_t>(h) * kv * np; }, kv, np,
+                  [&](int j, int h) { return q0 + g_of(j, h) * qk; }, [&](int j, int h) { return &q_abs[g_of(j, h) * kv]; });
+  } else if (w.w_uk_t_bf16) {
     std::vector<kernels::Bf16MatVecJob> jobs;
     for (size_t g = 0; g < HR; ++g)
       jobs.push_back({w.w_uk_t_bf16 + g % H * kv * np, kv, np, q0 + g * qk, &q_abs[g * kv]});
@@ -88,7 +106,10 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
                              visible_sum * (2.0 * kv + rope)));
   }
   float* o0 = o + static_cast<size_t>(r0) * H * v;  // [nr * H][vd]
-  if (w.wkv_b_bf16) {
+  if (w.wkv_b_bf16 && head_gemms) {
+    per_head_gemm([&](int h) { return w.wkv_b_bf16 + (static_cast<size_t>(h) * (np + v) + np) * kv; }, v, kv,
+                  [&](int j, int h) { return &lat[g_of(j, h) * kv]; }, [&](int j, int h) { return o0 + g_of(j, h) * v; });
+  } else if (w.wkv_b_bf16) {
     std::vector<kernels::Bf16MatVecJob> jobs;
     for (size_t g = 0; g < HR; ++g)
       jobs.push_back({w.wkv_b_bf16 + (g % H * (np + v) + np) * kv, v, kv, &lat[g * kv], o0 + g * v});
