@@ -26,14 +26,10 @@ TEST(SessionOpenAiClient, TurnsThroughTheOfficialClient) {
 TEST(SessionOpenAiClient, GptOssTurnsThroughTheOfficialClient) {
   if (!OpenAiClientInstalled())
     GTEST_SKIP() << "node or the openai npm package is missing (scripts/setup installs them)";
-  DaemonConfig c;
-  c.model = TinyGptOssDir();
-  c.served_model_name = "tiny";
-  c.port = FreeLoopbackPort();
-  c.max_context = 1024;
+  DaemonConfig c = TinyGptOssConfig(TinyGptOssDir(), "tiny");
+  c.max_context = 1024;  // several turns of a session
   c.cache_tokens = 1 << 14;
   c.default_max_tokens = 16;
-  c.shutdown_grace_seconds = 5;
   c.constrained_max_string_bytes = 24;  // random weights fill every string to the bound
   auto d = StartDaemon(c);
   ASSERT_TRUE(d);
