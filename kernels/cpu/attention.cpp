@@ -698,6 +698,17 @@ namespace cpu {
                                   const float* const* rows, size_t offset, const int* n, float* scores, size_t ld) { \
     IndexerScoresBatch(iq, w, queries, heads, dim, rows, offset, n, scores, ld, isa);                               \
   }
+}  // namespace cpu
+
+size_t AttentionScratchHeldBytes() {
+#if defined(__x86_64__)
+  if (CpuHasAvx512Bf16()) return cpu::mla_bf16dot_held_bytes();
+#endif
+  return 0;
+}
+
+namespace cpu {
+
 // The BF16-activation set's attention (KernelsWithBf16Activations): BF16
 // dot products where the CPU has them.
 void mla_decode_avx512_bf16act(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,

@@ -207,10 +207,20 @@ struct Bf16Dot {
 
 // The rows the call reads, rounded to BF16 pairs once: `at` lists them
 // (row indices), rounded[i] = the i-th's W2 words. One buffer per calling
-// thread, kept between calls (its pages stay mapped).
+// thread, kept between calls (its pages stay mapped) up to
+// kAttentionScratchKeepBytes: past that, released when the call ends, so one
+// very long context does not hold the thread's memory after it is gone.
 struct RoundedRows {
   std::vector<uint32_t> words;
   std::vector<const float*> ptrs;  // per row index, for the tile runner
+  size_t HeldBytes() const {
+    return words.capacity() * sizeof(uint32_t) + ptrs.capacity() * sizeof(const float*);
+  }
+  void Trim() {
+    if (HeldBytes() <= kAttentionScratchKeepBytes) return;
+    std::vector<uint32_t>().swap(words);
+    std::vector<const float*>().swap(ptrs);
+  }
   void Round(const float* const* rows, size_t offset, const std::vector<int>& at, int W) {
     const size_t W2 = static_cast<size_t>((W + 1) / 2);
     if (words.size() < at.size() * W2) words.resize(at.size() * W2);
@@ -240,6 +250,7 @@ void mla_flash_bf16dot(const MlaDecodeShape& sh, const float* q_abs, const float
   for (size_t i = 0; i < at.size(); ++i) r.ptrs[i] = reinterpret_cast<const float*>(&r.words[i * ((W + 1) / 2)]);
   flash::DecodeTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, q_abs, q_pe, r.ptrs.data(), 0, nullptr,
                                                                std::min(n_keys, furthest), lat);
+  r.Trim();
 }
 
 void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* q_abs, const float* q_pe,
@@ -266,13 +277,14 @@ void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* 
     if (slot[key] >= 0) r.ptrs[key] = reinterpret_cast<const float*>(&r.words[static_cast<size_t>(slot[key]) * ((W + 1) / 2)]);
   const float* const* rounded = r.ptrs.data();
   if (sh.heads <= 8)
-    return flash::RowsTiles<Tile<flash::Ymm, 1, Bf16Dot<YmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys,
-                                                                      n_keys, lat);
-  if (sh.heads <= 16)
-    return flash::RowsTiles<Tile<flash::Zmm, 1, Bf16Dot<ZmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys,
-                                                                      n_keys, lat);
-  return flash::RowsTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, queries, q_abs, q_pe, rounded, 0, keys,
-                                                                    n_keys, lat);
+    flash::RowsTiles<Tile<flash::Ymm, 1, Bf16Dot<YmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+  else if (sh.heads <= 16)
+    flash::RowsTiles<Tile<flash::Zmm, 1, Bf16Dot<ZmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+  else
+    flash::RowsTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+  r.Trim();
 }
+
+size_t mla_bf16dot_held_bytes() { return tl_rounded.HeldBytes(); }
 
 }  // namespace moeserve::kernels::cpu

@@ -150,6 +150,7 @@ void mla_flash_bf16dot(const MlaDecodeShape& shape, const float* q_abs, const fl
 void mla_rows_flash_bf16dot(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
                             const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
                             float* lat);
+size_t mla_bf16dot_held_bytes();  // AttentionScratchHeldBytes where the CPU runs them
 void mla_decode_avx512_bf16act(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,
                                const float* const* rows, size_t offset, const int* keys, int n_keys, float* lat);
 void mla_rows_avx512_bf16act(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,

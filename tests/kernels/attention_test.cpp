@@ -240,6 +240,29 @@ TEST(MlaBf16DotKernel, CloseToReferenceAndRunsAsBf16) {
   }
 }
 
+TEST(MlaBf16DotKernel, LongContextBufferIsReleasedAfterTheCall) {
+  // A context whose rounded rows outgrow the kept buffer (one long prompt)
+  // must not leave the thread holding that memory; a short one keeps its
+  // buffer for the next call.
+  if (!CpuHasAvx512Bf16() || !IsaSupported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  const KernelSet& bf16 = KernelsWithBf16Activations(Isa::kAvx512);
+  std::mt19937 rng(13);
+  const int H = 8, kvl = 512, rope = 64;
+  const int n_long = static_cast<int>(kAttentionScratchKeepBytes / ((kvl + rope) / 2 * 4)) + 1000;
+  for (int n : {n_long, 100}) {
+    HeadQueries b(1, H, kvl, rope, n, 0, rng);
+    std::vector<int> keys(static_cast<size_t>(n));
+    std::iota(keys.begin(), keys.end(), 0);
+    const int* list = keys.data();
+    std::vector<float> got(static_cast<size_t>(H) * kvl);
+    const MlaDecodeShape shape{H, kvl, rope, 0.3f};
+    bf16.mla_rows(shape, 1, b.q_abs.data(), b.q_pe.data(), b.cache.rows.data(), 0, &list, &n, got.data());
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); }));
+    EXPECT_LE(AttentionScratchHeldBytes(), kAttentionScratchKeepBytes) << n << " rows";
+    if (n < n_long) EXPECT_GT(AttentionScratchHeldBytes(), 0u) << "a short call keeps its buffer";
+  }
+}
+
 TEST(MlaDecodeKernel, ReferenceIsSoftmaxWeightedLatent) {
   // Two keys, one head, scores 0 and ln 3: weights 1/4 and 3/4.
   std::vector<float> r0 = {1, 0, 0, 0}, r1 = {0, 1, std::log(3.0f), 0};

@@ -47,6 +47,12 @@ void MlaDecodeRef(const MlaDecodeShape& shape, const float* q_abs, const float* 
 // queries in parallel (AVX-512: a query's heads as the vector lanes).
 void MlaRowsRef(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe, const float* const* rows,
                 size_t offset, const int* const* keys, const int* n_keys, float* lat);
+// The BF16-dot attention kernels round the cached rows a call reads once
+// per call, into a buffer of the calling thread that they keep for the next
+// call up to this size, and release past it when the call ends.
+inline constexpr size_t kAttentionScratchKeepBytes = size_t{16} << 20;
+// What the calling thread's buffer holds now (0 where those kernels never ran).
+size_t AttentionScratchHeldBytes();
 // scores[s] = sum_j w[j] * ReLU(iq[j] . ik_s) for s in [0, n); iq [heads, dim].
 void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const float* const* rows, size_t offset,
                       int n, float* scores);
