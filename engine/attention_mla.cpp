@@ -39,9 +39,9 @@ constexpr int kHeadGemmRows = 16;
 // The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
 // one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
 // attention over the latent cache, o = W_uv lat per head. row_keys: each
-// row's own key list (DSA's sparse rows; one latent-attention call per row,
-// the products of W_uk and W_uv still one pass for all nr rows); null: row j
-// sees positions 0 .. pos0 + j (one call for all rows).
+// row's own key list (DSA's sparse rows: one mla_rows call for all nr rows);
+// null: row j sees positions 0 .. pos0 + j (one mla_decode call for all rows,
+// MlaDecodeShape::visible keeping each causal).
 void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q, const float* const* rows, size_t off_c,
                   int r0, int nr, int64_t pos0, const std::vector<std::vector<int>>* row_keys, float* o) {
   const MlaConfig& m = ctx.config.mla;
