@@ -1,9 +1,11 @@
 // Gloo groups of separate processes on loopback, formed through the
 // authenticated rendezvous store: the shared exchange checks at world sizes
 // 1, 2 and 4, and a peer that dies mid-sequence failing the survivor's next
-// collective within the timeout instead of hanging it.
+// collective within the timeout instead of hanging it (or, through SIGPIPE,
+// killing it).
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdio>
 
 #include "../support/fork_ranks.hpp"
@@ -91,6 +93,31 @@ TEST(GlooGroup, WrongSecretCannotJoin) {
   auto comm = JoinGlooGroup(o);
   ASSERT_FALSE(comm);
   EXPECT_NE(comm.error().message.find("secret"), std::string::npos) << comm.error().message;
+}
+
+void CountPipes(int) {}
+
+TEST(GlooGroup, JoiningIgnoresSigpipeUnlessTheProgramHandlesIt) {
+  // Gloo writes to its peers with plain writev: under SIGPIPE's default
+  // action a write to a peer that died kills the survivor (exit 141)
+  // instead of failing the collective. Joining ignores SIGPIPE; a handler
+  // the program set stays.
+  for (const bool own_handler : {false, true}) {
+    SCOPED_TRACE(own_handler ? "program's own handler" : "default action");
+    auto server = RendezvousServer::Start("127.0.0.1", 0, kSecret, 1);
+    ASSERT_TRUE(server) << server.error().message;
+    const int port = (*server)->port();
+    auto codes = ForkRanks(1, [&](int r) {
+      std::signal(SIGPIPE, own_handler ? CountPipes : SIG_DFL);
+      auto comm = JoinGlooGroup(Options(r, 1, port));
+      if (!comm) return 2;
+      struct sigaction now {};
+      if (sigaction(SIGPIPE, nullptr, &now) != 0) return 3;
+      if (own_handler) return now.sa_handler == CountPipes ? 0 : 4;
+      return now.sa_handler == SIG_IGN ? 0 : 5;
+    });
+    EXPECT_EQ(codes[0], 0);
+  }
 }
 
 }  // namespace
