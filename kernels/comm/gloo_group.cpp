@@ -136,14 +136,11 @@ class GlooCommunicator final : public Communicator {
 // Gloo's TCP transport writes with plain writev: a write to a peer that
 // has died raises SIGPIPE, whose default action ends this process instead of
 // failing the collective (the error the group's re-forming relies on).
-// Ignored process-wide, once, unless the program set its own handler.
+// Ignored process-wide at every join (joins are rare; the program may have
+// reset it since), unless the program set its own handler.
 void IgnoreSigpipeUnlessHandled() {
-  static const bool done = [] {
-    struct sigaction current {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
-    return true;
-  }();
-  (void)done;
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
 
 }  // namespace
