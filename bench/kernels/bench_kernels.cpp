@@ -6,11 +6,15 @@
 // activations read) and FLOP/s.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <bit>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "../kernels/shapes.hpp"
+#include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
@@ -132,6 +136,59 @@ void BM_DeltaRuleChunked(benchmark::State& st, mk::Isa isa, int T, int dk, int d
   SetCounters(st, 4.0 * static_cast<double>(T) * (stride + dv), 7.0 * T * dk * dv);
 }
 
+// Latent attention at the small preset's prefill shapes (8 heads, latent
+// 256 + rope 32): a block of 64 queries over a 4,400-token cache, as DSA's
+// sparse rows (each query its own top-2048 keys, drawn at random, ascending) or as a
+// causal block at the cache's end (mla_decode, one head-query per lane).
+// FLOP/s counts the logical work, 2 (2 kv_lora + rope) per head and key.
+struct MlaCase {
+  static constexpr int kHeads = 8, kLat = 256, kRope = 32, kCtx = 4400, kQueries = 64, kTopK = 2048;
+  std::vector<float> cache = mb::RandomFloats(static_cast<size_t>(kCtx) * (kLat + kRope), 7);
+  std::vector<const float*> rows;
+  std::vector<float> q_abs = mb::RandomFloats(static_cast<size_t>(kQueries) * kHeads * kLat, 8),
+                     q_pe = mb::RandomFloats(static_cast<size_t>(kQueries) * kHeads * kRope, 9),
+                     lat = std::vector<float>(static_cast<size_t>(kQueries) * kHeads * kLat);
+  std::vector<std::vector<int>> keys;
+  std::vector<const int*> key_ptrs;
+  std::vector<int> n_keys, visible;
+  MlaCase() {
+    for (int s = 0; s < kCtx; ++s) rows.push_back(&cache[static_cast<size_t>(s) * (kLat + kRope)]);
+    std::mt19937 rng(3);
+    std::vector<int> all(kCtx);
+    for (int j = 0; j < kQueries; ++j) {
+      const int seen = kCtx - kQueries + j + 1;
+      all.resize(static_cast<size_t>(seen));
+      for (int s = 0; s < seen; ++s) all[static_cast<size_t>(s)] = s;
+      std::shuffle(all.begin(), all.end(), rng);
+      keys.emplace_back(all.begin(), all.begin() + kTopK);
+      std::sort(keys.back().begin(), keys.back().end());  // as TopKIndices writes them
+      n_keys.push_back(kTopK);
+      for (int h = 0; h < kHeads; ++h) visible.push_back(seen);
+    }
+    for (const auto& k : keys) key_ptrs.push_back(k.data());
+  }
+  mk::MlaDecodeShape Shape(bool causal) const {
+    return {causal ? kHeads * kQueries : kHeads, kLat, kRope, 0.06f, causal ? visible.data() : nullptr};
+  }
+};
+
+void BM_MlaAttention(benchmark::State& st, const mk::KernelSet* k, bool sparse) {
+  static const MlaCase c;
+  std::vector<float> lat(c.lat.size());
+  double keys_seen = 0;
+  for (int j = 0; j < MlaCase::kQueries; ++j) keys_seen += sparse ? MlaCase::kTopK : c.visible[static_cast<size_t>(j) * MlaCase::kHeads];
+  for (auto _ : st) {
+    if (sparse)
+      k->mla_rows(c.Shape(false), MlaCase::kQueries, c.q_abs.data(), c.q_pe.data(), c.rows.data(), 0, c.key_ptrs.data(),
+                  c.n_keys.data(), lat.data());
+    else
+      k->mla_decode(c.Shape(true), c.q_abs.data(), c.q_pe.data(), c.rows.data(), 0, nullptr, MlaCase::kCtx, lat.data());
+    benchmark::DoNotOptimize(lat.data());
+  }
+  SetCounters(st, 4.0 * keys_seen * (MlaCase::kLat + MlaCase::kRope),
+              2.0 * MlaCase::kHeads * keys_seen * (2.0 * MlaCase::kLat + MlaCase::kRope));
+}
+
 int Register() {
   for (mk::Isa isa : mk::SupportedIsas()) {
     if (isa == mk::Isa::kReference) continue;  // the ground truth for tests, not a serving path
@@ -167,7 +224,23 @@ int Register() {
           ->Unit(benchmark::kMicrosecond)
           ->MinTime(0.2)
           ->UseRealTime();
+    for (bool sparse : {true, false})
+      benchmark::RegisterBenchmark(
+          ((sparse ? "mla_rows/" : "mla_causal/") + v + "/8h_64q_ctx4400" + (sparse ? "_top2048" : "")).c_str(),
+          BM_MlaAttention, &mk::Kernels(isa), sparse)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3)
+          ->UseRealTime();
     if (isa != mk::Isa::kAvx512) continue;  // elsewhere the bf16act rows are the fp32 GEMM again
+    if (mk::CpuHasAvx512Bf16())
+      for (bool sparse : {true, false})
+        benchmark::RegisterBenchmark(
+            ((sparse ? "mla_rows_bf16act/" : "mla_causal_bf16act/") + v + "/8h_64q_ctx4400" + (sparse ? "_top2048" : ""))
+                .c_str(),
+            BM_MlaAttention, &mk::KernelsWithBf16Activations(isa), sparse)
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.3)
+            ->UseRealTime();
     // Flagship shapes at batch 512, and the small preset's expert (w13:
     // 768 x 1024) at 512 and at 64 rows (a 512-token chunk over 32 experts,
     // 4 each) and its 1024 x 1024-class projections with BF16 weights.

@@ -80,10 +80,29 @@ inline void RoundRow(const float* x, int n, uint32_t* out) {
   }
 }
 
-// Words (a[l], b[l]) for l < n from two BF16 rows; b null: zeros.
+// Where PairRows puts latent column l (of n): in a whole 32-column run,
+// 128-bit lane l / 8 of the run's low (l % 8 < 4) or high half.
+inline int LatPos(int l, int n) {
+  if (l >= n / 32 * 32) return l;
+  const int run = l & ~31, i = l & 31;
+  return run + (i & 4 ? 16 : 0) + (i >> 3) * 4 + (i & 3);
+}
+
+// Words (a[l], b[l]) for l < n from two BF16 rows (b null: zeros), in the
+// order of LatPos: whole 32-column runs interleave a 128-bit lane
+// at a time (one vpunpcklwd and one vpunpckhwd per run, where an exact
+// permutation cost four times that in the sparse rows' tiles); a remainder
+// keeps its columns in order.
 inline void PairRows(const uint16_t* a, const uint16_t* b, int n, uint32_t* out) {
+  int l = 0;
+  for (; l + 32 <= n; l += 32) {
+    const __m512i va = _mm512_loadu_si512(a + l);
+    const __m512i vb = b ? _mm512_loadu_si512(b + l) : _mm512_setzero_si512();
+    _mm512_storeu_si512(out + l, _mm512_unpacklo_epi16(va, vb));
+    _mm512_storeu_si512(out + l + 16, _mm512_unpackhi_epi16(va, vb));
+  }
   const __m512i idx = _mm512_load_si512(kPairs16);
-  for (int l = 0; l < n; l += 16) {
+  for (; l < n; l += 16) {
     const __mmask16 m = LaneMask(static_cast<size_t>(std::min(16, n - l)));
     const __m256i va = _mm256_maskz_loadu_epi16(m, a + l);
     const __m256i vb = b ? _mm256_maskz_loadu_epi16(m, b + l) : _mm256_setzero_si256();
@@ -99,7 +118,9 @@ struct Bf16Dot {
   static constexpr int kLanes = V::kWidth * NV;
   static constexpr int kKeyTile = NV == 1 ? 12 : 8;
   // The rows come rounded (RoundRows): W2 words each, the latent first.
-  static int RowBytes(int W) { return (W + 1) / 2 * 4; }
+  // Ot's rows follow PairRows' column order (LatPos).
+  static size_t OtFloats(int L) { return static_cast<size_t>(L) * kLanes; }
+  static size_t OtAt(int c, int j, int L) { return static_cast<size_t>(LatPos(c, L)) * kLanes + j; }
   static const uint32_t* Words(const float* row) { return reinterpret_cast<const uint32_t*>(row); }
 
   struct Work {
@@ -205,6 +226,65 @@ struct Bf16Dot {
   }
 };
 
+// Sparse rows of up to 8 heads (one query's heads in 8 lanes): the scores
+// as Bf16Dot's, the weighted sum turned around, each head's output a row of
+// latent columns in the vector lanes: a key pair's two latent rows are
+// interleaved in registers (one unpack each half), and each head's weight
+// pair is broadcast. Per key pair and 32 columns that is 2 loads, 2 unpacks
+// and 8 broadcasts for 16 dot products, where lanes of heads needed 16
+// broadcasts for 16 half-width ones, after PairRows had stored the pairs.
+struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
+  using V = YmmBf16;
+  static constexpr int kHeads = 8;
+  static int Padded(int L) { return (L + 31) / 32 * 32; }
+  static size_t OtFloats(int L) { return static_cast<size_t>(kHeads) * Padded(L); }
+  static size_t OtAt(int c, int j, int L) { return static_cast<size_t>(j) * Padded(L) + LatPos(c, Padded(L)); }
+
+  // Ot[h][l0, l0 + 32) = alpha[h] Ot[h][..] + sum_i P[i][h] v_i[l0, l0 + 32), h < 8.
+  [[gnu::noinline]] static void WeightedHeadsTile(const uint32_t* __restrict P2, const float* const* v, int n, int l0,
+                                                  int L, const float* alpha, float* __restrict Ot) {
+    const int Lp = Padded(L);
+    const __mmask32 m = l0 + 32 <= L ? ~__mmask32(0) : (__mmask32(1) << (L - l0)) - 1;
+    __m512 a[kHeads][2];
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512 s = _mm512_set1_ps(alpha[h]);
+      a[h][0] = _mm512_mul_ps(s, _mm512_load_ps(Ot + h * Lp + l0));
+      a[h][1] = _mm512_mul_ps(s, _mm512_load_ps(Ot + h * Lp + l0 + 16));
+    }
+    const auto pair = [&](int ip, __m512i x, __m512i y) {
+      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x, y), hi = (__m512bh)_mm512_unpackhi_epi16(x, y);
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) {
+        const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2[ip * kHeads + h]));
+        a[h][0] = _mm512_dpbf16_ps(a[h][0], lo, p);
+        a[h][1] = _mm512_dpbf16_ps(a[h][1], hi, p);
+      }
+    };
+    const auto row = [&](int i) { return _mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(v[i]) + l0); };
+    int ip = 0;
+    for (; 2 * ip + 1 < n; ++ip) pair(ip, row(2 * ip), row(2 * ip + 1));
+    if (2 * ip < n) pair(ip, row(2 * ip), _mm512_setzero_si512());  // the last key, unpartnered
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h) {
+      _mm512_store_ps(Ot + h * Lp + l0, a[h][0]);
+      _mm512_store_ps(Ot + h * Lp + l0 + 16, a[h][1]);
+    }
+  }
+
+  static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
+    for (int ip = 0; ip < (n + 1) / 2; ++ip) {
+      const R x = V::Load(P + 2 * ip * kLanes);
+      const R y = 2 * ip + 1 < n ? V::Load(P + (2 * ip + 1) * kLanes) : V::Zero();
+      V::StoreBits(ws.P2 + ip * kLanes, V::PairUp(x, y));
+    }
+    alignas(32) float al[kHeads];
+    V::Store(al, alpha[0]);
+    for (int l0 = 0; l0 < L; l0 += 32) WeightedHeadsTile(ws.P2, v, n, l0, L, al, Ot);
+  }
+};
+static_assert(Bf16DotFewHeads::kLanes == Bf16DotFewHeads::kHeads);
+
 // The rows the call reads, rounded to BF16 pairs once: `at` lists them
 // (row indices), rounded[i] = the i-th's W2 words. One buffer per calling
 // thread, kept between calls (its pages stay mapped) up to
@@ -260,14 +340,15 @@ void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* 
   int top = 0;
   for (int j = 0; j < queries; ++j)
     for (int i = 0; i < n_keys[j]; ++i) top = std::max(top, keys[j][i]);
+  // Rounded in ascending key order: a query's list (ascending, as
+  // TopKIndices writes it) then reads the buffer forwards.
   std::vector<int> slot(static_cast<size_t>(top) + 1, -1), at;
   for (int j = 0; j < queries; ++j)
-    for (int i = 0; i < n_keys[j]; ++i) {
-      int& s = slot[static_cast<size_t>(keys[j][i])];
-      if (s < 0) {
-        s = static_cast<int>(at.size());
-        at.push_back(keys[j][i]);
-      }
+    for (int i = 0; i < n_keys[j]; ++i) slot[static_cast<size_t>(keys[j][i])] = 0;
+  for (size_t key = 0; key < slot.size(); ++key)
+    if (slot[key] == 0) {
+      slot[key] = static_cast<int>(at.size());
+      at.push_back(static_cast<int>(key));
     }
   RoundedRows& r = tl_rounded;
   const int W = sh.kv_lora + sh.rope;
@@ -277,7 +358,7 @@ void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* 
     if (slot[key] >= 0) r.ptrs[key] = reinterpret_cast<const float*>(&r.words[static_cast<size_t>(slot[key]) * ((W + 1) / 2)]);
   const float* const* rounded = r.ptrs.data();
   if (sh.heads <= 8)
-    flash::RowsTiles<Tile<flash::Ymm, 1, Bf16Dot<YmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+    flash::RowsTiles<Tile<flash::Ymm, 1, Bf16DotFewHeads>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
   else if (sh.heads <= 16)
     flash::RowsTiles<Tile<flash::Zmm, 1, Bf16Dot<ZmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
   else

@@ -74,7 +74,6 @@ struct Fp32Dot {
   static constexpr int kLanes = V::kWidth * NV;
   static constexpr int kKeyTile = NV == 1 ? 12 : 8;  // keys per score micro-tile
 
-  static int RowBytes(int W) { return W * 4; }
   struct Work {
     float* Qt;
     Work(int W, int /*L*/) : Qt(AllocScratch(static_cast<size_t>(W) * kLanes)) {}
@@ -148,6 +147,10 @@ struct Fp32Dot {
       for (int u = 0; u < NV; ++u) V::Store(Ot + (l0 + r) * kLanes + u * V::kWidth, a[u][r]);
   }
 
+  // Ot (OtFloats of it) holds latent column c of lane j at OtAt(c, j, L):
+  // rows of columns, each a vector of lanes.
+  static size_t OtFloats(int L) { return static_cast<size_t>(L) * kLanes; }
+  static size_t OtAt(int c, int j, int /*L*/) { return static_cast<size_t>(c) * kLanes + j; }
   static void Weighted(Work&, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
     int l0 = 0;
     for (; l0 + kLatTile<NV> <= L; l0 += kLatTile<NV>) WeightedSumTile<kLatTile<NV>>(P, v, n, l0, alpha, Ot);
@@ -168,7 +171,7 @@ struct Tile {
     const int L = sh.kv_lora, R_ = sh.rope, W = L + R_;
     typename Dot::Work ws(W, L);
     float* St = AllocScratch(static_cast<size_t>(kBlock) * kLanes);
-    float* Ot = AllocScratch(static_cast<size_t>(L) * kLanes);
+    float* Ot = AllocScratch(Dot::OtFloats(L));
     // Pad lanes (zero queries) copy the nearest real lane's limit, so they
     // change neither bound.
     alignas(64) int seen[kLanes];
@@ -185,7 +188,7 @@ struct Tile {
       const size_t h = static_cast<size_t>(hq0 + j);
       return sh.scale * (w < L ? q_abs[h * L + w] : q_pe[h * R_ + (w - L)]);
     });
-    std::fill(Ot, Ot + static_cast<size_t>(L) * kLanes, 0.0f);
+    std::fill(Ot, Ot + Dot::OtFloats(L), 0.0f);
     const R neg_inf = V::Set1(-std::numeric_limits<float>::infinity());
     R m[NV], l[NV];
     for (int u = 0; u < NV; ++u) {
@@ -195,14 +198,10 @@ struct Tile {
     const float* k[kBlock];
     for (int b0 = 0; b0 < furthest; b0 += kBlock) {
       const int n = std::min(kBlock, furthest - b0);
+      // No software prefetch: lists are ascending (TopKIndices), so rows are
+      // read forwards and the hardware's prefetch keeps up; prefetching the
+      // next block's rows measured 5-15 % slower (bench_kernels mla_rows).
       for (int i = 0; i < n; ++i) k[i] = rows[KeyAt(keys, b0 + i)] + offset;
-      // The next block's rows, whole, while this one computes: gathered rows
-      // (sparse lists, a paged cache) defeat the hardware's stream prefetch.
-      if (b0 + kBlock < furthest)
-        for (int i = 0; i < std::min(kBlock, furthest - b0 - kBlock); ++i) {
-          const char* row = reinterpret_cast<const char*>(rows[KeyAt(keys, b0 + kBlock + i)] + offset);
-          for (int byte = 0; byte < Dot::RowBytes(W); byte += 64) _mm_prefetch(row + byte, _MM_HINT_T1);
-        }
       Dot::Score(ws, k, n, W, St);
       // Mask (only where a lane stops inside this block) and the block maxima.
       const bool mask = b0 + n > nearest;
@@ -242,7 +241,7 @@ struct Tile {
     for (int j = 0; j < lanes; ++j) {
       const float r = 1.0f / inv[j];
       float* out = lat + static_cast<size_t>(hq0 + j) * L;
-      for (int c = 0; c < L; ++c) out[c] = Ot[c * kLanes + j] * r;
+      for (int c = 0; c < L; ++c) out[c] = Ot[Dot::OtAt(c, j, L)] * r;
     }
     FreeScratch(Ot);
     FreeScratch(St);

@@ -203,7 +203,10 @@ TEST(MlaBf16DotKernel, CloseToReferenceAndRunsAsBf16) {
   const KernelSet& bf16 = KernelsWithBf16Activations(Isa::kAvx512);
   std::mt19937 rng(12);
   for (auto [queries, H, kvl, rope, n] : {std::tuple{130, 8, 64, 16, 300}, std::tuple{3, 40, 50, 7, 101},
-                                          std::tuple{9, 8, 256, 32, 97}, std::tuple{4, 16, 30, 6, 49}}) {
+                                          std::tuple{9, 8, 256, 32, 97}, std::tuple{4, 16, 30, 6, 49},
+                                          std::tuple{7, 3, 50, 7, 77}}) {
+    // (3 heads of 50 latent columns: pad lanes, and a run of 32 columns
+    // then a masked remainder, in the few-heads rows kernel.)
     HeadQueries b(queries, H, kvl, rope, n, 1, rng);
     const int hq = b.hq;
     const PagedRows& cache = b.cache;
