@@ -120,7 +120,9 @@ struct Bf16Dot {
   // The rows come rounded (RoundRows): W2 words each, the latent first.
   // Ot's rows follow PairRows' column order (LatPos).
   static size_t OtFloats(int L) { return static_cast<size_t>(L) * kLanes; }
-  static size_t OtAt(int c, int j, int L) { return static_cast<size_t>(LatPos(c, L)) * kLanes + j; }
+  static void WriteOut(const float* Ot, int j, int L, float r, float* out) {
+    for (int c = 0; c < L; ++c) out[c] = Ot[static_cast<size_t>(LatPos(c, L)) * kLanes + j] * r;
+  }
   static const uint32_t* Words(const float* row) { return reinterpret_cast<const uint32_t*>(row); }
 
   struct Work {
@@ -130,7 +132,7 @@ struct Bf16Dot {
     Work(int W, int L_)
         : W2((W + 1) / 2),
           L(L_),
-          Qt2(Words(static_cast<size_t>(W2) * kLanes)),
+          Qt2(Words(static_cast<size_t>(W2 + 1) * kLanes)),  // (+1: an even count, for Bf16DotFewHeads)
           P2(Words(static_cast<size_t>(kBlock / 2 + 1) * kLanes)),
           V2(Words(static_cast<size_t>(kBlock / 2 + 1) * L)) {}
     ~Work() {
@@ -238,7 +240,85 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
   static constexpr int kHeads = 8;
   static int Padded(int L) { return (L + 31) / 32 * 32; }
   static size_t OtFloats(int L) { return static_cast<size_t>(kHeads) * Padded(L); }
-  static size_t OtAt(int c, int j, int L) { return static_cast<size_t>(j) * Padded(L) + LatPos(c, Padded(L)); }
+  // Head j's row of Ot, back in column order: each 32-column run holds
+  // columns 8q .. 8q + 3 of its lanes q in its low half, 8q + 4 .. 8q + 7 in
+  // its high half (LatPos).
+  static void WriteOut(const float* Ot, int j, int L, float r, float* out) {
+    alignas(64) static constexpr int kFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+    alignas(64) static constexpr int kSecond[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+    const __m512i first = _mm512_load_si512(kFirst), second = _mm512_load_si512(kSecond);
+    const __m512 scale = _mm512_set1_ps(r);
+    const float* row = Ot + static_cast<size_t>(j) * Padded(L);
+    for (int l0 = 0; l0 < L; l0 += 32) {
+      const __m512 lo = _mm512_load_ps(row + l0), hi = _mm512_load_ps(row + l0 + 16);
+      const int rest = L - l0;
+      _mm512_mask_storeu_ps(out + l0, LaneMask(static_cast<size_t>(std::min(rest, 16))),
+                            _mm512_mul_ps(scale, _mm512_permutex2var_ps(lo, first, hi)));
+      if (rest > 16)
+        _mm512_mask_storeu_ps(out + l0 + 16, LaneMask(static_cast<size_t>(std::min(rest - 16, 16))),
+                              _mm512_mul_ps(scale, _mm512_permutex2var_ps(lo, second, hi)));
+    }
+  }
+
+  // Scores with the 8 lanes doubled: lane 2h + e holds head h's products
+  // over the row's word pairs 2pp + e, so one 64-bit broadcast of a key's
+  // words (2pp, 2pp + 1) feeds a full-width dot product (a 32-bit broadcast
+  // fed a half-width one); each head's two partial sums are added at the end.
+  // Qt4[pp][2h + e] = the query's word 2pp + e for head h (0 past W2).
+  template <class Q>
+  static void PackQ(Work& ws, int W, Q q) {
+    for (int pp = 0; pp < (ws.W2 + 1) / 2; ++pp)
+      for (int h = 0; h < kHeads; ++h)
+        for (int e = 0; e < 2; ++e) {
+          const int p = 2 * pp + e;
+          uint32_t word = 0;
+          if (p < ws.W2) word = Bf16Bits(q(h, 2 * p)) | (2 * p + 1 < W ? Bf16Bits(q(h, 2 * p + 1)) << 16 : 0u);
+          ws.Qt2[pp * 2 * kHeads + 2 * h + e] = word;
+        }
+  }
+
+  template <int KN>
+  [[gnu::noinline]] static void ScoreTile(const uint32_t* __restrict Qt4, const float* const* k, int pairs,
+                                          float* __restrict St) {
+    const uint32_t* kb[KN];
+    for (int i = 0; i < KN; ++i) kb[i] = Words(k[i]);
+    __m512 a[KN];
+#pragma GCC unroll 12
+    for (int i = 0; i < KN; ++i) a[i] = _mm512_setzero_ps();
+    for (int pp = 0; pp < pairs; ++pp) {
+      const __m512bh q = (__m512bh)_mm512_load_si512(Qt4 + pp * 2 * kHeads);
+#pragma GCC unroll 12
+      for (int i = 0; i < KN; ++i) {
+        uint64_t w;
+        std::memcpy(&w, kb[i] + 2 * pp, 8);
+        a[i] = _mm512_dpbf16_ps(a[i], q, (__m512bh)_mm512_set1_epi64(static_cast<long long>(w)));
+      }
+    }
+    // Lanes 2h and 2h + 1 summed, two keys to a 512-bit store: the softmax
+    // reads them back 512 bits at a time, and a load spanning two stores
+    // cannot be forwarded from them.
+    __m256i sc[KN];
+#pragma GCC unroll 12
+    for (int i = 0; i < KN; ++i)
+      sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(_mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1))));
+#pragma GCC unroll 6
+    for (int i = 0; i + 1 < KN; i += 2)
+      _mm512_store_si512(St + i * kHeads, _mm512_inserti64x4(_mm512_castsi256_si512(sc[i]), sc[i + 1], 1));
+    if constexpr (KN % 2 == 1) _mm256_store_si256(reinterpret_cast<__m256i*>(St + (KN - 1) * kHeads), sc[KN - 1]);
+  }
+  template <int KN>
+  static void ScoreRest(const uint32_t* Qt4, const float* const* k, int n, int pairs, float* St) {
+    if constexpr (KN > 0) {
+      if (n == KN) return ScoreTile<KN>(Qt4, k, pairs, St);
+      return ScoreRest<KN - 1>(Qt4, k, n, pairs, St);
+    }
+  }
+  static void Score(Work& ws, const float* const* k, int n, int /*W*/, float* St) {
+    const int pairs = (ws.W2 + 1) / 2;
+    int i = 0;
+    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, k + i, pairs, St + i * kLanes);
+    ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, pairs, St + i * kLanes);
+  }
 
   // Ot[h][l0, l0 + 32) = alpha[h] Ot[h][..] + sum_i P[i][h] v_i[l0, l0 + 32), h < 8.
   [[gnu::noinline]] static void WeightedHeadsTile(const uint32_t* __restrict P2, const float* const* v, int n, int l0,
@@ -273,10 +353,11 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
   }
 
   static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
+    // Each key pair's weights as one 512-bit load (as the softmax stored them).
+    const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairs8));
     for (int ip = 0; ip < (n + 1) / 2; ++ip) {
-      const R x = V::Load(P + 2 * ip * kLanes);
-      const R y = 2 * ip + 1 < n ? V::Load(P + (2 * ip + 1) * kLanes) : V::Zero();
-      V::StoreBits(ws.P2 + ip * kLanes, V::PairUp(x, y));
+      const __m512 xy = _mm512_maskz_loadu_ps(2 * ip + 1 < n ? __mmask16(0xFFFF) : __mmask16(0xFF), P + 2 * ip * kLanes);
+      V::StoreBits(ws.P2 + ip * kLanes, _mm256_permutexvar_epi16(idx, (__m256i)_mm512_cvtneps_pbh(xy)));
     }
     alignas(32) float al[kHeads];
     V::Store(al, alpha[0]);
@@ -301,15 +382,22 @@ struct RoundedRows {
     std::vector<uint32_t>().swap(words);
     std::vector<const float*>().swap(ptrs);
   }
+  // Rows RowWords(W) apart: an even count, so the few-heads scores can read
+  // a row's words two at a time (the pad word zero).
+  static size_t RowWords(int W) { return static_cast<size_t>(((W + 1) / 2 + 1) & ~1); }
   void Round(const float* const* rows, size_t offset, const std::vector<int>& at, int W) {
-    const size_t W2 = static_cast<size_t>((W + 1) / 2);
-    if (words.size() < at.size() * W2) words.resize(at.size() * W2);
+    const size_t stride = RowWords(W);
+    if (words.size() < at.size() * stride) words.resize(at.size() * stride);
     constexpr size_t kChunk = 64;
     DefaultThreadPool().ParallelFor((at.size() + kChunk - 1) / kChunk, [&](size_t c) {
-      for (size_t i = c * kChunk; i < std::min(at.size(), (c + 1) * kChunk); ++i)
-        RoundRow(rows[at[i]] + offset, W, &words[i * W2]);
+      for (size_t i = c * kChunk; i < std::min(at.size(), (c + 1) * kChunk); ++i) {
+        uint32_t* row = &words[i * stride];
+        RoundRow(rows[at[i]] + offset, W, row);
+        if (stride > static_cast<size_t>((W + 1) / 2)) row[stride - 1] = 0;
+      }
     });
   }
+  const float* Row(size_t i, int W) const { return reinterpret_cast<const float*>(&words[i * RowWords(W)]); }
 };
 thread_local RoundedRows tl_rounded;
 
@@ -327,7 +415,7 @@ void mla_flash_bf16dot(const MlaDecodeShape& sh, const float* q_abs, const float
   const int W = sh.kv_lora + sh.rope;
   r.Round(rows, offset, at, W);
   r.ptrs.resize(at.size());
-  for (size_t i = 0; i < at.size(); ++i) r.ptrs[i] = reinterpret_cast<const float*>(&r.words[i * ((W + 1) / 2)]);
+  for (size_t i = 0; i < at.size(); ++i) r.ptrs[i] = r.Row(i, W);
   flash::DecodeTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, q_abs, q_pe, r.ptrs.data(), 0, nullptr,
                                                                std::min(n_keys, furthest), lat);
   r.Trim();
@@ -355,7 +443,7 @@ void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* 
   r.Round(rows, offset, at, W);
   r.ptrs.assign(slot.size(), nullptr);
   for (size_t key = 0; key < slot.size(); ++key)
-    if (slot[key] >= 0) r.ptrs[key] = reinterpret_cast<const float*>(&r.words[static_cast<size_t>(slot[key]) * ((W + 1) / 2)]);
+    if (slot[key] >= 0) r.ptrs[key] = r.Row(static_cast<size_t>(slot[key]), W);
   const float* const* rounded = r.ptrs.data();
   if (sh.heads <= 8)
     flash::RowsTiles<Tile<flash::Ymm, 1, Bf16DotFewHeads>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);

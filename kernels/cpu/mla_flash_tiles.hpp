@@ -147,10 +147,12 @@ struct Fp32Dot {
       for (int u = 0; u < NV; ++u) V::Store(Ot + (l0 + r) * kLanes + u * V::kWidth, a[u][r]);
   }
 
-  // Ot (OtFloats of it) holds latent column c of lane j at OtAt(c, j, L):
-  // rows of columns, each a vector of lanes.
+  // Ot (OtFloats of it): rows of latent columns, each a vector of lanes;
+  // WriteOut: lane j's columns, times r.
   static size_t OtFloats(int L) { return static_cast<size_t>(L) * kLanes; }
-  static size_t OtAt(int c, int j, int /*L*/) { return static_cast<size_t>(c) * kLanes + j; }
+  static void WriteOut(const float* Ot, int j, int L, float r, float* out) {
+    for (int c = 0; c < L; ++c) out[c] = Ot[static_cast<size_t>(c) * kLanes + j] * r;
+  }
   static void Weighted(Work&, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
     int l0 = 0;
     for (; l0 + kLatTile<NV> <= L; l0 += kLatTile<NV>) WeightedSumTile<kLatTile<NV>>(P, v, n, l0, alpha, Ot);
@@ -158,6 +160,35 @@ struct Fp32Dot {
     for (; l0 < L; ++l0) WeightedSumTile<1>(P, v, n, l0, alpha, Ot);
   }
 };
+
+// The softmax steps over a block of 8-lane score rows (8 head-queries),
+// two keys to a 512-bit vector: the exp is most of the softmax's cost, and
+// a 256-bit vector would leave half of each one unused.
+inline __m256 MaxRows8(const float* St, int n) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 mx = neg_inf;
+  int i = 0;
+  for (; i + 2 <= n; i += 2) mx = _mm512_max_ps(mx, _mm512_loadu_ps(St + 8 * i));
+  if (i < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg_inf, 0xFF, St + 8 * i));
+  return _mm256_max_ps(_mm512_castps512_ps256(mx), _mm512_extractf32x8_ps(mx, 1));
+}
+// St[i][lane] = exp(St[i][lane] - m[lane]); returns the sums per lane.
+inline __m256 ExpRows8(float* St, int n, __m256 m) {
+  const __m512 m2 = _mm512_broadcast_f32x8(m);
+  __m512 sum = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const __m512 p = simd::Exp512(_mm512_sub_ps(_mm512_loadu_ps(St + 8 * i), m2));
+    _mm512_storeu_ps(St + 8 * i, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  if (i < n) {
+    const __m512 p = simd::Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(0xFF, St + 8 * i), m2));
+    _mm512_mask_storeu_ps(St + 8 * i, 0xFF, p);
+    sum = _mm512_mask_add_ps(sum, 0xFF, sum, p);
+  }
+  return _mm256_add_ps(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps(sum, 1));
+}
 
 // One tile through the Dot policy's products: head-queries [hq0, hq0 +
 // lanes) of the call over list entries [0, n_keys), lane j limited to the
@@ -203,20 +234,21 @@ struct Tile {
       // next block's rows measured 5-15 % slower (bench_kernels mla_rows).
       for (int i = 0; i < n; ++i) k[i] = rows[KeyAt(keys, b0 + i)] + offset;
       Dot::Score(ws, k, n, W, St);
-      // Mask (only where a lane stops inside this block) and the block maxima.
-      const bool mask = b0 + n > nearest;
-      R bm[NV];
-      for (int u = 0; u < NV; ++u) bm[u] = neg_inf;
-      for (int i = 0; i < n; ++i)
-        for (int u = 0; u < NV; ++u) {
-          float* si = St + i * kLanes + u * V::kWidth;
-          R s = V::Load(si);
-          if (mask) {
-            s = V::MaskFrom(s, seen + u * V::kWidth, b0 + i);
-            V::Store(si, s);
+      // Mask (only where a lane stops inside this block), the block maxima.
+      if (b0 + n > nearest)
+        for (int i = 0; i < n; ++i)
+          for (int u = 0; u < NV; ++u) {
+            float* si = St + i * kLanes + u * V::kWidth;
+            V::Store(si, V::MaskFrom(V::Load(si), seen + u * V::kWidth, b0 + i));
           }
-          bm[u] = V::Max(bm[u], s);
-        }
+      R bm[NV];
+      if constexpr (kLanes == 8) {
+        bm[0] = MaxRows8(St, n);
+      } else {
+        for (int u = 0; u < NV; ++u) bm[u] = neg_inf;
+        for (int i = 0; i < n; ++i)
+          for (int u = 0; u < NV; ++u) bm[u] = V::Max(bm[u], V::Load(St + i * kLanes + u * V::kWidth));
+      }
       // Every lane sees key 0, so from the first block on its maximum is
       // finite and exp(old - new) is 0 there (from -inf), then in (0, 1].
       R alpha[NV], sum[NV];
@@ -226,23 +258,23 @@ struct Tile {
         m[u] = mx;
         sum[u] = V::Zero();
       }
-      for (int i = 0; i < n; ++i)
-        for (int u = 0; u < NV; ++u) {
-          float* si = St + i * kLanes + u * V::kWidth;
-          const R p = V::Exp(V::Sub(V::Load(si), m[u]));
-          V::Store(si, p);
-          sum[u] = V::Add(sum[u], p);
-        }
+      if constexpr (kLanes == 8) {
+        sum[0] = ExpRows8(St, n, m[0]);
+      } else {
+        for (int i = 0; i < n; ++i)
+          for (int u = 0; u < NV; ++u) {
+            float* si = St + i * kLanes + u * V::kWidth;
+            const R p = V::Exp(V::Sub(V::Load(si), m[u]));
+            V::Store(si, p);
+            sum[u] = V::Add(sum[u], p);
+          }
+      }
       for (int u = 0; u < NV; ++u) l[u] = V::Fma(l[u], alpha[u], sum[u]);
       Dot::Weighted(ws, St, k, n, L, alpha, Ot);
     }
     alignas(64) float inv[kLanes];
     for (int u = 0; u < NV; ++u) V::Store(inv + u * V::kWidth, l[u]);
-    for (int j = 0; j < lanes; ++j) {
-      const float r = 1.0f / inv[j];
-      float* out = lat + static_cast<size_t>(hq0 + j) * L;
-      for (int c = 0; c < L; ++c) out[c] = Ot[Dot::OtAt(c, j, L)] * r;
-    }
+    for (int j = 0; j < lanes; ++j) Dot::WriteOut(Ot, j, L, 1.0f / inv[j], lat + static_cast<size_t>(hq0 + j) * L);
     FreeScratch(Ot);
     FreeScratch(St);
   }
