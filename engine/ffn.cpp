@@ -8,6 +8,7 @@
 #include "layers.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::engine {
 
@@ -54,30 +55,30 @@ std::vector<int> TopK(const std::vector<float>& v, int k) {
 
 namespace {
 
-// One product of every expert in `work` (w13 on x, or w2 on act) by the
-// kernels of the experts' format. In decode every expert sees fewer than
-// kMxfp4GemmMinRows (8) tokens, the bound of both formats' matrix-vector
-// kernels; then all experts' products run as one parallel pass (the *_many
-// kernels) instead of one hand-off per expert. Otherwise one matmul each.
+// One expert's product (w13 on x, or w2 on act) by the kernels of the
+// experts' format.
+void ExpertMatmul(const ExpertStack& stack, int first, const ExpertRows& r, const float* in, float* out,
+                  const kernels::KernelSet& k) {
+  if (stack.format == ExpertFormat::kMxfp4)
+    return k.matmul_mxfp4(stack.expert(r.e - first), in, static_cast<size_t>(r.ne), out);
+  k.matmul_bf16(stack.expert_bf16(r.e - first), static_cast<size_t>(stack.rows), static_cast<size_t>(stack.cols), in,
+                static_cast<size_t>(r.ne), out);
+}
+
+// One product of every expert in `work` when each has fewer than
+// kMxfp4GemmMinRows (8) rows, the bound of both formats' matrix-vector
+// kernels (decode): one parallel pass for all of them (the *_many kernels)
+// instead of one hand-off per expert.
 template <class In, class Out>
-void ExpertProducts(const ExpertStack& stack, int first, std::vector<ExpertRows>& work, bool all_matvec, In in, Out out,
-                    const kernels::KernelSet& k) {
+void ExpertMatVecs(const ExpertStack& stack, int first, std::vector<ExpertRows>& work, In in, Out out,
+                   const kernels::KernelSet& k) {
   if (stack.format == ExpertFormat::kMxfp4) {
-    if (!all_matvec) {
-      for (ExpertRows& r : work) k.matmul_mxfp4(stack.expert(r.e - first), in(r), static_cast<size_t>(r.ne), out(r));
-      return;
-    }
     std::vector<kernels::Mxfp4MatVecJob> jobs;
     for (ExpertRows& r : work) jobs.push_back({stack.expert(r.e - first), in(r), static_cast<size_t>(r.ne), out(r)});
     k.matvec_mxfp4_many(jobs);
     return;
   }
   const size_t rows = static_cast<size_t>(stack.rows), cols = static_cast<size_t>(stack.cols);
-  if (!all_matvec) {
-    for (ExpertRows& r : work)
-      k.matmul_bf16(stack.expert_bf16(r.e - first), rows, cols, in(r), static_cast<size_t>(r.ne), out(r));
-    return;
-  }
   // The BF16 pass takes one row count for all its jobs: one pass per count
   // (a single one in single-sequence decode, where every expert has 1 row).
   std::vector<kernels::Bf16MatVecJob> jobs;
@@ -89,31 +90,59 @@ void ExpertProducts(const ExpertStack& stack, int first, std::vector<ExpertRows>
   }
 }
 
+// act = silu(h1) * h3 for each row, h13 holding [h1 | h3] per row.
+void SwiGluRows(ExpertRows& r, int I, const kernels::KernelSet& k) {
+  for (int i = 0; i < r.ne; ++i) {
+    const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
+    k.silu_mul(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I));
+  }
+}
+
 }  // namespace
 
-// The experts' gate/up products, SwiGLU, then their down products; in
-// decode each product is one pass over all experts (ExpertProducts).
+// The experts' gate/up products, SwiGLU, then their down products.
+// Decode: each product one pass over all experts (ExpertMatVecs). Prefill:
+// the experts side by side on the pool, each one's products and SwiGLU on
+// one thread, largest first; an expert with more than its thread's share of
+// the rows runs alone first, the pool splitting its columns. (One expert
+// at a time, each split across the threads, cost two hand-offs per product
+// and a serial SwiGLU, with a 512-token chunk's ~64 rows per expert.) Each
+// expert's result is the same whichever thread computes it.
 void RunExperts(const LayerWeights& w, std::vector<ExpertRows>& work, int D, int I, const kernels::KernelSet& k) {
   bool all_matvec = true;
+  size_t total = 0;
   for (ExpertRows& r : work) {
     r.h13.resize(static_cast<size_t>(r.ne) * 2 * I);
     r.act.resize(static_cast<size_t>(r.ne) * I);
     r.ye.resize(static_cast<size_t>(r.ne) * D);
     all_matvec = all_matvec && static_cast<size_t>(r.ne) < kernels::kMxfp4GemmMinRows;
+    total += static_cast<size_t>(r.ne);
   }
   const int first = w.first_expert;
-  const auto x = [](ExpertRows& r) { return r.x; };
-  const auto h13 = [](ExpertRows& r) { return r.h13.data(); };
-  ExpertProducts(w.w13, first, work, all_matvec, x, h13, k);
-  // SwiGLU: act = silu(h1) * h3, h13 holding [h1 | h3] per row.
-  for (ExpertRows& r : work)
-    for (int i = 0; i < r.ne; ++i) {
-      const float* h = &r.h13[static_cast<size_t>(i) * 2 * I];
-      k.silu_mul(h, h + I, &r.act[static_cast<size_t>(i) * I], static_cast<size_t>(I));
-    }
-  const auto act = [](ExpertRows& r) -> const float* { return r.act.data(); };
-  const auto ye = [](ExpertRows& r) { return r.ye.data(); };
-  ExpertProducts(w.w2e, first, work, all_matvec, act, ye, k);
+  if (all_matvec) {
+    ExpertMatVecs(w.w13, first, work, [](ExpertRows& r) { return r.x; }, [](ExpertRows& r) { return r.h13.data(); }, k);
+    for (ExpertRows& r : work) SwiGluRows(r, I, k);
+    ExpertMatVecs(
+        w.w2e, first, work, [](ExpertRows& r) -> const float* { return r.act.data(); },
+        [](ExpertRows& r) { return r.ye.data(); }, k);
+    return;
+  }
+  const auto run = [&](ExpertRows& r) {
+    ExpertMatmul(w.w13, first, r, r.x, r.h13.data(), k);
+    SwiGluRows(r, I, k);
+    ExpertMatmul(w.w2e, first, r, r.act.data(), r.ye.data(), k);
+  };
+  kernels::ThreadPool& pool = kernels::DefaultThreadPool();
+  const size_t threads = static_cast<size_t>(pool.size());
+  std::vector<ExpertRows*> side;
+  for (ExpertRows& r : work) {
+    if (static_cast<size_t>(r.ne) * threads > total)
+      run(r);
+    else
+      side.push_back(&r);
+  }
+  std::stable_sort(side.begin(), side.end(), [](const ExpertRows* a, const ExpertRows* b) { return a->ne > b->ne; });
+  pool.ParallelFor(side.size(), [&](size_t i) { run(*side[i]); });
 }
 
 void RouteToken(const ModelConfig& cfg, const LayerWeights& w, const float* logits, std::vector<std::pair<int, float>>& picks) {
@@ -191,35 +220,66 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
 
   // 3. Routed experts, grouped: one pass per expert over the tokens routed to it.
   std::vector<ExpertRows> work;
-  std::vector<std::vector<float>> inputs;
-  for (int e = 0; e < E; ++e) {
-    const auto& routed = by_expert[e];
-    if (routed.empty()) continue;
-    ExpertRows r{e, static_cast<int>(routed.size()), x, {}, {}, {}};
-    // Tokens were routed in order, so an expert that has all of them reads x
-    // as it is (always so in single-sequence decode); then the experts share
-    // one input, which the MXFP4 pass quantises once.
-    if (r.ne < n) {
-      inputs.emplace_back(static_cast<size_t>(r.ne) * D);
+  for (int e = 0; e < E; ++e)
+    if (!by_expert[e].empty()) work.push_back({e, static_cast<int>(by_expert[e].size()), x, {}, {}, {}});
+  // Tokens were routed in order, so an expert that has all of them reads x
+  // as it is (always so in single-sequence decode); then the experts share
+  // one input, which the MXFP4 pass quantises once. The others' rows are
+  // gathered side by side on the pool.
+  std::vector<std::vector<float>> inputs(work.size());
+  kernels::DefaultThreadPool().ParallelFor(n >= 8 ? work.size() : 0, [&](size_t wi) {
+    ExpertRows& r = work[wi];
+    if (r.ne == n) return;
+    const auto& routed = by_expert[r.e];
+    inputs[wi].resize(static_cast<size_t>(r.ne) * D);
+    for (int i = 0; i < r.ne; ++i)
+      std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &inputs[wi][static_cast<size_t>(i) * D]);
+    r.x = inputs[wi].data();
+  });
+  if (n < 8)  // decode: a hand-off costs more than the copies
+    for (size_t wi = 0; wi < work.size(); ++wi) {
+      ExpertRows& r = work[wi];
+      if (r.ne == n) continue;
+      inputs[wi].resize(static_cast<size_t>(r.ne) * D);
       for (int i = 0; i < r.ne; ++i)
-        std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &inputs.back()[static_cast<size_t>(i) * D]);
-      r.x = inputs.back().data();
+        std::copy_n(x + static_cast<size_t>(by_expert[r.e][i].first) * D, D, &inputs[wi][static_cast<size_t>(i) * D]);
+      r.x = inputs[wi].data();
     }
-    work.push_back(std::move(r));
-  }
   ck.Mark(ProfilePart::kGlue);
   RunExperts(w, work, D, I, k);
   double routed_rows = 0;
   for (const ExpertRows& r : work) routed_rows += r.ne;
   ck.Mark(ProfilePart::kExperts, 6.0 * routed_rows * D * I);  // w13 (2I x D) and w2 (D x I)
-  for (const ExpertRows& r : work) {
-    const auto& routed = by_expert[r.e];
+  // Each token's expert outputs added in expert order, tokens side by side
+  // (in prefill) on the pool: the same sums in the same order either way.
+  struct Part {
+    const float* y;
+    float wt;
+  };
+  std::vector<int> start(static_cast<size_t>(n) + 1, 0);
+  for (const ExpertRows& r : work)
+    for (int i = 0; i < r.ne; ++i) start[static_cast<size_t>(by_expert[r.e][i].first) + 1]++;
+  for (int t = 0; t < n; ++t) start[t + 1] += start[t];
+  std::vector<Part> parts(static_cast<size_t>(start[n]));
+  std::vector<int> filled(start.begin(), start.end() - 1);
+  for (const ExpertRows& r : work)
     for (int i = 0; i < r.ne; ++i) {
-      float* o = out + static_cast<size_t>(routed[i].first) * D;
-      const float wt = routed[i].second;
-      for (int j = 0; j < D; ++j) o[j] += wt * r.ye[static_cast<size_t>(i) * D + j];
+      const auto& [t, wt] = by_expert[r.e][i];
+      parts[static_cast<size_t>(filled[t]++)] = {&r.ye[static_cast<size_t>(i) * D], wt};
     }
-  }
+  constexpr int kTokensPerTask = 16;
+  const auto add_tokens = [&](size_t task) {
+    for (int t = static_cast<int>(task) * kTokensPerTask; t < std::min(n, static_cast<int>(task + 1) * kTokensPerTask); ++t) {
+      float* o = out + static_cast<size_t>(t) * D;
+      for (int p = start[t]; p < start[t + 1]; ++p)
+        for (int j = 0; j < D; ++j) o[j] += parts[p].wt * parts[p].y[j];
+    }
+  };
+  const size_t tasks = static_cast<size_t>((n + kTokensPerTask - 1) / kTokensPerTask);
+  if (n >= 8)
+    kernels::DefaultThreadPool().ParallelFor(tasks, add_tokens);
+  else
+    for (size_t task = 0; task < tasks; ++task) add_tokens(task);
   ck.Mark(ProfilePart::kGlue);
 }
 
