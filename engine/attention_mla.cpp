@@ -171,7 +171,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     if (m.output_gate) f += LinearFlops({&w.wg}, n);
     clock.Mark(ProfilePart::kProjections, f);
   }
-  for (int t = 0; t < n; ++t) kc.rms_norm(&qa[t * ql], w.q_norm.data(), eps, static_cast<size_t>(ql), &qr[t * ql]);
+  ForRows(n, [&](int t) { kc.rms_norm(&qa[t * ql], w.q_norm.data(), eps, static_cast<size_t>(ql), &qr[t * ql]); });
   clock.Mark(ProfilePart::kGlue);
   if (dsa) {
     LinearMany({{&w.wq_b, qr.data(), q.data()}, {&w.idx_wq_b, qr.data(), iq.data()}}, n, kc);
@@ -186,8 +186,9 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   }
 
   for (const SegmentRows& seg : ctx.segments) {
-    for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
-      const int64_t pos = seg.pos0 + (r - seg.row0);
+    ForRows(seg.n, [&](int i) {
+      const int r = seg.row0 + i;
+      const int64_t pos = seg.pos0 + i;
       for (int h = 0; h < H; ++h) RopeInterleaved(&q[(static_cast<size_t>(r) * H + h) * qk + nope], rope, pos, ctx.rope_freqs);
       float* row = CacheRow(ctx.pool, *seg.cache, pos, off_c);
       kc.rms_norm(&kv[static_cast<size_t>(r) * (kvl + rope)], w.kv_norm.data(), eps, static_cast<size_t>(kvl), row);
@@ -199,7 +200,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         RopeHalfSplit(ik, rope, pos, ctx.rope_freqs);
         for (int j = 0; j < IH; ++j) RopeHalfSplit(&iq[(static_cast<size_t>(r) * IH + j) * ID], rope, pos, ctx.rope_freqs);
       }
-    }
+    });
   }
 
   clock.Mark(ProfilePart::kGlue);

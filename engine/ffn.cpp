@@ -199,10 +199,10 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     ck.Mark(ProfilePart::kProjections, LinearFlops({&w.gate}, n));
   }
   std::vector<std::vector<std::pair<int, float>>> by_expert(static_cast<size_t>(E));  // (token, weight)
-  std::vector<std::pair<int, float>> picks;
+  std::vector<std::vector<std::pair<int, float>>> token_picks(static_cast<size_t>(n));
+  ForRows(n, [&](int t) { RouteToken(cfg, w, &logits[static_cast<size_t>(t) * E], token_picks[static_cast<size_t>(t)]); });
   for (int t = 0; t < n; ++t) {
-    RouteToken(cfg, w, &logits[static_cast<size_t>(t) * E], picks);
-    for (const auto& [e, wt] : picks) {
+    for (const auto& [e, wt] : token_picks[static_cast<size_t>(t)]) {
       by_expert[e].push_back({t, wt});
       if (expert_tokens) (*expert_tokens)[e]++;
     }

@@ -116,14 +116,15 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
 
   // 5. Gated RMSNorm per head, then the output projection.
   const float eps = static_cast<float>(d.norm_eps);
-  std::vector<float> normed(dv);
-  for (int t = 0; t < n; ++t)
+  ForRows(n, [&](int t) {
+    std::vector<float> normed(dv);
     for (int h = 0; h < Hd; ++h) {
       float* oh = &o[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv];
       ctx.kernels.rms_norm(oh, w.o_norm.data(), eps, static_cast<size_t>(dv), normed.data());
       ctx.kernels.silu_mul(&gp[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv], normed.data(), oh,
                            static_cast<size_t>(dv));
     }
+  });
   clock.Mark(ProfilePart::kGlue);
   Linear(w.o_proj, o.data(), n, out, ctx.kernels);
   clock.Mark(ProfilePart::kProjections, LinearFlops({&w.o_proj}, n));

@@ -3,6 +3,7 @@
 // batch is a list of segments (consecutive token rows of one sequence).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <initializer_list>
 #include <span>
@@ -11,6 +12,7 @@
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
 #include "weights.hpp"
 
 namespace moeserve::engine {
@@ -96,6 +98,24 @@ struct LinearJob {
   float* Y;
 };
 void LinearMany(std::initializer_list<LinearJob> jobs, int n, const kernels::KernelSet& k);
+
+// fn(t) for each row t in [0, n), each row independent of the others: in
+// blocks of kRowsPerTask on the pool in prefill, inline in decode (where a
+// hand-off costs more than the rows). The per-row steps between the
+// products (norms, RoPE, cache writes, routing) ran on one thread while the
+// others waited: a tenth of a BF16 prefill.
+inline constexpr int kRowsPerTask = 32;
+template <class Fn>
+void ForRows(int n, Fn&& fn) {
+  if (n < 2 * kRowsPerTask) {
+    for (int t = 0; t < n; ++t) fn(t);
+    return;
+  }
+  kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>((n + kRowsPerTask - 1) / kRowsPerTask), [&](size_t b) {
+    const int t0 = static_cast<int>(b) * kRowsPerTask;
+    for (int t = t0; t < std::min(n, t0 + kRowsPerTask); ++t) fn(t);
+  });
+}
 
 // Gated MLA / DSA (5.1, 5.2): writes [N, D] into out.
 void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);

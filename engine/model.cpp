@@ -127,13 +127,23 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
     PartClock clock(profile, static_cast<int>(w.kind));
     LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace, clock};
     // h = x + Attn(RMSNorm(x; attn_norm))
-    for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.attn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
+    const auto norm_rows = [&](const std::vector<float>& weight) {
+      ForRows(N, [&](int t) {
+        ks.rms_norm(&x[static_cast<size_t>(t) * D], weight.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
+      });
+    };
+    norm_rows(w.attn_norm);
     clock.Mark(ProfilePart::kGlue, 0, 2 * hidden_bytes);
     if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
     else MlaAttention(ctx, w, normed.data(), N, branch.data());
-    for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
+    const auto add_branch = [&] {
+      ForRows(N, [&](int t) {
+        for (size_t j = static_cast<size_t>(t) * D; j < static_cast<size_t>(t + 1) * D; ++j) x[j] += branch[j];
+      });
+    };
+    add_branch();
     // y = h + FFN(RMSNorm(h; ffn_norm))
-    for (int t = 0; t < N; ++t) ks.rms_norm(&x[static_cast<size_t>(t) * D], w.ffn_norm.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
+    norm_rows(w.ffn_norm);
     clock.Mark(ProfilePart::kGlue, 0, 5 * hidden_bytes);
     std::vector<uint64_t>* layer_tokens = expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr;
     if (w.moe && comm) {
@@ -144,7 +154,7 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
     } else {
       DenseFfn(w, normed.data(), N, branch.data(), ks, &clock);
     }
-    for (size_t j = 0; j < x.size(); ++j) x[j] += branch[j];
+    add_branch();
     clock.Mark(ProfilePart::kGlue, 0, 3 * hidden_bytes);
   }
   model_clock.Skip();  // the layers timed themselves
