@@ -55,13 +55,17 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   // rows of that head (gathered), where one matrix-vector product per
   // head-query re-read the head's matrix for every row.
   const bool head_gemms = nr >= kHeadGemmRows;
+  // The heads side by side on the pool, each GEMM on one thread (a block's
+  // rows make small products, for which splitting columns across the
+  // threads cost more hand-offs than it saved); the same results either way.
   const auto per_head_gemm = [&](auto weight, size_t out, size_t in, auto src, auto dst) {
-    std::vector<float> X(static_cast<size_t>(nr) * in), Y(static_cast<size_t>(nr) * out);
-    for (int h = 0; h < H; ++h) {
+    kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(H), [&](size_t hs) {
+      const int h = static_cast<int>(hs);
+      std::vector<float> X(static_cast<size_t>(nr) * in), Y(static_cast<size_t>(nr) * out);
       for (int j = 0; j < nr; ++j) std::copy_n(src(j, h), in, &X[static_cast<size_t>(j) * in]);
       k.matmul_bf16(weight(h), out, in, X.data(), static_cast<size_t>(nr), Y.data());
       for (int j = 0; j < nr; ++j) std::copy_n(&Y[static_cast<size_t>(j) * out], out, dst(j, h));
-    }
+    });
   };
   const auto g_of = [H](int j, int h) { return static_cast<size_t>(j) * H + static_cast<size_t>(h); };
   if (w.w_uk_t_bf16 && head_gemms) {

@@ -13,8 +13,12 @@
 //
 // Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512]
 //                      [--kernels fast|reference] [--bf16-activations] [--no-ceilings]
+//                      [--per-chunk] [--repeat N] [--preset NAME]
+// --repeat N: each prefill N times; the breakdown of the median run, then
+// every run's tokens/s and share of the bound.
 // --bf16-activations: the prefill GEMMs with BF16-rounded activations
 // (ModelOptions::bf16_activations).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,9 +62,28 @@ struct Ceilings {
   double fma = 0, dot = 0, bw = 0;  // FLOP/s, FLOP/s, bytes/s
 };
 
+// The bound of the work as it ran: each part's work at its own ceiling.
 // dot_products: the projections, experts and attention ran as BF16 dot
 // products (their ceiling is then the BF16 dot peak; the indexer and the
 // delta rule stay fp32 FMAs; glue is bound by read bandwidth).
+double BoundSeconds(const me::ForwardProfile& p, const Ceilings& c, bool dot_products) {
+  double bound_s = 0;
+  for (int i = 0; i < me::kProfileParts; ++i) {
+    const auto part = static_cast<me::ProfilePart>(i);
+    double work = 0;
+    for (int r = 0; r < me::kProfileRows; ++r) work += part == me::ProfilePart::kGlue ? p.bytes[r][i] : p.flops[r][i];
+    if (part == me::ProfilePart::kGlue) {
+      bound_s += work / c.bw;
+      continue;
+    }
+    const bool dot = dot_products && c.dot > 0 &&
+                     (part == me::ProfilePart::kProjections || part == me::ProfilePart::kExperts ||
+                      part == me::ProfilePart::kAttention);
+    bound_s += work / (dot ? c.dot : c.fma);
+  }
+  return bound_s;
+}
+
 void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const Ceilings& c, bool dot_products) {
   std::printf("%-6s %-12s %9s %6s %9s %9s %8s %8s  %s\n", "kind", "part", "ms", "share", "GFLOP", "GFLOP/s",
               "of fp32", "of bf16", "(glue: GB/s, of read bw)");
@@ -68,12 +91,16 @@ void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const C
   double timed = 0;
   auto row = [&](const char* kind, const char* part, double s, double f, double b, bool glue) {
     std::printf("%-6s %-12s %9.1f %5.1f%% ", kind, part, s * 1e3, 100.0 * s / total_s);
-    if (glue)
+    if (glue && c.bw > 0)
       std::printf("%9s %9s %8s %8s  %.2f GB/s, %.1f%% of %.1f GB/s\n", "-", "-", "-", "-", b / s / 1e9,
                   100.0 * b / s / c.bw, c.bw / 1e9);
-    else if (f > 0)
+    else if (glue)
+      std::printf("%9s %9s %8s %8s  %.2f GB/s\n", "-", "-", "-", "-", b / s / 1e9);
+    else if (f > 0 && c.fma > 0)
       std::printf("%9.2f %9.1f %7.1f%% %7.1f%%\n", f / 1e9, f / s / 1e9, 100.0 * f / s / c.fma,
                   c.dot > 0 ? 100.0 * f / s / c.dot : 0.0);
+    else if (f > 0)  // --no-ceilings
+      std::printf("%9.2f %9.1f %8s %8s\n", f / 1e9, f / s / 1e9, "-", "-");
     else
       std::printf("%9s\n", "-");
   };
@@ -93,23 +120,14 @@ void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const C
       row("all", kPartNames[i], part_s[i], part_f[i], part_b[i], i == static_cast<int>(me::ProfilePart::kGlue));
   double all_f = 0;
   for (int i = 0; i < me::kProfileParts; ++i) all_f += part_f[i];
-  std::printf("total %.1f ms (%.1f%% timed by parts), %.1f GFLOP (%.1f MFLOP/token), %.1f tokens/s; "
-              "fp32 bound %.1f tokens/s\n",
-              total_s * 1e3, 100.0 * timed / total_s, all_f / 1e9, all_f / tokens / 1e6, tokens / total_s,
-              c.fma / (all_f / tokens));
-  // The bound of the work as it ran: each part's work at its own ceiling.
-  double bound_s = 0;
-  for (int i = 0; i < me::kProfileParts; ++i) {
-    const auto part = static_cast<me::ProfilePart>(i);
-    if (part == me::ProfilePart::kGlue) {
-      bound_s += part_b[i] / c.bw;
-      continue;
-    }
-    const bool dot = dot_products && c.dot > 0 &&
-                     (part == me::ProfilePart::kProjections || part == me::ProfilePart::kExperts ||
-                      part == me::ProfilePart::kAttention);
-    bound_s += part_f[i] / (dot ? c.dot : c.fma);
+  std::printf("total %.1f ms (%.1f%% timed by parts), %.1f GFLOP (%.1f MFLOP/token), %.1f tokens/s",
+              total_s * 1e3, 100.0 * timed / total_s, all_f / 1e9, all_f / tokens / 1e6, tokens / total_s);
+  if (c.fma <= 0 || c.bw <= 0) {  // --no-ceilings: no bound to hold it to
+    std::printf("\n");
+    return;
   }
+  std::printf("; fp32 bound %.1f tokens/s\n", c.fma / (all_f / tokens));
+  const double bound_s = BoundSeconds(p, c, dot_products);
   std::printf("bound of the work as it ran (%s; indexer, delta rule at the fp32 peak; glue at read bandwidth): "
               "%.1f tokens/s; this run reached %.1f%% of it\n",
               dot_products ? "projections, experts, attention at the BF16 dot peak" : "products and attention at the fp32 peak",
@@ -122,7 +140,7 @@ int main(int argc, char** argv) {
   std::string model_path, preset = "small";
   std::vector<int> lengths = {512, 4096};
   bool per_chunk = false;
-  int chunk = 512;
+  int chunk = 512, repeat = 1;
   bool reference = false, ceilings = true, bf16act = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -133,16 +151,17 @@ int main(int argc, char** argv) {
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--bf16-activations") bf16act = true;
     else if (a == "--per-chunk") per_chunk = true;
+    else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
     else if (a == "--preset" && i + 1 < argc) preset = argv[++i];
     else {
       std::fprintf(stderr, "usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512] "
                            "[--kernels fast|reference] [--bf16-activations] [--no-ceilings] [--per-chunk] "
-                           "[--preset tiny|small|...]\n");
+                           "[--repeat N] [--preset tiny|small|...]\n");
       return 2;
     }
   }
-  if (chunk < 1 || lengths.empty()) {
-    std::fprintf(stderr, "bench_prefill: --chunk and --tokens must be positive\n");
+  if (chunk < 1 || repeat < 1 || lengths.empty()) {
+    std::fprintf(stderr, "bench_prefill: --chunk, --repeat and --tokens must be positive\n");
     return 2;
   }
   std::filesystem::path tmp;
@@ -197,14 +216,9 @@ int main(int argc, char** argv) {
   for (int L : lengths) {
     constexpr int kBlockTokens = 16;
     me::KvPool pool((L + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token());
-    me::SequenceCache cache = (*model)->NewSequence();
     std::mt19937 rng(7);
     std::vector<int> prompt(static_cast<size_t>(L));
     for (int& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(V));
-    me::ForwardProfile profile;
-    me::ForwardTrace trace;
-    trace.record_dsa = false;
-    trace.profile = &profile;
     if (!warm) {
       me::KvPool wp((chunk + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token());
       me::SequenceCache wc = (*model)->NewSequence();
@@ -215,47 +229,73 @@ int main(int argc, char** argv) {
       me::ReleaseBlocks(wp, wc);
       warm = true;
     }
-    // --per-chunk: each chunk is new tokens against all the earlier ones
-    // cached, as one turn of a growing session; its logical work and
-    // GFLOP/s, and its efficiency (GFLOP/s) against the second chunk's.
-    auto total_flops = [&] {
-      double f = 0;
-      for (int r = 0; r < me::kProfileRows; ++r)
-        for (int i = 0; i < me::kProfileParts; ++i) f += profile.flops[r][i];
-      return f;
-    };
-    if (per_chunk)
-      std::printf("\nprefill of %d tokens, chunk by chunk:\n%8s %8s %9s %9s %9s %8s %10s\n", L, "cached", "new", "ms",
-                  "GFLOP", "GFLOP/s", "of fp32", "vs chunk 2");
-    double second_rate = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int p = 0; p < L; p += chunk) {
-      const int n = std::min(chunk, L - p);
-      const double f0 = total_flops();
-      const auto c0 = std::chrono::steady_clock::now();
-      if (auto st = me::EnsureBlocks(pool, cache, p + n); !st) {
-        std::fprintf(stderr, "blocks: %s\n", st.error().ToString().c_str());
-        return 1;
+    // --repeat: the same prefill again from an empty cache; the breakdown is
+    // the run of median time's (a shared machine's busy moments move single
+    // runs by a tenth), and every run's figures are listed after it.
+    std::vector<me::ForwardProfile> profiles(static_cast<size_t>(repeat));
+    std::vector<double> seconds(static_cast<size_t>(repeat));
+    for (int rep = 0; rep < repeat; ++rep) {
+      me::SequenceCache cache = (*model)->NewSequence();
+      me::ForwardProfile& profile = profiles[static_cast<size_t>(rep)];
+      me::ForwardTrace trace;
+      trace.record_dsa = false;
+      trace.profile = &profile;
+      // --per-chunk: each chunk is new tokens against all the earlier ones
+      // cached, as one turn of a growing session; its logical work and
+      // GFLOP/s, and its efficiency (GFLOP/s) against the second chunk's.
+      auto total_flops = [&] {
+        double f = 0;
+        for (int r = 0; r < me::kProfileRows; ++r)
+          for (int i = 0; i < me::kProfileParts; ++i) f += profile.flops[r][i];
+        return f;
+      };
+      if (per_chunk)
+        std::printf("\nprefill of %d tokens, chunk by chunk:\n%8s %8s %9s %9s %9s %8s %10s\n", L, "cached", "new", "ms",
+                    "GFLOP", "GFLOP/s", "of fp32", "vs chunk 2");
+      double second_rate = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int p = 0; p < L; p += chunk) {
+        const int n = std::min(chunk, L - p);
+        const double f0 = total_flops();
+        const auto c0 = std::chrono::steady_clock::now();
+        if (auto st = me::EnsureBlocks(pool, cache, p + n); !st) {
+          std::fprintf(stderr, "blocks: %s\n", st.error().ToString().c_str());
+          return 1;
+        }
+        me::ForwardSegment seg{&cache, std::span<const int>(prompt.data() + p, static_cast<size_t>(n)), false};
+        if (auto st = (*model)->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
+          std::fprintf(stderr, "forward: %s\n", st.error().ToString().c_str());
+          return 1;
+        }
+        if (per_chunk) {
+          const double cs = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+          const double cf = total_flops() - f0, rate = cf / cs;
+          if (p / chunk == 1) second_rate = rate;
+          std::printf("%8d %8d %9.1f %9.2f %9.1f %7.1f%% %10s\n", p, n, cs * 1e3, cf / 1e9, rate / 1e9,
+                      c.fma > 0 ? 100.0 * rate / c.fma : 0.0,
+                      second_rate > 0 ? (std::to_string(static_cast<int>(100.0 * rate / second_rate + 0.5)) + "%").c_str()
+                                      : "-");
+        }
       }
-      me::ForwardSegment seg{&cache, std::span<const int>(prompt.data() + p, static_cast<size_t>(n)), false};
-      if (auto st = (*model)->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
-        std::fprintf(stderr, "forward: %s\n", st.error().ToString().c_str());
-        return 1;
-      }
-      if (per_chunk) {
-        const double cs = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-        const double cf = total_flops() - f0, rate = cf / cs;
-        if (p / chunk == 1) second_rate = rate;
-        std::printf("%8d %8d %9.1f %9.2f %9.1f %7.1f%% %10s\n", p, n, cs * 1e3, cf / 1e9, rate / 1e9,
-                    c.fma > 0 ? 100.0 * rate / c.fma : 0.0,
-                    second_rate > 0 ? (std::to_string(static_cast<int>(100.0 * rate / second_rate + 0.5)) + "%").c_str()
-                                    : "-");
-      }
+      seconds[static_cast<size_t>(rep)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      me::ReleaseBlocks(pool, cache);
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("\nprefill of %d tokens:\n", L);
-    PrintTable(profile, s, L, c, bf16act && ks.isa == mk::Isa::kAvx512);
-    me::ReleaseBlocks(pool, cache);
+    std::vector<int> order(static_cast<size_t>(repeat));
+    for (int i = 0; i < repeat; ++i) order[static_cast<size_t>(i)] = i;
+    std::sort(order.begin(), order.end(), [&](int x, int y) { return seconds[static_cast<size_t>(x)] < seconds[static_cast<size_t>(y)]; });
+    const size_t median = static_cast<size_t>(order[static_cast<size_t>(repeat / 2)]);
+    const bool dot = bf16act && ks.isa == mk::Isa::kAvx512;
+    std::printf("\nprefill of %d tokens%s:\n", L, repeat > 1 ? " (the run of median time)" : "");
+    PrintTable(profiles[median], seconds[median], L, c, dot);
+    if (repeat > 1) {
+      std::printf("runs, tokens/s%s:", c.fma > 0 && c.bw > 0 ? " (share of the bound)" : "");
+      for (int i = 0; i < repeat; ++i) {
+        const size_t r = static_cast<size_t>(i);
+        std::printf(" %.1f", L / seconds[r]);
+        if (c.fma > 0 && c.bw > 0) std::printf(" (%.1f%%)", 100.0 * BoundSeconds(profiles[r], c, dot) / seconds[r]);
+      }
+      std::printf("\n");
+    }
   }
   if (!tmp.empty()) std::filesystem::remove_all(tmp);
   return 0;
