@@ -6,12 +6,12 @@
 // avx512_bf16 (attention.cpp).
 //
 // vdpbf16ps adds to each fp32 lane the products of one pair of BF16 values
-// from each operand. Lanes are head-queries, so the pairs run along the
-// reduction: scores pair consecutive row elements (queries packed as
-// Qt2[w/2][lane], each block's rows rounded into contiguous pairs, a pair
-// broadcast per key), weighted sums pair consecutive keys (the weights as
-// P2[key/2][lane], each block's latents as V2[key/2][l], a pair broadcast per
-// latent column).
+// from each operand, so the pairs run along a reduction. Scores: lanes are
+// head-queries, pairs consecutive row elements (queries packed as
+// Qt2[w/2][lane], each cached row rounded into contiguous pairs, a pair
+// broadcast per key). Weighted sums: lanes are latent columns, pairs
+// consecutive keys (two keys' latent rows interleaved in registers, each
+// head-query's pair of weights broadcast; LatentRows).
 //
 // The cached rows a call reads are rounded to BF16 once per call, before the
 // tiles run (every tile of a causal block, and every sparse row's query,
@@ -27,7 +27,6 @@ namespace moeserve::kernels::cpu {
 namespace {
 
 using flash::kBlock;
-using flash::kLatTile;
 using flash::Tile;
 
 inline uint32_t Bf16Bits(float x) {  // round to nearest even (finite values)
@@ -52,7 +51,6 @@ struct ZmmBf16 : flash::Zmm {
   static void StoreBits(uint32_t* p, I v) { _mm512_store_si512(p, v); }
   static I Set1Bits(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
   static R Dot(R acc, I a, I b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
-  static I PairUp(R a, R b) { return PairUp16(a, b); }
 };
 struct YmmBf16 : flash::Ymm {
   using I = __m256i;
@@ -60,10 +58,6 @@ struct YmmBf16 : flash::Ymm {
   static void StoreBits(uint32_t* p, I v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
   static I Set1Bits(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
   static R Dot(R acc, I a, I b) { return _mm256_dpbf16_ps(acc, (__m256bh)a, (__m256bh)b); }
-  static I PairUp(R a, R b) {
-    const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairs8));
-    return _mm256_permutexvar_epi16(idx, (__m256i)_mm256_cvtne2ps_pbh(b, a));
-  }
 };
 
 // Pairs of x[0 .. n) (the last one's high half 0 for odd n) into out.
@@ -80,63 +74,27 @@ inline void RoundRow(const float* x, int n, uint32_t* out) {
   }
 }
 
-// Where PairRows puts latent column l (of n): in a whole 32-column run,
-// 128-bit lane l / 8 of the run's low (l % 8 < 4) or high half.
-inline int LatPos(int l, int n) {
-  if (l >= n / 32 * 32) return l;
-  const int run = l & ~31, i = l & 31;
-  return run + (i & 4 ? 16 : 0) + (i >> 3) * 4 + (i & 3);
-}
-
-// Words (a[l], b[l]) for l < n from two BF16 rows (b null: zeros), in the
-// order of LatPos: whole 32-column runs interleave a 128-bit lane
-// at a time (one vpunpcklwd and one vpunpckhwd per run, where an exact
-// permutation cost four times that in the sparse rows' tiles); a remainder
-// keeps its columns in order.
-inline void PairRows(const uint16_t* a, const uint16_t* b, int n, uint32_t* out) {
-  int l = 0;
-  for (; l + 32 <= n; l += 32) {
-    const __m512i va = _mm512_loadu_si512(a + l);
-    const __m512i vb = b ? _mm512_loadu_si512(b + l) : _mm512_setzero_si512();
-    _mm512_storeu_si512(out + l, _mm512_unpacklo_epi16(va, vb));
-    _mm512_storeu_si512(out + l + 16, _mm512_unpackhi_epi16(va, vb));
-  }
-  const __m512i idx = _mm512_load_si512(kPairs16);
-  for (; l < n; l += 16) {
-    const __mmask16 m = LaneMask(static_cast<size_t>(std::min(16, n - l)));
-    const __m256i va = _mm256_maskz_loadu_epi16(m, a + l);
-    const __m256i vb = b ? _mm256_maskz_loadu_epi16(m, b + l) : _mm256_setzero_si256();
-    const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512(va), vb, 1);
-    _mm512_mask_storeu_epi32(out + l, m, _mm512_permutexvar_epi16(idx, ab));
-  }
-}
-
 template <class V, int NV>
 struct Bf16Dot {
   using R = typename V::R;
   using I = typename V::I;
   static constexpr int kLanes = V::kWidth * NV;
   static constexpr int kKeyTile = NV == 1 ? 12 : 8;
-  // The rows come rounded (RoundRows): W2 words each, the latent first.
-  // Ot's rows follow PairRows' column order (LatPos).
-  static size_t OtFloats(int L) { return static_cast<size_t>(L) * kLanes; }
-  static void WriteOut(const float* Ot, int j, int L, float r, float* out) {
-    for (int c = 0; c < L; ++c) out[c] = Ot[static_cast<size_t>(LatPos(c, L)) * kLanes + j] * r;
-  }
+  // The rows come rounded (RoundedRows): the latent first. (The scores'
+  // half of a tile's products; the weighted sums are LatentRows'.)
   static const uint32_t* Words(const float* row) { return reinterpret_cast<const uint32_t*>(row); }
 
   struct Work {
     int W2, L;
-    uint32_t *Qt2, *P2, *V2;
+    uint32_t *Qt2, *P2;
     static uint32_t* Words(size_t n) { return reinterpret_cast<uint32_t*>(AllocScratch(n)); }
     Work(int W, int L_)
         : W2((W + 1) / 2),
           L(L_),
           Qt2(Words(static_cast<size_t>(W2 + 1) * kLanes)),  // (+1: an even count, for Bf16DotFewHeads)
-          P2(Words(static_cast<size_t>(kBlock / 2 + 1) * kLanes)),
-          V2(Words(static_cast<size_t>(kBlock / 2 + 1) * L)) {}
+          P2(Words(static_cast<size_t>(kBlock / 2 + 1) * kLanes)) {}
     ~Work() {
-      for (uint32_t* p : {Qt2, P2, V2}) FreeScratch(reinterpret_cast<float*>(p));
+      for (uint32_t* p : {Qt2, P2}) FreeScratch(reinterpret_cast<float*>(p));
     }
   };
 
@@ -186,63 +144,25 @@ struct Bf16Dot {
     ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, ws.W2, St + i * kLanes);
   }
 
-  template <int LN>
-  [[gnu::noinline]] static void WeightedSumTile(const uint32_t* __restrict P2, const uint32_t* __restrict V2, int n2,
-                                                int L, int l0, const R* alpha, float* __restrict Ot) {
-    R a[NV][LN];
-#pragma GCC unroll 16
-    for (int r = 0; r < LN; ++r)
-      for (int u = 0; u < NV; ++u) a[u][r] = V::Mul(alpha[u], V::Load(Ot + (l0 + r) * kLanes + u * V::kWidth));
-    for (int ip = 0; ip < n2; ++ip) {
-      I p[NV];
-      for (int u = 0; u < NV; ++u) p[u] = V::LoadBits(P2 + ip * kLanes + u * V::kWidth);
-      const uint32_t* vi = V2 + static_cast<size_t>(ip) * L + l0;
-#pragma GCC unroll 16
-      for (int r = 0; r < LN; ++r) {
-        const I x = V::Set1Bits(vi[r]);
-        for (int u = 0; u < NV; ++u) a[u][r] = V::Dot(a[u][r], p[u], x);
-      }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < LN; ++r)
-      for (int u = 0; u < NV; ++u) V::Store(Ot + (l0 + r) * kLanes + u * V::kWidth, a[u][r]);
-  }
-
-  static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
-    const int n2 = (n + 1) / 2;
-    for (int ip = 0; ip < n2; ++ip) {
-      const bool odd = 2 * ip + 1 >= n;  // the block's last key has no partner
-      for (int u = 0; u < NV; ++u) {
-        const R a = V::Load(P + 2 * ip * kLanes + u * V::kWidth);
-        const R b = odd ? V::Zero() : V::Load(P + (2 * ip + 1) * kLanes + u * V::kWidth);
-        V::StoreBits(ws.P2 + ip * kLanes + u * V::kWidth, V::PairUp(a, b));
-      }
-      PairRows(reinterpret_cast<const uint16_t*>(v[2 * ip]),
-               odd ? nullptr : reinterpret_cast<const uint16_t*>(v[2 * ip + 1]), L, ws.V2 + static_cast<size_t>(ip) * L);
-    }
-    int l0 = 0;
-    for (; l0 + kLatTile<NV> <= L; l0 += kLatTile<NV>)
-      WeightedSumTile<kLatTile<NV>>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
-    for (; l0 + 8 <= L; l0 += 8) WeightedSumTile<8>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
-    for (; l0 < L; ++l0) WeightedSumTile<1>(ws.P2, ws.V2, n2, L, l0, alpha, Ot);
-  }
 };
 
-// Sparse rows of up to 8 heads (one query's heads in 8 lanes): the scores
-// as Bf16Dot's, the weighted sum turned around, each head's output a row of
-// latent columns in the vector lanes: a key pair's two latent rows are
-// interleaved in registers (one unpack each half), and each head's weight
-// pair is broadcast. Per key pair and 32 columns that is 2 loads, 2 unpacks
-// and 8 broadcasts for 16 dot products, where lanes of heads needed 16
-// broadcasts for 16 half-width ones, after PairRows had stored the pairs.
-struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
-  using V = YmmBf16;
-  static constexpr int kHeads = 8;
+// The weighted sum turned around: each head-query's output is a row of
+// latent columns in the vector lanes (Ot[lane][Padded(L)], each 32-column
+// run in the order below). A key pair's two latent rows are interleaved in
+// registers (one unpack for each half of a run) and each head-query's
+// weight pair is broadcast: per key pair, 32 columns and 8 head-queries,
+// 2 loads, 2 unpacks and 8 broadcasts for 16 dot products, and no pairs
+// stored. (With head-queries in the lanes, each block's row pairs had to be
+// stored first, by every tile, and 8 head-queries took 16 broadcasts for
+// 16 half-width products.) P2[ip][lane]: the weight pairs of keys
+// (2 ip, 2 ip + 1) of the block.
+template <int kLanesAll>
+struct LatentRows {
   static int Padded(int L) { return (L + 31) / 32 * 32; }
-  static size_t OtFloats(int L) { return static_cast<size_t>(kHeads) * Padded(L); }
-  // Head j's row of Ot, back in column order: each 32-column run holds
-  // columns 8q .. 8q + 3 of its lanes q in its low half, 8q + 4 .. 8q + 7 in
-  // its high half (LatPos).
+  static size_t OtFloats(int L) { return static_cast<size_t>(kLanesAll) * Padded(L); }
+  // Lane j's row of Ot, back in column order: the unpacks leave each
+  // 32-column run with columns 8q .. 8q + 3 in 128-bit lane q of its low
+  // half and 8q + 4 .. 8q + 7 in lane q of its high half.
   static void WriteOut(const float* Ot, int j, int L, float r, float* out) {
     alignas(64) static constexpr int kFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
     alignas(64) static constexpr int kSecond[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
@@ -259,6 +179,78 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
                               _mm512_mul_ps(scale, _mm512_permutex2var_ps(lo, second, hi)));
     }
   }
+
+  // Ot[g + h][l0, l0 + 32) = alpha[g + h] Ot[g + h][..] + sum_i P[i][g + h] v_i[l0, l0 + 32), h < 8.
+  [[gnu::noinline]] static void Tile8(const uint32_t* __restrict P2, const float* const* v, int n, int g, int l0,
+                                      int L, const float* alpha, float* __restrict Ot) {
+    const int Lp = Padded(L);
+    const __mmask32 m = l0 + 32 <= L ? ~__mmask32(0) : (__mmask32(1) << (L - l0)) - 1;
+    __m512 a[8][2];
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h) {
+      const __m512 s = _mm512_set1_ps(alpha[g + h]);
+      a[h][0] = _mm512_mul_ps(s, _mm512_load_ps(Ot + (g + h) * Lp + l0));
+      a[h][1] = _mm512_mul_ps(s, _mm512_load_ps(Ot + (g + h) * Lp + l0 + 16));
+    }
+    const auto pair = [&](int ip, __m512i x, __m512i y) {
+      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x, y), hi = (__m512bh)_mm512_unpackhi_epi16(x, y);
+#pragma GCC unroll 8
+      for (int h = 0; h < 8; ++h) {
+        const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2[ip * kLanesAll + g + h]));
+        a[h][0] = _mm512_dpbf16_ps(a[h][0], lo, p);
+        a[h][1] = _mm512_dpbf16_ps(a[h][1], hi, p);
+      }
+    };
+    const auto row = [&](int i) { return _mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(v[i]) + l0); };
+    int ip = 0;
+    for (; 2 * ip + 1 < n; ++ip) pair(ip, row(2 * ip), row(2 * ip + 1));
+    if (2 * ip < n) pair(ip, row(2 * ip), _mm512_setzero_si512());  // the last key, unpartnered
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h) {
+      _mm512_store_ps(Ot + (g + h) * Lp + l0, a[h][0]);
+      _mm512_store_ps(Ot + (g + h) * Lp + l0 + 16, a[h][1]);
+    }
+  }
+
+  static void Sum(const uint32_t* P2, const float* const* v, int n, int L, const float* alpha, float* Ot) {
+    for (int l0 = 0; l0 < L; l0 += 32)
+      for (int g = 0; g < kLanesAll; g += 8) Tile8(P2, v, n, g, l0, L, alpha, Ot);
+  }
+};
+
+// Causal blocks and sparse rows of more than 8 heads (16 or 32
+// head-queries in one or two 512-bit vectors): Bf16Dot's scores,
+// LatentRows' weighted sums.
+template <int NV>
+struct Bf16DotLatentRows : Bf16Dot<ZmmBf16, NV> {
+  using Base = Bf16Dot<ZmmBf16, NV>;
+  using typename Base::R;
+  using typename Base::Work;
+  static constexpr int kLanes = Base::kLanes;
+  using Rows = LatentRows<kLanes>;
+  static size_t OtFloats(int L) { return Rows::OtFloats(L); }
+  static void WriteOut(const float* Ot, int j, int L, float r, float* out) { Rows::WriteOut(Ot, j, L, r, out); }
+  static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
+    for (int ip = 0; ip < (n + 1) / 2; ++ip)
+      for (int u = 0; u < NV; ++u) {
+        const __m512 a = _mm512_load_ps(P + 2 * ip * kLanes + u * 16);
+        const __m512 b = 2 * ip + 1 < n ? _mm512_load_ps(P + (2 * ip + 1) * kLanes + u * 16) : _mm512_setzero_ps();
+        _mm512_store_si512(ws.P2 + ip * kLanes + u * 16, PairUp16(a, b));
+      }
+    alignas(64) float al[kLanes];
+    for (int u = 0; u < NV; ++u) _mm512_store_ps(al + u * 16, alpha[u]);
+    Rows::Sum(ws.P2, v, n, L, al, Ot);
+  }
+};
+
+// Sparse rows of up to 8 heads (one query's heads in 8 lanes): LatentRows'
+// weighted sums, and scores with the lanes doubled (below).
+struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
+  using V = YmmBf16;
+  static constexpr int kHeads = 8;
+  using Rows = LatentRows<kHeads>;
+  static size_t OtFloats(int L) { return Rows::OtFloats(L); }
+  static void WriteOut(const float* Ot, int j, int L, float r, float* out) { Rows::WriteOut(Ot, j, L, r, out); }
 
   // Scores with the 8 lanes doubled: lane 2h + e holds head h's products
   // over the row's word pairs 2pp + e, so one 64-bit broadcast of a key's
@@ -320,38 +312,6 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
     ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, pairs, St + i * kLanes);
   }
 
-  // Ot[h][l0, l0 + 32) = alpha[h] Ot[h][..] + sum_i P[i][h] v_i[l0, l0 + 32), h < 8.
-  [[gnu::noinline]] static void WeightedHeadsTile(const uint32_t* __restrict P2, const float* const* v, int n, int l0,
-                                                  int L, const float* alpha, float* __restrict Ot) {
-    const int Lp = Padded(L);
-    const __mmask32 m = l0 + 32 <= L ? ~__mmask32(0) : (__mmask32(1) << (L - l0)) - 1;
-    __m512 a[kHeads][2];
-#pragma GCC unroll 8
-    for (int h = 0; h < kHeads; ++h) {
-      const __m512 s = _mm512_set1_ps(alpha[h]);
-      a[h][0] = _mm512_mul_ps(s, _mm512_load_ps(Ot + h * Lp + l0));
-      a[h][1] = _mm512_mul_ps(s, _mm512_load_ps(Ot + h * Lp + l0 + 16));
-    }
-    const auto pair = [&](int ip, __m512i x, __m512i y) {
-      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x, y), hi = (__m512bh)_mm512_unpackhi_epi16(x, y);
-#pragma GCC unroll 8
-      for (int h = 0; h < kHeads; ++h) {
-        const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2[ip * kHeads + h]));
-        a[h][0] = _mm512_dpbf16_ps(a[h][0], lo, p);
-        a[h][1] = _mm512_dpbf16_ps(a[h][1], hi, p);
-      }
-    };
-    const auto row = [&](int i) { return _mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(v[i]) + l0); };
-    int ip = 0;
-    for (; 2 * ip + 1 < n; ++ip) pair(ip, row(2 * ip), row(2 * ip + 1));
-    if (2 * ip < n) pair(ip, row(2 * ip), _mm512_setzero_si512());  // the last key, unpartnered
-#pragma GCC unroll 8
-    for (int h = 0; h < kHeads; ++h) {
-      _mm512_store_ps(Ot + h * Lp + l0, a[h][0]);
-      _mm512_store_ps(Ot + h * Lp + l0 + 16, a[h][1]);
-    }
-  }
-
   static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
     // Each key pair's weights as one 512-bit load (as the softmax stored them).
     const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairs8));
@@ -361,7 +321,7 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
     }
     alignas(32) float al[kHeads];
     V::Store(al, alpha[0]);
-    for (int l0 = 0; l0 < L; l0 += 32) WeightedHeadsTile(ws.P2, v, n, l0, L, al, Ot);
+    Rows::Sum(ws.P2, v, n, L, al, Ot);
   }
 };
 static_assert(Bf16DotFewHeads::kLanes == Bf16DotFewHeads::kHeads);
@@ -416,8 +376,8 @@ void mla_flash_bf16dot(const MlaDecodeShape& sh, const float* q_abs, const float
   r.Round(rows, offset, at, W);
   r.ptrs.resize(at.size());
   for (size_t i = 0; i < at.size(); ++i) r.ptrs[i] = r.Row(i, W);
-  flash::DecodeTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, q_abs, q_pe, r.ptrs.data(), 0, nullptr,
-                                                               std::min(n_keys, furthest), lat);
+  flash::DecodeTiles<Tile<flash::Zmm, 2, Bf16DotLatentRows<2>>>(sh, q_abs, q_pe, r.ptrs.data(), 0, nullptr,
+                                                                std::min(n_keys, furthest), lat);
   r.Trim();
 }
 
@@ -448,9 +408,9 @@ void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* 
   if (sh.heads <= 8)
     flash::RowsTiles<Tile<flash::Ymm, 1, Bf16DotFewHeads>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
   else if (sh.heads <= 16)
-    flash::RowsTiles<Tile<flash::Zmm, 1, Bf16Dot<ZmmBf16, 1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+    flash::RowsTiles<Tile<flash::Zmm, 1, Bf16DotLatentRows<1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
   else
-    flash::RowsTiles<Tile<flash::Zmm, 2, Bf16Dot<ZmmBf16, 2>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+    flash::RowsTiles<Tile<flash::Zmm, 2, Bf16DotLatentRows<2>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
   r.Trim();
 }
 
