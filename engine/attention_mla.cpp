@@ -49,7 +49,7 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   const size_t qk = static_cast<size_t>(nope + rope), kv = static_cast<size_t>(m.kv_lora_rank);
   const size_t np = static_cast<size_t>(nope), v = static_cast<size_t>(vd), HR = static_cast<size_t>(nr) * H;
   const kernels::KernelSet& k = ctx.kernels;
-  std::vector<float> q_abs(HR * kv), q_pe(HR * static_cast<size_t>(rope)), lat(HR * kv);
+  ScratchFloats q_abs(HR * kv), q_pe(HR * static_cast<size_t>(rope)), lat(HR * kv);
   const float* q0 = q + static_cast<size_t>(r0) * H * qk;  // [nr * H][qk]
   // BF16 weights and a block of rows: per head, one GEMM over the block's
   // rows of that head (gathered), where one matrix-vector product per
@@ -61,7 +61,7 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   const auto per_head_gemm = [&](auto weight, size_t out, size_t in, auto src, auto dst) {
     kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(H), [&](size_t hs) {
       const int h = static_cast<int>(hs);
-      std::vector<float> X(static_cast<size_t>(nr) * in), Y(static_cast<size_t>(nr) * out);
+      ScratchFloats X(static_cast<size_t>(nr) * in), Y(static_cast<size_t>(nr) * out);
       for (int j = 0; j < nr; ++j) std::copy_n(src(j, h), in, &X[static_cast<size_t>(j) * in]);
       k.matmul_bf16(weight(h), out, in, X.data(), static_cast<size_t>(nr), Y.data());
       for (int j = 0; j < nr; ++j) std::copy_n(&Y[static_cast<size_t>(j) * out], out, dst(j, h));
@@ -142,9 +142,9 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   // 2. Latent keys/values [n, kv_lora | rope]: c = RMSNorm(c), rope on k_pe; into the cache.
   // 3. DSA: indexer queries [n, IH, ID], weights [n, IH], keys into the cache.
   // 5 (below) needs the output gate wg x.
-  std::vector<float> qa(static_cast<size_t>(n) * ql), qr(qa.size()), q(static_cast<size_t>(n) * H * qk);
-  std::vector<float> kv(static_cast<size_t>(n) * (kvl + rope));
-  std::vector<float> iq, iw, ikraw, gate;
+  ScratchFloats qa(static_cast<size_t>(n) * ql), qr(qa.size()), q(static_cast<size_t>(n) * H * qk);
+  ScratchFloats kv(static_cast<size_t>(n) * (kvl + rope));
+  ScratchFloats iq, iw, ikraw, gate;
   if (dsa) {
     iq.resize(static_cast<size_t>(n) * IH * ID);
     iw.resize(static_cast<size_t>(n) * IH);

@@ -188,7 +188,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
 
   // 1. Router logits and the shared experts' gate/up projections of x, as one
   // pass (LinearMany); routing per token: sigmoid scores, the bias only selects.
-  std::vector<float> logits(static_cast<size_t>(n) * E), sh1, sh3;
+  ScratchFloats logits(static_cast<size_t>(n) * E), sh1, sh3;
   if (m.num_shared_experts > 0) {
     sh1.resize(static_cast<size_t>(n) * w.shared_w1.rows);
     sh3.resize(sh1.size());
@@ -226,7 +226,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   // as it is (always so in single-sequence decode); then the experts share
   // one input, which the MXFP4 pass quantises once. The others' rows are
   // gathered side by side on the pool.
-  std::vector<std::vector<float>> inputs(work.size());
+  std::vector<ScratchFloats> inputs(work.size());
   kernels::DefaultThreadPool().ParallelFor(n >= 8 ? work.size() : 0, [&](size_t wi) {
     ExpertRows& r = work[wi];
     if (r.ne == n) return;

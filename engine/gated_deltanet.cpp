@@ -18,7 +18,7 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   const int Cq = Hd * dk, Cv = Hd * dv, C = 2 * Cq + Cv;  // conv channels: q | k | v
 
   // 1. Projections for the whole batch: q, k, v (pre-conv), a, b, g.
-  std::vector<float> pq(static_cast<size_t>(n) * Cq), pk(pq.size()), pv(static_cast<size_t>(n) * Cv),
+  ScratchFloats pq(static_cast<size_t>(n) * Cq), pk(pq.size()), pv(static_cast<size_t>(n) * Cv),
       a(static_cast<size_t>(n) * Hd), b(a.size()), gp(static_cast<size_t>(n) * Cv);
   LinearMany({{&w.q_proj, x, pq.data()},
               {&w.k_proj, x, pk.data()},
@@ -31,7 +31,7 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   clock.Mark(ProfilePart::kProjections,
              LinearFlops({&w.q_proj, &w.k_proj, &w.v_proj, &w.a_proj, &w.b_proj, &w.g_proj}, n));
 
-  std::vector<float> o(static_cast<size_t>(n) * Cv);
+  ScratchFloats o(static_cast<size_t>(n) * Cv);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
   // The L2 norm's weights as an RMSNorm (step 3): dk^-0.5, and for q the
   // scale dk^-0.5 on top.
@@ -60,7 +60,7 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
       // Channels [ch0, ch0 + count) of q|k|v (columns [col, col + count) of
       // qkv) are channels [c0, c0 + count) of the projection `proj` (width
       // `width`) and of its conv W.
-      const auto conv_channels = [&](int ch0, int col, int count, const Matrix& W, const std::vector<float>& proj,
+      const auto conv_channels = [&](int ch0, int col, int count, const Matrix& W, const ScratchFloats& proj,
                                      int width, int c0) {
         const float* x = &proj[static_cast<size_t>(seg.row0) * width + c0];
         ctx.kernels.causal_conv_silu(&st.conv_tail[ch0], C, x, width, T, count, &W.w[static_cast<size_t>(c0) * K], K,
