@@ -395,6 +395,7 @@ Status Daemon::LoadModel() {
   o.max_running = m.config.max_running;
   o.max_waiting = m.config.max_queue;
   o.prefill_chunk_tokens = m.config.prefill_chunk_tokens;
+  o.prefill_chunk_tokens_idle = m.config.prefill_chunk_tokens_idle;
   o.cache_tokens = m.config.cache_tokens;
   o.block_tokens = m.config.block_tokens;
   o.prefix_cache = m.config.prefix_cache;

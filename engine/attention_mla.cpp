@@ -242,7 +242,8 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // Row pointers of this sequence's cached tokens (the pool is paged).
     std::vector<const float*> rows(static_cast<size_t>(ctx_len));
     for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
-    std::vector<float> scores, index_scores;
+    std::vector<float> scores;
+    ScratchFloats index_scores;  // each row written up to its own length, read no further
     std::vector<int> keys;
     // The indexer's scores of up to kSparseBlock sparse rows [block_r0,
     // block_r0 + block_n), one pass over the cached keys for all of them

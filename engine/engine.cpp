@@ -83,8 +83,10 @@ Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const EngineOptions& options) {
   if (options.block_tokens <= 0 || options.cache_tokens < options.block_tokens || options.max_running <= 0 ||
-      options.prefill_chunk_tokens <= 0 || options.max_waiting < 0)
-    return Fail(Error::InvalidArgument("engine options: block_tokens, cache_tokens, max_running and prefill_chunk_tokens must be positive"));
+      options.prefill_chunk_tokens <= 0 || options.prefill_chunk_tokens_idle <= 0 || options.max_waiting < 0)
+    return Fail(Error::InvalidArgument(
+        "engine options: block_tokens, cache_tokens, max_running, prefill_chunk_tokens and prefill_chunk_tokens_idle "
+        "must be positive"));
   if (!kernels::RequestDefaultThreadPoolSize(options.threads))
     log::Warn("engine: threads=" + std::to_string(options.threads) +
               " ignored: the kernel thread pool was already started with another size");
@@ -305,7 +307,12 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
 void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   std::vector<ForwardSegment> segments;
   std::vector<Sequence*> owners;
-  int prefill_budget = options.prefill_chunk_tokens;
+  // The larger budget when nothing decodes: no sequence waits on this step.
+  bool decoding = false;
+  for (const auto& sp : running)
+    decoding = decoding || (static_cast<int64_t>(sp->tokens.size()) - sp->cache.length <= 1 && sp->cache.length >= sp->prompt_len);
+  int prefill_budget =
+      decoding ? options.prefill_chunk_tokens : std::max(options.prefill_chunk_tokens, options.prefill_chunk_tokens_idle);
   for (auto& sp : running) {
     Sequence& s = *sp;
     int64_t start = s.cache.length;

@@ -112,5 +112,18 @@ TEST(DaemonConfig, Deterministic) {
   EXPECT_NE(bad.error().message().find("must be true or false"), std::string::npos) << bad.error().message();
 }
 
+TEST(DaemonConfig, PrefillChunkWhenNothingDecodes) {
+  EXPECT_EQ(DaemonConfig{}.prefill_chunk_tokens_idle, 2048);
+  auto c = ParseDaemonConfigYaml("prefill_chunk_tokens: 256\nprefill_chunk_tokens_idle: 4096\n", "daemon.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().message();
+  EXPECT_EQ(c->prefill_chunk_tokens, 256);
+  EXPECT_EQ(c->prefill_chunk_tokens_idle, 4096);
+  auto bad = ParseDaemonConfigYaml("prefill_chunk_tokens_idle: 0\n", "daemon.yaml");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("prefill_chunk_tokens_idle: must be between 1 and"), std::string::npos)
+      << bad.error().message();
+}
+
 }  // namespace
 }  // namespace moeserve::daemon
+

@@ -175,6 +175,7 @@ TEST(EngineBatching, BatchOfFourEqualsEachAlone) {
   }
   EngineOptions o;
   o.prefill_chunk_tokens = 48;  // several steps of chunked prefill while others decode
+  o.prefill_chunk_tokens_idle = 48;
   auto e = MakeEngine(*d, o);
   std::vector<SequenceId> ids;
   for (auto& r : reqs) ids.push_back(*e->Submit(r));
@@ -184,6 +185,33 @@ TEST(EngineBatching, BatchOfFourEqualsEachAlone) {
     EXPECT_EQ(together[ids[i]].finish, alone[i].finish);
     EXPECT_EQ(together[ids[i]].usage.completion_tokens, static_cast<int>(alone[i].tokens.size()));
   }
+}
+
+TEST(EngineBatching, PromptChunksAreLargerWhenNothingDecodes) {
+  // Alone, a prompt runs in chunks of prefill_chunk_tokens_idle (no one
+  // waits on those steps); beside a decoding sequence, of
+  // prefill_chunk_tokens. Counted in steps to each one's first token.
+  auto d = OpenModelDir(TinyModel(1, 16));
+  ASSERT_TRUE(d);
+  EngineOptions o;
+  o.prefix_cache = false;  // (its snapshots would split chunks at block boundaries)
+  o.prefill_chunk_tokens = 16;
+  o.prefill_chunk_tokens_idle = 64;
+  auto e = MakeEngine(*d, o);
+  const auto steps_to_first_token = [&](SequenceId id) {
+    for (int steps = 1; steps <= 100; ++steps)
+      for (const TokenEvent& ev : e->Step())
+        if (ev.id == id && ev.token >= 0) return steps;
+    return -1;
+  };
+  GenerationRequest first = Request(TestPrompt(130, 1), 40, 0.0f, 0);
+  first.stop_tokens = {-1};  // it decodes all 40, beside the second prompt
+  const SequenceId a = *e->Submit(first);
+  EXPECT_EQ(steps_to_first_token(a), 3);  // 64 + 64 + 2 tokens
+  const SequenceId b = *e->Submit(Request(TestPrompt(64, 2), 4, 0.0f, 0));
+  EXPECT_EQ(steps_to_first_token(b), 4);  // 16 a step while the first decodes
+  const auto rest = Drain(*e);
+  EXPECT_EQ(rest.at(a).finish, FinishReason::kLength);
 }
 
 TEST(EngineBatching, SeedReproducesAndDiffers) {

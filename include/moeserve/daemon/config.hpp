@@ -25,7 +25,8 @@
 //   http_threads: 4
 //   max_running: 64               # sequences decoded together
 //   max_queue: 256                # waiting sequences before 503
-//   prefill_chunk_tokens: 512
+//   prefill_chunk_tokens: 512     # prompt tokens per step while sequences decode
+//   prefill_chunk_tokens_idle: 2048   # ... while none does (nothing waits on the step)
 //   cache_tokens: 65536           # KV pool size in tokens
 //   block_tokens: 16
 //   prefix_cache: true
@@ -95,6 +96,7 @@ struct DaemonConfig {
   int max_running = 64;
   int max_queue = 256;
   int prefill_chunk_tokens = 512;
+  int prefill_chunk_tokens_idle = 2048;
   int64_t cache_tokens = 1 << 16;
   int block_tokens = 16;
   bool prefix_cache = true;

@@ -3,7 +3,8 @@
 // Sequences are submitted from any thread; one thread (the scheduler loop)
 // calls Step() repeatedly. Each step admits waiting sequences while the cache
 // pool has room, runs up to `prefill_chunk_tokens` of prompt prefill (so a
-// long prompt never stalls the running batch for more than one chunk), and
+// long prompt never stalls the running batch for more than one chunk; up to
+// `prefill_chunk_tokens_idle` when no sequence is decoding), and
 // decodes one token for every running sequence in a single batched forward
 // pass. Finished and cancelled sequences leave the batch and free their cache
 // blocks in the step that finishes them.
@@ -120,6 +121,11 @@ struct EngineOptions {
   int max_running = 64;              // sequences decoded together
   int max_waiting = 256;             // queued before Submit answers kResourceExhausted
   int prefill_chunk_tokens = 512;    // prompt tokens per step across all sequences
+  // Prompt tokens per step when no sequence in the batch is decoding: no
+  // one waits on that step, and larger chunks run the products nearer their
+  // peak (a 4.4K-token prompt prefilled about 15 % faster in 2048-token
+  // chunks than in 512-token ones). Below prefill_chunk_tokens it is that.
+  int prefill_chunk_tokens_idle = 2048;
   int64_t cache_tokens = 1 << 16;    // token slots in the shared KV pool
   int block_tokens = 16;             // tokens per cache block (prefix-cache granularity)
   bool prefix_cache = true;
