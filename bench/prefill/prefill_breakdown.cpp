@@ -2,7 +2,8 @@
 //
 // Generates the `small` preset (or loads --model), prefills prompts of the
 // given lengths in chunks of --chunk tokens as the engine's scheduler does
-// (EngineOptions::prefill_chunk_tokens, 512), with a ForwardProfile
+// for a prompt alone (EngineOptions::prefill_chunk_tokens_idle, 2048; 512,
+// prefill_chunk_tokens, beside decoding sequences), with a ForwardProfile
 // (model.hpp) that times each layer kind's parts: the dense projections, the
 // routed experts, MLA/DSA attention, the DSA indexer, the DeltaNet rule, and
 // glue. Each part is compared with its own ceiling measured in the same run:
@@ -11,7 +12,7 @@
 // and residual adds touch, an estimate). FLOPs are the logical work (2 M N K
 // for a product; the attention form that ran; see ForwardProfile).
 //
-// Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512]
+// Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 2048]
 //                      [--kernels fast|reference] [--bf16-activations] [--no-ceilings]
 //                      [--per-chunk] [--repeat N] [--preset NAME]
 // --repeat N: each prefill N times; the breakdown of the median run, then
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
   std::string model_path, preset = "small";
   std::vector<int> lengths = {512, 4096};
   bool per_chunk = false;
-  int chunk = 512, repeat = 1;
+  int chunk = 2048, repeat = 1;
   bool reference = false, ceilings = true, bf16act = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
     else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
     else if (a == "--preset" && i + 1 < argc) preset = argv[++i];
     else {
-      std::fprintf(stderr, "usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 512] "
+      std::fprintf(stderr, "usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 2048] "
                            "[--kernels fast|reference] [--bf16-activations] [--no-ceilings] [--per-chunk] "
                            "[--repeat N] [--preset tiny|small|...]\n");
       return 2;
