@@ -189,6 +189,27 @@ void BM_MlaAttention(benchmark::State& st, const mk::KernelSet* k, bool sparse) 
               2.0 * MlaCase::kHeads * keys_seen * (2.0 * MlaCase::kLat + MlaCase::kRope));
 }
 
+// The DSA indexer over the same cache: 64 queries' scores (8 heads of 64)
+// against their 4,337 .. 4,400 cached keys each, as one prefill block of
+// sparse rows. FLOP/s counts 2 heads (dim + 1) per query and key.
+void BM_IndexerBatch(benchmark::State& st, const mk::KernelSet* k) {
+  constexpr int kHeads = 8, kDim = 64, kQueries = MlaCase::kQueries, kCtx = MlaCase::kCtx;
+  static const std::vector<float> keys = mb::RandomFloats(static_cast<size_t>(kCtx) * kDim, 10);
+  std::vector<const float*> rows;
+  for (int s = 0; s < kCtx; ++s) rows.push_back(&keys[static_cast<size_t>(s) * kDim]);
+  const std::vector<float> iq = mb::RandomFloats(static_cast<size_t>(kQueries) * kHeads * kDim, 11),
+                           w = mb::RandomFloats(static_cast<size_t>(kQueries) * kHeads, 12);
+  std::vector<int> n(kQueries);
+  double keys_seen = 0;
+  for (int j = 0; j < kQueries; ++j) keys_seen += n[static_cast<size_t>(j)] = kCtx - kQueries + j + 1;
+  std::vector<float> scores(static_cast<size_t>(kQueries) * kCtx);
+  for (auto _ : st) {
+    k->indexer_scores_batch(iq.data(), w.data(), kQueries, kHeads, kDim, rows.data(), 0, n.data(), scores.data(), kCtx);
+    benchmark::DoNotOptimize(scores.data());
+  }
+  SetCounters(st, 4.0 * kDim * kCtx, 2.0 * kHeads * (kDim + 1) * keys_seen);
+}
+
 int Register() {
   for (mk::Isa isa : mk::SupportedIsas()) {
     if (isa == mk::Isa::kReference) continue;  // the ground truth for tests, not a serving path
@@ -231,6 +252,10 @@ int Register() {
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.3)
           ->UseRealTime();
+    benchmark::RegisterBenchmark(("indexer_batch/" + v + "/8x64_64q_ctx4400").c_str(), BM_IndexerBatch, &mk::Kernels(isa))
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.3)
+        ->UseRealTime();
     if (isa != mk::Isa::kAvx512) continue;  // elsewhere the bf16act rows are the fp32 GEMM again
     if (mk::CpuHasAvx512Bf16())
       for (bool sparse : {true, false})
