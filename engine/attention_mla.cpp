@@ -308,10 +308,12 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
           r += nb;
           continue;
         }
-        select_keys(r, pos);  // dense: only the trace needs it
+        // Dense rows: their key lists matter only to a DSA trace.
+        const bool trace_dense = dsa && ctx.trace && ctx.trace->record_dsa;
+        if (trace_dense) select_keys(r, pos);
         int nr = 1;
         while (nr < block && r + nr < seg.row0 + seg.n && !(dsa && pos + nr + 1 > cfg.dsa.index_topk)) {
-          select_keys(r + nr, pos + nr);  // dense: only the trace needs it
+          if (trace_dense) select_keys(r + nr, pos + nr);
           ++nr;
         }
         clock.Mark(ProfilePart::kGlue);

@@ -29,12 +29,6 @@ namespace {
 using flash::kBlock;
 using flash::Tile;
 
-inline uint32_t Bf16Bits(float x) {  // round to nearest even (finite values)
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-
 // 16 words (a[j] low, b[j] high) in BF16.
 alignas(64) constexpr uint16_t kPairs16[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -98,13 +92,24 @@ struct Bf16Dot {
     }
   };
 
-  template <class Q>
-  static void PackQ(Work& ws, int W, Q q) {
-    for (int p = 0; p < ws.W2; ++p)
-      for (int j = 0; j < kLanes; ++j) {
-        const uint32_t lo = Bf16Bits(q(j, 2 * p)), hi = 2 * p + 1 < W ? Bf16Bits(q(j, 2 * p + 1)) : 0u;
-        ws.Qt2[p * kLanes + j] = lo | hi << 16;
-      }
+  // Qt2[p][j] = head-query j's word p (0 in pad lanes); at(p, j) places
+  // word p of lane j (Bf16DotFewHeads lays them out otherwise). Each row is
+  // rounded to BF16 pairs a vector at a time, then its words stored.
+  template <class At>
+  static void PackQRows(Work& ws, int W, const flash::QuerySlice& q, At at) {
+    std::fill(ws.Qt2, ws.Qt2 + static_cast<size_t>(ws.W2 + 1) * kLanes, 0u);
+    float* row = AllocScratch(static_cast<size_t>(W));
+    uint32_t* words = reinterpret_cast<uint32_t*>(AllocScratch(static_cast<size_t>(ws.W2)));
+    for (int j = 0; j < q.lanes; ++j) {
+      q.Row(j, row);
+      RoundRow(row, W, words);
+      for (int p = 0; p < ws.W2; ++p) ws.Qt2[at(p, j)] = words[p];
+    }
+    FreeScratch(reinterpret_cast<float*>(words));
+    FreeScratch(row);
+  }
+  static void PackQ(Work& ws, int W, const flash::QuerySlice& q) {
+    PackQRows(ws, W, q, [](int p, int j) { return static_cast<size_t>(p) * kLanes + j; });
   }
 
   template <int KN>
@@ -257,16 +262,8 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
   // words (2pp, 2pp + 1) feeds a full-width dot product (a 32-bit broadcast
   // fed a half-width one); each head's two partial sums are added at the end.
   // Qt4[pp][2h + e] = the query's word 2pp + e for head h (0 past W2).
-  template <class Q>
-  static void PackQ(Work& ws, int W, Q q) {
-    for (int pp = 0; pp < (ws.W2 + 1) / 2; ++pp)
-      for (int h = 0; h < kHeads; ++h)
-        for (int e = 0; e < 2; ++e) {
-          const int p = 2 * pp + e;
-          uint32_t word = 0;
-          if (p < ws.W2) word = Bf16Bits(q(h, 2 * p)) | (2 * p + 1 < W ? Bf16Bits(q(h, 2 * p + 1)) << 16 : 0u);
-          ws.Qt2[pp * 2 * kHeads + 2 * h + e] = word;
-        }
+  static void PackQ(Work& ws, int W, const flash::QuerySlice& q) {
+    PackQRows(ws, W, q, [](int p, int h) { return static_cast<size_t>(p / 2) * 2 * kHeads + 2 * h + (p & 1); });
   }
 
   template <int KN>

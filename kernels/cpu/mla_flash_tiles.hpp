@@ -190,6 +190,25 @@ inline __m256 ExpRows8(float* St, int n, __m256 m) {
   return _mm256_add_ps(_mm512_castps512_ps256(sum), _mm512_extractf32x8_ps(sum, 1));
 }
 
+// A tile's queries: q(j, w) = element w of head-query hq0 + j's row
+// (q_abs then q_pe), scaled; 0 for the pad lanes j >= lanes.
+struct QuerySlice {
+  const float *q_abs, *q_pe;
+  int L, R, hq0, lanes;
+  float scale;
+  float operator()(int j, int w) const {
+    if (j >= lanes) return 0.0f;
+    const size_t h = static_cast<size_t>(hq0 + j);
+    return scale * (w < L ? q_abs[h * L + w] : q_pe[h * R + (w - L)]);
+  }
+  // Head-query j's row, scaled, into row[0, L + R).
+  void Row(int j, float* row) const {
+    const size_t h = static_cast<size_t>(hq0 + j);
+    for (int w = 0; w < L; ++w) row[w] = scale * q_abs[h * L + w];
+    for (int w = 0; w < R; ++w) row[L + w] = scale * q_pe[h * R + w];
+  }
+};
+
 // One tile through the Dot policy's products: head-queries [hq0, hq0 +
 // lanes) of the call over list entries [0, n_keys), lane j limited to the
 // first visible[hq0 + j] (if given). Online softmax per block of kBlock keys.
@@ -214,11 +233,7 @@ struct Tile {
       furthest = std::max(furthest, s);
     }
     for (int j = lanes; j < kLanes; ++j) seen[j] = nearest;
-    Dot::PackQ(ws, W, [&](int j, int w) {
-      if (j >= lanes) return 0.0f;
-      const size_t h = static_cast<size_t>(hq0 + j);
-      return sh.scale * (w < L ? q_abs[h * L + w] : q_pe[h * R_ + (w - L)]);
-    });
+    Dot::PackQ(ws, W, QuerySlice{q_abs, q_pe, L, R_, hq0, lanes, sh.scale});
     std::fill(Ot, Ot + Dot::OtFloats(L), 0.0f);
     const R neg_inf = V::Set1(-std::numeric_limits<float>::infinity());
     R m[NV], l[NV];
