@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
     // --repeat: the same prefill again from an empty cache; the breakdown is
     // the run of median time's (a shared machine's busy moments move single
     // runs by a tenth), and every run's figures are listed after it.
+    const bool dot = bf16act && ks.isa == mk::Isa::kAvx512;
     std::vector<me::ForwardProfile> profiles(static_cast<size_t>(repeat));
     std::vector<double> seconds(static_cast<size_t>(repeat));
     for (int rep = 0; rep < repeat; ++rep) {
@@ -242,22 +243,26 @@ int main(int argc, char** argv) {
       trace.record_dsa = false;
       trace.profile = &profile;
       // --per-chunk: each chunk is new tokens against all the earlier ones
-      // cached, as one turn of a growing session; its logical work and
-      // GFLOP/s, and its efficiency (GFLOP/s) against the second chunk's.
-      auto total_flops = [&] {
+      // cached, as one turn of a growing session; its logical work, GFLOP/s
+      // and efficiency (the share of its own work's bound it reached: a
+      // longer context shifts the work towards attention and the indexer,
+      // whose ceilings differ), and that efficiency against the second
+      // chunk's.
+      auto total_flops = [](const me::ForwardProfile& pr) {
         double f = 0;
         for (int r = 0; r < me::kProfileRows; ++r)
-          for (int i = 0; i < me::kProfileParts; ++i) f += profile.flops[r][i];
+          for (int i = 0; i < me::kProfileParts; ++i) f += pr.flops[r][i];
         return f;
       };
+      const bool bounded = c.fma > 0 && c.bw > 0;
       if (per_chunk)
-        std::printf("\nprefill of %d tokens, chunk by chunk:\n%8s %8s %9s %9s %9s %8s %10s\n", L, "cached", "new", "ms",
-                    "GFLOP", "GFLOP/s", "of fp32", "vs chunk 2");
-      double second_rate = 0;
+        std::printf("\nprefill of %d tokens, chunk by chunk:\n%8s %8s %9s %9s %9s %9s %10s\n", L, "cached", "new", "ms",
+                    "GFLOP", "GFLOP/s", "of bound", "vs chunk 2");
+      double second_efficiency = 0;
       const auto t0 = std::chrono::steady_clock::now();
       for (int p = 0; p < L; p += chunk) {
         const int n = std::min(chunk, L - p);
-        const double f0 = total_flops();
+        const me::ForwardProfile before = profile;
         const auto c0 = std::chrono::steady_clock::now();
         if (auto st = me::EnsureBlocks(pool, cache, p + n); !st) {
           std::fprintf(stderr, "blocks: %s\n", st.error().ToString().c_str());
@@ -270,12 +275,20 @@ int main(int argc, char** argv) {
         }
         if (per_chunk) {
           const double cs = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-          const double cf = total_flops() - f0, rate = cf / cs;
-          if (p / chunk == 1) second_rate = rate;
-          std::printf("%8d %8d %9.1f %9.2f %9.1f %7.1f%% %10s\n", p, n, cs * 1e3, cf / 1e9, rate / 1e9,
-                      c.fma > 0 ? 100.0 * rate / c.fma : 0.0,
-                      second_rate > 0 ? (std::to_string(static_cast<int>(100.0 * rate / second_rate + 0.5)) + "%").c_str()
-                                      : "-");
+          me::ForwardProfile work;  // this chunk's alone
+          for (int r = 0; r < me::kProfileRows; ++r)
+            for (int i = 0; i < me::kProfileParts; ++i) {
+              work.flops[r][i] = profile.flops[r][i] - before.flops[r][i];
+              work.bytes[r][i] = profile.bytes[r][i] - before.bytes[r][i];
+            }
+          const double cf = total_flops(work);
+          const double efficiency = bounded ? BoundSeconds(work, c, dot) / cs : 0.0;
+          if (p / chunk == 1) second_efficiency = efficiency;
+          std::printf("%8d %8d %9.1f %9.2f %9.1f %8.1f%% %10s\n", p, n, cs * 1e3, cf / 1e9, cf / cs / 1e9,
+                      100.0 * efficiency,
+                      second_efficiency > 0
+                          ? (std::to_string(static_cast<int>(100.0 * efficiency / second_efficiency + 0.5)) + "%").c_str()
+                          : "-");
         }
       }
       seconds[static_cast<size_t>(rep)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -285,7 +298,6 @@ int main(int argc, char** argv) {
     for (int i = 0; i < repeat; ++i) order[static_cast<size_t>(i)] = i;
     std::sort(order.begin(), order.end(), [&](int x, int y) { return seconds[static_cast<size_t>(x)] < seconds[static_cast<size_t>(y)]; });
     const size_t median = static_cast<size_t>(order[static_cast<size_t>(repeat / 2)]);
-    const bool dot = bf16act && ks.isa == mk::Isa::kAvx512;
     std::printf("\nprefill of %d tokens%s:\n", L, repeat > 1 ? " (the run of median time)" : "");
     PrintTable(profiles[median], seconds[median], L, c, dot);
     if (repeat > 1) {
