@@ -85,7 +85,7 @@ struct Bf16Dot {
     Work(int W, int L_)
         : W2((W + 1) / 2),
           L(L_),
-          Qt2(Words(static_cast<size_t>(W2 + 1) * kLanes)),  // (+1: an even count, for Bf16DotFewHeads)
+          Qt2(Words(static_cast<size_t>(W2 + 1) * kLanes)),  // (+1: whole groups of 2 or 4 words, Bf16DotFewHeads)
           P2(Words(static_cast<size_t>(kBlock / 2 + 1) * kLanes)) {}
     ~Work() {
       for (uint32_t* p : {Qt2, P2}) FreeScratch(reinterpret_cast<float*>(p));
@@ -161,9 +161,12 @@ struct Bf16Dot {
 // stored first, by every tile, and 8 head-queries took 16 broadcasts for
 // 16 half-width products.) P2[ip][lane]: the weight pairs of keys
 // (2 ip, 2 ip + 1) of the block.
-template <int kLanesAll>
+// A tile is G head-queries by 256 / G columns (16 accumulators): 8 heads by
+// one 32-column run, or 4 by two runs (for the heads of 4-head sparse rows).
+template <int kLanesAll, int G = 8>
 struct LatentRows {
-  static int Padded(int L) { return (L + 31) / 32 * 32; }
+  static constexpr int kRuns = 8 / G, kColumns = 32 * kRuns;  // per tile
+  static int Padded(int L) { return (L + kColumns - 1) / kColumns * kColumns; }
   static size_t OtFloats(int L) { return static_cast<size_t>(kLanesAll) * Padded(L); }
   // Lane j's row of Ot, back in column order: the unpacks leave each
   // 32-column run with columns 8q .. 8q + 3 in 128-bit lane q of its low
@@ -185,41 +188,53 @@ struct LatentRows {
     }
   }
 
-  // Ot[g + h][l0, l0 + 32) = alpha[g + h] Ot[g + h][..] + sum_i P[i][g + h] v_i[l0, l0 + 32), h < 8.
-  [[gnu::noinline]] static void Tile8(const uint32_t* __restrict P2, const float* const* v, int n, int g, int l0,
-                                      int L, const float* alpha, float* __restrict Ot) {
+  // Ot[g + h][l0, l0 + kColumns) = alpha[g + h] Ot[g + h][..] + sum_i P[i][g + h] v_i[l0, ..), h < G.
+  [[gnu::noinline]] static void TileG(const uint32_t* __restrict P2, const float* const* v, int n, int g, int l0, int L,
+                                      const float* alpha, float* __restrict Ot) {
     const int Lp = Padded(L);
-    const __mmask32 m = l0 + 32 <= L ? ~__mmask32(0) : (__mmask32(1) << (L - l0)) - 1;
-    __m512 a[8][2];
-#pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h) {
-      const __m512 s = _mm512_set1_ps(alpha[g + h]);
-      a[h][0] = _mm512_mul_ps(s, _mm512_load_ps(Ot + (g + h) * Lp + l0));
-      a[h][1] = _mm512_mul_ps(s, _mm512_load_ps(Ot + (g + h) * Lp + l0 + 16));
+    __mmask32 m[kRuns];
+    for (int r = 0; r < kRuns; ++r) {
+      const int rest = L - l0 - 32 * r;
+      m[r] = rest >= 32 ? ~__mmask32(0) : rest <= 0 ? __mmask32(0) : (__mmask32(1) << rest) - 1;
     }
-    const auto pair = [&](int ip, __m512i x, __m512i y) {
-      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(x, y), hi = (__m512bh)_mm512_unpackhi_epi16(x, y);
+    __m512 a[G][2 * kRuns];
 #pragma GCC unroll 8
-      for (int h = 0; h < 8; ++h) {
+    for (int h = 0; h < G; ++h) {
+      const __m512 s = _mm512_set1_ps(alpha[g + h]);
+      for (int c = 0; c < 2 * kRuns; ++c) a[h][c] = _mm512_mul_ps(s, _mm512_load_ps(Ot + (g + h) * Lp + l0 + 16 * c));
+    }
+    const auto row = [&](int i, int r) {
+      return _mm512_maskz_loadu_epi16(m[r], reinterpret_cast<const uint16_t*>(v[i]) + l0 + 32 * r);
+    };
+    const auto pair = [&](int ip, bool partnered) {
+      __m512bh lo[kRuns], hi[kRuns];
+      for (int r = 0; r < kRuns; ++r) {
+        const __m512i x = row(2 * ip, r), y = partnered ? row(2 * ip + 1, r) : _mm512_setzero_si512();
+        lo[r] = (__m512bh)_mm512_unpacklo_epi16(x, y);
+        hi[r] = (__m512bh)_mm512_unpackhi_epi16(x, y);
+      }
+#pragma GCC unroll 8
+      for (int h = 0; h < G; ++h) {
         const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(P2[ip * kLanesAll + g + h]));
-        a[h][0] = _mm512_dpbf16_ps(a[h][0], lo, p);
-        a[h][1] = _mm512_dpbf16_ps(a[h][1], hi, p);
+        for (int r = 0; r < kRuns; ++r) {
+          a[h][2 * r] = _mm512_dpbf16_ps(a[h][2 * r], lo[r], p);
+          a[h][2 * r + 1] = _mm512_dpbf16_ps(a[h][2 * r + 1], hi[r], p);
+        }
       }
     };
-    const auto row = [&](int i) { return _mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(v[i]) + l0); };
     int ip = 0;
-    for (; 2 * ip + 1 < n; ++ip) pair(ip, row(2 * ip), row(2 * ip + 1));
-    if (2 * ip < n) pair(ip, row(2 * ip), _mm512_setzero_si512());  // the last key, unpartnered
+    for (; 2 * ip + 1 < n; ++ip) pair(ip, true);
+    if (2 * ip < n) pair(ip, false);  // the last key, unpartnered
 #pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h) {
-      _mm512_store_ps(Ot + (g + h) * Lp + l0, a[h][0]);
-      _mm512_store_ps(Ot + (g + h) * Lp + l0 + 16, a[h][1]);
-    }
+    for (int h = 0; h < G; ++h)
+      for (int c = 0; c < 2 * kRuns; ++c) _mm512_store_ps(Ot + (g + h) * Lp + l0 + 16 * c, a[h][c]);
   }
 
-  static void Sum(const uint32_t* P2, const float* const* v, int n, int L, const float* alpha, float* Ot) {
-    for (int l0 = 0; l0 < L; l0 += 32)
-      for (int g = 0; g < kLanesAll; g += 8) Tile8(P2, v, n, g, l0, L, alpha, Ot);
+  // Lanes [0, used) (whole tiles of G).
+  static void Sum(const uint32_t* P2, const float* const* v, int n, int L, const float* alpha, float* Ot,
+                  int used = kLanesAll) {
+    for (int l0 = 0; l0 < L; l0 += kColumns)
+      for (int g = 0; g < used; g += G) TileG(P2, v, n, g, l0, L, alpha, Ot);
   }
 };
 
@@ -248,65 +263,82 @@ struct Bf16DotLatentRows : Bf16Dot<ZmmBf16, NV> {
   }
 };
 
-// Sparse rows of up to 8 heads (one query's heads in 8 lanes): LatentRows'
-// weighted sums, and scores with the lanes doubled (below).
+// Sparse rows of up to 8 heads (one query's heads in 8 lanes), HN (8 or 4)
+// of them computed: LatentRows' weighted sums over those heads, and scores
+// with the lanes multiplied by M = 16 / HN: lane M h + e holds head h's
+// products over the row's words M pp + e, so one broadcast of a key's M
+// words (64 or 128 bits) feeds a full-width dot product (a 32-bit broadcast
+// fed a half-width one, of which 4-head rows used half); each head's M
+// partial sums are added at the end. Qt[pp][M h + e] = the query's word
+// M pp + e for head h (0 past W2; rows are padded to whole groups of M).
+template <int HN>
 struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
   using V = YmmBf16;
-  static constexpr int kHeads = 8;
-  using Rows = LatentRows<kHeads>;
+  static constexpr int kHeads = 8, M = 16 / HN;
+  static_assert(HN == 8 || HN == 4);
+  using Rows = LatentRows<kHeads, HN>;
   static size_t OtFloats(int L) { return Rows::OtFloats(L); }
   static void WriteOut(const float* Ot, int j, int L, float r, float* out) { Rows::WriteOut(Ot, j, L, r, out); }
 
-  // Scores with the 8 lanes doubled: lane 2h + e holds head h's products
-  // over the row's word pairs 2pp + e, so one 64-bit broadcast of a key's
-  // words (2pp, 2pp + 1) feeds a full-width dot product (a 32-bit broadcast
-  // fed a half-width one); each head's two partial sums are added at the end.
-  // Qt4[pp][2h + e] = the query's word 2pp + e for head h (0 past W2).
   static void PackQ(Work& ws, int W, const flash::QuerySlice& q) {
-    PackQRows(ws, W, q, [](int p, int h) { return static_cast<size_t>(p / 2) * 2 * kHeads + 2 * h + (p & 1); });
+    PackQRows(ws, W, q, [](int p, int h) { return static_cast<size_t>(p / M) * 16 + M * h + p % M; });
   }
 
   template <int KN>
-  [[gnu::noinline]] static void ScoreTile(const uint32_t* __restrict Qt4, const float* const* k, int pairs,
+  [[gnu::noinline]] static void ScoreTile(const uint32_t* __restrict Qt, const float* const* k, int groups,
                                           float* __restrict St) {
     const uint32_t* kb[KN];
     for (int i = 0; i < KN; ++i) kb[i] = Words(k[i]);
     __m512 a[KN];
 #pragma GCC unroll 12
     for (int i = 0; i < KN; ++i) a[i] = _mm512_setzero_ps();
-    for (int pp = 0; pp < pairs; ++pp) {
-      const __m512bh q = (__m512bh)_mm512_load_si512(Qt4 + pp * 2 * kHeads);
+    for (int pp = 0; pp < groups; ++pp) {
+      const __m512bh q = (__m512bh)_mm512_load_si512(Qt + pp * 16);
 #pragma GCC unroll 12
       for (int i = 0; i < KN; ++i) {
-        uint64_t w;
-        std::memcpy(&w, kb[i] + 2 * pp, 8);
-        a[i] = _mm512_dpbf16_ps(a[i], q, (__m512bh)_mm512_set1_epi64(static_cast<long long>(w)));
+        __m512i kv;
+        if constexpr (M == 2) {
+          uint64_t w;
+          std::memcpy(&w, kb[i] + 2 * pp, 8);
+          kv = _mm512_set1_epi64(static_cast<long long>(w));
+        } else {
+          kv = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kb[i] + 4 * pp)));
+        }
+        a[i] = _mm512_dpbf16_ps(a[i], q, (__m512bh)kv);
       }
     }
-    // Lanes 2h and 2h + 1 summed, two keys to a 512-bit store: the softmax
-    // reads them back 512 bits at a time, and a load spanning two stores
-    // cannot be forwarded from them.
+    // Each head's M lanes summed into its lane M h, gathered into the low
+    // HN lanes (the rest 0); two keys to a 512-bit store: the softmax reads
+    // them back 512 bits at a time, and a load spanning two stores cannot
+    // be forwarded from them.
     __m256i sc[KN];
 #pragma GCC unroll 12
-    for (int i = 0; i < KN; ++i)
-      sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(_mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1))));
+    for (int i = 0; i < KN; ++i) {
+      __m512 t = _mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1));
+      if constexpr (M == 2) {
+        sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(t));
+      } else {
+        t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
+        sc[i] = _mm256_castps_si256(_mm512_castps512_ps256(_mm512_maskz_compress_ps(0x1111, t)));
+      }
+    }
 #pragma GCC unroll 6
     for (int i = 0; i + 1 < KN; i += 2)
       _mm512_store_si512(St + i * kHeads, _mm512_inserti64x4(_mm512_castsi256_si512(sc[i]), sc[i + 1], 1));
     if constexpr (KN % 2 == 1) _mm256_store_si256(reinterpret_cast<__m256i*>(St + (KN - 1) * kHeads), sc[KN - 1]);
   }
   template <int KN>
-  static void ScoreRest(const uint32_t* Qt4, const float* const* k, int n, int pairs, float* St) {
+  static void ScoreRest(const uint32_t* Qt, const float* const* k, int n, int groups, float* St) {
     if constexpr (KN > 0) {
-      if (n == KN) return ScoreTile<KN>(Qt4, k, pairs, St);
-      return ScoreRest<KN - 1>(Qt4, k, n, pairs, St);
+      if (n == KN) return ScoreTile<KN>(Qt, k, groups, St);
+      return ScoreRest<KN - 1>(Qt, k, n, groups, St);
     }
   }
   static void Score(Work& ws, const float* const* k, int n, int /*W*/, float* St) {
-    const int pairs = (ws.W2 + 1) / 2;
+    const int groups = (ws.W2 + M - 1) / M;
     int i = 0;
-    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, k + i, pairs, St + i * kLanes);
-    ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, pairs, St + i * kLanes);
+    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, k + i, groups, St + i * kLanes);
+    ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, groups, St + i * kLanes);
   }
 
   static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
@@ -318,10 +350,10 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
     }
     alignas(32) float al[kHeads];
     V::Store(al, alpha[0]);
-    Rows::Sum(ws.P2, v, n, L, al, Ot);
+    Rows::Sum(ws.P2, v, n, L, al, Ot, HN);
   }
 };
-static_assert(Bf16DotFewHeads::kLanes == Bf16DotFewHeads::kHeads);
+static_assert(Bf16DotFewHeads<8>::kLanes == Bf16DotFewHeads<8>::kHeads);
 
 // The rows the call reads, rounded to BF16 pairs once: `at` lists them
 // (row indices), rounded[i] = the i-th's W2 words. One buffer per calling
@@ -339,9 +371,9 @@ struct RoundedRows {
     std::vector<uint32_t>().swap(words);
     std::vector<const float*>().swap(ptrs);
   }
-  // Rows RowWords(W) apart: an even count, so the few-heads scores can read
-  // a row's words two at a time (the pad word zero).
-  static size_t RowWords(int W) { return static_cast<size_t>(((W + 1) / 2 + 1) & ~1); }
+  // Rows RowWords(W) apart: whole groups of 4 words, so the few-heads
+  // scores can read a row's words 2 or 4 at a time (the pad words zero).
+  static size_t RowWords(int W) { return static_cast<size_t>(((W + 1) / 2 + 3) & ~3); }
   void Round(const float* const* rows, size_t offset, const std::vector<int>& at, int W) {
     const size_t stride = RowWords(W);
     if (words.size() < at.size() * stride) words.resize(at.size() * stride);
@@ -350,7 +382,7 @@ struct RoundedRows {
       for (size_t i = c * kChunk; i < std::min(at.size(), (c + 1) * kChunk); ++i) {
         uint32_t* row = &words[i * stride];
         RoundRow(rows[at[i]] + offset, W, row);
-        if (stride > static_cast<size_t>((W + 1) / 2)) row[stride - 1] = 0;
+        for (size_t w = static_cast<size_t>((W + 1) / 2); w < stride; ++w) row[w] = 0;
       }
     });
   }
@@ -402,8 +434,10 @@ void mla_rows_flash_bf16dot(const MlaDecodeShape& sh, int queries, const float* 
   for (size_t key = 0; key < slot.size(); ++key)
     if (slot[key] >= 0) r.ptrs[key] = r.Row(static_cast<size_t>(slot[key]), W);
   const float* const* rounded = r.ptrs.data();
-  if (sh.heads <= 8)
-    flash::RowsTiles<Tile<flash::Ymm, 1, Bf16DotFewHeads>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+  if (sh.heads <= 4)
+    flash::RowsTiles<Tile<flash::Ymm, 1, Bf16DotFewHeads<4>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
+  else if (sh.heads <= 8)
+    flash::RowsTiles<Tile<flash::Ymm, 1, Bf16DotFewHeads<8>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
   else if (sh.heads <= 16)
     flash::RowsTiles<Tile<flash::Zmm, 1, Bf16DotLatentRows<1>>>(sh, queries, q_abs, q_pe, rounded, 0, keys, n_keys, lat);
   else
