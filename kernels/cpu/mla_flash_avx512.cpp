@@ -38,26 +38,45 @@ using flash::kBlock;
 namespace {
 
 // Sparse rows of up to 8 heads (a query's heads as the lanes of a 256-bit
-// tile): both products recast so that each load feeds full 512-bit FMAs.
-// Scores with the 8 lanes doubled: lane 2h + e sums head h's products over
-// the row elements w = e (mod 2), so one 64-bit broadcast of a key's two
-// elements (w, w + 1) feeds a 512-bit FMA; the two partial sums of each head
-// are added at the end. Weighted sums with latent columns in the lanes
-// (Ot[h][Padded(L)]): per key and 32 columns, two loads of the key's latent
-// row and eight broadcasts of the heads' weights for 16 FMAs, where lanes of
-// heads took 16 broadcasts for 16 256-bit FMAs.
+// tile), HN (8 or 4) of them computed: both products recast so that each
+// load feeds full 512-bit FMAs. Scores with the lanes multiplied by
+// M = 16 / HN: lane M h + e sums head h's products over the row elements
+// w = e (mod M), so one broadcast of a key's M elements (64 or 128 bits)
+// feeds a 512-bit FMA; each head's M partial sums are added at the end.
+// Weighted sums with latent columns in the lanes (Ot[h][Padded(L)]): a tile
+// is HN heads by 256 / HN columns, per key 256 / HN / 16 loads of the key's
+// latent row and HN broadcasts of the heads' weights for 16 FMAs, where
+// lanes of heads took 16 broadcasts for 16 256-bit FMAs.
+template <int HN>
 struct Fp32DotFewHeads {
-  static constexpr int kLanes = 8, kKeyTile = 12;
-  static int Padded(int L) { return (L + 31) / 32 * 32; }
+  static_assert(HN == 8 || HN == 4);
+  static constexpr int kLanes = 8, kKeyTile = 12, M = 16 / HN;
+  static constexpr int kVectors = 16 / HN, kColumns = 16 * kVectors;  // per weighted-sum tile
+  static int Padded(int L) { return (L + kColumns - 1) / kColumns * kColumns; }
+  static int Groups(int W) { return (W + M - 1) / M; }
   struct Work {
-    float* Qt;  // Qt[ww][2h + e] = q_h[2 ww + e] (0 past W)
-    Work(int W, int /*L*/) : Qt(AllocScratch(static_cast<size_t>(W + 1) / 2 * 2 * kLanes)) {}
+    float* Qt;  // Qt[pp][M h + e] = q_h[M pp + e] (0 past W)
+    Work(int W, int /*L*/) : Qt(AllocScratch(static_cast<size_t>(Groups(W)) * 16)) {}
     ~Work() { FreeScratch(Qt); }
   };
   template <class Q>
   static void PackQ(Work& ws, int W, Q q) {
-    for (int w = 0; w < (W + 1) / 2 * 2; ++w)
-      for (int h = 0; h < kLanes; ++h) ws.Qt[(w / 2) * 2 * kLanes + 2 * h + (w & 1)] = w < W ? q(h, w) : 0.0f;
+    std::fill(ws.Qt, ws.Qt + static_cast<size_t>(Groups(W)) * 16, 0.0f);
+    for (int w = 0; w < W; ++w)
+      for (int h = 0; h < HN; ++h) ws.Qt[(w / M) * 16 + M * h + w % M] = q(h, w);
+  }
+
+  // A key's elements [M pp, M pp + M) in every group of M lanes; past the
+  // row's end (the last group of an uneven row), zeros.
+  static __m512 Broadcast(const float* k, int pp, int W) {
+    const int at = M * pp, rest = W - at;
+    if constexpr (M == 2) {
+      uint64_t pair = 0;
+      std::memcpy(&pair, k + at, rest >= 2 ? 8 : 4);
+      return _mm512_castsi512_ps(_mm512_set1_epi64(static_cast<long long>(pair)));
+    } else {
+      return _mm512_broadcast_f32x4(rest >= 4 ? _mm_loadu_ps(k + at) : _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << rest) - 1), k + at));
+    }
   }
 
   template <int KN>
@@ -65,30 +84,40 @@ struct Fp32DotFewHeads {
     __m512 a[KN];
 #pragma GCC unroll 12
     for (int i = 0; i < KN; ++i) a[i] = _mm512_setzero_ps();
-    const int whole = W / 2;
-    for (int ww = 0; ww < whole; ++ww) {
-      const __m512 q = _mm512_load_ps(Qt + ww * 2 * kLanes);
+    const int whole = W / M;
+    for (int pp = 0; pp < whole; ++pp) {
+      const __m512 q = _mm512_load_ps(Qt + pp * 16);
 #pragma GCC unroll 12
       for (int i = 0; i < KN; ++i) {
-        uint64_t pair;
-        std::memcpy(&pair, k[i] + 2 * ww, 8);
-        a[i] = _mm512_fmadd_ps(q, _mm512_castsi512_ps(_mm512_set1_epi64(static_cast<long long>(pair))), a[i]);
+        __m512 kv;
+        if constexpr (M == 2) {
+          uint64_t pair;
+          std::memcpy(&pair, k[i] + 2 * pp, 8);
+          kv = _mm512_castsi512_ps(_mm512_set1_epi64(static_cast<long long>(pair)));
+        } else {
+          kv = _mm512_broadcast_f32x4(_mm_loadu_ps(k[i] + 4 * pp));
+        }
+        a[i] = _mm512_fmadd_ps(q, kv, a[i]);
       }
     }
-    if (W % 2 == 1) {  // the last element, its partner 0 (the row ends there)
-      const __m512 q = _mm512_load_ps(Qt + whole * 2 * kLanes);
-      for (int i = 0; i < KN; ++i) {
-        uint32_t last;
-        std::memcpy(&last, k[i] + W - 1, 4);
-        a[i] = _mm512_fmadd_ps(q, _mm512_castsi512_ps(_mm512_set1_epi64(static_cast<long long>(last))), a[i]);
-      }
+    if (whole < Groups(W)) {  // the row's last elements, fewer than M
+      const __m512 q = _mm512_load_ps(Qt + whole * 16);
+      for (int i = 0; i < KN; ++i) a[i] = _mm512_fmadd_ps(q, Broadcast(k[i], whole, W), a[i]);
     }
-    // Lanes 2h and 2h + 1 summed, two keys to a 512-bit store (the softmax
-    // reads them back 512 bits at a time).
+    // Each head's M lanes summed into its lane M h, gathered into the low HN
+    // lanes (the rest 0); two keys to a 512-bit store (the softmax reads
+    // them back 512 bits at a time).
     __m256i sc[KN];
 #pragma GCC unroll 12
-    for (int i = 0; i < KN; ++i)
-      sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(_mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1))));
+    for (int i = 0; i < KN; ++i) {
+      __m512 t = _mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1));
+      if constexpr (M == 2) {
+        sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(t));
+      } else {
+        t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
+        sc[i] = _mm256_castps_si256(_mm512_castps512_ps256(_mm512_maskz_compress_ps(0x1111, t)));
+      }
+    }
 #pragma GCC unroll 6
     for (int i = 0; i + 1 < KN; i += 2)
       _mm512_store_si512(St + i * kLanes, _mm512_inserti64x4(_mm512_castsi256_si512(sc[i]), sc[i + 1], 1));
@@ -112,37 +141,35 @@ struct Fp32DotFewHeads {
     const float* row = Ot + static_cast<size_t>(j) * Padded(L);
     for (int c = 0; c < L; ++c) out[c] = row[c] * r;
   }
-  // Ot[h][l0, l0 + 32) = alpha[h] Ot[h][..] + sum_i P[i][h] v_i[l0, l0 + 32).
+  // Ot[h][l0, l0 + kColumns) = alpha[h] Ot[h][..] + sum_i P[i][h] v_i[l0, ..), h < HN.
   [[gnu::noinline]] static void WeightedTile(const float* __restrict P, const float* const* v, int n, int l0, int L,
                                              const float* alpha, float* __restrict Ot) {
     const int Lp = Padded(L);
-    const __mmask16 m0 = LaneMask16(L - l0), m1 = LaneMask16(L - l0 - 16);
-    __m512 a[kLanes][2];
+    __mmask16 m[kVectors];
+    for (int c = 0; c < kVectors; ++c) m[c] = LaneMask16(L - l0 - 16 * c);
+    __m512 a[HN][kVectors];
 #pragma GCC unroll 8
-    for (int h = 0; h < kLanes; ++h) {
+    for (int h = 0; h < HN; ++h) {
       const __m512 s = _mm512_set1_ps(alpha[h]);
-      a[h][0] = _mm512_mul_ps(s, _mm512_load_ps(Ot + h * Lp + l0));
-      a[h][1] = _mm512_mul_ps(s, _mm512_load_ps(Ot + h * Lp + l0 + 16));
+      for (int c = 0; c < kVectors; ++c) a[h][c] = _mm512_mul_ps(s, _mm512_load_ps(Ot + h * Lp + l0 + 16 * c));
     }
     for (int i = 0; i < n; ++i) {
-      const __m512 x0 = _mm512_maskz_loadu_ps(m0, v[i] + l0), x1 = _mm512_maskz_loadu_ps(m1, v[i] + l0 + 16);
+      __m512 x[kVectors];
+      for (int c = 0; c < kVectors; ++c) x[c] = _mm512_maskz_loadu_ps(m[c], v[i] + l0 + 16 * c);
 #pragma GCC unroll 8
-      for (int h = 0; h < kLanes; ++h) {
+      for (int h = 0; h < HN; ++h) {
         const __m512 p = _mm512_set1_ps(P[i * kLanes + h]);
-        a[h][0] = _mm512_fmadd_ps(p, x0, a[h][0]);
-        a[h][1] = _mm512_fmadd_ps(p, x1, a[h][1]);
+        for (int c = 0; c < kVectors; ++c) a[h][c] = _mm512_fmadd_ps(p, x[c], a[h][c]);
       }
     }
 #pragma GCC unroll 8
-    for (int h = 0; h < kLanes; ++h) {
-      _mm512_store_ps(Ot + h * Lp + l0, a[h][0]);
-      _mm512_store_ps(Ot + h * Lp + l0 + 16, a[h][1]);
-    }
+    for (int h = 0; h < HN; ++h)
+      for (int c = 0; c < kVectors; ++c) _mm512_store_ps(Ot + h * Lp + l0 + 16 * c, a[h][c]);
   }
   static void Weighted(Work&, const float* P, const float* const* v, int n, int L, const __m256* alpha, float* Ot) {
     alignas(32) float al[kLanes];
     _mm256_store_ps(al, alpha[0]);
-    for (int l0 = 0; l0 < L; l0 += 32) WeightedTile(P, v, n, l0, L, al, Ot);
+    for (int l0 = 0; l0 < L; l0 += kColumns) WeightedTile(P, v, n, l0, L, al, Ot);
   }
   // The first `valid` of 16 lanes (none below 1, all from 16).
   static __mmask16 LaneMask16(int valid) {
@@ -160,8 +187,10 @@ void mla_flash_avx512(const MlaDecodeShape& sh, const float* q_abs, const float*
 void mla_rows_flash_avx512(const MlaDecodeShape& sh, int queries, const float* q_abs, const float* q_pe,
                            const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
                            float* lat) {
+  if (sh.heads <= 4)
+    return flash::RowsTiles<Tile<Ymm, 1, Fp32DotFewHeads<4>>>(sh, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat);
   if (sh.heads <= 8)
-    return flash::RowsTiles<Tile<Ymm, 1, Fp32DotFewHeads>>(sh, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat);
+    return flash::RowsTiles<Tile<Ymm, 1, Fp32DotFewHeads<8>>>(sh, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat);
   if (sh.heads <= 16)
     return flash::RowsTiles<Tile<Zmm, 1, Fp32Dot<Zmm, 1>>>(sh, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat);
   return flash::RowsTiles<Tile<Zmm, 2, Fp32Dot<Zmm, 2>>>(sh, queries, q_abs, q_pe, rows, offset, keys, n_keys, lat);

@@ -165,9 +165,10 @@ TEST(MlaRowsKernel, FastMatchesReference) {
   std::mt19937 rng(11);
   for (auto [queries, H, kvl, rope, n] : {std::tuple{5, 8, 64, 16, 400}, std::tuple{3, 16, 40, 8, 130},
                                           std::tuple{2, 40, 48, 6, 77}, std::tuple{7, 3, 24, 4, 60},
-                                          std::tuple{4, 5, 21, 4, 90}}) {
+                                          std::tuple{4, 5, 21, 4, 90}, std::tuple{3, 4, 19, 4, 70}}) {
     // (5 heads over rows of 25: an odd row, whose last element has no
-    // partner in the few-heads tile's paired scores, and 21 latent columns.)
+    // partner in the few-heads tile's paired scores, and 21 latent columns;
+    // 4 heads over rows of 23, 3 elements past the last group of 4.)
     HeadQueries b(queries, H, kvl, rope, n, 2, rng);
     const size_t hq = static_cast<size_t>(b.hq);
     const PagedRows& cache = b.cache;
