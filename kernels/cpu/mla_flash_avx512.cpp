@@ -104,36 +104,10 @@ struct Fp32DotFewHeads {
       const __m512 q = _mm512_load_ps(Qt + whole * 16);
       for (int i = 0; i < KN; ++i) a[i] = _mm512_fmadd_ps(q, Broadcast(k[i], whole, W), a[i]);
     }
-    // Each head's M lanes summed into its lane M h, gathered into the low HN
-    // lanes (the rest 0); two keys to a 512-bit store (the softmax reads
-    // them back 512 bits at a time).
-    __m256i sc[KN];
-#pragma GCC unroll 12
-    for (int i = 0; i < KN; ++i) {
-      __m512 t = _mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1));
-      if constexpr (M == 2) {
-        sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(t));
-      } else {
-        t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
-        sc[i] = _mm256_castps_si256(_mm512_castps512_ps256(_mm512_maskz_compress_ps(0x1111, t)));
-      }
-    }
-#pragma GCC unroll 6
-    for (int i = 0; i + 1 < KN; i += 2)
-      _mm512_store_si512(St + i * kLanes, _mm512_inserti64x4(_mm512_castsi256_si512(sc[i]), sc[i + 1], 1));
-    if constexpr (KN % 2 == 1) _mm256_store_si256(reinterpret_cast<__m256i*>(St + (KN - 1) * kLanes), sc[KN - 1]);
-  }
-  template <int KN>
-  static void ScoreRest(const float* Qt, const float* const* k, int n, int W, float* St) {
-    if constexpr (KN > 0) {
-      if (n == KN) return ScoreTile<KN>(Qt, k, W, St);
-      return ScoreRest<KN - 1>(Qt, k, n, W, St);
-    }
+    flash::StoreGroupedScores<KN, M>(a, St);
   }
   static void Score(Work& ws, const float* const* k, int n, int W, float* St) {
-    int i = 0;
-    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt, k + i, W, St + i * kLanes);
-    ScoreRest<kKeyTile - 1>(ws.Qt, k + i, n - i, W, St + i * kLanes);
+    flash::KeyTiles<kKeyTile>(n, [&](auto kn, int i) { ScoreTile<decltype(kn)::value>(ws.Qt, k + i, W, St + i * kLanes); });
   }
 
   static size_t OtFloats(int L) { return static_cast<size_t>(kLanes) * Padded(L); }

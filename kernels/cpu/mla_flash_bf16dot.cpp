@@ -135,20 +135,10 @@ struct Bf16Dot {
       for (int v = 0; v < NV; ++v) V::Store(St + i * kLanes + v * V::kWidth, a[v][i]);
   }
 
-  template <int KN>
-  static void ScoreRest(const uint32_t* Qt2, const float* const* k, int n, int W2, float* St) {
-    if constexpr (KN > 0) {
-      if (n == KN) return ScoreTile<KN>(Qt2, k, W2, St);
-      return ScoreRest<KN - 1>(Qt2, k, n, W2, St);
-    }
-  }
-
   static void Score(Work& ws, const float* const* k, int n, int /*W*/, float* St) {
-    int i = 0;
-    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, k + i, ws.W2, St + i * kLanes);
-    ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, ws.W2, St + i * kLanes);
+    flash::KeyTiles<kKeyTile>(
+        n, [&](auto kn, int i) { ScoreTile<decltype(kn)::value>(ws.Qt2, k + i, ws.W2, St + i * kLanes); });
   }
-
 };
 
 // The weighted sum turned around: each head-query's output is a row of
@@ -307,38 +297,12 @@ struct Bf16DotFewHeads : Bf16Dot<YmmBf16, 1> {
         a[i] = _mm512_dpbf16_ps(a[i], q, (__m512bh)kv);
       }
     }
-    // Each head's M lanes summed into its lane M h, gathered into the low
-    // HN lanes (the rest 0); two keys to a 512-bit store: the softmax reads
-    // them back 512 bits at a time, and a load spanning two stores cannot
-    // be forwarded from them.
-    __m256i sc[KN];
-#pragma GCC unroll 12
-    for (int i = 0; i < KN; ++i) {
-      __m512 t = _mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1));
-      if constexpr (M == 2) {
-        sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(t));
-      } else {
-        t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
-        sc[i] = _mm256_castps_si256(_mm512_castps512_ps256(_mm512_maskz_compress_ps(0x1111, t)));
-      }
-    }
-#pragma GCC unroll 6
-    for (int i = 0; i + 1 < KN; i += 2)
-      _mm512_store_si512(St + i * kHeads, _mm512_inserti64x4(_mm512_castsi256_si512(sc[i]), sc[i + 1], 1));
-    if constexpr (KN % 2 == 1) _mm256_store_si256(reinterpret_cast<__m256i*>(St + (KN - 1) * kHeads), sc[KN - 1]);
-  }
-  template <int KN>
-  static void ScoreRest(const uint32_t* Qt, const float* const* k, int n, int groups, float* St) {
-    if constexpr (KN > 0) {
-      if (n == KN) return ScoreTile<KN>(Qt, k, groups, St);
-      return ScoreRest<KN - 1>(Qt, k, n, groups, St);
-    }
+    flash::StoreGroupedScores<KN, M>(a, St);
   }
   static void Score(Work& ws, const float* const* k, int n, int /*W*/, float* St) {
     const int groups = (ws.W2 + M - 1) / M;
-    int i = 0;
-    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(ws.Qt2, k + i, groups, St + i * kLanes);
-    ScoreRest<kKeyTile - 1>(ws.Qt2, k + i, n - i, groups, St + i * kLanes);
+    flash::KeyTiles<kKeyTile>(
+        n, [&](auto kn, int i) { ScoreTile<decltype(kn)::value>(ws.Qt2, k + i, groups, St + i * kLanes); });
   }
 
   static void Weighted(Work& ws, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -65,6 +66,47 @@ constexpr int kLatTile = NV == 1 ? 16 : 8;
 
 inline int KeyAt(const int* keys, int i) { return keys ? keys[i] : i; }
 
+// A block's n keys through a policy's score micro-tiles: whole tiles of
+// kKeyTile keys, then the remainder through the tile of its size;
+// tile(std::integral_constant<int, KN>, i) scores keys [i, i + KN).
+template <int KN, class TileFn>
+inline void RestTile(int rest, int i, TileFn& tile) {
+  if constexpr (KN > 0) {
+    if (rest == KN) return tile(std::integral_constant<int, KN>{}, i);
+    RestTile<KN - 1>(rest, i, tile);
+  }
+}
+template <int kKeyTile, class TileFn>
+inline void KeyTiles(int n, TileFn tile) {
+  int i = 0;
+  for (; i + kKeyTile <= n; i += kKeyTile) tile(std::integral_constant<int, kKeyTile>{}, i);
+  RestTile<kKeyTile - 1>(n - i, i, tile);
+}
+
+// Scores of KN keys for a tile of 8 lanes whose head h's partial sums sit
+// in lanes M h .. M h + M - 1 of a[i] (M = 2 or 4): each head's M lanes
+// summed, gathered into the low 16 / M lanes (the rest 0), two keys to a
+// 512-bit store: the softmax reads them back 512 bits at a time, and a load
+// spanning two stores cannot be forwarded from them.
+template <int KN, int M>
+inline void StoreGroupedScores(const __m512* a, float* St) {
+  __m256i sc[KN];
+#pragma GCC unroll 12
+  for (int i = 0; i < KN; ++i) {
+    __m512 t = _mm512_add_ps(a[i], _mm512_permute_ps(a[i], 0xB1));
+    if constexpr (M == 2) {
+      sc[i] = _mm512_cvtepi64_epi32(_mm512_castps_si512(t));
+    } else {
+      t = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4E));
+      sc[i] = _mm256_castps_si256(_mm512_castps512_ps256(_mm512_maskz_compress_ps(0x1111, t)));
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i + 1 < KN; i += 2)
+    _mm512_store_si512(St + i * 8, _mm512_inserti64x4(_mm512_castsi256_si512(sc[i]), sc[i + 1], 1));
+  if constexpr (KN % 2 == 1) _mm256_store_si256(reinterpret_cast<__m256i*>(St + (KN - 1) * 8), sc[KN - 1]);
+}
+
 // The fp32 FMA products of a tile of NV vectors of lanes (head-queries):
 // the queries transposed (Qt[w][lane]), scores and weighted sums read the
 // cached rows in place.
@@ -109,19 +151,8 @@ struct Fp32Dot {
       for (int v = 0; v < NV; ++v) V::Store(St + i * kLanes + v * V::kWidth, a[v][i]);
   }
 
-  template <int KN>
-  static void ScoreRest(const float* Qt, const float* const* k, int n, int W, float* St) {
-    if constexpr (KN > 0) {
-      if (n == KN) return ScoreTile<KN>(Qt, k, W, St);
-      return ScoreRest<KN - 1>(Qt, k, n, W, St);
-    }
-  }
-
   static void Score(Work& ws, const float* const* k, int n, int W, float* St) {
-    const float* Qt = ws.Qt;
-    int i = 0;
-    for (; i + kKeyTile <= n; i += kKeyTile) ScoreTile<kKeyTile>(Qt, k + i, W, St + i * kLanes);
-    ScoreRest<kKeyTile - 1>(Qt, k + i, n - i, W, St + i * kLanes);
+    KeyTiles<kKeyTile>(n, [&](auto kn, int i) { ScoreTile<decltype(kn)::value>(ws.Qt, k + i, W, St + i * kLanes); });
   }
 
   // Ot[l0 + r][lane] = alpha[lane] Ot[l0 + r][lane] + sum_i P[i][lane] v_i[l0 + r], r < LN, i < n.
