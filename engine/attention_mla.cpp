@@ -223,7 +223,14 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // prepares the union of their keys once: the BF16 kernels round them).
     // Deterministic: one query per attention call and indexer pass, as in
     // decode (a block's kernels split and merge their work by its size).
-    constexpr int kSparseBlock = 64;
+    // As many rows as keep the block's indexer scores within
+    // kSparseScoresFloats (32 MB), between 64 and 256: each call rounds the
+    // union of its rows' keys, nearly every cached row at long context, so
+    // at 32K tokens blocks of 64 spent more on that than on attention.
+    constexpr int kSparseBlockMin = 64, kSparseBlockMax = 256;
+    constexpr int64_t kSparseScoresFloats = int64_t{8} << 20;
+    const int kSparseBlock = static_cast<int>(
+        std::clamp<int64_t>(kSparseScoresFloats / std::max<int64_t>(1, ctx_len), kSparseBlockMin, kSparseBlockMax));
     const int indexer_block = ctx.options.deterministic ? 1 : kSparseBlock;
     // Expanded form: per-head keys and values for every cached position.
     std::vector<float> k_nope, vals;
