@@ -2,6 +2,7 @@
 // routing and shared experts (6).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -226,8 +227,14 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   // as it is (always so in single-sequence decode); then the experts share
   // one input, which the MXFP4 pass quantises once. The others' rows are
   // gathered side by side on the pool.
+  // (Decode, under 8 rows: inline, where a hand-off costs more than the copies.)
+  const bool on_pool = n >= 8;
+  const auto each = [&](size_t count, const std::function<void(size_t)>& fn) {
+    if (on_pool) return kernels::DefaultThreadPool().ParallelFor(count, fn);
+    for (size_t i = 0; i < count; ++i) fn(i);
+  };
   std::vector<ScratchFloats> inputs(work.size());
-  kernels::DefaultThreadPool().ParallelFor(n >= 8 ? work.size() : 0, [&](size_t wi) {
+  each(work.size(), [&](size_t wi) {
     ExpertRows& r = work[wi];
     if (r.ne == n) return;
     const auto& routed = by_expert[r.e];
@@ -236,15 +243,6 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
       std::copy_n(x + static_cast<size_t>(routed[i].first) * D, D, &inputs[wi][static_cast<size_t>(i) * D]);
     r.x = inputs[wi].data();
   });
-  if (n < 8)  // decode: a hand-off costs more than the copies
-    for (size_t wi = 0; wi < work.size(); ++wi) {
-      ExpertRows& r = work[wi];
-      if (r.ne == n) continue;
-      inputs[wi].resize(static_cast<size_t>(r.ne) * D);
-      for (int i = 0; i < r.ne; ++i)
-        std::copy_n(x + static_cast<size_t>(by_expert[r.e][i].first) * D, D, &inputs[wi][static_cast<size_t>(i) * D]);
-      r.x = inputs[wi].data();
-    }
   ck.Mark(ProfilePart::kGlue);
   RunExperts(w, work, D, I, k);
   double routed_rows = 0;
@@ -268,18 +266,13 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
       parts[static_cast<size_t>(filled[t]++)] = {&r.ye[static_cast<size_t>(i) * D], wt};
     }
   constexpr int kTokensPerTask = 16;
-  const auto add_tokens = [&](size_t task) {
+  each(static_cast<size_t>((n + kTokensPerTask - 1) / kTokensPerTask), [&](size_t task) {
     for (int t = static_cast<int>(task) * kTokensPerTask; t < std::min(n, static_cast<int>(task + 1) * kTokensPerTask); ++t) {
       float* o = out + static_cast<size_t>(t) * D;
       for (int p = start[t]; p < start[t + 1]; ++p)
         for (int j = 0; j < D; ++j) o[j] += parts[p].wt * parts[p].y[j];
     }
-  };
-  const size_t tasks = static_cast<size_t>((n + kTokensPerTask - 1) / kTokensPerTask);
-  if (n >= 8)
-    kernels::DefaultThreadPool().ParallelFor(tasks, add_tokens);
-  else
-    for (size_t task = 0; task < tasks; ++task) add_tokens(task);
+  });
   ck.Mark(ProfilePart::kGlue);
 }
 

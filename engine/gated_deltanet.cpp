@@ -117,12 +117,10 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   // 5. Gated RMSNorm per head, then the output projection.
   const float eps = static_cast<float>(d.norm_eps);
   ForRows(n, [&](int t) {
-    std::vector<float> normed(dv);
-    for (int h = 0; h < Hd; ++h) {
+    for (int h = 0; h < Hd; ++h) {  // in place: oh = silu(g) * RMSNorm(oh)
       float* oh = &o[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv];
-      ctx.kernels.rms_norm(oh, w.o_norm.data(), eps, static_cast<size_t>(dv), normed.data());
-      ctx.kernels.silu_mul(&gp[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv], normed.data(), oh,
-                           static_cast<size_t>(dv));
+      ctx.kernels.rms_norm(oh, w.o_norm.data(), eps, static_cast<size_t>(dv), oh);
+      ctx.kernels.silu_mul(&gp[static_cast<size_t>(t) * Cv + static_cast<size_t>(h) * dv], oh, oh, static_cast<size_t>(dv));
     }
   });
   clock.Mark(ProfilePart::kGlue);

@@ -255,6 +255,15 @@ TEST(EngineBatching, PromptChunksAreLargerWhenNothingDecodes) {
         if (ev.id == id && ev.token >= 0) return steps;
     return -1;
   };
+  // A budget of 0 (or less) would never run a prompt: refused at Create.
+  for (int bad : {0, -5}) {
+    EngineOptions b = o;
+    b.prefill_chunk_tokens_idle = bad;
+    auto refused = Engine::Create(*d, b);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(refused.error().message().find("prefill_chunk_tokens_idle"), std::string::npos);
+  }
   GenerationRequest first = Request(TestPrompt(130, 1), 40, 0.0f, 0);
   first.stop_tokens = {-1};  // it decodes all 40, beside the second prompt
   const SequenceId a = *e->Submit(first);

@@ -87,6 +87,7 @@ using MatVecMxfp4ManyFn = void (*)(std::span<const Mxfp4MatVecJob> jobs);
 using HeadwiseMatVecFn = void (*)(const float* W, size_t heads, size_t rows, size_t cols, size_t head_stride,
                                   const float* X, size_t x_stride, float* Y, size_t y_stride);
 // One row: y = w * x / sqrt(mean(x^2) + eps).
+// y may alias x (every variant sums the squares before it writes).
 using RmsNormFn = void (*)(const float* x, const float* w, float eps, size_t d, float* y);
 // out[i] = gate(a[i]) * b[i] (gating.hpp); out may alias a or b.
 using GateFn = void (*)(const float* a, const float* b, float* out, size_t n);
