@@ -1,5 +1,8 @@
 #include "moeserve/operator/moedeployment.hpp"
 
+#include <algorithm>
+#include <map>
+
 #include "moeserve/common/sha256.hpp"
 
 namespace moeserve::op {
@@ -13,7 +16,42 @@ SecretReference ReadSecretReference(const json& j) {
   return ref;
 }
 
+// JSON-path text for a resource name, as kubectl prints map keys: limits["nvidia.com/gpu"].
+std::string ResourceField(const std::string& side, const std::string& name) {
+  return "spec.resources." + side + "[" + json(name).dump(-1, ' ', false, json::error_handler_t::replace) + "]";
+}
+
+// spec.resources as a container takes it, restricted to what a tenant may
+// ask for. Anything else could reach a device quota never counts: an
+// extended resource (nvidia.com/gpu, amd.com/gpu, nvidia.com/mig-*) or a
+// dynamic resource claim.
+Status CheckTenantResources(const json& resources) {
+  if (resources.is_null()) return Ok();
+  if (!resources.is_object()) return Fail(Error::InvalidArgument("spec.resources: not an object"));
+  for (const auto& [side, names] : resources.items()) {
+    if (side != "requests" && side != "limits")
+      return Fail(Error::InvalidArgument("spec.resources." + side +
+                                         ": not allowed; spec.resources may hold only requests and limits"));
+    if (names.is_null()) continue;
+    if (!names.is_object()) return Fail(Error::InvalidArgument("spec.resources." + side + ": not an object"));
+    for (const auto& [name, quantity] : names.items()) {
+      if (!TenantResourceName(name))
+        return Fail(Error::InvalidArgument(
+            ResourceField(side, name) +
+            ": not allowed; spec.resources may name cpu, memory and ephemeral-storage only (GPUs come from "
+            "spec.parallelism.gpusPerNode, which the QuotaPolicy counts)"));
+      if (!quantity.is_string() && !quantity.is_number())
+        return Fail(Error::InvalidArgument(ResourceField(side, name) + ": not a quantity"));
+    }
+  }
+  return Ok();
+}
+
 }  // namespace
+
+bool TenantResourceName(const std::string& name) {
+  return name == "cpu" || name == "memory" || name == "ephemeral-storage";
+}
 
 Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
   if (!spec.is_object()) return Fail(Error::InvalidArgument("spec: missing"));
@@ -73,6 +111,7 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
   if (s.max_unavailable_replicas < 1)
     return Fail(Error::InvalidArgument("spec.rollout.maxUnavailableReplicas: must be >= 1"));
   if (s.state_size_gi < 0) return Fail(Error::InvalidArgument("spec.state.sizeGi: must be >= 1"));
+  MOE_TRY(CheckTenantResources(s.resources));
   return s;
 }
 
@@ -294,6 +333,46 @@ json WithDefaultResources(json resources, const std::string& cpu, const std::str
   return resources;
 }
 
+json ServerResources(const MoEDeploymentSpec& spec, const PlatformConfig& platform) {
+  // Only the names a tenant may set are carried over (the parser refuses
+  // the rest; this keeps an unchecked spec from adding any either).
+  json own = json::object();
+  if (spec.resources.is_object())
+    for (const char* side : {"requests", "limits"})
+      if (spec.resources.contains(side) && spec.resources[side].is_object())
+        for (const auto& [name, quantity] : spec.resources[side].items())
+          if (TenantResourceName(name)) own[side][name] = quantity;
+  json resources = WithDefaultResources(own, platform.default_cpu, platform.default_memory);
+  if (spec.gpus_per_node > 0) {
+    resources["limits"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
+    resources["requests"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
+  }
+  return resources;
+}
+
+int64_t DeviceUnits(const json& resources) {
+  constexpr int64_t kUnreadable = int64_t{1} << 40;  // past any quota, and no overflow when multiplied by groups
+  auto units = [&](const json& q) -> int64_t {
+    if (q.is_number_integer()) return std::max<int64_t>(0, q.get<int64_t>());
+    if (q.is_string()) {
+      const std::string text = q.get<std::string>();
+      if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) return kUnreadable;
+      return std::stoll(text);
+    }
+    return kUnreadable;
+  };
+  std::map<std::string, int64_t> per_name;
+  if (!resources.is_object()) return 0;
+  for (const char* side : {"requests", "limits"}) {
+    if (!resources.contains(side) || !resources[side].is_object()) continue;
+    for (const auto& [name, quantity] : resources[side].items())
+      if (!TenantResourceName(name)) per_name[name] = std::max(per_name[name], units(quantity));
+  }
+  int64_t total = 0;
+  for (const auto& [name, n] : per_name) total = std::min(kUnreadable, total + n);
+  return total;
+}
+
 json RestrictedContainerSecurity() {
   return {{"runAsNonRoot", true},
           {"allowPrivilegeEscalation", false},
@@ -310,11 +389,7 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
   meta["labels"][kReplicaLabel] = std::to_string(replica);
   json pod_labels = Labels(md, "daemon");
   pod_labels[kReplicaLabel] = std::to_string(replica);
-  json resources = WithDefaultResources(spec.resources, platform.default_cpu, platform.default_memory);
-  if (spec.gpus_per_node > 0) {
-    resources["limits"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
-    resources["requests"]["nvidia.com/gpu"] = std::to_string(spec.gpus_per_node);
-  }
+  const json resources = ServerResources(spec, platform);
   auto env = [](const std::string& name, const std::string& value) { return json{{"name", name}, {"value", value}}; };
   const bool tls = !spec.tls_secret.empty();
   const std::string scheme = tls ? "HTTPS" : "HTTP";

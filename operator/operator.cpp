@@ -113,7 +113,7 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   md_informer_ = md.get();
   informers_.push_back(std::move(md));
   quota_ = std::make_unique<QuotaController>(client_, options_.watch_namespace, options_.informer, options_.webhook,
-                                             md_informer_->cache(), [this](const std::string& key) {
+                                             options_.reconciler.platform.scheduling, md_informer_->cache(), [this](const std::string& key) {
                                                queue_.Add(key);
                                                metrics_->depth.Set(static_cast<double>(queue_.Len()));
                                              });
@@ -129,8 +129,12 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   child_handlers.on_delete = [this](const json& o) { EnqueueOwner(o); };
   ReconcilerCaches caches;
   caches.moedeployments = &md_informer_->mutable_cache();
+  // Secrets are not watched: the operator reads the ones it needs by name
+  // (RBAC cannot narrow a list or watch of Secrets to a label, so it is
+  // granted neither); secret_cache_ holds what the reconciler last read or wrote.
+  caches.secrets = &secret_cache_;
   for (const ResourceRef* ref : {&resources::kStatefulSet, &resources::kService, &resources::kConfigMap,
-                                 &resources::kSecret, &resources::kPodDisruptionBudget,
+                                 &resources::kPodDisruptionBudget,
                                  &resources::kPersistentVolumeClaim, &resources::kPersistentVolume,
                                  &resources::kNetworkPolicy}) {
     // PersistentVolumes are cluster-scoped: watched everywhere, mapped back by their owner labels.
@@ -140,7 +144,6 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
     if (ref == &resources::kStatefulSet) caches.statefulsets = cache;
     if (ref == &resources::kService) caches.services = cache;
     if (ref == &resources::kConfigMap) caches.configmaps = cache;
-    if (ref == &resources::kSecret) caches.secrets = cache;
     if (ref == &resources::kPodDisruptionBudget) caches.pdbs = cache;
     if (ref == &resources::kPersistentVolumeClaim) caches.claims = cache;
     if (ref == &resources::kPersistentVolume) caches.volumes = cache;
@@ -155,6 +158,8 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
     hook_secret_source_ = std::make_unique<KubernetesSecretSource>(client_);
     hook_secrets = hook_secret_source_.get();
   }
+  // Budget records live where the webhook's Secret does: the operator's own namespace.
+  options_.usage_sync.record_namespace = options_.webhook.operator_namespace;
   usage_sync_ = std::make_unique<UsageSync>(
       client_, UsageSync::Caches{&quota_->policies(), &md_informer_->cache(), caches.statefulsets, caches.secrets},
       *hook_secrets, options_.usage_sync);

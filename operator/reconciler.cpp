@@ -156,9 +156,19 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   MOE_TRY(EnsureFinalizer(md));
 
   // 4. Read the spec. One the operator cannot act on is reported, not retried.
+  //    So is one the platform does not allow (scheduling past its
+  //    allow-list). Either holds no groups: quota counts none for it, so a
+  //    group made before the refusal (an object stored before a field was
+  //    closed) is removed, never left running uncounted.
   auto spec = ParseMoEDeploymentSpec(md.value("spec", json::object()));
-  if (!spec) {
-    MOE_TRY(WriteStatus(md, nullptr, {}, {}, {}, spec.error().message()));
+  Status allowed = spec ? CheckScheduling(spec->node_selector, spec->tolerations, spec->affinity,
+                                          options_.platform.scheduling)
+                        : Status(Fail(spec.error()));
+  if (!allowed) {
+    MoEDeploymentSpec none;
+    none.replicas = 0;
+    MOE_TRY(RemoveSurplusGroups(md, none));
+    MOE_TRY(WriteStatus(md, nullptr, {}, {}, {}, allowed.error().message()));
     return ReconcileResult{};
   }
 
@@ -169,22 +179,26 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
 
   // 6. Config and secrets (the operator's own keys read back, never
   //    regenerated while the Secret holds them), and the hash that rolls pods.
-  MOE_ASSIGN_OR_RETURN(auto operator_keys, OperatorKeys(md));
+  MOE_ASSIGN_OR_RETURN(const std::optional<json> existing_secret, OwnSecret(md));
+  MOE_ASSIGN_OR_RETURN(auto operator_keys, OperatorKeys(md, existing_secret));
   SecretsState secrets = GatherSecrets(md, *spec, operator_keys);
   const json config_map = desired::ConfigMap(md, *spec);
   json secret = desired::Secret(md, secrets.data);
-  const auto existing_secret = caches_.secrets->Get(Namespace(md) + "/" + desired::SecretName(md));
   // A failure that may pass never replaces the last good Secret with a worse
   // one; only a Secret this deployment owns was ever good.
   const bool keep_secret = !secrets.synced && secrets.keep_last_good && existing_secret &&
                            OwnedByUid(*existing_secret, md["metadata"].value("uid", ""));
-  if (keep_secret) secret["data"] = existing_secret->value("data", json::object());
+  if (keep_secret) {
+    secret["data"] = existing_secret->value("data", json::object());
+    // Except revoked keys: a keys Secret that is gone takes its keys with it.
+    if (secrets.tenant_keys_gone) secret["data"][kApiKeysKey] = Base64Encode(secrets.data.at(kApiKeysKey));
+  }
   const std::string config_hash = desired::ConfigHash(config_map, secret);
 
   // 7. Create or update the children that do not roll; the node cache volume and its claim.
   MOE_TRY(EnsureCache(md));
   MOE_TRY(Apply(resources::kConfigMap, caches_.configmaps, md, config_map));
-  if (!keep_secret) MOE_TRY(Apply(resources::kSecret, caches_.secrets, md, secret));
+  if (!keep_secret || secrets.tenant_keys_gone) MOE_TRY(Apply(resources::kSecret, caches_.secrets, md, secret));
   MOE_TRY(Apply(resources::kService, caches_.services, md, desired::EndpointService(md, *spec)));
   // Over quota (it got in while the webhook was down, or its policy was
   // tightened): it is held. It keeps the groups it has below spec.replicas,
@@ -224,12 +238,11 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   // 9. Report.
   MOE_TRY(WriteStatus(md, &*spec, rollout, secrets, quota, ""));
 
-  // 10. Owned objects' events bring us back; referenced Secrets and Vault
-  //     paths are not watched, so look again later.
+  // 10. Owned objects' events bring us back; Secrets (referenced ones and
+  //     the deployment's own) and Vault paths are not watched (the operator
+  //     may not list or watch Secrets), so look again later.
   ReconcileResult result;
-  if (!spec->model_credentials.secret_name.empty() || !spec->api_keys.secret_name.empty() ||
-      !spec->tls_secret.empty() || !secrets.synced)
-    result.requeue_after = options_.secret_resync;
+  result.requeue_after = options_.secret_resync;
   if (!spec->model_credentials.vault_path.empty() || !spec->api_keys.vault_path.empty())
     result.requeue_after = result.requeue_after.count() > 0 ? std::min(result.requeue_after, options_.vault_resync)
                                                             : options_.vault_resync;
@@ -262,14 +275,25 @@ Status MoEDeploymentReconciler::EnsureFinalizer(json& md) {
   return Ok();
 }
 
-Result<std::map<std::string, std::string>> MoEDeploymentReconciler::OperatorKeys(const json& md) {
-  std::optional<json> secret = caches_.secrets->Get(Namespace(md) + "/" + desired::SecretName(md));
-  if (!secret) {
-    // A cache miss alone never mints keys: the Secret may exist unseen.
-    auto live = client_.Get(resources::kSecret, Namespace(md), desired::SecretName(md));
-    if (live) secret = *live;
-    else if (live.error().code() != ErrorCode::kNotFound) return Fail(live.error());
+Result<std::optional<json>> MoEDeploymentReconciler::OwnSecret(const json& md) {
+  const std::string key = Namespace(md) + "/" + desired::SecretName(md);
+  auto live = client_.Get(resources::kSecret, Namespace(md), desired::SecretName(md));
+  if (!live) {
+    if (live.error().code() != ErrorCode::kNotFound) return Fail(live.error());
+    caches_.secrets->Remove(key);
+    return std::optional<json>();
   }
+  json secret = std::move(*live);
+  secret["kind"] = resources::kSecret.kind;
+  secret["apiVersion"] = resources::kSecret.ApiVersion();
+  if (secret.contains("metadata") && secret["metadata"].is_object()) secret["metadata"].erase("managedFields");
+  // What Apply compares against, and where the usage sync finds the admin key.
+  caches_.secrets->Upsert(secret);
+  return std::optional<json>(std::move(secret));
+}
+
+Result<std::map<std::string, std::string>> MoEDeploymentReconciler::OperatorKeys(const json& md,
+                                                                                 const std::optional<json>& secret) {
   // Keys in a Secret this deployment does not own were not made here: not trusted.
   json data = json::object();
   if (secret && OwnedByUid(*secret, md["metadata"].value("uid", ""))) data = secret->value("data", json::object());
@@ -298,11 +322,16 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
     (passing ? may_pass : forbidden) = true;
     problems.push_back(message);  // names references, never values
   };
-  auto fetch = [&](const SecretReference& ref) -> std::optional<std::map<std::string, std::string>> {
+  auto fetch = [&](const SecretReference& ref, bool* gone = nullptr) -> std::optional<std::map<std::string, std::string>> {
     auto fetched = options_.secret_source->Fetch(Namespace(md), ref);
     if (fetched) return std::move(*fetched);
     const std::string reason = ReasonFor(fetched.error(), ref);
-    refuse(reason, fetched.error().message(), reason != "SecretNotUsable");
+    std::string message = fetched.error().message();
+    if (gone && fetched.error().code() == ErrorCode::kNotFound) {
+      *gone = true;
+      message += "; its keys are revoked (api-keys.yaml holds only the operator's admin key)";
+    }
+    refuse(reason, message, reason != "SecretNotUsable");
     return std::nullopt;
   };
 
@@ -316,7 +345,10 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
   const std::string admin_hash = Sha256Hex(operator_keys.at(kAdminKeyKey));
   json file = {{"keys", json::array({{{"sha256", admin_hash}, {"tenant", kAdminTenant}, {"role", "admin"}}})}};
   if (!spec.api_keys.empty()) {
-    if (auto tenant_keys = fetch(spec.api_keys)) {
+    // A keys Secret (or Vault secret) that is gone revokes every key it held:
+    // deleting it is how a tenant takes its keys away, so its last copy is
+    // never kept (state.tenant_keys_gone overrides keep_last_good for them).
+    if (auto tenant_keys = fetch(spec.api_keys, &state.tenant_keys_gone)) {
       // The daemon refuses the whole file over one bad entry: check here.
       std::set<std::string> hashes = {admin_hash};
       json entries = json::array();

@@ -53,7 +53,8 @@ std::vector<double> Run(int pods, int tenants, int syncs, const fs::path& dir) {
   for (const char* f : {"/crds/moeserve.io_moedeployments.yaml", "/crds/moeserve.io_quotapolicies.yaml"})
     if (!server.RegisterCrdFile(std::string(MOESERVE_SOURCE_DIR) + f)) return {};
   server.Start(0);
-  server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "bench"}}}});
+  for (const char* ns : {"bench", "moeserve-system"})  // the operator's namespace holds the budget record
+    server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
   json price = {{"input", 0.4}, {"cachedInput", 0.04}, {"output", 1.6}, {"reasoning", 1.6}};
   server.Create("quotapolicies.moeserve.io",
                 {{"apiVersion", "moeserve.io/v1alpha1"},
@@ -143,9 +144,9 @@ std::vector<double> Run(int pods, int tenants, int syncs, const fs::path& dir) {
     ms.push_back(s.last_sync_seconds * 1000);
   }
   size_t bytes = 0;
-  if (auto cm = server.Get("configmaps", "bench", op::BudgetConfigMapName("bench")))
+  if (auto cm = server.Get("configmaps", "moeserve-system", op::BudgetRecordName("bench", "bench")))
     for (const auto& [k, v] : (*cm)["data"].items()) bytes += k.size() + v.get<std::string>().size();
-  std::printf("pods %3d  ConfigMap bench-budget %zu bytes\n", pods, bytes);
+  std::printf("pods %3d  budget record %zu bytes\n", pods, bytes);
   oper->RequestStop();
   runner.join();
   for (auto& d : daemons) d->Shutdown(0);

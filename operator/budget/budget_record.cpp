@@ -29,6 +29,62 @@ Result<nlohmann::json> ParseData(const nlohmann::json& data, const char* key, nl
   return j;
 }
 
+nlohmann::json TokensJson(const TokenCounts& t) {
+  return {{"input", t.input}, {"cachedInput", t.cached_input}, {"output", t.output}, {"reasoning", t.reasoning}};
+}
+
+bool ParseTokens(const nlohmann::json& j, TokenCounts& t) {
+  if (!j.is_object()) return false;
+  for (auto [key, field] : {std::pair{"input", &t.input}, std::pair{"cachedInput", &t.cached_input},
+                            std::pair{"output", &t.output}, std::pair{"reasoning", &t.reasoning}}) {
+    const nlohmann::json v = j.value(key, nlohmann::json());
+    if (!v.is_number_integer()) return false;
+    *field = v.get<int64_t>();
+  }
+  return true;
+}
+
+nlohmann::json CrossingJson(const AlertRecord& a) {
+  nlohmann::json by_tier = nlohmann::json::object();
+  for (const auto& [tier, v] : a.spend.by_tier) by_tier[tier] = {{"tokens", TokensJson(v.first)}, {"costUSD", v.second}};
+  return {{"spentUSD", a.spend.spent_usd},
+          {"tokens", TokensJson(a.spend.tokens)},
+          {"byTier", by_tier},
+          {"budgetUSD", a.budget_usd},
+          {"action", std::string(BudgetActionName(a.action))},
+          {"deployment", a.deployment},
+          {"formats", a.formats}};
+}
+
+// The crossing of an undelivered alert; false when any field is missing or of the wrong type.
+bool ParseCrossing(const nlohmann::json& c, AlertRecord& a) {
+  if (!c.is_object()) return false;
+  const nlohmann::json spent = c.value("spentUSD", nlohmann::json()), budget = c.value("budgetUSD", nlohmann::json());
+  const nlohmann::json action = c.value("action", nlohmann::json()), deployment = c.value("deployment", nlohmann::json());
+  const nlohmann::json formats = c.value("formats", nlohmann::json()), by_tier = c.value("byTier", nlohmann::json());
+  if (!spent.is_number() || !budget.is_number() || !action.is_string() || !deployment.is_string() ||
+      !formats.is_array() || !by_tier.is_object() || !ParseTokens(c.value("tokens", nlohmann::json()), a.spend.tokens))
+    return false;
+  a.spend.spent_usd = spent.get<double>();
+  a.budget_usd = budget.get<double>();
+  bool known_action = false;
+  for (BudgetAction candidate : {BudgetAction::kAlert, BudgetAction::kDowngrade, BudgetAction::kBlock})
+    if (BudgetActionName(candidate) == action.get<std::string>()) a.action = candidate, known_action = true;
+  if (!known_action) return false;
+  a.deployment = deployment.get<std::string>();
+  for (const auto& f : formats) {
+    if (!f.is_string() || (f != "json" && f != "slack")) return false;
+    a.formats.push_back(f.get<std::string>());
+  }
+  for (const auto& [tier, v] : by_tier.items()) {
+    TokenCounts t;
+    if (!v.is_object() || !ParseTokens(v.value("tokens", nlohmann::json()), t) || !v.value("costUSD", nlohmann::json()).is_number())
+      return false;
+    a.spend.by_tier[tier] = {t, v["costUSD"].get<double>()};
+  }
+  return true;
+}
+
 std::optional<AlertRecord> ParseAlert(const nlohmann::json& a) {
   if (!a.is_object()) return std::nullopt;
   AlertRecord r;
@@ -47,7 +103,8 @@ std::optional<AlertRecord> ParseAlert(const nlohmann::json& a) {
   return r;
 }
 
-nlohmann::json AlertJson(const AlertRecord& a, bool with_bodies) {
+// as_record: the record's form (what a post is rebuilt from); without: status.alerts.
+nlohmann::json AlertJson(const AlertRecord& a, bool as_record) {
   nlohmann::json j = {{"tenant", a.tenant},
                       {"period", PeriodName(a.period)},
                       {"periodStart", Iso8601Utc(a.period_start)},
@@ -55,15 +112,30 @@ nlohmann::json AlertJson(const AlertRecord& a, bool with_bodies) {
                       {"firedAt", Iso8601Utc(a.fired_at)},
                       {"deliveryId", a.delivery_id},
                       {"delivered", a.delivered}};
-  if (with_bodies) {
+  if (as_record) {
     if (a.abandoned) j["abandoned"] = true;
-    if (!a.bodies.empty()) j["bodies"] = a.bodies;
+    if (!a.delivered && !a.abandoned) j["crossing"] = CrossingJson(a);
     if (!a.delivered_to.empty()) j["deliveredTo"] = a.delivered_to;
   }
   return j;
 }
 
 }  // namespace
+
+std::string FormatName(HookFormat format) { return format == HookFormat::kSlack ? "slack" : "json"; }
+
+std::string AlertBodyOf(const AlertRecord& a, const std::string& policy_name, HookFormat format) {
+  Budget budget;
+  budget.tenant = a.tenant;
+  budget.period = a.period;
+  budget.limit_usd = a.budget_usd;
+  budget.action = a.action;
+  BudgetPolicy policy;
+  policy.policy_name = policy_name;
+  policy.deployment_name = a.deployment;
+  const ThresholdCrossing c{a.tenant, &budget, a.period_start, a.threshold, a.spend, a.fired_at};
+  return AlertBody(c, policy, format);
+}
 
 bool SameAlert(const AlertRecord& a, const AlertRecord& b) {
   return a.tenant == b.tenant && a.period == b.period && a.period_start == b.period_start &&
@@ -76,16 +148,22 @@ Result<BudgetRecord> ParseBudgetRecord(const nlohmann::json& data) {
   MOE_ASSIGN_OR_RETURN(r.totals, UsageTotals::FromJson(totals));
   MOE_ASSIGN_OR_RETURN(nlohmann::json alerts, ParseData(data, "alerts.json", nlohmann::json::array()));
   if (!alerts.is_array()) return Fail(Error::InvalidArgument("alerts.json: not a list"));
-  for (const auto& a : alerts) {
+  for (size_t i = 0; i < alerts.size(); ++i) {
+    const nlohmann::json& a = alerts[i];
+    const std::string at = "alerts.json[" + std::to_string(i) + "]";
     auto parsed = ParseAlert(a);
-    if (!parsed) return Fail(Error::InvalidArgument("alerts.json: an entry lacks tenant, period, periodStart or threshold"));
-    parsed->abandoned = a.value("abandoned", false);
-    if (a.contains("bodies") && a["bodies"].is_object())
-      for (const auto& [format, body] : a["bodies"].items())
-        if (body.is_string()) parsed->bodies[format] = body.get<std::string>();
-    if (a.contains("deliveredTo") && a["deliveredTo"].is_array())
-      for (const auto& h : a["deliveredTo"])
-        if (h.is_string()) parsed->delivered_to.push_back(h.get<std::string>());
+    if (!parsed) return Fail(Error::InvalidArgument(at + ": lacks tenant, period, periodStart or threshold"));
+    const nlohmann::json abandoned = a.value("abandoned", nlohmann::json(false));
+    if (!abandoned.is_boolean()) return Fail(Error::InvalidArgument(at + ".abandoned: not a boolean"));
+    parsed->abandoned = abandoned.get<bool>();
+    if (!parsed->delivered && !parsed->abandoned && !ParseCrossing(a.value("crossing", nlohmann::json()), *parsed))
+      return Fail(Error::InvalidArgument(at + ".crossing: missing or malformed (an undelivered alert is posted from it)"));
+    const nlohmann::json delivered_to = a.value("deliveredTo", nlohmann::json::array());
+    if (!delivered_to.is_array()) return Fail(Error::InvalidArgument(at + ".deliveredTo: not a list"));
+    for (const auto& h : delivered_to) {
+      if (!h.is_string()) return Fail(Error::InvalidArgument(at + ".deliveredTo: not a list of strings"));
+      parsed->delivered_to.push_back(h.get<std::string>());
+    }
     r.alerts.push_back(std::move(*parsed));
   }
   return r;
@@ -153,8 +231,11 @@ std::vector<AlertRecord> NewAlerts(const UsageTotals& totals, const BudgetPolicy
         if (std::any_of(known.begin(), known.end(), same) || std::any_of(out.begin(), out.end(), same)) continue;
         a.fired_at = now;
         a.delivery_id = NewDeliveryId();
-        ThresholdCrossing c{tenant, b, start, threshold, spend, now};
-        for (HookFormat f : formats) a.bodies[f == HookFormat::kSlack ? "slack" : "json"] = AlertBody(c, policy, f);
+        a.spend = spend;
+        a.budget_usd = b->limit_usd;
+        a.action = b->action;
+        a.deployment = policy.deployment_name;
+        for (HookFormat f : formats) a.formats.push_back(FormatName(f));
         if (formats.empty()) a.delivered = true;  // no hook to tell: recorded, nothing to send
         out.push_back(std::move(a));
       }

@@ -11,6 +11,7 @@
 #include "moeserve/common/base64.hpp"
 #include "moeserve/common/hook_sender.hpp"
 #include "moeserve/common/log.hpp"
+#include "moeserve/common/sha256.hpp"
 #include "moeserve/operator/json_fields.hpp"
 #include "moeserve/operator/moedeployment.hpp"
 #include "moeserve/operator/quota_policy.hpp"
@@ -56,6 +57,48 @@ auto Parallel(const std::vector<T>& items, int parallel, Fn fn) {
 }  // namespace
 
 std::string BudgetConfigMapName(const std::string& policy) { return policy + "-budget"; }
+
+std::string BudgetRecordName(const std::string& ns, const std::string& policy) {
+  // Namespace and policy names are DNS labels and subdomains: "." never
+  // occurs in a namespace, so <ns>.<policy> names one pair only.
+  const std::string name = "moeserve-budget." + ns + "." + policy;
+  if (name.size() <= 253) return name;
+  return "moeserve-budget." + Sha256Hex(ns + "/" + policy).substr(0, 40);
+}
+
+Status UsageSync::WriteSpendCopy(const json& policy, const std::string& spend_json) {
+  const std::string ns = NamespaceOf(policy), name = BudgetConfigMapName(NameOf(policy));
+  const json data = {{"spend.json", spend_json}};
+  auto existing = client_.Get(resources::kConfigMap, ns, name);
+  if (!existing && existing.error().code() != ErrorCode::kNotFound) return Fail(existing.error());
+  if (existing) {
+    // Whatever it holds is replaced whole (an older operator kept its record
+    // here; a tenant may have planted anything): nothing of it is read.
+    json updated = *existing;
+    updated["data"] = data;
+    updated["metadata"].erase("managedFields");
+    updated.erase("binaryData");
+    MOE_ASSIGN_OR_RETURN(auto written, client_.Update(resources::kConfigMap, updated));
+    (void)written;
+    return Ok();
+  }
+  json object = {{"apiVersion", "v1"},
+                 {"kind", "ConfigMap"},
+                 {"metadata",
+                  {{"name", name},
+                   {"namespace", ns},
+                   {"labels", {{"app.kubernetes.io/managed-by", kManagedBy}, {"moeserve.io/quota-policy", NameOf(policy)}}},
+                   {"ownerReferences",
+                    json::array({{{"apiVersion", resources::kQuotaPolicy.ApiVersion()},
+                                  {"kind", resources::kQuotaPolicy.kind},
+                                  {"name", NameOf(policy)},
+                                  {"uid", UidOf(policy)},
+                                  {"controller", true}}})}}},
+                 {"data", data}};
+  MOE_ASSIGN_OR_RETURN(auto created, client_.Create(resources::kConfigMap, ns, object));
+  (void)created;
+  return Ok();
+}
 
 namespace {
 constexpr size_t kConfigMapLimit = 1 << 20;  // kube-apiserver refuses larger ConfigMaps
@@ -193,19 +236,30 @@ Status UsageSync::SyncPolicy(const json& policy) {
   for (const auto& d : deployments) budget.deployment_name += (budget.deployment_name.empty() ? "" : ",") + d;
   for (const auto& p : problems) log::Debug("usage sync " + ns + "/" + name + ": " + p);
 
-  // 1. What was committed before.
-  const std::string cm_name = BudgetConfigMapName(name);
-  auto cm = client_.Get(resources::kConfigMap, ns, cm_name);
-  if (!cm && cm.error().code() != ErrorCode::kNotFound) return Fail(cm.error());
+  // 1. What was committed before: the record in the operator's namespace.
+  //    One left by an earlier policy of the same name (another uid) is not
+  //    this policy's and is started afresh.
+  const std::string record_ns = options_.record_namespace, record_name = BudgetRecordName(ns, name);
+  const std::string where = "ConfigMap " + record_ns + "/" + record_name + " (budget record of QuotaPolicy " + ns + "/" +
+                            name + ")";
+  auto cm = client_.Get(resources::kConfigMap, record_ns, record_name);
+  if (!cm && cm.error().code() != ErrorCode::kNotFound) return Fail(cm.error().WithContext(where));
   BudgetRecord record;
+  bool recorded = false;
   if (cm) {
-    auto parsed = ParseBudgetRecord(Field(*cm, "data"));
-    // A record this operator cannot read is not silently reset: the sync stops until it is fixed or removed.
-    if (!parsed) return Fail(parsed.error().WithContext("ConfigMap " + ns + "/" + cm_name));
-    record = std::move(*parsed);
+    const json& annotations = Field(Field(*cm, "metadata"), "annotations");
+    if (Str(annotations, kBudgetRecordPolicyUid) == UidOf(policy)) {
+      auto parsed = ParseBudgetRecord(Field(*cm, "data"));
+      // A record this operator cannot read is not silently reset: the sync stops until it is fixed or removed.
+      if (!parsed) return Fail(parsed.error().WithContext(where));
+      record = std::move(*parsed);
+      recorded = true;
+    } else {
+      log::Info("usage sync: " + where + " belongs to an earlier QuotaPolicy of that name; starting it afresh");
+    }
   }
   // No daemon to read and nothing recorded yet: nothing to count or report.
-  if (pods.empty() && !cm) return Ok();
+  if (pods.empty() && !recorded) return Ok();
 
   // 2. Read every pod.
   auto readings = Parallel(pods, options_.parallel, [this](const Pod& p) -> Result<UsageReading> {
@@ -241,30 +295,34 @@ Status UsageSync::SyncPolicy(const json& policy) {
     size_t bytes = 0;
     for (const auto& [k, v] : data.items()) bytes += k.size() + v.get_ref<const std::string&>().size();
     if (bytes > kConfigMapLimit)
-      return Fail(Error::ResourceExhausted("ConfigMap " + ns + "/" + cm_name + " would hold " + std::to_string(bytes) +
+      return Fail(Error::ResourceExhausted(where + " would hold " + std::to_string(bytes) +
                                            " bytes, past the API server's 1 MiB: too many pods x tenants x tiers "
                                            "for one policy"));
+    const json annotations = {{kBudgetRecordNamespace, ns}, {kBudgetRecordPolicy, name},
+                              {kBudgetRecordPolicyUid, UidOf(policy)}};
     if (cm) {
       json updated = *cm;
       updated["data"] = data;
+      updated["metadata"]["annotations"] = annotations;
       updated["metadata"].erase("managedFields");
       MOE_ASSIGN_OR_RETURN(cm, client_.Update(resources::kConfigMap, updated));
     } else {
+      // No owner reference can reach a QuotaPolicy in another namespace: the
+      // annotations say whose record it is.
       json object = {{"apiVersion", "v1"},
                      {"kind", "ConfigMap"},
                      {"metadata",
-                      {{"name", cm_name},
-                       {"namespace", ns},
-                       {"labels", {{"app.kubernetes.io/managed-by", kManagedBy}, {"moeserve.io/quota-policy", name}}},
-                       {"ownerReferences",
-                        json::array({{{"apiVersion", resources::kQuotaPolicy.ApiVersion()},
-                                      {"kind", resources::kQuotaPolicy.kind},
-                                      {"name", name},
-                                      {"uid", UidOf(policy)},
-                                      {"controller", true}}})}}},
+                      {{"name", record_name},
+                       {"namespace", record_ns},
+                       {"labels", {{"app.kubernetes.io/managed-by", kManagedBy}, {kBudgetRecordLabel, "true"}}},
+                       {"annotations", annotations}}},
                      {"data", data}};
-      MOE_ASSIGN_OR_RETURN(cm, client_.Create(resources::kConfigMap, ns, object));
+      MOE_ASSIGN_OR_RETURN(cm, client_.Create(resources::kConfigMap, record_ns, object));
     }
+    // The daemons' start-up copy of spend.json in the tenant's namespace:
+    // written, never read back. A forged one misleads only a daemon that
+    // starts before the next push (as a missing one would), nothing here.
+    MOE_TRY(WriteSpendCopy(policy, data["spend.json"].get<std::string>()));
     return Ok();
   };
   MOE_TRY(commit());
@@ -342,7 +400,6 @@ bool UsageSync::Deliver(const json& policy, BudgetPolicy& budget, std::vector<Al
       log::Warn("usage sync: alert " + a.delivery_id + " for tenant " + a.tenant + " given up after " +
                 std::to_string(static_cast<int64_t>(options_.hook_give_up_s)) + " s");
       a.abandoned = true;
-      a.bodies.clear();
       retry_.erase(a.delivery_id);
       changed = true;
       continue;
@@ -352,9 +409,8 @@ bool UsageSync::Deliver(const json& policy, BudgetPolicy& budget, std::vector<Al
     bool all = true;
     for (auto& hook : budget.hooks) {
       if (std::find(a.delivered_to.begin(), a.delivered_to.end(), hook.name) != a.delivered_to.end()) continue;
-      const std::string format = hook.format == HookFormat::kSlack ? "slack" : "json";
-      auto body = a.bodies.find(format);
-      if (body == a.bodies.end()) continue;  // a hook added after the alert fired: it was not there to tell
+      // A hook whose format was not in use when the alert fired was not there to tell.
+      if (std::find(a.formats.begin(), a.formats.end(), FormatName(hook.format)) == a.formats.end()) continue;
       if (hook.secret.empty() && !secrets_read.contains(hook.name)) {
         secrets_read.insert(hook.name);
         SecretReference ref;
@@ -376,8 +432,9 @@ bool UsageSync::Deliver(const json& policy, BudgetPolicy& budget, std::vector<Al
         all = false;
         continue;
       }
-      HookSendResult r = SendHook(hook, a.delivery_id, body->second,
-                                  std::chrono::duration<double>(options_.request_timeout).count());
+      // Rebuilt from the record, never read back: what is signed is what the operator decided.
+      const std::string body = AlertBodyOf(a, budget.policy_name, hook.format);
+      HookSendResult r = SendHook(hook, a.delivery_id, body, std::chrono::duration<double>(options_.request_timeout).count());
       std::lock_guard lock(stats_mu_);
       if (r.delivered) {
         a.delivered_to.push_back(hook.name);
@@ -391,7 +448,6 @@ bool UsageSync::Deliver(const json& policy, BudgetPolicy& budget, std::vector<Al
     }
     if (all) {
       a.delivered = true;
-      a.bodies.clear();
       retry_.erase(a.delivery_id);
       changed = true;
     } else {

@@ -80,7 +80,19 @@ json QuotaAdmission::Decide(const AdmissionRequest& r) const {
   if (r.operation == "CREATE" && r.sub_resource.empty()) object["metadata"].erase("creationTimestamp");
 
   auto spec = ParseMoEDeploymentSpec(object.value("spec", json::object()));
-  if (!spec) return AdmissionResponse(r.uid, false, 400, "spec: " + spec.error().message());
+  if (spec)
+    if (Status allowed = CheckScheduling(spec->node_selector, spec->tolerations, spec->affinity, scheduling_); !allowed)
+      spec = Fail(allowed.error());
+  if (!spec) {
+    // An object stored before a field was refused (spec.cache.hostPath, a
+    // GPU in spec.resources) must still lose its finalizer and labels: an
+    // UPDATE that leaves such a spec exactly as it was changes nothing the
+    // reconciler acts on (it refuses the spec), so it passes.
+    if (r.operation == "UPDATE" && r.sub_resource.empty() && old_object.is_object() &&
+        old_object.value("spec", json()) == object.value("spec", json()))
+      return AdmissionResponse(r.uid, true);
+    return AdmissionResponse(r.uid, false, 400, "spec: " + spec.error().message());
+  }
   const QuotaEvaluation now = DecideQuota(object, *spec, objects->policies, objects->deployments);
   if (now.decision.admitted) return AdmissionResponse(r.uid, true);
 

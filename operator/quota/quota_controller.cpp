@@ -14,7 +14,8 @@ std::string NamespaceOf(const json& o) {
 
 QuotaController::QuotaController(KubeClient& client, const std::string& watch_namespace,
                                  const InformerOptions& informer, WebhookOptions webhook,
-                                 const ObjectCache& moedeployments, std::function<void(const std::string&)> enqueue)
+                                 SchedulingPolicy scheduling, const ObjectCache& moedeployments,
+                                 std::function<void(const std::string&)> enqueue)
     : client_(client), webhook_options_(std::move(webhook)), moedeployments_(moedeployments), enqueue_(std::move(enqueue)) {
   InformerHandlers handlers;
   // A policy change re-judges its namespace.
@@ -54,7 +55,7 @@ QuotaController::QuotaController(KubeClient& client, const std::string& watch_na
         for (auto& p : policies["items"]) out.policies.push_back(std::move(p));
         for (auto& d : deployments["items"]) out.deployments.push_back(std::move(d));
         return out;
-      });
+      }, std::move(scheduling));
   admission_ = std::make_unique<QuotaAdmission>(informer_->cache(), moedeployments_);
   reconciler_ = std::make_unique<QuotaPolicyReconciler>(client_, informer_->mutable_cache(), moedeployments_, *admission_);
 }

@@ -74,7 +74,11 @@ Result<QuotaLimits> ParseQuotaLimits(const json& policy) {
 QuotaDemand DemandOf(const MoEDeploymentSpec& spec) {
   QuotaDemand d;
   d.replicas = std::max(0, spec.replicas);
-  d.gpus = d.replicas * std::max(0, spec.nodes_per_replica) * std::max(0, spec.gpus_per_node);
+  // What each rendered pod asks for, from the function that renders it
+  // (saturating: an unreadable quantity counts as more than any limit).
+  const __int128 gpus = static_cast<__int128>(d.replicas) * std::max(0, spec.nodes_per_replica) *
+                        desired::DeviceUnits(desired::ServerResources(spec));
+  d.gpus = static_cast<int64_t>(std::min<__int128>(gpus, int64_t{1} << 40));
   d.context_tokens = spec.max_context_tokens;
   d.tiers.insert(spec.default_tier);
   if (spec.thinking_budgets.is_object())

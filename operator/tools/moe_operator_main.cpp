@@ -6,9 +6,11 @@
 //                [--lease-duration S] [--renew-deadline S] [--retry-period S]
 //                [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]
 //                [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]
-//                [--run-as-user UID]
+//                [--run-as-user UID] [--allowed-toleration-keys K,K] [--allowed-node-selector-keys K,K|*]
+//                [--allow-affinity=true|false]
 //                [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]
 //                [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]
+//                [--vault-allow-insecure-http]
 //                [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]
 //                [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]
 //                [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]
@@ -19,7 +21,9 @@
 // $POD_NAMESPACE, else moeserve-system).
 // Vault is on when --vault-addr or VAULT_ADDR is set; VAULT_CACERT and
 // VAULT_NAMESPACE are read as Vault's own tools read them, and VAULT_TOKEN
-// (development only) replaces the per-namespace Kubernetes login.
+// (development only) replaces the per-namespace Kubernetes login. An
+// http:// Vault address is refused at start unless
+// --vault-allow-insecure-http (development only) is given.
 #include <unistd.h>
 
 #include <csignal>
@@ -45,9 +49,11 @@ int Usage(const std::string& why) {
                "       [--lease-duration S] [--renew-deadline S] [--retry-period S]\n"
                "       [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]\n"
                "       [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]\n"
-               "       [--run-as-user UID]\n"
+               "       [--run-as-user UID] [--allowed-toleration-keys K,K] [--allowed-node-selector-keys K,K|*]\n"
+               "       [--allow-affinity=true|false]\n"
                "       [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]\n"
                "       [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]\n"
+               "       [--vault-allow-insecure-http]\n"
                "       [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]\n"
                "       [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]\n"
                "       [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]\n"
@@ -79,7 +85,9 @@ int main(int argc, char** argv) {
       if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
         value = a.substr(eq + 1);
         a = a.substr(0, eq);
-      } else if (a != "--leader-elect" && a != "--shared-cache" && a != "--help" && i + 1 < argc) {
+      } else if (a != "--leader-elect" && a != "--shared-cache" && a != "--vault-allow-insecure-http" &&
+                 a != "--allow-affinity" &&
+                 a != "--help" && i + 1 < argc) {
         value = argv[++i];
       }
       if (a == "--kubeconfig") kubeconfig = value;
@@ -100,6 +108,10 @@ int main(int argc, char** argv) {
       else if (a == "--shared-cache") options.reconciler.platform.shared_cache = value.empty() || value == "true";
       else if (a == "--cache-capacity-gi") options.reconciler.platform.cache_capacity_gi = std::stoll(value);
       else if (a == "--run-as-user") options.reconciler.platform.run_as_user = std::stoll(value);
+      else if (a == "--allowed-toleration-keys") options.reconciler.platform.scheduling.toleration_keys = op::ParseKeyList(value);
+      else if (a == "--allowed-node-selector-keys")
+        options.reconciler.platform.scheduling.node_selector_keys = op::ParseKeyList(value);
+      else if (a == "--allow-affinity") options.reconciler.platform.scheduling.allow_affinity = value.empty() || value == "true";
       else if (a == "--vault-addr") vault_config.address = value;
       else if (a == "--vault-cacert") vault_config.ca_cert = value;
       else if (a == "--vault-namespace") vault_config.vault_namespace = value;
@@ -107,6 +119,7 @@ int main(int argc, char** argv) {
       else if (a == "--vault-service-account") vault_auth.service_account = value;
       else if (a == "--vault-audience") vault_auth.audience = value;
       else if (a == "--vault-resync-seconds") options.reconciler.vault_resync = Seconds(value);
+      else if (a == "--vault-allow-insecure-http") vault_config.allow_insecure_http = value.empty() || value == "true";
       else if (a == "--operator-namespace") options.webhook.operator_namespace = value;
       else if (a == "--webhook-addr") options.webhook.addr = value;
       else if (a == "--webhook-service") options.webhook.service = value;
@@ -160,6 +173,13 @@ int main(int argc, char** argv) {
   // Vault: `vault:` references are read with each namespace's own login.
   std::unique_ptr<op::VaultIntegration> vault;
   if (!vault_config.address.empty()) {
+    if (auto address = op::CheckVaultAddress(vault_config); !address) {
+      std::cerr << "moe-operator: " << address.error().message() << "\n";
+      return 2;
+    }
+    if (vault_config.allow_insecure_http && vault_config.address.rfind("https://", 0) != 0)
+      log::Warn("moe-operator: --vault-allow-insecure-http: talking to Vault at " + vault_config.address +
+                " in plain http (development only)");
     if (const char* token = std::getenv("VAULT_TOKEN"); token && *token) {
       vault_auth.fixed_token = token;
       log::Warn("moe-operator: VAULT_TOKEN is set: every namespace reads Vault with that one token "

@@ -2,7 +2,9 @@
 
 #include <curl/curl.h>
 
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -64,6 +66,27 @@ VaultConfig VaultConfigFromEnvironment(VaultConfig base) {
   return base;
 }
 
+Status CheckVaultAddress(const VaultConfig& config) {
+  auto starts = [&](const char* scheme) {
+    const std::string& a = config.address;
+    const size_t n = std::strlen(scheme);
+    if (a.size() < n) return false;
+    for (size_t i = 0; i < n; ++i)
+      if (std::tolower(static_cast<unsigned char>(a[i])) != scheme[i]) return false;
+    return true;
+  };
+  if (starts("https://")) return Ok();
+  if (starts("http://")) {
+    if (config.allow_insecure_http) return Ok();
+    return Fail(Error::InvalidArgument(
+        "Vault address " + config.address +
+        " is plain http: tokens, service-account logins and secret values would cross the network unencrypted; "
+        "use https:// (with --vault-cacert for a private CA), or pass --vault-allow-insecure-http for a "
+        "development Vault"));
+  }
+  return Fail(Error::InvalidArgument("Vault address " + config.address + ": not an https:// URL"));
+}
+
 VaultClient::VaultClient(VaultConfig config) : config_(std::move(config)) {
   while (!config_.address.empty() && config_.address.back() == '/') config_.address.pop_back();
   GlobalInit();
@@ -99,7 +122,7 @@ Result<VaultClient::Response> VaultClient::CallOnce(const std::string& method, c
   // Vault answers directly; a redirect (standby forwarding) is not followed
   // blindly with the token attached.
   curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, config_.allow_insecure_http ? "http,https" : "https");
   if (!config_.ca_cert.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, config_.ca_cert.c_str());
   const CURLcode rc = curl_easy_perform(curl);
   long status = 0;
@@ -121,6 +144,7 @@ Result<VaultClient::Response> VaultClient::Call(const std::string& method, const
                                                 const std::string& token, const std::string& body,
                                                 const std::string& what) {
   if (config_.address.empty()) return Fail(Error::Unavailable("Vault " + what + ": no Vault address (VAULT_ADDR)"));
+  MOE_TRY(CheckVaultAddress(config_));
   auto backoff = config_.backoff_initial;
   for (int attempt = 1;; ++attempt) {
     auto response = CallOnce(method, path, token, body, what);

@@ -182,7 +182,9 @@ class BudgetSyncTest : public ::testing::Test {
     ASSERT_TRUE(server_.RegisterCrdFile(std::string(MOESERVE_SOURCE_DIR_DEFAULT) + "/crds/moeserve.io_moedeployments.yaml"));
     ASSERT_TRUE(server_.RegisterCrdFile(std::string(MOESERVE_SOURCE_DIR_DEFAULT) + "/crds/moeserve.io_quotapolicies.yaml"));
     ASSERT_GT(server_.Start(0), 0);
-    ASSERT_TRUE(server_.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}));
+    // The tenant's namespace, and the operator's, which holds the budget record.
+    for (const char* ns : {kNs, "moeserve-system"})
+      ASSERT_TRUE(server_.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}}));
     for (auto [name, data] : {std::pair<std::string, json>{"keys", {{"acme", "sk-acme-1"}, {"globex", "sk-globex-1"}}},
                               {"hook", {{"secret", kHookSecret}}}})
       ASSERT_TRUE(server_.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},

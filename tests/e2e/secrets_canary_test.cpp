@@ -180,6 +180,7 @@ std::map<std::string, std::string> RunOperator(const fs::path& dir) {
     StderrCapture capture(dir / "operator.log");
     op::VaultConfig vault_config;
     vault_config.address = vault.url();
+    vault_config.allow_insecure_http = true;  // the double speaks plain http on loopback
     op::VaultIntegration integration(*client, vault_config, op::VaultAuthOptions{});
     op::OperatorOptions options;
     options.reconciler.secret_source = integration.secret_source();

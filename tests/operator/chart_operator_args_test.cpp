@@ -62,6 +62,7 @@ TEST(ChartOperatorArgs, DefaultValues) { StartsWith({}); }
 TEST(ChartOperatorArgs, EveryOptionalSwitchOn) {
   StartsWith({{"webhook.certManager.enabled", true},
               {"vault.addr", "http://127.0.0.1:1"},
+              {"vault.allowInsecureHttp", true},
               {"vault.namespace", "platform"},
               {"vault.caCert.enabled", true},
               {"operator.watchNamespace", "team-a"},

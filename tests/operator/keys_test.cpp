@@ -162,5 +162,69 @@ TEST(Keys, APlantedSecretIsNotKeptAsTheLastGoodOne) {
   EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find("known-to-the-tenant"), std::string::npos);
 }
 
+// Revocation: a tenant takes its keys away by deleting their Secret. The
+// operator used to keep the last good copy forever (SecretNotFound "may
+// pass"), so the deleted keys went on working; now a keys Secret that is gone
+// leaves api-keys.yaml with the admin key alone, even while another
+// reference's failure keeps the rest of the last good Secret.
+TEST(Keys, DeletingTheKeysSecretRevokesItsKeysAndKeepsTheOperatorsOwn) {
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  auto usable = [](const std::string& name, json string_data) {
+    return json{{"apiVersion", "v1"}, {"kind", "Secret"},
+                {"metadata", {{"name", name}, {"namespace", "team-a"}, {"labels", {{kUsableLabel, "true"}}}}},
+                {"stringData", std::move(string_data)}};
+  };
+  ASSERT_TRUE(server.Create("secrets", usable("keys", {{"acme", "sk-acme"}, {"globex", "sk-globex"}})));
+  ASSERT_TRUE(server.Create("secrets", usable("creds", {{"AWS_ACCESS_KEY_ID", "AKIA-1"}})));
+  json manifest = MoEDeploymentManifest("team-a", "m", 1, 1);
+  manifest["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "keys"}}}};
+  manifest["spec"]["model"]["credentials"] = {{"secretRef", {{"name", "creds"}}}};
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", manifest));
+  auto client = cluster.Client();
+  OperatorOptions options;
+  options.reconciler.secret_resync = 100ms;
+  RunningOperator running(*client, options);
+  ASSERT_TRUE(WaitFor([&] {
+    return SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-acme")) != std::string::npos;
+  }));
+  const auto before = SecretData(server, "team-a", "m-secrets");
+
+  // 1. The keys Secret is deleted: its keys go, the admin key and metrics token stay.
+  ASSERT_TRUE(server.Delete("secrets", "team-a", "keys"));
+  ASSERT_TRUE(WaitFor([&] {
+    return SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-acme")) == std::string::npos;
+  })) << "the deleted Secret's keys are still in api-keys.yaml";
+  auto after = SecretData(server, "team-a", "m-secrets");
+  json file = json::parse(after[kApiKeysKey]);
+  ASSERT_EQ(file["keys"].size(), 1u) << file.dump();
+  EXPECT_EQ(file["keys"][0], (json{{"sha256", Sha256Hex(before.at(kAdminKeyKey))}, {"tenant", kAdminTenant}, {"role", "admin"}}));
+  EXPECT_EQ(after[kAdminKeyKey], before.at(kAdminKeyKey));
+  EXPECT_EQ(after[kMetricsTokenKey], before.at(kMetricsTokenKey));
+  const json synced = ConditionOf(server, "team-a", "m", "SecretsSynced");
+  EXPECT_EQ(synced.value("status", ""), "False");
+  EXPECT_EQ(synced.value("reason", ""), "SecretNotFound");
+  EXPECT_NE(synced.value("message", "").find("its keys are revoked"), std::string::npos) << synced.dump();
+
+  // 2. Back with one key: that one serves again.
+  ASSERT_TRUE(server.Create("secrets", usable("keys", {{"globex", "sk-globex"}})));
+  ASSERT_TRUE(WaitFor([&] {
+    return SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-globex")) != std::string::npos;
+  }));
+  EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-acme")), std::string::npos);
+
+  // 3. Both Secrets deleted: the credentials' last good copy is kept (a
+  //    missing credentials Secret may come back), the keys are still revoked.
+  ASSERT_TRUE(server.Delete("secrets", "team-a", "creds"));
+  ASSERT_TRUE(server.Delete("secrets", "team-a", "keys"));
+  ASSERT_TRUE(WaitFor([&] {
+    return SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-globex")) == std::string::npos;
+  })) << "the deleted Secret's keys are still in api-keys.yaml";
+  after = SecretData(server, "team-a", "m-secrets");
+  EXPECT_EQ(after[std::string(kObjectStorePrefix) + "AWS_ACCESS_KEY_ID"], "AKIA-1");
+  EXPECT_EQ(json::parse(after[kApiKeysKey])["keys"].size(), 1u);
+  EXPECT_EQ(after[kAdminKeyKey], before.at(kAdminKeyKey));
+}
+
 }  // namespace
 }  // namespace moeserve::op::testing

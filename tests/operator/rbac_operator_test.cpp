@@ -135,6 +135,7 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
   auto values = LoadValues();
   ASSERT_TRUE(values) << values.error().ToString();
   SetValue(*values, "vault.addr", vault.url());
+  SetValue(*values, "vault.allowInsecureHttp", true);  // the double speaks plain http on loopback
   auto chart = RenderChart(*values, {.name = "moeserve", .ns = kOperatorNamespace});
   ASSERT_TRUE(chart) << chart.error().ToString();
   const json cluster_role = FindObject(chart->objects, "ClusterRole", "moeserve-operator");

@@ -131,5 +131,26 @@ TEST_F(RbacRoles, TenantHasNothingOnSecretsAndNoWritesToQuotaOrStatus) {
     }
 }
 
+// The operator's own ClusterRole reads Secrets by name only. A list or
+// watch of Secrets cannot be narrowed to a label by RBAC, so either would
+// let whoever holds the operator's token read every Secret of the cluster:
+// neither is granted (the operator watches no Secret), nor any delete.
+TEST(RbacOperatorRole, SecretsByNameOnlyNoListWatchOrDelete) {
+  auto values = LoadValues();
+  ASSERT_TRUE(values) << values.error().ToString();
+  auto chart = RenderChart(*values);
+  ASSERT_TRUE(chart) << chart.error().ToString();
+  const json role = FindObject(chart->objects, "ClusterRole", "moeserve-operator");
+  ASSERT_TRUE(role.is_object());
+  for (const char* verb : {"list", "watch", "delete", "deletecollection", "patch"}) {
+    EXPECT_FALSE(RoleAllows(role, verb, "", "secrets")) << verb << " secrets, cluster-wide";
+    EXPECT_FALSE(RoleAllows(role, verb, "", "secrets", "", "any")) << verb << " secrets by name";
+  }
+  for (const char* verb : {"get", "create", "update"}) EXPECT_TRUE(RoleAllows(role, verb, "", "secrets", "", "x")) << verb;
+  const json own = FindObject(chart->objects, "Role", "moeserve-operator");
+  ASSERT_TRUE(own.is_object());
+  for (const char* verb : {"list", "watch"}) EXPECT_FALSE(RoleAllows(own, verb, "", "secrets")) << verb << " (Role)";
+}
+
 }  // namespace
 }  // namespace moeserve::op::testing

@@ -162,7 +162,7 @@ TEST(BudgetRecord, EachThresholdIsDecidedOnceAcrossSyncsStatusAndRestarts) {
   EXPECT_DOUBLE_EQ(fired[1].threshold, 0.8);
   EXPECT_NE(fired[0].delivery_id, fired[1].delivery_id);
   EXPECT_FALSE(fired[0].delivered);
-  auto body = nlohmann::json::parse(fired[1].bodies.at("json"));
+  auto body = nlohmann::json::parse(AlertBodyOf(fired[1], "team-a", HookFormat::kJson));
   EXPECT_EQ(body["type"], "budget.threshold");
   EXPECT_EQ(body["policy"], "team-a");
   EXPECT_EQ(body["deployment"], "a,b");
@@ -197,7 +197,12 @@ TEST(BudgetRecord, TheConfigMapRoundTripsAndSpendSaysWhatCameFromEachPod) {
   ASSERT_EQ(back->alerts.size(), 2u);
   EXPECT_EQ(back->alerts[1].delivery_id, r.alerts[1].delivery_id);
   EXPECT_EQ(back->alerts[0].delivery_id, r.alerts[0].delivery_id);
-  EXPECT_EQ(back->alerts[0].bodies, r.alerts[0].bodies);
+  // The crossing survives the round trip: the body rebuilt from the record
+  // read back is the body rebuilt before it was written, byte for byte.
+  for (HookFormat f : {HookFormat::kJson, HookFormat::kSlack})
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_EQ(AlertBodyOf(back->alerts[i], "team-a", f), AlertBodyOf(r.alerts[i], "team-a", f));
+  EXPECT_EQ(back->alerts[0].formats, r.alerts[0].formats);
   EXPECT_EQ(back->alerts[0].delivered_to, r.alerts[0].delivered_to);
 
   auto spend = ParseGlobalSpend(nlohmann::json::parse(data["spend.json"].get<std::string>()));
@@ -220,6 +225,14 @@ TEST(BudgetRecord, TheConfigMapRoundTripsAndSpendSaysWhatCameFromEachPod) {
   nlohmann::json broken = data;
   broken["totals.json"] = "{not json";
   EXPECT_FALSE(ParseBudgetRecord(broken));
+  // An undelivered alert without the facts to rebuild its body from is refused, naming the entry.
+  nlohmann::json alerts = nlohmann::json::parse(data["alerts.json"].get<std::string>());
+  alerts[1].erase("crossing");
+  nlohmann::json no_crossing = data;
+  no_crossing["alerts.json"] = alerts.dump();
+  auto refused = ParseBudgetRecord(no_crossing);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("alerts.json[1].crossing"), std::string::npos) << refused.error().message();
 }
 
 }  // namespace

@@ -212,6 +212,55 @@ TEST_F(VaultClientTest, NamespaceHeaderAndDevelopmentToken) {
   EXPECT_EQ(world.vault.Count("POST", "/v1/auth/kubernetes/login"), 0u);
 }
 
+// Plain http carries tokens, logins and secret values in clear: refused
+// unless the development switch is on, before any byte goes out.
+TEST_F(VaultClientTest, AnHttpAddressIsRefusedWithoutTheDevelopmentSwitch) {
+  VaultConfig config = world.Config();
+  ASSERT_EQ(config.address.rfind("http://", 0), 0u);
+  config.allow_insecure_http = false;
+  const Status checked = CheckVaultAddress(config);
+  ASSERT_FALSE(checked);
+  EXPECT_NE(checked.error().message().find("is plain http"), std::string::npos) << checked.error().message();
+  EXPECT_NE(checked.error().message().find("--vault-allow-insecure-http"), std::string::npos);
+  VaultClient refusing(config);
+  const size_t before = world.vault.Requests().size();
+  auto read = refusing.LookupSelf("hvs.whatever");
+  ASSERT_FALSE(read);
+  EXPECT_NE(read.error().message().find("is plain http"), std::string::npos) << read.error().message();
+  EXPECT_EQ(world.vault.Requests().size(), before) << "a request went out over http";
+  // With the switch (what every other test here runs with), the same address is used.
+  config.allow_insecure_http = true;
+  EXPECT_TRUE(CheckVaultAddress(config));
+  (void)VaultClient(config).LookupSelf("hvs.whatever");  // Vault's own 403: the token is made up
+  EXPECT_EQ(world.vault.Requests().size(), before + 1);
+  // https is always fine; anything else is not a Vault address.
+  config.allow_insecure_http = false;
+  config.address = "HTTPS://vault.example:8200";
+  EXPECT_TRUE(CheckVaultAddress(config));
+  config.address = "vault.example:8200";
+  EXPECT_FALSE(CheckVaultAddress(config));
+}
+
+TEST(VaultConfig, MoeOperatorRefusesToStartOnAnHttpVaultWithoutTheSwitch) {
+  ASSERT_TRUE(std::filesystem::exists(OperatorBinary())) << "build moe-operator first: " << OperatorBinary();
+  FakeCluster cluster;
+  const std::string kubeconfig =
+      (std::filesystem::temp_directory_path() / ("moe-vault-http-" + std::to_string(getpid()) + ".yaml")).string();
+  ASSERT_TRUE(cluster.server.WriteKubeconfig(kubeconfig));
+  const std::string run = "timeout 20 " + OperatorBinary() + " --kubeconfig=" + kubeconfig +
+                          " --metrics-addr=0 --health-addr=0 --webhook-addr=0 --vault-addr=http://127.0.0.1:1";
+  auto refused = RunShell(run);
+  EXPECT_EQ(refused.rc, 2) << refused.output;
+  EXPECT_NE(refused.output.find("moe-operator: Vault address http://127.0.0.1:1 is plain http"), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("--vault-allow-insecure-http"), std::string::npos) << refused.output;
+  // The same in VAULT_ADDR.
+  auto from_env = RunShell("VAULT_ADDR=http://127.0.0.1:1 " + run.substr(0, run.find(" --vault-addr")));
+  EXPECT_EQ(from_env.rc, 2) << from_env.output;
+  EXPECT_NE(from_env.output.find("is plain http"), std::string::npos) << from_env.output;
+  std::filesystem::remove(kubeconfig);
+}
+
 TEST(VaultConfig, ReadsVaultsEnvironment) {
   setenv("VAULT_ADDR", "https://vault.example:8200", 1);
   setenv("VAULT_CACERT", "/etc/vault/ca.pem", 1);

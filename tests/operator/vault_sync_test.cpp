@@ -141,6 +141,42 @@ TEST_F(VaultSync, APolicyThatStopsAllowingTheReadKeepsTheLastGoodSecret) {
   EXPECT_EQ(SecretData(server(), "team-a", "m-secrets"), good);
 }
 
+// A Vault secret that is gone (deleted or destroyed: Vault's 404) revokes
+// its keys; the operator used to keep the last good copy forever.
+TEST_F(VaultSync, AKeysSecretGoneFromVaultRevokesItsKeys) {
+  ASSERT_TRUE(server().Create("moedeployments.moeserve.io",
+                              VaultDeployment("team-a", "m", "secret/data/team-a/s3", "secret/data/team-a/keys", 1)));
+  RunningOperator running(*client, Options());
+  ASSERT_TRUE(WaitFor([&] {
+    return SecretData(server(), "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-vault-acme-1")) != std::string::npos;
+  }));
+  const auto before = SecretData(server(), "team-a", "m-secrets");
+  for (bool destroy : {false, true}) {
+    SCOPED_TRACE(destroy ? "destroyed" : "soft-deleted");
+    if (destroy) {
+      world.vault.Put("secret", "team-a/keys", {{"acme", "sk-vault-acme-1"}});
+      ASSERT_TRUE(WaitFor([&] {
+        return SecretData(server(), "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-vault-acme-1")) != std::string::npos;
+      }));
+      world.vault.DestroyLatest("secret", "team-a/keys");
+    } else {
+      world.vault.SoftDeleteLatest("secret", "team-a/keys");
+    }
+    ASSERT_TRUE(WaitFor([&] {
+      return SecretData(server(), "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-vault-acme-1")) == std::string::npos;
+    })) << "the key outlived its Vault secret";
+    const auto after = SecretData(server(), "team-a", "m-secrets");
+    EXPECT_EQ(json::parse(after.at(kApiKeysKey))["keys"].size(), 1u) << after.at(kApiKeysKey);
+    EXPECT_EQ(after.at(kAdminKeyKey), before.at(kAdminKeyKey));
+    EXPECT_EQ(after.at(kMetricsTokenKey), before.at(kMetricsTokenKey));
+    // The credentials, still in Vault, are still there.
+    EXPECT_EQ(after.at(std::string(kObjectStorePrefix) + "AWS_ACCESS_KEY_ID"), "AKIA-VAULT-1");
+    EXPECT_TRUE(WaitFor([&] {
+      return ConditionOf(server(), "team-a", "m", "SecretsSynced").value("reason", "") == "VaultSecretNotFound";
+    }));
+  }
+}
+
 TEST_F(VaultSync, RotationRollsForCredentialsOnceAndNeverForApiKeys) {
   ASSERT_TRUE(server().Create("moedeployments.moeserve.io",
                               VaultDeployment("team-a", "m", "secret/data/team-a/s3", "secret/data/team-a/keys", 2)));

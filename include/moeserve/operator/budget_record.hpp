@@ -1,12 +1,18 @@
-// What the operator keeps of a QuotaPolicy's budgets between syncs, in
-// ConfigMap `<policy>-budget` (one object, so one write commits a sync):
+// What the operator keeps of a QuotaPolicy's budgets between syncs: the
+// budget record, ConfigMap `BudgetRecordName(namespace, policy)` in the
+// operator's own namespace, where tenants cannot write (one object, so one
+// write commits a sync):
 //   totals.json  the summed usage and each pod's last read (usage_totals.hpp)
 //   alerts.json  every threshold alert of the current periods, and of older
-//                ones still being delivered; an undelivered one keeps the
-//                exact bodies it is posted with, so a retry (by this
-//                operator or the next) sends the same bytes under the same id
+//                ones still being delivered, each with the facts of its
+//                crossing (spend, budget, action, deployments, hook formats)
 //   spend.json   the global spend daemons start from (global_spend.hpp)
 // and the parts QuotaPolicy.status shows: status.usage and status.alerts.
+// A body is never stored: every post of an alert (a retry, by this operator
+// or the next) is rebuilt from its record (AlertBodyOf), the same bytes under
+// the same id. The tenant's namespace gets only a copy of spend.json
+// (ConfigMap `<policy>-budget`, mounted by daemons that start), which the
+// operator writes and never reads.
 //
 // An alert is decided once per tenant, period, period start and threshold:
 // a threshold the summed spend has reached that neither alerts.json nor
@@ -37,10 +43,23 @@ struct AlertRecord {
   int64_t fired_at = 0;
   std::string delivery_id;
   bool delivered = false;
-  bool abandoned = false;                     // retried past the give-up time; delivered stays false
-  std::map<std::string, std::string> bodies;  // "json" / "slack" -> the body posted (undelivered only)
-  std::vector<std::string> delivered_to;      // hooks that answered 2xx
+  bool abandoned = false;                 // retried past the give-up time; delivered stays false
+  // The crossing as it was when the alert fired (undelivered alerts only):
+  // what its body is rebuilt from.
+  PeriodSpend spend;
+  double budget_usd = 0;
+  BudgetAction action = BudgetAction::kAlert;
+  std::string deployment;                 // the payload's "deployment"
+  std::vector<std::string> formats;       // "json" / "slack": the hook formats in use when it fired
+  std::vector<std::string> delivered_to;  // hooks that answered 2xx
 };
+
+// The body `a` is posted with to a hook of `format` under QuotaPolicy
+// `policy_name`: AlertBody over the recorded crossing, so the same record
+// gives the same bytes every time.
+std::string AlertBodyOf(const AlertRecord& a, const std::string& policy_name, HookFormat format);
+// The record's name for a hook format ("json" / "slack").
+std::string FormatName(HookFormat format);
 
 struct BudgetRecord {
   UsageTotals totals;
@@ -48,20 +67,21 @@ struct BudgetRecord {
 };
 
 // ConfigMap data (key -> text) to a record; a missing key reads as empty.
+// Every field is type-checked; an error names the entry.
 Result<BudgetRecord> ParseBudgetRecord(const nlohmann::json& configmap_data);
 // The ConfigMap's data for `record`, with spend.json for `policy`.
 nlohmann::json BudgetRecordData(const BudgetRecord& record, const std::string& policy, int64_t replicas, int64_t now);
 
 // status.usage: per tenant, period and start, all tiers together.
 nlohmann::json StatusUsage(const UsageTotals& totals);
-// status.alerts: the records without their bodies.
+// status.alerts: the records without their crossings.
 nlohmann::json StatusAlerts(const std::vector<AlertRecord>& alerts);
 // status.alerts back to records (for the union with alerts.json); bad entries are skipped.
 std::vector<AlertRecord> ParseStatusAlerts(const nlohmann::json& alerts);
 
 // The alerts `totals` call for under `policy` that `known` does not hold,
-// with their bodies (one per hook format in use) and fresh delivery ids;
-// policy.deployment_name is what the payload's "deployment" says.
+// with their crossings and fresh delivery ids; policy.deployment_name is
+// what the payload's "deployment" says.
 std::vector<AlertRecord> NewAlerts(const UsageTotals& totals, const BudgetPolicy& policy,
                                    const std::vector<AlertRecord>& known, int64_t now);
 

@@ -9,6 +9,7 @@
 #include "moeserve/common/base64.hpp"
 #include "moeserve/common/status.hpp"
 #include "moeserve/operator/kube_client.hpp"
+#include "moeserve/operator/scheduling_policy.hpp"
 
 namespace moeserve::op {
 
@@ -68,6 +69,8 @@ struct PlatformConfig {
   // Requests and limits a container gets where the spec sets none.
   std::string default_cpu = "1", default_memory = "4Gi";
   std::string puller_cpu = "1", puller_memory = "1Gi";
+  // Which nodeSelector keys, toleration keys and affinity a tenant may set.
+  SchedulingPolicy scheduling;
 };
 
 // Where a secret comes from: exactly one of a Vault path or a Secret's name.
@@ -118,8 +121,14 @@ struct MoEDeploymentSpec {
 
 // Reads spec (after the CRD's defaults); an error names the field. Fields
 // that are platform configuration (spec.cache.hostPath, stored before the
-// schema dropped it) are refused, never obeyed.
+// schema dropped it) are refused, never obeyed, and so is any resource in
+// spec.resources but cpu, memory and ephemeral-storage: GPUs (and every
+// other device or extended resource) come only from
+// parallelism.gpusPerNode, which quota counts.
 Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec);
+
+// The resource names a tenant may request or limit in spec.resources.
+bool TenantResourceName(const std::string& name);
 
 namespace desired {
 // app.kubernetes.io/{name,instance,managed-by,component}
@@ -144,6 +153,16 @@ std::string ModelDirectory(const MoEDeploymentSpec& spec);
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec);
 json Secret(const json& md, const std::map<std::string, std::string>& data);
 json GroupService(const json& md, const MoEDeploymentSpec& spec, int replica);
+// The serving container's requests and limits: spec.resources with the
+// platform's defaults, plus parallelism.gpusPerNode as nvidia.com/gpu. The
+// one place a pod's resources are decided: StatefulSet renders it and quota
+// (DemandOf) counts it, so the two cannot drift apart.
+json ServerResources(const MoEDeploymentSpec& spec, const PlatformConfig& platform = {});
+// Device units (every resource but cpu, memory and ephemeral-storage) a
+// container's requests/limits ask for: per name the larger of the two
+// sides, summed. A quantity that is not a whole number counts as more than
+// any quota allows (devices are whole; the renderer writes integers).
+int64_t DeviceUnits(const json& resources);
 // Pods meet the `restricted` Pod Security Standard: non-root, no privilege
 // escalation, every capability dropped, seccomp RuntimeDefault, read-only
 // root filesystem (writable emptyDirs where needed), no service-account

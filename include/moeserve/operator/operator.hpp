@@ -72,6 +72,7 @@ class Operator {
   std::unique_ptr<EventRecorder> events_;
   std::vector<std::unique_ptr<Informer>> informers_;
   Informer* md_informer_ = nullptr;
+  ObjectCache secret_cache_;  // the deployments' own Secrets (never listed or watched)
   std::unique_ptr<MoEDeploymentReconciler> reconciler_;
   std::unique_ptr<QuotaController> quota_;
   std::unique_ptr<SecretSource> hook_secret_source_;  // when the reconciler's options name none

@@ -12,8 +12,11 @@
 //    break as badly (NewOrWorse): lowering an over-quota deployment and
 //    changes that leave its footprint alone (finalizers) pass.
 // Everything else (DELETE, other resources) is allowed. A body that cannot
-// be read is answered 400 with the reason, a spec that cannot be read is
-// refused with 400, and a scale of an object the cache has not seen yet
+// be read is answered 400 with the reason, a spec that cannot be read or
+// that the operator refuses (a device in spec.resources, a scheduling field
+// past the platform's allow-list) is refused with 400 naming the field (an
+// UPDATE that leaves such a stored spec unchanged passes, so finalizers can
+// still go), and a scale of an object the cache has not seen yet
 // with 503 (the API server retries or applies failurePolicy).
 //
 // What the webhook judges against: the namespace's QuotaPolicies and
@@ -50,8 +53,9 @@ using NamespaceReader = std::function<Result<NamespaceObjects>(const std::string
 
 class QuotaAdmission {
  public:
-  QuotaAdmission(const ObjectCache& policies, const ObjectCache& moedeployments, NamespaceReader live = {})
-      : policies_(policies), moedeployments_(moedeployments), live_(std::move(live)) {}
+  QuotaAdmission(const ObjectCache& policies, const ObjectCache& moedeployments, NamespaceReader live = {},
+                 SchedulingPolicy scheduling = {})
+      : policies_(policies), moedeployments_(moedeployments), live_(std::move(live)), scheduling_(std::move(scheduling)) {}
 
   QuotaEvaluation Evaluate(const json& md, const MoEDeploymentSpec& spec) const;
   QuotaDecision Check(const json& md, const MoEDeploymentSpec& spec) const { return Evaluate(md, spec).decision; }
@@ -64,6 +68,7 @@ class QuotaAdmission {
   const ObjectCache& policies_;
   const ObjectCache& moedeployments_;
   NamespaceReader live_;
+  SchedulingPolicy scheduling_;  // what the webhook lets a spec ask of the scheduler
 };
 
 }  // namespace moeserve::op

@@ -30,7 +30,7 @@ inline constexpr char kQuotaPolicyKeyPrefix[] = "quotapolicy:";
 class QuotaController {
  public:
   QuotaController(KubeClient& client, const std::string& watch_namespace, const InformerOptions& informer,
-                  WebhookOptions webhook, const ObjectCache& moedeployments,
+                  WebhookOptions webhook, SchedulingPolicy scheduling, const ObjectCache& moedeployments,
                   std::function<void(const std::string& key)> enqueue);
   ~QuotaController();
 

@@ -10,7 +10,9 @@
 // not exist is refused too (QuotaPolicyNotFound). A namespace without
 // QuotaPolicies and a MoEDeployment without a reference: ungoverned, admitted.
 //
-// Sums (GPUs = replicas x nodesPerReplica x gpusPerNode, and replicas) run
+// Sums (GPUs = replicas x nodesPerReplica x the device units each rendered
+// pod requests, desired::ServerResources: gpusPerNode, since spec.resources
+// may name no device; and replicas) run
 // over the MoEDeployments of the namespace governed by the same policy that
 // were created before this one (creationTimestamp, then name), plus this one;
 // deployments being deleted do not count. First come, first served: when a
@@ -45,7 +47,7 @@ Result<QuotaLimits> ParseQuotaLimits(const json& policy);
 
 // What one MoEDeployment asks for.
 struct QuotaDemand {
-  int64_t gpus = 0;      // replicas x nodesPerReplica x gpusPerNode
+  int64_t gpus = 0;      // replicas x nodesPerReplica x device units per rendered pod
   int64_t replicas = 0;  // replica groups
   int64_t context_tokens = 0;
   std::set<std::string> tiers;  // thinking.defaultTier and every tier in thinking.budgets

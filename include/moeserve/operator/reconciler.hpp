@@ -83,6 +83,8 @@ struct ReconcilerCaches {
   ObjectCache* statefulsets = nullptr;
   ObjectCache* services = nullptr;
   ObjectCache* configmaps = nullptr;
+  // The deployments' own Secrets as last read or written (no informer: the
+  // operator may not list or watch Secrets).
   ObjectCache* secrets = nullptr;
   ObjectCache* pdbs = nullptr;
   ObjectCache* claims = nullptr;   // PersistentVolumeClaims
@@ -98,7 +100,9 @@ struct MoEDeploymentReconcilerOptions {
   // from its QuotaPolicy cache); unset: no budgets in the daemons' config.
   std::function<MoEDeploymentSpec::Budgeting(const json& moedeployment)> budgeting;
   PlatformConfig platform;                // daemon image, node cache, pod defaults
-  // Referenced Secrets are not watched; look at them again this often.
+  // Secrets are not watched (referenced ones, and the deployment's own,
+  // which is read back and put right): every deployment is reconciled again
+  // this often.
   std::chrono::milliseconds secret_resync{std::chrono::seconds(60)};
   // Vault paths are read again this often (moe-operator --vault-resync-seconds).
   std::chrono::milliseconds vault_resync{std::chrono::seconds(60)};
@@ -125,15 +129,21 @@ class MoEDeploymentReconciler : public Reconciler {
     // A failure that may pass (missing, unreachable, malformed): keep the
     // last good Secret. A refusal (not usable) drops what was refused.
     bool keep_last_good = false;
+    // The tenant keys' Secret or Vault secret is gone (404): their keys are
+    // revoked even where the rest of the last good Secret is kept.
+    bool tenant_keys_gone = false;
     std::string reason = "Synced", message;
     std::map<std::string, std::string> data;
   };
 
   Result<ReconcileResult> Finalize(json md);
   Status EnsureFinalizer(json& md);
+  // The deployment's own Secret, read live (the operator holds no list or
+  // watch on Secrets; caches_.secrets keeps what was last read or written).
+  Result<std::optional<json>> OwnSecret(const json& md);
   // The admin key and metrics token: read back from the deployment's Secret,
   // generated only when it has none.
-  Result<std::map<std::string, std::string>> OperatorKeys(const json& md);
+  Result<std::map<std::string, std::string>> OperatorKeys(const json& md, const std::optional<json>& secret);
   SecretsState GatherSecrets(const json& md, const MoEDeploymentSpec& spec,
                              const std::map<std::string, std::string>& operator_keys);
   // The cache volume and its claim: created when missing, never updated

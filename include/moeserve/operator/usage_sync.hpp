@@ -1,23 +1,30 @@
 // The usage sync: every interval (30 s; --usage-sync-interval), while this
 // operator leads, for each QuotaPolicy that governs MoEDeployments:
-//  1. read ConfigMap <policy>-budget (budget_record.hpp: the summed usage,
-//     each pod's last read, the alerts);
+//  1. read the policy's budget record (budget_record.hpp: the summed usage,
+//     each pod's last read, the alerts), ConfigMap
+//     BudgetRecordName(namespace, policy) in the operator's own namespace
+//     (record_namespace), where tenants cannot write: nothing a tenant can
+//     write is read back, so none can plant an alert for the operator to
+//     sign, lower the sum, or lift a block;
 //  2. read GET /v1/usage with the operator's admin key from the node-rank-0
 //     pod of every replica group of every MoEDeployment the policy governs
 //     (DecideQuota's GoverningPolicy: the reference, else `default`), in
 //     parallel; a pod that does not answer adds nothing this time;
 //  3. fold the readings into the sum (usage_totals.hpp: resets count from
 //     zero), decide the thresholds newly reached (one alert each, with a
-//     fresh delivery id and its bodies), and write the ConfigMap: this one
-//     write commits the sync, so a crash before it counts nothing and a
-//     crash after it loses nothing;
+//     fresh delivery id and the facts of its crossing), and write the
+//     record: this one write commits the sync, so a crash before it counts
+//     nothing and a crash after it loses nothing; then the daemons' copy of
+//     spend.json in the tenant's namespace (ConfigMap <policy>-budget,
+//     written, never read);
 //  4. hand the global spend to every pod read (PUT /v1/admin/spend), so each
 //     daemon applies the budgets' actions and its share of the rate limits;
 //  5. write status.usage and status.alerts;
 //  6. post the undelivered alerts to the policy's hooks (the daemon's
-//     signed delivery, hook_sender.hpp), each retried with exponential
-//     backoff and jitter until delivered or past the give-up time; then
-//     write the ConfigMap and status.alerts again.
+//     signed delivery, hook_sender.hpp), each body rebuilt from its record
+//     (AlertBodyOf), retried with exponential backoff and jitter until
+//     delivered or past the give-up time; then write the record and
+//     status.alerts again.
 // Nothing is remembered between syncs but the retry schedule: a new leader
 // resends an undelivered alert at once, with the same id and body.
 //
@@ -49,11 +56,22 @@ struct UsageSyncOptions {
   std::chrono::milliseconds interval{std::chrono::seconds(30)};  // 0: off
   std::chrono::milliseconds request_timeout{std::chrono::seconds(5)};  // per daemon call and hook post
   int parallel = 16;  // daemon calls at once
+  // Where budget records live: the operator's own namespace (moe-operator
+  // --operator-namespace), which tenants cannot write.
+  std::string record_namespace = "moeserve-system";
   double hook_initial_backoff_s = 5, hook_max_backoff_s = 600, hook_give_up_s = 86400;
 };
 
-// ConfigMap <policy>-budget.
+// ConfigMap <policy>-budget in the policy's namespace: the daemons' copy of spend.json.
 std::string BudgetConfigMapName(const std::string& policy);
+// The budget record of QuotaPolicy <ns>/<policy>, in the operator's namespace:
+// moeserve-budget.<ns>.<policy> (a digest of the pair when that is too long).
+std::string BudgetRecordName(const std::string& ns, const std::string& policy);
+// What a budget record carries: a label to find them, and whose it is.
+inline constexpr char kBudgetRecordLabel[] = "moeserve.io/budget-record";
+inline constexpr char kBudgetRecordNamespace[] = "moeserve.io/quota-policy-namespace";
+inline constexpr char kBudgetRecordPolicy[] = "moeserve.io/quota-policy";
+inline constexpr char kBudgetRecordPolicyUid[] = "moeserve.io/quota-policy-uid";
 
 struct UsageSyncStats {
   uint64_t syncs = 0;             // policy syncs committed
@@ -88,6 +106,8 @@ class UsageSync {
   Status SyncPolicy(const json& policy);
   std::vector<Pod> PodsOf(const json& md, std::vector<std::string>& problems);
   Result<BudgetPolicy> PolicyOf(const json& policy);
+  // ConfigMap <policy>-budget in the policy's namespace, replaced whole.
+  Status WriteSpendCopy(const json& policy, const std::string& spend_json);
   // Posts what is due; true when any alert changed.
   bool Deliver(const json& policy, BudgetPolicy& budget, std::vector<AlertRecord>& alerts);
 

@@ -6,6 +6,12 @@
 // CA that signs Vault's certificate), VAULT_NAMESPACE (sent as
 // X-Vault-Namespace on every request).
 //
+// Only https is spoken: tokens, logins (a service account's JWT) and secret
+// values cross this connection. An http:// address is refused (every call
+// fails with kInvalidArgument, CheckVaultAddress says why) unless
+// allow_insecure_http is set, which is for a development Vault on loopback
+// and for tests (moe-operator --vault-allow-insecure-http).
+//
 // Errors carry Vault's own text from its `{"errors":[...]}` body (whitespace
 // folded to one line), and a code that says what a caller does next:
 // 400 kInvalidArgument, 403 kPermissionDenied, 404 kNotFound, 429/5xx
@@ -36,7 +42,12 @@ struct VaultConfig {
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
   int attempts = 3;  // per call, for retryable failures
   std::chrono::milliseconds backoff_initial{200};
+  bool allow_insecure_http = false;  // development only: accept an http:// address
 };
+
+// Whether `config.address` may be used: https://, or http:// with
+// allow_insecure_http. The error names the address and the flag.
+Status CheckVaultAddress(const VaultConfig& config);
 
 // The environment's VAULT_ADDR, VAULT_CACERT and VAULT_NAMESPACE over `base`.
 VaultConfig VaultConfigFromEnvironment(VaultConfig base = {});
