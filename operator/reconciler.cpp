@@ -104,6 +104,25 @@ std::string ReasonFor(const Error& error, const SecretReference& ref) {
   return error.code() == ErrorCode::kNotFound ? "SecretNotFound" : "SecretUnavailable";
 }
 
+// The last good api-keys.yaml less every tenant entry the current keys no
+// longer hold (same tenant, same key hash): while a malformed keys Secret
+// keeps the last good file serving, a key removed in the same edit is gone.
+// `fresh` (the admin key alone) when the last file cannot be read.
+std::string KeysStillHeld(const std::string& last_good, const std::string& fresh,
+                          const std::set<std::pair<std::string, std::string>>& held) {
+  const json last = json::parse(last_good, nullptr, false);
+  const json admin_only = json::parse(fresh, nullptr, false);
+  if (!last.is_object() || !last.value("keys", json()).is_array() || !admin_only.is_object()) return fresh;
+  json kept = admin_only;  // the current admin entry
+  for (const auto& entry : last["keys"]) {
+    if (!entry.is_object() || entry.value("role", json()) != json("user")) continue;
+    const json tenant = entry.value("tenant", json()), hash = entry.value("sha256", json());
+    if (tenant.is_string() && hash.is_string() && held.contains({tenant.get<std::string>(), hash.get<std::string>()}))
+      kept["keys"].push_back(entry);
+  }
+  return kept.dump(2) + "\n";
+}
+
 }  // namespace
 
 Result<std::map<std::string, std::string>> KubernetesSecretSource::Fetch(const std::string& ns,
@@ -189,16 +208,23 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   const bool keep_secret = !secrets.synced && secrets.keep_last_good && existing_secret &&
                            OwnedByUid(*existing_secret, md["metadata"].value("uid", ""));
   if (keep_secret) {
-    secret["data"] = existing_secret->value("data", json::object());
-    // Except revoked keys: a keys Secret that is gone takes its keys with it.
-    if (secrets.tenant_keys_gone) secret["data"][kApiKeysKey] = Base64Encode(secrets.data.at(kApiKeysKey));
+    json kept = existing_secret->value("data", json::object());
+    // Except revoked keys: a key the tenant removed (or whose Secret is gone)
+    // never lives on in the last good copy.
+    if (secrets.keys == SecretsState::Keys::kFresh) {
+      kept[kApiKeysKey] = Base64Encode(secrets.data.at(kApiKeysKey));
+    } else if (secrets.keys == SecretsState::Keys::kMalformed) {
+      const std::string last = kept.value(kApiKeysKey, json("")).is_string() ? Base64Decode(kept[kApiKeysKey].get<std::string>()) : "";
+      kept[kApiKeysKey] = Base64Encode(KeysStillHeld(last, secrets.data.at(kApiKeysKey), secrets.keys_held));
+    }
+    secret["data"] = kept;
   }
   const std::string config_hash = desired::ConfigHash(config_map, secret);
 
   // 7. Create or update the children that do not roll; the node cache volume and its claim.
   MOE_TRY(EnsureCache(md));
   MOE_TRY(Apply(resources::kConfigMap, caches_.configmaps, md, config_map));
-  if (!keep_secret || secrets.tenant_keys_gone) MOE_TRY(Apply(resources::kSecret, caches_.secrets, md, secret));
+  MOE_TRY(Apply(resources::kSecret, caches_.secrets, md, secret));
   MOE_TRY(Apply(resources::kService, caches_.services, md, desired::EndpointService(md, *spec)));
   // Over quota (it got in while the webhook was down, or its policy was
   // tightened): it is held. It keeps the groups it has below spec.replicas,
@@ -322,15 +348,17 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
     (passing ? may_pass : forbidden) = true;
     problems.push_back(message);  // names references, never values
   };
-  auto fetch = [&](const SecretReference& ref, bool* gone = nullptr) -> std::optional<std::map<std::string, std::string>> {
+  // For the tenant keys (`keys` set), also what their failure does to api-keys.yaml.
+  auto fetch = [&](const SecretReference& ref,
+                   SecretsState::Keys* keys = nullptr) -> std::optional<std::map<std::string, std::string>> {
     auto fetched = options_.secret_source->Fetch(Namespace(md), ref);
     if (fetched) return std::move(*fetched);
     const std::string reason = ReasonFor(fetched.error(), ref);
     std::string message = fetched.error().message();
-    if (gone && fetched.error().code() == ErrorCode::kNotFound) {
-      *gone = true;
+    if (keys && fetched.error().code() == ErrorCode::kNotFound)
       message += "; its keys are revoked (api-keys.yaml holds only the operator's admin key)";
-    }
+    else if (keys && reason != "SecretNotUsable")
+      *keys = SecretsState::Keys::kUnreachable;
     refuse(reason, message, reason != "SecretNotUsable");
     return std::nullopt;
   };
@@ -347,8 +375,10 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
   if (!spec.api_keys.empty()) {
     // A keys Secret (or Vault secret) that is gone revokes every key it held:
     // deleting it is how a tenant takes its keys away, so its last copy is
-    // never kept (state.tenant_keys_gone overrides keep_last_good for them).
-    if (auto tenant_keys = fetch(spec.api_keys, &state.tenant_keys_gone)) {
+    // never kept (state.keys stays kFresh: the admin key alone).
+    if (auto tenant_keys = fetch(spec.api_keys, &state.keys)) {
+      for (const auto& [tenant, key] : *tenant_keys)
+        if (!key.empty()) state.keys_held.insert({tenant, Sha256Hex(key)});
       // The daemon refuses the whole file over one bad entry: check here.
       std::set<std::string> hashes = {admin_hash};
       json entries = json::array();
@@ -362,9 +392,14 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
       }
       const std::string where = spec.api_keys.vault_path.empty() ? "Secret " + Namespace(md) + "/" + spec.api_keys.secret_name
                                                                   : spec.api_keys.vault_path;
-      // Malformed, not forbidden: the tenant fixes it, and meanwhile the last good file serves.
-      if (!invalid.empty()) refuse("InvalidApiKeys", where + ": " + invalid, true);
-      else for (auto& e : entries) file["keys"].push_back(std::move(e));
+      // Malformed, not forbidden: the tenant fixes it, and meanwhile the last
+      // good file serves, less any key the tenant removed (Reconcile).
+      if (!invalid.empty()) {
+        refuse("InvalidApiKeys", where + ": " + invalid, true);
+        state.keys = SecretsState::Keys::kMalformed;
+      } else {
+        for (auto& e : entries) file["keys"].push_back(std::move(e));
+      }
     }
   }
   state.data[kApiKeysKey] = file.dump(2) + "\n";

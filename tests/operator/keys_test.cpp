@@ -226,5 +226,57 @@ TEST(Keys, DeletingTheKeysSecretRevokesItsKeysAndKeepsTheOperatorsOwn) {
   EXPECT_EQ(after[kAdminKeyKey], before.at(kAdminKeyKey));
 }
 
+// A key removed in the same edit that breaks the keys Secret (an empty
+// key, a repeated one) used to live on: the malformed Secret kept the whole
+// last good file. Now the last good file serves less the keys the Secret no
+// longer holds; and while another reference's failure keeps the rest of the
+// last good Secret, good new keys replace the old ones at once.
+TEST(Keys, ARemovedKeyStaysRemovedWhateverElseFails) {
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  auto usable = [](const std::string& name, json string_data) {
+    return json{{"apiVersion", "v1"}, {"kind", "Secret"},
+                {"metadata", {{"name", name}, {"namespace", "team-a"}, {"labels", {{kUsableLabel, "true"}}}}},
+                {"stringData", std::move(string_data)}};
+  };
+  ASSERT_TRUE(server.Create("secrets", usable("keys", {{"acme", "sk-acme"}, {"globex", "sk-globex"}, {"initech", "sk-initech"}})));
+  ASSERT_TRUE(server.Create("secrets", usable("creds", {{"AWS_ACCESS_KEY_ID", "AKIA-1"}})));
+  json manifest = MoEDeploymentManifest("team-a", "m", 1, 1);
+  manifest["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "keys"}}}};
+  manifest["spec"]["model"]["credentials"] = {{"secretRef", {{"name", "creds"}}}};
+  ASSERT_TRUE(server.Create("moedeployments.moeserve.io", manifest));
+  auto client = cluster.Client();
+  OperatorOptions options;
+  options.reconciler.secret_resync = 100ms;
+  RunningOperator running(*client, options);
+  auto file = [&] { return SecretData(server, "team-a", "m-secrets")[kApiKeysKey]; };
+  ASSERT_TRUE(WaitFor([&] { return file().find(Sha256Hex("sk-initech")) != std::string::npos; }));
+
+  // 1. acme removed, and an entry with an empty key added in the same edit.
+  ASSERT_TRUE(server.Mutate("secrets", "team-a", "keys", [](json& o) {
+    o["data"].erase("acme");
+    o["data"]["typo"] = "";
+  }));
+  ASSERT_TRUE(WaitFor([&] { return file().find(Sha256Hex("sk-acme")) == std::string::npos; }))
+      << "the removed key lives on in the last good file";
+  EXPECT_EQ(ConditionOf(server, "team-a", "m", "SecretsSynced").value("reason", ""), "InvalidApiKeys");
+  EXPECT_NE(file().find(Sha256Hex("sk-globex")), std::string::npos);
+  EXPECT_NE(file().find(Sha256Hex("sk-initech")), std::string::npos);
+  EXPECT_EQ(json::parse(file())["keys"][0]["role"], "admin");
+
+  // 2. The credentials Secret goes (a failure that keeps the last good
+  //    Secret), and the keys are fixed without globex: globex goes at once.
+  ASSERT_TRUE(server.Delete("secrets", "team-a", "creds"));
+  ASSERT_TRUE(server.Mutate("secrets", "team-a", "keys", [](json& o) {
+    o["data"].erase("typo");
+    o["data"].erase("globex");
+  }));
+  ASSERT_TRUE(WaitFor([&] { return file().find(Sha256Hex("sk-globex")) == std::string::npos; }))
+      << "a key removed while another reference failed lives on";
+  EXPECT_NE(file().find(Sha256Hex("sk-initech")), std::string::npos);
+  EXPECT_EQ(ConditionOf(server, "team-a", "m", "SecretsSynced").value("reason", ""), "SecretNotFound");
+  EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[std::string(kObjectStorePrefix) + "AWS_ACCESS_KEY_ID"], "AKIA-1");
+}
+
 }  // namespace
 }  // namespace moeserve::op::testing

@@ -21,7 +21,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "moeserve/operator/events.hpp"
 #include "moeserve/operator/informer.hpp"
@@ -129,9 +131,17 @@ class MoEDeploymentReconciler : public Reconciler {
     // A failure that may pass (missing, unreachable, malformed): keep the
     // last good Secret. A refusal (not usable) drops what was refused.
     bool keep_last_good = false;
-    // The tenant keys' Secret or Vault secret is gone (404): their keys are
-    // revoked even where the rest of the last good Secret is kept.
-    bool tenant_keys_gone = false;
+    // What decides api-keys.yaml where the rest of the last good Secret is
+    // kept, so that a revoked key never outlives its removal:
+    //  kFresh: data[api-keys.yaml] holds (the keys read now, or no tenant
+    //          keys at all: no reference, or its Secret or Vault secret is
+    //          gone, 404);
+    //  kMalformed: the keys were read but refused; the last good file keeps
+    //          only the entries the current keys still hold (keys_held);
+    //  kUnreachable: the keys could not be read (Vault sealed, the API
+    //          server failing); the last good file stays.
+    enum class Keys { kFresh, kMalformed, kUnreachable } keys = Keys::kFresh;
+    std::set<std::pair<std::string, std::string>> keys_held;  // (tenant, sha256) of the current keys
     std::string reason = "Synced", message;
     std::map<std::string, std::string> data;
   };
