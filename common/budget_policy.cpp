@@ -1,6 +1,9 @@
 #include "moeserve/common/budget_policy.hpp"
 
+#include "moeserve/common/yaml_scalar.hpp"
+
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,44 +17,34 @@ Status Bad(const std::string& where, const std::string& what) {
 }
 
 Result<double> NonNegative(const YAML::Node& n, const std::string& where) {
-  try {
-    double v = n.as<double>();
-    if (!(v >= 0) || v > 1e12) return Fail(Error::InvalidArgument(where + ": must be a number >= 0"));
-    return v;
-  } catch (const YAML::Exception&) {
-    return Fail(Error::InvalidArgument(where + ": must be a number >= 0"));
-  }
+  return yaml::Number(n, where, 0, 1e12);
 }
 
-Result<bool> Boolean(const YAML::Node& n, const std::string& where) {
-  try {
-    return n.as<bool>();
-  } catch (const YAML::Exception&) {
-    return Fail(Error::InvalidArgument(where + ": must be true or false"));
-  }
-}
+Result<bool> Boolean(const YAML::Node& n, const std::string& where) { return yaml::Boolean(n, where); }
 
-Result<std::string> Text(const YAML::Node& n, const std::string& where) {
-  if (!n.IsScalar() || n.Scalar().empty()) return Fail(Error::InvalidArgument(where + ": must be a non-empty string"));
-  return n.Scalar();
-}
+Result<std::string> Text(const YAML::Node& n, const std::string& where) { return yaml::Text(n, where); }
 
-Status CheckKeys(const YAML::Node& n, const std::set<std::string>& allowed, const std::string& where) {
-  if (!n.IsMap()) return Bad(where, "must be a map");
+template <size_t N>
+Status CheckKeys(const YAML::Node& n, const std::array<std::string_view, N>& allowed, const std::string& where) {
+  if (!n.IsMap()) return Bad(where, "must be a map, not " + yaml::Describe(n));
   for (const auto& kv : n) {
-    std::string k = kv.first.as<std::string>();
-    if (!allowed.contains(k)) return Bad(where, "unknown field '" + k + "'");
+    MOE_ASSIGN_OR_RETURN(const std::string k, yaml::Key(kv.first, where));
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) return Bad(where, "unknown field '" + k + "'");
   }
   return Ok();
 }
 
+constexpr std::array<std::string_view, 2> kHookSecretFields = {"secretRef", "vault"};
+constexpr std::array<std::string_view, 1> kSecretRefFields = {"name"};
+constexpr std::array<std::string_view, 1> kVaultFields = {"path"};
+
 Status ParsePricing(BudgetPolicy& p, const YAML::Node& node, const std::string& source) {
   if (!node.IsMap()) return Bad(source + ": pricing", "must be a map of tier -> {input, cachedInput, output, reasoning}");
   for (const auto& kv : node) {
-    std::string tier = kv.first.as<std::string>();
+    MOE_ASSIGN_OR_RETURN(const std::string tier, yaml::Key(kv.first, source + ": pricing"));
     std::string where = source + ": pricing." + tier;
     if (tier != "low" && tier != "medium" && tier != "high") return Bad(where, "the tier must be low, medium or high");
-    MOE_TRY(CheckKeys(kv.second, {"input", "cachedInput", "output", "reasoning"}, where));
+    MOE_TRY(CheckKeys(kv.second, kPricingFields, where));
     TierPrices t;
     for (auto [key, slot] : {std::pair{"input", &t.input}, std::pair{"cachedInput", &t.cached_input},
                              std::pair{"output", &t.output}, std::pair{"reasoning", &t.reasoning}}) {
@@ -70,13 +63,13 @@ Status ParseBudgets(BudgetPolicy& p, const YAML::Node& node, const std::string& 
   size_t i = 0;
   for (const auto& e : node) {
     std::string where = source + ": budgets[" + std::to_string(i++) + "]";
-    MOE_TRY(CheckKeys(e, {"tenant", "period", "limitUSD", "thresholds", "action", "requestsPerMinute", "tokensPerMinute"},
-                      where));
+    MOE_TRY(CheckKeys(e, kBudgetFields, where));
     Budget b;
     if (!e["tenant"]) return Bad(where, "needs tenant (a name or \"*\")");
     MOE_ASSIGN_OR_RETURN(b.tenant, Text(e["tenant"], where + ".tenant"));
     if (!e["period"]) return Bad(where, "needs period (day or month)");
-    auto period = ParsePeriod(e["period"].IsScalar() ? e["period"].Scalar() : "");
+    MOE_ASSIGN_OR_RETURN(const std::string period_name, Text(e["period"], where + ".period"));
+    auto period = ParsePeriod(period_name);
     if (!period) return Bad(where + ".period", "must be day or month");
     b.period = *period;
     if (!seen.emplace(b.tenant, std::string(PeriodName(b.period))).second) {
@@ -86,11 +79,13 @@ Status ParseBudgets(BudgetPolicy& p, const YAML::Node& node, const std::string& 
     MOE_ASSIGN_OR_RETURN(b.limit_usd, NonNegative(e["limitUSD"], where + ".limitUSD"));
     if (e["thresholds"]) {
       if (!e["thresholds"].IsSequence() || e["thresholds"].size() == 0) {
-        return Bad(where + ".thresholds", "must be a non-empty list of fractions in (0, 1]");
+        return Bad(where + ".thresholds", "must be a non-empty list of fractions in (0, 1], not " +
+                                              yaml::Describe(e["thresholds"]));
       }
       b.thresholds.clear();
+      size_t t_index = 0;
       for (const auto& t : e["thresholds"]) {
-        MOE_ASSIGN_OR_RETURN(double v, NonNegative(t, where + ".thresholds"));
+        MOE_ASSIGN_OR_RETURN(double v, NonNegative(t, where + ".thresholds[" + std::to_string(t_index++) + "]"));
         if (v <= 0 || v > 1) return Bad(where + ".thresholds", "each must be in (0, 1]");
         b.thresholds.push_back(v);
       }
@@ -98,7 +93,7 @@ Status ParseBudgets(BudgetPolicy& p, const YAML::Node& node, const std::string& 
       b.thresholds.erase(std::unique(b.thresholds.begin(), b.thresholds.end()), b.thresholds.end());
     }
     if (e["action"]) {
-      std::string a = e["action"].IsScalar() ? e["action"].Scalar() : "";
+      MOE_ASSIGN_OR_RETURN(const std::string a, Text(e["action"], where + ".action"));
       if (a == "alert") b.action = BudgetAction::kAlert;
       else if (a == "downgrade") b.action = BudgetAction::kDowngrade;
       else if (a == "block") b.action = BudgetAction::kBlock;
@@ -107,12 +102,7 @@ Status ParseBudgets(BudgetPolicy& p, const YAML::Node& node, const std::string& 
     for (auto [key, slot] : {std::pair{"requestsPerMinute", &b.requests_per_minute},
                              std::pair{"tokensPerMinute", &b.tokens_per_minute}}) {
       if (!e[key]) continue;
-      try {
-        *slot = e[key].as<int64_t>();
-      } catch (const YAML::Exception&) {
-        return Bad(where + "." + key, "must be an integer >= 0");
-      }
-      if (*slot < 0) return Bad(where + "." + key, "must be an integer >= 0");
+      MOE_ASSIGN_OR_RETURN(*slot, yaml::Integer(e[key], where + "." + key, 0, INT64_MAX));
     }
     p.budgets.push_back(std::move(b));
   }
@@ -125,7 +115,7 @@ Status ParseHooks(BudgetPolicy& p, const YAML::Node& node, const std::string& so
   size_t i = 0;
   for (const auto& e : node) {
     std::string where = source + ": hooks[" + std::to_string(i++) + "]";
-    MOE_TRY(CheckKeys(e, {"name", "url", "secretFile", "secret", "format", "allowHTTP", "allowPrivateAddresses"}, where));
+    MOE_TRY(CheckKeys(e, kHookFields, where));
     HookConfig h;
     if (!e["name"] || !e["url"] || (!e["secretFile"] == !e["secret"]))
       return Bad(where, "needs name, url and one of secretFile (a daemon's config) or secret (a QuotaPolicy's)");
@@ -136,12 +126,12 @@ Status ParseHooks(BudgetPolicy& p, const YAML::Node& node, const std::string& so
       MOE_ASSIGN_OR_RETURN(h.secret_file, Text(e["secretFile"], where + ".secretFile"));
     } else {
       const YAML::Node ref = e["secret"];
-      MOE_TRY(CheckKeys(ref, {"secretRef", "vault"}, where + ".secret"));
+      MOE_TRY(CheckKeys(ref, kHookSecretFields, where + ".secret"));
       if (ref["secretRef"] && !ref["vault"]) {
-        MOE_TRY(CheckKeys(ref["secretRef"], {"name"}, where + ".secret.secretRef"));
+        MOE_TRY(CheckKeys(ref["secretRef"], kSecretRefFields, where + ".secret.secretRef"));
         MOE_ASSIGN_OR_RETURN(h.secret_name, Text(ref["secretRef"]["name"], where + ".secret.secretRef.name"));
       } else if (ref["vault"] && !ref["secretRef"]) {
-        MOE_TRY(CheckKeys(ref["vault"], {"path"}, where + ".secret.vault"));
+        MOE_TRY(CheckKeys(ref["vault"], kVaultFields, where + ".secret.vault"));
         MOE_ASSIGN_OR_RETURN(h.secret_vault_path, Text(ref["vault"]["path"], where + ".secret.vault.path"));
       } else {
         return Bad(where + ".secret", "must hold exactly one of secretRef or vault");
@@ -154,7 +144,7 @@ Status ParseHooks(BudgetPolicy& p, const YAML::Node& node, const std::string& so
       MOE_ASSIGN_OR_RETURN(h.allow_private_addresses, Boolean(e["allowPrivateAddresses"], where + ".allowPrivateAddresses"));
     }
     if (e["format"]) {
-      std::string f = e["format"].IsScalar() ? e["format"].Scalar() : "";
+      MOE_ASSIGN_OR_RETURN(const std::string f, Text(e["format"], where + ".format"));
       if (f == "json") h.format = HookFormat::kJson;
       else if (f == "slack") h.format = HookFormat::kSlack;
       else return Bad(where + ".format", "must be json or slack");

@@ -12,6 +12,8 @@
 
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/yaml_limits.hpp"
+#include "moeserve/common/yaml_scalar.hpp"
+#include "moeserve/daemon/config_settings.hpp"
 
 namespace moeserve::daemon {
 namespace {
@@ -25,6 +27,11 @@ std::string FormatSeconds(double s) {
 // Every setting is a string value applied by key, so the YAML file and the
 // flags share one set of parsers and messages.
 Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& value, const std::string& where) {
+  // The list in config_settings.cpp decides which keys exist, for the YAML
+  // file and the flags alike.
+  if (!FindDaemonSetting(key)) {
+    return Fail(Error::InvalidArgument(where + ": unknown setting '" + key + "'; see `moe-daemon serve --help`"));
+  }
   auto bad = [&](const std::string& what) {
     return Fail(Error::InvalidArgument(where + ": " + key + ": " + what + " (got '" + value + "')"));
   };
@@ -156,6 +163,59 @@ Status CheckBudgets(const DaemonConfig& c, const std::string& where) {
   return Ok();
 }
 
+// A YAML value as the text ApplySetting parses (the text a flag would give),
+// once it is known to be of the setting's kind: a null, blank, map, list or
+// scalar of another kind is refused here with the key's path (flags are text
+// and skip this).
+Result<std::string> SettingText(const YAML::Node& node, const std::string& path, SettingKind kind) {
+  switch (kind) {
+    case SettingKind::kText:
+      return yaml::Text(node, path);
+    case SettingKind::kInteger: {
+      MOE_ASSIGN_OR_RETURN(int64_t v, yaml::Integer(node, path));
+      return std::to_string(v);
+    }
+    case SettingKind::kNumber:
+      MOE_TRY(yaml::Number(node, path));
+      return node.Scalar();
+    case SettingKind::kBoolean: {
+      MOE_ASSIGN_OR_RETURN(bool v, yaml::Boolean(node, path));
+      return std::string(v ? "true" : "false");
+    }
+  }
+  return Fail(Error::Internal(path + ": unknown setting kind"));
+}
+
+Status ApplyYamlSetting(DaemonConfig& c, const std::string& key, const YAML::Node& value, const std::string& source) {
+  const SettingSpec* spec = FindDaemonSetting(key);
+  if (!spec) return Fail(Error::InvalidArgument(source + ": unknown setting '" + key + "'; see `moe-daemon serve --help`"));
+  MOE_ASSIGN_OR_RETURN(std::string text, SettingText(value, source + ": " + key, spec->kind));
+  return ApplySetting(c, key, text, source);
+}
+
+Status ApplyYamlSettings(DaemonConfig& c, const YAML::Node& root, const std::string& source) {
+  for (const auto& kv : root) {
+    MOE_ASSIGN_OR_RETURN(const std::string key, yaml::Key(kv.first, source));
+    if (key == "thinking_budgets") {
+      if (!kv.second.IsMap()) {
+        return Fail(Error::InvalidArgument(source + ": thinking_budgets: must be a map {low, medium, high}, not " +
+                                           yaml::Describe(kv.second)));
+      }
+      for (const auto& b : kv.second) {
+        MOE_ASSIGN_OR_RETURN(const std::string tier, yaml::Key(b.first, source + ": thinking_budgets"));
+        MOE_TRY(ApplyYamlSetting(c, "thinking_budgets." + tier, b.second, source));
+      }
+      continue;
+    }
+    if (key == "pricing" || key == "budgets" || key == "hooks") {
+      MOE_TRY(ParseBudgetSection(c.budget, key, kv.second, source));
+      continue;
+    }
+    MOE_TRY(ApplyYamlSetting(c, key, kv.second, source));
+  }
+  return Ok();
+}
+
 }  // namespace
 
 Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::string& source, DaemonConfig base) {
@@ -169,23 +229,12 @@ Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::s
   }
   if (root.IsNull()) return base;
   if (!root.IsMap()) return Fail(Error::InvalidArgument(source + ": must be a map of settings"));
-  for (const auto& kv : root) {
-    std::string key = kv.first.as<std::string>();
-    if (key == "thinking_budgets") {
-      if (!kv.second.IsMap()) return Fail(Error::InvalidArgument(source + ": thinking_budgets: must be a map {low, medium, high}"));
-      for (const auto& b : kv.second) {
-        std::string sub = "thinking_budgets." + b.first.as<std::string>();
-        if (!b.second.IsScalar()) return Fail(Error::InvalidArgument(source + ": " + sub + ": must be an integer"));
-        MOE_TRY(ApplySetting(base, sub, b.second.Scalar(), source));
-      }
-      continue;
-    }
-    if (key == "pricing" || key == "budgets" || key == "hooks") {
-      MOE_TRY(ParseBudgetSection(base.budget, key, kv.second, source));
-      continue;
-    }
-    if (!kv.second.IsScalar()) return Fail(Error::InvalidArgument(source + ": " + key + ": must be a single value"));
-    MOE_TRY(ApplySetting(base, key, kv.second.Scalar(), source));
+  try {
+    MOE_TRY(ApplyYamlSettings(base, root, source));
+  } catch (const YAML::Exception& e) {
+    // Every value is read through yaml_scalar, so this is a bug of ours; it
+    // still costs the start a message, never the process.
+    return Fail(Error::InvalidArgument(source + ": " + e.what()));
   }
   MOE_TRY(CheckBudgets(base, source));
   return base;

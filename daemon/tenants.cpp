@@ -1,5 +1,7 @@
 #include "moeserve/daemon/tenants.hpp"
 
+#include "moeserve/common/yaml_scalar.hpp"
+
 namespace moeserve::daemon {
 
 TierSet TierBit(std::string_view tier) {
@@ -27,21 +29,22 @@ Result<std::map<std::string, TierSet>> ParseTiers(const YAML::Node& tenants, con
     return Fail(Error::InvalidArgument(source + ": tenants: must be a map of tenant -> {tiers: [low, medium, high]}"));
   }
   for (const auto& kv : tenants) {
-    const std::string name = kv.first.as<std::string>();
+    MOE_ASSIGN_OR_RETURN(const std::string name, yaml::Key(kv.first, source + ": tenants"));
     const std::string where = source + ": tenants." + name;
-    if (name.empty()) return Fail(Error::InvalidArgument(source + ": tenants: a tenant name must not be empty"));
     if (!kv.second.IsMap()) return Fail(Error::InvalidArgument(where + ": must be a map {tiers: [...]}"));
     for (const auto& field : kv.second) {
-      if (field.first.as<std::string>() != "tiers") {
-        return Fail(Error::InvalidArgument(where + ": unknown field '" + field.first.as<std::string>() + "'"));
-      }
+      MOE_ASSIGN_OR_RETURN(const std::string field_name, yaml::Key(field.first, where));
+      if (field_name != "tiers") return Fail(Error::InvalidArgument(where + ": unknown field '" + field_name + "'"));
     }
     const YAML::Node tiers = kv.second["tiers"];
     if (!tiers || !tiers.IsSequence()) return Fail(Error::InvalidArgument(where + ".tiers: must be a list of tiers"));
     TierSet set = 0;
+    size_t i = 0;
     for (const auto& t : tiers) {
-      TierSet bit = t.IsScalar() ? TierBit(t.Scalar()) : 0;
-      if (!bit) return Fail(Error::InvalidArgument(where + ".tiers: each must be low, medium or high"));
+      const std::string item = where + ".tiers[" + std::to_string(i++) + "]";
+      MOE_ASSIGN_OR_RETURN(const std::string tier, yaml::Text(t, item));
+      TierSet bit = TierBit(tier);
+      if (!bit) return Fail(Error::InvalidArgument(item + ": must be low, medium or high"));
       set |= bit;
     }
     out[name] = set;

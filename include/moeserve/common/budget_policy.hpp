@@ -26,9 +26,11 @@
 // Thread safety: plain values, immutable once the daemon starts.
 #pragma once
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -104,6 +106,14 @@ struct BudgetPolicy {
 };
 
 std::string_view BudgetActionName(BudgetAction a);
+
+// The fields each entry of a section may have (any other is refused).
+inline constexpr std::array<std::string_view, 4> kPricingFields = {"input", "cachedInput", "output", "reasoning"};
+inline constexpr std::array<std::string_view, 7> kBudgetFields = {
+    "tenant", "period", "limitUSD", "thresholds", "action", "requestsPerMinute", "tokensPerMinute"};
+// `secret` is a QuotaPolicy's; a daemon's config names `secretFile`.
+inline constexpr std::array<std::string_view, 7> kHookFields = {"name",   "url",       "secretFile",          "secret",
+                                                                "format", "allowHTTP", "allowPrivateAddresses"};
 
 // One of the sections `pricing`, `budgets`, `hooks` of the daemon's YAML
 // config, into `policy`; messages name `source` and the entry.

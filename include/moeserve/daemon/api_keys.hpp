@@ -3,7 +3,7 @@
 // logged; a request is matched by hashing its bearer token.
 //
 //   keys:
-//     - key: sk-live-abc           # or   sha256: <64 hex digits>
+//     - key: sk-live-abc           # or   sha256: <64 hex digits>; never blank or null
 //       tenant: acme               # default "default"
 //       role: admin                # optional; "admin" sees every tenant's usage
 //   tenants:                       # optional (tenants.hpp): the tiers each tenant may use
@@ -32,6 +32,13 @@ class ApiKeys {
  public:
   // No file: every request is let in as tenant "default".
   static ApiKeys Open() { return ApiKeys(); }
+  // Keys are required and none is valid: every request is refused (what a
+  // keys file that stopped loading leaves in force, api_keys_reloader.hpp).
+  static ApiKeys RefuseAll() {
+    ApiKeys k;
+    k.enabled_ = true;
+    return k;
+  }
   static Result<ApiKeys> LoadFile(const std::string& path);
   static Result<ApiKeys> Parse(const std::string& yaml_text, const std::string& source);
 
@@ -42,6 +49,8 @@ class ApiKeys {
   std::optional<Principal> Authenticate(std::string_view authorization_header) const;
 
  private:
+  static Result<ApiKeys> ParseDocument(const YAML::Node& root, const std::string& source);
+
   bool enabled_ = false;
   std::unordered_map<std::string, Principal> by_hash_;  // hex sha256 -> principal
 };
