@@ -202,6 +202,15 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
   if (path == "/healthz") return ReplyJson(*exchange, 200, R"({"status":"ok"})");
   if (path == "/readyz") {
     auto r = readiness.Get();
+    // The kubelet's probe doubles as a check of the keys file, so a file that
+    // stopped loading takes the pod out of its Service even with no traffic.
+    (void)keys->Current();
+    const auto k = keys->State();
+    if (k.refusing) {
+      const std::string why = "every API key is refused until the keys file loads again: " + k.problem;
+      if (r.ready()) r = {"api_keys_invalid", why};
+      else r.detail += (r.detail.empty() ? "" : "; ") + why;
+    }
     nlohmann::json out = {{"status", r.state}};
     if (!r.detail.empty()) out["detail"] = r.detail;
     return ReplyJson(*exchange, r.ready() ? 200 : 503, out.dump());
@@ -243,6 +252,10 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
       ep->RefreshMetrics(engine ? &em : nullptr);
     }
     if (server) metrics.UpdateFromHttp(server->stats());
+    if (!config.api_keys_file.empty()) {
+      const auto k = keys->State();
+      metrics.UpdateApiKeys(k.failures, k.file_sha256, k.refusing);
+    }
     return exchange->Reply(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", {}, metrics.Scrape()});
   }
   if (path == "/v1/models") {

@@ -123,6 +123,36 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                       .Help("Times a changed TLS certificate/key pair was loaded without a restart")
                       .Register(*registry_)
                       .Add({});
+  api_keys_reload_failures_ = &BuildCounter()
+                                   .Name("moe_api_keys_reload_failures_total")
+                                   .Help("Changed versions of the API keys file that did not load (each one makes "
+                                         "the daemon refuse every key until a version loads)")
+                                   .Register(*registry_)
+                                   .Add({});
+  api_keys_file_info_ = &BuildGauge()
+                             .Name("moe_api_keys_file_info")
+                             .Help("1, labelled with the SHA-256 of the API keys file as last loaded")
+                             .Register(*registry_);
+  api_keys_refusing_ = &BuildGauge()
+                            .Name("moe_api_keys_refusing")
+                            .Help("1 while every API key is refused because the keys file stopped loading")
+                            .Register(*registry_)
+                            .Add({});
+}
+
+void DaemonMetrics::UpdateApiKeys(uint64_t reload_failures, const std::string& file_sha256, bool refusing) {
+  api_keys_refusing_->Set(refusing ? 1 : 0);
+  std::lock_guard lock(mu_);
+  if (reload_failures > last_api_keys_failures_) {
+    api_keys_reload_failures_->Increment(static_cast<double>(reload_failures - last_api_keys_failures_));
+  }
+  last_api_keys_failures_ = reload_failures;
+  if (file_sha256 != api_keys_sha256_) {
+    // One sample: the version in force, never a history of them.
+    if (!api_keys_sha256_.empty()) api_keys_file_info_->Remove(&api_keys_file_info_->Add({{"sha256", api_keys_sha256_}}));
+    if (!file_sha256.empty()) api_keys_file_info_->Add({{"sha256", file_sha256}}).Set(1);
+    api_keys_sha256_ = file_sha256;
+  }
 }
 
 void DaemonMetrics::UpdateFromHttp(const HttpServerStats& s) {

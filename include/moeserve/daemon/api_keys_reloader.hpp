@@ -10,13 +10,19 @@
 // a stat a second costs nothing next to a request; a change is in force at
 // most one interval after it lands.
 //
-// A file that does not load (half-written, not YAML, no keys) keeps the
-// previous keys and is logged with the parser's message, which names entries
-// by position and never prints a key; the stamp stays old, so the next check
-// tries again and a completed write is picked up.
+// A changed file that does not load (missing, half-written, not YAML, a bad
+// entry, `keys: []`) fails closed: from that check on every key is refused
+// (401), admin keys included, until a version loads. Keeping the previous
+// keys would keep a key alive that the broken version was meant to revoke
+// (a removal saved together with a typo); taking only the removals from a
+// file that does not parse would mean guessing what it says. Meanwhile
+// State() says why (for /readyz, which answers 503 with the reason, and for
+// /metrics), the parser's message is logged once per bad version (it names
+// entries by position and never prints a key), and the next change is tried.
+// The metrics token lives in its own file and is not affected.
 //
-// Thread safety: Current() may be called from any thread; the ApiKeys it
-// returns is immutable and stays valid while held.
+// Thread safety: Current() and State() may be called from any thread; the
+// ApiKeys Current() returns is immutable and stays valid while held.
 #pragma once
 
 #include <chrono>
@@ -24,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "moeserve/daemon/api_keys.hpp"
 
@@ -39,8 +46,18 @@ class ReloadingApiKeys {
 
   // The keys in force; reloads first when the file changed.
   std::shared_ptr<const ApiKeys> Current();
-  uint64_t reloads() const;   // successful reloads since Open
-  uint64_t failures() const;  // changes that did not load
+
+  struct KeysState {
+    bool refusing = false;     // the file stopped loading: every key is refused
+    std::string problem;       // why, while refusing (the parser's message, no key)
+    std::string file_sha256;   // SHA-256 of the file's bytes as last loaded
+    uint64_t reloads = 0;      // successful reloads since Open
+    uint64_t failures = 0;     // changed versions that did not load
+  };
+  // As of the last check (call Current() first to check now).
+  KeysState State() const;
+  uint64_t reloads() const { return State().reloads; }
+  uint64_t failures() const { return State().failures; }
 
  private:
   struct FileStamp {
@@ -58,7 +75,7 @@ class ReloadingApiKeys {
   std::shared_ptr<const ApiKeys> current_;
   FileStamp stamp_, failed_stamp_;
   std::chrono::steady_clock::time_point last_check_;
-  uint64_t reloads_ = 0, failures_ = 0;
+  KeysState status_;
 };
 
 }  // namespace moeserve::daemon

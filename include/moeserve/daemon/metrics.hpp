@@ -54,6 +54,10 @@ class DaemonMetrics {
   void UpdateFromEngine(const engine::EngineMetrics& m);
   // The HTTP front's connection counts and cut-offs (running totals).
   void UpdateFromHttp(const HttpServerStats& s);
+  // The API keys file (api_keys_reloader.hpp): changed versions that did not
+  // load (a running total), the SHA-256 of the version in force, and whether
+  // every key is being refused because the file stopped loading.
+  void UpdateApiKeys(uint64_t reload_failures, const std::string& file_sha256, bool refusing);
   // Text exposition format 0.0.4.
   std::string Scrape();
 
@@ -90,11 +94,16 @@ class DaemonMetrics {
   prometheus::Gauge* http_open_connections_;
   prometheus::Family<prometheus::Counter>* http_refusals_;
   prometheus::Counter* tls_reloads_;
+  prometheus::Counter* api_keys_reload_failures_;
+  prometheus::Family<prometheus::Gauge>* api_keys_file_info_;
+  prometheus::Gauge* api_keys_refusing_;
 
   std::mutex mu_;  // guards the last-seen engine totals
   std::vector<std::vector<uint64_t>> last_expert_tokens_;
   engine::PrefixCacheStats last_prefix_;
   HttpServerStats last_http_;
+  uint64_t last_api_keys_failures_ = 0;
+  std::string api_keys_sha256_;  // the label of the file-info sample in place
 };
 
 }  // namespace moeserve::daemon
