@@ -1,6 +1,8 @@
 #include "moeserve/operator/kube_client.hpp"
 
 #include "moeserve/common/base64.hpp"
+#include "moeserve/common/yaml_limits.hpp"
+#include "moeserve/common/yaml_scalar.hpp"
 
 #include <sys/stat.h>
 
@@ -96,6 +98,103 @@ std::string ResourceRef::Path(const std::string& ns, const std::string& name, co
   return p;
 }
 
+namespace {
+
+// A kubeconfig is kubectl's format, read with kubectl's meaning: a field that
+// is absent, null or "" is unset (kubectl reads YAML into Go structs, where
+// null is the zero value). Every value is still checked for its kind before
+// use: a map, a list, a number or boolean where text belongs, or
+// whitespace-only text is refused naming the field, and null never becomes
+// the text "null" (a token "null" sent as a bearer, a namespace "null").
+bool Unset(const YAML::Node& n) { return !n || n.IsNull() || (n.IsScalar() && n.Scalar().empty()); }
+
+Result<std::string> OptionalText(const YAML::Node& n, const std::string& path) {
+  if (Unset(n)) return "";
+  return yaml::Text(n, path);
+}
+
+Result<bool> OptionalBoolean(const YAML::Node& n, const std::string& path) {
+  if (Unset(n)) return false;
+  return yaml::Boolean(n, path);
+}
+
+// The entry of `list` (contexts, clusters, users) named `name`, or an
+// undefined node when none is.
+Result<YAML::Node> Named(const YAML::Node& root, const char* list, const std::string& name, const std::string& file) {
+  const YAML::Node items = root[list];
+  if (!items || items.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+  if (!items.IsSequence()) {
+    return Fail(Error::InvalidArgument(file + ": " + list + ": must be a list, not " + yaml::Describe(items)));
+  }
+  size_t i = 0;
+  for (const auto& item : items) {
+    const std::string where = file + ": " + list + "[" + std::to_string(i++) + "]";
+    if (!item.IsMap()) return Fail(Error::InvalidArgument(where + ": must be a map, not " + yaml::Describe(item)));
+    MOE_ASSIGN_OR_RETURN(const std::string item_name, OptionalText(item["name"], where + ".name"));
+    if (item_name == name) return item;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+// The map under an entry's `cluster`, `context` or `user` (an empty one when absent or null).
+Result<YAML::Node> Body(const YAML::Node& entry, const char* field, const std::string& where) {
+  const YAML::Node body = entry[field];
+  if (!body || body.IsNull()) return YAML::Node(YAML::NodeType::Map);
+  if (!body.IsMap()) return Fail(Error::InvalidArgument(where + "." + field + ": must be a map, not " + yaml::Describe(body)));
+  return body;
+}
+
+Result<KubeConfig> ParseKubeconfig(const YAML::Node& root, const std::string& path) {
+  if (!root.IsMap()) return Fail(Error::InvalidArgument(path + ": must be a map (a kubeconfig), not " + yaml::Describe(root)));
+  MOE_ASSIGN_OR_RETURN(const std::string current, OptionalText(root["current-context"], path + ": current-context"));
+  if (current.empty()) return Fail(Error::InvalidArgument(path + ": current-context is not set"));
+  MOE_ASSIGN_OR_RETURN(const YAML::Node context_entry, Named(root, "contexts", current, path));
+  if (!context_entry) return Fail(Error::InvalidArgument(path + ": context \"" + current + "\" not found"));
+  const std::string cwhere = path + ": contexts[" + current + "]";
+  MOE_ASSIGN_OR_RETURN(const YAML::Node context, Body(context_entry, "context", cwhere));
+  MOE_ASSIGN_OR_RETURN(const std::string cluster_name, OptionalText(context["cluster"], cwhere + ".context.cluster"));
+  MOE_ASSIGN_OR_RETURN(const std::string user_name, OptionalText(context["user"], cwhere + ".context.user"));
+  MOE_ASSIGN_OR_RETURN(const std::string ns, OptionalText(context["namespace"], cwhere + ".context.namespace"));
+  MOE_ASSIGN_OR_RETURN(const YAML::Node cluster_entry, Named(root, "clusters", cluster_name, path));
+  if (cluster_name.empty() || !cluster_entry) {
+    return Fail(Error::InvalidArgument(path + ": the current context's cluster is not defined"));
+  }
+  MOE_ASSIGN_OR_RETURN(const YAML::Node user_entry, Named(root, "users", user_name, path));
+  // Relative file paths in a kubeconfig are relative to the file.
+  const std::string dir = path.substr(0, path.find_last_of('/') + 1);
+  auto resolve = [&](const std::string& p) { return p.empty() || p[0] == '/' ? p : dir + p; };
+  KubeConfig c;
+  const std::string where = path + ": clusters[" + cluster_name + "].cluster";
+  MOE_ASSIGN_OR_RETURN(const YAML::Node cl, Body(cluster_entry, "cluster", path + ": clusters[" + cluster_name + "]"));
+  MOE_ASSIGN_OR_RETURN(c.server, OptionalText(cl["server"], where + ".server"));
+  MOE_ASSIGN_OR_RETURN(std::string ca_file, OptionalText(cl["certificate-authority"], where + ".certificate-authority"));
+  c.ca_file = resolve(ca_file);
+  MOE_ASSIGN_OR_RETURN(std::string ca_data, OptionalText(cl["certificate-authority-data"], where + ".certificate-authority-data"));
+  c.ca_data = Base64Decode(ca_data);
+  MOE_ASSIGN_OR_RETURN(c.insecure_skip_tls_verify,
+                       OptionalBoolean(cl["insecure-skip-tls-verify"], where + ".insecure-skip-tls-verify"));
+  if (user_entry) {
+    const std::string uwhere = path + ": users[" + user_name + "].user";
+    MOE_ASSIGN_OR_RETURN(const YAML::Node u, Body(user_entry, "user", path + ": users[" + user_name + "]"));
+    MOE_ASSIGN_OR_RETURN(c.token, OptionalText(u["token"], uwhere + ".token"));
+    MOE_ASSIGN_OR_RETURN(std::string token_file, OptionalText(u["tokenFile"], uwhere + ".tokenFile"));
+    c.token_file = resolve(token_file);
+    MOE_ASSIGN_OR_RETURN(std::string cert_file, OptionalText(u["client-certificate"], uwhere + ".client-certificate"));
+    c.client_cert_file = resolve(cert_file);
+    MOE_ASSIGN_OR_RETURN(std::string key_file, OptionalText(u["client-key"], uwhere + ".client-key"));
+    c.client_key_file = resolve(key_file);
+    MOE_ASSIGN_OR_RETURN(std::string cert_data, OptionalText(u["client-certificate-data"], uwhere + ".client-certificate-data"));
+    c.client_cert_data = Base64Decode(cert_data);
+    MOE_ASSIGN_OR_RETURN(std::string key_data, OptionalText(u["client-key-data"], uwhere + ".client-key-data"));
+    c.client_key_data = Base64Decode(key_data);
+  }
+  if (!ns.empty()) c.namespace_name = ns;
+  if (c.server.empty()) return Fail(Error::InvalidArgument(path + ": the cluster has no server"));
+  return c;
+}
+
+}  // namespace
+
 Result<KubeConfig> LoadKubeconfig(const std::string& path_in) {
   std::string path = path_in;
   if (path.empty() && std::getenv("KUBECONFIG")) {
@@ -103,41 +202,14 @@ Result<KubeConfig> LoadKubeconfig(const std::string& path_in) {
     if (auto colon = path.find(':'); colon != std::string::npos) path = path.substr(0, colon);
   }
   if (path.empty()) return Fail(Error::InvalidArgument("no kubeconfig given"));
+  std::ifstream in(path);
+  if (!in) return Fail(Error::Io(path + ": cannot be opened"));
+  std::stringstream text;
+  text << in.rdbuf();
+  // yaml-cpp parses recursively: bound the text before it sees it.
+  MOE_TRY(CheckYamlLimits(text.str(), {.max_bytes = 4u << 20, .max_depth = 64}, path));
   try {
-    YAML::Node root = YAML::LoadFile(path);
-    std::string current = root["current-context"].as<std::string>("");
-    if (current.empty()) return Fail(Error::InvalidArgument(path + ": current-context is not set"));
-    auto find = [&](const char* list, const std::string& name) -> YAML::Node {
-      for (const auto& item : root[list])
-        if (item["name"].as<std::string>("") == name) return item;
-      return YAML::Node();
-    };
-    YAML::Node context = find("contexts", current);
-    if (!context || context.IsNull()) return Fail(Error::InvalidArgument(path + ": context \"" + current + "\" not found"));
-    YAML::Node cluster = find("clusters", context["context"]["cluster"].as<std::string>(""));
-    if (!cluster || cluster.IsNull()) return Fail(Error::InvalidArgument(path + ": the current context's cluster is not defined"));
-    YAML::Node user = find("users", context["context"]["user"].as<std::string>(""));
-    // Relative file paths in a kubeconfig are relative to the file.
-    std::string dir = path.substr(0, path.find_last_of('/') + 1);
-    auto resolve = [&](const std::string& p) { return p.empty() || p[0] == '/' ? p : dir + p; };
-    KubeConfig c;
-    const YAML::Node cl = cluster["cluster"];
-    c.server = cl["server"].as<std::string>("");
-    c.ca_file = resolve(cl["certificate-authority"].as<std::string>(""));
-    if (cl["certificate-authority-data"]) c.ca_data = Base64Decode(cl["certificate-authority-data"].as<std::string>());
-    c.insecure_skip_tls_verify = cl["insecure-skip-tls-verify"].as<bool>(false);
-    if (user && !user.IsNull()) {
-      const YAML::Node u = user["user"];
-      c.token = u["token"].as<std::string>("");
-      c.token_file = resolve(u["tokenFile"].as<std::string>(""));
-      c.client_cert_file = resolve(u["client-certificate"].as<std::string>(""));
-      c.client_key_file = resolve(u["client-key"].as<std::string>(""));
-      if (u["client-certificate-data"]) c.client_cert_data = Base64Decode(u["client-certificate-data"].as<std::string>());
-      if (u["client-key-data"]) c.client_key_data = Base64Decode(u["client-key-data"].as<std::string>());
-    }
-    c.namespace_name = context["context"]["namespace"].as<std::string>("default");
-    if (c.server.empty()) return Fail(Error::InvalidArgument(path + ": the cluster has no server"));
-    return c;
+    return ParseKubeconfig(YAML::Load(text.str()), path);
   } catch (const std::exception& e) {
     return Fail(Error::InvalidArgument(path + ": " + e.what()));
   }
