@@ -8,6 +8,7 @@
 // /v1/usage and /v1/admin/spend) and a real hook receiver; the tenant's
 // ConfigMap is then overwritten with such a forgery, and the operator must
 // neither post the planted alert nor hand back a lowered spend.
+#include <algorithm>
 #include <mutex>
 
 #include "http_server.hpp"
@@ -176,6 +177,13 @@ class BudgetState : public ::testing::Test {
 };
 
 TEST_F(BudgetState, TheRecordLivesInTheOperatorsNamespaceAndTheTenantGetsOnlySpend) {
+  // The record says delivered once the posts are committed (right after them, in the same sync).
+  ASSERT_TRUE(WaitFor([&] {
+    auto r = cluster_.server.Get("configmaps", kOperatorNs, BudgetRecordName(kNs, kPolicy));
+    auto parsed = r ? ParseBudgetRecord((*r)["data"]) : Result<BudgetRecord>(Fail(Error::NotFound("no record")));
+    return parsed && parsed->alerts.size() == 3 &&
+           std::all_of(parsed->alerts.begin(), parsed->alerts.end(), [](const AlertRecord& a) { return a.delivered; });
+  }));
   auto record = cluster_.server.Get("configmaps", kOperatorNs, BudgetRecordName(kNs, kPolicy));
   ASSERT_TRUE(record);
   EXPECT_EQ((*record)["metadata"]["annotations"].value(kBudgetRecordNamespace, ""), kNs);
