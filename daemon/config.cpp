@@ -247,8 +247,8 @@ std::string ServeUsage() {
          "                  [--max-queue N] [--cache-tokens N] [--no-prefix-cache] [--threads N]\n"
          "                  [--default-max-tokens N] [--shutdown-grace-seconds S] [--kernels fast|reference]\n"
          "                  [--deterministic]\n"
-         "Every YAML setting (see include/moeserve/daemon/config.hpp) is also a flag: --max_context 4096\n"
-         "or --max-context 4096. Flags override the --config file.\n";
+         "Every YAML setting (docs/http-api.md, Configuration: type, default, range) is also a flag:\n"
+         "--max_context 4096 or --max-context 4096. Flags override the --config file.\n";
 }
 
 Result<DaemonConfig> ParseServeArgs(int argc, char** argv) {

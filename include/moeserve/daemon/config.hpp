@@ -1,6 +1,9 @@
 // moe-daemon serve configuration: a YAML file (--config) plus flags; flags
 // win. Every field is validated with a message naming the file or flag, the
-// field and the allowed range.
+// field and the allowed range. Which keys exist, and the kind of value each
+// takes, is config_settings.hpp's list; YAML values are read through
+// common/yaml_scalar.hpp (null, blank and the wrong kind are refused);
+// docs/http-api.md ("Configuration") gives each its type, default and range.
 //
 //   model: /models/tiny           # directory, or s3:// https:// file:// URI (required, or --model)
 //   model_revision: main          # with a URI: the revision (cache key with the URI)
