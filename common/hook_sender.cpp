@@ -7,6 +7,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -37,7 +39,7 @@ bool V6Allowed(const in6_addr& a) {
   if ((b[0] & 0xfe) == 0xfc) return false;                                        // fc00::/7 unique-local
   if (b[0] == 0xff) return false;                                                 // multicast
   if (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) return false;                        // fec0::/10 site-local
-  // IPv4 inside IPv6 (mapped ::ffff:a.b.c.d, compatible ::a.b.c.d, NAT64
+  // IPv4 inside IPv6 (mapped ::ffff:0:0/96, compatible ::/96, NAT64
   // 64:ff9b::/96): judged as the IPv4 address, which is where it ends up.
   const bool mapped = std::memcmp(b, kZero, 10) == 0 && b[10] == 0xff && b[11] == 0xff;
   const bool compatible = std::memcmp(b, kZero, 12) == 0;
@@ -46,6 +48,15 @@ bool V6Allowed(const in6_addr& a) {
     uint32_t v4 = (uint32_t{b[12]} << 24) | (uint32_t{b[13]} << 16) | (uint32_t{b[14]} << 8) | b[15];
     return V4Allowed(v4);
   }
+  // Translation and tunnel prefixes whose IPv4 end point is not at a fixed
+  // place (local-use NAT64 64:ff9b:1::/48 may embed it at any RFC 6052
+  // offset; Teredo 2001::/32 carries it obfuscated next to a relay) or which
+  // deliver to whatever IPv4 address they embed (6to4 2002::/16): a relay
+  // in the cluster network may forward them anywhere, so they are refused
+  // outright rather than guessed at.
+  if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b) return false;  // rest of 64:ff9b::/32, 64:ff9b:1::/48 in it
+  if (b[0] == 0x20 && b[1] == 0x02) return false;                                  // 2002::/16 6to4
+  if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x00 && b[3] == 0x00) return false;  // 2001::/32 Teredo
   return true;
 }
 
@@ -115,6 +126,11 @@ std::string HmacSha256Hex(const std::string& secret, const std::string& body) {
   return out;
 }
 
+std::string HookSignature(const std::string& secret, int64_t timestamp, const std::string& delivery_id,
+                          const std::string& body) {
+  return "sha256=" + HmacSha256Hex(secret, std::to_string(timestamp) + "." + delivery_id + "." + body);
+}
+
 HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, const std::string& body,
                         double timeout_seconds) {
   HookSendResult r;
@@ -167,8 +183,15 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
   curl_slist* resolve = curl_slist_append(nullptr, (host + ":" + url.port + ":" + pinned).c_str());
   curl_slist* headers = nullptr;
   headers = curl_slist_append(headers, "Content-Type: application/json");
-  headers = curl_slist_append(headers, ("X-MoE-Signature: sha256=" + HmacSha256Hex(hook.secret, body)).c_str());
+  // Each attempt is signed afresh at its own time: a receiver that keeps a
+  // tolerance window and the ids it has seen refuses a captured delivery
+  // played again.
+  const int64_t timestamp = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count();
+  headers = curl_slist_append(headers, ("X-MoE-Timestamp: " + std::to_string(timestamp)).c_str());
   headers = curl_slist_append(headers, ("X-MoE-Delivery: " + delivery_id).c_str());
+  headers = curl_slist_append(headers,
+                              ("X-MoE-Signature: " + HookSignature(hook.secret, timestamp, delivery_id, body)).c_str());
   headers = curl_slist_append(headers, "Expect:");
   curl_easy_setopt(c, CURLOPT_URL, hook.url.c_str());
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, hook.allow_http ? "http,https" : "https");

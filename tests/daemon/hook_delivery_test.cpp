@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
+#include "moeserve/common/hook_sender.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "moeserve/daemon/hook_outbox.hpp"
 #include "moeserve/daemon/http_server.hpp"
@@ -27,7 +28,7 @@ using Answer = ::moeserve::daemon::HttpResponse;
 constexpr const char* kSecret = "hook-secret-0123456789abcdef";
 
 struct Received {
-  std::string body, signature, delivery, content_type;
+  std::string body, signature, delivery, content_type, timestamp;
 };
 
 // A real HTTP server that records what it is sent and answers `status(n)`
@@ -44,7 +45,8 @@ class Receiver {
       int n;
       {
         std::lock_guard lock(mu_);
-        got_.push_back({body, head.Header("x-moe-signature"), head.Header("x-moe-delivery"), head.Header("content-type")});
+        got_.push_back({body, head.Header("x-moe-signature"), head.Header("x-moe-delivery"), head.Header("content-type"),
+                        head.Header("x-moe-timestamp")});
         n = static_cast<int>(got_.size()) - 1;
       }
       ex->Reply(answer_(n));
@@ -101,9 +103,9 @@ BudgetPolicy OneThreshold(HookConfig hook) {
 }
 
 // HMAC-SHA256 by openssl's command line, not the project's code.
-std::string OpensslHmac(const std::string& body) {
+std::string OpensslHmac(const std::string& signed_text) {
   std::string file = ::testing::TempDir() + "/moe_hook_body_" + std::to_string(::getpid());
-  std::ofstream(file, std::ios::binary) << body;
+  std::ofstream(file, std::ios::binary) << signed_text;
   FILE* p = ::popen(("openssl dgst -sha256 -hmac '" + std::string(kSecret) + "' -r " + file).c_str(), "r");
   char buf[256] = {};
   std::string out = fgets(buf, sizeof buf, p) ? buf : "";
@@ -137,7 +139,9 @@ TEST(HookDelivery, AReceiverThatFailsFiveTimesGetsOneAlertOnceSignedCorrectly) {
     EXPECT_EQ(g.content_type, "application/json");
   }
   EXPECT_TRUE(got[0].delivery.starts_with("dlv_"));
-  const std::string openssl = OpensslHmac(got[5].body);
+  // What a receiver does (http-api.md): HMAC of "<timestamp>.<delivery>.<body>".
+  ASSERT_FALSE(got[5].timestamp.empty());
+  const std::string openssl = OpensslHmac(got[5].timestamp + "." + got[5].delivery + "." + got[5].body);
   ASSERT_EQ(openssl.size(), 64u);
   EXPECT_EQ(got[5].signature, "sha256=" + openssl);
   json body = json::parse(got[5].body);
@@ -156,6 +160,31 @@ TEST(HookDelivery, AReceiverThatFailsFiveTimesGetsOneAlertOnceSignedCorrectly) {
   std::lock_guard lock(mu);
   EXPECT_EQ(results["retry"], 5);
   EXPECT_EQ(results["delivered"], 1);
+}
+
+// A captured delivery replayed later or under another id no longer
+// verifies: the signature covers the timestamp and the id, not the body only.
+TEST(HookDelivery, SignatureCoversTimestampAndDeliveryId) {
+  Receiver rx([](int) { return Status(200); });
+  const auto before = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string body = R"({"type":"budget.threshold","tenant":"acme"})";
+  auto r = SendHook(LocalHook(rx.url()), "dlv_replay_1", body);
+  ASSERT_TRUE(r.delivered) << r.error;
+  auto got = rx.got();
+  ASSERT_EQ(got.size(), 1u);
+  const Received& g = got[0];
+  EXPECT_EQ(g.delivery, "dlv_replay_1");
+  ASSERT_FALSE(g.timestamp.empty());
+  const long long ts = std::stoll(g.timestamp);
+  EXPECT_GE(ts, before);  // the time of sending, in unix seconds
+  EXPECT_EQ(g.signature, "sha256=" + OpensslHmac(g.timestamp + "." + g.delivery + "." + body));
+  // The same body at another time, under another id, or signed alone: each
+  // gives a different MAC, so a receiver checking the headers it got refuses.
+  EXPECT_NE(g.signature, "sha256=" + OpensslHmac(std::to_string(ts + 300) + "." + g.delivery + "." + body));
+  EXPECT_NE(g.signature, "sha256=" + OpensslHmac(g.timestamp + ".dlv_replay_2." + body));
+  EXPECT_NE(g.signature, "sha256=" + OpensslHmac(body));
+  EXPECT_EQ(HookSignature(kSecret, ts, g.delivery, body), g.signature);
 }
 
 TEST(HookDelivery, DeliveriesPendingAtACloseGoOutAfterReopen) {
@@ -203,12 +232,19 @@ TEST(HookDelivery, AddressesHooksMayNotReachUnlessAllowed) {
   for (const char* refused : {"127.0.0.1", "127.8.9.10", "169.254.169.254", "10.1.2.3", "172.16.0.1", "172.31.255.255",
                               "192.168.1.1", "100.64.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::",
                               "fe80::1", "fd00::1", "fc00::2", "::ffff:127.0.0.1", "::ffff:169.254.169.254",
-                              "64:ff9b::a9fe:a9fe", "ff02::1"}) {
+                              "64:ff9b::a9fe:a9fe", "ff02::1",
+                              // IPv4-mapped and NAT64 forms of private v4
+                              "::ffff:10.0.0.1", "::ffff:192.168.0.1", "64:ff9b::7f00:1", "64:ff9b::a00:1",
+                              // local-use NAT64, 6to4 and Teredo reach v4 through a relay
+                              "64:ff9b:1::a9fe:a9fe", "64:ff9b:1:ffff::808:808", "64:ff9b:1::808:808",
+                              "2002:a9fe:a9fe::1", "2002:7f00:1::", "2002:808:808::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+                              "2001::1"}) {
     auto a = Addr(refused);
     EXPECT_FALSE(HookAddressAllowed(reinterpret_cast<sockaddr*>(&a), false)) << refused;
     EXPECT_TRUE(HookAddressAllowed(reinterpret_cast<sockaddr*>(&a), true)) << refused;
   }
-  for (const char* allowed : {"8.8.8.8", "172.32.0.1", "192.169.0.1", "2001:4860:4860::8888", "::ffff:8.8.8.8"}) {
+  for (const char* allowed : {"8.8.8.8", "172.32.0.1", "192.169.0.1", "2001:4860:4860::8888", "::ffff:8.8.8.8",
+                              "64:ff9b::808:808", "2001:1::1", "2003::1"}) {
     auto a = Addr(allowed);
     EXPECT_TRUE(HookAddressAllowed(reinterpret_cast<sockaddr*>(&a), false)) << allowed;
   }
@@ -284,7 +320,9 @@ TEST(HookDelivery, SlackFormatIsATextMessage) {
   ASSERT_TRUE(body.contains("text"));
   const std::string text = body["text"];
   EXPECT_NE(text.find("tenant acme has spent $1.00 of its monthly budget of $0.50"), std::string::npos) << text;
-  EXPECT_EQ(rx.got()[0].signature, "sha256=" + OpensslHmac(rx.got()[0].body));
+  const auto all = rx.got();
+  const Received& got = all[0];
+  EXPECT_EQ(got.signature, "sha256=" + OpensslHmac(got.timestamp + "." + got.delivery + "." + got.body));
 }
 
 TEST(HookDelivery, AStandaloneDaemonFiresItsConfiguredHook) {
@@ -322,7 +360,7 @@ TEST(HookDelivery, AStandaloneDaemonFiresItsConfiguredHook) {
     EXPECT_EQ(b["tenant"], "default");
     EXPECT_EQ(b["deployment"], "tiny");
     EXPECT_EQ(b["policy"], "standalone");
-    EXPECT_EQ(g.signature, "sha256=" + OpensslHmac(g.body));
+    EXPECT_EQ(g.signature, "sha256=" + OpensslHmac(g.timestamp + "." + g.delivery + "." + g.body));
   }
   EXPECT_EQ(thresholds, (std::set<double>{0.5, 0.8, 1.0}));
   auto m = Http(PortOf(*d), "GET", "/metrics");

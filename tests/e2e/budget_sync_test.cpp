@@ -6,7 +6,7 @@
 // token), the budget is $10 a month with action block and hooks at
 // 50/80/100% posted to a real HTTP receiver:
 //  - each hook fires once when the combined spend reaches its threshold,
-//    signed as openssl's HMAC says;
+//    signed as openssl's HMAC of "<timestamp>.<delivery id>.<body>" says;
 //  - an operator stopped before 80% and started again after it fires 80%
 //    once and repeats nothing;
 //  - once status shows the spend at 100%, every replica refuses the tenant
@@ -90,9 +90,9 @@ Reply Call(const std::string& method, const std::string& url, const std::string&
 }
 
 // HMAC-SHA256 by openssl's command line, not the project's code.
-std::string OpensslHmac(const std::string& body) {
+std::string OpensslHmac(const std::string& signed_text) {
   const std::string file = ::testing::TempDir() + "/budget_sync_body";
-  std::ofstream(file, std::ios::binary) << body;
+  std::ofstream(file, std::ios::binary) << signed_text;
   FILE* p = ::popen(("openssl dgst -sha256 -hmac '" + std::string(kHookSecret) + "' -r " + file).c_str(), "r");
   char buf[256] = {};
   std::string out = fgets(buf, sizeof buf, p) ? buf : "";
@@ -101,7 +101,7 @@ std::string OpensslHmac(const std::string& body) {
 }
 
 struct Delivery {
-  std::string id, signature, body;
+  std::string id, signature, body, timestamp;
 };
 
 // A real HTTP receiver for the hooks.
@@ -115,7 +115,7 @@ class Receiver {
     hooks.handle = [this](daemon::HttpHead head, std::string body, std::shared_ptr<daemon::HttpExchange> ex) {
       {
         std::lock_guard lock(mu_);
-        got_.push_back({head.Header("x-moe-delivery"), head.Header("x-moe-signature"), body});
+        got_.push_back({head.Header("x-moe-delivery"), head.Header("x-moe-signature"), body, head.Header("x-moe-timestamp")});
       }
       ex->Reply(daemon::HttpResponse{200, "text/plain", {}, "ok"});
     };
@@ -428,7 +428,8 @@ TEST_F(BudgetSyncTest, HooksFireOnceOnCombinedSpendBlockAppliesEverywhereAndRese
   std::set<std::string> ids;
   for (const auto& d : got) {
     ids.insert(d.id);
-    EXPECT_EQ(d.signature, "sha256=" + OpensslHmac(d.body));
+    ASSERT_FALSE(d.timestamp.empty());
+    EXPECT_EQ(d.signature, "sha256=" + OpensslHmac(d.timestamp + "." + d.id + "." + d.body));
     const json body = json::parse(d.body);
     EXPECT_EQ(body["type"], "budget.threshold");
     EXPECT_EQ(body["tenant"], "acme");

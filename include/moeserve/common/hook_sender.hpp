@@ -1,9 +1,13 @@
 // One signed POST of an alert body to a hook, over libcurl.
 //
 // The body goes out with `Content-Type: application/json`,
-// `X-MoE-Signature: sha256=<hex HMAC-SHA256 of the body keyed by the hook's
-// secret>` and `X-MoE-Delivery: <id>`; a 2xx answer is a delivery, anything
-// else (a redirect included: redirects are not followed) is a failure.
+// `X-MoE-Timestamp: <unix seconds of this attempt>`, `X-MoE-Delivery: <id>`
+// and `X-MoE-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<id>.<body>"
+// keyed by the hook's secret>` (HookSignature): the timestamp and id are
+// signed with the body so a captured delivery cannot be replayed outside the
+// receiver's tolerance window nor under a fresh id. A 2xx answer is a
+// delivery, anything else (a redirect included: redirects are not followed)
+// is a failure.
 //
 // Where it may connect is decided on the address really connected, not on
 // the name in the URL: the host is resolved here, every address is checked,
@@ -13,7 +17,11 @@
 // nothing. Without `allowPrivateAddresses` these are refused: loopback,
 // link-local (the cloud metadata address 169.254.169.254 among them),
 // private (RFC 1918, unique-local fc00::/7), carrier-grade NAT, unspecified,
-// multicast and reserved addresses, and IPv4 written inside IPv6. Without
+// multicast and reserved addresses, IPv4 written inside IPv6 (mapped,
+// compatible, NAT64 64:ff9b::/96: judged as the IPv4 address), and the
+// translation and tunnel prefixes that reach an IPv4 address through a relay
+// (the rest of 64:ff9b::/32 with local-use NAT64 64:ff9b:1::/48, 6to4
+// 2002::/16, Teredo 2001::/32: refused, not decoded). Without
 // `allowHTTP` only https is spoken. Proxies from the environment are not
 // used. Messages name the hook and the host, never the URL's path or query
 // (webhook URLs often carry a token) nor the secret.
@@ -23,6 +31,7 @@
 
 #include <sys/socket.h>
 
+#include <cstdint>
 #include <string>
 
 #include "moeserve/common/budget_policy.hpp"
@@ -41,6 +50,11 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
 
 // Whether a hook may connect to `addr` (AF_INET or AF_INET6).
 bool HookAddressAllowed(const sockaddr* addr, bool allow_private_addresses);
+
+// The X-MoE-Signature value: "sha256=" + HmacSha256Hex(secret,
+// "<timestamp>.<delivery_id>.<body>"), timestamp in decimal unix seconds.
+std::string HookSignature(const std::string& secret, int64_t timestamp, const std::string& delivery_id,
+                          const std::string& body);
 
 // Lowercase hex HMAC-SHA256 of `body` keyed by `secret`.
 std::string HmacSha256Hex(const std::string& secret, const std::string& body);
