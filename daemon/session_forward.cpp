@@ -2,6 +2,8 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -74,20 +76,42 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+std::string SecondsText(long ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", ms / 1000.0);
+  return buf;
+}
+
 int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return static_cast<Transfer*>(user)->exchange->client_gone() ? 1 : 0;
 }
 
 }  // namespace
 
-void ForwardToPeer(const std::string& base_url, const HttpHead& head, std::string body,
-                   std::shared_ptr<HttpExchange> exchange, const char* forwarded_header) {
+PeerForwarder::PeerForwarder(int max_in_flight, double deadline_seconds)
+    : max_in_flight_(max_in_flight), deadline_seconds_(deadline_seconds), counter_(std::make_shared<std::atomic<int>>(0)) {}
+
+void PeerForwarder::Forward(const std::string& base_url, const HttpHead& head, std::string body,
+                            std::shared_ptr<HttpExchange> exchange, const char* forwarded_header) {
   static std::once_flag init;
   std::call_once(init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (counter_->fetch_add(1) >= max_in_flight_) {
+    counter_->fetch_sub(1);
+    return ReplyError(*exchange, ApiError::Unavailable("Too many requests are being forwarded to other replicas (" +
+                                                           std::to_string(max_in_flight_) +
+                                                           " at once, session_forward_max_in_flight); retry shortly",
+                                                       1));
+  }
   std::string url = base_url + head.path + (head.query.empty() ? "" : "?" + head.query);
   std::string auth = head.Header("authorization");
   std::string method = head.method;
-  std::thread([url, auth, method, body = std::move(body), exchange = std::move(exchange), forwarded_header]() mutable {
+  const long deadline_ms = static_cast<long>(deadline_seconds_ * 1000);
+  std::thread([url, auth, method, body = std::move(body), exchange = std::move(exchange), forwarded_header,
+               deadline_ms, counter = counter_]() mutable {
+    struct Release {  // every way out of the thread gives its slot back
+      std::atomic<int>& n;
+      ~Release() { n.fetch_sub(1); }
+    } release{*counter};
     Transfer t;
     t.exchange = exchange;
     t.curl = curl_easy_init();
@@ -102,7 +126,8 @@ void ForwardToPeer(const std::string& base_url, const HttpHead& head, std::strin
     curl_easy_setopt(t.curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(t.curl, CURLOPT_NOPROXY,
                      "*");  // peers are addressed directly
-    curl_easy_setopt(t.curl, CURLOPT_CONNECTTIMEOUT, 5L);
+    curl_easy_setopt(t.curl, CURLOPT_CONNECTTIMEOUT_MS, std::min(5000L, deadline_ms));
+    curl_easy_setopt(t.curl, CURLOPT_TIMEOUT_MS, deadline_ms);
     curl_easy_setopt(t.curl, CURLOPT_FOLLOWLOCATION, 0L);
     if (method == "POST") {
       curl_easy_setopt(t.curl, CURLOPT_POSTFIELDS, body.data());
@@ -124,6 +149,13 @@ void ForwardToPeer(const std::string& base_url, const HttpHead& head, std::strin
     } else if (rc == CURLE_OK) {
       exchange->Reply(HttpResponse{t.Status(), t.content_type.empty() ? "application/json" : t.content_type, t.headers,
                                    std::move(t.body)});
+    } else if (rc == CURLE_OPERATION_TIMEDOUT && !exchange->client_gone()) {
+      log::Warn("sessions: forwarding to " + url.substr(0, url.find("/v1/")) + " passed its deadline of " +
+                SecondsText(deadline_ms) + " s");
+      ReplyError(*exchange, ApiError::Unavailable("The replica that owns this session did not answer within " +
+                                                      SecondsText(deadline_ms) +
+                                                      " s (session_forward_deadline_seconds); retry shortly",
+                                                  2));
     } else if (!exchange->client_gone()) {
       log::Warn("sessions: forwarding to " + url.substr(0, url.find("/v1/")) + " failed: " + curl_easy_strerror(rc));
       ReplyError(*exchange, ApiError::Unavailable("The replica that owns this session is not reachable (" +

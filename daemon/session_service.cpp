@@ -624,7 +624,9 @@ void SessionService::Impl::SweepLoop() {
 }
 
 SessionService::SessionService(SessionSettings settings, BudgetService& budget)
-    : settings_(std::move(settings)), budget_(budget) {}
+    : settings_(std::move(settings)),
+      budget_(budget),
+      forwarder_(std::make_unique<PeerForwarder>(settings_.forward_max_in_flight, settings_.forward_deadline_seconds)) {}
 
 Result<std::unique_ptr<SessionService>> SessionService::Create(SessionSettings settings, std::string db_path,
                                                                BudgetService& budget) {
@@ -687,7 +689,7 @@ void SessionService::Handle(const HttpHead& head, std::string body, std::shared_
     // Forwarded once at most: a peer that does not own it either answers 404.
     if (peer == settings_.peers.end() || !head.Header(kForwardedHeader).empty())
       return ReplyError(*exchange, NotFound(route.id));
-    return ForwardToPeer(peer->second, head, std::move(body), std::move(exchange), kForwardedHeader);
+    return forwarder_->Forward(peer->second, head, std::move(body), std::move(exchange), kForwardedHeader);
   }
   switch (route.kind) {
     case Route::Kind::kSession:

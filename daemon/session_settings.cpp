@@ -70,7 +70,11 @@ Status ApplySessionSetting(SessionSettings& s, const std::string& key, const std
       while (url.ends_with("/")) url.pop_back();
       s.peers[name] = url;
     }
-  } else if (key == "session_pin_share")
+  } else if (key == "session_forward_max_in_flight")
+    return integer(1, 4096, s.forward_max_in_flight);
+  else if (key == "session_forward_deadline_seconds")
+    return number(0.1, 86400, s.forward_deadline_seconds);
+  else if (key == "session_pin_share")
     return number(0, 1, s.pin_share);
   else if (key == "session_pin_seconds")
     return number(0, 86400, s.pin_seconds);

@@ -55,6 +55,8 @@
 
 namespace moeserve::daemon {
 
+class PeerForwarder;  // session_forward.hpp
+
 class SessionService {
  public:
   using Clock = std::chrono::steady_clock;
@@ -83,6 +85,7 @@ class SessionService {
   SessionService(SessionSettings settings, BudgetService& budget);
   SessionSettings settings_;
   BudgetService& budget_;
+  std::unique_ptr<PeerForwarder> forwarder_;
   std::unique_ptr<SessionStore> store_;
   std::shared_ptr<Impl> impl_;
 };

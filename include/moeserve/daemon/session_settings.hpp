@@ -15,6 +15,10 @@
 //   "name=http://host:port,name=..."; a turn for a
 //                                       # session of another replica is
 //                                       forwarded to it
+//   session_forward_max_in_flight: 32  # requests forwarded to peers at once
+//                                       (a thread each); more: 503 at once
+//   session_forward_deadline_seconds: 600 # one forward, connection to last
+//                                       byte (a streamed turn included)
 //   session_pin_share: 0.5              # share of prefix_cache_bytes active
 //   sessions may keep pinned session_pin_seconds: 600            # a session is
 //   active (its cache pinned) this long after a turn
@@ -39,6 +43,8 @@ struct SessionSettings {
   int summary_max_tokens = 256;
   std::string replica = "local";
   std::map<std::string, std::string> peers;  // replica name -> base URL
+  int forward_max_in_flight = 32;             // forwards to peers at once; more: 503
+  double forward_deadline_seconds = 600;      // one forward, connect to last byte
   double pin_share = 0.5;
   double pin_seconds = 600;
 };
