@@ -102,7 +102,11 @@ Status MoeFfnParallel(const ModelConfig& cfg, const LayerWeights& w, const float
     std::copy_n(x + static_cast<size_t>(pairs[p].t) * D, D, &rows[p * width]);
     rows[p * width + D] = static_cast<float>(pairs[p].e);
   }
-  auto plan = comm_ns::PlanRows(comm, dest);
+  // What a peer may announce: its slice (at most ceil(n / W) tokens) times
+  // the experts each token picks; more is a broken or hostile peer, refused
+  // before the receive buffer is sized by it.
+  const int64_t max_slice = (static_cast<int64_t>(n) + W - 1) / W;
+  auto plan = comm_ns::PlanRows(comm, dest, max_slice * m.experts_per_token);
   if (!plan) return Fail(CommError("counts exchange", plan.error()));
   auto recv = comm_ns::DispatchRows(comm, *plan, rows.data(), width);
   if (!recv) return Fail(CommError("dispatch", recv.error()));
@@ -150,7 +154,7 @@ Status MoeFfnParallel(const ModelConfig& cfg, const LayerWeights& w, const float
   }
 
   // 6. Every rank gets every slice, rank 0's first: the rows in batch order.
-  auto all = comm_ns::AllGatherRows(comm, slice, static_cast<size_t>(D));
+  auto all = comm_ns::AllGatherRows(comm, slice, static_cast<size_t>(D), max_slice);
   if (!all) return Fail(CommError("all-gather", all.error()));
   if (all->size() != static_cast<size_t>(n) * D)
     return Fail(Error::Internal("expert-parallel all-gather returned " + std::to_string(all->size() / D) + " rows, " +

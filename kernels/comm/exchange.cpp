@@ -27,13 +27,18 @@ CommResult<RowExchange> PlanSend(std::span<const int> dest, int world) {
   return plan;
 }
 
-CommResult<RowExchange> PlanRows(Communicator& comm, std::span<const int> dest) {
+CommResult<RowExchange> PlanRows(Communicator& comm, std::span<const int> dest, int64_t max_rows_per_peer) {
   auto plan = PlanSend(dest, comm.size());
   if (!plan) return plan;
   auto recv = comm.ExchangeCounts(plan->send_rows);
   if (!recv) return std::unexpected(recv.error());
-  for (int64_t n : *recv)
+  for (size_t r = 0; r < recv->size(); ++r) {
+    const int64_t n = (*recv)[r];
     if (n < 0) return CommFail("counts exchange: a peer announced a negative row count");
+    if (n > max_rows_per_peer)
+      return CommFail("counts exchange: rank " + std::to_string(r) + " announced " + std::to_string(n) +
+                      " rows, more than the " + std::to_string(max_rows_per_peer) + " the batch allows");
+  }
   plan->recv_rows = std::move(*recv);
   return plan;
 }
@@ -77,14 +82,20 @@ CommResult<std::vector<float>> CombineRows(Communicator& comm, const RowExchange
   return rows;
 }
 
-CommResult<std::vector<float>> AllGatherRows(Communicator& comm, std::span<const float> rows, size_t width) {
+CommResult<std::vector<float>> AllGatherRows(Communicator& comm, std::span<const float> rows, size_t width,
+                                             int64_t max_rows_per_peer) {
   const int W = comm.size();
   if (width == 0 || rows.size() % width != 0) return CommFail("all-gather: rows are not a whole number of rows");
   const int64_t n = static_cast<int64_t>(rows.size() / width);
   auto recv_rows = comm.ExchangeCounts(std::vector<int64_t>(static_cast<size_t>(W), n));
   if (!recv_rows) return std::unexpected(recv_rows.error());
-  for (int64_t c : *recv_rows)
+  for (size_t r = 0; r < recv_rows->size(); ++r) {
+    const int64_t c = (*recv_rows)[r];
     if (c < 0) return CommFail("all-gather: a peer announced a negative row count");
+    if (c > max_rows_per_peer)
+      return CommFail("all-gather: rank " + std::to_string(r) + " announced " + std::to_string(c) + " rows, more than the " +
+                      std::to_string(max_rows_per_peer) + " the batch allows");
+  }
   std::vector<float> send(rows.size() * static_cast<size_t>(W));
   for (int r = 0; r < W; ++r) std::copy(rows.begin(), rows.end(), send.begin() + static_cast<ptrdiff_t>(rows.size()) * r);
   std::vector<int64_t> send_bytes(static_cast<size_t>(W), n * static_cast<int64_t>(width * sizeof(float)));

@@ -1,5 +1,6 @@
 #include "moeserve/kernels/comm/rendezvous.hpp"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -29,6 +30,12 @@ constexpr uint32_t kMaxFrame = 1u << 20;
 constexpr size_t kMaxKey = 1024;
 constexpr size_t kMaxStoreBytes = size_t{64} << 20;
 constexpr int kMaxConnections = 64;
+// Per peer address, so that one address opening sockets and saying nothing
+// (each held until the I/O timeout) cannot take every slot while the ranks,
+// each on its own pod address, wait to form the group. A rank holds one
+// connection at a time; ranks sharing an address (one node, loopback tests)
+// stay well under this.
+constexpr int kMaxConnectionsPerAddress = 8;
 
 enum Op : uint8_t { kSet = 1, kGet = 2, kCheck = 3, kJoin = 4 };
 enum Reply : uint8_t { kOk = 0, kNotYet = 1, kRefused = 2 };
@@ -110,6 +117,16 @@ std::vector<unsigned char> Mac(const std::string& secret, const char* label, con
 
 std::vector<char> Text(const std::string& s) { return {s.begin(), s.end()}; }
 
+// The peer's IP address as text (the port left out: one host, many sockets).
+std::string PeerAddress(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  else if (ss.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
 }  // namespace
 
 struct RendezvousServer::State {
@@ -128,6 +145,7 @@ struct RendezvousServer::State {
   std::map<std::string, std::vector<char>> keys;
   size_t key_bytes = 0;
   std::set<int> open_fds;
+  std::map<std::string, int> per_address;  // open connections by peer address
   // Handlers run detached (a long wait for a missing rank means many short
   // connections; none may linger as an unjoined thread), each holding the
   // state alive; the destructor waits for `active` to reach 0.
@@ -136,7 +154,7 @@ struct RendezvousServer::State {
   int active = 0;
 
   void Accept();
-  void Serve(int fd);
+  void Serve(int fd, const std::string& address);
   // One request; false closes the connection.
   bool Handle(int fd, uint8_t op, const std::vector<char>& p);
   bool Refuse(int fd, const std::string& why) {
@@ -150,21 +168,26 @@ void RendezvousServer::State::Accept() {
   while (!stop) {
     pollfd p{listen_fd, POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0) continue;
-    int fd = ::accept(listen_fd, nullptr, nullptr);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof(peer);
+    int fd = ::accept(listen_fd, reinterpret_cast<sockaddr*>(&peer), &peer_len);
     if (fd < 0) continue;
+    const std::string address = PeerAddress(peer);
     std::lock_guard<std::mutex> lock(mu);
-    if (active >= kMaxConnections) {
+    if (active >= kMaxConnections || per_address[address] >= kMaxConnectionsPerAddress) {
       rejected++;
+      if (per_address[address] == 0) per_address.erase(address);
       ::close(fd);
       continue;
     }
     active++;
+    per_address[address]++;
     open_fds.insert(fd);
-    std::thread([keep = self.lock(), fd] { keep->Serve(fd); }).detach();
+    std::thread([keep = self.lock(), fd, address] { keep->Serve(fd, address); }).detach();
   }
 }
 
-void RendezvousServer::State::Serve(int fd) {
+void RendezvousServer::State::Serve(int fd, const std::string& address) {
   SetIoTimeout(fd, io_timeout);
   unsigned char nonce_s[kNonce], hello[sizeof(kMagic) + kNonce + kMac];
   RAND_bytes(nonce_s, kNonce);
@@ -198,6 +221,7 @@ void RendezvousServer::State::Serve(int fd) {
   std::lock_guard<std::mutex> lock(mu);
   open_fds.erase(fd);
   ::close(fd);
+  if (--per_address[address] == 0) per_address.erase(address);
   active--;
   idle.notify_all();
 }

@@ -28,7 +28,8 @@ inline std::string RunExchangeChecks(Communicator& comm) {
     dest[static_cast<size_t>(i)] = Dest(me, i, W);
     for (size_t c = 0; c < width; ++c) x[static_cast<size_t>(i) * width + c] = Cell(me, i, c);
   }
-  auto plan = PlanRows(comm, dest);
+  const int64_t most = 5 + 3 * (W - 1);  // the most rows any rank holds
+  auto plan = PlanRows(comm, dest, most);
   if (!plan) return "plan: " + plan.error().message;
   // What each source sends here, recomputed independently.
   std::vector<float> expect;
@@ -58,7 +59,7 @@ inline std::string RunExchangeChecks(Communicator& comm) {
       const float want = 2 * Cell(me, i, c) + static_cast<float>(dest[static_cast<size_t>(i)]);
       if ((*back)[static_cast<size_t>(i) * width + c] != want) return "combine: row " + std::to_string(i) + " came back wrong";
     }
-  auto all = AllGatherRows(comm, x, width);
+  auto all = AllGatherRows(comm, x, width, most);
   if (!all) return "all-gather: " + all.error().message;
   std::vector<float> all_expect;
   for (int r = 0; r < W; ++r)

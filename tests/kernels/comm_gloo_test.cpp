@@ -10,6 +10,7 @@
 
 #include "../support/fork_ranks.hpp"
 #include "comm_checks.hpp"
+#include "moeserve/kernels/comm/exchange.hpp"
 #include "moeserve/kernels/comm/gloo_group.hpp"
 #include "moeserve/kernels/comm/rendezvous.hpp"
 
@@ -51,6 +52,46 @@ TEST_P(GlooProcesses, ExchangesDeliverEveryRowToItsPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooProcesses, ::testing::Values(1, 2, 4));
+
+// A peer that announces more rows than the batch allows (here 2^40, which
+// would size rank 0's receive buffer at terabytes) is refused by the counts
+// exchange and the all-gather before anything is allocated for them.
+TEST(GlooGroup, RowCountsPastWhatTheBatchAllowsAreRefused) {
+  auto server = RendezvousServer::Start("127.0.0.1", 0, kSecret, 2);
+  ASSERT_TRUE(server) << server.error().message;
+  const int port = (*server)->port();
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  auto codes = ForkRanks(2, [&](int r) {
+    auto comm = JoinGlooGroup(Options(r, 2, port));
+    if (!comm) return 2;
+    if (r == 1) {  // hostile: announces rows it never sends, twice
+      const std::vector<int64_t> plan_counts = {kHuge, 0}, gather_counts = {kHuge, kHuge};
+      if (!(*comm)->ExchangeCounts(plan_counts)) return 3;
+      if (!(*comm)->ExchangeCounts(gather_counts)) return 3;
+      return 0;
+    }
+    const std::vector<int> dest = {0, 1, 1};
+    auto plan = PlanRows(**comm, dest, 8);
+    if (plan) {
+      std::fprintf(stderr, "rank 0: the plan accepted %lld rows from rank 1\n",
+                   static_cast<long long>(plan->recv_rows[1]));
+      return 1;
+    }
+    if (plan.error().message.find("rank 1 announced 1099511627776 rows, more than the 8") == std::string::npos) {
+      std::fprintf(stderr, "rank 0: %s\n", plan.error().message.c_str());
+      return 1;
+    }
+    const std::vector<float> rows(4 * 3, 1.0f);
+    auto all = AllGatherRows(**comm, rows, 4, 3);
+    if (all || all.error().message.find("rank 1 announced 1099511627776 rows") == std::string::npos) {
+      std::fprintf(stderr, "rank 0: all-gather %s\n", all ? "accepted" : all.error().message.c_str());
+      return 1;
+    }
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
 
 TEST(GlooGroup, DeadPeerFailsTheNextCollectiveAndTheGroupReforms) {
   auto server = RendezvousServer::Start("127.0.0.1", 0, kSecret, 2);

@@ -190,6 +190,39 @@ TEST(Rendezvous, HostileFramesAfterAuthenticationAreRefused) {
   ExpectServerStillServes(*server);
 }
 
+// 64 sockets from one address that connect and never speak (each would be
+// held until the 10 s I/O timeout) no longer fill every slot: the ranks,
+// from another address, still form the group at once.
+TEST(Rendezvous, SilentSocketsFromOneAddressDoNotBlockTheGroup) {
+  auto server = RendezvousServer::Start("127.0.0.1", 0, kSecret, 2, std::chrono::seconds(10));
+  ASSERT_TRUE(server) << server.error().message;
+  std::vector<int> silent;
+  for (int i = 0; i < 64; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7F000002);  // 127.0.0.2: another host, as far as the server can tell
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    silent.push_back(fd);
+  }
+  // The server has seen them all once it has turned away those past the limit.
+  for (int i = 0; i < 200 && (*server)->rejected() < 56; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ((*server)->rejected(), 56u) << "8 held for 127.0.0.2, the rest closed at accept";
+  // The ranks give up after 2 s; the silent sockets would hold for 10.
+  auto a = RendezvousClient::Connect("127.0.0.1", (*server)->port(), kSecret, std::chrono::seconds(2));
+  auto b = RendezvousClient::Connect("127.0.0.1", (*server)->port(), kSecret, std::chrono::seconds(2));
+  ASSERT_TRUE(a) << a.error().message;
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(*(*a)->Join(0, kTimeout), 1u);
+  EXPECT_EQ(*(*b)->Join(1, kTimeout), 1u);
+  for (int fd : silent) ::close(fd);
+}
+
 // Memory mappings of this process (/proc/self/maps lines): every thread
 // stack that is never released stays one (plus its guard page).
 long Mappings() {

@@ -28,8 +28,11 @@ struct RowExchange {
 // The send side of a plan from each row's destination (no communication):
 // recv_rows is left empty. Fails on a destination outside [0, world).
 CommResult<RowExchange> PlanSend(std::span<const int> dest, int world);
-// PlanSend, then the counts exchange that fills recv_rows.
-CommResult<RowExchange> PlanRows(Communicator& comm, std::span<const int> dest);
+// PlanSend, then the counts exchange that fills recv_rows. A peer that
+// announces more than `max_rows_per_peer` rows (what the model's shapes
+// allow it to send: its share of the batch times the experts per token) is
+// an error before anything is allocated for them.
+CommResult<RowExchange> PlanRows(Communicator& comm, std::span<const int> dest, int64_t max_rows_per_peer);
 
 // rows [dest.size(), width] in the caller's order -> packed by destination.
 void PackRows(const RowExchange& plan, const float* rows, size_t width, float* packed);
@@ -43,7 +46,10 @@ CommResult<std::vector<float>> DispatchRows(Communicator& comm, const RowExchang
 CommResult<std::vector<float>> CombineRows(Communicator& comm, const RowExchange& plan, const float* answers,
                                            size_t width);
 // Every rank contributes its rows; returns all ranks' rows, rank 0's first.
-CommResult<std::vector<float>> AllGatherRows(Communicator& comm, std::span<const float> rows, size_t width);
+// A peer announcing more than `max_rows_per_peer` rows is an error before
+// anything is allocated for them.
+CommResult<std::vector<float>> AllGatherRows(Communicator& comm, std::span<const float> rows, size_t width,
+                                             int64_t max_rows_per_peer);
 
 // A variable-length byte message from root to every rank (the size first).
 CommResult<std::vector<uint8_t>> BroadcastBytes(Communicator& comm, std::vector<uint8_t> message, int root);

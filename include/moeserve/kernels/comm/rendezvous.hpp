@@ -12,8 +12,11 @@
 // Keys are per epoch.
 //
 // Limits (hostile peers): frames above 1 MiB, keys above 1 KiB, more than
-// 64 MiB of values or 64 connections are refused with an error reply and the
-// connection is closed; a connection idle past the I/O timeout is closed.
+// 64 MiB of values, 64 connections, or 8 connections from one peer address
+// are refused (an error reply, or a connection closed at accept); a
+// connection idle past the I/O timeout is closed. The per-address limit
+// keeps an anonymous peer that opens sockets and says nothing from holding
+// every slot while the ranks form the group.
 //
 // Thread safety: the server is internally synchronised; a client is used by
 // one thread at a time.
