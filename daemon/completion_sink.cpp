@@ -159,6 +159,8 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
 
 void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged) {
   const auto& u = e.usage;
+  exchange_->NoteCompletion({info_.id, info_.tier, u.prompt_tokens, u.cached_tokens, u.completion_tokens,
+                             u.reasoning_tokens});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - info_.received).count();
 
   const bool cancelled = e.finish == engine::FinishReason::kCancelled && !assembler_.StopMatched();

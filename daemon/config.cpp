@@ -146,6 +146,8 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
     c.global_spend_file = value;
   } else if (key.starts_with("session_")) {
     return ApplySessionSetting(c.sessions, key, value, where);
+  } else if (key.starts_with("audit_")) {
+    return ApplyAuditSetting(c.audit, key, value, where);
   } else if (key == "kernels") {
     if (value != "fast" && value != "reference") return bad("must be fast or reference");
     c.kernels = value;

@@ -8,9 +8,12 @@
 #include <sstream>
 #include <thread>
 
+#include "audit_exchange.hpp"
 #include "moeserve/common/log.hpp"
+#include "moeserve/common/rfc3339.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/audit_log.hpp"
 #include "moeserve/daemon/api_keys_reloader.hpp"
 #include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/chat_service.hpp"
@@ -36,6 +39,9 @@ struct Daemon::Impl {
   Readiness readiness;
   std::unique_ptr<storage::PulledModel> pulled;  // set when the model came from a URI
   DaemonMetrics metrics;
+  // The audit log (null: off). Shared with the exchanges that write to it,
+  // and declared before the server so it outlives every handler.
+  std::shared_ptr<AuditLog> audit;
   // Declared before what serves requests, so it is destroyed after them:
   // exchanges that sinks still hold then find their connections gone.
   std::unique_ptr<HttpServer> server;
@@ -60,6 +66,12 @@ struct Daemon::Impl {
   void Handle(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange);
   std::optional<Principal> Authenticate(const HttpHead& head) const;
   bool MetricsAllowed(const HttpHead& head) const;
+  // The exchange a chat or session request is answered through: the
+  // client's, or with the audit log on, one that records the request first.
+  std::shared_ptr<HttpExchange> Audited(const HttpHead& head, const Principal& who, const std::string& body,
+                                        std::shared_ptr<HttpExchange> exchange) const;
+  // A chat or session request refused from its head, into the audit log.
+  void AuditRefusal(const HttpHead& head, const ApiError& e) const;
 };
 
 namespace {
@@ -69,11 +81,49 @@ namespace {
 constexpr size_t kSmallBodyLimit = 64 << 10;
 
 constexpr char kAdminSpendPath[] = "/v1/admin/spend";
+constexpr char kAdminAuditPath[] = "/v1/admin/audit";
 // One entry per tenant and period: room for tens of thousands of tenants.
 constexpr size_t kAdminBodyLimit = 16 << 20;
 
 ApiError AdminOnly() {
   return ApiError{403, "permission_error", "admin_only", "Only a key with the admin role may do this", "", 0};
+}
+
+// GET /v1/admin/audit?tenant=T&since=RFC3339&limit=N
+ApiResult<AuditFilter> ParseAuditQuery(const std::string& query) {
+  AuditFilter f;
+  std::stringstream in(query);
+  std::string item;
+  while (std::getline(in, item, '&')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    std::string decoded;  // percent-decoding: "+" and %XX (a time's ':' arrives as %3A)
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (value[i] == '+') decoded += ' ';
+      else if (value[i] == '%' && i + 2 < value.size() && std::isxdigit(static_cast<unsigned char>(value[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(value[i + 2]))) {
+        decoded += static_cast<char>(std::stoi(value.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else decoded += value[i];
+    }
+    if (key == "tenant") f.tenant = decoded;
+    else if (key == "since") f.since = decoded;
+    else if (key == "limit") {
+      try {
+        size_t used = 0;
+        const long n = std::stol(decoded, &used);
+        if (used != decoded.size() || n < 1 || n > 100000) throw std::out_of_range("limit");
+        f.limit = static_cast<size_t>(n);
+      } catch (...) {
+        return ApiFail(ApiError::InvalidRequest("limit must be an integer from 1 to 100000 (got '" + decoded + "')", "limit"));
+      }
+    } else {
+      return ApiFail(ApiError::InvalidRequest("unknown query parameter '" + key + "' (tenant, since, limit)", key));
+    }
+  }
+  return f;
 }
 
 ApiError MissingKey() { return ApiError::InvalidApiKey("Missing or wrong API key: send Authorization: Bearer <key>"); }
@@ -95,6 +145,53 @@ Result<std::string> ReadTokenFile(const std::string& path) {
 }
 
 }  // namespace
+
+// "/v1/sessions/sess_a_X/chat/completions" -> the endpoint
+// "/v1/sessions/{id}/chat/completions" and the session id.
+static std::pair<std::string, std::string> AuditEndpoint(const std::string& path) {
+  constexpr std::string_view kSessions = "/v1/sessions/";
+  if (!path.starts_with(kSessions)) return {path, ""};
+  const size_t end = path.find('/', kSessions.size());
+  const std::string id = path.substr(kSessions.size(), end == std::string::npos ? std::string::npos : end - kSessions.size());
+  return {std::string(kSessions) + "{id}" + (end == std::string::npos ? "" : path.substr(end)), id};
+}
+
+std::shared_ptr<HttpExchange> Daemon::Impl::Audited(const HttpHead& head, const Principal& who, const std::string& body,
+                                                    std::shared_ptr<HttpExchange> exchange) const {
+  if (!audit) return exchange;
+  AuditContext c;
+  c.tenant = who.tenant;
+  c.key_id = AuditKeyId(head.Header("authorization"));
+  c.method = head.method;
+  std::tie(c.endpoint, c.session_id) = AuditEndpoint(head.path);
+  c.model = chat ? chat->facts().model_name : config.served_model_name;
+  if (audit->settings().log_content) c.request_body = body;
+  return std::make_shared<AuditExchange>(std::move(exchange), audit, std::move(c));
+}
+
+void Daemon::Impl::AuditRefusal(const HttpHead& head, const ApiError& e) const {
+  if (!audit || (head.path != "/v1/chat/completions" && !SessionService::Owns(head.path))) return;
+  const auto who = Authenticate(head);
+  const auto [endpoint, session_id] = AuditEndpoint(head.path);
+  const std::string key_id = AuditKeyId(head.Header("authorization"));
+  nlohmann::json line = {{"time", NowMicroTime()},
+                         {"request_id", nullptr},
+                         {"tenant", who ? nlohmann::json(who->tenant) : nlohmann::json(nullptr)},
+                         {"key_id", key_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(key_id)},
+                         {"method", head.method},
+                         {"endpoint", endpoint},
+                         {"model", chat ? chat->facts().model_name : config.served_model_name},
+                         {"tier", nullptr},
+                         {"status", e.status},
+                         {"stream", false},
+                         {"tokens", {{"prompt", 0}, {"cached", 0}, {"completion", 0}, {"reasoning", 0}}},
+                         {"completion_id", nullptr},
+                         {"session_id", session_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(session_id)},
+                         {"refused_at", "head"}};
+  // Not waited for: the refusal carries nothing to lose, and the head
+  // stage answers synchronously.
+  audit->Append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), nullptr);
+}
 
 std::optional<Principal> Daemon::Impl::Authenticate(const HttpHead& head) const {
   return keys->Current()->Authenticate(head.Header("authorization"));
@@ -118,6 +215,7 @@ bool Daemon::Impl::MetricsAllowed(const HttpHead& head) const {
 HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
   auto refuse = [&](const ApiError& e) {
     if (head.path == "/v1/chat/completions") metrics.RequestFinished(e.status, 0);
+    AuditRefusal(head, e);
     return HttpAdmission::Refuse(ErrorResponse(e));
   };
   const std::string& path = head.path;
@@ -153,6 +251,13 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
     if (!Authenticate(head)) return refuse(MissingKey());
     return HttpAdmission::Accept(kSmallBodyLimit);
   }
+  if (path == kAdminAuditPath) {
+    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
+    auto who = Authenticate(head);
+    if (!who) return refuse(MissingKey());
+    if (!who->admin) return refuse(AdminOnly());
+    return HttpAdmission::Accept(kSmallBodyLimit);
+  }
   if (path == kAdminSpendPath) {
     if (head.method != "PUT") return refuse(ApiError::MethodNotAllowed(head.method, path));
     auto who = Authenticate(head);
@@ -177,6 +282,7 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
     const auto received = Clock::now();
     auto who = Authenticate(head);
     if (!who) return ReplyError(*exchange, MissingKey());  // admitted, so only if the keys changed
+    exchange = Audited(head, *who, body, std::move(exchange));
     try {
       chat->Handle(exchange, body, *who, received);
     } catch (const std::exception& e) {
@@ -191,6 +297,7 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
   if (SessionService::Owns(path)) {
     auto who = Authenticate(head);
     if (!who) return ReplyError(*exchange, MissingKey());
+    exchange = Audited(head, *who, body, std::move(exchange));
     try {
       sessions->Handle(head, std::move(body), exchange, *who, Clock::now());
     } catch (const std::exception& e) {
@@ -235,6 +342,21 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
     auto set = budget->SetGlobalSpend(*spend);
     if (!set) return ReplyError(*exchange, set.error());
     return ReplyJson(*exchange, 200, set->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (path == kAdminAuditPath) {
+    // The audit log's lines (audit_log.hpp); only the admin key.
+    auto who = Authenticate(head);
+    if (!who) return ReplyError(*exchange, MissingKey());
+    if (!who->admin) return ReplyError(*exchange, AdminOnly());
+    if (!audit) return ReplyError(*exchange, ApiError{404, "invalid_request_error", "audit_log_off",
+                                                       "This daemon keeps no audit log (set state_dir or audit_dir)", "", 0});
+    auto filter = ParseAuditQuery(head.query);
+    if (!filter) return ReplyError(*exchange, filter.error());
+    auto lines = ReadAuditLog(audit->settings().dir, *filter);
+    if (!lines) return ReplyError(*exchange, ApiError::InvalidRequest(lines.error().message(), "since"));
+    return ReplyJson(*exchange, 200,
+                     nlohmann::json{{"object", "list"}, {"data", std::move(*lines)}}.dump(
+                         -1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   if (path == "/v1/usage/history") {
     // Spend per hour of the current period (usage_history.hpp).
@@ -339,6 +461,13 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   bo.spend_from_operator = config.spend_from_operator;
   MOE_ASSIGN_OR_RETURN(impl->budget, BudgetService::Create(std::move(bo), &impl->metrics));
   if (config.spend_from_operator && !config.global_spend_file.empty()) RestoreGlobalSpend(*impl->budget, config.global_spend_file);
+  if (config.audit.dir.empty() && !config.state_dir.empty())
+    config.audit.dir = (std::filesystem::path(config.state_dir) / "audit").string();
+  if (!config.audit.dir.empty()) {
+    auto audit = AuditLog::Open(config.audit);
+    if (!audit) return Fail(audit.error().WithContext("audit log"));
+    impl->audit = std::move(*audit);
+  }
   std::string session_db = config.sessions.db_path;
   if (session_db.empty() && !config.state_dir.empty()) session_db = (std::filesystem::path(config.state_dir) / "sessions.sqlite3").string();
   MOE_ASSIGN_OR_RETURN(impl->sessions, SessionService::Create(config.sessions, session_db, *impl->budget));

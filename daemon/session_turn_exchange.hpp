@@ -54,6 +54,7 @@ class SessionTurnExchange : public HttpExchange, public std::enable_shared_from_
   void EndStream() override;
   void OnClientGone(std::function<void()> callback) override { client_->OnClientGone(std::move(callback)); }
   bool client_gone() const override { return client_->client_gone(); }
+  void NoteCompletion(const CompletionNote& note) override { client_->NoteCompletion(note); }
 
  private:
   void Event(const std::string& payload);  // one SSE payload, under mu_

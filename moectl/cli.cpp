@@ -1,5 +1,6 @@
 #include "moeserve/moectl/cli.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <optional>
@@ -20,6 +21,7 @@ usage:
   moectl usage   --daemon URL --chart FILE.png [--tenant NAME] [--period day|month] [--size WxH]
   moectl budgets [CLUSTER] [-o table|json|yaml]
   moectl alerts  [CLUSTER] [-o table|json|yaml]
+  moectl audit   --daemon URL [--tenant NAME] [--since TIME] [--limit N] [-o table|json]
 
 SOURCE is a daemon or the cluster:
   --daemon URL          read GET /v1/usage of one moe-daemon (http://host:8000)
@@ -36,13 +38,18 @@ Other options:
   --tenant NAME         the chart's tenant (an admin key must name one)
   --period day|month    the chart's period (default month)
   --size WxH            the chart's size in pixels (default 960x540)
+  --since TIME          audit only: lines at or after TIME (RFC 3339 UTC, 2026-12-05T06:00:00Z)
+  --limit N             audit only: the newest N lines (default 1000)
+  audit reads GET /v1/admin/audit of one daemon with an admin key; -o json prints
+  the lines as the daemon wrote them, one JSON object a line
 
 exit status: 0 done, 1 the source failed, 2 a wrong command line
 )";
 
 struct Args {
   std::string command;
-  std::string daemon, api_key, kubeconfig, ns, output = "table", chart, tenant, period = "month";
+  std::string daemon, api_key, kubeconfig, ns, output = "table", chart, tenant, period = "month", since;
+  int limit = 1000;
   bool all_namespaces = false;
   double timeout_s = 10;
   int width = 960, height = 540;
@@ -95,6 +102,18 @@ std::optional<Args> Parse(const std::vector<std::string>& args, std::string* err
       if (!take(a.chart, "--chart")) return std::nullopt;
     } else if (Matches(s, {"--tenant"})) {
       if (!take(a.tenant, "--tenant")) return std::nullopt;
+    } else if (Matches(s, {"--since"})) {
+      if (!take(a.since, "--since")) return std::nullopt;
+    } else if (Matches(s, {"--limit"})) {
+      std::string t;
+      if (!take(t, "--limit")) return std::nullopt;
+      char* end = nullptr;
+      const long n = std::strtol(t.c_str(), &end, 10);
+      if (t.empty() || *end || n < 1 || n > 100000) {
+        *error = "--limit must be an integer from 1 to 100000, not '" + t + "'";
+        return std::nullopt;
+      }
+      a.limit = static_cast<int>(n);
     } else if (Matches(s, {"--period"})) {
       if (!take(a.period, "--period")) return std::nullopt;
     } else if (Matches(s, {"--timeout"})) {
@@ -201,6 +220,53 @@ int Usage(const Args& a, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+// moectl audit: the daemon's audit lines, as a table or as JSON lines.
+int Audit(const Args& a, std::ostream& out, std::ostream& err) {
+  if (a.daemon.empty()) {
+    err << "moectl: audit needs --daemon URL (and an admin --api-key): the audit log is kept by each daemon "
+           "on its state volume\n";
+    return 2;
+  }
+  if (a.output != "table" && a.output != "json") {
+    err << "moectl: audit prints -o table or -o json, not '" << a.output << "'\n";
+    return 2;
+  }
+  auto lines = FetchDaemonAudit({a.daemon, a.api_key, a.timeout_s}, a.tenant, a.since, a.limit);
+  if (!lines) return Failed(err, lines.error());
+  if (a.output == "json") {
+    for (const auto& l : *lines) out << l.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  if (lines->empty()) {
+    out << "No audit lines found.\n";
+    return 0;
+  }
+  auto text = [](const nlohmann::json& l, const char* k) {
+    auto it = l.find(k);
+    if (it == l.end() || it->is_null()) return std::string("-");
+    return Printable(it->is_string() ? it->get<std::string>() : it->dump());
+  };
+  std::vector<std::vector<std::string>> rows = {
+      {"TIME", "TENANT", "KEY", "METHOD", "ENDPOINT", "STATUS", "TIER", "PROMPT", "COMPLETION", "SESSION", "REQUEST"}};
+  for (const auto& l : *lines) {
+    const nlohmann::json tokens = l.value("tokens", nlohmann::json::object());
+    rows.push_back({text(l, "time"), text(l, "tenant"), text(l, "key_id"), text(l, "method"), text(l, "endpoint"),
+                    text(l, "status"), text(l, "tier"), text(tokens, "prompt"), text(tokens, "completion"),
+                    text(l, "session_id"), text(l, "request_id")});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      out << r[i];
+      if (i + 1 < r.size()) out << std::string(width[i] - r[i].size() + 3, ' ');
+    }
+    out << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunMoectl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -215,6 +281,7 @@ int RunMoectl(const std::vector<std::string>& args, std::ostream& out, std::ostr
     return a->command.empty() ? 2 : 0;
   }
   if (a->command == "usage") return Usage(*a, out, err);
+  if (a->command == "audit") return Audit(*a, out, err);
   if (a->command == "alerts" || a->command == "budgets") {
     if (!a->daemon.empty() || !a->chart.empty()) {
       err << "moectl: " << a->command << " reads the cluster's QuotaPolicies (status.alerts, spec.budgets); "
@@ -234,7 +301,7 @@ int RunMoectl(const std::vector<std::string>& args, std::ostream& out, std::ostr
     }
     return 0;
   }
-  err << "moectl: unknown command '" << a->command << "' (usage, budgets, alerts)\n";
+  err << "moectl: unknown command '" << a->command << "' (usage, budgets, alerts, audit)\n";
   return 2;
 }
 

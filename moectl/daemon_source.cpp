@@ -257,4 +257,23 @@ Result<SpendHistory> FetchDaemonHistory(const DaemonTarget& target, const std::s
   return ParseHistoryBody(body, "the daemon at " + BaseUrl(target.url) + " (GET /v1/usage/history)");
 }
 
+Result<std::vector<json>> FetchDaemonAudit(const DaemonTarget& target, const std::string& tenant,
+                                           const std::string& since, int limit) {
+  CURL* curl = curl_easy_init();
+  if (!curl) return Fail(Error::Internal("libcurl could not start"));
+  std::string query = "/v1/admin/audit?limit=" + std::to_string(limit);
+  if (!tenant.empty()) query += "&tenant=" + Escape(curl, tenant);
+  if (!since.empty()) query += "&since=" + Escape(curl, since);
+  curl_easy_cleanup(curl);
+  MOE_ASSIGN_OR_RETURN(std::string body, Get(target, query));
+  const std::string origin = "the daemon at " + BaseUrl(target.url) + " (GET /v1/admin/audit)";
+  MOE_ASSIGN_OR_RETURN(json j, ParseJson(body, origin));
+  if (!j.is_object() || !j.contains("data") || !j["data"].is_array())
+    return Fail(Error::InvalidArgument(origin + " answered JSON without a \"data\" list: '" + Snippet(body) + "'"));
+  std::vector<json> lines;
+  for (auto& line : j["data"])
+    if (line.is_object()) lines.push_back(std::move(line));
+  return lines;
+}
+
 }  // namespace moeserve::moectl

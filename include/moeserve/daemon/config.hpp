@@ -59,6 +59,7 @@
 //                                 # (PUT /v1/admin/spend); no hooks here (the operator fires them)
 //   global_spend_file: ""         # that spend as last recorded (ConfigMap <policy>-budget), read at start
 //   session_*                     # server-kept sessions: session_settings.hpp lists them
+//   audit_*                       # the audit log (default <state_dir>/audit): audit_log.hpp lists them
 //
 // Thread safety: plain values.
 #pragma once
@@ -70,6 +71,7 @@
 #include "moeserve/common/status.hpp"
 #include "moeserve/common/budget_policy.hpp"
 #include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/audit_log.hpp"
 #include "moeserve/daemon/session_settings.hpp"
 #include "moeserve/engine/model_config.hpp"
 
@@ -126,6 +128,7 @@ struct DaemonConfig {
   bool spend_from_operator = false;
   std::string global_spend_file;  // may be absent: nothing recorded yet
   SessionSettings sessions;        // server-kept sessions (session_settings.hpp)
+  AuditSettings audit;             // the audit log (audit_log.hpp)
 };
 
 // YAML text; `source` names the file in messages. Unknown keys are refused

@@ -41,6 +41,14 @@ struct HttpResponse {
   std::string body;
 };
 
+// What a completion's answer was, told to the exchange before the answer
+// goes out: the audit log records it (audit_exchange.hpp).
+struct CompletionNote {
+  std::string id;    // chatcmpl-...
+  std::string tier;  // the tier it ran at (after any downgrade)
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0, reasoning_tokens = 0;
+};
+
 // The standard reason phrase of a status code ("Payload Too Large").
 std::string_view HttpReasonPhrase(int status);
 
@@ -68,6 +76,10 @@ class HttpExchange {
   // at once if that has already happened. It is how a request stops its work.
   virtual void OnClientGone(std::function<void()> callback) = 0;
   virtual bool client_gone() const = 0;
+
+  // Facts about the answer for an exchange that records them; a wrapping
+  // exchange passes it on. Ignored by default.
+  virtual void NoteCompletion(const CompletionNote&) {}
 };
 
 }  // namespace moeserve::daemon

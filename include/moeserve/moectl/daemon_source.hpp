@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "moeserve/common/status.hpp"
 #include "moeserve/moectl/usage_data.hpp"
 
@@ -27,6 +29,11 @@ struct DaemonTarget {
 Result<std::vector<UsageEntry>> FetchDaemonUsage(const DaemonTarget& target);
 // tenant may be empty for a tenant's own key; period "day" or "month".
 Result<SpendHistory> FetchDaemonHistory(const DaemonTarget& target, const std::string& tenant, const std::string& period);
+
+// GET /v1/admin/audit (an admin key): the audit log's lines, oldest first;
+// tenant and since (RFC 3339) may be empty; limit: the newest that many.
+Result<std::vector<nlohmann::json>> FetchDaemonAudit(const DaemonTarget& target, const std::string& tenant,
+                                                     const std::string& since, int limit);
 
 // The parsers, apart so that tests can feed them bodies directly. `origin`
 // names where the body came from in error messages.

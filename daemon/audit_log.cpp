@@ -1,0 +1,208 @@
+#include "moeserve/daemon/audit_log.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "moeserve/common/durable_file.hpp"
+#include "moeserve/common/log.hpp"
+#include "moeserve/common/rfc3339.hpp"
+
+namespace moeserve::daemon {
+
+namespace {
+
+Error IoError(const std::string& what, const std::string& path) {
+  return Error::Io("audit log " + path + ": " + what + ": " + std::strerror(errno));
+}
+
+// Cuts a line torn by a crash (no newline at the end): it was never
+// acknowledged, and a reader must not see half a record.
+Status DropTornTail(int fd, const std::string& path, int64_t& size) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Fail(IoError("stat", path));
+  size = st.st_size;
+  if (size == 0) return Ok();
+  int64_t end = size;
+  char c = 0;
+  while (end > 0) {
+    if (::pread(fd, &c, 1, end - 1) != 1) return Fail(IoError("read", path));
+    if (c == '\n') break;
+    --end;
+  }
+  if (end == size) return Ok();
+  if (::ftruncate(fd, end) != 0 || ::fdatasync(fd) != 0) return Fail(IoError("truncate a torn last line", path));
+  size = end;
+  return Ok();
+}
+
+}  // namespace
+
+Status ApplyAuditSetting(AuditSettings& s, const std::string& key, const std::string& value, const std::string& where) {
+  auto bad = [&](const std::string& what) {
+    return Fail(Error::InvalidArgument(where + ": " + key + ": " + what + " (got '" + value + "')"));
+  };
+  auto integer = [&](int64_t lo, int64_t hi, int64_t& out) -> Status {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || p != value.data() + value.size()) return bad("must be an integer");
+    if (v < lo || v > hi) return bad("must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    out = v;
+    return Ok();
+  };
+  if (key == "audit_dir") {
+    s.dir = value;
+  } else if (key == "audit_log_content") {
+    if (value == "true") s.log_content = true;
+    else if (value == "false") s.log_content = false;
+    else return bad("must be true or false");
+  } else if (key == "audit_max_file_bytes") {
+    return integer(4096, int64_t{1} << 40, s.max_file_bytes);
+  } else if (key == "audit_max_files") {
+    int64_t n = 0;
+    MOE_TRY(integer(1, 1000, n));
+    s.max_files = static_cast<int>(n);
+  } else {
+    return Fail(Error::InvalidArgument(where + ": unknown setting '" + key + "'; see `moe-daemon serve --help`"));
+  }
+  return Ok();
+}
+
+Result<std::unique_ptr<AuditLog>> AuditLog::Open(AuditSettings settings) {
+  std::error_code ec;
+  std::filesystem::create_directories(settings.dir, ec);
+  if (ec) return Fail(Error::Io("audit_dir " + settings.dir + ": " + ec.message()));
+  std::unique_ptr<AuditLog> log(new AuditLog(std::move(settings)));
+  const std::string path = log->Path(0);
+  // Read and write: a torn last line is found (pread) and cut (ftruncate).
+  log->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log->fd_ < 0) return Fail(IoError("open", path));
+  MOE_TRY(DropTornTail(log->fd_, path, log->size_));
+  MOE_TRY(FsyncPath(log->settings_.dir));  // the file's name survives a crash too
+  log->writer_ = std::thread([raw = log.get()] { raw->Run(); });
+  return log;
+}
+
+AuditLog::~AuditLog() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string AuditLog::Path(int index) const {
+  std::string p = (std::filesystem::path(settings_.dir) / "audit.log").string();
+  return index == 0 ? p : p + "." + std::to_string(index);
+}
+
+void AuditLog::Append(std::string line, Done done) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.emplace_back(std::move(line), std::move(done));
+  }
+  cv_.notify_one();
+}
+
+Status AuditLog::WriteBatch(const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::write(fd_, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // A partial batch must not stay ahead of the next one: cut it back.
+      const Error e = IoError("write", Path(0));
+      if (::ftruncate(fd_, size_) != 0) { /* the torn tail is cut at the next Open */ }
+      return Fail(e);
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::fdatasync(fd_) != 0) return Fail(IoError("fdatasync", Path(0)));
+  size_ += static_cast<int64_t>(bytes.size());
+  return Ok();
+}
+
+Status AuditLog::RotateIfFull() {
+  if (size_ < settings_.max_file_bytes) return Ok();
+  std::error_code ec;
+  std::filesystem::remove(Path(settings_.max_files), ec);
+  for (int i = settings_.max_files - 1; i >= 1; --i) {
+    if (std::filesystem::exists(Path(i))) std::filesystem::rename(Path(i), Path(i + 1), ec);
+    if (ec) return Fail(Error::Io("audit log: rotating " + Path(i) + ": " + ec.message()));
+  }
+  std::filesystem::rename(Path(0), Path(1), ec);
+  if (ec) return Fail(Error::Io("audit log: rotating " + Path(0) + ": " + ec.message()));
+  const int fd = ::open(Path(0).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return Fail(IoError("open", Path(0)));
+  ::close(fd_);
+  fd_ = fd;
+  size_ = 0;
+  return FsyncPath(settings_.dir);
+}
+
+void AuditLog::Run() {
+  for (;;) {
+    std::deque<std::pair<std::string, Done>> batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      batch.swap(queue_);
+    }
+    std::string bytes;
+    for (auto& [line, done] : batch) bytes += line + "\n";
+    Status st = WriteBatch(bytes);
+    for (auto& [line, done] : batch)
+      if (done) done(st);
+    if (st) {
+      if (Status r = RotateIfFull(); !r) {
+        // Lines still go to the full file; the next batch tries again.
+        log::Warn(r.error().ToString());
+      }
+    }
+  }
+}
+
+Result<std::vector<nlohmann::json>> ReadAuditLog(const std::string& dir, const AuditFilter& filter) {
+  double since = 0;
+  if (!filter.since.empty()) {
+    since = ParseMicroTime(filter.since);
+    if (since < 0) return Fail(Error::InvalidArgument("since: not an RFC 3339 time (2026-12-05T06:00:00Z): '" + filter.since + "'"));
+  }
+  // audit.log.N is the oldest: read from the highest index down to audit.log.
+  std::vector<std::string> files;
+  for (int i = 1;; ++i) {
+    const std::string p = (std::filesystem::path(dir) / ("audit.log." + std::to_string(i))).string();
+    if (!std::filesystem::exists(p)) break;
+    files.push_back(p);
+  }
+  std::reverse(files.begin(), files.end());
+  files.push_back((std::filesystem::path(dir) / "audit.log").string());
+  std::deque<nlohmann::json> out;
+  for (const auto& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;  // rotated away between the listing and now
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // no newline yet: a batch being written
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object()) continue;
+      if (!filter.tenant.empty() && j.value("tenant", "") != filter.tenant) continue;
+      if (since > 0 && ParseMicroTime(j.value("time", "")) < since) continue;
+      out.push_back(std::move(j));
+      if (out.size() > filter.limit) out.pop_front();
+    }
+  }
+  return std::vector<nlohmann::json>(std::make_move_iterator(out.begin()), std::make_move_iterator(out.end()));
+}
+
+}  // namespace moeserve::daemon
