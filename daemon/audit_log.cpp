@@ -60,8 +60,8 @@ Status ApplyAuditSetting(AuditSettings& s, const std::string& key, const std::st
   if (key == "audit_dir") {
     s.dir = value;
   } else if (key == "audit_log_content") {
-    if (value == "true") s.log_content = true;
-    else if (value == "false") s.log_content = false;
+    if (value == "true" || value == "1" || value == "yes") s.log_content = true;
+    else if (value == "false" || value == "0" || value == "no") s.log_content = false;
     else return bad("must be true or false");
   } else if (key == "audit_max_file_bytes") {
     return integer(4096, int64_t{1} << 40, s.max_file_bytes);

@@ -74,6 +74,13 @@ constexpr SettingSpec kSettings[] = {
     {"session_peers", kText},
     {"session_pin_share", kNumber},
     {"session_pin_seconds", kNumber},
+    {"session_forward_max_in_flight", kInteger},
+    {"session_forward_deadline_seconds", kNumber},
+    // The audit log (audit_log.hpp).
+    {"audit_dir", kText},
+    {"audit_log_content", kBoolean},
+    {"audit_max_file_bytes", kInteger},
+    {"audit_max_files", kInteger},
 };
 
 }  // namespace

@@ -87,6 +87,12 @@ session_replica: r0  # text session_replica
 session_peers: r1=http://10.0.0.2:8000  # text session_peers
 session_pin_share: 0.5  # num session_pin_share
 session_pin_seconds: 60.0  # num session_pin_seconds
+session_forward_max_in_flight: 16  # int session_forward_max_in_flight
+session_forward_deadline_seconds: 30.0  # num session_forward_deadline_seconds
+audit_dir: /var/lib/moeserve/audit  # text audit_dir
+audit_log_content: false  # bool audit_log_content
+audit_max_file_bytes: 1048576  # int audit_max_file_bytes
+audit_max_files: 4  # int audit_max_files
 pricing:
   low:
     input: 0.2  # num pricing.low.input
