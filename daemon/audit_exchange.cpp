@@ -168,7 +168,7 @@ HttpExchange::WriteResult AuditExchange::Write(std::string data) {
     NoteStreamEvent(data);
     if (done) {
       logged_ = true;
-      line = LineLocked(stream_error_ ? 500 : stream_status_);
+      line = LineLocked(stream_status_);  // an error event sets stream_error
       done_held_ = true;
     }
   }

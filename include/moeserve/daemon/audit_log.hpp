@@ -16,8 +16,11 @@
 // Settings (audit_*; the daemon's YAML keys and flags):
 //   audit_dir: ""               # default <state_dir>/audit; neither: no audit log
 //   audit_log_content: false    # also log the request's messages and the answer's text
-//   audit_max_file_bytes: 67108864   # rotate audit.log past this size
-//   audit_max_files: 8          # rotated files kept besides audit.log
+//   audit_max_file_bytes: 16777216   # rotate audit.log past this size
+//   audit_max_files: 4          # rotated files kept besides audit.log
+//
+// The defaults bound the log at 80 MiB: it shares the state volume (1 GiB
+// by default under the operator) with the usage ledger and the sessions.
 //
 // Thread safety: Append may be called from any thread. ReadAuditLog reads
 // files only and may run beside a writer (it ignores a partial last line).
@@ -42,8 +45,8 @@ namespace moeserve::daemon {
 struct AuditSettings {
   std::string dir;
   bool log_content = false;
-  int64_t max_file_bytes = int64_t{64} << 20;
-  int max_files = 8;
+  int64_t max_file_bytes = int64_t{16} << 20;
+  int max_files = 4;
 };
 
 // Applies one `audit_*` setting; the message names `where`, the key and the range.
