@@ -7,7 +7,8 @@
 //    lines (each answer's X-Request-Id is in the log after the kill);
 //  - audit.log rotates by size into audit.log.1 .. audit.log.N and no
 //    further, and the admin endpoint reads the rotated files in order;
-//  - `moectl audit` prints the lines, filtered by tenant.
+//  - `moectl audit` prints the lines (JSON lines or a table), filtered by
+//    tenant and time, and refuses a --since that is not a time.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -23,6 +24,22 @@ namespace {
 
 constexpr const char* kTenantKey = "sk-audit-tenant-key-0123456789";
 constexpr const char* kAdminKey = "sk-audit-admin-key-0123456789ab";
+
+// Runs `moectl audit` against the daemon with the admin key; returns the
+// exit status, `output` gets stdout and stderr.
+int Moectl(int port, const std::string& args, std::string& output) {
+  const char* bin = std::getenv("MOESERVE_BINARY_DIR");
+  const std::string moectl = std::string(bin ? bin : MOESERVE_BINARY_DIR_DEFAULT) + "/moectl/moectl";
+  const std::string cmd = moectl + " audit --daemon http://127.0.0.1:" + std::to_string(port) + " --api-key " +
+                          kAdminKey + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  output.clear();
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) output += buf;
+  const int status = ::pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 class AuditLogTest : public ::testing::Test {
  protected:
@@ -165,16 +182,8 @@ TEST_F(AuditLogTest, RotatesBySizeAndMoectlPrintsTheLines) {
   for (const auto& e : std::filesystem::directory_iterator(audit))
     EXPECT_LT(std::filesystem::file_size(e.path()), 4096u + 1024u) << e.path();
 
-  const char* bin = std::getenv("MOESERVE_BINARY_DIR");
-  const std::string moectl = std::string(bin ? bin : MOESERVE_BINARY_DIR_DEFAULT) + "/moectl/moectl";
-  const std::string cmd = moectl + " audit --daemon http://127.0.0.1:" + std::to_string(d.port()) + " --api-key " +
-                          kAdminKey + " --tenant acme -o json 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string output;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) output += buf;
-  ASSERT_EQ(::pclose(p), 0) << output;
+  ASSERT_EQ(Moectl(d.port(), "--tenant acme -o json", output), 0) << output;
   std::vector<std::string> printed;
   std::stringstream in(output);
   std::string line;
@@ -188,6 +197,20 @@ TEST_F(AuditLogTest, RotatesBySizeAndMoectlPrintsTheLines) {
     auto before = std::find(ids.begin(), ids.end(), printed[i - 1]);
     EXPECT_LT(before - ids.begin(), at - ids.begin()) << "out of order: " << output;
   }
+  // The table names the columns and shows the newest request; --since
+  // filters by time and refuses what is not a time, naming it.
+  std::string table;
+  ASSERT_EQ(Moectl(d.port(), "--limit 3", table), 0) << table;
+  EXPECT_TRUE(table.starts_with("TIME")) << table;
+  EXPECT_NE(table.find(ids.back()), std::string::npos) << table;
+  EXPECT_NE(table.find("/v1/chat/completions"), std::string::npos) << table;
+  std::string later;
+  ASSERT_EQ(Moectl(d.port(), "--since 2999-01-01T00:00:00Z", later), 0) << later;
+  EXPECT_EQ(later, "No audit lines found.\n");
+  std::string bad;
+  EXPECT_EQ(Moectl(d.port(), "--since yesterday", bad), 1) << bad;
+  EXPECT_NE(bad.find("since"), std::string::npos) << bad;
+
   // A tenant's key may not read the audit log.
   auto tenant = Http(d.port(), "GET", "/v1/admin/audit", "", {{"Authorization", std::string("Bearer ") + kTenantKey}});
   EXPECT_EQ(tenant.status, 403);
