@@ -26,6 +26,7 @@
 #include "peaks.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/mxfp4_matvec_split.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/read_bandwidth.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -81,6 +82,20 @@ Timing Runs(int reps, mk::ReadBandwidthProbe* probe, Fn fn) {
   return t;
 }
 
+// /proc/loadavg's first three fields ("?" where it cannot be read).
+std::string LoadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return "?";
+  char buf[128] = {0};
+  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  if (!ok) return "?";
+  std::string s(buf);
+  size_t cut = 0;
+  for (int fields = 0; fields < 3 && cut != std::string::npos; ++fields) cut = s.find(' ', cut + (fields ? 1 : 0));
+  return s.substr(0, cut);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,6 +111,8 @@ int main(int argc, char** argv) {
     std::printf("roofline needs AVX2\n");
     return 0;
   }
+  // The machine may be shared: its load, before and after, beside the figures.
+  const std::string load_before = LoadAverage();
   const mk::ReadBandwidth before = mk::MeasureReadBandwidth(mib, 1.0, 12);
   const double bw = before.best_bytes_per_s;
   const double peak = FmaPeak(threads, avx512);
@@ -135,6 +152,20 @@ int main(int argc, char** argv) {
                           ")",
                       t.best_s, bytes / t.best_s, mb::MatMulFlops(s.out, s.in, n) / t.best_s, n == 1,
                       bytes / t.mean_s, t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
+    }
+    // The split-activation matrix-vector product (mxfp4_matvec_split.hpp;
+    // not on the engine's path): 16-bit and 8-bit activations, 4 and 2
+    // vpdpbusd per line of codes against matmul_mxfp4's 6.
+    for (int parts : {2, 1}) {
+      std::vector<float> x = mb::RandomFloats(s.in), y(s.out);
+      size_t next = 0;
+      const Timing t = Runs(3 * static_cast<int>(copies), &probe, [&] {
+        mk::MatVecMxfp4Split(ms[next++ % copies].view(), x.data(), parts, y.data());
+      });
+      const double bytes = mb::Mxfp4Bytes(s.out, s.in, 1);
+      rows.push_back({std::string("mxfp4_split") + (parts == 2 ? "16 " : "8 ") + s.name + " n=1", t.best_s,
+                      bytes / t.best_s, mb::MatMulFlops(s.out, s.in, 1) / t.best_s, true, bytes / t.mean_s,
+                      t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
     }
   }
   {
@@ -189,6 +220,7 @@ int main(int argc, char** argv) {
               "%.1f before and %.1f after)\n",
               threads, avx512 ? "avx512" : "avx2", ceiling_bw / 1e9, bw / 1e9, after.best_bytes_per_s / 1e9,
               before.mean_bytes_per_s / 1e9, after.mean_bytes_per_s / 1e9, mib, ceiling_peak / 1e9, peak / 1e9, peak_after / 1e9);
+  std::printf("loadavg before: %s; after: %s\n", load_before.c_str(), LoadAverage().c_str());
   std::printf("memory-bound rows: best run against the best probe pass interleaved with the runs; median against median "
               "and mean against mean in the same window\n");
   std::printf("%-34s %9s %9s %9s %9s  %s\n", "kernel (active isa)", "ms", "GB/s", "GFLOP/s", "fraction", "ceiling");

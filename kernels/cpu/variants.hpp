@@ -13,6 +13,7 @@
 
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
+#include "moeserve/kernels/mxfp4_matvec_split.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels::cpu {
@@ -45,6 +46,14 @@ MOESERVE_DECLARE_BLOCKS(scalar)
 MOESERVE_DECLARE_BLOCKS(avx2)
 MOESERVE_DECLARE_BLOCKS(avx512)
 #undef MOESERVE_DECLARE_BLOCKS
+// The split-activation MXFP4 matrix-vector blocks (mxfp4_matvec_split.hpp):
+// groups [g_begin, g_end). The VNNI one (mxfp4_matvec_split_vnni.cpp) needs
+// AVX-512 F/BW/VNNI/VBMI, which CpuHasAvx512Vnni() checks once.
+void mxfp4_split_matvec_scalar(const Mxfp4PackedView& w, const Mxfp4SplitActivations& x, float* y, size_t g_begin,
+                               size_t g_end);
+void mxfp4_split_matvec_avx512vnni(const Mxfp4PackedView& w, const Mxfp4SplitActivations& x, float* y, size_t g_begin,
+                                   size_t g_end);
+bool CpuHasAvx512Vnni();
 // The scalar quantiser serves the AVX2 set too (mxfp4_packed.cpp, matmul_avx512.cpp).
 void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset);
 void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset);
