@@ -119,6 +119,56 @@ ApiResult<BudgetService::Admission> BudgetService::Admit(const Principal& who, c
   return a;
 }
 
+ApiResult<std::unique_ptr<BudgetService::Reservation>> BudgetService::Reserve(const Principal& who,
+                                                                                const std::string& tier,
+                                                                                int64_t prompt_tokens,
+                                                                                int64_t max_tokens) {
+  const double worst = std::max(options_.policy.Cost(tier, TokenCounts{prompt_tokens, 0, max_tokens, 0}),
+                                options_.policy.Cost(tier, TokenCounts{prompt_tokens, 0, 0, max_tokens}));
+  const int64_t now = static_cast<int64_t>(options_.clock());
+  // One lock over check and hold: two requests of a tenant cannot both see
+  // the same room.
+  std::lock_guard lock(held_mu_);
+  Held& held = held_[who.tenant];
+  if (held.requests >= options_.max_concurrent_per_tenant) {
+    return ApiFail(ApiError{429, "rate_limit_error", "too_many_concurrent_requests",
+                            "Tenant " + who.tenant + " already has " + std::to_string(held.requests) +
+                                " requests in flight, its limit (max_concurrent_per_tenant); retry when one has finished",
+                            "", 1});
+  }
+  for (const Budget* b : options_.policy.BudgetsFor(who.tenant)) {
+    if (b->action != BudgetAction::kBlock) continue;
+    const double spent = EffectiveSpentUsd(who.tenant, b->period, PeriodStart(b->period, now));
+    if (spent + held.usd + worst <= b->limit_usd + 1e-9) continue;
+    const std::string name = (b->period == BudgetPeriod::kDay ? "daily" : "monthly");
+    const double held_usd = held.usd;
+    if (held.requests == 0) held_.erase(who.tenant);  // `held` is gone from here on
+    return ApiFail(ApiError{403, "permission_error", "budget_exceeded",
+                            "Tenant " + who.tenant + " has spent " + Usd(spent) + " of its " + name + " budget of " +
+                                Usd(b->limit_usd) + " (policy " + options_.policy.policy_name + ", budget for " +
+                                (b->tenant == "*" ? std::string("every tenant") : "tenant " + b->tenant) +
+                                ") and its requests in flight hold up to " + Usd(held_usd) +
+                                "; this request could cost up to " + Usd(worst) + " (" + std::to_string(prompt_tokens) +
+                                " prompt tokens, max_tokens " + std::to_string(max_tokens) +
+                                "): lower max_tokens or wait for the requests in flight; the budget resets at " +
+                                Iso8601Utc(NextPeriodStart(b->period, now)),
+                            "", 0});
+  }
+  ++held.requests;
+  held.usd += worst;
+  return std::unique_ptr<Reservation>(new Reservation(*this, who.tenant, worst));
+}
+
+BudgetService::Reservation::~Reservation() { service_.Release(tenant_, usd_); }
+
+void BudgetService::Release(const std::string& tenant, double usd) {
+  std::lock_guard lock(held_mu_);
+  auto it = held_.find(tenant);
+  if (it == held_.end()) return;
+  it->second.usd = std::max(0.0, it->second.usd - usd);
+  if (--it->second.requests <= 0) held_.erase(it);
+}
+
 void BudgetService::Charge(ChargeRecord record, UsageLedger::Done done) {
   limiter_.Consume(record.tenant, LimitsFor(record.tenant), record.tokens.total());
   {

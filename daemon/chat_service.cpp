@@ -109,6 +109,9 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   g.sampling.temperature = req.temperature;
   g.sampling.top_p = req.top_p;
   g.logprobs = req.logprobs ? req.top_logprobs : -1;  // -1: the engine computes nothing
+  const auto& pub = facts.public_prefix;
+  if (!pub.empty() && g.prompt.size() > pub.size() && std::equal(pub.begin(), pub.end(), g.prompt.begin()))
+    g.public_prefix_tokens = static_cast<int64_t>(pub.size());
   g.sampling.seed = req.seed ? *req.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
 
   DecodePolicyOptions policy;
@@ -223,6 +226,11 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
     prepared = Prepare(*req, facts_);
     if (!prepared) return fail(prepared.error());
   }
+  // The worst case held against `block` budgets and a slot of the tenant's
+  // concurrency, until the charge is committed.
+  auto reservation = budget_.Reserve(who, prepared->tier, static_cast<int64_t>(prepared->generation.prompt.size()),
+                                     prepared->generation.max_tokens);
+  if (!reservation) return fail(reservation.error());
 
   CompletionInfo info;
   info.id = NewCompletionId();
@@ -241,6 +249,9 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   info.harmony_tool_names = prepared->harmony_tool_names;
   info.harmony_prefill = prepared->harmony_prefill;
   info.received = received;
+  info.reservation = std::move(*reservation);
+  // The prefix cache and fair share are per tenant (engine.hpp).
+  prepared->generation.tenant = who.tenant;
   auto sink = std::make_shared<CompletionSink>(std::move(info), exchange, scheduler_, metrics_, budget_);
   // Registered before Submit: a hang-up in between cancels as soon as the id is known.
   exchange->OnClientGone([weak = std::weak_ptr<CompletionSink>(sink)] {

@@ -158,6 +158,7 @@ void CompletionSink::Finish(const engine::TokenEvent& e) {
 }
 
 void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged) {
+  info_.reservation.reset();  // the ledger holds the actual charge now
   const auto& u = e.usage;
   exchange_->NoteCompletion({info_.id, info_.tier, u.prompt_tokens, u.cached_tokens, u.completion_tokens,
                              u.reasoning_tokens});

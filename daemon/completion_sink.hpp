@@ -50,6 +50,9 @@ struct CompletionInfo {
   std::vector<std::string> harmony_tool_names;  // the functions the output may call
   std::vector<int> harmony_prefill;             // the call header the prompt ends with, if any
   std::chrono::steady_clock::time_point received;
+  // The request's hold on its tenant's budgets and concurrency: released once
+  // its charge is committed, or when the sink goes without one.
+  std::shared_ptr<BudgetService::Reservation> reservation;
 };
 
 class CompletionSink : public SequenceSink, public std::enable_shared_from_this<CompletionSink> {

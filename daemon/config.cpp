@@ -84,6 +84,8 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
   else if (key == "api_keys_file") c.api_keys_file = value;
   else if (key == "max_running") return integer(1, 4096, c.max_running);
   else if (key == "max_queue") return integer(1, 1 << 20, c.max_queue);
+  else if (key == "public_system_prompt") c.public_system_prompt = value;
+  else if (key == "max_concurrent_per_tenant") return integer(1, 1 << 20, c.max_concurrent_per_tenant);
   else if (key == "prefill_chunk_tokens") return integer(1, 1 << 20, c.prefill_chunk_tokens);
   else if (key == "prefill_chunk_tokens_idle") return integer(1, 1 << 20, c.prefill_chunk_tokens_idle);
   else if (key == "cache_tokens") return integer(16, int64_t{1} << 40, c.cache_tokens);

@@ -23,6 +23,7 @@
 #include "moeserve/daemon/scheduler.hpp"
 #include "moeserve/daemon/session_service.hpp"
 #include "moeserve/daemon/usage_history.hpp"
+#include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/gpt_oss_engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
@@ -459,6 +460,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   MOE_TRY(LoadHookSecrets(bo.policy));
   bo.retry = {config.hook_retry_initial_seconds, config.hook_retry_max_seconds, config.hook_give_up_seconds};
   bo.spend_from_operator = config.spend_from_operator;
+  bo.max_concurrent_per_tenant = config.max_concurrent_per_tenant;
   MOE_ASSIGN_OR_RETURN(impl->budget, BudgetService::Create(std::move(bo), &impl->metrics));
   if (config.spend_from_operator && !config.global_spend_file.empty()) RestoreGlobalSpend(*impl->budget, config.global_spend_file);
   if (config.audit.dir.empty() && !config.state_dir.empty())
@@ -580,6 +582,12 @@ Status Daemon::LoadModel() {
   facts.budgets = m.config.thinking_budgets.value_or(m.engine->config().thinking_budgets);
   facts.default_effort = m.config.default_reasoning_effort;
   facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
+  if (!m.config.public_system_prompt.empty()) {
+    engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
+    auto rendered = engine::RenderChat({system}, nullptr, /*add_generation_prompt=*/false);
+    if (!rendered) return Fail(rendered.error().WithContext("rendering public_system_prompt"));
+    facts.public_prefix = std::move(*rendered);
+  }
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);

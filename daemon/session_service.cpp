@@ -581,6 +581,7 @@ void SessionService::Impl::Summarize(const std::string& session_id, const Princi
       {engine::ChatRole::kUser, transcript, std::nullopt, {}, ""}};
   auto g = model->SummaryRequest(prompt_messages, max_tokens, reasoning, static_cast<uint64_t>(summary_seq));
   if (!g || static_cast<int64_t>(g->prompt.size()) + max_tokens > facts.max_context) return;
+  g->tenant = who.tenant;  // its own tenant's prefix cache and fair share
   auto self = shared_from_this();
   auto finished = [self, session_id, who, summary_seq, replaced_tokens](std::string text, engine::SequenceUsage u,
                                                                         bool ok) {

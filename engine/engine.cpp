@@ -27,6 +27,7 @@ struct Sequence {
   std::vector<int> tokens;  // prompt, then every emitted token
   int64_t prompt_len = 0;
   int64_t snapshot_at = 0;  // block-aligned prompt prefix whose state the prefix cache keeps
+  int64_t public_at = 0;    // block-aligned end of the public prefix, kept for every tenant (0: none)
   SequenceCache cache;
   std::mt19937_64 rng;
   bool in_reasoning = false;
@@ -221,7 +222,7 @@ bool Engine::Impl::Admit(Sequence& s) {
   s.cache = model->NewSequence();
   // Reuse the longest cached prefix, leaving at least one prompt token to compute.
   if (options.prefix_cache) {
-    PrefixCache::Hit hit = prefix->Lookup(s.tokens, s.prompt_len - 1);
+    PrefixCache::Hit hit = prefix->Lookup(s.tokens, s.prompt_len - 1, s.req.tenant, s.req.public_prefix_tokens);
     if (hit.length > 0) {
       s.cache.delta = *hit.delta;  // the copy first: it may throw, the references may not leak
       s.cache.blocks = *hit.blocks;
@@ -247,6 +248,7 @@ bool Engine::Impl::Admit(Sequence& s) {
     return false;
   }
   s.snapshot_at = ((s.prompt_len - 1) / options.block_tokens) * options.block_tokens;
+  s.public_at = (std::min(s.req.public_prefix_tokens, s.prompt_len - 1) / options.block_tokens) * options.block_tokens;
   return true;
 }
 
@@ -261,6 +263,15 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
     taken_cancels.swap(cancels);
     taken.swap(waiting);
     pins.swap(pin_updates);
+  }
+  {
+    // Round-robin across tenants (FairShareOrder), not first come first served.
+    std::vector<std::string> tenants;
+    tenants.reserve(taken.size());
+    for (const auto& s : taken) tenants.push_back(s->req.tenant);
+    std::deque<std::unique_ptr<Sequence>> ordered;
+    for (size_t i : FairShareOrder(tenants)) ordered.push_back(std::move(taken[i]));
+    taken.swap(ordered);
   }
   for (const auto& p : pins) prefix->SetPin(p.key, p.tokens, p.expiry);
   std::erase_if(running, [&](std::unique_ptr<Sequence>& s) {
@@ -321,6 +332,7 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
       if (prefill_budget <= 0) continue;
       end = std::min<int64_t>(end, start + prefill_budget);
       if (options.prefix_cache && start < s.snapshot_at && end > s.snapshot_at) end = s.snapshot_at;
+      if (options.prefix_cache && start < s.public_at && end > s.public_at) end = s.public_at;
       prefill_budget -= static_cast<int>(end - start);
     }
     segments.push_back({&s.cache, std::span<const int>(s.tokens.data() + start, static_cast<size_t>(end - start)), false});
@@ -351,9 +363,16 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
     const int V = model->config().vocab_size;
     for (size_t k = 0; k < owners.size(); ++k) {
       Sequence& s = *owners[k];
-      if (options.prefix_cache && s.cache.length == s.snapshot_at && s.snapshot_at > 0) {
+      if (options.prefix_cache && s.cache.length == s.public_at && s.public_at > 0) {
         try {
-          prefix->Insert(*pool, s.tokens, s.snapshot_at, s.cache);
+          prefix->Insert(*pool, s.tokens, s.public_at, s.cache, {}, /*is_public=*/true);
+        } catch (...) {
+          log::Warn("engine: public prefix snapshot not cached: " + ExceptionText(std::current_exception()));
+        }
+      }
+      if (options.prefix_cache && s.cache.length == s.snapshot_at && s.snapshot_at > 0 && s.snapshot_at != s.public_at) {
+        try {
+          prefix->Insert(*pool, s.tokens, s.snapshot_at, s.cache, s.req.tenant);
         } catch (...) {  // the cache is unchanged; the sequence is fine
           log::Warn("engine: prefix snapshot not cached: " + ExceptionText(std::current_exception()));
         }

@@ -56,11 +56,13 @@ PrefixCacheStats PrefixCache::Stats() const {
   return s;
 }
 
-PrefixCache::Hit PrefixCache::Lookup(const std::vector<int>& tokens, int64_t max_length) {
+PrefixCache::Hit PrefixCache::Lookup(const std::vector<int>& tokens, int64_t max_length, const std::string& partition,
+                                     int64_t public_length) {
   auto best = entries_.end();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     const int64_t len = static_cast<int64_t>(it->tokens.size());
     if (len > max_length || len > static_cast<int64_t>(tokens.size())) continue;
+    if (it->is_public ? len > public_length : it->partition != partition) continue;
     if (best != entries_.end() && len <= static_cast<int64_t>(best->tokens.size())) continue;
     if (std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) best = it;
   }
@@ -70,10 +72,12 @@ PrefixCache::Hit PrefixCache::Lookup(const std::vector<int>& tokens, int64_t max
   return {static_cast<int64_t>(e.tokens.size()), &e.blocks, &e.delta};
 }
 
-void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t length, const SequenceCache& cache) {
+void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t length, const SequenceCache& cache,
+                         const std::string& partition, bool is_public) {
   if (length <= 0 || length % pool.block_tokens() != 0) return;
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
-    if (static_cast<int64_t>(it->tokens.size()) == length && std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) {
+    if (static_cast<int64_t>(it->tokens.size()) == length && it->is_public == is_public &&
+        (is_public || it->partition == partition) && std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) {
       entries_.splice(entries_.begin(), entries_, it);
       return;
     }
@@ -81,6 +85,8 @@ void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t l
   // Everything that can throw comes before the first change to the cache.
   Entry e;
   e.tokens.assign(tokens.begin(), tokens.begin() + length);
+  if (!is_public) e.partition = partition;
+  e.is_public = is_public;
   e.blocks.assign(cache.blocks.begin(), cache.blocks.begin() + length / pool.block_tokens());
   e.delta = cache.delta;
   e.heap_bytes = HeapBytes(e);

@@ -19,12 +19,19 @@
 // unpinned entry is left, or when the pinned entries together pass
 // `pin_share` of the bound (then the least recently used pinned one goes).
 //
+// Partitions: an entry is reused only by lookups of the partition it was
+// inserted under (the daemon passes one per tenant), so what one tenant's
+// prompts left in the cache shows in no other tenant's cached_tokens or
+// timing. Public entries (the deployment's configured public prefix) are
+// reused by every partition, up to the lookup's public length.
+//
 // Thread safety: none; the engine's step thread owns the cache.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "moeserve/engine/engine.hpp"
@@ -44,13 +51,17 @@ class PrefixCache {
     const std::vector<int>* blocks = nullptr;
     const std::vector<DeltaLayerState>* delta = nullptr;
   };
-  // The longest cached prefix of `tokens` no longer than max_length.
-  Hit Lookup(const std::vector<int>& tokens, int64_t max_length);
+  // The longest cached prefix of `tokens` no longer than max_length, among
+  // `partition`'s entries and the public ones no longer than public_length.
+  Hit Lookup(const std::vector<int>& tokens, int64_t max_length, const std::string& partition = {},
+             int64_t public_length = 0);
   // Records tokens[0, length) with the cache's first length/block_tokens blocks
   // and the DeltaNet state at that point (length must be block-aligned), then
   // evicts to stay within the bounds. On an exception (allocation) the cache
   // is unchanged.
-  void Insert(KvPool& pool, const std::vector<int>& tokens, int64_t length, const SequenceCache& cache);
+  // `partition` names who may reuse it; `is_public` lets every partition.
+  void Insert(KvPool& pool, const std::vector<int>& tokens, int64_t length, const SequenceCache& cache,
+              const std::string& partition = {}, bool is_public = false);
   enum class Why { kBytes, kEntries, kPool };
   // Drops the least recently used entry; false when empty.
   bool EvictOne(KvPool& pool, Why why = Why::kPool);
@@ -68,6 +79,8 @@ class PrefixCache {
  private:
   struct Entry {
     std::vector<int> tokens;
+    std::string partition;
+    bool is_public = false;
     std::vector<int> blocks;
     std::vector<DeltaLayerState> delta;
     int64_t heap_bytes = 0;  // this entry's allocations, its list node included

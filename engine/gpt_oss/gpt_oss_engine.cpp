@@ -107,6 +107,8 @@ struct GptOssEngine::Impl {
   // The prompt-state cache (Step thread only; figures in atomics for Metrics).
   struct CachedPrompt {
     std::vector<int> tokens;
+    std::string tenant;      // only this tenant's prompts reuse it ...
+    bool is_public = false;  // ... unless it is the public prefix (GenerationRequest::public_prefix_tokens)
     GptOssModel::State state;
     int64_t bytes = 0;
     uint64_t last_used = 0;
@@ -201,7 +203,9 @@ struct GptOssEngine::Impl {
     const auto& prompt = s.request.prompt;
     lookup_tokens += prompt.size();
     CachedPrompt* best = nullptr;
+    const size_t public_len = static_cast<size_t>(std::max<int64_t>(s.request.public_prefix_tokens, 0));
     for (auto& c : cache) {
+      if (c.is_public ? c.tokens.size() > public_len : c.tenant != s.request.tenant) continue;
       if (c.tokens.size() < prompt.size() && (!best || c.tokens.size() > best->tokens.size()) &&
           std::equal(c.tokens.begin(), c.tokens.end(), prompt.begin()))
         best = &c;
@@ -214,17 +218,19 @@ struct GptOssEngine::Impl {
     hit_tokens += best->tokens.size();
   }
 
-  // After the last prefill chunk: keep a copy of the state under the prompt.
-  void KeepInCache(const Sequence& s) {
+  // After the last prefill chunk: keep a copy of the state under the prompt
+  // (for the sequence's tenant), or after the public prefix's (for every tenant).
+  void KeepInCache(const Sequence& s, size_t length, bool is_public) {
     if (options.prefix_cache_bytes <= 0) return;
-    const auto& prompt = s.request.prompt;
+    const std::vector<int> prompt(s.request.prompt.begin(), s.request.prompt.begin() + static_cast<std::ptrdiff_t>(length));
+    const std::string tenant = is_public ? std::string() : s.request.tenant;
     const int64_t bytes = StateBytes(s.state, prompt.size());
     if (bytes > options.prefix_cache_bytes) {
       ++too_large;
       return;
     }
     for (auto& c : cache) {
-      if (c.tokens == prompt) {
+      if (c.tokens == prompt && c.is_public == is_public && c.tenant == tenant) {
         c.last_used = ++cache_clock;
         return;
       }
@@ -238,7 +244,7 @@ struct GptOssEngine::Impl {
       cache.erase(lru);
       ++evicted;
     }
-    cache.push_back({prompt, s.state, bytes, ++cache_clock});
+    cache.push_back({prompt, tenant, is_public, s.state, bytes, ++cache_clock});
     cache_bytes.store(total);
     cache_entries.store(static_cast<int64_t>(cache.size()));
   }
@@ -253,14 +259,19 @@ struct GptOssEngine::Impl {
     const auto& prompt = s.request.prompt;
     if (s.prefilled == 0 && options.prefix_cache_bytes > 0) StartFromCache(s);
     if (s.prefilled < prompt.size()) {
-      const size_t n = std::min(prompt.size() - s.prefilled, static_cast<size_t>(std::max(prefill_budget, 0)));
+      size_t n = std::min(prompt.size() - s.prefilled, static_cast<size_t>(std::max(prefill_budget, 0)));
+      // The chunk stops where the public prefix ends, whose state every tenant may reuse.
+      const size_t public_len =
+          static_cast<size_t>(std::clamp<int64_t>(s.request.public_prefix_tokens, 0, static_cast<int64_t>(prompt.size()) - 1));
+      if (s.prefilled < public_len) n = std::min(n, public_len - s.prefilled);
       if (n == 0) return;
       prefill_budget -= static_cast<int>(n);
       auto st = model->Forward(s.state, std::span<const int>(prompt).subspan(s.prefilled, n), false, &logits);
       if (!st) return events.push_back(Finished(s, FinishReason::kError, "the forward pass failed: " + st.error().message()));
       s.prefilled += n;
+      if (s.prefilled == public_len && public_len > 0) KeepInCache(s, public_len, /*is_public=*/true);
       if (s.prefilled < prompt.size()) return;
-      KeepInCache(s);
+      KeepInCache(s, prompt.size(), /*is_public=*/false);
       have_logits = true;
     }
     // The thinking budget: an analysis message that reached it ends, and the final answer begins.
@@ -421,7 +432,15 @@ std::vector<TokenEvent> GptOssEngine::Step() {
           ++it;
         }
       }
-      // First come, first served: the head of the queue waits for room rather than being overtaken.
+      // Round-robin across tenants (FairShareOrder); the head of that order
+      // waits for room rather than being overtaken.
+      {
+        std::vector<std::string> tenants;
+        for (const auto& w : m.waiting) tenants.push_back(w->request.tenant);
+        std::deque<std::unique_ptr<Impl::Sequence>> ordered;
+        for (size_t i : FairShareOrder(tenants)) ordered.push_back(std::move(m.waiting[i]));
+        m.waiting.swap(ordered);
+      }
       while (!m.waiting.empty() && static_cast<int>(m.running.size()) < m.options.max_running &&
              m.reserved.load() + m.waiting.front()->reserved <= m.options.cache_tokens) {
         m.reserved += m.waiting.front()->reserved;

@@ -47,7 +47,7 @@ pricing:
   high:   {input: 4000, cachedInput: 400, output: 16000, reasoning: 16000}
 budgets:
   - {tenant: "*", period: month, limitUSD: 1000000}
-  - {tenant: blocked, period: day, limitUSD: 0.001, action: block}
+  - {tenant: blocked, period: day, limitUSD: 0.05, action: block}
   - {tenant: cheap, period: month, limitUSD: 0.001, action: downgrade}
   - {tenant: busy, period: day, limitUSD: 1000000, requestsPerMinute: 2}
 )", "budget.yaml", c);
@@ -72,14 +72,17 @@ TEST_F(BudgetActions, ATierTheTenantMayNotUseIs403) {
 
 TEST_F(BudgetActions, ASpentBlockBudgetIs403NamingTheBudgetAndItsReset) {
   ASSERT_NE(daemon_, nullptr);
-  // The first request is admitted (nothing spent yet) and costs more than $0.001.
+  // Each request holds its worst case (prompt + max_tokens, a few cents at
+  // low's prices) while it runs: the first fits the $0.05; within a few
+  // requests the next one would pass it.
   ASSERT_EQ(Chat(port_, Ask(), kBlocked).status, 200);
-  auto r = Chat(port_, Ask(), kBlocked);
+  HttpResponse r = Chat(port_, Ask(), kBlocked);
+  for (int i = 0; i < 8 && r.status == 200; ++i) r = Chat(port_, Ask(), kBlocked);
   ASSERT_EQ(r.status, 403) << r.body;
   const json e = r.Json()["error"];
   EXPECT_EQ(e["code"], "budget_exceeded");
   const std::string msg = e["message"];
-  EXPECT_NE(msg.find("daily budget of $0.00"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("daily budget of $0.05"), std::string::npos) << msg;
   const std::string reset = Iso8601Utc(NextPeriodStart(BudgetPeriod::kDay, std::time(nullptr)));
   EXPECT_NE(msg.find("resets at " + reset), std::string::npos) << msg;
   // Another tenant is not affected.
@@ -232,7 +235,7 @@ TEST_F(BudgetActions, MetricsShowCostAndBudgets) {
   auto m = Http(port_, "GET", "/metrics", "", kAdmin);
   ASSERT_EQ(m.status, 200);
   EXPECT_NE(m.body.find("moe_cost_usd_total{tenant=\"acme\",tier=\"low\"}"), std::string::npos);
-  EXPECT_NE(m.body.find("moe_budget_limit_usd{period=\"day\",tenant=\"blocked\"} 0.001"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("moe_budget_limit_usd{period=\"day\",tenant=\"blocked\"} 0.05"), std::string::npos) << m.body;
   EXPECT_NE(m.body.find("moe_budget_remaining_ratio{period=\"month\",tenant=\"acme\"}"), std::string::npos);
   auto sample = [&](const std::string& name) {
     size_t at = m.body.find("\n" + name + " ");

@@ -7,13 +7,21 @@
 // tier_not_allowed; a spent budget whose action is `block` is 403
 // budget_exceeded (naming the budget and when it resets); a rate limit is
 // 429 rate_limit_exceeded with Retry-After; a spent budget whose action is
-// `downgrade` serves the request at `low` and says so. Spend is what the
-// ledger committed: a request admitted while others of the tenant are still
-// running may end past the limit (they are charged, never refused afterwards).
+// `downgrade` serves the request at `low` and says so.
+//
+// Reserve then holds the request's worst case (every prompt token at the
+// input price, max_tokens at the dearer of the output and reasoning prices)
+// against the tenant's `block` budgets until its charge is committed: a
+// request whose worst case would pass a `block` budget, counting what the
+// tenant's requests in flight hold, is 403 budget_exceeded, so parallel
+// requests can no longer end past the limit together. It also counts the
+// tenant's requests in flight against max_concurrent_per_tenant (429
+// too_many_concurrent_requests past it), so one tenant cannot fill the queue.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,6 +48,7 @@ struct BudgetServiceOptions {
   HookRetryOptions retry;
   WallClock clock = SystemWallClock();
   bool spend_from_operator = false;
+  int max_concurrent_per_tenant = 128;  // requests in flight per tenant; at least 1
 };
 
 class BudgetService {
@@ -53,6 +62,29 @@ class BudgetService {
     bool downgraded = false;   // by a spent `downgrade` budget
   };
   ApiResult<Admission> Admit(const Principal& who, const std::string& tier);
+  // What an admitted request holds until it is settled: a slot of its
+  // tenant's concurrency and its worst-case cost. Destroying it releases
+  // both; the holder destroys it once the request's charge is committed (or
+  // the request ended without one: a refused submit, a crash of the sink).
+  class Reservation {
+   public:
+    ~Reservation();
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    double usd() const { return usd_; }
+
+   private:
+    friend class BudgetService;
+    Reservation(BudgetService& service, std::string tenant, double usd)
+        : service_(service), tenant_(std::move(tenant)), usd_(usd) {}
+    BudgetService& service_;
+    std::string tenant_;
+    double usd_;
+  };
+  // After Admit, at the tier the request runs at: refuses it (above) or
+  // holds its slot and worst case. The Reservation must not outlive the service.
+  ApiResult<std::unique_ptr<Reservation>> Reserve(const Principal& who, const std::string& tier,
+                                                  int64_t prompt_tokens, int64_t max_tokens);
   // A finished (or ended) request's tokens; `done` runs once they are committed.
   void Charge(ChargeRecord record, UsageLedger::Done done);
   // The body of GET /v1/usage for `who`: its tenant's rows, or all for admin.
@@ -90,6 +122,13 @@ class BudgetService {
   mutable std::mutex global_mu_;
   std::map<std::tuple<std::string, BudgetPeriod, int64_t>, Shared> global_;
   int64_t replicas_ = 1;
+  struct Held {
+    int requests = 0;
+    double usd = 0;
+  };
+  std::mutex held_mu_;  // taken before global_mu_/the ledger's, never after
+  std::map<std::string, Held> held_;  // tenant -> what its requests in flight hold
+  void Release(const std::string& tenant, double usd);
 };
 
 }  // namespace moeserve::daemon

@@ -32,6 +32,10 @@ struct ServingFacts {
   // The chat format: null renders moe-dsa-v1's (model.md section 8); set,
   // the family is gpt-oss and requests are rendered and read in harmony.
   std::shared_ptr<const HarmonyServing> harmony;
+  // The configured public system prompt rendered on its own (moe-dsa-v1):
+  // a prompt that begins with these tokens shares their cached state across
+  // tenants; everything else is cached per tenant. Empty: nothing is shared.
+  std::vector<int> public_prefix;
 };
 
 class ChatService {

@@ -28,6 +28,7 @@
 //   http_threads: 4
 //   max_running: 64               # sequences decoded together
 //   max_queue: 256                # waiting sequences before 503
+//   max_concurrent_per_tenant: 128 # a tenant's requests in flight before 429 too_many_concurrent_requests
 //   prefill_chunk_tokens: 512     # prompt tokens per step while sequences decode
 //   prefill_chunk_tokens_idle: 2048   # ... while none does (nothing waits on the step)
 //   cache_tokens: 65536           # KV pool size in tokens
@@ -35,6 +36,8 @@
 //   prefix_cache: true
 //   prefix_cache_bytes: 1073741824   # bound on what the prefix cache holds: its KV blocks, DeltaNet
 //                                    # state copies (one per entry) and bookkeeping; LRU eviction; 0: none
+//   public_system_prompt: ""      # a system message shared by tenants: a prompt opening with exactly it
+//                                 # reuses its cached state across tenants (moe-dsa-v1); all else is per tenant
 //   threads: 0                    # 0: all cores
 //   max_context: 0                # 0: the model's
 //   default_max_tokens: 1024
@@ -100,12 +103,14 @@ struct DaemonConfig {
   int http_threads = 4;
   int max_running = 64;
   int max_queue = 256;
+  int max_concurrent_per_tenant = 128;  // one tenant cannot fill the queue
   int prefill_chunk_tokens = 512;
   int prefill_chunk_tokens_idle = 2048;
   int64_t cache_tokens = 1 << 16;
   int block_tokens = 16;
   bool prefix_cache = true;
   int64_t prefix_cache_bytes = int64_t{1} << 30;
+  std::string public_system_prompt;  // the one prefix the cache shares across tenants
   int threads = 0;
   int max_context = 0;
   int default_max_tokens = 1024;

@@ -78,7 +78,22 @@ struct GenerationRequest {
   // the distribution of the model's logits over the tokenizer's ids, padding
   // excluded, before temperature, top-p and the controller's mask; api.md).
   int logprobs = -1;
+  // Who the sequence is for (the daemon's tenant). Waiting sequences are
+  // admitted round-robin across tenants (FairShareOrder), and a cached
+  // prompt prefix is reused only by sequences of the same tenant.
+  std::string tenant;
+  // The leading prompt tokens that are the deployment's public prefix (the
+  // daemon's configured public system prompt, never a tenant's choice): their
+  // state is cached for, and reused by, every tenant. 0: none.
+  int64_t public_prefix_tokens = 0;
 };
+
+// The order in which waiting sequences are admitted: round-robin across
+// tenants, each tenant's in arrival order. Given the tenants of a queue in
+// arrival order, returns the queue's indices in admission order: every
+// tenant's first, in the order they first arrived, then every tenant's
+// second, and so on. One tenant's many requests cannot hold back another's.
+std::vector<size_t> FairShareOrder(const std::vector<std::string>& tenants);
 
 struct TokenLogprob {
   int token = 0;
