@@ -20,7 +20,11 @@
 // reasoning after a final answer, so the prompt after one hits up to the
 // start of that turn). Bounded by prefix_cache_bytes (the copies' floats and
 // tokens), least recently used first out; a copy alone over the bound is not
-// kept. Results are the same with the cache on or off.
+// kept. A kept state is reused only by prompts of the same tenant
+// (GenerationRequest::tenant), except the state after a public prefix
+// (public_prefix_tokens), kept for every tenant. Waiting sequences are
+// admitted round-robin across tenants (FairShareOrder). Results are the
+// same with the cache on or off.
 //
 // Harmony-aware where the moe-dsa-v1 Engine is think-span-aware: a token is
 // `reasoning` when it is in the body of an `analysis` message (counted in
