@@ -66,9 +66,9 @@ void CompletionSink::OnDisconnect() {
   if (id) scheduler_.Cancel(*id);
 }
 
-void CompletionSink::AbortStream(const json& error_body) {
+void CompletionSink::AbortStream(const json& error_body, bool done) {
   sse_.Send(error_body.dump());
-  sse_.Send("[DONE]");
+  if (done) sse_.Send("[DONE]");
   sse_.Close();
 }
 
@@ -127,7 +127,9 @@ void CompletionSink::OnEvent(const engine::TokenEvent& e) {
     last_token_at_ = now;
     std::optional<ContentLogprob> lp;
     if (info_.logprobs && e.logprob) lp = ContentLogprob{e.token, *e.logprob, e.top_logprobs};
-    SendDelta(assembler_.OnToken(e.token, e.reasoning, lp ? &*lp : nullptr));
+    OutputDelta delta = assembler_.OnToken(e.token, e.reasoning, lp ? &*lp : nullptr);
+    if (e.finish == engine::FinishReason::kNone) SendDelta(delta);
+    else withheld_.push_back(std::move(delta));  // after the charge (Complete)
     if (assembler_.StopMatched() && !stop_cancel_sent_ && e.finish == engine::FinishReason::kNone) {
       // A stop string ended the answer: free the sequence now.
       stop_cancel_sent_ = true;
@@ -138,7 +140,7 @@ void CompletionSink::OnEvent(const engine::TokenEvent& e) {
 }
 
 void CompletionSink::Finish(const engine::TokenEvent& e) {
-  SendDelta(assembler_.Finish());
+  withheld_.push_back(assembler_.Finish());
   if (std::string fault = assembler_.FormatFault(); !fault.empty()) {
     log::Warn("completion " + info_.id + ": the model's output broke the chat format (" + fault +
               "); answered with what was read before");
@@ -183,6 +185,7 @@ void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged
                        ? ApiError::Unavailable("The server is shutting down; the request was cancelled before it finished", 1)
                        : ApiError::Internal("The request was cancelled inside the server before it finished");
     metrics_.RequestFinished(err.status, seconds);
+    for (const auto& d : withheld_) SendDelta(d);  // what was made before the failure, then why
     if (info_.stream) AbortStream(err.ToJson());
     else ReplyError(*exchange_, err);
     return;
@@ -192,7 +195,9 @@ void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged
     ApiError err = ApiError::Internal("The usage of this completion could not be recorded (" +
                                       charged.error().message() + "); it was not charged");
     metrics_.RequestFinished(err.status, seconds);
-    if (info_.stream) AbortStream(err.ToJson());
+    // Neither the withheld end of the answer nor [DONE]: the client does
+    // not get a complete answer that was not charged.
+    if (info_.stream) AbortStream(err.ToJson(), /*done=*/false);
     else ReplyError(*exchange_, err);
     return;
   }
@@ -202,6 +207,7 @@ void CompletionSink::Complete(const engine::TokenEvent& e, const Status& charged
   else if (!assembler_.tool_calls().empty()) finish_reason = "tool_calls";
   metrics_.RequestFinished(200, seconds);
 
+  for (const auto& d : withheld_) SendDelta(d);  // charged: the end of the answer goes out
   if (info_.stream) {
     sse_.Send(Chunk(json::object(), finish_reason).dump());
     if (info_.include_usage) {

@@ -68,7 +68,8 @@ class CompletionSink : public SequenceSink, public std::enable_shared_from_this<
   void OnDisconnect();
   void SetSequence(engine::SequenceId id);
   // Submit failed after BeginStream: the error goes into the stream.
-  void AbortStream(const nlohmann::json& error_body);
+  // Sends the error; `done` adds [DONE] (never after an uncharged answer).
+  void AbortStream(const nlohmann::json& error_body, bool done = true);
 
   void OnEvent(const engine::TokenEvent& event) override;
 
@@ -97,6 +98,10 @@ class CompletionSink : public SequenceSink, public std::enable_shared_from_this<
   bool stop_cancel_sent_ = false;
   std::atomic<bool> disconnected_{false};
   std::optional<std::chrono::steady_clock::time_point> last_token_at_;
+  // The finishing event's output (its token and what the reader held back):
+  // sent only once the charge is committed, so that a client never holds a
+  // whole answer the ledger did not record.
+  std::vector<OutputDelta> withheld_;
 };
 
 }  // namespace moeserve::daemon

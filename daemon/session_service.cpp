@@ -235,6 +235,20 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
     if (*used + adding > settings.tenant_quota_bytes) {
       return ApiFail(QuotaExceeded(tenant, *used, adding, settings.tenant_quota_bytes));
     }
+    // The global cap keeps the state volume from filling, whoever fills it:
+    // the usage ledger beside the sessions must always be able to commit.
+    auto total = store.TotalBytes();
+    if (!total) return ApiFail(ApiError::Internal("The session store could not be read: " + total.error().message()));
+    if (*total + adding > settings.total_quota_bytes) {
+      return ApiFail(ApiError{507, "server_error", "session_storage_full",
+                              "The daemon's sessions (every tenant's) take " + std::to_string(*total) +
+                                  " bytes; this request adds " + std::to_string(adding) +
+                                  " and the global cap (session_total_quota_bytes) is " +
+                                  std::to_string(settings.total_quota_bytes) +
+                                  " bytes. Delete sessions (DELETE /v1/sessions/{id}) or wait for idle ones to expire; "
+                                  "requests without a session are served",
+                              "", 0});
+    }
     return {};
   }
 

@@ -46,6 +46,8 @@ Status ApplySessionSetting(SessionSettings& s, const std::string& key, const std
     return number(1, 365.0 * 86400, s.idle_seconds);
   else if (key == "session_tenant_quota_bytes")
     return integer(0, int64_t{1} << 50, s.tenant_quota_bytes);
+  else if (key == "session_total_quota_bytes")
+    return integer(0, int64_t{1} << 50, s.total_quota_bytes);
   else if (key == "session_context_tokens")
     return integer(0, int64_t{1} << 31, s.context_tokens);
   else if (key == "session_keep_exchanges")

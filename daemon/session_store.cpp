@@ -361,6 +361,13 @@ Result<int64_t> SessionStore::TenantBytes(const std::string& tenant) const {
   return s.Int(0);
 }
 
+Result<int64_t> SessionStore::TotalBytes() const {
+  std::lock_guard lock(db_mu_);
+  Stmt s(db_, "SELECT coalesce(sum(bytes), 0) FROM sessions");
+  if (!s.ok() || s.Step() != SQLITE_ROW) return Fail(Error::Io(std::string("session store: ") + sqlite3_errmsg(db_)));
+  return s.Int(0);
+}
+
 Result<int64_t> SessionStore::Count() const {
   std::lock_guard lock(db_mu_);
   Stmt s(db_, "SELECT count(*) FROM sessions");

@@ -4,6 +4,8 @@
 //   session_db_path: ""                 # SQLite; default
 //   <state_dir>/sessions.sqlite3; neither: in memory session_idle_seconds:
 //   86400         # a session unused this long is deleted
+//   session_total_quota_bytes: 805306368    # every tenant's sessions together (507 past it);
+//                                           # below the state volume, leaving the ledger room
 //   session_tenant_quota_bytes: 268435456   # storage per tenant; a turn or
 //   session past it is refused (403) session_context_tokens: 0           #
 //   context budget of a session's prompt plus answer; 0: max_context
@@ -38,6 +40,9 @@ struct SessionSettings {
   std::string db_path;
   double idle_seconds = 86400;
   int64_t tenant_quota_bytes = int64_t{256} << 20;
+  // Every tenant's sessions together: below the state volume (1 GiB by
+  // default) so that the usage ledger beside them always has room to commit.
+  int64_t total_quota_bytes = int64_t{768} << 20;
   int64_t context_tokens = 0;
   int keep_exchanges = 2;
   int summary_max_tokens = 256;
