@@ -236,6 +236,39 @@ TEST(GptOssEngine, PromptStateCacheServesExtensionsWithTheSameTokens) {
   EXPECT_EQ(small->Metrics().prefix_cache.too_large, 2u);
 }
 
+// The kept prompt states are per tenant: another tenant's extension of a
+// kept prompt starts afresh (its cached_tokens would tell it the prompt was
+// sent); the state after a public prefix is kept for every tenant.
+TEST(GptOssEngine, PromptStatesAreReusedOnlyByTheirTenantExceptThePublicPrefix) {
+  auto e = NewEngine();
+  ASSERT_TRUE(e);
+  auto cached = [&](const std::string& tenant, const std::vector<int>& prompt, int64_t public_tokens) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_tokens = 2;
+    r.sampling.temperature = 0;
+    r.stop_tokens = {-1};
+    r.tenant = tenant;
+    r.public_prefix_tokens = public_tokens;
+    auto id = e->Submit(r);
+    EXPECT_TRUE(id);
+    return Drain(*e)[*id].back().usage.cached_tokens;
+  };
+  const std::vector<int> first = Prompt(20, 4);
+  std::vector<int> second = first;
+  for (int t : Prompt(11, 5)) second.push_back(t);
+  EXPECT_EQ(cached("a", first, 0), 0);
+  EXPECT_EQ(cached("b", second, 0), 0);   // a's state is a's
+  EXPECT_EQ(cached("a", second, 0), 20);  // a's extension hits
+  // 12 public tokens: kept once for everyone, whoever sent them first.
+  std::vector<int> pub = Prompt(12, 6), mine = pub, theirs = pub;
+  for (int t : Prompt(9, 7)) mine.push_back(t);
+  for (int t : Prompt(9, 8)) theirs.push_back(t);
+  EXPECT_EQ(cached("a", mine, 12), 0);
+  EXPECT_EQ(cached("b", theirs, 12), 12);
+  EXPECT_EQ(cached("c", theirs, 0), 0);  // not marked public: nothing of another tenant's
+}
+
 TEST(GptOssEngine, AnalysisIsReasoningAndTheBudgetOpensTheFinalAnswer) {
   GptOssEngine* e = &SharedPlain();
   const HfTokenizer& tok = e->tokenizer();
