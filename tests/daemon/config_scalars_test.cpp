@@ -50,6 +50,8 @@ http_threads: 4  # int http_threads
 max_body_bytes: 8388608  # int max_body_bytes
 shutdown_grace_seconds: 30.0  # num shutdown_grace_seconds
 max_running: 64  # int max_running
+max_concurrent_per_tenant: 16  # int max_concurrent_per_tenant
+public_system_prompt: You are a helpful assistant.  # text public_system_prompt
 max_queue: 256  # int max_queue
 prefill_chunk_tokens: 512  # int prefill_chunk_tokens
 prefill_chunk_tokens_idle: 2048  # int prefill_chunk_tokens_idle
@@ -80,6 +82,7 @@ global_spend_file: /etc/moe/budget/spend.json  # text global_spend_file
 session_db_path: /var/lib/moeserve/sessions.sqlite3  # text session_db_path
 session_idle_seconds: 3600.0  # num session_idle_seconds
 session_tenant_quota_bytes: 1048576  # int session_tenant_quota_bytes
+session_total_quota_bytes: 268435456  # int session_total_quota_bytes
 session_context_tokens: 4096  # int session_context_tokens
 session_keep_exchanges: 4  # int session_keep_exchanges
 session_summary_max_tokens: 256  # int session_summary_max_tokens
