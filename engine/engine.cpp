@@ -3,18 +3,22 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "moeserve/common/exception_text.hpp"
 #include "moeserve/common/log.hpp"
+#include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "moeserve/engine/sampler.hpp"
 #include "moeserve/engine/tokenizer.hpp"
+#include "families/moe_dsa_v1/family.hpp"
 #include "prefix_cache.hpp"
 
 namespace moeserve::engine {
@@ -30,12 +34,12 @@ struct Sequence {
   int64_t public_at = 0;    // block-aligned end of the public prefix, kept for every tenant (0: none)
   SequenceCache cache;
   std::mt19937_64 rng;
-  bool in_reasoning = false;
+  std::unique_ptr<ReasoningTracker> reasoning;  // the family's reading of the chat format
   SequenceUsage usage;
 };
 
+// Submit fills an empty stop list with the family's defaults.
 bool IsStop(const Sequence& s, int token) {
-  if (s.req.stop_tokens.empty()) return token == tok::kEnd || token == tok::kEos;
   return std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), token) != s.req.stop_tokens.end();
 }
 
@@ -43,7 +47,9 @@ bool IsStop(const Sequence& s, int token) {
 
 struct Engine::Impl {
   EngineOptions options;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<FamilyModel> model;
+  const Model* layer_graph = nullptr;  // model, when it is the moe-dsa-v1 layer graph
+  std::shared_ptr<const ChatHooks> chat;
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<PrefixCache> prefix;
   int max_context = 0;
@@ -82,7 +88,36 @@ struct Engine::Impl {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+namespace {
+
+ModelOptions ModelOptionsFor(const EngineOptions& options) {
+  ModelOptions mo;
+  mo.kernels = options.kernels;
+  mo.bf16_activations = options.bf16_activations;
+  mo.deterministic = options.deterministic;
+  mo.ep_rank = options.ep_rank;
+  mo.ep_world = options.ep_world;
+  return mo;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const EngineOptions& options) {
+  MOE_TRY(ValidateEngineOptions(options));
+  FamilyParts parts;
+  MOE_ASSIGN_OR_RETURN(parts.model, Model::Load(model_dir, ModelOptionsFor(options)));
+  parts.chat = MoeDsaV1Chat();
+  return Create(std::move(parts), options);
+}
+
+Result<std::unique_ptr<Engine>> Engine::Open(const std::string& dir, const EngineOptions& options) {
+  MOE_TRY(ValidateEngineOptions(options));
+  MOE_ASSIGN_OR_RETURN(const FamilyEntry* family, FindFamily(dir));
+  MOE_ASSIGN_OR_RETURN(FamilyParts parts, family->load(dir, ModelOptionsFor(options)));
+  return Create(std::move(parts), options);
+}
+
+Status Engine::ValidateEngineOptions(const EngineOptions& options) {
   if (options.block_tokens <= 0 || options.cache_tokens < options.block_tokens || options.max_running <= 0 ||
       options.prefill_chunk_tokens <= 0 || options.prefill_chunk_tokens_idle <= 0 || options.max_waiting < 0)
     return Fail(Error::InvalidArgument(
@@ -95,6 +130,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
     return Fail(Error::InvalidArgument("engine options: prefix_cache_bytes must not be negative"));
   if (options.deterministic && options.ep_world > 1)
     return Fail(Error::InvalidArgument("engine options: deterministic decode is not available with expert parallelism"));
+  return Ok();
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOptions& options) {
+  MOE_TRY(ValidateEngineOptions(options));
+  if (!parts.model || !parts.chat) return Fail(Error::InvalidArgument("engine: a family needs a model and chat hooks"));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.ep_world > 1 && options.prefix_cache) {
@@ -102,13 +143,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
     impl->options.prefix_cache = false;
   }
   impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes, 4096, std::clamp(options.prefix_pin_share, 0.0, 1.0));
-  ModelOptions mo;
-  mo.kernels = options.kernels;
-  mo.bf16_activations = options.bf16_activations;
-  mo.deterministic = options.deterministic;
-  mo.ep_rank = options.ep_rank;
-  mo.ep_world = options.ep_world;
-  MOE_ASSIGN_OR_RETURN(impl->model, Model::Load(model_dir, mo));
+  impl->model = std::move(parts.model);
+  impl->layer_graph = dynamic_cast<const Model*>(impl->model.get());
+  impl->chat = std::move(parts.chat);
   const int64_t blocks = options.cache_tokens / options.block_tokens;
   try {
     impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());
@@ -116,28 +153,33 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const 
     return Fail(Error::ResourceExhausted("KV cache pool of " + std::to_string(options.cache_tokens) +
                                         " tokens could not be allocated; lower cache_tokens"));
   }
-  int64_t ctx = model_dir.config.max_position_embeddings;
+  int64_t ctx = impl->model->max_position();
   if (options.max_context > 0) ctx = std::min<int64_t>(ctx, options.max_context);
   ctx = std::min<int64_t>(ctx, blocks * options.block_tokens);  // one sequence must fit the pool
   impl->max_context = static_cast<int>(std::min<int64_t>(ctx, 1 << 30));
-  const auto& c = model_dir.config;
-  impl->metrics.expert_tokens.resize(static_cast<size_t>(c.num_layers));
-  for (int i = 0; i < c.num_layers; ++i)
-    if (c.IsMoeLayer(i)) impl->metrics.expert_tokens[static_cast<size_t>(i)].assign(static_cast<size_t>(c.moe.num_experts), 0);
+  const std::vector<int> experts = impl->model->ExpertCounts();
+  impl->metrics.expert_tokens.resize(experts.size());
+  for (size_t i = 0; i < experts.size(); ++i) impl->metrics.expert_tokens[i].assign(static_cast<size_t>(experts[i]), 0);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-const ModelConfig& Engine::config() const { return impl_->model->config(); }
-const Model& Engine::model() const { return *impl_->model; }
+const ModelConfig& Engine::config() const { return model().config(); }
+const Model& Engine::model() const {
+  if (!impl_->layer_graph) throw std::logic_error("Engine::model(): the " + impl_->chat->family() + " family does not run on the moe-dsa-v1 layer graph");
+  return *impl_->layer_graph;
+}
+const FamilyModel& Engine::family_model() const { return *impl_->model; }
+const ChatHooks& Engine::chat() const { return *impl_->chat; }
 int Engine::max_context() const { return impl_->max_context; }
 
 Result<SequenceId> Engine::Submit(GenerationRequest request) {
-  const int V = config().vocab_size;
+  const int V = impl_->model->vocab_size();
+  const int padding = impl_->chat->sampled_ids();
   if (request.prompt.empty()) return Fail(Error::InvalidArgument("the prompt is empty"));
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     int id = request.prompt[i];
     if (id < 0 || id >= V) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " has id " + std::to_string(id) + ", outside the vocabulary"));
-    if (id >= tok::kFirstPadding) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " is padding id " + std::to_string(id) + ", which is refused in input"));
+    if (id >= padding) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " is padding id " + std::to_string(id) + ", which is refused in input"));
   }
   if (request.max_tokens < 1) return Fail(Error::InvalidArgument("max_tokens must be at least 1"));
   if (request.logprobs < -1 || request.logprobs > 20)
@@ -151,7 +193,8 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   seq->prompt_len = static_cast<int64_t>(request.prompt.size());
   seq->tokens = request.prompt;
   seq->rng.seed(request.sampling.seed);
-  seq->in_reasoning = request.starts_in_reasoning;
+  if (request.stop_tokens.empty()) request.stop_tokens = impl_->chat->DefaultStops();
+  seq->reasoning = impl_->chat->NewTracker(request);
   seq->usage.prompt_tokens = static_cast<int>(seq->prompt_len);
   seq->req = std::move(request);
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -360,7 +403,7 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
       done.insert(s);
     }
   } else {
-    const int V = model->config().vocab_size;
+    const int V = model->vocab_size();
     for (size_t k = 0; k < owners.size(); ++k) {
       Sequence& s = *owners[k];
       if (options.prefix_cache && s.cache.length == s.public_at && s.public_at > 0) {
@@ -394,23 +437,33 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
 }
 
 bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEvent>& events) {
-  const int V = model->config().vocab_size;
+  const int V = model->vocab_size();
   std::deque<std::pair<int, bool>> emit;  // (token, forced)
   std::optional<float> sampled_logprob;    // for the sampled token, when asked for
   std::vector<TokenLogprob> sampled_top;
-  // A spent thinking budget closes the span instead of sampling (model.md 9).
-  const bool budget_spent = s.in_reasoning && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget;
+  // A spent thinking budget closes the span instead of sampling (model.md 9),
+  // as the family's chat format closes one.
+  const bool budget_spent =
+      s.reasoning->InReasoning() && s.req.thinking_budget >= 0 && s.usage.reasoning_tokens >= s.req.thinking_budget;
   if (budget_spent) {
-    emit.push_back({tok::kEndThink, true});
+    for (int t : chat->CloseReasoning()) emit.push_back({t, true});
   } else {
     // Only a request that asks for logprobs pays for them: they are read
     // from the raw logits, before the masks below change them.
     std::optional<TokenLogprobs> lp;
-    if (s.req.logprobs >= 0) lp.emplace(row);
-    MaskPadding(row);
+    const size_t ids = static_cast<size_t>(chat->sampled_ids());
+    if (s.req.logprobs >= 0) lp.emplace(row, ids);
+    for (size_t i = ids; i < row.size(); ++i) row[i] = -std::numeric_limits<float>::infinity();  // padding
     if (s.req.controller) s.req.controller->Mask(row);
     int t = SampleToken(row, s.req.sampling, s.rng);
-    if (t < 0) t = tok::kEnd;  // a controller that masks everything ends the turn
+    if (t < 0) {  // the controller masked everything: the family ends the turn, or the sequence fails
+      const std::optional<int> end = chat->AllMaskedToken();
+      if (!end) {
+        FailSequence(s, "the decode controller masked every token", events);
+        return true;
+      }
+      t = *end;
+    }
     emit.push_back({t, false});
     if (lp) {
       sampled_logprob = lp->Of(t);
@@ -425,12 +478,8 @@ bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEven
                           std::to_string(V), events);
       return true;
     }
-    bool reasoning = false;
-    // A stop token ends the turn; it is never a reasoning token.
-    if (s.in_reasoning && !IsStop(s, t)) {
-      if (t == tok::kEndThink) s.in_reasoning = false;
-      else reasoning = true, ++s.usage.reasoning_tokens;
-    }
+    const bool reasoning = s.reasoning->Feed(t, IsStop(s, t));
+    if (reasoning) ++s.usage.reasoning_tokens;
     s.tokens.push_back(t);
     ++s.usage.completion_tokens;
     FinishReason why = IsStop(s, t) ? FinishReason::kStop

@@ -86,6 +86,13 @@ SequenceCache Model::NewSequence() const {
   return cache;
 }
 
+std::vector<int> Model::ExpertCounts() const {
+  std::vector<int> counts(static_cast<size_t>(config_.num_layers), 0);
+  for (int i = 0; i < config_.num_layers; ++i)
+    if (config_.IsMoeLayer(i)) counts[static_cast<size_t>(i)] = config_.moe.num_experts;
+  return counts;
+}
+
 Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
                            std::vector<std::vector<uint64_t>>* expert_tokens, kernels::comm::Communicator* comm) const {
   const ModelConfig& c = config_;

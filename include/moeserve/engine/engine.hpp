@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/engine/family.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/model_dir.hpp"
 
@@ -69,9 +70,9 @@ struct GenerationRequest {
   std::vector<int> prompt;        // rendered chat, ending with <|assistant|><|think|> for a chat turn
   SamplingParams sampling;
   int max_tokens = 256;           // completion tokens, reasoning included
-  int thinking_budget = -1;       // reasoning tokens before a forced <|/think|>; -1: no limit
-  bool starts_in_reasoning = true;  // the prompt opened <|think|> (chat turns do)
-  std::vector<int> stop_tokens;   // empty: <|end|> and <|eos|>
+  int thinking_budget = -1;       // reasoning tokens before the family closes the span (<|/think|>); -1: no limit
+  bool starts_in_reasoning = true;  // moe-dsa-v1: the prompt opened <|think|> (chat turns do)
+  std::vector<int> stop_tokens;   // empty: the family's (moe-dsa-v1: <|end|> and <|eos|>)
   std::shared_ptr<DecodeController> controller;  // optional
   // Log-probabilities of sampled tokens: -1 off (nothing is computed); 0..20
   // the sampled token's and this many of the most likely tokens' (the
@@ -212,6 +213,11 @@ class StepEngine {
 
 class Engine : public StepEngine {
  public:
+  // The engine over any family's model (family.hpp).
+  static Result<std::unique_ptr<Engine>> Create(FamilyParts family, const EngineOptions& options);
+  // The family that the registry (family_registry.hpp) finds for DIR, loaded.
+  static Result<std::unique_ptr<Engine>> Open(const std::string& dir, const EngineOptions& options);
+  // A moe-dsa-v1 directory already opened (OpenModelDir).
   static Result<std::unique_ptr<Engine>> Create(const ModelDir& model, const EngineOptions& options);
   ~Engine();
 
@@ -236,14 +242,20 @@ class Engine : public StepEngine {
   // sequence, so pins never starve new requests. Any thread; takes effect
   // at the next Step.
   void PinPrefix(uint64_t key, std::vector<int> tokens, double seconds);
+  // The moe-dsa-v1 layer graph and its config, for the expert-parallel
+  // group's thread-safe calls; only for families that run on it (throws
+  // std::logic_error otherwise).
   const ModelConfig& config() const;
-  // The loaded model, for the expert-parallel group's thread-safe calls.
   const Model& model() const;
+  // The family's forward pass and chat hooks.
+  const FamilyModel& family_model() const;
+  const ChatHooks& chat() const;
   int max_context() const;
 
  private:
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
+  static Status ValidateEngineOptions(const EngineOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

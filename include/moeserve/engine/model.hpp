@@ -20,6 +20,7 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/family.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/model_dir.hpp"
@@ -83,12 +84,6 @@ struct ExpertParallelStats {
   std::vector<uint64_t> rank_rows; // [world]: rows routed to each rank's experts (every token of every batch)
 };
 
-struct ForwardSegment {
-  SequenceCache* cache = nullptr;
-  std::span<const int> tokens;   // at positions cache->length ...
-  bool all_logits = false;       // logits for every token, else only the last
-};
-
 // Where a forward pass spends its time, by layer kind and part (the prefill
 // breakdown benchmark, bench/prefill). Filled only when ForwardTrace::profile
 // points at one; with none, the timers are a null test each.
@@ -125,7 +120,9 @@ struct ForwardTrace {
 
 struct ModelWeights;
 
-class Model {
+// The moe-dsa-v1 family's FamilyModel (family.hpp); other families whose
+// checkpoints map onto this layer graph load through it too.
+class Model final : public FamilyModel {
  public:
   static Result<std::unique_ptr<Model>> Load(const ModelDir& dir, const ModelOptions& options = {});
   ~Model();
@@ -136,16 +133,19 @@ class Model {
   // moeserve/kernels/cpu_kernels.hpp).
   void set_options(const ModelOptions& o);
   // Floats one token occupies in a KvPool row (all attention layers).
-  size_t cache_floats_per_token() const { return floats_per_token_; }
+  size_t cache_floats_per_token() const override { return floats_per_token_; }
   // A cache with zeroed DeltaNet state and no blocks.
-  SequenceCache NewSequence() const;
+  SequenceCache NewSequence() const override;
+  int vocab_size() const override { return config_.vocab_size; }
+  int64_t max_position() const override { return config_.max_position_embeddings; }
+  std::vector<int> ExpertCounts() const override;
 
   // Appends each segment's tokens to its cache (blocks must already cover
   // them: EnsureBlocks) and writes logits rows (vocab_size floats each) in
   // segment order. expert_tokens, when given, is incremented per routed
   // (layer, expert).
   Status Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
-                 ForwardTrace* trace = nullptr, std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const;
+                 ForwardTrace* trace = nullptr, std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const override;
 
   // Bytes the loaded weights keep in memory on this rank (its experts only
   // under expert parallelism).
@@ -171,7 +171,7 @@ class Model {
   // Rank 0: ends every follower's Follow() with Ok.
   Status StopFollowers() const;
   // Rank 0: the sequence ended; followers drop its state with the next message.
-  void Retire(const SequenceCache& cache) const;
+  void Retire(const SequenceCache& cache) const override;
   // Ranks > 0: runs rank 0's passes until StopFollowers (Ok), `stop`, or a
   // failure of the group (kUnavailable; SetGroup a new one and follow again).
   Status Follow(KvPool& pool, const std::atomic<bool>& stop) const;

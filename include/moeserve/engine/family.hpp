@@ -1,0 +1,108 @@
+// What a model family supplies to the one serving engine (engine.hpp).
+//
+// The engine is written once: admission, the shared KV pool and its block
+// prefix cache, continuous batching, chunked prefill, sampling, logprobs,
+// decode controllers, fair share. A family brings the two parts that differ
+// between checkpoints:
+//
+//  * FamilyModel: the forward pass. It reads and writes the engine's KvPool
+//    through each sequence's block table (SequenceCache), for a batch of
+//    segments (prefill chunks and one-token decode steps of many sequences
+//    in one call). Its config parser and weight loader run in its Load.
+//  * ChatHooks: how the family's chat format shows in the token stream: the
+//    default stop tokens, which emitted tokens are reasoning, and the tokens
+//    that close a reasoning span when the thinking budget is spent.
+//
+// A family is one folder under engine/families/ and one line in the registry
+// (engine/families/registry.hpp), which maps a model directory to its family.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/engine/kv_pool.hpp"
+
+namespace moeserve::engine {
+
+struct GenerationRequest;
+struct ForwardTrace;
+
+// The next tokens of one sequence, appended at positions cache->length ...
+struct ForwardSegment {
+  SequenceCache* cache = nullptr;
+  std::span<const int> tokens;
+  bool all_logits = false;  // logits for every token, else only the last
+};
+
+// The forward pass the engine drives. Immutable after loading; Forward is
+// called from one thread at a time per KvPool.
+class FamilyModel {
+ public:
+  virtual ~FamilyModel() = default;
+  // Rows of logits (the embedding's rows, padding included).
+  virtual int vocab_size() const = 0;
+  // The context window the checkpoint was trained for.
+  virtual int64_t max_position() const = 0;
+  // Floats one token occupies in a KvPool row, every layer together.
+  virtual size_t cache_floats_per_token() const = 0;
+  // A cache with no blocks (and zeroed recurrent state where the family has any).
+  virtual SequenceCache NewSequence() const = 0;
+  // Appends each segment's tokens to its cache (its blocks must already
+  // cover them: EnsureBlocks) and writes logits rows (vocab_size() floats
+  // each) in segment order. expert_tokens, when given, is sized by
+  // ExpertCounts() and incremented per routed (layer, expert).
+  virtual Status Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
+                         ForwardTrace* trace = nullptr,
+                         std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const = 0;
+  // Experts per layer (0 for a layer without MoE): the shape of the engine's
+  // expert_tokens metric.
+  virtual std::vector<int> ExpertCounts() const = 0;
+  // The sequence ended (expert-parallel followers drop their copy).
+  virtual void Retire(const SequenceCache& cache) const { (void)cache; }
+};
+
+// One sequence's view of the chat format: which emitted tokens are reasoning.
+class ReasoningTracker {
+ public:
+  virtual ~ReasoningTracker() = default;
+  // Whether the next sampled token would be reasoning (the thinking budget
+  // counts these).
+  virtual bool InReasoning() const = 0;
+  // Reads one emitted token; returns whether it is a reasoning token.
+  // `is_stop`: it is one of the request's stop tokens.
+  virtual bool Feed(int token, bool is_stop) = 0;
+};
+
+class ChatHooks {
+ public:
+  virtual ~ChatHooks() = default;
+  // The family's name in the registry ("moe-dsa-v1", "gpt-oss"): what the
+  // daemon keys its chat rendering by.
+  virtual std::string family() const = 0;
+  // Stop tokens of a request that names none.
+  virtual std::vector<int> DefaultStops() const = 0;
+  // Ids below this may be sampled and take part in logprobs; the ones from
+  // here to vocab_size() are padding rows: never sampled, refused in prompts.
+  virtual int sampled_ids() const = 0;
+  // The tracker of a new sequence, given its request (and prompt).
+  virtual std::unique_ptr<ReasoningTracker> NewTracker(const GenerationRequest& request) const = 0;
+  // Forced when a sequence in reasoning has spent its thinking budget.
+  virtual std::vector<int> CloseReasoning() const = 0;
+  // What a sequence emits when its controller masked every token: a token
+  // that ends the turn, or none (the sequence fails).
+  virtual std::optional<int> AllMaskedToken() const = 0;
+};
+
+// A loaded family: what Engine::Create takes.
+struct FamilyParts {
+  std::unique_ptr<FamilyModel> model;
+  std::shared_ptr<const ChatHooks> chat;
+};
+
+}  // namespace moeserve::engine

@@ -1,0 +1,45 @@
+// Which model family serves a model directory. The table lives in
+// engine/families/registry.cpp: one line per family, each family in its own
+// folder under engine/families/ (family.hpp says what a family supplies).
+//
+// A directory's family is decided from its config.json: the first entry
+// whose `matches` accepts the probe (Hugging Face model_type and
+// architectures, or moe-dsa-v1's architecture) wins; a directory that no
+// entry claims goes to moe-dsa-v1, whose loader then says what is wrong.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/engine/family.hpp"
+
+namespace moeserve::engine {
+
+struct ModelOptions;  // model.hpp: kernels, activations, expert-parallel slice
+
+// What the registry reads of DIR/config.json to choose a family.
+struct ConfigProbe {
+  std::string model_type;                  // Hugging Face: "gpt_oss", "deepseek_v32", ...
+  std::vector<std::string> architectures;  // Hugging Face: "GptOssForCausalLM", ...
+  std::string architecture;                // moe-dsa-v1's own key
+};
+
+struct FamilyEntry {
+  const char* name;  // "moe-dsa-v1", "gpt-oss": ChatHooks::family() says the same
+  bool (*matches)(const ConfigProbe& probe);
+  // Parses the config, loads the weights and tokenizer; errors name the file or field.
+  Result<FamilyParts> (*load)(const std::string& dir, const ModelOptions& options);
+};
+
+// Every registered family, in matching order.
+std::span<const FamilyEntry> Families();
+
+// DIR/config.json read for the registry; errors name the file.
+Result<ConfigProbe> ProbeConfig(const std::string& dir);
+
+// The family that serves DIR.
+Result<const FamilyEntry*> FindFamily(const std::string& dir);
+
+}  // namespace moeserve::engine

@@ -1,0 +1,77 @@
+// The family registry (family_registry.hpp): a directory's config.json picks
+// its family; what no family claims goes to moe-dsa-v1, whose loader says
+// what is wrong; unreadable configs are clear errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/family_registry.hpp"
+#include "test_models.hpp"
+
+namespace moeserve::engine {
+namespace {
+
+std::string ConfigDir(const std::string& tag, const std::string& config_json) {
+  const std::string dir = testing_util::TempPath("registry_" + tag);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << config_json;
+  return dir;
+}
+
+std::string FamilyName(const std::string& dir) {
+  auto f = FindFamily(dir);
+  return f ? std::string((*f)->name) : "error: " + f.error().ToString();
+}
+
+TEST(FamilyRegistry, ConfigPicksTheFamily) {
+  EXPECT_EQ(FamilyName(testing_util::TinyModel()), "moe-dsa-v1");
+  // Unclaimed: moe-dsa-v1's loader then names the field.
+  const std::string other = ConfigDir("other", R"({"model_type": "llama"})");
+  EXPECT_EQ(FamilyName(other), "moe-dsa-v1");
+  auto e = Engine::Open(other, {});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().ToString().find("architecture"), std::string::npos) << e.error().ToString();
+  std::filesystem::remove_all(other);
+}
+
+TEST(FamilyRegistry, UnreadableConfigsAreClearErrors) {
+  EXPECT_NE(FamilyName(testing_util::TempPath("registry_missing")).find("cannot open"), std::string::npos);
+  EXPECT_NE(FamilyName(ConfigDir("bad", "[1, 2")).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(FamilyName(ConfigDir("array", "[1, 2]")).find("not a JSON object"), std::string::npos);
+}
+
+TEST(FamilyRegistry, NamesAreUniqueAndEveryEntryLoads) {
+  std::set<std::string> names;
+  for (const FamilyEntry& f : Families()) {
+    EXPECT_TRUE(names.insert(f.name).second) << f.name;
+    EXPECT_NE(f.matches, nullptr);
+    EXPECT_NE(f.load, nullptr);
+  }
+  EXPECT_TRUE(names.count("moe-dsa-v1"));
+}
+
+// The engine opened through the registry serves moe-dsa-v1 as Create does.
+TEST(FamilyRegistry, OpenServesMoeDsaV1) {
+  EngineOptions o;
+  o.cache_tokens = 1024;
+  auto e = Engine::Open(testing_util::TinyModel(), o);
+  ASSERT_TRUE(e) << e.error().ToString();
+  EXPECT_EQ((*e)->chat().family(), "moe-dsa-v1");
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 3;
+  r.sampling.temperature = 0;
+  r.stop_tokens = {-1};
+  ASSERT_TRUE((*e)->Submit(r));
+  int tokens = 0;
+  for (int i = 0; i < 20 && (*e)->HasWork(); ++i)
+    for (const TokenEvent& ev : (*e)->Step()) tokens += ev.token >= 0;
+  EXPECT_EQ(tokens, 3);
+}
+
+}  // namespace
+}  // namespace moeserve::engine
