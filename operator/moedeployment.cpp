@@ -111,6 +111,7 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
   if (s.max_unavailable_replicas < 1)
     return Fail(Error::InvalidArgument("spec.rollout.maxUnavailableReplicas: must be >= 1"));
   if (s.state_size_gi < 0) return Fail(Error::InvalidArgument("spec.state.sizeGi: must be >= 1"));
+  MOE_ASSIGN_OR_RETURN(s.autoscaling, ParseAutoscalingSpec(spec.contains("autoscaling") ? spec["autoscaling"] : json()));
   MOE_TRY(CheckTenantResources(s.resources));
   return s;
 }
@@ -226,10 +227,15 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
   // Service sends to another replica is forwarded to the owner, whose HTTP
   // server is its group's rank 0, addressed through the group's headless
   // Service. With TLS the peers are reached over https as clients are.
-  if (spec.replicas > 1) {
+  // With spec.autoscaling the list names every group up to maxReplicas, so
+  // that a scaling step leaves the config (and its hash) alone: a step adds
+  // or removes one group and never rolls the others.
+  const int peer_groups =
+      spec.autoscaling.enabled ? std::max(spec.replicas, spec.autoscaling.max_replicas) : spec.replicas;
+  if (peer_groups > 1) {
     std::string peers;
     const std::string scheme = spec.tls_secret.empty() ? "http" : "https";
-    for (int r = 0; r < spec.replicas; ++r) {
+    for (int r = 0; r < peer_groups; ++r) {
       const std::string group = GroupName(md, r);
       if (!peers.empty()) peers += ",";
       peers += SessionReplicaName(r) + "=" + scheme + "://" + group + "-0." + group + "." + Namespace(md) +
@@ -502,6 +508,11 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
   }
   json pod_spec = {
       {"automountServiceAccountToken", false},
+      // On SIGTERM (a group scaled away or replaced) the daemon drains: not
+      // ready, new requests refused with 503 Retry-After, requests in flight
+      // finish for up to its shutdown_grace_seconds (30). The kubelet must
+      // not kill it before that.
+      {"terminationGracePeriodSeconds", 45},
       {"enableServiceLinks", false},
       {"securityContext",
        {{"runAsNonRoot", true},

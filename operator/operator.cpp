@@ -65,6 +65,52 @@ struct Operator::Metrics {
     to(delivery_failed, s.delivery_failures);
     usage_sync_seconds.Set(s.last_sync_seconds);
   }
+  // The autoscaler (autoscaler.hpp).
+  prometheus::Family<prometheus::Counter>& autoscale_decisions =
+      prometheus::BuildCounter()
+          .Name("moe_operator_autoscaler_decisions_total")
+          .Help("Autoscaler decisions by outcome (hold, scale_up, scale_down)")
+          .Register(*registry);
+  prometheus::Counter& decided_hold = autoscale_decisions.Add({{"outcome", "hold"}});
+  prometheus::Counter& decided_up = autoscale_decisions.Add({{"outcome", "scale_up"}});
+  prometheus::Counter& decided_down = autoscale_decisions.Add({{"outcome", "scale_down"}});
+  prometheus::Family<prometheus::Counter>& autoscale_errors =
+      prometheus::BuildCounter()
+          .Name("moe_operator_autoscaler_errors_total")
+          .Help("Autoscaler failures by kind (refused: the scale write was refused, e.g. by quota; write: another "
+                "write error; metrics_read: a daemon's /metrics could not be read)")
+          .Register(*registry);
+  prometheus::Counter& refused = autoscale_errors.Add({{"kind", "refused"}});
+  prometheus::Counter& write_errors = autoscale_errors.Add({{"kind", "write"}});
+  prometheus::Counter& metrics_reads_failed = autoscale_errors.Add({{"kind", "metrics_read"}});
+  prometheus::Family<prometheus::Gauge>& autoscale_current =
+      prometheus::BuildGauge()
+          .Name("moe_operator_autoscaler_current_replicas")
+          .Help("spec.replicas of each autoscaled MoEDeployment, last interval")
+          .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& autoscale_desired =
+      prometheus::BuildGauge()
+          .Name("moe_operator_autoscaler_desired_replicas")
+          .Help("Replica groups the autoscaler wanted for each MoEDeployment, last interval")
+          .Register(*registry);
+  void Update(const AutoscalerStats& s) {
+    auto to = [](prometheus::Counter& c, uint64_t v) {
+      if (static_cast<double>(v) > c.Value()) c.Increment(static_cast<double>(v) - c.Value());
+    };
+    to(decided_up, s.scale_ups);
+    to(decided_down, s.scale_downs);
+    to(decided_hold, s.decisions - std::min(s.decisions, s.scale_ups + s.scale_downs));
+    to(refused, s.refusals);
+    to(write_errors, s.errors);
+    to(metrics_reads_failed, s.pods_failed);
+    for (const auto& [key, counts] : s.replicas) {
+      const auto slash = key.find('/');
+      const std::map<std::string, std::string> labels = {{"namespace", key.substr(0, slash)},
+                                                          {"moedeployment", key.substr(slash + 1)}};
+      autoscale_current.Add(labels).Set(counts.first);
+      autoscale_desired.Add(labels).Set(counts.second);
+    }
+  }
 };
 
 struct Operator::Servers {
@@ -163,6 +209,9 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   usage_sync_ = std::make_unique<UsageSync>(
       client_, UsageSync::Caches{&quota_->policies(), &md_informer_->cache(), caches.statefulsets, caches.secrets},
       *hook_secrets, options_.usage_sync);
+  autoscaler_ = std::make_unique<Autoscaler>(
+      client_, Autoscaler::Caches{&md_informer_->cache(), caches.statefulsets, caches.secrets}, events_.get(),
+      options_.autoscaler);
 }
 
 Operator::~Operator() {
@@ -259,6 +308,7 @@ Status Operator::Run() {
         metrics_->depth.Set(static_cast<double>(queue_.Len()));
         metrics_->is_leader.Set(leading_ ? 1 : 0);
         metrics_->Update(usage_sync_->stats());
+        metrics_->Update(autoscaler_->stats());
         http::http_response resp(http::status_codes::OK);
         resp.set_body(prometheus::TextSerializer().Serialize(metrics_->registry->Collect()),
                       "text/plain; version=0.0.4");
@@ -318,6 +368,7 @@ Status Operator::Run() {
             quota_->SetLeading(true);
             StartWorkers();
             usage_sync_->Start();
+            autoscaler_->Start();
           },
           [&] {
             std::lock_guard lock(leadership_mu_);
@@ -325,6 +376,7 @@ Status Operator::Run() {
             metrics_->is_leader.Set(0);
             quota_->SetLeading(false);
             usage_sync_->Stop();
+            autoscaler_->Stop();
             if (!stop_) {
               lost_leadership_ = true;
               RequestStop();
@@ -336,6 +388,7 @@ Status Operator::Run() {
     quota_->SetLeading(true);
     StartWorkers();
     usage_sync_->Start();
+    autoscaler_->Start();
   }
   while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 
@@ -349,6 +402,7 @@ Status Operator::Run() {
       if (w.joinable()) w.join();
     workers_.clear();
     usage_sync_->Stop();
+    autoscaler_->Stop();
   }
   if (elector_thread.joinable()) elector_thread.join();
   quota_->Stop();

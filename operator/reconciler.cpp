@@ -663,6 +663,9 @@ Status MoEDeploymentReconciler::WriteStatus(json& md, const MoEDeploymentSpec* s
     status["updatedReplicas"] = rollout.updated;
     status["ready"] = ready_text;
     status["endpoint"] = desired::Endpoint(md, *spec);
+    // The scale subresource's labelSelectorPath: what an HPA averages pod metrics over.
+    status["selector"] = "app.kubernetes.io/instance=" + Name(md) +
+                         ",app.kubernetes.io/component=daemon,apps.kubernetes.io/pod-index=0";
     if (complete) status["modelRevision"] = spec->model_revision;
   }
   status["phase"] = phase;

@@ -25,8 +25,9 @@ size_t Collect(char* data, size_t size, size_t n, void* out) {
   return size * n;
 }
 
-Result<nlohmann::json> Call(const DaemonEndpoint& d, const std::string& method, const std::string& path,
-                            const std::string& body, std::chrono::milliseconds timeout) {
+// The answer's body once the status is 2xx.
+Result<std::string> CallText(const DaemonEndpoint& d, const std::string& method, const std::string& path,
+                             const std::string& body, std::chrono::milliseconds timeout) {
   const std::string url = d.base_url + path;
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) return Fail(Error::Internal("curl_easy_init failed"));
@@ -76,7 +77,15 @@ Result<nlohmann::json> Call(const DaemonEndpoint& d, const std::string& method, 
     if (status >= 500 || status == 429) return Fail(Error::Unavailable(what + ": " + message));
     return Fail(Error::InvalidArgument(what + ": " + message));
   }
-  if (parsed.is_discarded()) return Fail(Error::InvalidArgument(what + ": the answer is not JSON"));
+  return std::move(answer.body);
+}
+
+Result<nlohmann::json> Call(const DaemonEndpoint& d, const std::string& method, const std::string& path,
+                            const std::string& body, std::chrono::milliseconds timeout) {
+  MOE_ASSIGN_OR_RETURN(std::string text, CallText(d, method, path, body, timeout));
+  auto parsed = nlohmann::json::parse(text, nullptr, false);
+  if (parsed.is_discarded())
+    return Fail(Error::InvalidArgument(method + " " + d.base_url + path + ": the answer is not JSON"));
   return parsed;
 }
 
@@ -84,6 +93,10 @@ Result<nlohmann::json> Call(const DaemonEndpoint& d, const std::string& method, 
 
 Result<nlohmann::json> DaemonGetJson(const DaemonEndpoint& d, const std::string& path, std::chrono::milliseconds timeout) {
   return Call(d, "GET", path, "", timeout);
+}
+
+Result<std::string> DaemonGetText(const DaemonEndpoint& d, const std::string& path, std::chrono::milliseconds timeout) {
+  return CallText(d, "GET", path, "", timeout);
 }
 
 Result<nlohmann::json> DaemonPutJson(const DaemonEndpoint& d, const std::string& path, const nlohmann::json& body,

@@ -15,6 +15,7 @@
 //                [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]
 //                [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]
 //                [--usage-sync-interval S] [--usage-sync-timeout S]
+//                [--autoscale-interval S] [--autoscale-timeout S] [--autoscale-ttft-window S]
 //
 // The quota webhook (--webhook-addr, default :9443) serves on every replica
 // from the Secret --webhook-secret in --operator-namespace (default
@@ -57,7 +58,8 @@ int Usage(const std::string& why) {
                "       [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]\n"
                "       [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]\n"
                "       [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]\n"
-               "       [--usage-sync-interval S] [--usage-sync-timeout S]\n";
+               "       [--usage-sync-interval S] [--usage-sync-timeout S]\n"
+               "       [--autoscale-interval S] [--autoscale-timeout S] [--autoscale-ttft-window S]\n";
   return 2;
 }
 
@@ -130,6 +132,9 @@ int main(int argc, char** argv) {
       else if (a == "--webhook-check-seconds") options.webhook.check_interval = Seconds(value);
       else if (a == "--usage-sync-interval") options.usage_sync.interval = Seconds(value);
       else if (a == "--usage-sync-timeout") options.usage_sync.request_timeout = Seconds(value);
+      else if (a == "--autoscale-interval") options.autoscaler.interval = Seconds(value);
+      else if (a == "--autoscale-timeout") options.autoscaler.request_timeout = Seconds(value);
+      else if (a == "--autoscale-ttft-window") options.autoscaler.ttft_window_seconds = Seconds(value).count() / 1000.0;
       else if (a == "--help") return Usage("help");
       else return Usage("unknown flag " + a);
     }

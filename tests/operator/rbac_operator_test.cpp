@@ -158,6 +158,8 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
     for (const char* extra : {"--metrics-addr=0", "--health-addr=0"}) args.push_back(extra);
     args.push_back("--webhook-addr=127.0.0.1:" + std::to_string(webhook_port));
     args.push_back("--kubeconfig=" + kubeconfig);
+    // The scenario is short: the autoscaler looks every second, not every 15.
+    args.push_back("--autoscale-interval=1");
     return args;
   };
 
@@ -245,6 +247,18 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
       auto p = server.Get("networkpolicies.networking.k8s.io", "team-a", "ultra-r0");
       return p && (*p)["spec"]["ingress"].size() == 2;
     }, 30s));
+
+    // 4c. Autoscaling turned on for `mini` with a floor above its replicas:
+    //     the autoscaler writes spec.replicas through the scale subresource
+    //     (judged by the webhook) and records its decision in status.
+    ASSERT_TRUE(server.Mutate("moedeployments.moeserve.io", "team-a", "mini", [](json& o) {
+      o["spec"]["autoscaling"] = {{"minReplicas", 2}, {"maxReplicas", 2}, {"targets", {{"waitingRequestsPerReplica", 4}}}};
+    }));
+    ASSERT_TRUE(WaitFor([&] {
+      auto md = server.Get("moedeployments.moeserve.io", "team-a", "mini");
+      return md && (*md)["spec"].value("replicas", 0) == 2 &&
+             !(*md).value("status", json::object()).value("autoscaling", json::object()).value("lastDecision", "").empty();
+    }, 30s)) << StatusOf(server, "team-a", "mini").dump(2);
 
     // 5. Deleted through the finalizer: the cache volume goes with it.
     ASSERT_TRUE(server.Delete("moedeployments.moeserve.io", "team-a", "ultra"));

@@ -1,6 +1,7 @@
 // The operator's calls to a daemon pod's admin API, with the operator's
 // admin key: GET /v1/usage (every tenant's rows) and PUT /v1/admin/spend
-// (the global spend, global_spend.hpp). Pods are reached by IP, so for an
+// (the global spend, global_spend.hpp); and GET /metrics with the metrics
+// token (the autoscaler). Pods are reached by IP, so for an
 // HTTPS daemon the certificate is checked against the deployment's own
 // certificate (the tls.crt copied into its Secret, trusted as it is) and not
 // against a host name. Proxies from the environment are not used, redirects
@@ -30,6 +31,9 @@ struct DaemonEndpoint {
 };
 
 Result<nlohmann::json> DaemonGetJson(const DaemonEndpoint& d, const std::string& path, std::chrono::milliseconds timeout);
+// The body as text (/metrics, Prometheus text format); `admin_key` carries
+// whichever bearer token the path wants (the metrics token for /metrics).
+Result<std::string> DaemonGetText(const DaemonEndpoint& d, const std::string& path, std::chrono::milliseconds timeout);
 Result<nlohmann::json> DaemonPutJson(const DaemonEndpoint& d, const std::string& path, const nlohmann::json& body,
                                      std::chrono::milliseconds timeout);
 

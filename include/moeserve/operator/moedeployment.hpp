@@ -8,6 +8,7 @@
 
 #include "moeserve/common/base64.hpp"
 #include "moeserve/common/status.hpp"
+#include "moeserve/operator/autoscaling.hpp"
 #include "moeserve/operator/kube_client.hpp"
 #include "moeserve/operator/scheduling_policy.hpp"
 
@@ -107,6 +108,8 @@ struct MoEDeploymentSpec {
   std::string tls_secret;
   std::string quota_policy;
   int max_unavailable_replicas = 1;
+  // spec.autoscaling: the operator writes spec.replicas (scale subresource) when enabled.
+  AutoscalingSpec autoscaling;
   // Not a field of the object: the QuotaPolicy that governs it (the
   // reference, else the namespace's `default`), filled in by the reconciler,
   // whose prices and budgets its daemons enforce against the global spend

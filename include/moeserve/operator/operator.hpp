@@ -18,6 +18,7 @@
 #include "moeserve/operator/leader_election.hpp"
 #include "moeserve/operator/quota_controller.hpp"
 #include "moeserve/operator/reconciler.hpp"
+#include "moeserve/operator/autoscaler.hpp"
 #include "moeserve/operator/usage_sync.hpp"
 #include "moeserve/operator/work_queue.hpp"
 
@@ -38,6 +39,8 @@ struct OperatorOptions {
   WebhookOptions webhook;
   // Budgets: the usage sync runs while leading (interval 0: off).
   UsageSyncOptions usage_sync;
+  // spec.autoscaling: the autoscaler runs while leading (interval 0: off).
+  AutoscalerOptions autoscaler;
 };
 
 class Operator {
@@ -58,6 +61,7 @@ class Operator {
   const ObjectCache& moedeployments() const;
   const QuotaController& quota() const { return *quota_; }
   UsageSyncStats usage_sync_stats() const { return usage_sync_->stats(); }
+  AutoscalerStats autoscaler_stats() const { return autoscaler_->stats(); }
 
  private:
   struct Metrics;
@@ -77,6 +81,7 @@ class Operator {
   std::unique_ptr<QuotaController> quota_;
   std::unique_ptr<SecretSource> hook_secret_source_;  // when the reconciler's options name none
   std::unique_ptr<UsageSync> usage_sync_;
+  std::unique_ptr<Autoscaler> autoscaler_;
   std::vector<std::thread> workers_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Servers> servers_;
