@@ -25,7 +25,8 @@
 #include "moeserve/daemon/usage_history.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
-#include "moeserve/engine/gpt_oss_engine.hpp"
+#include "moeserve/engine/family_registry.hpp"
+#include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/model_dir.hpp"
 
 namespace moeserve::daemon {
@@ -49,9 +50,7 @@ struct Daemon::Impl {
   // After the server, before the scheduler: destroyed once no sink can
   // charge any more, and its last commits still find the server to answer on.
   std::unique_ptr<BudgetService> budget;
-  std::unique_ptr<engine::Engine> engine;
-  // A gpt-oss model runs on its own backend instead of `engine` (one of the two is set).
-  std::unique_ptr<engine::GptOssEngine> gpt_oss;
+  std::unique_ptr<engine::Engine> engine;  // whatever the model's family
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ChatService> chat;
   // Server-kept sessions: after what a turn runs through (chat, scheduler,
@@ -369,7 +368,7 @@ void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_pt
   }
   if (path == "/metrics") {
     budget->RefreshMetrics();
-    if (serving.load()) metrics.UpdateFromEngine(engine ? engine->Metrics() : gpt_oss->Metrics());
+    if (serving.load() && engine) metrics.UpdateFromEngine(engine->Metrics());
     if (ep) {
       const auto em = engine ? engine->Metrics() : engine::EngineMetrics{};
       ep->RefreshMetrics(engine ? &em : nullptr);
@@ -529,12 +528,15 @@ Status Daemon::LoadModel() {
     m.pulled = std::make_unique<storage::PulledModel>(std::move(*pulled));  // its lease keeps the model from eviction
   }
   m.readiness.Set("loading", model_dir);
-  if (engine::IsGptOssModelDir(model_dir)) return LoadGptOss(model_dir);
-  auto dir = engine::OpenModelDir(model_dir);
-  if (!dir) {
-    m.readiness.Set("failed", dir.error().message());
-    return Fail(dir.error().WithContext("loading model " + m.config.model));
-  }
+  auto fail = [&](const Error& e, const std::string& context) {
+    m.readiness.Set("failed", e.message());
+    return Fail(e.WithContext(context));
+  };
+  // The family (engine/families/registry.cpp) decides how the model loads
+  // and which chat format the daemon renders for it.
+  auto family = engine::FindFamily(model_dir);
+  if (!family) return fail(family.error(), "loading model " + m.config.model);
+  const std::string family_name = (*family)->name;
   engine::EngineOptions o;
   o.max_running = m.config.max_running;
   o.max_waiting = m.config.max_queue;
@@ -552,107 +554,74 @@ Status Daemon::LoadModel() {
   // Expert parallelism from the operator's variables: this rank's slice of
   // the experts; a follower runs no engine of its own.
   auto group = engine::ExpertGroupSettingsFromEnv();
-  if (!group) {
-    m.readiness.Set("failed", group.error().message());
-    return Fail(group.error().WithContext("expert-parallel settings"));
-  }
+  if (!group) return fail(group.error(), "expert-parallel settings");
   o.ep_rank = group->rank;
   o.ep_world = group->world;
-  if (group->enabled() && group->rank > 0) {
-    auto follower = ExpertParallel::Follow(*group, *dir, o, m.readiness, m.metrics);
-    if (!follower) {
-      m.readiness.Set("failed", follower.error().message());
-      return Fail(follower.error().WithContext("following expert-parallel rank 0"));
+  if (group->enabled() && family_name != "moe-dsa-v1")
+    return fail(Error::InvalidArgument("expert parallelism is not supported for " + family_name + " models"),
+                "loading model " + m.config.model);
+  if (family_name == "moe-dsa-v1") {
+    auto dir = engine::OpenModelDir(model_dir);
+    if (!dir) return fail(dir.error(), "loading model " + m.config.model);
+    if (group->enabled() && group->rank > 0) {
+      auto follower = ExpertParallel::Follow(*group, *dir, o, m.readiness, m.metrics);
+      if (!follower) return fail(follower.error(), "following expert-parallel rank 0");
+      m.ep = std::move(*follower);
+      log::Info("moe-daemon: expert-parallel rank " + std::to_string(group->rank) + " of " + std::to_string(group->world) +
+                ", following rank 0 at " + group->master_addr);
+      return Ok();
     }
-    m.ep = std::move(*follower);
-    log::Info("moe-daemon: expert-parallel rank " + std::to_string(group->rank) + " of " + std::to_string(group->world) +
-              ", following rank 0 at " + group->master_addr);
-    return Ok();
+    auto eng = engine::Engine::Create(*dir, o);
+    if (!eng) return fail(eng.error(), "starting the engine on " + m.config.model);
+    m.engine = std::move(*eng);
+  } else {
+    auto eng = engine::Engine::Open(model_dir, o);
+    if (!eng) return fail(eng.error(), "loading " + family_name + " model " + m.config.model);
+    m.engine = std::move(*eng);
   }
-  auto eng = engine::Engine::Create(*dir, o);
-  if (!eng) {
-    m.readiness.Set("failed", eng.error().message());
-    return Fail(eng.error().WithContext("starting the engine on " + m.config.model));
-  }
-  m.engine = std::move(*eng);
   ServingFacts facts;
   facts.model_name = m.config.served_model_name;
   facts.max_context = m.engine->max_context();
   facts.default_max_tokens = m.config.default_max_tokens;
-  facts.budgets = m.config.thinking_budgets.value_or(m.engine->config().thinking_budgets);
   facts.default_effort = m.config.default_reasoning_effort;
   facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
-  if (!m.config.public_system_prompt.empty()) {
-    engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
-    auto rendered = engine::RenderChat({system}, nullptr, /*add_generation_prompt=*/false);
-    if (!rendered) return Fail(rendered.error().WithContext("rendering public_system_prompt"));
-    facts.public_prefix = std::move(*rendered);
+  std::shared_ptr<const SessionModel> session_model;
+  // The chat format, keyed by the family: harmony for gpt-oss, moe-dsa-v1's own otherwise.
+  if (family_name == "gpt-oss") {
+    const auto& hooks = static_cast<const engine::HarmonyChatHooks&>(m.engine->chat());
+    auto harmony = std::make_shared<HarmonyServing>();
+    harmony->tokenizer = &hooks.tokenizer();
+    harmony->tokens = hooks.harmony_tokens();
+    harmony->token_bytes = TokenByteIndex::Build(hooks.tokenizer());
+    // The tiers bound reasoning only when the configuration says how much.
+    facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
+    facts.harmony = std::move(harmony);
+    session_model = HarmonySessionModel(facts.harmony, facts.default_effort);
+  } else {
+    facts.budgets = m.config.thinking_budgets.value_or(m.engine->config().thinking_budgets);
+    if (!m.config.public_system_prompt.empty()) {
+      engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
+      auto rendered = engine::RenderChat({system}, nullptr, /*add_generation_prompt=*/false);
+      if (!rendered) return Fail(rendered.error().WithContext("rendering public_system_prompt"));
+      facts.public_prefix = std::move(*rendered);
+    }
+    session_model = MoeDsaSessionModel(m.engine.get());
   }
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
-  m.sessions->Attach(*m.chat, *m.scheduler, MoeDsaSessionModel(m.engine.get()));
+  m.sessions->Attach(*m.chat, *m.scheduler, std::move(session_model));
   if (group->enabled()) {
     // Ready, and serving, only while every rank is connected.
     auto leader = ExpertParallel::Lead(*group, *m.engine, m.readiness, m.serving, m.metrics);
-    if (!leader) {
-      m.readiness.Set("failed", leader.error().message());
-      return Fail(leader.error().WithContext("leading the expert-parallel group"));
-    }
+    if (!leader) return fail(leader.error(), "leading the expert-parallel group");
     m.ep = std::move(*leader);
   } else {
     m.serving.store(true);
     m.readiness.Set("ready");
   }
-  log::Info("moe-daemon: serving " + facts.model_name + " (context " + std::to_string(facts.max_context) + ") on " + url());
-  return Ok();
-}
-
-// gpt-oss (config.json model_type "gpt_oss"): its own backend (with a
-// prompt-state cache in place of the prefix cache), the harmony chat format
-// (sessions count and summarise in it too), no expert parallelism.
-Status Daemon::LoadGptOss(const std::string& model_dir) {
-  Impl& m = *impl_;
-  auto fail = [&](const Error& e) {
-    m.readiness.Set("failed", e.message());
-    return Fail(e.WithContext("loading gpt-oss model " + m.config.model));
-  };
-  auto group = engine::ExpertGroupSettingsFromEnv();
-  if (!group) return fail(group.error());
-  if (group->enabled()) return fail(Error::InvalidArgument("expert parallelism is not supported for gpt-oss models"));
-  if (m.config.deterministic)
-    return fail(Error::InvalidArgument("deterministic decode is not available for gpt-oss models"));
-  engine::GptOssEngineOptions o;
-  o.max_running = m.config.max_running;
-  o.max_waiting = m.config.max_queue;
-  o.prefill_chunk_tokens = m.config.prefill_chunk_tokens;
-  o.cache_tokens = m.config.cache_tokens;
-  o.max_context = m.config.max_context;
-  o.prefix_cache_bytes = m.config.prefix_cache ? m.config.prefix_cache_bytes : 0;
-  auto eng = engine::GptOssEngine::Create(model_dir, o);
-  if (!eng) return fail(eng.error());
-  m.gpt_oss = std::move(*eng);
-  auto harmony = std::make_shared<HarmonyServing>();
-  harmony->tokenizer = &m.gpt_oss->tokenizer();
-  harmony->tokens = m.gpt_oss->harmony_tokens();
-  harmony->token_bytes = TokenByteIndex::Build(m.gpt_oss->tokenizer());
-  ServingFacts facts;
-  facts.model_name = m.config.served_model_name;
-  facts.max_context = m.gpt_oss->max_context();
-  facts.default_max_tokens = m.config.default_max_tokens;
-  // The tiers bound reasoning only when the configuration says how much.
-  facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
-  facts.default_effort = m.config.default_reasoning_effort;
-  facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
-  facts.harmony = std::move(harmony);
-  m.scheduler = std::make_unique<Scheduler>(*m.gpt_oss);
-  m.scheduler->Start();
-  m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
-  m.sessions->Attach(*m.chat, *m.scheduler, HarmonySessionModel(m.chat->facts().harmony, facts.default_effort));
-  m.serving.store(true);
-  m.readiness.Set("ready");
-  log::Info("moe-daemon: serving gpt-oss " + facts.model_name + " (context " + std::to_string(facts.max_context) +
-            ", harmony chat format) on " + url());
+  log::Info("moe-daemon: serving " + family_name + " model " + facts.model_name + " (context " +
+            std::to_string(facts.max_context) + ") on " + url());
   return Ok();
 }
 

@@ -1,8 +1,8 @@
 // The gpt-oss side of server-kept sessions (session_model.hpp): prompts as
 // the stateless endpoint renders them (RenderHarmonyRequest), entries counted in the
 // family's tokens, summaries rendered at low effort and read by
-// HarmonyAssembler (the final channel's text, never analysis). No pins:
-// GptOssEngine's prompt-state cache keeps the newest prompts without them.
+// HarmonyAssembler (the final channel's text, never analysis). No pins: the
+// engine's prefix cache keeps the most recently used prompts' blocks.
 #include "moeserve/daemon/harmony_assembler.hpp"
 #include "moeserve/daemon/session_model.hpp"
 

@@ -5,7 +5,7 @@ tokenizer), timed through the HTTP API:
 
   single     one request, unconstrained: completion tokens per second
   parallel   N requests at once: completion tokens per second, all together
-             (GptOssEngine decodes them in one batched forward per step)
+             (the engine decodes them in one batched forward per step)
   constrained  a tool_choice-named call with a free-string schema: every
              token masked by the JSON grammar over the 200k-token vocabulary
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "families/gpt_oss/family.hpp"
 #include "families/moe_dsa_v1/family.hpp"
 
 namespace moeserve::engine {
@@ -16,6 +17,7 @@ namespace {
 
 // First match wins; moe-dsa-v1 also takes what no other entry claims.
 const FamilyEntry kFamilies[] = {
+    GptOssFamily(),
     MoeDsaV1Family(),
 };
 

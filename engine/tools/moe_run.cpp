@@ -9,15 +9,13 @@
 // --prompt-ids gives the prompt as token ids, with no chat template, and
 // --print-ids prints only the generated ids, as one comma-separated line, so
 // that the engine can be compared with another implementation token for
-// token. gpt-oss checkpoints (config.json model_type "gpt_oss") run through
-// the single-sequence gpt-oss forward (gpt_oss_model.hpp), greedy only, and
-// need --prompt-ids; the prompt is one prefill call, then one call per token.
-// With --batch N (gpt-oss, N >= 2) it then decodes N sequences together
-// (GptOssModel::ForwardBatch, as the daemon's engine does for concurrent
-// requests): each starts from the prompt's state with a different first token
-// (the greedy one, then others spread over the vocabulary, so that they route
-// to different experts), and it prints the decode tokens/s of all of them
-// together against N times the single sequence's.
+// token. The model's family comes from the registry (family_registry.hpp);
+// gpt-oss checkpoints (config.json model_type "gpt_oss") run greedy only and
+// need --prompt-ids. With --batch N (gpt-oss, N >= 2) it then decodes N
+// sequences together in the engine's batched steps, as the daemon does for
+// concurrent requests: each is the prompt with a different last token (so
+// that they route to different experts), and it prints the decode tokens/s
+// of all of them together against the single sequence's.
 //
 // With --read-bw (the machine's read bandwidth, as bench_roofline measures
 // it) it also prints decode speed as a fraction of the memory roofline:
@@ -32,11 +30,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
@@ -112,80 +112,94 @@ double PeakRssBytes() {
   return kb * 1024;
 }
 
-// gpt-oss: greedy decode of max_tokens after the prompt, stopping at an end
-// token of config.json unless ignore_eos; then (without --print-ids) load
-// time, memory, prefill and decode speed, and decode against the memory
-// roofline when a read bandwidth is given or measured.
-// --batch: `batch` sequences from the prompt's state decode max_tokens - 1
-// tokens together, greedy.
-int RunGptOssBatch(const GptOssModel& model, const GptOssModel::State& prompt_state, int first_token, int max_tokens,
-                   int batch, double single_decode_tps) {
-  const int vocab = model.config().vocab;
-  std::vector<GptOssModel::State> states(static_cast<size_t>(batch), prompt_state);
-  std::vector<GptOssModel::State*> ptrs;
-  std::vector<int> next;
-  for (int i = 0; i < batch; ++i) {
-    ptrs.push_back(&states[static_cast<size_t>(i)]);
-    next.push_back(static_cast<int>((first_token + static_cast<long long>(i) * 7919) % vocab));
+// gpt-oss: greedy decode of max_tokens after the prompt on the serving
+// engine, stopping at an end token of config.json unless ignore_eos; then
+// (without --print-ids) load time, memory, prefill and decode speed, and
+// decode against the memory roofline when a read bandwidth is given or
+// measured. --batch N: then N sequences decode together in the engine's
+// batched steps, each the prompt with a different last token (so that they
+// route to different experts), max_tokens each.
+struct GptOssRun {
+  std::vector<int> tokens;
+  double prefill_s = 0, decode_s = 0;  // to the first token; the rest
+  int decoded = 0;                      // tokens after each sequence's first, together
+  std::string error;
+};
+
+GptOssRun GenerateGptOss(Engine& engine, const std::vector<std::vector<int>>& prompts, int max_tokens,
+                         const std::vector<int>& stops) {
+  GptOssRun run;
+  std::map<SequenceId, int> firsts;
+  for (const auto& p : prompts) {
+    GenerationRequest req;
+    req.prompt = p;
+    req.max_tokens = max_tokens;
+    req.sampling.temperature = 0;
+    req.stop_tokens = stops;
+    auto id = engine.Submit(req);
+    if (!id) return run.error = id.error().ToString(), run;
+    firsts[*id] = 0;
   }
-  std::vector<float> logits;
-  double seconds = 0;
-  const int steps = std::max(max_tokens - 1, 1);
-  for (int step = 0; step < steps; ++step) {
-    const auto ts = std::chrono::steady_clock::now();
-    auto s = model.ForwardBatch(ptrs, next, &logits);
-    if (!s) return std::fprintf(stderr, "moe-run: %s\n", s.error().ToString().c_str()), 1;
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-    for (int i = 0; i < batch; ++i) {
-      const float* row = logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab);
-      next[static_cast<size_t>(i)] = static_cast<int>(std::max_element(row, row + vocab) - row);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t_first = t0;
+  size_t first_seen = 0;
+  while (engine.HasWork()) {
+    for (const TokenEvent& e : engine.Step()) {
+      if (e.finish == FinishReason::kError) run.error = e.error;
+      if (e.token < 0) continue;
+      if (e.id == firsts.begin()->first) run.tokens.push_back(e.token);
+      if (firsts[e.id]++ == 0) {
+        if (++first_seen == prompts.size()) t_first = std::chrono::steady_clock::now();
+      } else if (first_seen == prompts.size()) {
+        ++run.decoded;
+      }
     }
   }
-  const double tps = static_cast<double>(steps) * batch / seconds;
-  std::printf("batched decode: %d sequences together, %.2f tokens/s in all (%.2f per sequence); %.2fx the single "
-              "sequence's %.2f tokens/s\n",
-              batch, tps, tps / batch, single_decode_tps > 0 ? tps / single_decode_tps : 0.0, single_decode_tps);
-  return 0;
+  const auto t_end = std::chrono::steady_clock::now();
+  run.prefill_s = std::chrono::duration<double>(t_first - t0).count();
+  run.decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  return run;
 }
 
 int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_tokens, bool ignore_eos, bool print_ids,
-              kernels::Isa isa, double read_bw, bool read_bw_auto, int batch) {
+              KernelChoice kernels, double read_bw, bool read_bw_auto, int batch) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = GptOssModel::Load(dir, isa);
-  if (!model) return std::fprintf(stderr, "moe-run: %s\n", model.error().ToString().c_str()), 1;
+  EngineOptions eo;
+  eo.kernels = kernels;
+  eo.max_running = std::max(batch, 1);
+  eo.cache_tokens = std::max<int64_t>(int64_t{1} << 15, (static_cast<int64_t>(prompt.size()) + max_tokens + 16) * (batch + 1));
+  eo.prefix_cache = false;  // every run prefills its prompt, as a first request does
+  // Ids in, ids out: no harmony (its tokenizer may define more ids than a
+  // cut-down reference checkpoint's embedding).
+  auto loaded = GptOssModel::Load(dir, kernels == KernelChoice::kFast ? kernels::BestIsa() : kernels::Isa::kReference);
+  if (!loaded) return std::fprintf(stderr, "moe-run: %s\n", loaded.error().ToString().c_str()), 1;
+  const GptOssModel* model = loaded->get();
+  FamilyParts parts;
+  parts.chat = GptOssIdsOnlyChat(model->config());
+  parts.model = std::move(*loaded);
+  auto engine = Engine::Create(std::move(parts), eo);
+  if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::unique_ptr<kernels::ReadBandwidthProbe> probe;
   if (read_bw_auto) {
     probe = std::make_unique<kernels::ReadBandwidthProbe>(256);
     for (int i = 0; i < 8; ++i) probe->Pass();
   }
-  GptOssModel::State st = (*model)->NewState();
-  GptOssModel::State prompt_state;  // for --batch
-  std::vector<float> logits;
-  std::vector<int> out;
-  std::vector<int> next = prompt;
-  double prefill_s = 0, decode_s = 0;
-  for (int step = 0; step < max_tokens; ++step) {
-    const auto ts = std::chrono::steady_clock::now();
-    auto s = (*model)->Forward(st, next, false, &logits);
-    if (!s) return std::fprintf(stderr, "moe-run: %s\n", s.error().ToString().c_str()), 1;
-    if (step == 0 && batch > 1) prompt_state = st;
-    (step == 0 ? prefill_s : decode_s) += std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-    const int tok = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(tok);
-    const auto& eos = (*model)->config().eos_tokens;
-    if (!ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) break;
-    next = {tok};
-  }
+  // config.json's end tokens only (GptOssIdsOnlyChat): the ids compare with the reference's greedy loop.
+  const std::vector<int> stops = ignore_eos ? std::vector<int>{-1} : std::vector<int>{};
+  GptOssRun one = GenerateGptOss(**engine, {prompt}, max_tokens, stops);
+  if (!one.error.empty()) return std::fprintf(stderr, "moe-run: %s\n", one.error.c_str()), 1;
+  const std::vector<int>& out = one.tokens;
   if (print_ids) return PrintIds(out), 0;
   std::printf("generated %zu tokens after a prompt of %zu:\n", out.size(), prompt.size());
   PrintIds(out);
-  const double bytes = static_cast<double>((*model)->active_weight_bytes_per_token());
-  const double decode_tps = out.size() > 1 ? static_cast<double>(out.size() - 1) / decode_s : 0.0;
+  const double bytes = static_cast<double>(model->active_weight_bytes_per_token());
+  const double decode_tps = one.decoded > 0 ? one.decoded / one.decode_s : 0.0;
   std::printf("load %.1f s; weights held %.2f GB; peak resident memory %.2f GB\n", load_s,
-              static_cast<double>((*model)->weight_bytes()) / 1e9, PeakRssBytes() / 1e9);
+              static_cast<double>(model->weight_bytes()) / 1e9, PeakRssBytes() / 1e9);
   std::printf("prefill %.1f tokens/s, decode %.2f tokens/s (kernels: %s)\n",
-              static_cast<double>(prompt.size()) / prefill_s, decode_tps, kernels::IsaName(isa));
+              static_cast<double>(prompt.size()) / one.prefill_s, decode_tps,
+              kernels == KernelChoice::kFast ? kernels::IsaName(kernels::BestIsa()) : "reference");
   std::printf("weights read per decoded token: %.1f MB\n", bytes / 1e6);
   if (read_bw_auto) {
     for (int i = 0; i < 8; ++i) probe->Pass();
@@ -198,7 +212,18 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
     std::printf("roofline %.2f tokens/s (%.2f GB/s / %.1f MB); decode reached %.1f%% of it\n", roof, read_bw,
                 bytes / 1e6, 100.0 * decode_tps / roof);
   }
-  if (batch > 1) return RunGptOssBatch(**model, prompt_state, out.front(), max_tokens, batch, decode_tps);
+  if (batch > 1) {
+    std::vector<std::vector<int>> prompts(static_cast<size_t>(batch), prompt);
+    const int vocab = model->config().vocab;
+    for (int i = 1; i < batch; ++i)
+      prompts[static_cast<size_t>(i)].back() = static_cast<int>((prompt.back() + static_cast<long long>(i) * 7919) % vocab);
+    GptOssRun many = GenerateGptOss(**engine, prompts, max_tokens, {-1});
+    if (!many.error.empty()) return std::fprintf(stderr, "moe-run: %s\n", many.error.c_str()), 1;
+    const double tps = many.decoded > 0 ? many.decoded / many.decode_s : 0.0;
+    std::printf("batched decode: %d sequences together, %.2f tokens/s in all (%.2f per sequence); %.2fx the single "
+                "sequence's %.2f tokens/s\n",
+                batch, tps, tps / batch, decode_tps > 0 ? tps / decode_tps : 0.0, decode_tps);
+  }
   return 0;
 }
 
@@ -247,13 +272,16 @@ int main(int argc, char** argv) {
   if (effort != "low" && effort != "medium" && effort != "high") return Usage("--reasoning-effort must be low, medium or high");
   if (kernels != "fast" && kernels != "reference") return Usage("--kernels must be fast or reference");
 
-  if (batch > 1 && !IsGptOssModelDir(model_path)) return Usage("--batch is for gpt-oss models");
-  if (IsGptOssModelDir(model_path)) {
+  auto family = FindFamily(model_path);
+  if (!family) return std::fprintf(stderr, "moe-run: %s\n", family.error().ToString().c_str()), 1;
+  const bool gpt_oss = std::string((*family)->name) == "gpt-oss";
+  if (batch > 1 && !gpt_oss) return Usage("--batch is for gpt-oss models");
+  if (gpt_oss) {
     if (prompt_ids.empty()) return Usage("gpt-oss models take --prompt-ids (no chat template here)");
     if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
     if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
-                     kernels == "fast" ? kernels::BestIsa() : kernels::Isa::kReference, read_bw, read_bw_auto,
+                     kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, read_bw, read_bw_auto,
                      static_cast<int>(batch));
   }
   auto t0 = std::chrono::steady_clock::now();

@@ -5,7 +5,7 @@
 // (usage.prompt_tokens against the harmony renderer), streamed and
 // non-streamed answers agreeing, a named tool call opened by the server's
 // header (its arguments constrained by the schema) and the next turn served
-// from the prompt-state cache, the official `openai`
+// from the prefix cache, the official `openai`
 // client, and clear 4xx refusals.
 // (What the output parser makes of well-formed output is in
 // daemon.harmony_serving, on scripted token streams.)
@@ -95,6 +95,11 @@ TEST_F(GptOssServe, ChatAnswersInTheApisShapeFromAHarmonyPrompt) {
   EXPECT_EQ(content, choice["message"]["content"]);
   EXPECT_EQ(reasoning, choice["message"]["reasoning_content"].is_null() ? "" : choice["message"]["reasoning_content"]);
   EXPECT_EQ(finish, choice["finish_reason"]);
+  // The same prompt again: its whole 16-token blocks come from the prefix
+  // cache the first request filled; the rest of the usage is the same.
+  const int prompt_tokens = j["usage"]["prompt_tokens"];
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"].get<int>(), (prompt_tokens - 1) / 16 * 16) << usage;
+  usage["prompt_tokens_details"] = j["usage"]["prompt_tokens_details"];
   EXPECT_EQ(usage, j["usage"]);
 }
 
@@ -125,7 +130,9 @@ TEST_F(GptOssServe, NamedToolChoiceOpensTheCallInThePrompt) {
   EXPECT_EQ(j["usage"]["prompt_tokens"],
             RenderedTokens({User("Weather in Oslo?")}, &tools, engine::HarmonyEffort::kLow) + header.size());
 
-  // The tool-result turn re-sends that prompt and the call: only what is new is prefilled.
+  // The tool-result turn re-sends that prompt and the call: only what is new
+  // is prefilled, from the last whole cache block (16 tokens) that the
+  // first prompt filled (its last token is always computed).
   json next = {{"messages", json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}},
                                          msg,
                                          {{"role", "tool"}, {"tool_call_id", msg["tool_calls"][0]["id"]}, {"content", "3C"}}})},
@@ -133,7 +140,9 @@ TEST_F(GptOssServe, NamedToolChoiceOpensTheCallInThePrompt) {
                {"max_tokens", 2}};
   auto t = Chat(port_, next);
   ASSERT_EQ(t.status, 200) << t.body;
-  EXPECT_EQ(t.Json()["usage"]["prompt_tokens_details"]["cached_tokens"], j["usage"]["prompt_tokens"]) << t.body;
+  EXPECT_EQ(t.Json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            (j["usage"]["prompt_tokens"].get<int>() - 1) / 16 * 16)
+      << t.body;
 
   // Streamed: the call's id and name come first, then argument pieces adding up to the same text.
   body["stream"] = true;

@@ -29,6 +29,8 @@ std::string FamilyName(const std::string& dir) {
 
 TEST(FamilyRegistry, ConfigPicksTheFamily) {
   EXPECT_EQ(FamilyName(testing_util::TinyModel()), "moe-dsa-v1");
+  EXPECT_EQ(FamilyName(ConfigDir("gptoss", R"({"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"]})")),
+            "gpt-oss");
   // Unclaimed: moe-dsa-v1's loader then names the field.
   const std::string other = ConfigDir("other", R"({"model_type": "llama"})");
   EXPECT_EQ(FamilyName(other), "moe-dsa-v1");

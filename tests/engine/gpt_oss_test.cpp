@@ -14,6 +14,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "gpt_oss_solo.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
 
 namespace moeserve::engine {
@@ -95,16 +96,16 @@ void Conformance(const std::string& dir, int prompt_len, int decode, int window,
   ASSERT_EQ(ref.vocab, c.vocab);
   ASSERT_EQ(ref.positions, prompt_len + decode);
 
-  GptOssModel::State st = (*model)->NewState();
+  SoloSequence st(**model);
   std::vector<float> all, part;
   const int chunk = prompt_chunk > 0 ? prompt_chunk : prompt_len;
   for (int at = 0; at < prompt_len; at += chunk) {
     const int n = std::min(chunk, prompt_len - at);
-    ASSERT_TRUE((*model)->Forward(st, std::span(ref.tokens).subspan(at, n), true, &part));
+    ASSERT_TRUE(st.Forward(std::span(ref.tokens).subspan(at, n), true, &part));
     all.insert(all.end(), part.begin(), part.end());
   }
   for (int i = prompt_len; i < ref.positions; ++i) {
-    ASSERT_TRUE((*model)->Forward(st, std::span(ref.tokens).subspan(i, 1), true, &part));
+    ASSERT_TRUE(st.Forward(std::span(ref.tokens).subspan(i, 1), true, &part));
     all.insert(all.end(), part.begin(), part.end());
   }
   ASSERT_EQ(all.size(), ref.logits.size());
@@ -133,10 +134,10 @@ void Conformance(const std::string& dir, int prompt_len, int decode, int window,
   EXPECT_GE(greedy_checked, decode / 2);  // margins of random models are mostly far above the bound
 
   // Greedy decode from a fresh state reproduces the reference's tokens.
-  GptOssModel::State g = (*model)->NewState();
+  SoloSequence g(**model);
   std::vector<int> next(ref.tokens.begin(), ref.tokens.begin() + prompt_len), own;
   for (int i = 0; i <= decode; ++i) {
-    ASSERT_TRUE((*model)->Forward(g, next, false, &part));
+    ASSERT_TRUE(g.Forward(next, false, &part));
     own.push_back(static_cast<int>(std::max_element(part.begin(), part.end()) - part.begin()));
     next = {own.back()};
   }
@@ -162,12 +163,12 @@ TEST(GptOss, ConformancePromptInChunks) {
   Conformance(WriteModel("chunks", "--layers 2 --window 3 --vocab 1000 --seed 5"), 17, 6, 3, kernels::BestIsa(), 5);
 }
 
-// A batched decode step (ForwardBatch: the projections and experts over all
-// sequences' rows at once, attention per sequence) gives each sequence the
-// logits of its own Forward, within the bound for batched against alone
-// (1e-4 of the largest logit), and the same greedy tokens: sequences at
-// different lengths, past the sliding window (so the band's trims differ per
-// sequence), with experts shared by several rows.
+// A batched decode step (one Forward over one segment per sequence, their
+// blocks in one KvPool: the projections and experts over all sequences' rows
+// at once, attention per sequence) gives each sequence the logits of its own
+// forward alone, within the bound for batched against alone (1e-4 of the
+// largest logit), and the same greedy tokens: sequences at different
+// lengths, past the sliding window, with experts shared by several rows.
 TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
   const std::string dir = WriteModel("batch", "--layers 3 --window 4 --vocab 1000 --seed 5");
   auto model = GptOssModel::Load(dir);
@@ -176,26 +177,32 @@ TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
   const size_t vocab = static_cast<size_t>(m.config().vocab);
   const std::vector<std::vector<int>> prompts = {{5, 17, 99, 3, 250, 8, 61, 7, 400, 12, 33}, {42}, {7, 7, 7, 900, 1, 2}};
   const size_t B = prompts.size();
-  std::vector<GptOssModel::State> alone, together;
+  KvPool pool(64, 4, m.cache_floats_per_token());  // blocks of 4: sequences interleave in the pool
+  std::vector<SoloSequence> alone;
+  std::vector<SequenceCache> together(B);
   std::vector<int> next_alone(B), next_together(B);
   std::vector<float> logits;
   for (size_t i = 0; i < B; ++i) {
-    alone.push_back(m.NewState());
-    together.push_back(m.NewState());
-    ASSERT_TRUE(m.Forward(alone[i], prompts[i], false, &logits));
+    alone.emplace_back(m);
+    ASSERT_TRUE(alone[i].Forward(prompts[i], false, &logits));
     next_alone[i] = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    ASSERT_TRUE(m.Forward(together[i], prompts[i], false, &logits));
+    ASSERT_TRUE(EnsureBlocks(pool, together[i], static_cast<int64_t>(prompts[i].size())));
+    ForwardSegment seg{&together[i], prompts[i], false};
+    ASSERT_TRUE(m.Forward(pool, std::span<ForwardSegment>(&seg, 1), &logits));
     next_together[i] = next_alone[i];
   }
   double worst = 0;
   for (int step = 0; step < 10; ++step) {
-    std::vector<GptOssModel::State*> states;
-    for (auto& st : together) states.push_back(&st);
+    std::vector<ForwardSegment> segs;
+    for (size_t i = 0; i < B; ++i) {
+      ASSERT_TRUE(EnsureBlocks(pool, together[i], together[i].length + 1));
+      segs.push_back({&together[i], std::span<const int>(&next_together[i], 1), false});
+    }
     std::vector<float> batch;
-    ASSERT_TRUE(m.ForwardBatch(states, next_together, &batch));
+    ASSERT_TRUE(m.Forward(pool, segs, &batch));
     ASSERT_EQ(batch.size(), B * vocab);
     for (size_t i = 0; i < B; ++i) {
-      ASSERT_TRUE(m.Forward(alone[i], std::vector<int>{next_alone[i]}, false, &logits));
+      ASSERT_TRUE(alone[i].Forward(std::vector<int>{next_alone[i]}, false, &logits));
       const float* b = batch.data() + i * vocab;
       double maxref = 0, maxdiff = 0;
       for (size_t v = 0; v < vocab; ++v) {
@@ -207,16 +214,21 @@ TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
       next_alone[i] = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       next_together[i] = static_cast<int>(std::max_element(b, b + vocab) - b);
       EXPECT_EQ(next_together[i], next_alone[i]) << "sequence " << i << " step " << step;
-      EXPECT_EQ(together[i].length, alone[i].length);
+      EXPECT_EQ(together[i].length, alone[i].length());
     }
   }
   std::printf("batched against alone: worst max|diff|/max|logit| = %.3g\n", worst);
-  // Misuse is refused: a state twice, or a count mismatch.
-  std::vector<GptOssModel::State*> twice = {&together[0], &together[0]};
+  // Misuse is refused: a sequence twice in one pass, blocks that do not cover the tokens.
   std::vector<float> out;
-  EXPECT_FALSE(m.ForwardBatch(twice, std::vector<int>{1, 2}, &out));
-  std::vector<GptOssModel::State*> one = {&together[1]};
-  EXPECT_FALSE(m.ForwardBatch(one, std::vector<int>{1, 2}, &out));
+  const int one = 1;
+  std::vector<ForwardSegment> twice = {{&together[0], std::span<const int>(&one, 1), false},
+                                       {&together[0], std::span<const int>(&one, 1), false}};
+  ASSERT_TRUE(EnsureBlocks(pool, together[0], together[0].length + 2));
+  EXPECT_FALSE(m.Forward(pool, twice, &out));
+  SequenceCache bare;
+  ForwardSegment uncovered{&bare, std::span<const int>(&one, 1), false};
+  EXPECT_FALSE(m.Forward(pool, std::span<ForwardSegment>(&uncovered, 1), &out));
+  for (auto& c : together) ReleaseBlocks(pool, c);
   std::filesystem::remove_all(dir);
 }
 
@@ -315,10 +327,10 @@ TEST(GptOss, OutOfVocabularyTokenIsRefused) {
   std::string dir = WriteModel("oov", "--layers 1 --vocab 1000");
   auto model = GptOssModel::Load(dir);
   ASSERT_TRUE(model) << model.error().ToString();
-  GptOssModel::State st = (*model)->NewState();
+  SoloSequence st(**model);
   std::vector<float> logits;
   const std::vector<int> bad = {5, 1000};
-  auto s = (*model)->Forward(st, bad, false, &logits);
+  auto s = st.Forward(bad, false, &logits);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().ToString().find("token id 1000 is outside the vocabulary"), std::string::npos);
   std::filesystem::remove_all(dir);

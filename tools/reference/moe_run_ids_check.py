@@ -65,7 +65,7 @@ def main():
     for args, expect in ((["--prompt-ids", "1,,2"], "comma-separated token ids"),
                          (["--prompt-ids", "-3"], "comma-separated token ids"),
                          (["--prompt", "hello"], "gpt-oss models take --prompt-ids"),
-                         (["--prompt-ids", "1,2000"], "token id 2000 is outside the vocabulary")):
+                         (["--prompt-ids", "1,2000"], "has id 2000, outside the vocabulary")):
         r = subprocess.run([a.moe_run, "--model", gpt, "--print-ids"] + args, capture_output=True, text=True)
         if r.returncode == 0 or expect not in r.stderr:
             sys.exit(f"moe-run {args}: rc {r.returncode}, stderr {r.stderr!r}; expected an error with {expect!r}")

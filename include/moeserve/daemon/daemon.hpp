@@ -2,9 +2,9 @@
 //
 // Lifecycle: Create (config, API keys) -> Start (listens: /healthz and
 // /readyz answer while weights are pulled or loaded; chat requests get 503
-// until ready) -> LoadModel (opens the directory, creates the Engine, or the
-// GptOssEngine when config.json names model_type gpt_oss, and the scheduler
-// loop, sets readiness "ready") -> Shutdown (readiness "draining",
+// until ready) -> LoadModel (finds the directory's model family in the
+// registry, creates the Engine over it and the scheduler loop, chooses the
+// chat format by the family, sets readiness "ready") -> Shutdown (readiness "draining",
 // new chat requests 503, in-flight ones finish within the grace period, the
 // rest are cancelled; then the listener closes).
 //
@@ -51,7 +51,6 @@ class Daemon {
 
  private:
   explicit Daemon(std::unique_ptr<Impl> impl);
-  Status LoadGptOss(const std::string& model_dir);  // LoadModel's branch for the gpt-oss family
   std::unique_ptr<Impl> impl_;
 };
 

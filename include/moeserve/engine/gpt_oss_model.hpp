@@ -6,12 +6,19 @@
 // Weights stay as published: dense matrices BF16 (read in place from the
 // mapped shards), experts MXFP4 (repacked once for the kernels, 4.25 bits a
 // weight), so gpt-oss-20b needs about 13 GB. Products run through a KernelSet
-// (cpu_kernels.hpp): the best this CPU supports, or the reference set. The
-// daemon serves it through GptOssEngine (gpt_oss_engine.hpp): prefill chunks
-// one sequence at a time, decode steps batched across sequences (ForwardBatch).
+// (cpu_kernels.hpp): the best this CPU supports, or the reference set.
 //
-// Thread safety: immutable after Load(); Forward() may run concurrently on
-// distinct states.
+// It serves on the one Engine (engine.hpp) as a family (family.hpp): its
+// keys and values live in the engine's shared KvPool, so sequences batch
+// together (one forward for every decode step and prefill chunk of a step)
+// and share cached prompt blocks like every family. Banded (sliding-window)
+// layers keep every position's keys in their blocks, as full layers do, and
+// read only the window: a block is shared by full and banded layers alike,
+// which a trimmed band could not be. The chat side (harmony: analysis is
+// reasoning, a spent thinking budget opens the final message) is
+// HarmonyChatHooks.
+//
+// Thread safety: immutable after Load(); Forward() from one thread at a time per KvPool.
 #pragma once
 
 #include <memory>
@@ -20,6 +27,9 @@
 #include <vector>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/engine/family.hpp"
+#include "moeserve/engine/harmony.hpp"
+#include "moeserve/engine/hf_tokenizer.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 
 namespace moeserve::engine {
@@ -36,28 +46,14 @@ struct GptOssConfig {
   std::vector<int> eos_tokens;
 };
 
-// Whether DIR/config.json names model_type "gpt_oss" (false when unreadable).
-bool IsGptOssModelDir(const std::string& dir);
-
 // Parses and validates config.json text; errors name the field.
 Result<GptOssConfig> ParseGptOssConfig(const std::string& text);
 
-class GptOssModel {
+class GptOssModel final : public FamilyModel {
  public:
-  // One sequence's attention cache: per layer, [positions held, kv_heads,
-  // head_dim] keys and values. A banded layer holds at most about twice
-  // sliding_window positions: older ones, which no later query sees, are
-  // dropped (dropped[layer] counts them), so a long sequence's banded layers
-  // cost a bounded amount of memory.
-  struct State {
-    std::vector<std::vector<float>> k, v;
-    std::vector<int> dropped;
-    int length = 0;
-  };
-
   static Result<std::unique_ptr<GptOssModel>> Load(const std::string& dir,
                                                    kernels::Isa isa = kernels::BestIsa());
-  ~GptOssModel();
+  ~GptOssModel() override;
 
   const GptOssConfig& config() const { return cfg_; }
   // Bytes of weights held (dense as stored, experts packed), and those one
@@ -65,30 +61,67 @@ class GptOssModel {
   // layer, the output head (the memory roofline's numerator).
   size_t weight_bytes() const;
   size_t active_weight_bytes_per_token() const;
-  State NewState() const;
-  // Appends `tokens` to the state and writes vocab floats of logits per token
-  // (all_logits) or for the last token only.
-  Status Forward(State& state, std::span<const int> tokens, bool all_logits, std::vector<float>* logits) const;
-  // One decode step of several sequences together: tokens[i] is appended to
-  // *states[i] (distinct states), and vocab floats of logits are written per
-  // sequence, in order. The projections and experts run once over all rows
-  // (each weight read once for the batch); attention runs per sequence. The
-  // logits agree with Forward's on each state alone within the kernels'
-  // rounding (matrix products over more rows may sum in another order).
-  Status ForwardBatch(std::span<State* const> states, std::span<const int> tokens, std::vector<float>* logits) const;
+
+  int vocab_size() const override { return cfg_.vocab; }
+  int64_t max_position() const override { return cfg_.max_position; }
+  // Per layer: the token's keys, then its values (kv_heads * head_dim each).
+  size_t cache_floats_per_token() const override;
+  SequenceCache NewSequence() const override { return {}; }
+  // The projections and experts run once over every segment's rows (each
+  // weight read once for the batch: matrix-vector kernels for one row, GEMMs
+  // for more); attention runs per (row, head) against the row's own
+  // sequence's blocks.
+  Status Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
+                 ForwardTrace* trace = nullptr,
+                 std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const override;
+  std::vector<int> ExpertCounts() const override;
 
  private:
   struct Weights;
-  struct Run {  // consecutive rows of one sequence
-    State* state;
-    size_t first_row, rows;
-  };
-  Status ForwardRuns(std::span<const Run> runs, std::span<const int> tokens, bool all_logits,
-                     std::vector<float>* logits) const;
   GptOssModel() = default;
   GptOssConfig cfg_;
   const kernels::KernelSet* kernels_ = nullptr;
   std::unique_ptr<Weights> w_;
 };
+
+// The harmony chat format as the engine sees it. A token is reasoning when
+// it is in the body of an `analysis` message (the prompt is read from its
+// last <|start|>, so a prompt may end inside a message's header); the
+// thinking budget ends an analysis message that reaches it by forcing
+// `<|end|><|start|>assistant<|channel|>final<|message|>`. Stops: <|return|>,
+// <|call|> and config.json's eos_token_id. Ids from the tokenizer's
+// vocab_size on are the embedding's padding rows. A step whose controller
+// masked every token fails the sequence.
+class HarmonyChatHooks final : public ChatHooks {
+ public:
+  // Errors: the tokenizer lacks harmony's control tokens.
+  static Result<std::shared_ptr<const HarmonyChatHooks>> Create(HfTokenizer tokenizer, const GptOssConfig& config);
+
+  std::string family() const override { return "gpt-oss"; }
+  std::vector<int> DefaultStops() const override { return stops_; }
+  int sampled_ids() const override { return tokenizer_.vocab_size(); }
+  std::unique_ptr<ReasoningTracker> NewTracker(const GenerationRequest& request) const override;
+  std::vector<int> CloseReasoning() const override { return close_analysis_; }
+  std::optional<int> AllMaskedToken() const override { return std::nullopt; }
+
+  const HfTokenizer& tokenizer() const { return tokenizer_; }
+  const HarmonyTokens& harmony_tokens() const { return harmony_; }
+
+ private:
+  explicit HarmonyChatHooks(HfTokenizer tokenizer) : tokenizer_(std::move(tokenizer)) {}
+  HfTokenizer tokenizer_;
+  HarmonyTokens harmony_;
+  std::vector<int> stops_;
+  std::vector<int> close_analysis_;
+};
+
+// The checkpoint without a chat format, for id-level runs (moe-run
+// --prompt-ids): every id of the embedding may be sampled, nothing is
+// reasoning, config.json's eos_token_id stops. It takes checkpoints whose
+// vocabulary is cut below the tokenizer's (the tiny reference models).
+std::shared_ptr<const ChatHooks> GptOssIdsOnlyChat(const GptOssConfig& config);
+
+// DIR's gpt-oss model and harmony hooks (tokenizer.json with harmony's control tokens).
+Result<FamilyParts> LoadGptOss(const std::string& dir, kernels::Isa isa = kernels::BestIsa());
 
 }  // namespace moeserve::engine

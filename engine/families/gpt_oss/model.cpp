@@ -1,5 +1,5 @@
-// The gpt-oss forward pass on CPU, a block of tokens at a time against the
-// sequence's cache, through the model's KernelSet (BF16 dense matrices read as
+// The gpt-oss forward pass on CPU, a batch of segments against the engine's
+// KvPool, through the model's KernelSet (BF16 dense matrices read as
 // stored, MXFP4 experts repacked for the integer dot-product kernels): RMSNorm, GQA attention with q/k/v/o biases and per-head
 // sinks (banded or full by layer), YaRN RoPE, the biased top-k router with a
 // softmax over the chosen logits, MXFP4 experts with biases and the clamped
@@ -272,67 +272,60 @@ size_t GptOssModel::active_weight_bytes_per_token() const {
   return n;
 }
 
-GptOssModel::State GptOssModel::NewState() const {
-  State s;
-  s.k.resize(cfg_.layers);
-  s.v.resize(cfg_.layers);
-  s.dropped.assign(cfg_.layers, 0);
-  return s;
+size_t GptOssModel::cache_floats_per_token() const {
+  return static_cast<size_t>(cfg_.layers) * 2 * static_cast<size_t>(cfg_.kv_heads) * static_cast<size_t>(cfg_.head_dim);
 }
 
-Status GptOssModel::Forward(State& st, std::span<const int> tokens, bool all_logits, std::vector<float>* logits) const {
-  if (static_cast<int>(st.k.size()) != cfg_.layers || static_cast<int>(st.dropped.size()) != cfg_.layers)
-    return Fail(Error::InvalidArgument("state does not belong to this model"));
-  logits->clear();
-  if (tokens.empty()) return Ok();
-  Run run{&st, 0, tokens.size()};
-  return ForwardRuns(std::span<const Run>(&run, 1), tokens, all_logits, logits);
-}
+std::vector<int> GptOssModel::ExpertCounts() const { return std::vector<int>(static_cast<size_t>(cfg_.layers), cfg_.experts); }
 
-Status GptOssModel::ForwardBatch(std::span<State* const> states, std::span<const int> tokens,
-                                 std::vector<float>* logits) const {
-  if (states.size() != tokens.size())
-    return Fail(Error::InvalidArgument("ForwardBatch: " + std::to_string(states.size()) + " states for " +
-                                       std::to_string(tokens.size()) + " tokens"));
-  std::vector<Run> runs;
-  for (size_t i = 0; i < states.size(); ++i) {
-    State* st = states[i];
-    if (!st || static_cast<int>(st->k.size()) != cfg_.layers || static_cast<int>(st->dropped.size()) != cfg_.layers)
-      return Fail(Error::InvalidArgument("state does not belong to this model"));
-    for (size_t j = 0; j < i; ++j)
-      if (states[j] == st) return Fail(Error::InvalidArgument("ForwardBatch: a state appears twice"));
-    runs.push_back({st, i, 1});
-  }
-  logits->clear();
-  if (tokens.empty()) return Ok();
-  return ForwardRuns(runs, tokens, /*all_logits=*/true, logits);
-}
-
-// The forward over rows of new tokens, layer by layer: every projection is
-// one product over all rows (matrix-vector kernels for one row, GEMMs for
-// more), attention runs per (row, head) in parallel against the row's own
-// sequence, and each expert takes the rows routed to it in one product. A
-// run is consecutive rows of one sequence (a prefill chunk is one run; a
-// batched decode step is one run of one row per sequence).
-Status GptOssModel::ForwardRuns(std::span<const Run> runs, std::span<const int> tokens, bool all_logits,
-                                std::vector<float>* logits) const {
+// The forward over every segment's new tokens, layer by layer: every
+// projection is one product over all rows (matrix-vector kernels for one
+// row, GEMMs for more), keys and values go to each row's slot of its
+// sequence's blocks, attention runs per (row, head) in parallel against the
+// row's own sequence, and each expert takes the rows routed to it in one
+// product. A prefill chunk is a segment of many rows; a decode step one row.
+Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
+                            ForwardTrace* trace, std::vector<std::vector<uint64_t>>* expert_tokens) const {
+  (void)trace;  // no per-part profile for this family yet
   const GptOssConfig& c = cfg_;
   const kernels::KernelSet& k = *kernels_;
-  for (int t : tokens)
-    if (t < 0 || t >= c.vocab)
-      return Fail(Error::OutOfRange("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                               std::to_string(c.vocab) + ")"));
-  const size_t n = tokens.size();
+  logits->clear();
+  if (pool.floats_per_token() != cache_floats_per_token())
+    return Fail(Error::InvalidArgument("gpt-oss forward: the KV pool's rows hold " + std::to_string(pool.floats_per_token()) +
+                                       " floats, this model needs " + std::to_string(cache_floats_per_token())));
+  const size_t bt = static_cast<size_t>(pool.block_tokens());
+  size_t n = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const ForwardSegment& seg = segments[s];
+    if (!seg.cache || seg.tokens.empty()) return Fail(Error::InvalidArgument("gpt-oss forward: an empty segment"));
+    for (size_t j = 0; j < s; ++j)
+      if (segments[j].cache == seg.cache) return Fail(Error::InvalidArgument("gpt-oss forward: a sequence appears twice"));
+    const size_t end = static_cast<size_t>(seg.cache->length) + seg.tokens.size();
+    if (seg.cache->blocks.size() * bt < end)
+      return Fail(Error::InvalidArgument("gpt-oss forward: the sequence's blocks do not cover its new tokens"));
+    for (int t : seg.tokens)
+      if (t < 0 || t >= c.vocab)
+        return Fail(Error::OutOfRange("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                      std::to_string(c.vocab) + ")"));
+    n += seg.tokens.size();
+  }
+  if (n == 0) return Ok();
   const size_t hd = c.hidden, d = c.head_dim, H = c.heads, KV = c.kv_heads, rep = H / KV, I = c.intermediate;
   const size_t kvd = KV * d, qd = H * d, E = c.experts, K = c.experts_per_token;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  // Each row's run and position.
-  std::vector<size_t> run_of(n);
+  // Each row's segment and position; its key/value row in the pool.
+  std::vector<size_t> seg_of(n);
   std::vector<int> position(n);
-  for (size_t r = 0; r < runs.size(); ++r)
-    for (size_t i = 0; i < runs[r].rows; ++i) {
-      run_of[runs[r].first_row + i] = r;
-      position[runs[r].first_row + i] = runs[r].state->length + static_cast<int>(i);
+  std::vector<int> tokens(n);
+  std::vector<float*> row_of(n);
+  for (size_t s = 0, r = 0; s < segments.size(); ++s)
+    for (size_t i = 0; i < segments[s].tokens.size(); ++i, ++r) {
+      const SequenceCache& cache = *segments[s].cache;
+      seg_of[r] = s;
+      position[r] = static_cast<int>(cache.length) + static_cast<int>(i);
+      tokens[r] = segments[s].tokens[i];
+      const size_t p = static_cast<size_t>(position[r]);
+      row_of[r] = pool.TokenRow(cache.blocks[p / bt], static_cast<int>(p % bt));
     }
   const RopeTable rope(c, position);
   const size_t half = d / 2;
@@ -344,6 +337,7 @@ Status GptOssModel::ForwardRuns(std::span<const Run> runs, std::span<const int> 
   };
   for (int li = 0; li < c.layers; ++li) {
     const Weights::Layer& L = w_->layers[li];
+    const size_t layer_off = static_cast<size_t>(li) * 2 * kvd;  // keys, then values
     norm_rows(L.in_norm);
     L.wq.Apply(k, t.data(), n, q.data());
     L.wk.Apply(k, t.data(), n, kk.data());
@@ -356,42 +350,26 @@ Status GptOssModel::ForwardRuns(std::span<const Run> runs, std::span<const int> 
       const float* si = rope.sin.data() + i * half;
       for (size_t h = 0; h < H; ++h) Rope(q.data() + i * qd + h * d, co, si, half);
       for (size_t h = 0; h < KV; ++h) Rope(kk.data() + i * kvd + h * d, co, si, half);
+      std::copy_n(kk.data() + i * kvd, kvd, row_of[i] + layer_off);
+      std::copy_n(vv.data() + i * kvd, kvd, row_of[i] + layer_off + kvd);
     }
-    // Banded layers see the last sliding_window positions, the query's own
-    // included; positions no query of a run sees are dropped once twice the
-    // window is held (one erase per window of tokens, not one per token).
-    for (const Run& run : runs) {
-      State& st = *run.state;
-      std::vector<float>& Kc = st.k[li];
-      std::vector<float>& Vc = st.v[li];
-      int& dropped = st.dropped[li];
-      if (c.sliding[li]) {
-        const int first = std::max(0, st.length - c.sliding_window + 1);
-        if (first - dropped >= c.sliding_window) {
-          Kc.erase(Kc.begin(), Kc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
-          Vc.erase(Vc.begin(), Vc.begin() + static_cast<std::ptrdiff_t>(first - dropped) * kvd);
-          dropped = first;
-        }
-      }
-      const auto from = static_cast<std::ptrdiff_t>(run.first_row * kvd), to = from + static_cast<std::ptrdiff_t>(run.rows * kvd);
-      Kc.insert(Kc.end(), kk.begin() + from, kk.begin() + to);
-      Vc.insert(Vc.end(), vv.begin() + from, vv.begin() + to);
-    }
+    // Banded layers see the last sliding_window positions, the query's own included.
     const bool banded = c.sliding[li];
     kernels::DefaultThreadPool().ParallelFor(n * H, [&](size_t job) {
       const size_t i = job / H, h = job % H;
-      const State& st = *runs[run_of[i]].state;
-      const std::vector<float>& Kc = st.k[li];
-      const std::vector<float>& Vc = st.v[li];
-      const int dropped = st.dropped[li];
+      const SequenceCache& cache = *segments[seg_of[i]].cache;
       const int pos = position[i];
       const int first = banded ? std::max(0, pos - c.sliding_window + 1) : 0;
       const float* qh = q.data() + i * qd + h * d;
       const size_t kh = h / rep;
+      auto key_row = [&](int j) {
+        return pool.TokenRow(cache.blocks[static_cast<size_t>(j) / bt], static_cast<int>(static_cast<size_t>(j) % bt)) +
+               layer_off;
+      };
       std::vector<float> scores(static_cast<size_t>(pos + 1 - first));
       float mx = L.sinks[h];
       for (int j = first; j <= pos; ++j) {
-        const float* kj = Kc.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
+        const float* kj = key_row(j) + kh * d;
         float s = 0;
         for (size_t e = 0; e < d; ++e) s += qh[e] * kj[e];
         scores[j - first] = s * scale;
@@ -404,14 +382,13 @@ Status GptOssModel::ForwardRuns(std::span<const Run> runs, std::span<const int> 
       std::fill_n(oh, d, 0.0f);
       for (int j = first; j <= pos; ++j) {
         const float p = static_cast<float>(scores[j - first] / denom);
-        const float* vj = Vc.data() + static_cast<size_t>(j - dropped) * kvd + kh * d;
+        const float* vj = key_row(j) + kvd + kh * d;
         for (size_t e = 0; e < d; ++e) oh[e] += p * vj[e];
       }
     });
     L.wo.Apply(k, o.data(), n, a.data());
     AddBias(a.data(), L.bo.data(), n, hd);
     for (size_t i = 0; i < n * hd; ++i) x[i] += a[i];
-
     // MoE: top-k of the biased router logits (ties to the lower index, as
     // torch.topk), softmax over the chosen logits only; each expert then takes
     // the rows routed to it.
@@ -431,6 +408,9 @@ Status GptOssModel::ForwardRuns(std::span<const Run> runs, std::span<const int> 
       std::vector<double> wts(K);
       for (size_t j = 0; j < K; ++j) wsum += (wts[j] = std::exp(static_cast<double>(r[idx[j]]) - top));
       for (size_t j = 0; j < K; ++j) {
+        if (expert_tokens && static_cast<size_t>(li) < expert_tokens->size() &&
+            static_cast<size_t>(idx[j]) < (*expert_tokens)[li].size())
+          ++(*expert_tokens)[li][idx[j]];
         rows_of[idx[j]].push_back(i);
         weight_of[idx[j]].push_back(static_cast<float>(wts[j] / wsum));
       }
@@ -482,13 +462,19 @@ Status GptOssModel::ForwardRuns(std::span<const Run> runs, std::span<const int> 
       }
     for (size_t i = 0; i < n * hd; ++i) x[i] += moe[i];
   }
-  for (const Run& run : runs) run.state->length += static_cast<int>(run.rows);
-  const size_t first_row = all_logits ? 0 : n - 1, rows = n - first_row;
-  std::vector<float> normed(rows * hd);
-  for (size_t i = 0; i < rows; ++i)
-    k.rms_norm(x.data() + (first_row + i) * hd, w_->norm.data(), c.rms_eps, hd, normed.data() + i * hd);
-  logits->resize(rows * static_cast<size_t>(c.vocab));
-  (c.tie_embeddings ? w_->embed : w_->head).Apply(k, normed.data(), rows, logits->data());
+  for (ForwardSegment& seg : segments) seg.cache->length += static_cast<int64_t>(seg.tokens.size());
+  // Logits: every row of an all_logits segment, else its last.
+  std::vector<size_t> out_rows;
+  for (size_t s = 0, r = 0; s < segments.size(); ++s) {
+    const size_t len = segments[s].tokens.size();
+    for (size_t i = segments[s].all_logits ? 0 : len - 1; i < len; ++i) out_rows.push_back(r + i);
+    r += len;
+  }
+  std::vector<float> normed(out_rows.size() * hd);
+  for (size_t i = 0; i < out_rows.size(); ++i)
+    k.rms_norm(x.data() + out_rows[i] * hd, w_->norm.data(), c.rms_eps, hd, normed.data() + i * hd);
+  logits->resize(out_rows.size() * static_cast<size_t>(c.vocab));
+  (c.tie_embeddings ? w_->embed : w_->head).Apply(k, normed.data(), out_rows.size(), logits->data());
   return Ok();
 }
 

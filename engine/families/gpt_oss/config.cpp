@@ -44,15 +44,6 @@ Result<double> NumField(const json& j, const char* key, double lo, double hi, do
 
 }  // namespace
 
-bool IsGptOssModelDir(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "config.json", std::ios::binary);
-  if (!in) return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  json j = json::parse(s.str(), nullptr, false);
-  return j.is_object() && j.contains("model_type") && j["model_type"] == "gpt_oss";
-}
-
 Result<GptOssConfig> ParseGptOssConfig(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Fail(Bad("not a JSON object"));

@@ -1,0 +1,24 @@
+#include "families/gpt_oss/family.hpp"
+
+#include "moeserve/engine/gpt_oss_model.hpp"
+#include "moeserve/engine/model.hpp"
+
+namespace moeserve::engine {
+
+namespace {
+
+bool Matches(const ConfigProbe& probe) { return probe.model_type == "gpt_oss"; }
+
+Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
+  if (options.deterministic)
+    return Fail(Error::InvalidArgument("deterministic decode is not available for gpt-oss models"));
+  if (options.ep_world > 1 || options.comm)
+    return Fail(Error::InvalidArgument("expert parallelism is not supported for gpt-oss models"));
+  return LoadGptOss(dir, options.kernels == KernelChoice::kReference ? kernels::Isa::kReference : kernels::BestIsa());
+}
+
+}  // namespace
+
+FamilyEntry GptOssFamily() { return {"gpt-oss", Matches, Load}; }
+
+}  // namespace moeserve::engine
