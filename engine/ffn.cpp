@@ -151,6 +151,22 @@ void RouteToken(const ModelConfig& cfg, const LayerWeights& w, const float* logi
   const int E = m.num_experts;
   const int per_group = E / m.n_group;
   std::vector<float> s(static_cast<size_t>(E)), sb(static_cast<size_t>(E));
+  if (m.score_func == "softmax") {
+    // Softmax over every expert, the top k by probability (ties: lower
+    // index), renormalised over the k when norm_topk_prob (Qwen3-Next);
+    // moe-dsa-v1's config parser admits only sigmoid.
+    const float mx = *std::max_element(logits, logits + E);
+    float total = 0.0f;
+    for (int e = 0; e < E; ++e) total += (s[e] = std::exp(logits[e] - mx));
+    for (int e = 0; e < E; ++e) s[e] /= total;
+    std::vector<int> idx = TopK(s, m.experts_per_token);
+    float sum = 0.0f;
+    for (int e : idx) sum += s[e];
+    const float norm = m.norm_topk_prob ? sum : 1.0f;
+    picks.clear();
+    for (int e : idx) picks.push_back({e, s[e] / norm * static_cast<float>(m.routed_scaling_factor)});
+    return;
+  }
   for (int e = 0; e < E; ++e) {
     s[e] = kernels::Sigmoid(logits[e]);
     sb[e] = s[e] + w.gate_bias[e];
@@ -214,6 +230,15 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
   if (m.num_shared_experts > 0) {
     k.silu_mul(sh1.data(), sh3.data(), sh1.data(), sh1.size());
     Linear(w.shared_w2, sh1.data(), n, out, k);
+    if (w.shared_gate.rows == 1) {
+      // A gated shared expert (Qwen3-Next): out *= sigmoid(shared_gate x).
+      std::vector<float> sg(static_cast<size_t>(n));
+      Linear(w.shared_gate, x, n, sg.data(), k);
+      for (int t = 0; t < n; ++t) {
+        const float gt = kernels::Sigmoid(sg[static_cast<size_t>(t)]);
+        for (int j = 0; j < D; ++j) out[static_cast<size_t>(t) * D + j] *= gt;
+      }
+    }
     ck.Mark(ProfilePart::kProjections, LinearFlops({&w.shared_w2}, n));
   } else {
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);

@@ -72,6 +72,7 @@ struct LayerWeights {
   ExpertStack w13, w2e;                 // routed experts: this rank's only
   int first_expert = 0;                 // global index of w13.expert(0)
   Matrix shared_w1, shared_w3, shared_w2;
+  Matrix shared_gate;                   // [1, D] when the shared expert is gated (Qwen3-Next), else empty
 };
 
 struct ModelWeights {

@@ -10,6 +10,7 @@
 
 #include "families/gpt_oss/family.hpp"
 #include "families/moe_dsa_v1/family.hpp"
+#include "families/qwen3_next/family.hpp"
 
 namespace moeserve::engine {
 
@@ -18,6 +19,7 @@ namespace {
 // First match wins; moe-dsa-v1 also takes what no other entry claims.
 const FamilyEntry kFamilies[] = {
     GptOssFamily(),
+    Qwen3NextFamily(),
     MoeDsaV1Family(),
 };
 

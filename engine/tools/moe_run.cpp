@@ -227,6 +227,53 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
   return 0;
 }
 
+// A registered family other than moe-dsa-v1 (Hugging Face checkpoints such
+// as Qwen3-Next): the shared engine on token ids, greedy or sampled; prints
+// the ids, or the text-free summary with prefill and decode speeds.
+int RunFamily(const std::string& dir, const std::string& family, const std::vector<int>& prompt, int max_tokens,
+              bool ignore_eos, bool print_ids, const EngineOptions& eo, const SamplingParams& sampling) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto engine = Engine::Open(dir, eo);
+  if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
+  const auto t_loaded = std::chrono::steady_clock::now();
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_tokens = max_tokens;
+  req.sampling = sampling;
+  if (ignore_eos) req.stop_tokens = {-1};
+  auto id = (*engine)->Submit(req);
+  if (!id) return std::fprintf(stderr, "moe-run: %s\n", id.error().ToString().c_str()), 1;
+  std::vector<int> generated;
+  FinishReason finish = FinishReason::kNone;
+  std::chrono::steady_clock::time_point t_first;
+  bool first = true;
+  while ((*engine)->HasWork())
+    for (const TokenEvent& e : (*engine)->Step()) {
+      if (e.token >= 0) {
+        if (first) t_first = std::chrono::steady_clock::now(), first = false;
+        generated.push_back(e.token);
+      }
+      if (e.finish != FinishReason::kNone) {
+        finish = e.finish;
+        if (e.finish == FinishReason::kError) std::fprintf(stderr, "moe-run: %s\n", e.error.c_str());
+      }
+    }
+  const auto t_end = std::chrono::steady_clock::now();
+  if (finish == FinishReason::kError) return 1;
+  if (print_ids) {
+    PrintIds(generated);
+    return 0;
+  }
+  const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const double prefill_s = first ? secs(t_loaded, t_end) : secs(t_loaded, t_first);
+  const double decode_s = first ? 0 : secs(t_first, t_end);
+  std::printf("family %s; prompt %zu tokens, completion %zu tokens; load %.2fs\n", family.c_str(), prompt.size(),
+              generated.size(), secs(t0, t_loaded));
+  std::printf("prefill %.1f tokens/s, decode %.1f tokens/s\n", static_cast<double>(prompt.size()) / prefill_s,
+              generated.size() > 1 ? static_cast<double>(generated.size() - 1) / decode_s : 0.0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -283,6 +330,20 @@ int main(int argc, char** argv) {
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
                      kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, read_bw, read_bw_auto,
                      static_cast<int>(batch));
+  }
+  if (auto family = FindFamily(model_path); family && std::string((*family)->name) != "moe-dsa-v1") {
+    if (prompt_ids.empty()) return Usage(std::string((*family)->name) + " models take --prompt-ids (no chat template here)");
+    EngineOptions eo;
+    eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
+    eo.bf16_activations = bf16_activations;
+    eo.deterministic = deterministic;
+    eo.cache_tokens = 1 << 15;
+    SamplingParams sp;
+    sp.temperature = static_cast<float>(temperature);
+    sp.top_p = static_cast<float>(top_p);
+    sp.top_k = static_cast<int>(top_k);
+    sp.seed = static_cast<uint64_t>(seed);
+    return RunFamily(model_path, (*family)->name, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids, eo, sp);
   }
   auto t0 = std::chrono::steady_clock::now();
   auto dir = OpenModelDir(model_path);

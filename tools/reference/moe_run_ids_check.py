@@ -21,7 +21,7 @@ def sh(cmd):
 
 
 def reference_greedy(script, model, prompt, decode, out):
-    sh([sys.executable, os.path.join(HERE, script)] + (["run"] if script == "gpt_oss.py" else []) +
+    sh([sys.executable, os.path.join(HERE, script)] + (["run"] if script != "reference.py" else []) +
        ["--model", model, "--tokens", ",".join(map(str, prompt)), "--decode", str(decode), "--out", out])
     with open(os.path.join(out, "meta.json")) as f:
         greedy = json.load(f)["greedy_tokens"]
@@ -80,10 +80,22 @@ def main():
         sys.exit(f"moe-dsa-v1: moe-run {got} != reference {ref}")
     checked += 1
 
+    # Qwen3-Next (Hugging Face layout), a prompt longer than the DeltaNet chunk.
+    qwen = os.path.join(a.workdir, "qwen3-next")
+    sh([sys.executable, os.path.join(HERE, "families", "qwen3_next.py"), "write", "--out", qwen, "--vocab", "4096",
+        "--seed", "5"])
+    prompt = [(i * 7919) % 4096 for i in range(40)]
+    ref = reference_greedy(os.path.join("families", "qwen3_next.py"), qwen, prompt, n,
+                           os.path.join(a.workdir, "qwen-ref"))
+    got = engine_ids(a.moe_run, qwen, prompt, n)
+    if got != ref:
+        sys.exit(f"qwen3_next: moe-run {got} != reference {ref}")
+    checked += 1
+
     shutil.rmtree(a.workdir, ignore_errors=True)
-    print(f"moe-run --print-ids equals the reference's greedy ids for both families ({n} tokens each); "
-          f"{checked - 2} refusals checked")
-    if checked != 6:
+    print(f"moe-run --print-ids equals the reference's greedy ids for the three families ({n} tokens each); "
+          f"{checked - 3} refusals checked")
+    if checked != 7:
         sys.exit("not every family was checked")
 
 

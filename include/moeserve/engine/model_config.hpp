@@ -47,7 +47,8 @@ struct MoeConfig {
   int n_group = 1;
   int topk_group = 1;
   double routed_scaling_factor = 1.0;
-  std::string score_func = "sigmoid";
+  std::string score_func = "sigmoid";  // or "softmax" (families other than moe-dsa-v1)
+  bool norm_topk_prob = true;           // softmax: renormalise the picked probabilities
 };
 
 struct RopeConfig {

@@ -1,0 +1,230 @@
+// Qwen3-Next (Hugging Face layout) against the fp32 PyTorch reference
+// (tools/reference/families/qwen3_next.py) on a tiny random checkpoint in the
+// published layout: logits within model.md section 10's CPU bound, greedy
+// ids, the chunked and recurrent DeltaNet forms, prefill split across calls,
+// the prefix cache's reuse of DeltaNet state, and config errors naming the field.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "families/qwen3_next/config.hpp"
+#include "families/qwen3_next/model.hpp"
+#include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/family_registry.hpp"
+#include "moeserve/engine/kv_pool.hpp"
+#include "test_models.hpp"
+
+namespace moeserve::engine {
+namespace {
+
+using testing_util::TempPath;
+
+std::string Root() {
+  const char* src = std::getenv("MOESERVE_SOURCE_DIR");
+  return src ? src : MOESERVE_SOURCE_DIR_DEFAULT;
+}
+
+std::string Script() { return Root() + "/tools/reference/families/qwen3_next.py"; }
+
+// A prompt longer than the DeltaNet chunk (32), so that the chunked form runs
+// over more than one chunk.
+const std::vector<int> kPrompt = {4000, 872, 198, 970, 0, 5, 77, 1200, 33, 8, 900, 4, 61, 99, 100, 101, 102, 103, 104,
+                                  105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121,
+                                  122, 123, 3000, 4095};
+constexpr int kDecode = 8;
+
+struct Fixture {
+  std::string model;
+  std::vector<int> tokens, greedy;
+  std::vector<double> margin;
+  std::vector<float> logits;
+  int vocab = 0;
+};
+
+const Fixture& Shared() {
+  static Fixture* f = [] {
+    auto* f = new Fixture;
+    f->model = TempPath("qwen3_next");
+    const std::string ref = TempPath("qwen3_next_ref");
+    std::filesystem::remove_all(f->model);
+    std::filesystem::remove_all(ref);
+    std::string ids;
+    for (int t : kPrompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+    const std::string write = "/usr/bin/python3 " + Script() + " write --out " + f->model + " --vocab 4096 --seed 3";
+    const std::string run = "/usr/bin/python3 " + Script() + " run --model " + f->model + " --tokens " + ids +
+                            " --decode " + std::to_string(kDecode) + " --out " + ref;
+    if (std::system(write.c_str()) != 0 || std::system(run.c_str()) != 0) {
+      ADD_FAILURE() << "the reference failed: " << write << " / " << run;
+      return f;
+    }
+    std::ifstream in(ref + "/meta.json");
+    const auto meta = nlohmann::json::parse(in);
+    f->tokens = meta["tokens"].get<std::vector<int>>();
+    f->greedy = meta["greedy_tokens"].get<std::vector<int>>();
+    f->margin = meta["top2_margin"].get<std::vector<double>>();
+    f->vocab = meta["vocab"].get<int>();
+    std::ifstream lf(ref + "/logits.f32", std::ios::binary);
+    f->logits.resize(f->tokens.size() * static_cast<size_t>(f->vocab));
+    lf.read(reinterpret_cast<char*>(f->logits.data()), static_cast<std::streamsize>(f->logits.size() * 4));
+    return f;
+  }();
+  return *f;
+}
+
+// All logits of the reference's token sequence, prefilled in pieces of
+// `piece` tokens (each piece after the first continues the cached state).
+std::vector<float> EngineLogits(const qwen3_next::Model& m, const std::vector<int>& tokens, int piece) {
+  KvPool pool(64, 16, m.cache_floats_per_token());
+  SequenceCache cache = m.NewSequence();
+  std::vector<float> all;
+  for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(piece)) {
+    const size_t n = std::min(tokens.size() - at, static_cast<size_t>(piece));
+    EXPECT_TRUE(EnsureBlocks(pool, cache, static_cast<int64_t>(at + n)));
+    ForwardSegment seg{&cache, std::span<const int>(tokens.data() + at, n), true};
+    std::vector<float> logits;
+    auto st = m.Forward(pool, std::span<ForwardSegment>(&seg, 1), &logits);
+    EXPECT_TRUE(st) << st.error().ToString();
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  ReleaseBlocks(pool, cache);
+  return all;
+}
+
+void ExpectClose(const Fixture& f, const std::vector<float>& got, double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), f.logits.size()) << what;
+  const size_t V = static_cast<size_t>(f.vocab);
+  for (size_t p = 0; p < f.tokens.size(); ++p) {
+    double mx = 0, err = 0;
+    for (size_t j = 0; j < V; ++j) {
+      mx = std::max(mx, std::fabs(static_cast<double>(f.logits[p * V + j])));
+      err = std::max(err, std::fabs(static_cast<double>(got[p * V + j]) - f.logits[p * V + j]));
+    }
+    ASSERT_LE(err, rel * mx) << what << ": position " << p;
+  }
+}
+
+TEST(Qwen3Next, LogitsMatchTheReferenceInEveryForm) {
+  const Fixture& f = Shared();
+  ASSERT_FALSE(f.logits.empty());
+  ASSERT_GT(kPrompt.size(), 32u);
+  for (auto form : {DeltaForm::kChunked, DeltaForm::kRecurrent}) {
+    ModelOptions o;
+    o.kernels = KernelChoice::kReference;
+    o.delta_form = form;
+    auto m = qwen3_next::Model::Load(f.model, o);
+    ASSERT_TRUE(m) << m.error().ToString();
+    const std::string name = form == DeltaForm::kChunked ? "chunked" : "recurrent";
+    // One prefill; prefill split across calls (7 does not divide the chunk);
+    // and one token per call (decode steps).
+    ExpectClose(f, EngineLogits(**m, f.tokens, static_cast<int>(f.tokens.size())), 1e-3, name + ", one call");
+    ExpectClose(f, EngineLogits(**m, f.tokens, 7), 1e-3, name + ", pieces of 7");
+    ExpectClose(f, EngineLogits(**m, f.tokens, 1), 1e-3, name + ", one token per call");
+  }
+  // The fast kernels (BF16 weights as stored, fp32 activations).
+  auto fast = qwen3_next::Model::Load(f.model, ModelOptions{});
+  ASSERT_TRUE(fast) << fast.error().ToString();
+  ExpectClose(f, EngineLogits(**fast, f.tokens, static_cast<int>(f.tokens.size())), 1e-3, "fast kernels");
+}
+
+// Greedy ids through the registry and the shared engine, equal to the
+// reference's wherever its two best logits are further apart than the
+// bound; then the same prompt again, served from the prefix cache (the
+// DeltaNet state restored from a snapshot), with the same ids.
+TEST(Qwen3Next, EngineGreedyMatchesTheReferenceAndReusesThePrefix) {
+  const Fixture& f = Shared();
+  ASSERT_FALSE(f.greedy.empty());
+  auto family = FindFamily(f.model);
+  ASSERT_TRUE(family);
+  EXPECT_STREQ((*family)->name, "qwen3_next");
+  EngineOptions eo;
+  eo.cache_tokens = 1024;
+  eo.block_tokens = 16;
+  auto engine = Engine::Open(f.model, eo);
+  ASSERT_TRUE(engine) << engine.error().ToString();
+  std::vector<std::vector<int>> runs;
+  std::vector<int> cached;
+  for (int round = 0; round < 2; ++round) {
+    GenerationRequest req;
+    req.prompt = kPrompt;
+    req.max_tokens = kDecode;
+    req.sampling.temperature = 0;
+    req.stop_tokens = {-1};
+    ASSERT_TRUE((*engine)->Submit(req));
+    std::vector<int> ids;
+    while ((*engine)->HasWork())
+      for (const TokenEvent& e : (*engine)->Step()) {
+        ASSERT_NE(e.finish, FinishReason::kError) << e.error;
+        if (e.token >= 0) ids.push_back(e.token);
+        if (e.finish != FinishReason::kNone) cached.push_back(e.usage.cached_tokens);
+      }
+    runs.push_back(ids);
+  }
+  ASSERT_EQ(runs[0].size(), static_cast<size_t>(kDecode));
+  EXPECT_EQ(runs[0], runs[1]);
+  ASSERT_EQ(cached.size(), 2u);
+  EXPECT_EQ(cached[0], 0);
+  EXPECT_GT(cached[1], 0) << "the second run did not reuse the cached prefix";
+  // Compared up to the first pick whose margin is within the bound.
+  const size_t V = static_cast<size_t>(f.vocab);
+  int checked = 0;
+  for (int i = 0; i < kDecode; ++i) {
+    const size_t p = kPrompt.size() - 1 + static_cast<size_t>(i);
+    double mx = 0;
+    for (size_t j = 0; j < V; ++j) mx = std::max(mx, std::fabs(static_cast<double>(f.logits[p * V + j])));
+    if (f.margin[p] <= 2e-3 * mx) break;
+    EXPECT_EQ(runs[0][static_cast<size_t>(i)], f.greedy[static_cast<size_t>(i)]) << "decode step " << i;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3) << "too few decode steps had a clear reference pick to compare";
+}
+
+TEST(Qwen3Next, ConfigErrorsNameTheField) {
+  const std::string good = R"({"model_type": "qwen3_next", "vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8})";
+  auto ok = qwen3_next::ParseConfig(good);
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  EXPECT_EQ(ok->full_attention, (std::vector<bool>{false, false}));
+  auto with = [&](const std::string& key, const std::string& value) {
+    auto j = nlohmann::json::parse(good);
+    j[key] = nlohmann::json::parse(value);
+    auto r = qwen3_next::ParseConfig(j.dump());
+    EXPECT_FALSE(r) << key;
+    return r ? std::string() : r.error().message();
+  };
+  EXPECT_NE(with("linear_num_value_heads", "3").find("linear_num_value_heads"), std::string::npos);
+  EXPECT_NE(with("num_key_value_heads", "3").find("num_key_value_heads"), std::string::npos);
+  EXPECT_NE(with("layer_types", R"(["full_attention"])").find("layer_types"), std::string::npos);
+  EXPECT_NE(with("layer_types", R"(["full_attention", "sliding"])").find("layer_types[1]"), std::string::npos);
+  EXPECT_NE(with("hidden_size", "\"64\"").find("hidden_size"), std::string::npos);
+  EXPECT_NE(with("num_experts_per_tok", "600").find("num_experts_per_tok"), std::string::npos);
+  EXPECT_NE(with("mlp_only_layers", "[5]").find("mlp_only_layers"), std::string::npos);
+  EXPECT_NE(with("rope_scaling", R"({"type": "yarn"})").find("rope_scaling"), std::string::npos);
+  EXPECT_NE(with("partial_rotary_factor", "0.01").find("partial_rotary_factor"), std::string::npos);
+  EXPECT_NE(with("model_type", "\"qwen3\"").find("model_type"), std::string::npos);
+}
+
+TEST(Qwen3Next, MissingOrMisshapenTensorsAreNamed) {
+  const Fixture& f = Shared();
+  const std::string bad = TempPath("qwen3_next_bad");
+  std::filesystem::remove_all(bad);
+  std::filesystem::copy(f.model, bad);
+  // Claim a larger hidden size than the tensors have.
+  std::ifstream in(bad + "/config.json");
+  auto cfg = nlohmann::json::parse(in);
+  in.close();
+  cfg["linear_value_head_dim"] = 32;
+  std::ofstream(bad + "/config.json") << cfg.dump();
+  auto m = qwen3_next::Model::Load(bad, ModelOptions{});
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message().find("model.layers.0.linear_attn.in_proj_qkvz.weight"), std::string::npos)
+      << m.error().message();
+}
+
+}  // namespace
+}  // namespace moeserve::engine
