@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
                      kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, read_bw, read_bw_auto,
                      static_cast<int>(batch));
   }
-  if (auto family = FindFamily(model_path); family && std::string((*family)->name) != "moe-dsa-v1") {
+  if (std::string((*family)->name) != "moe-dsa-v1") {
     if (prompt_ids.empty()) return Usage(std::string((*family)->name) + " models take --prompt-ids (no chat template here)");
     EngineOptions eo;
     eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
