@@ -589,7 +589,11 @@ Result<MoEDeploymentReconciler::Rollout> MoEDeploymentReconciler::RollOut(const 
 
 Status MoEDeploymentReconciler::RemoveSurplusGroups(const json& md, const MoEDeploymentSpec& spec) {
   const std::string uid = md["metadata"].value("uid", "");
-  for (const auto& sts : caches_.statefulsets->List(Namespace(md), {{"app.kubernetes.io/instance", Name(md)}})) {
+  const std::map<std::string, std::string> ours = {{"app.kubernetes.io/instance", Name(md)}};
+  // 1. The StatefulSet of each surplus group goes first: its pods get
+  //    SIGTERM, on which the daemon drains (not ready, new requests refused,
+  //    requests in flight finish).
+  for (const auto& sts : caches_.statefulsets->List(Namespace(md), ours)) {
     // Anyone can label an object as ours: only a well-formed index on a
     // StatefulSet this deployment owns counts.
     const auto replica = ParseIndex(sts["metadata"].value("labels", json::object()), kReplicaLabel);
@@ -603,19 +607,36 @@ Status MoEDeploymentReconciler::RemoveSurplusGroups(const json& md, const MoEDep
     // Each delete names the object the decision was made on (uid and
     // resourceVersion): a changed or replaced one is refused, and the next
     // reconcile decides again on fresh data.
-    for (auto [ref, cache] : {std::pair{&resources::kStatefulSet, caches_.statefulsets},
-                              std::pair{&resources::kService, caches_.services},
-                              std::pair{&resources::kPodDisruptionBudget, caches_.pdbs},
-                              std::pair{&resources::kNetworkPolicy, caches_.networkpolicies}}) {
-      if (!cache) continue;
-      const std::string key = Namespace(md) + "/" + group;
-      auto cached = cache->Get(key);
-      if (!cached || !OwnedByUid(*cached, uid)) continue;
-      auto deleted = client_.Delete(*ref, Namespace(md), group, "Background", PreconditionsOf(*cached));
+    auto deleted = client_.Delete(resources::kStatefulSet, Namespace(md), group, "Background", PreconditionsOf(sts));
+    if (!deleted && deleted.error().code() != ErrorCode::kNotFound) return Fail(deleted.error());
+    caches_.statefulsets->Remove(Namespace(md) + "/" + group);
+    if (events_) events_->Record(md, "Normal", "ScaledDown", "Removed replica group " + group + " (its pods drain)");
+  }
+  // 2. The group's headless Service, PodDisruptionBudget and NetworkPolicy
+  //    stay while any of its pods is left: a session kept by a draining pod
+  //    stays reachable by forwarding, through the headless Service's name.
+  std::map<int, bool> pods_left;
+  for (auto [ref, cache] : {std::pair{&resources::kService, caches_.services},
+                            std::pair{&resources::kPodDisruptionBudget, caches_.pdbs},
+                            std::pair{&resources::kNetworkPolicy, caches_.networkpolicies}}) {
+    if (!cache) continue;
+    for (const auto& object : cache->List(Namespace(md), ours)) {
+      const auto replica = ParseIndex(object["metadata"].value("labels", json::object()), kReplicaLabel);
+      if (!replica || *replica < spec.replicas || !OwnedByUid(object, uid)) continue;
+      const std::string group = Name(object);
+      if (group != desired::GroupName(md, *replica) || caches_.statefulsets->Get(Namespace(md) + "/" + group)) continue;
+      if (!pods_left.contains(*replica)) {
+        ListOptions list;
+        list.label_selector =
+            "app.kubernetes.io/instance=" + Name(md) + "," + kReplicaLabel + "=" + std::to_string(*replica);
+        MOE_ASSIGN_OR_RETURN(json pods, client_.List(resources::kPod, Namespace(md), list));
+        pods_left[*replica] = !pods.value("items", json::array()).empty();
+      }
+      if (pods_left[*replica]) continue;  // looked at again on the next reconcile (at least every resync)
+      auto deleted = client_.Delete(*ref, Namespace(md), group, "Background", PreconditionsOf(object));
       if (!deleted && deleted.error().code() != ErrorCode::kNotFound) return Fail(deleted.error());
-      cache->Remove(key);
+      cache->Remove(Namespace(md) + "/" + group);
     }
-    if (events_) events_->Record(md, "Normal", "ScaledDown", "Removed replica group " + group);
   }
   return Ok();
 }
