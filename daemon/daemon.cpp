@@ -537,6 +537,13 @@ Status Daemon::LoadModel() {
   auto family = engine::FindFamily(model_dir);
   if (!family) return fail(family.error(), "loading model " + m.config.model);
   const std::string family_name = (*family)->name;
+  // The daemon renders chat only for these families; the engine runs others
+  // (Qwen3-Next) on token ids (moe-run --prompt-ids) until their chat format
+  // is served here.
+  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss")
+    return fail(Error::InvalidArgument("the daemon has no chat format for " + family_name +
+                                       " models yet (moe-run --prompt-ids runs them on token ids)"),
+                "loading model " + m.config.model);
   engine::EngineOptions o;
   o.max_running = m.config.max_running;
   o.max_waiting = m.config.max_queue;

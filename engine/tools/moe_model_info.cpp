@@ -1,11 +1,14 @@
 // moe-model-info: opens and validates a model directory and prints its
-// summary (layers by kind, parameters total/active, bytes by dtype).
+// summary (layers by kind, parameters total/active, bytes by dtype); for
+// Qwen3-Next directories (Hugging Face layout) the family's own summary.
 //
 //   moe-model-info DIR [--verify]
 #include <cstdio>
 #include <string>
 
+#include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/qwen3_next_info.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 
 using namespace moeserve::engine;
@@ -25,6 +28,12 @@ int main(int argc, char** argv) {
   if (dir.empty()) {
     std::fprintf(stderr, "usage: moe-model-info DIR [--verify]\n");
     return 2;
+  }
+  if (auto family = FindFamily(dir); family && std::string((*family)->name) == "qwen3_next") {
+    auto text = DescribeQwen3Next(dir);
+    if (!text) return std::fprintf(stderr, "moe-model-info: %s\n", text.error().ToString().c_str()), 1;
+    std::printf("model          %s\n%s", dir.c_str(), text->c_str());
+    return 0;
   }
   auto model = OpenModelDir(dir, options);
   if (!model) {

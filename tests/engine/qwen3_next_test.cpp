@@ -18,6 +18,7 @@
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/qwen3_next_info.hpp"
 #include "test_models.hpp"
 
 namespace moeserve::engine {
@@ -182,6 +183,18 @@ TEST(Qwen3Next, EngineGreedyMatchesTheReferenceAndReusesThePrefix) {
     ++checked;
   }
   EXPECT_GE(checked, 3) << "too few decode steps had a clear reference pick to compare";
+}
+
+// moe-model-info's summary: the layer kinds and FFNs the config gives, the
+// MTP tensors counted apart.
+TEST(Qwen3Next, DescribeSummarisesTheDirectory) {
+  const Fixture& f = Shared();
+  auto text = DescribeQwen3Next(f.model);
+  ASSERT_TRUE(text) << text.error().ToString();
+  EXPECT_NE(text->find("(2 shards)"), std::string::npos) << *text;
+  EXPECT_NE(text->find("4: 3 Gated DeltaNet, 1 gated attention; 3 MoE, 1 dense MLP"), std::string::npos) << *text;
+  EXPECT_NE(text->find("8, top-2 (renormalised), shared expert 48 wide"), std::string::npos) << *text;
+  EXPECT_NE(text->find("multi-token prediction: not used"), std::string::npos) << *text;
 }
 
 TEST(Qwen3Next, ConfigErrorsNameTheField) {
