@@ -203,6 +203,10 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         kernels::LayerNormRef(&ikraw[static_cast<size_t>(r) * ID], w.idx_k_norm_w.data(), w.idx_k_norm_b.data(), 1e-6f, ID, ik);
         RopeHalfSplit(ik, rope, pos, ctx.rope_freqs);
         for (int j = 0; j < IH; ++j) RopeHalfSplit(&iq[(static_cast<size_t>(r) * IH + j) * ID], rope, pos, ctx.rope_freqs);
+        if (cfg.dsa.index_fp8) {
+          IndexHadamardFp8(ik, ID, cfg.dsa.index_fp8_ue8m0);
+          for (int j = 0; j < IH; ++j) IndexHadamardFp8(&iq[(static_cast<size_t>(r) * IH + j) * ID], ID, cfg.dsa.index_fp8_ue8m0);
+        }
       }
     });
   }

@@ -104,6 +104,10 @@ ModelOptions ModelOptionsFor(const EngineOptions& options) {
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const EngineOptions& options) {
   MOE_TRY(ValidateEngineOptions(options));
+  // A ModelDir gets moe-dsa-v1's chat hooks: other families open by Open().
+  if (model_dir.family != "moe-dsa-v1")
+    return Fail(Error::InvalidArgument(model_dir.path + ": model family '" + model_dir.family +
+                                       "' has its own chat hooks: open it with Engine::Open"));
   FamilyParts parts;
   MOE_ASSIGN_OR_RETURN(parts.model, Model::Load(model_dir, ModelOptionsFor(options)));
   parts.chat = MoeDsaV1Chat();

@@ -176,4 +176,8 @@ float MlaSoftmaxScale(const ModelConfig& config);
 void RopeInterleaved(float* x, int dim, int64_t pos, const std::vector<float>& freqs);
 void RopeHalfSplit(float* x, int dim, int64_t pos, const std::vector<float>& freqs);
 
+// DsaConfig::index_fp8: x[dim] <- FP8-rounded (Hadamard(x) / sqrt(dim)), in
+// place (index_fp8.cpp).
+void IndexHadamardFp8(float* x, int dim, bool ue8m0);
+
 }  // namespace moeserve::engine

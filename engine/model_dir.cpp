@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "moeserve/engine/families/deepseek_v32.hpp"
 #include "moeserve/engine/manifest.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 
@@ -23,6 +24,7 @@ Result<ModelDir> OpenModelDir(const std::string& path, const OpenModelOptions& o
     MOE_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(ss.str(), mpath.string()));
     MOE_TRY(VerifyManifest(manifest, path));
   }
+  if (deepseek_v32::IsModelDir(path)) return deepseek_v32::OpenDir(path);
   MOE_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig((fs::path(path) / "config.json").string()));
   MOE_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(path));
   std::vector<std::string> warnings;

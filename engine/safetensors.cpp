@@ -189,6 +189,15 @@ const TensorView* SafetensorsFile::Find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
+Result<Checkpoint> Checkpoint::FromImage(std::string name, std::vector<uint8_t> image) {
+  Checkpoint ck;
+  ck.image_ = std::make_unique<std::vector<uint8_t>>(std::move(image));
+  MOE_ASSIGN_OR_RETURN(auto f, SafetensorsFile::FromBytes(std::move(name), *ck.image_));
+  for (const auto& t : f->tensors()) ck.by_name_[t.name] = &t;
+  ck.shards_.push_back(std::move(f));
+  return ck;
+}
+
 Result<Checkpoint> Checkpoint::Open(const std::string& dir) {
   namespace fs = std::filesystem;
   Checkpoint ck;

@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   for (const auto& w : model->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   std::printf("model          %s (%zu shard%s%s)\n", dir.c_str(), model->checkpoint.shards().size(),
               model->checkpoint.shards().size() == 1 ? "" : "s", options.verify_manifest ? ", sha256 verified" : "");
+  if (model->family != "moe-dsa-v1")
+    std::printf("family         %s (published layout, converted at load)\n", model->family.c_str());
   std::printf("%s", FormatSummary(Summarize(model->checkpoint, model->config), model->config).c_str());
   return 0;
 }

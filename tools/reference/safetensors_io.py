@@ -25,6 +25,7 @@ DTYPE_SIZES = {
     "F32": 4,
     "F64": 8,
     "U8": 1,
+    "F8_E4M3": 1,  # raw e4m3fn codes (decoded by the family that uses them)
     "I8": 1,
     "I16": 2,
     "I32": 4,
@@ -37,6 +38,7 @@ _NUMPY = {
     "F32": np.float32,
     "F64": np.float64,
     "U8": np.uint8,
+    "F8_E4M3": np.uint8,
     "I8": np.int8,
     "I16": np.int16,
     "I32": np.int32,
@@ -159,7 +161,7 @@ def _to_bytes(tensor, dtype):
         return u16.astype("<u2").tobytes()
     if dtype == "F32":
         return t.to(torch.float32).numpy().astype("<f4").tobytes()
-    if dtype == "U8":
+    if dtype in ("U8", "F8_E4M3"):
         return t.to(torch.uint8).numpy().tobytes()
     np_dtype = np.dtype(_NUMPY[dtype]).newbyteorder("<")
     return t.numpy().astype(np_dtype).tobytes()

@@ -29,6 +29,14 @@ struct DsaConfig {
   int index_n_heads = 0;
   int index_head_dim = 0;
   int index_topk = 2048;
+  // DeepSeek-V3.2's indexer (engine/families/deepseek_v32): after RoPE, every
+  // query head and the key are rotated by the orthonormal Hadamard matrix and
+  // rounded to FP8 e4m3 in groups of 128 (scale amax/448; a power of two when
+  // index_fp8_ue8m0), as its public inference code quantises them. Needs
+  // index_head_dim a power of two and a multiple of 128. Never set by a
+  // moe-dsa-v1 config.json (its indexer scores are plain fp32).
+  bool index_fp8 = false;
+  bool index_fp8_ue8m0 = false;
 };
 
 struct DeltaConfig {

@@ -19,12 +19,17 @@ struct ModelDir {
   Checkpoint checkpoint;
   Tokenizer tokenizer;
   std::vector<std::string> warnings;
+  // "moe-dsa-v1", or the published family a directory was converted from
+  // ("deepseek_v32": engine/families/deepseek_v32).
+  std::string family = "moe-dsa-v1";
 };
 
 struct OpenModelOptions {
   bool verify_manifest = false;  // sha256 every file listed in manifest.json
 };
 
+// A directory whose config.json has model_type "deepseek_v32" opens through
+// that family (families/deepseek_v32.hpp).
 Result<ModelDir> OpenModelDir(const std::string& path, const OpenModelOptions& options = {});
 
 }  // namespace moeserve::engine

@@ -74,6 +74,10 @@ class SafetensorsFile {
 class Checkpoint {
  public:
   static Result<Checkpoint> Open(const std::string& dir);
+  // A checkpoint held in memory: one safetensors file image (a family's
+  // loader converts a published checkpoint into the engine's names and
+  // dtypes this way). `name` stands for the file in error messages.
+  static Result<Checkpoint> FromImage(std::string name, std::vector<uint8_t> image);
 
   const TensorView* Find(const std::string& name) const;
   std::vector<const TensorView*> AllTensors() const;
@@ -82,6 +86,8 @@ class Checkpoint {
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::map<std::string, const TensorView*> by_name_;
+  // FromImage's bytes, which its shard views (heap storage: stable under moves).
+  std::unique_ptr<std::vector<uint8_t>> image_;
 };
 
 // Builds a safetensors file in memory and writes it atomically (temporary

@@ -1,0 +1,55 @@
+// DeepSeek-V3.2 as published on Hugging Face (config.json model_type
+// "deepseek_v32"): its config parsed into the engine's ModelConfig, and its
+// sharded FP8 checkpoint converted into the engine's tensor names and dtypes
+// (docs/model-format.md, "DeepSeek-V3.2").
+//
+// Mapping onto the moe-dsa-v1 graph: every layer is `dsa` (MLA with the
+// lightning indexer) without the output gate; the first
+// first_k_dense_replace layers have a dense SwiGLU FFN; the others sigmoid
+// group-limited routing with e_score_correction_bias and shared experts; the
+// indexer's Hadamard rotation and FP8 rounding of its queries and keys are
+// DsaConfig::index_fp8. The multi-token-prediction layers
+// (model.layers.{num_hidden_layers}...) are not loaded.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/engine/model_config.hpp"
+#include "moeserve/engine/model_dir.hpp"
+
+namespace moeserve::engine::deepseek_v32 {
+
+inline constexpr const char* kModelType = "deepseek_v32";
+
+struct Config {
+  ModelConfig model;                 // the engine's form (architecture "deepseek_v32")
+  int num_nextn_predict_layers = 0;  // MTP layers stored after the model's own
+  bool fp8 = false;                  // quantization_config: fp8 e4m3 with 128x128 blocks
+  int bos_token_id = -1, eos_token_id = -1;
+};
+
+// Parses and validates config.json; every failure names the field
+// ("config.json: n_group: 5 must divide n_routed_experts (8)").
+Result<Config> ParseConfig(const std::string& text, const std::string& source = "config.json");
+
+// dir/config.json, parsed.
+Result<Config> LoadConfig(const std::string& dir);
+
+// Whether dir/config.json says model_type "deepseek_v32" (false when it is
+// missing or unreadable: the caller's own open reports that).
+bool IsModelDir(const std::string& dir);
+
+// Opens a DeepSeek-V3.2 directory: config.json, the shards of
+// model.safetensors.index.json (or one model.safetensors), every tensor the
+// config needs checked (dtype, shape, FP8 scales) and converted: FP8 weights
+// dequantised block by block (fp8 * weight_scale_inv in fp32, rounded to
+// BF16, as DeepSeek's weight_dequant), routed experts stacked into the
+// engine's BF16 expert tensors. The result holds the converted checkpoint in
+// memory; what was skipped (MTP) and dequantised is said in `warnings`. Its tokenizer is a placeholder of the
+// right vocabulary size: the moe-dsa-v1 chat engine does not serve this
+// family (Engine::Create refuses it).
+Result<ModelDir> OpenDir(const std::string& dir);
+
+}  // namespace moeserve::engine::deepseek_v32
