@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "families/deepseek_v32/family.hpp"
 #include "families/gpt_oss/family.hpp"
 #include "families/moe_dsa_v1/family.hpp"
 #include "families/qwen3_next/family.hpp"
@@ -18,6 +19,7 @@ namespace {
 
 // First match wins; moe-dsa-v1 also takes what no other entry claims.
 const FamilyEntry kFamilies[] = {
+    DeepseekV32Family(),
     GptOssFamily(),
     Qwen3NextFamily(),
     MoeDsaV1Family(),

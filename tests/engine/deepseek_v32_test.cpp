@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <sstream>
@@ -196,6 +198,91 @@ void CompareWithReference(KernelChoice kernels) {
 TEST(DeepseekV32, MatchesReferenceWithReferenceKernels) { CompareWithReference(KernelChoice::kReference); }
 TEST(DeepseekV32, MatchesReferenceWithFastKernels) { CompareWithReference(KernelChoice::kFast); }
 
+// The shared engine opens the directory through the family registry and
+// decodes the reference's greedy tokens, two sequences batched together.
+TEST(DeepseekV32, ServedByTheEngineBatched) {
+  const Reference& ref = Ref();
+  EngineOptions eo;
+  eo.cache_tokens = 256;
+  auto engine = Engine::Open(TinyModel(), eo);
+  ASSERT_TRUE(engine) << engine.error().ToString();
+  std::vector<int> prompt(ref.tokens.begin(), ref.tokens.begin() + kPrompt);
+  std::map<SequenceId, std::vector<int>> out;
+  for (int i = 0; i < 2; ++i) {
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.max_tokens = kDecode + 1;
+    req.sampling.temperature = 0;
+    req.starts_in_reasoning = false;
+    req.stop_tokens = {-1};  // run max_tokens whatever is sampled
+    auto id = (*engine)->Submit(req);
+    ASSERT_TRUE(id) << id.error().ToString();
+    out[*id];
+  }
+  while ((*engine)->HasWork())
+    for (const TokenEvent& e : (*engine)->Step()) {
+      ASSERT_NE(e.finish, FinishReason::kError) << e.error;
+      if (e.token >= 0) out[e.id].push_back(e.token);
+    }
+  ASSERT_EQ(out.size(), 2u);
+  for (const auto& [id, toks] : out) {
+    ASSERT_EQ(toks.size(), static_cast<size_t>(kDecode + 1));
+    // Identical up to the first position whose reference margin is within the bound.
+    for (int k = 0; k <= kDecode; ++k) {
+      const int p = kPrompt - 1 + k;
+      const float* b = &ref.logits[static_cast<size_t>(p) * ref.vocab];
+      const double max_ref = std::fabs(*std::max_element(b, b + ref.vocab, [](float x, float y) { return std::fabs(x) < std::fabs(y); }));
+      if (ref.margin[static_cast<size_t>(p)] <= 1e-3 * max_ref) break;
+      EXPECT_EQ(toks[static_cast<size_t>(k)], ref.greedy[static_cast<size_t>(k)]) << "sequence " << id << " token " << k;
+    }
+  }
+}
+
+std::string Binary(const std::string& name) {
+  const char* b = std::getenv("MOESERVE_BINARY_DIR");
+  return std::string(b ? b : MOESERVE_BINARY_DIR_DEFAULT) + "/engine/" + name;
+}
+
+std::string RunCommand(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return *status = -1, out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = ::pclose(p);
+  return out;
+}
+
+// moe-run --prompt-ids --print-ids gives the reference's greedy tokens;
+// moe-model-info summarises the directory.
+TEST(DeepseekV32, MoeRunAndModelInfo) {
+  const Reference& ref = Ref();
+  std::string ids;
+  for (int i = 0; i < kPrompt; ++i) ids += (i ? "," : "") + std::to_string(ref.tokens[static_cast<size_t>(i)]);
+  int status = 0;
+  const std::string out = RunCommand(Binary("moe-run") + " --model " + TinyModel() + " --prompt-ids " + ids +
+                                         " --max-tokens " + std::to_string(kDecode + 1) + " --ignore-eos --print-ids 2>/dev/null",
+                                     &status);
+  ASSERT_EQ(status, 0) << out;
+  std::vector<int> got;
+  std::stringstream ss(out);
+  for (std::string t; std::getline(ss, t, ',');) got.push_back(std::stoi(t));
+  ASSERT_EQ(got.size(), static_cast<size_t>(kDecode + 1)) << out;
+  for (int k = 0; k <= kDecode; ++k) {
+    const int p = kPrompt - 1 + k;
+    const float* b = &ref.logits[static_cast<size_t>(p) * ref.vocab];
+    const double max_ref = std::fabs(*std::max_element(b, b + ref.vocab, [](float x, float y) { return std::fabs(x) < std::fabs(y); }));
+    if (ref.margin[static_cast<size_t>(p)] <= 1e-3 * max_ref) break;
+    EXPECT_EQ(got[static_cast<size_t>(k)], ref.greedy[static_cast<size_t>(k)]) << "token " << k;
+  }
+  const std::string info = RunCommand(Binary("moe-model-info") + " " + TinyModel() + " 2>&1", &status);
+  ASSERT_EQ(status, 0) << info;
+  EXPECT_NE(info.find("family         deepseek_v32"), std::string::npos) << info;
+  EXPECT_NE(info.find("layers         3 (dsa 3; ffn: dense 1, moe 2)"), std::string::npos) << info;
+  EXPECT_NE(info.find("multi-token-prediction layer 3 skipped"), std::string::npos) << info;
+}
+
 TEST(DeepseekV32, MapsThePublishedConfig) {
   auto cfg = deepseek_v32::LoadConfig(TinyModel());
   ASSERT_TRUE(cfg) << cfg.error().ToString();
@@ -254,7 +341,7 @@ TEST(DeepseekV32, ConfigErrorsNameTheField) {
     c.edit(j);
     auto r = deepseek_v32::ParseConfig(j.dump(), "config.json");
     ASSERT_FALSE(r) << c.field;
-    EXPECT_NE(r.error().message().find("config.json: " + c.field + ":"), std::string::npos)
+    EXPECT_NE(r.error().message().find(std::string("config.json: ").append(c.field).append(":")), std::string::npos)
         << c.field << ": " << r.error().message();
   }
 }

@@ -234,10 +234,13 @@ Result<ModelDir> OpenDir(const std::string& dir) {
                                                 std::to_string(L) + " layers, " + std::to_string(cfg.num_nextn_predict_layers) +
                                                 " MTP)"));
   }
-  if (cfg.num_nextn_predict_layers > 0)
-    notes.push_back("multi-token-prediction layer" + std::string(cfg.num_nextn_predict_layers > 1 ? "s " : " ") +
-                    std::to_string(L) + (cfg.num_nextn_predict_layers > 1 ? "-" + std::to_string(L + cfg.num_nextn_predict_layers - 1) : "") +
-                    " skipped (" + std::to_string(mtp) + " tensors): speculative decoding is not implemented");
+  if (cfg.num_nextn_predict_layers > 0) {
+    std::ostringstream note;
+    note << "multi-token-prediction layer " << L;
+    if (cfg.num_nextn_predict_layers > 1) note << " to " << L + cfg.num_nextn_predict_layers - 1;
+    note << " skipped (" << mtp << " tensors): speculative decoding is not implemented";
+    notes.push_back(note.str());
+  }
   if (src.dequantised() > 0)
     notes.push_back(std::to_string(src.dequantised()) +
                     " FP8 e4m3 weights dequantised with their 128x128 weight_scale_inv blocks to BF16");
