@@ -411,5 +411,12 @@ TEST(DeepseekV32, HostileCheckpointsFailNamingTheTensor) {
   }
 }
 
+// The shared checkpoint (about 57 MB) goes when the tests end.
+class RemoveTinyModel : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(Temp("model")); }
+};
+const auto* const kRemoveTinyModel = ::testing::AddGlobalTestEnvironment(new RemoveTinyModel);
+
 }  // namespace
 }  // namespace moeserve::engine
