@@ -7,10 +7,12 @@
 // tiny preset, a 32-expert variant, a gate bias that sends most pairs to
 // the last rank's experts, and BF16 experts (world 2).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -255,6 +257,25 @@ TEST(ExpertParallel, UnevenRoutingStillMatches) {
 // BF16 experts (model.md 1.2): each rank holds only its slice of them too.
 TEST(ExpertParallel, Bf16ExpertsAtWorldSize2) {
   CheckWorlds(testing_util::TinyModel(1, 2048, ExpertFormat::kBf16), "bf16", PresetConfig("tiny")->vocab_size, {2});
+}
+
+// A DeepSeek-V3.2 directory as published (FP8 block-scaled shards, sigmoid
+// group-limited routing, shared experts, DSA) splits its routed experts the
+// same way once converted onto the graph.
+TEST(ExpertParallel, DeepseekV32PublishedLayoutAtWorldSize2) {
+  const char* src = std::getenv("MOESERVE_SOURCE_DIR");
+  const std::string root = src ? src : MOESERVE_SOURCE_DIR_DEFAULT;
+  const std::string dir = ::testing::TempDir() + "/moe_ep_ds32_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string cmd = "/usr/bin/python3 " + root + "/tools/reference/families/deepseek_v32.py write --out " + dir +
+                          " --layers 3 --index-topk 8 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto opened = OpenModelDir(dir);
+  ASSERT_TRUE(opened) << opened.error().ToString();
+  EXPECT_EQ(opened->family, "deepseek_v32");
+  const int V = opened->config.vocab_size;
+  CheckWorlds(dir, "ds32", V, {2});
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ExpertParallel, WorldThatDoesNotDivideTheExpertsIsRefused) {
