@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "audit_exchange.hpp"
+#include "route_table.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/rfc3339.hpp"
 #include "moeserve/common/sha256.hpp"
@@ -62,15 +63,25 @@ struct Daemon::Impl {
   std::atomic<bool> serving{false};   // engine and scheduler are up
   std::atomic<bool> draining{false};
 
+  // Declared once (route_table.hpp); Admit and Handle look requests up here.
+  std::vector<Route> routes;
+  std::vector<Route> BuildRoutes();
   HttpAdmission Admit(const HttpHead& head);
   void Handle(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange);
+  std::optional<ApiError> CheckAuth(const Route& route, const HttpHead& head, std::optional<Principal>& who) const;
+  void ChatCompletion(std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who);
+  void Ready(HttpExchange& exchange);
+  void SetGlobalSpend(const std::string& body, HttpExchange& exchange);
+  void ReadAudit(const std::string& query, HttpExchange& exchange);
+  void Scrape(HttpExchange& exchange);
+  void Models(HttpExchange& exchange);
   std::optional<Principal> Authenticate(const HttpHead& head) const;
   bool MetricsAllowed(const HttpHead& head) const;
   // The exchange a chat or session request is answered through: the
   // client's, or with the audit log on, one that records the request first.
   std::shared_ptr<HttpExchange> Audited(const HttpHead& head, const Principal& who, const std::string& body,
                                         std::shared_ptr<HttpExchange> exchange) const;
-  // A chat or session request refused from its head, into the audit log.
+  // A request to an audited route (chat, sessions) refused from its head, into the audit log.
   void AuditRefusal(const HttpHead& head, const ApiError& e) const;
 };
 
@@ -170,7 +181,7 @@ std::shared_ptr<HttpExchange> Daemon::Impl::Audited(const HttpHead& head, const 
 }
 
 void Daemon::Impl::AuditRefusal(const HttpHead& head, const ApiError& e) const {
-  if (!audit || (head.path != "/v1/chat/completions" && !SessionService::Owns(head.path))) return;
+  if (!audit) return;
   const auto who = Authenticate(head);
   const auto [endpoint, session_id] = AuditEndpoint(head.path);
   const std::string key_id = AuditKeyId(head.Header("authorization"));
@@ -210,185 +221,224 @@ bool Daemon::Impl::MetricsAllowed(const HttpHead& head) const {
   return who && who->admin;
 }
 
-// Everything that can be decided from the head is decided here, before a
-// byte of the body is read: a refused request costs its head, nothing more.
-HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
-  auto refuse = [&](const ApiError& e) {
-    if (head.path == "/v1/chat/completions") metrics.RequestFinished(e.status, 0);
-    AuditRefusal(head, e);
-    return HttpAdmission::Refuse(ErrorResponse(e));
-  };
-  const std::string& path = head.path;
-  const bool get = head.method == "GET";
-  if (path == "/v1/chat/completions") {
-    if (head.method != "POST") return refuse(ApiError::MethodNotAllowed(head.method, path));
-    if (!Authenticate(head)) return refuse(MissingKey());
-    if (draining.load()) return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
+// The routes, declared once (route_table.hpp): Admit and Handle both look
+// them up here.
+std::vector<Route> Daemon::Impl::BuildRoutes() {
+  auto small = [] { return kSmallBodyLimit; };
+  auto chat_body = [this] { return config.max_body_bytes; };
+  // Chat completions need the model: not while draining, not on a follower
+  // of an expert-parallel group, not before the model is loaded.
+  auto model_serving = [this](const HttpHead&) -> ApiResult<void> {
+    if (draining.load()) return ApiFail(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
     if (ep && !engine) {
-      return refuse(ApiError::Unavailable(
+      return ApiFail(ApiError::Unavailable(
           "This pod follows rank 0 of an expert-parallel group; send requests to the deployment's Service", 5));
     }
     if (!serving.load()) {
       auto r = readiness.Get();
-      return refuse(ApiError::Unavailable(
+      return ApiFail(ApiError::Unavailable(
           "The model is not ready yet (" + r.state + (r.detail.empty() ? "" : ": " + r.detail) + "); retry shortly", 5));
     }
-    return HttpAdmission::Accept(config.max_body_bytes);
-  }
-  if (path == "/healthz" || path == "/readyz") {
-    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
-    return HttpAdmission::Accept(kSmallBodyLimit);
-  }
-  if (path == "/metrics") {
-    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
-    if (!MetricsAllowed(head)) {
-      return refuse(ApiError::InvalidApiKey("/metrics needs Authorization: Bearer <metrics token or admin key>"));
-    }
-    return HttpAdmission::Accept(kSmallBodyLimit);
-  }
-  if (path == "/v1/models" || path == "/v1/usage" || path == "/v1/usage/history") {
-    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
-    if (!Authenticate(head)) return refuse(MissingKey());
-    return HttpAdmission::Accept(kSmallBodyLimit);
-  }
-  if (path == kAdminAuditPath) {
-    if (!get) return refuse(ApiError::MethodNotAllowed(head.method, path));
-    auto who = Authenticate(head);
-    if (!who) return refuse(MissingKey());
-    if (!who->admin) return refuse(AdminOnly());
-    return HttpAdmission::Accept(kSmallBodyLimit);
-  }
-  if (path == kAdminSpendPath) {
-    if (head.method != "PUT") return refuse(ApiError::MethodNotAllowed(head.method, path));
-    auto who = Authenticate(head);
-    if (!who) return refuse(MissingKey());
-    if (!who->admin) return refuse(AdminOnly());
-    return HttpAdmission::Accept(kAdminBodyLimit);
-  }
-  if (SessionService::Owns(path)) {
-    if (!Authenticate(head)) return refuse(MissingKey());
-    if (draining.load() && head.method == "POST") {
-      return refuse(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
-    }
-    if (auto ok = sessions->Admit(head, serving.load()); !ok) return refuse(ok.error());
-    return HttpAdmission::Accept(head.method == "POST" ? config.max_body_bytes : kSmallBodyLimit);
-  }
-  return refuse(ApiError::NoSuchRoute(head.method, path));
-}
-
-void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange) {
-  const std::string& path = head.path;
-  if (path == "/v1/chat/completions") {
-    const auto received = Clock::now();
-    auto who = Authenticate(head);
-    if (!who) return ReplyError(*exchange, MissingKey());  // admitted, so only if the keys changed
-    exchange = Audited(head, *who, body, std::move(exchange));
-    try {
-      chat->Handle(exchange, body, *who, received);
-    } catch (const std::exception& e) {
-      // Handle reports errors as values; this is a last guard so that a bug
-      // costs one request, never the daemon.
-      log::Error(std::string("chat completion: unexpected exception: ") + e.what());
-      metrics.RequestFinished(500, std::chrono::duration<double>(Clock::now() - received).count());
-      ReplyError(*exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
-    }
-    return;
-  }
-  if (SessionService::Owns(path)) {
-    auto who = Authenticate(head);
-    if (!who) return ReplyError(*exchange, MissingKey());
-    exchange = Audited(head, *who, body, std::move(exchange));
+    return {};
+  };
+  // A session request that starts work: not while draining; the session
+  // service decides the rest (its turn may belong to another replica).
+  auto session_post = [this](const HttpHead& head) -> ApiResult<void> {
+    if (draining.load()) return ApiFail(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
+    return sessions->Admit(head, serving.load());
+  };
+  auto session_read = [this](const HttpHead& head) { return sessions->Admit(head, serving.load()); };
+  auto to_sessions = [this](const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+                            const Principal* who) {
     try {
       sessions->Handle(head, std::move(body), exchange, *who, Clock::now());
     } catch (const std::exception& e) {
       log::Error(std::string("sessions: unexpected exception: ") + e.what());
       ReplyError(*exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
     }
-    return;
+  };
+  using H = std::shared_ptr<HttpExchange>;
+  std::vector<Route> r;
+  r.push_back({"POST", "/v1/chat/completions", RouteAuth::kTenant, model_serving, chat_body, true, true,
+               [this](const HttpHead&, std::string body, H exchange, const Principal* who) {
+                 ChatCompletion(std::move(body), std::move(exchange), *who);
+               }});
+  r.push_back({"POST", "/v1/sessions", RouteAuth::kTenant, session_post, chat_body, true, false, to_sessions});
+  r.push_back({"GET", "/v1/sessions/{id}", RouteAuth::kTenant, session_read, small, true, false, to_sessions});
+  r.push_back({"DELETE", "/v1/sessions/{id}", RouteAuth::kTenant, session_read, small, true, false, to_sessions});
+  r.push_back({"POST", "/v1/sessions/{id}/chat/completions", RouteAuth::kTenant, session_post, chat_body, true, false,
+               to_sessions});
+  r.push_back({"GET", "/v1/models", RouteAuth::kTenant, {}, small, false, false,
+               [this](const HttpHead&, std::string, H exchange, const Principal*) { Models(*exchange); }});
+  r.push_back({"GET", "/v1/usage", RouteAuth::kTenant, {}, small, false, false,
+               [this](const HttpHead&, std::string, H exchange, const Principal* who) {
+                 // A tenant's key sees its own rows; an admin key sees every tenant's.
+                 auto usage = budget->Usage(*who);
+                 if (!usage) return ReplyError(*exchange, usage.error());
+                 ReplyJson(*exchange, 200, usage->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+               }});
+  r.push_back({"GET", "/v1/usage/history", RouteAuth::kTenant, {}, small, false, false,
+               [this](const HttpHead& head, std::string, H exchange, const Principal* who) {
+                 // Spend per hour of the current period (usage_history.hpp).
+                 auto history = UsageHistoryJson(budget->ledger(), *who, head.query);
+                 if (!history) return ReplyError(*exchange, history.error());
+                 ReplyJson(*exchange, 200, history->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+               }});
+  r.push_back({"PUT", kAdminSpendPath, RouteAuth::kAdmin, {}, [] { return kAdminBodyLimit; }, false, false,
+               [this](const HttpHead&, std::string body, H exchange, const Principal*) {
+                 SetGlobalSpend(body, *exchange);
+               }});
+  r.push_back({"GET", kAdminAuditPath, RouteAuth::kAdmin, {}, small, false, false,
+               [this](const HttpHead& head, std::string, H exchange, const Principal*) {
+                 ReadAudit(head.query, *exchange);
+               }});
+  r.push_back({"GET", "/healthz", RouteAuth::kPublic, {}, small, false, false,
+               [](const HttpHead&, std::string, H exchange, const Principal*) {
+                 ReplyJson(*exchange, 200, R"({"status":"ok"})");
+               }});
+  r.push_back({"GET", "/readyz", RouteAuth::kPublic, {}, small, false, false,
+               [this](const HttpHead&, std::string, H exchange, const Principal*) { Ready(*exchange); }});
+  r.push_back({"GET", "/metrics", RouteAuth::kMetrics, {}, small, false, false,
+               [this](const HttpHead&, std::string, H exchange, const Principal*) { Scrape(*exchange); }});
+  return r;
+}
+
+std::vector<RouteDescription> Daemon::Routes() const {
+  std::vector<RouteDescription> out;
+  for (const Route& r : impl_->routes) out.push_back({r.method, r.pattern, r.auth});
+  return out;
+}
+
+// Whether the head's credentials satisfy the route: nullopt when they do
+// (with the caller in `who` for tenant and admin routes), else the refusal.
+std::optional<ApiError> Daemon::Impl::CheckAuth(const Route& route, const HttpHead& head,
+                                                std::optional<Principal>& who) const {
+  switch (route.auth) {
+    case RouteAuth::kPublic:
+      return std::nullopt;
+    case RouteAuth::kMetrics:
+      if (MetricsAllowed(head)) return std::nullopt;
+      return ApiError::InvalidApiKey(route.pattern + " needs Authorization: Bearer <metrics token or admin key>");
+    case RouteAuth::kTenant:
+    case RouteAuth::kAdmin:
+      who = Authenticate(head);
+      if (!who) return MissingKey();
+      if (route.auth == RouteAuth::kAdmin && !who->admin) return AdminOnly();
+      return std::nullopt;
   }
-  if (path == "/healthz") return ReplyJson(*exchange, 200, R"({"status":"ok"})");
-  if (path == "/readyz") {
-    auto r = readiness.Get();
-    // The kubelet's probe doubles as a check of the keys file, so a file that
-    // stopped loading takes the pod out of its Service even with no traffic.
-    (void)keys->Current();
+  return MissingKey();
+}
+
+// Everything that can be decided from the head is decided here, before a
+// byte of the body is read: a refused request costs its head, nothing more.
+// In order: the path (404), the method (405), the key (401, 403), then the
+// route's own checks (503 while draining or loading).
+HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
+  const RouteMatch match = FindRoute(routes, head.method, head.path);
+  auto refuse = [&](const ApiError& e) {
+    if (match.route && match.route->counted) metrics.RequestFinished(e.status, 0);
+    if (match.route && match.route->audited) AuditRefusal(head, e);
+    return HttpAdmission::Refuse(ErrorResponse(e));
+  };
+  if (!match.route) {
+    return refuse(match.path_known ? ApiError::MethodNotAllowed(head.method, head.path)
+                                   : ApiError::NoSuchRoute(head.method, head.path));
+  }
+  const Route& route = *match.route;
+  std::optional<Principal> who;
+  if (auto refused = CheckAuth(route, head, who)) return refuse(*refused);
+  if (route.admit) {
+    if (auto ok = route.admit(head); !ok) return refuse(ok.error());
+  }
+  return HttpAdmission::Accept(route.body_limit());
+}
+
+void Daemon::Impl::Handle(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange) {
+  const RouteMatch match = FindRoute(routes, head.method, head.path);
+  if (!match.route) return ReplyError(*exchange, ApiError::NoSuchRoute(head.method, head.path));  // admitted, so never
+  const Route& route = *match.route;
+  std::optional<Principal> who;
+  // Checked again: the keys may have changed since the head was admitted.
+  if (auto refused = CheckAuth(route, head, who)) return ReplyError(*exchange, *refused);
+  if (route.audited) exchange = Audited(head, *who, body, std::move(exchange));
+  route.handle(head, std::move(body), std::move(exchange), who ? &*who : nullptr);
+}
+
+void Daemon::Impl::ChatCompletion(std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who) {
+  const auto received = Clock::now();
+  try {
+    chat->Handle(exchange, body, who, received);
+  } catch (const std::exception& e) {
+    // Handle reports errors as values; this is a last guard so that a bug
+    // costs one request, never the daemon.
+    log::Error(std::string("chat completion: unexpected exception: ") + e.what());
+    metrics.RequestFinished(500, std::chrono::duration<double>(Clock::now() - received).count());
+    ReplyError(*exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
+  }
+}
+
+void Daemon::Impl::Ready(HttpExchange& exchange) {
+  auto r = readiness.Get();
+  // The kubelet's probe doubles as a check of the keys file, so a file that
+  // stopped loading takes the pod out of its Service even with no traffic.
+  (void)keys->Current();
+  const auto k = keys->State();
+  if (k.refusing) {
+    const std::string why = "every API key is refused until the keys file loads again: " + k.problem;
+    if (r.ready()) r = {"api_keys_invalid", why};
+    else r.detail += (r.detail.empty() ? "" : "; ") + why;
+  }
+  nlohmann::json out = {{"status", r.state}};
+  if (!r.detail.empty()) out["detail"] = r.detail;
+  ReplyJson(exchange, r.ready() ? 200 : 503, out.dump());
+}
+
+void Daemon::Impl::SetGlobalSpend(const std::string& body, HttpExchange& exchange) {
+  // The operator's global spend (global_spend.hpp).
+  auto parsed = nlohmann::json::parse(body, nullptr, false);
+  if (parsed.is_discarded()) return ReplyError(exchange, ApiError::InvalidRequest("The body is not JSON"));
+  auto spend = ParseGlobalSpend(parsed);
+  if (!spend) return ReplyError(exchange, ApiError::InvalidRequest(spend.error().message()));
+  auto set = budget->SetGlobalSpend(*spend);
+  if (!set) return ReplyError(exchange, set.error());
+  ReplyJson(exchange, 200, set->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void Daemon::Impl::ReadAudit(const std::string& query, HttpExchange& exchange) {
+  // The audit log's lines (audit_log.hpp).
+  if (!audit) return ReplyError(exchange, ApiError{404, "invalid_request_error", "audit_log_off",
+                                                   "This daemon keeps no audit log (set state_dir or audit_dir)", "", 0});
+  auto filter = ParseAuditQuery(query);
+  if (!filter) return ReplyError(exchange, filter.error());
+  auto lines = ReadAuditLog(audit->settings().dir, *filter);
+  if (!lines) return ReplyError(exchange, ApiError::InvalidRequest(lines.error().message(), "since"));
+  ReplyJson(exchange, 200,
+            nlohmann::json{{"object", "list"}, {"data", std::move(*lines)}}.dump(
+                -1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void Daemon::Impl::Scrape(HttpExchange& exchange) {
+  budget->RefreshMetrics();
+  if (serving.load() && engine) metrics.UpdateFromEngine(engine->Metrics());
+  if (ep) {
+    const auto em = engine ? engine->Metrics() : engine::EngineMetrics{};
+    ep->RefreshMetrics(engine ? &em : nullptr);
+  }
+  if (server) metrics.UpdateFromHttp(server->stats());
+  if (!config.api_keys_file.empty()) {
     const auto k = keys->State();
-    if (k.refusing) {
-      const std::string why = "every API key is refused until the keys file loads again: " + k.problem;
-      if (r.ready()) r = {"api_keys_invalid", why};
-      else r.detail += (r.detail.empty() ? "" : "; ") + why;
-    }
-    nlohmann::json out = {{"status", r.state}};
-    if (!r.detail.empty()) out["detail"] = r.detail;
-    return ReplyJson(*exchange, r.ready() ? 200 : 503, out.dump());
+    metrics.UpdateApiKeys(k.failures, k.file_sha256, k.refusing);
   }
-  if (path == "/v1/usage") {
-    // A tenant's key sees its own rows; an admin key sees every tenant's.
-    auto who = Authenticate(head);
-    if (!who) return ReplyError(*exchange, MissingKey());
-    auto usage = budget->Usage(*who);
-    if (!usage) return ReplyError(*exchange, usage.error());
-    return ReplyJson(*exchange, 200, usage->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  }
-  if (path == kAdminSpendPath) {
-    // The operator's global spend (global_spend.hpp); only the admin key.
-    auto who = Authenticate(head);
-    if (!who) return ReplyError(*exchange, MissingKey());
-    if (!who->admin) return ReplyError(*exchange, AdminOnly());
-    auto parsed = nlohmann::json::parse(body, nullptr, false);
-    if (parsed.is_discarded()) return ReplyError(*exchange, ApiError::InvalidRequest("The body is not JSON"));
-    auto spend = ParseGlobalSpend(parsed);
-    if (!spend) return ReplyError(*exchange, ApiError::InvalidRequest(spend.error().message()));
-    auto set = budget->SetGlobalSpend(*spend);
-    if (!set) return ReplyError(*exchange, set.error());
-    return ReplyJson(*exchange, 200, set->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  }
-  if (path == kAdminAuditPath) {
-    // The audit log's lines (audit_log.hpp); only the admin key.
-    auto who = Authenticate(head);
-    if (!who) return ReplyError(*exchange, MissingKey());
-    if (!who->admin) return ReplyError(*exchange, AdminOnly());
-    if (!audit) return ReplyError(*exchange, ApiError{404, "invalid_request_error", "audit_log_off",
-                                                       "This daemon keeps no audit log (set state_dir or audit_dir)", "", 0});
-    auto filter = ParseAuditQuery(head.query);
-    if (!filter) return ReplyError(*exchange, filter.error());
-    auto lines = ReadAuditLog(audit->settings().dir, *filter);
-    if (!lines) return ReplyError(*exchange, ApiError::InvalidRequest(lines.error().message(), "since"));
-    return ReplyJson(*exchange, 200,
-                     nlohmann::json{{"object", "list"}, {"data", std::move(*lines)}}.dump(
-                         -1, ' ', false, nlohmann::json::error_handler_t::replace));
-  }
-  if (path == "/v1/usage/history") {
-    // Spend per hour of the current period (usage_history.hpp).
-    auto who = Authenticate(head);
-    if (!who) return ReplyError(*exchange, MissingKey());
-    auto history = UsageHistoryJson(budget->ledger(), *who, head.query);
-    if (!history) return ReplyError(*exchange, history.error());
-    return ReplyJson(*exchange, 200, history->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  }
-  if (path == "/metrics") {
-    budget->RefreshMetrics();
-    if (serving.load() && engine) metrics.UpdateFromEngine(engine->Metrics());
-    if (ep) {
-      const auto em = engine ? engine->Metrics() : engine::EngineMetrics{};
-      ep->RefreshMetrics(engine ? &em : nullptr);
-    }
-    if (server) metrics.UpdateFromHttp(server->stats());
-    if (!config.api_keys_file.empty()) {
-      const auto k = keys->State();
-      metrics.UpdateApiKeys(k.failures, k.file_sha256, k.refusing);
-    }
-    return exchange->Reply(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", {}, metrics.Scrape()});
-  }
-  if (path == "/v1/models") {
-    nlohmann::json model = {{"id", chat ? chat->facts().model_name : config.served_model_name},
-                            {"object", "model"},
-                            {"created", 0},
-                            {"owned_by", "moeserve"},
-                            {"max_model_len", chat ? chat->facts().max_context : 0}};
-    return ReplyJson(*exchange, 200, nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
-  }
-  ReplyError(*exchange, ApiError::NoSuchRoute(head.method, path));
+  exchange.Reply(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", {}, metrics.Scrape()});
+}
+
+void Daemon::Impl::Models(HttpExchange& exchange) {
+  nlohmann::json model = {{"id", chat ? chat->facts().model_name : config.served_model_name},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "moeserve"},
+                          {"max_model_len", chat ? chat->facts().max_context : 0}};
+  ReplyJson(exchange, 200, nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
 }
 
 namespace {
@@ -422,6 +472,7 @@ Daemon::~Daemon() {
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   auto impl = std::make_unique<Impl>();
+  impl->routes = impl->BuildRoutes();
   if (config.served_model_name.empty()) {
     config.served_model_name = std::filesystem::path(config.model).filename().string();
     if (config.served_model_name.empty()) config.served_model_name = std::filesystem::path(config.model).parent_path().filename().string();

@@ -22,10 +22,12 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "moeserve/daemon/readiness.hpp"
+#include "moeserve/daemon/routes.hpp"
 
 namespace moeserve::daemon {
 
@@ -46,6 +48,8 @@ class Daemon {
   DaemonMetrics& metrics();
   // Sequences with a client waiting on them (0 before LoadModel).
   size_t InFlight() const;
+  // Every HTTP route this daemon answers (routes.hpp).
+  std::vector<RouteDescription> Routes() const;
 
   struct Impl;
 
