@@ -180,6 +180,8 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   const int V = impl_->model->vocab_size();
   const int padding = impl_->chat->sampled_ids();
   if (request.prompt.empty()) return Fail(Error::InvalidArgument("the prompt is empty"));
+  if (!request.images.empty())
+    return Fail(Error::InvalidArgument("image input is refused: this engine does not run a vision tower"));
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     int id = request.prompt[i];
     if (id < 0 || id >= V) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " has id " + std::to_string(id) + ", outside the vocabulary"));

@@ -172,6 +172,35 @@ Status ParseRope(const FieldReader& r, RopeConfig& p) {
   return Ok();
 }
 
+Status ParseVision(const FieldReader& r, VisionConfig& v) {
+  MOE_ASSIGN_OR_RETURN(v.hidden_size, r.PositiveInt("hidden_size"));
+  MOE_ASSIGN_OR_RETURN(v.num_layers, r.PositiveInt("num_layers"));
+  MOE_ASSIGN_OR_RETURN(v.num_heads, r.PositiveInt("num_heads"));
+  MOE_ASSIGN_OR_RETURN(v.intermediate_size, r.PositiveInt("intermediate_size"));
+  MOE_ASSIGN_OR_RETURN(v.patch_size, r.PositiveInt("patch_size", 14));
+  MOE_ASSIGN_OR_RETURN(v.merge_size, r.PositiveInt("merge_size", 2));
+  MOE_ASSIGN_OR_RETURN(v.max_patches, r.PositiveInt("max_patches", 1024));
+  MOE_ASSIGN_OR_RETURN(v.projector_hidden_size,
+                       r.PositiveInt("projector_hidden_size", int64_t{v.merge_size} * v.merge_size * v.hidden_size));
+  MOE_ASSIGN_OR_RETURN(v.norm_eps, r.PositiveNumber("norm_eps", 1e-6));
+  MOE_ASSIGN_OR_RETURN(v.rope_theta, r.PositiveNumber("rope_theta", 10000.0));
+  for (const char* key : {"image_mean", "image_std"}) {
+    if (!r.Has(key)) continue;
+    const json& a = r.raw(key);
+    if (!a.is_array() || a.size() != 3)
+      return Fail(r.Bad(key, "must be an array of 3 numbers (R, G, B), got " + a.dump()));
+    auto& out = std::string(key) == "image_mean" ? v.image_mean : v.image_std;
+    for (int c = 0; c < 3; ++c) {
+      if (!a[c].is_number()) return Fail(r.Bad(key, "must be an array of 3 numbers (R, G, B), got " + a.dump()));
+      out[c] = a[c].get<double>();
+    }
+  }
+  MOE_ASSIGN_OR_RETURN(v.image_token_id, r.NonNegativeInt("image_token_id", 268));
+  MOE_ASSIGN_OR_RETURN(v.image_start_token_id, r.NonNegativeInt("image_start_token_id", 269));
+  MOE_ASSIGN_OR_RETURN(v.image_end_token_id, r.NonNegativeInt("image_end_token_id", 270));
+  return Ok();
+}
+
 Error Invalid(const std::string& source, const std::string& field, const std::string& what) {
   return Error::InvalidArgument(source + ": " + field + ": " + what);
 }
@@ -260,6 +289,11 @@ Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string&
     MOE_ASSIGN_OR_RETURN(c.thinking_budgets.medium, t.NonNegativeInt("medium"));
     MOE_ASSIGN_OR_RETURN(c.thinking_budgets.high, t.NonNegativeInt("high"));
   }
+  if (r.Has("vision")) {
+    MOE_ASSIGN_OR_RETURN(auto v, r.Object("vision"));
+    c.vision.emplace();
+    MOE_TRY(ParseVision(v, *c.vision));
+  }
   MOE_TRY(ValidateModelConfig(c, source));
   return c;
 }
@@ -303,6 +337,7 @@ Status ValidateModelConfig(const ModelConfig& c, const std::string& source) {
   const auto& t = c.thinking_budgets;
   if (!(t.low <= t.medium && t.medium <= t.high))
     return bad("thinking_budgets", "must satisfy low <= medium <= high");
+  if (c.vision) MOE_TRY(ValidateVisionConfig(*c.vision, c.vocab_size, source));
   return Ok();
 }
 
@@ -357,6 +392,16 @@ std::string ModelConfig::ToJson() const {
   else
     j["quantization"] = {{"format", "mxfp4"}, {"block_size", 32}, {"applies_to", {"experts"}}};
   j["thinking_budgets"] = {{"low", thinking_budgets.low}, {"medium", thinking_budgets.medium}, {"high", thinking_budgets.high}};
+  if (vision) {
+    const VisionConfig& v = *vision;
+    j["vision"] = {{"hidden_size", v.hidden_size}, {"num_layers", v.num_layers}, {"num_heads", v.num_heads},
+                   {"intermediate_size", v.intermediate_size}, {"patch_size", v.patch_size},
+                   {"merge_size", v.merge_size}, {"max_patches", v.max_patches},
+                   {"projector_hidden_size", v.projector_hidden_size}, {"norm_eps", v.norm_eps},
+                   {"rope_theta", v.rope_theta}, {"image_mean", v.image_mean}, {"image_std", v.image_std},
+                   {"image_token_id", v.image_token_id}, {"image_start_token_id", v.image_start_token_id},
+                   {"image_end_token_id", v.image_end_token_id}};
+  }
   return j.dump(2) + "\n";
 }
 

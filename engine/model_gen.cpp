@@ -62,7 +62,8 @@ std::vector<float> InitialValues(const TensorSpec& spec, int64_t numel, TensorRn
       double dt = std::exp(std::log(1e-3) + rng.Uniform() * (std::log(0.1) - std::log(1e-3)));
       x = static_cast<float>(dt + std::log(-std::expm1(-dt)));  // inverse softplus
     }
-  } else if (EndsWith(n, "k_norm.bias") || EndsWith(n, "gate.bias")) {
+  } else if (EndsWith(n, "k_norm.bias") || EndsWith(n, "gate.bias") ||
+             (n.rfind("vision.", 0) == 0 && EndsWith(n, ".bias"))) {
     for (auto& x : v) x = static_cast<float>(0.05 * rng.Normal());
   } else if (spec.cls == TensorClass::kFloat32) {  // norm weights
     for (auto& x : v) x = static_cast<float>(1.0 + 0.1 * rng.Normal());

@@ -89,6 +89,30 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   }
   f32("norm.weight", {D}, -1);
   dense("head.weight", {V, D}, -1);
+  if (c.vision) {
+    // The vision tower (model.md section 14.3); layer -1 like the embedding.
+    const VisionConfig& v = *c.vision;
+    const int64_t Dv = v.hidden_size, Iv = v.intermediate_size, P = v.projector_hidden_size;
+    dense("vision.patch_embed.weight", {Dv, v.patch_dim()}, -1);
+    f32("vision.patch_embed.bias", {Dv}, -1);
+    for (int i = 0; i < v.num_layers; ++i) {
+      const std::string p = "vision.blocks." + std::to_string(i) + ".";
+      f32(p + "norm1.weight", {Dv}, -1);
+      dense(p + "attn.qkv.weight", {3 * Dv, Dv}, -1);
+      f32(p + "attn.qkv.bias", {3 * Dv}, -1);
+      dense(p + "attn.proj.weight", {Dv, Dv}, -1);
+      f32(p + "attn.proj.bias", {Dv}, -1);
+      f32(p + "norm2.weight", {Dv}, -1);
+      dense(p + "mlp.w1.weight", {Iv, Dv}, -1);
+      dense(p + "mlp.w3.weight", {Iv, Dv}, -1);
+      dense(p + "mlp.w2.weight", {Dv, Iv}, -1);
+    }
+    f32("vision.norm.weight", {Dv}, -1);
+    dense("vision.projector.w1.weight", {P, v.merged_dim()}, -1);
+    f32("vision.projector.w1.bias", {P}, -1);
+    dense("vision.projector.w2.weight", {D, P}, -1);
+    f32("vision.projector.w2.bias", {D}, -1);
+  }
   return out;
 }
 
@@ -220,6 +244,17 @@ std::string FormatSummary(const ModelSummary& s, const ModelConfig& c) {
   o << "experts        " << ExpertFormatName(c.expert_format)
     << (c.expert_format == ExpertFormat::kBf16 ? " (routed experts BF16, model.md 1.2)" : " (routed experts MXFP4, model.md 7)")
     << "\n";
+  if (c.vision) {
+    const VisionConfig& v = *c.vision;
+    o << "vision tower   " << v.num_layers << " blocks, hidden " << v.hidden_size << ", " << v.num_heads
+      << " heads, mlp " << v.intermediate_size << "; patch " << v.patch_size << ", merge " << v.merge_size << "x"
+      << v.merge_size << ", at most " << v.max_patches << " patches (" << v.max_patches / (v.merge_size * v.merge_size)
+      << " image tokens); projector " << v.merged_dim() << " -> " << v.projector_hidden_size << " -> "
+      << c.hidden_size << "; tokens image " << v.image_token_id << ", start " << v.image_start_token_id << ", end "
+      << v.image_end_token_id << " (model.md 14)\n";
+  } else {
+    o << "vision tower   none (text only)\n";
+  }
   o << "parameters     total " << human(static_cast<double>(s.total_params)) << " (" << s.total_params
     << "), active " << human(static_cast<double>(s.active_params)) << " (" << s.active_params << ")\n";
   o << "bytes          " << human(static_cast<double>(s.total_bytes)) << "B total";

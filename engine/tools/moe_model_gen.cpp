@@ -1,7 +1,7 @@
 // moe-model-gen: writes a complete, deterministic moe-dsa-v1 model directory.
 //
 //   moe-model-gen --preset tiny|small [--config FILE] [--seed N] [--index-topk N]
-//                 [--shard-mb N] [--expert-format mxfp4|bf16] --out DIR
+//                 [--shard-mb N] [--expert-format mxfp4|bf16] [--vision] --out DIR
 //
 // --expert-format bf16 writes the routed experts as BF16 tensors (model.md
 // 1.2); for one seed they hold the values the MXFP4 checkpoint encodes.
@@ -22,7 +22,8 @@ int Usage(const char* msg) {
   if (msg) std::fprintf(stderr, "moe-model-gen: %s\n", msg);
   std::fprintf(stderr,
                "usage: moe-model-gen (--preset tiny|small | --config FILE) --out DIR\n"
-               "                     [--seed N] [--index-topk N] [--shard-mb N] [--expert-format mxfp4|bf16]\n");
+               "                     [--seed N] [--index-topk N] [--shard-mb N] [--expert-format mxfp4|bf16]\n"
+               "                     [--vision]   (adds the small random vision tower of model.md 14.1)\n");
   return 2;
 }
 
@@ -36,6 +37,7 @@ bool ParseUint(const std::string& s, uint64_t* out) {
 
 int main(int argc, char** argv) {
   std::string preset, config_path, out, expert_format;
+  bool vision = false;
   uint64_t seed = 1, index_topk = 0, shard_mb = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -46,6 +48,10 @@ int main(int argc, char** argv) {
     };
     const char* v = nullptr;
     if (a == "--help" || a == "-h") return Usage(nullptr);
+    if (a == "--vision") {
+      vision = true;
+      continue;
+    }
     if (a == "--preset" && (v = value("--preset"))) preset = v;
     else if (a == "--config" && (v = value("--config"))) config_path = v;
     else if (a == "--out" && (v = value("--out"))) out = v;
@@ -70,6 +76,13 @@ int main(int argc, char** argv) {
   options.config = *config;
   options.seed = seed;
   if (index_topk) options.config.dsa.index_topk = static_cast<int>(index_topk);
+  if (vision && !options.config.vision) {
+    options.config.vision = TinyVisionConfig();
+    if (auto st = ValidateModelConfig(options.config, "generator config"); !st) {
+      std::fprintf(stderr, "moe-model-gen: --vision: %s\n", st.error().ToString().c_str());
+      return 1;
+    }
+  }
   if (!expert_format.empty())
     options.config.expert_format = expert_format == "bf16" ? ExpertFormat::kBf16 : ExpertFormat::kMxfp4;
   // The tiny preset is split in several shards so the index path is always exercised.
@@ -78,7 +91,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe-model-gen: %s\n", st.error().ToString().c_str());
     return 1;
   }
-  std::printf("wrote %s (seed %llu, %s experts)\n", out.c_str(), static_cast<unsigned long long>(seed),
-              std::string(ExpertFormatName(options.config.expert_format)).c_str());
+  std::printf("wrote %s (seed %llu, %s experts%s)\n", out.c_str(), static_cast<unsigned long long>(seed),
+              std::string(ExpertFormatName(options.config.expert_format)).c_str(),
+              options.config.vision ? ", vision tower" : "");
   return 0;
 }

@@ -37,6 +37,7 @@
 #include "moeserve/engine/family.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/vision.hpp"
 
 namespace moeserve::engine {
 
@@ -87,6 +88,10 @@ struct GenerationRequest {
   // daemon's configured public system prompt, never a tenant's choice): their
   // state is cached for, and reused by, every tenant. 0: none.
   int64_t public_prefix_tokens = 0;
+  // Images of the prompt, in prompt order (vision.hpp: each a span of
+  // placeholder tokens in `prompt` and its pixels). Only for a model with a
+  // vision tower.
+  std::vector<ImageSpan> images;
 };
 
 // The order in which waiting sequences are admitted: round-robin across

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/engine/vision.hpp"
 
 namespace moeserve::engine {
 
@@ -96,6 +98,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   ThinkingBudgets thinking_budgets;
   ExpertFormat expert_format = ExpertFormat::kMxfp4;  // mxfp4 when "quantization" is absent
+  std::optional<VisionConfig> vision;                 // the "vision" object: a vision tower (section 14)
 
   bool HasKind(LayerKind k) const;
   bool IsMoeLayer(int layer) const { return layer >= first_dense_layers; }
