@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "moeserve/budget/budget_rules.hpp"
 #include "moeserve/daemon/metrics.hpp"
 
 namespace moeserve::daemon {
@@ -13,7 +14,6 @@ std::string Usd(double v) {
   std::snprintf(buf, sizeof buf, "$%.2f", v);
   return buf;
 }
-bool Spent(double spent_usd, const Budget& b) { return spent_usd >= b.limit_usd - 1e-9; }
 }  // namespace
 
 Result<std::unique_ptr<BudgetService>> BudgetService::Create(BudgetServiceOptions options, DaemonMetrics* metrics) {
@@ -91,8 +91,8 @@ ApiResult<BudgetService::Admission> BudgetService::Admit(const Principal& who, c
     if (b->action != BudgetAction::kBlock) continue;
     const int64_t start = PeriodStart(b->period, now);
     const double spent = EffectiveSpentUsd(who.tenant, b->period, start);
-    if (!Spent(spent, *b)) continue;
-    const std::string name = (b->period == BudgetPeriod::kDay ? "daily" : "monthly");
+    if (!LimitReached(spent, b->limit_usd)) continue;
+    const std::string name(PeriodAdjective(b->period));
     return ApiFail(ApiError{403, "permission_error", "budget_exceeded",
                             "Tenant " + who.tenant + " has spent " + Usd(spent) + " of its " + name +
                                 " budget of " + Usd(b->limit_usd) + " (policy " + options_.policy.policy_name +
@@ -111,7 +111,7 @@ ApiResult<BudgetService::Admission> BudgetService::Admit(const Principal& who, c
   }
   for (const Budget* b : budgets) {
     if (b->action != BudgetAction::kDowngrade || tier == "low") continue;
-    if (Spent(EffectiveSpentUsd(who.tenant, b->period, PeriodStart(b->period, now)), *b)) {
+    if (LimitReached(EffectiveSpentUsd(who.tenant, b->period, PeriodStart(b->period, now)), b->limit_usd)) {
       a.tier = "low";
       a.downgraded = true;
     }
@@ -139,8 +139,8 @@ ApiResult<std::unique_ptr<BudgetService::Reservation>> BudgetService::Reserve(co
   for (const Budget* b : options_.policy.BudgetsFor(who.tenant)) {
     if (b->action != BudgetAction::kBlock) continue;
     const double spent = EffectiveSpentUsd(who.tenant, b->period, PeriodStart(b->period, now));
-    if (spent + held.usd + worst <= b->limit_usd + 1e-9) continue;
-    const std::string name = (b->period == BudgetPeriod::kDay ? "daily" : "monthly");
+    if (FitsWithinLimit(spent + held.usd + worst, b->limit_usd)) continue;
+    const std::string name(PeriodAdjective(b->period));
     const double held_usd = held.usd;
     if (held.requests == 0) held_.erase(who.tenant);  // `held` is gone from here on
     return ApiFail(ApiError{403, "permission_error", "budget_exceeded",

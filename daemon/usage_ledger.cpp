@@ -5,9 +5,10 @@
 
 #include <future>
 
+#include "moeserve/budget/budget_alert.hpp"
+#include "moeserve/budget/budget_rules.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/usage_history.hpp"
-#include "moeserve/common/budget_alert.hpp"
 
 namespace moeserve::daemon {
 
@@ -77,9 +78,6 @@ std::string RandomId(const char* prefix) {
   for (unsigned char b : raw) id += {kHex[b >> 4], kHex[b & 15]};
   return id;
 }
-
-// A spend compared with a fraction of a limit, with room for the float sum.
-bool Reached(double spent, double threshold, double limit) { return spent >= threshold * limit - 1e-9; }
 
 }  // namespace
 
@@ -297,7 +295,7 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
       const PeriodSpend& s = spend[{tenant, b->period, start}];
       for (double t : b->thresholds) {
         AlertKey key{tenant, b->period, start, t};
-        if (!Reached(s.spent_usd, t, b->limit_usd) || fired.contains(key)) continue;
+        if (!ThresholdReached(s.spent_usd, t, b->limit_usd) || fired.contains(key)) continue;
         {
           std::lock_guard lock(state_mu_);
           if (fired_.contains(key)) continue;

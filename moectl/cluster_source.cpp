@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "moeserve/budget/quota_policy_budget.hpp"
 #include "moeserve/operator/kube_client.hpp"
 
 namespace moeserve::moectl {
@@ -164,33 +165,22 @@ Result<std::vector<BudgetEntry>> BudgetsFromPolicies(const std::vector<json>& po
     const json spec = p.value("spec", json::object());
     if (!spec.is_object()) return Fail(Malformed(p, "spec is not an object"));
     if (!spec.contains("budgets") || spec["budgets"].is_null()) continue;
-    if (!spec["budgets"].is_array()) return Fail(Malformed(p, "spec.budgets is not an array"));
-    const json& budgets = spec["budgets"];
+    // Only the budgets: a pricing or hook problem is the operator's to report.
+    MOE_ASSIGN_OR_RETURN(const BudgetPolicy policy,
+                         ParseQuotaPolicyBudget(json{{"budgets", spec["budgets"]}}, "QuotaPolicy " + PolicyName(p) + " spec"));
     std::set<std::string> own;  // tenants with entries of their own follow only those
-    for (const json& b : budgets) {
-      if (b.is_object() && b.value("tenant", std::string()) != "*") own.insert(b.value("tenant", std::string()));
+    for (const Budget& b : policy.budgets) {
+      if (b.tenant != "*") own.insert(b.tenant);
     }
-    for (size_t i = 0; i < budgets.size(); ++i) {
-      const json& b = budgets[i];
-      const std::string where = "spec.budgets[" + std::to_string(i) + "]";
-      if (!b.is_object()) return Fail(Malformed(p, where + " is not an object"));
+    for (const Budget& b : policy.budgets) {
       BudgetEntry e;
       e.ns = ns;
       e.policy = name;
-      MOE_ASSIGN_OR_RETURN(e.budget_tenant, Str(b, "tenant", p, where));
-      MOE_ASSIGN_OR_RETURN(e.period, Str(b, "period", p, where));
-      MOE_ASSIGN_OR_RETURN(e.limit_usd, Num(b, "limitUSD", p, where, 0));
-      MOE_ASSIGN_OR_RETURN(e.action, Str(b, "action", p, where, false));
-      if (e.action.empty()) e.action = "alert";  // the CRD's default
-      if (b.contains("thresholds") && !b["thresholds"].is_null()) {
-        if (!b["thresholds"].is_array()) return Fail(Malformed(p, where + ".thresholds is not an array"));
-        for (const json& t : b["thresholds"]) {
-          if (!t.is_number()) return Fail(Malformed(p, where + ".thresholds holds a non-number"));
-          e.thresholds.push_back(t.get<double>());
-        }
-      } else {
-        e.thresholds = {0.5, 0.8, 1.0};  // the CRD's default
-      }
+      e.budget_tenant = b.tenant;
+      e.period = PeriodName(b.period);
+      e.limit_usd = b.limit_usd;
+      e.action = BudgetActionName(b.action);
+      e.thresholds = b.thresholds;
       std::vector<std::string> tenants;
       if (e.budget_tenant != "*") {
         tenants.push_back(e.budget_tenant);

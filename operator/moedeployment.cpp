@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "moeserve/common/model_cache_key.hpp"
 #include "moeserve/common/sha256.hpp"
 
 namespace moeserve::op {
@@ -187,7 +188,7 @@ std::string CacheHostPath(const json& md, const PlatformConfig& platform) {
 }
 
 std::string ModelDirectory(const MoEDeploymentSpec& spec) {
-  return std::string(kCacheDir) + "/models/" + Sha256Hex(spec.model_uri + "\n" + spec.model_revision).substr(0, 32);
+  return std::string(kCacheDir) + "/models/" + ModelCacheKey(spec.model_uri, spec.model_revision);
 }
 
 std::string Endpoint(const json& md, const MoEDeploymentSpec& spec) {

@@ -17,7 +17,7 @@
 
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/log.hpp"
-#include "moeserve/common/sha256.hpp"
+#include "moeserve/common/model_cache_key.hpp"
 
 namespace moeserve::daemon::storage {
 
@@ -105,7 +105,7 @@ Result<ModelCache> ModelCache::Open(const CacheConfig& config) {
 }
 
 std::string ModelCache::Key(const std::string& uri, const std::string& revision, bool verified) {
-  return Sha256Hex(uri + "\n" + revision + (verified ? "" : "\nunverified")).substr(0, 32);
+  return ModelCacheKey(uri, revision, verified);
 }
 
 std::string ModelCache::ModelPath(const std::string& key) const { return config_.root + "/models/" + key; }

@@ -6,7 +6,8 @@
 #include <cmath>
 #include <set>
 
-#include "moeserve/common/budget_alert.hpp"
+#include "moeserve/budget/budget_alert.hpp"
+#include "moeserve/budget/budget_rules.hpp"
 
 namespace moeserve::op {
 
@@ -220,8 +221,7 @@ std::vector<AlertRecord> NewAlerts(const UsageTotals& totals, const BudgetPolicy
     for (const Budget* b : policy.BudgetsFor(tenant)) {
       if (b->period != period) continue;
       for (double threshold : b->thresholds) {
-        // As the daemon's ledger decides (usage_ledger.cpp), with room for the float sum.
-        if (spend.spent_usd < threshold * b->limit_usd - 1e-9) continue;
+        if (!ThresholdReached(spend.spent_usd, threshold, b->limit_usd)) continue;
         AlertRecord a;
         a.tenant = tenant;
         a.period = period;

@@ -6,10 +6,9 @@
 #include <random>
 #include <set>
 
-#include <yaml-cpp/yaml.h>
-
+#include "moeserve/budget/hook_sender.hpp"
+#include "moeserve/budget/quota_policy_budget.hpp"
 #include "moeserve/common/base64.hpp"
-#include "moeserve/common/hook_sender.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/operator/json_fields.hpp"
@@ -157,21 +156,10 @@ void UsageSync::SyncOnce() {
 }
 
 Result<BudgetPolicy> UsageSync::PolicyOf(const json& policy) {
-  BudgetPolicy b;
-  b.policy_name = NameOf(policy);
-  const json& spec = Field(policy, "spec");
-  const std::string where = "QuotaPolicy " + NamespaceOf(policy) + "/" + b.policy_name + " spec";
-  for (const char* section : {"pricing", "budgets", "hooks"}) {
-    if (Field(spec, section).is_null()) continue;
-    // JSON is YAML: the daemon's parser reads the CRD's fields as they are.
-    YAML::Node node;
-    try {
-      node = YAML::Load(Field(spec, section).dump());
-    } catch (const YAML::Exception& e) {
-      return Fail(Error::InvalidArgument(where + "." + section + ": " + e.what()));
-    }
-    MOE_TRY(ParseBudgetSection(b, section, node, where));
-  }
+  const std::string name = NameOf(policy);
+  MOE_ASSIGN_OR_RETURN(BudgetPolicy b, ParseQuotaPolicyBudget(Field(policy, "spec"),
+                                                              "QuotaPolicy " + NamespaceOf(policy) + "/" + name + " spec"));
+  b.policy_name = name;
   return b;
 }
 

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "daemon_harness.hpp"
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/daemon/config_settings.hpp"
 
 namespace moeserve::daemon {

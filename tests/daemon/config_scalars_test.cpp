@@ -18,7 +18,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/api_keys.hpp"
 #include "moeserve/daemon/config.hpp"

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
-#include "moeserve/common/hook_sender.hpp"
+#include "moeserve/budget/hook_sender.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "moeserve/daemon/hook_outbox.hpp"
 #include "moeserve/daemon/http_server.hpp"

@@ -12,8 +12,8 @@
 #include <mutex>
 
 #include "http_server.hpp"
-#include "moeserve/common/global_spend.hpp"
-#include "moeserve/common/usage_period.hpp"
+#include "moeserve/budget/global_spend.hpp"
+#include "moeserve/budget/usage_period.hpp"
 #include "moeserve/operator/budget_record.hpp"
 #include "moeserve/operator/usage_sync.hpp"
 #include "operator_test_util.hpp"

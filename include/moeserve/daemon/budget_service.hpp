@@ -31,7 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moeserve/common/global_spend.hpp"
+#include "moeserve/budget/global_spend.hpp"
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/api_keys.hpp"
 #include "moeserve/daemon/hook_outbox.hpp"

@@ -72,7 +72,7 @@
 #include <string>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/audit_log.hpp"
 #include "moeserve/daemon/session_settings.hpp"

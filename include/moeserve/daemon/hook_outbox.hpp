@@ -21,8 +21,8 @@
 #include <mutex>
 #include <thread>
 
-#include "moeserve/common/budget_policy.hpp"
-#include "moeserve/common/hook_sender.hpp"
+#include "moeserve/budget/budget_policy.hpp"
+#include "moeserve/budget/hook_sender.hpp"
 #include "moeserve/daemon/usage_ledger.hpp"
 
 namespace moeserve::daemon {

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <string>
 
-#include "moeserve/common/usage_period.hpp"
+#include "moeserve/budget/usage_period.hpp"
 
 namespace moeserve::daemon {
 

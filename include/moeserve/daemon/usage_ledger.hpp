@@ -42,8 +42,8 @@
 #include <vector>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/common/budget_policy.hpp"
-#include "moeserve/common/usage_period.hpp"
+#include "moeserve/budget/budget_policy.hpp"
+#include "moeserve/budget/usage_period.hpp"
 
 struct sqlite3;
 

@@ -29,8 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moeserve/common/budget_policy.hpp"
-#include "moeserve/common/global_spend.hpp"
+#include "moeserve/budget/budget_policy.hpp"
+#include "moeserve/budget/global_spend.hpp"
 #include "moeserve/operator/usage_totals.hpp"
 
 namespace moeserve::op {

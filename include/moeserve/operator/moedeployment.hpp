@@ -149,8 +149,8 @@ std::string CacheVolumeName(const json& md);
 std::string CacheHostPath(const json& md, const PlatformConfig& platform);
 std::string Endpoint(const json& md, const MoEDeploymentSpec& spec);
 // The verified model in the pod's cache mount, where `moe-daemon pull` puts
-// it: models/<first 32 hex digits of sha256(uri + "\n" + revision)>
-// (daemon/storage/model_cache.hpp; tests/e2e holds the two to the same path).
+// it: models/<ModelCacheKey(uri, revision)> (common/model_cache_key.hpp, the
+// one function both sides call).
 std::string ModelDirectory(const MoEDeploymentSpec& spec);
 
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec);

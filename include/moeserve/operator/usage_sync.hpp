@@ -43,7 +43,7 @@
 #include <string>
 #include <thread>
 
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/operator/budget_record.hpp"
 #include "moeserve/operator/daemon_admin_client.hpp"
 #include "moeserve/operator/informer.hpp"

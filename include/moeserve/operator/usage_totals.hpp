@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/common/status.hpp"
 
 namespace moeserve::op {

@@ -1,4 +1,4 @@
-#include "moeserve/common/global_spend.hpp"
+#include "moeserve/budget/global_spend.hpp"
 
 #include <cmath>
 

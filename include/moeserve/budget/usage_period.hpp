@@ -20,6 +20,7 @@ enum class BudgetPeriod { kDay, kMonth };
 inline constexpr BudgetPeriod kAllPeriods[] = {BudgetPeriod::kDay, BudgetPeriod::kMonth};
 
 std::string_view PeriodName(BudgetPeriod p);  // "day" | "month"
+std::string_view PeriodAdjective(BudgetPeriod p);  // "daily" | "monthly", for messages
 std::optional<BudgetPeriod> ParsePeriod(std::string_view name);
 
 // Unix seconds (may carry a fraction). Production: the system clock.

@@ -1,4 +1,4 @@
-#include "moeserve/common/usage_period.hpp"
+#include "moeserve/budget/usage_period.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -20,6 +20,7 @@ int64_t UnixOf(std::chrono::year_month_day ymd) {
 }  // namespace
 
 std::string_view PeriodName(BudgetPeriod p) { return p == BudgetPeriod::kDay ? "day" : "month"; }
+std::string_view PeriodAdjective(BudgetPeriod p) { return p == BudgetPeriod::kDay ? "daily" : "monthly"; }
 
 std::optional<BudgetPeriod> ParsePeriod(std::string_view name) {
   if (name == "day") return BudgetPeriod::kDay;

@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <string>
 
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 
 namespace moeserve {
 

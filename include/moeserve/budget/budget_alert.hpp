@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 
 namespace moeserve {
 

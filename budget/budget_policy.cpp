@@ -1,4 +1,4 @@
-#include "moeserve/common/budget_policy.hpp"
+#include "moeserve/budget/budget_policy.hpp"
 
 #include "moeserve/common/yaml_scalar.hpp"
 

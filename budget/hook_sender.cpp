@@ -1,4 +1,4 @@
-#include "moeserve/common/hook_sender.hpp"
+#include "moeserve/budget/hook_sender.hpp"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>

@@ -8,7 +8,7 @@
 //     low:    {input: 0.20, cachedInput: 0.02, output: 0.80, reasoning: 0.80}
 //     medium: {input: 0.40, cachedInput: 0.04, output: 1.60, reasoning: 1.60}
 //   budgets:
-//     - {tenant: "*", period: month, limitUSD: 5000}               # thresholds [0.5, 0.8, 1.0], action alert
+//     - {tenant: "*", period: month, limitUSD: 5000}               # thresholds kDefaultThresholds, action alert
 //     - {tenant: batch, period: day, limitUSD: 100, action: downgrade,
 //        thresholds: [0.9, 1.0], requestsPerMinute: 600, tokensPerMinute: 2000000}
 //   hooks:
@@ -36,7 +36,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/common/usage_period.hpp"
+#include "moeserve/budget/budget_rules.hpp"
+#include "moeserve/budget/usage_period.hpp"
 
 namespace moeserve {
 
@@ -73,7 +74,7 @@ struct Budget {
   std::string tenant;  // or "*"
   BudgetPeriod period = BudgetPeriod::kMonth;
   double limit_usd = 0;
-  std::vector<double> thresholds = {0.5, 0.8, 1.0};  // ascending, in (0, 1]
+  std::vector<double> thresholds{kDefaultThresholds.begin(), kDefaultThresholds.end()};  // ascending, in (0, 1]
   BudgetAction action = BudgetAction::kAlert;
   int64_t requests_per_minute = 0;  // 0: no limit
   int64_t tokens_per_minute = 0;

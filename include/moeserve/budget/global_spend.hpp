@@ -27,7 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/common/usage_period.hpp"
+#include "moeserve/budget/usage_period.hpp"
 
 namespace moeserve {
 

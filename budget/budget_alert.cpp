@@ -1,4 +1,4 @@
-#include "moeserve/common/budget_alert.hpp"
+#include "moeserve/budget/budget_alert.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -25,7 +25,7 @@ std::string AlertBody(const ThresholdCrossing& c, const BudgetPolicy& policy, Ho
     char pct[32];
     std::snprintf(pct, sizeof pct, "%g%%", std::round(c.threshold * 1000) / 10);
     std::string text = "moeserve budget alert: tenant " + c.tenant + " has spent " + Usd(c.spend.spent_usd) + " of its " +
-                       (c.budget->period == BudgetPeriod::kDay ? "daily" : "monthly") + " budget of " + Usd(c.budget->limit_usd) + " (threshold " + pct + ", period from " +
+                       std::string(PeriodAdjective(c.budget->period)) + " budget of " + Usd(c.budget->limit_usd) + " (threshold " + pct + ", period from " +
                        Iso8601Utc(c.period_start) + "; policy " + policy.policy_name + ", deployment " +
                        policy.deployment_name + ", action " + std::string(BudgetActionName(c.budget->action)) + ")";
     return nlohmann::json{{"text", text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -1,0 +1,13 @@
+#include "moeserve/budget/budget_rules.hpp"
+
+namespace moeserve {
+
+bool ThresholdReached(double spent_usd, double threshold, double limit_usd) {
+  return spent_usd >= threshold * limit_usd - kSpendTolerance;
+}
+
+bool LimitReached(double spent_usd, double limit_usd) { return ThresholdReached(spent_usd, 1.0, limit_usd); }
+
+bool FitsWithinLimit(double usd, double limit_usd) { return usd <= limit_usd + kSpendTolerance; }
+
+}  // namespace moeserve

@@ -1,0 +1,35 @@
+// The budget decisions, stated once. The daemon's ledger (which fires alerts
+// as it charges), its admission (which blocks and downgrades), the operator
+// (which fires alerts on the spend summed over daemons) and moectl (which
+// shows a QuotaPolicy's budgets) all decide with these, so they cannot drift.
+//
+// Spend is a sum of floating-point costs; every comparison with a limit
+// leaves kSpendTolerance of room so that a sum which lands a hair under a
+// limit it really reached still counts as reaching it.
+//
+// Thread safety: constants and pure functions.
+#pragma once
+
+#include <array>
+
+namespace moeserve {
+
+inline constexpr double kSpendTolerance = 1e-9;
+
+// The thresholds of a budget that names none (the QuotaPolicy CRD's default
+// too: tests/budget checks crds/ against this).
+inline constexpr std::array<double, 3> kDefaultThresholds = {0.5, 0.8, 1.0};
+
+// Whether `spent_usd` has reached `threshold` (a fraction in (0, 1]) of
+// `limit_usd`: the moment a budget.threshold alert fires.
+bool ThresholdReached(double spent_usd, double threshold, double limit_usd);
+
+// Whether `spent_usd` has used up `limit_usd`: a blocking budget refuses
+// requests and a downgrading one moves them to the low tier from here on.
+bool LimitReached(double spent_usd, double limit_usd);
+
+// Whether a spend of `usd` (spent, held by requests in flight and the worst
+// case of a new one) still fits within `limit_usd`.
+bool FitsWithinLimit(double usd, double limit_usd);
+
+}  // namespace moeserve
