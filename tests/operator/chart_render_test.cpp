@@ -1,6 +1,7 @@
 // charts/moeserve, rendered without helm (chart_support.hpp) and installed
 // with the real kubectl into the API double: every value documented and
-// used, a missing value an error, the CRDs the same bytes as crds/, RBAC
+// used, a missing value an error, the CRDs the same bytes as crds/ (the one
+// place they are edited; the chart's copies are cp'd from there), RBAC
 // rules and CRDs free of template expressions, the operator Deployment
 // restricted and leader-elected, the monitoring objects only when enabled
 // and the PrometheusRule's groups those of policies/alerts.
@@ -113,17 +114,19 @@ TEST(ChartRender, CrdsAreTheSameBytesAsTheSourceOfTruth) {
   ASSERT_FALSE(source.empty());
   EXPECT_EQ(source, copies) << "charts/moeserve/crds/ must hold exactly crds/*.yaml";
   for (const auto& f : source) {
-    std::stringstream copy(ReadText(ChartDir() / "crds" / f)), original(ReadText(std::filesystem::path(SourceDir()) / "crds" / f));
+    const std::string copy_text = ReadText(ChartDir() / "crds" / f);
+    const std::string original_text = ReadText(std::filesystem::path(SourceDir()) / "crds" / f);
+    ASSERT_FALSE(original_text.empty()) << "crds/" << f;
+    if (copy_text == original_text) continue;  // byte for byte, line ends and the last newline included
+    // Say where: the first line that differs (or that only one of them has).
+    std::stringstream copy(copy_text), original(original_text);
     int line = 1;
     for (std::string a, b;; ++line) {
       const bool more_a = static_cast<bool>(std::getline(copy, a)), more_b = static_cast<bool>(std::getline(original, b));
-      if (!more_a && !more_b) break;
-      if (more_a != more_b || a != b) {
-        ADD_FAILURE() << "charts/moeserve/crds/" << f << " differs from crds/" << f << " at line " << line
-                      << ": cp crds/*.yaml charts/moeserve/crds/";
-        break;
-      }
+      if (more_a != more_b || a != b || (!more_a && !more_b)) break;
     }
+    ADD_FAILURE() << "charts/moeserve/crds/" << f << " differs from crds/" << f << " at line " << line
+                  << " (edit crds/, then: cp crds/*.yaml charts/moeserve/crds/)";
   }
 }
 
