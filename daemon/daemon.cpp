@@ -21,6 +21,7 @@
 #include "moeserve/daemon/expert_parallel.hpp"
 #include "moeserve/daemon/http_server.hpp"
 #include "moeserve/daemon/metrics.hpp"
+#include "moeserve/daemon/responses/response_service.hpp"
 #include "moeserve/daemon/scheduler.hpp"
 #include "moeserve/daemon/session_service.hpp"
 #include "moeserve/daemon/usage_history.hpp"
@@ -57,6 +58,8 @@ struct Daemon::Impl {
   // Server-kept sessions: after what a turn runs through (chat, scheduler,
   // budget), so they go first and their last commits still find those.
   std::unique_ptr<SessionService> sessions;
+  // The Responses API: stored in the sessions' database, so after them.
+  std::unique_ptr<ResponseService> responses;
   // Expert parallelism (MOE_NUM_NODES > 1): rank 0 leads, the others follow.
   // After the engine, so that it stops (and goes) first.
   std::unique_ptr<ExpertParallel> ep;
@@ -137,6 +140,18 @@ ApiResult<AuditFilter> ParseAuditQuery(const std::string& query) {
   return f;
 }
 
+// A last guard around a handler that reports its errors as values: a bug
+// costs one request, never the daemon.
+template <class F>
+void Guarded(HttpExchange& exchange, F&& handle) {
+  try {
+    handle();
+  } catch (const std::exception& e) {
+    log::Error(std::string("unexpected exception: ") + e.what());
+    ReplyError(exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
+  }
+}
+
 ApiError MissingKey() { return ApiError::InvalidApiKey("Missing or wrong API key: send Authorization: Bearer <key>"); }
 
 bool IsLoopback(const std::string& host) {
@@ -161,6 +176,12 @@ Result<std::string> ReadTokenFile(const std::string& path) {
 // "/v1/sessions/{id}/chat/completions" and the session id.
 static std::pair<std::string, std::string> AuditEndpoint(const std::string& path) {
   constexpr std::string_view kSessions = "/v1/sessions/";
+  constexpr std::string_view kResponses = "/v1/responses/";
+  if (path.starts_with(kResponses)) {
+    // "/v1/responses/resp_a_X/cancel" -> "/v1/responses/{id}/cancel": ids stay out of the endpoint.
+    const size_t end = path.find('/', kResponses.size());
+    return {std::string(kResponses) + "{id}" + (end == std::string::npos ? "" : path.substr(end)), ""};
+  }
   if (!path.starts_with(kSessions)) return {path, ""};
   const size_t end = path.find('/', kSessions.size());
   const std::string id = path.substr(kSessions.size(), end == std::string::npos ? std::string::npos : end - kSessions.size());
@@ -268,6 +289,22 @@ std::vector<Route> Daemon::Impl::BuildRoutes() {
   r.push_back({"DELETE", "/v1/sessions/{id}", RouteAuth::kTenant, session_read, small, true, false, to_sessions});
   r.push_back({"POST", "/v1/sessions/{id}/chat/completions", RouteAuth::kTenant, session_post, chat_body, true, false,
                to_sessions});
+  r.push_back({"POST", "/v1/responses", RouteAuth::kTenant, model_serving, chat_body, true, false,
+               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+                 Guarded(*exchange, [&] { responses->Create(head, std::move(body), exchange, *who, Clock::now()); });
+               }});
+  r.push_back({"GET", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false,
+               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+                 Guarded(*exchange, [&] { responses->Get(head, std::move(body), exchange, *who); });
+               }});
+  r.push_back({"DELETE", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false,
+               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+                 Guarded(*exchange, [&] { responses->Delete(head, std::move(body), exchange, *who); });
+               }});
+  r.push_back({"POST", "/v1/responses/{id}/cancel", RouteAuth::kTenant, {}, small, true, false,
+               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+                 Guarded(*exchange, [&] { responses->Cancel(head, std::move(body), exchange, *who); });
+               }});
   r.push_back({"GET", "/v1/models", RouteAuth::kTenant, {}, small, false, false,
                [this](const HttpHead&, std::string, H exchange, const Principal*) { Models(*exchange); }});
   r.push_back({"GET", "/v1/usage", RouteAuth::kTenant, {}, small, false, false,
@@ -523,6 +560,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   std::string session_db = config.sessions.db_path;
   if (session_db.empty() && !config.state_dir.empty()) session_db = (std::filesystem::path(config.state_dir) / "sessions.sqlite3").string();
   MOE_ASSIGN_OR_RETURN(impl->sessions, SessionService::Create(config.sessions, session_db, *impl->budget));
+  MOE_ASSIGN_OR_RETURN(impl->responses, ResponseService::Create(config.sessions, impl->sessions->store()));
   impl->config = std::move(config);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
@@ -669,6 +707,7 @@ Status Daemon::LoadModel() {
   m.scheduler->Start();
   m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
   m.sessions->Attach(*m.chat, *m.scheduler, std::move(session_model));
+  m.responses->Attach(*m.chat);
   if (group->enabled()) {
     // Ready, and serving, only while every rank is connected.
     auto leader = ExpertParallel::Lead(*group, *m.engine, m.readiness, m.serving, m.metrics);

@@ -298,6 +298,11 @@ void SessionStore::DeleteIdle(double cutoff, Done done) {
       std::move(done));
 }
 
+Status SessionStore::Read(const std::function<Status(sqlite3*)>& read) const {
+  std::lock_guard lock(db_mu_);
+  return read(db_);
+}
+
 Result<std::optional<SessionRecord>> SessionStore::Get(const std::string& id) const {
   std::lock_guard lock(db_mu_);
   Stmt s(db_,

@@ -75,6 +75,15 @@ class SessionStore {
   // Write and wait (create, delete, tests).
   Status Wait(const std::function<void(Done)>& write);
 
+  // Other tables of the same database (the stored responses:
+  // responses/response_store.hpp) write through this writer, so their writes
+  // share its group commit and its guarantees; `job` runs on the writer
+  // thread inside the batch's transaction, in a savepoint of its own.
+  using Job = std::function<Status(sqlite3*)>;
+  void Write(Job job, Done done) { Enqueue(std::move(job), std::move(done)); }
+  // Runs `read` on the connection with no writer in between (reads of those tables).
+  Status Read(const std::function<Status(sqlite3*)>& read) const;
+
   Result<std::optional<SessionRecord>> Get(const std::string& id) const;
   Result<std::vector<SessionEntry>> Entries(const std::string& id) const;  // every entry, by seq
   Result<int64_t> TenantBytes(const std::string& tenant) const;
@@ -83,7 +92,6 @@ class SessionStore {
   Result<int64_t> Count() const;
 
  private:
-  using Job = std::function<Status(sqlite3*)>;
   struct Pending {
     Job job;
     Done done;

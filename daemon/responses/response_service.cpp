@@ -1,0 +1,341 @@
+#include "moeserve/daemon/responses/response_service.hpp"
+
+#include <chrono>
+#include <future>
+
+#include "../session_forward.hpp"
+#include "moeserve/common/log.hpp"
+#include "moeserve/daemon/responses/response_output.hpp"
+#include "response_exchange.hpp"
+
+namespace moeserve::daemon {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr char kForwardedHeader[] = "x-moe-response-forwarded";
+constexpr size_t kIdRandomChars = 24;
+constexpr std::string_view kPrefix = "/v1/responses/";
+
+std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+ApiError NotFound(const std::string& id, bool previous) {
+  const std::string shown = id.size() > 80 ? id.substr(0, 80) + "..." : id;
+  if (previous) {
+    return ApiError{404, "invalid_request_error", "previous_response_not_found",
+                    "Previous response with id '" + shown + "' not found.", "previous_response_id", 0};
+  }
+  return ApiError{404, "invalid_request_error", "response_not_found", "No response found with id '" + shown + "'.", "", 0};
+}
+
+// The replica a response id names, or nothing when it is not one of ours.
+std::optional<std::string> ReplicaOf(const std::string& id) {
+  constexpr std::string_view kIdPrefix = "resp_";
+  if (!id.starts_with(kIdPrefix) || id.size() < kIdPrefix.size() + 2 + kIdRandomChars) return std::nullopt;
+  const size_t us = id.size() - kIdRandomChars - 1;
+  if (id[us] != '_') return std::nullopt;
+  for (size_t i = us + 1; i < id.size(); ++i)
+    if (!std::isalnum(static_cast<unsigned char>(id[i]))) return std::nullopt;
+  std::string replica = id.substr(kIdPrefix.size(), us - kIdPrefix.size());
+  if (!ValidReplicaName(replica)) return std::nullopt;
+  return replica;
+}
+
+// "/v1/responses/{id}" or "/v1/responses/{id}/cancel" -> id.
+std::string IdOf(const std::string& path) {
+  if (!path.starts_with(kPrefix)) return "";
+  const size_t end = path.find('/', kPrefix.size());
+  return path.substr(kPrefix.size(), end == std::string::npos ? std::string::npos : end - kPrefix.size());
+}
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+ApiError StoreError(const Error& e) {
+  if (e.code() == ErrorCode::kResourceExhausted) {
+    return ApiError{403, "permission_error", "response_quota_exceeded",
+                    "This response was not stored: " + e.message() +
+                        ". Delete stored responses (DELETE /v1/responses/{id}) or send store: false",
+                    "store", 0};
+  }
+  return ApiError::Internal("The response could not be stored: " + e.message());
+}
+
+Status WaitFor(const std::function<void(SessionStore::Done)>& write) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto future = promise->get_future();
+  write([promise](const Status& st) { promise->set_value(st); });
+  return future.get();
+}
+
+// A background run that a restart interrupted is stored as in_progress with
+// no run behind it.
+ojson AsInterrupted(ojson response) {
+  response["status"] = "failed";
+  response["error"] = {{"code", "server_error"},
+                       {"message", "The server restarted before this background response finished"}};
+  return response;
+}
+
+}  // namespace
+
+struct ResponseService::Run {
+  std::mutex mu;
+  std::string tenant;
+  ojson shell;
+  double created_at = 0;
+  std::shared_ptr<ResponseExchange> exchange;
+  bool ended = false;      // its end (or its cancellation) is decided
+};
+
+ResponseService::ResponseService(const SessionSettings& settings) : settings_(settings) {}
+
+Result<std::unique_ptr<ResponseService>> ResponseService::Create(const SessionSettings& settings, SessionStore& store) {
+  std::unique_ptr<ResponseService> s(new ResponseService(settings));
+  MOE_ASSIGN_OR_RETURN(s->store_, ResponseStore::Open(store, settings.tenant_quota_bytes));
+  s->forwarder_ = std::make_unique<PeerForwarder>(settings.forward_max_in_flight, settings.forward_deadline_seconds);
+  return s;
+}
+
+ResponseService::~ResponseService() {
+  // Runs still going end with the scheduler; nothing of theirs is stored after this.
+  std::lock_guard lock(runs_mu_);
+  for (auto& [id, run] : runs_) {
+    std::lock_guard l(run->mu);
+    run->ended = true;
+  }
+}
+
+bool ResponseService::ForwardIfElsewhere(const std::string& id, const HttpHead& head, std::string& body,
+                                         std::shared_ptr<HttpExchange>& exchange, bool& answered) {
+  answered = false;
+  auto replica = ReplicaOf(id);
+  if (replica && *replica == settings_.replica) return false;
+  auto peer = replica ? settings_.peers.find(*replica) : settings_.peers.end();
+  if (peer == settings_.peers.end() || !head.Header(kForwardedHeader).empty()) {
+    // Not an id any replica made, or one a peer sent back: nobody has it.
+    answered = true;
+    return false;
+  }
+  forwarder_->Forward(peer->second, head, std::move(body), std::move(exchange), kForwardedHeader);
+  return true;
+}
+
+void ResponseService::Create(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+                             const Principal& who, Clock::time_point received) {
+  ChatService* chat = chat_.load();
+  if (!chat) return ReplyError(*exchange, ApiError::Unavailable("The model is not ready yet; retry shortly", 5));
+  auto req = ParseResponsesRequest(body);
+  if (!req) return ReplyError(*exchange, req.error());
+  ojson history = ojson::array();
+  if (req->previous_response_id) {
+    bool unknown = false;
+    if (ForwardIfElsewhere(*req->previous_response_id, head, body, exchange, unknown)) return;
+    if (unknown) return ReplyError(*exchange, NotFound(*req->previous_response_id, true));
+    auto previous = store_->Get(who.tenant, *req->previous_response_id);
+    if (!previous) return ReplyError(*exchange, ApiError::FromError(previous.error()));
+    if (!*previous) return ReplyError(*exchange, NotFound(*req->previous_response_id, true));
+    const std::string status = (*previous)->status;
+    if (status != "completed" && status != "incomplete") {
+      return ReplyError(*exchange, ApiError::InvalidRequest("Previous response '" + *req->previous_response_id + "' is " +
+                                                                status + "; only a completed response can be continued",
+                                                            "previous_response_id"));
+    }
+    history = std::move((*previous)->conversation);
+  }
+  const std::string chat_body = Dump(ChatBodyFor(*req, history));
+  const std::string id = "resp_" + settings_.replica + "_" + NewItemId("");
+  const double created_at = UnixNow();
+  ojson shell = ResponseShell(id, static_cast<int64_t>(created_at), chat->facts().model_name, *req, "in_progress");
+  if (req->background) {
+    return Background(std::move(*req), std::move(history), std::move(shell), chat_body, std::move(exchange), who,
+                      received);
+  }
+  const bool store = req->store;
+  ResponseExchange::Context context{std::move(*req), std::move(history), shell};
+  auto on_answer = [this, store, id, created_at, tenant = who.tenant](ojson response, ojson conversation,
+                                                                      ResponseExchange::Release release,
+                                                                      ResponseExchange::Refuse refuse) {
+    if (!store) return release();
+    StoredResponse row{id, tenant, created_at, response["status"], std::move(response), std::move(conversation)};
+    store_->Put(std::move(row), [release, refuse](const Status& st) {
+      if (st) release();
+      else refuse(StoreError(st.error()));
+    });
+  };
+  auto translated = std::make_shared<ResponseExchange>(exchange, std::move(context), std::move(on_answer), nullptr);
+  chat->Handle(translated, chat_body, who, received);
+}
+
+void ResponseService::Background(ResponsesRequest req, ojson history, ojson shell, std::string chat_body,
+                                 std::shared_ptr<HttpExchange> exchange, const Principal& who,
+                                 Clock::time_point received) {
+  const std::string id = shell["id"];
+  auto run = std::make_shared<Run>();
+  run->tenant = who.tenant;
+  run->shell = shell;
+  run->created_at = UnixNow();
+  // Stored before it runs, so that a GET right after this answer finds it.
+  if (auto st = WaitFor([&](SessionStore::Done done) {
+        store_->Put({id, who.tenant, run->created_at, "in_progress", shell, ojson::array()}, std::move(done));
+      });
+      !st) {
+    return ReplyError(*exchange, StoreError(st.error()));
+  }
+  // Set while ChatService::Handle runs: a failure then is the request's own
+  // (a 400, a 429) and goes to the client, not into the store.
+  auto refused = std::make_shared<std::optional<ApiError>>();
+  auto in_handle = std::make_shared<std::atomic<bool>>(true);
+  // The run holds its exchange, which holds these callbacks: they hold the
+  // run weakly (runs_ keeps it until its end is decided).
+  auto finish = [this, weak = std::weak_ptr<Run>(run), id](ojson response, ojson conversation,
+                                                          std::function<void(const Status&)> then) {
+    auto run = weak.lock();
+    if (!run) return then(Ok());
+    {
+      std::lock_guard lock(run->mu);
+      if (run->ended) return then(Ok());  // cancelled meanwhile: the cancellation stands
+      run->ended = true;
+    }
+    {
+      std::lock_guard lock(runs_mu_);
+      runs_.erase(id);
+    }
+    const std::string status = response["status"];
+    store_->Put({id, run->tenant, run->created_at, status, std::move(response), std::move(conversation)},
+                [id, then](const Status& st) {
+                  if (!st) log::Warn("responses: background response " + id + " could not be stored: " + st.error().message());
+                  then(st);
+                });
+  };
+  auto on_answer = [finish](ojson response, ojson conversation, ResponseExchange::Release release,
+                            ResponseExchange::Refuse) {
+    finish(std::move(response), std::move(conversation), [release](const Status&) { release(); });
+  };
+  auto on_failure = [finish, refused, in_handle, shell](const ApiError& e) {
+    if (in_handle->load()) {
+      *refused = e;
+      return;
+    }
+    ojson failed = shell;
+    failed["status"] = "failed";
+    failed["error"] = {{"code", e.code}, {"message", e.message}};
+    finish(std::move(failed), ojson::array(), [](const Status&) {});
+  };
+  ResponseExchange::Context context{std::move(req), std::move(history), shell};
+  run->exchange = std::make_shared<ResponseExchange>(nullptr, std::move(context), std::move(on_answer), std::move(on_failure));
+  {
+    std::lock_guard lock(runs_mu_);
+    runs_[id] = run;
+  }
+  chat_.load()->Handle(run->exchange, chat_body, who, received);
+  in_handle->store(false);
+  if (refused->has_value()) {
+    {
+      std::lock_guard lock(runs_mu_);
+      runs_.erase(id);
+    }
+    store_->Delete(who.tenant, id, nullptr);
+    return ReplyError(*exchange, **refused);
+  }
+  ReplyJson(*exchange, 200, Dump(shell));
+}
+
+std::shared_ptr<ResponseService::Run> ResponseService::FindRun(const std::string& tenant, const std::string& id) {
+  std::lock_guard lock(runs_mu_);
+  auto it = runs_.find(id);
+  if (it == runs_.end() || it->second->tenant != tenant) return nullptr;
+  return it->second;
+}
+
+void ResponseService::Get(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+                          const Principal& who) {
+  const std::string id = IdOf(head.path);
+  bool unknown = false;
+  if (ForwardIfElsewhere(id, head, body, exchange, unknown)) return;
+  if (unknown) return ReplyError(*exchange, NotFound(id, false));
+  if (head.query.find("stream=true") != std::string::npos) {
+    return ReplyError(*exchange, ApiError::InvalidRequest("Streaming a stored response again (stream=true) is not supported",
+                                                          "stream"));
+  }
+  auto row = store_->Get(who.tenant, id);
+  if (!row) return ReplyError(*exchange, ApiError::FromError(row.error()));
+  if (!*row) return ReplyError(*exchange, NotFound(id, false));
+  ojson response = std::move((*row)->response);
+  if ((*row)->status == "in_progress" && !FindRun(who.tenant, id)) response = AsInterrupted(std::move(response));
+  ReplyJson(*exchange, 200, Dump(response));
+}
+
+void ResponseService::Delete(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+                             const Principal& who) {
+  const std::string id = IdOf(head.path);
+  bool unknown = false;
+  if (ForwardIfElsewhere(id, head, body, exchange, unknown)) return;
+  if (unknown) return ReplyError(*exchange, NotFound(id, false));
+  if (auto run = FindRun(who.tenant, id)) {
+    // A running background response stops first: nothing of it is stored after the delete.
+    {
+      std::lock_guard lock(run->mu);
+      run->ended = true;
+    }
+    {
+      std::lock_guard lock(runs_mu_);
+      runs_.erase(id);
+    }
+    run->exchange->Cancel();
+  }
+  store_->Delete(who.tenant, id, [exchange, id](const Status& st) {
+    if (!st && st.error().code() == ErrorCode::kNotFound) return ReplyError(*exchange, NotFound(id, false));
+    if (!st) return ReplyError(*exchange, ApiError::FromError(st.error()));
+    ReplyJson(*exchange, 200, Dump(ojson{{"id", id}, {"object", "response"}, {"deleted", true}}));
+  });
+}
+
+void ResponseService::Cancel(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+                             const Principal& who) {
+  const std::string id = IdOf(head.path);
+  bool unknown = false;
+  if (ForwardIfElsewhere(id, head, body, exchange, unknown)) return;
+  if (unknown) return ReplyError(*exchange, NotFound(id, false));
+  if (auto run = FindRun(who.tenant, id)) {
+    bool cancel = false;
+    {
+      std::lock_guard lock(run->mu);
+      if (!run->ended) {
+        run->ended = true;
+        cancel = true;
+      }
+    }
+    if (cancel) {
+      {
+        std::lock_guard lock(runs_mu_);
+        runs_.erase(id);
+      }
+      run->exchange->Cancel();
+      ojson cancelled = run->shell;
+      cancelled["status"] = "cancelled";
+      const std::string text = Dump(cancelled);
+      store_->Put({id, run->tenant, run->created_at, "cancelled", std::move(cancelled), ojson::array()},
+                  [exchange, text](const Status& st) {
+                    if (!st) return ReplyError(*exchange, StoreError(st.error()));
+                    ReplyJson(*exchange, 200, text);
+                  });
+      return;
+    }
+  }
+  auto row = store_->Get(who.tenant, id);
+  if (!row) return ReplyError(*exchange, ApiError::FromError(row.error()));
+  if (!*row) return ReplyError(*exchange, NotFound(id, false));
+  const ojson& response = (*row)->response;
+  if (!response.value("background", false)) {
+    return ReplyError(*exchange, ApiError::InvalidRequest("Only a background response can be cancelled; '" + id +
+                                                          "' was not created with background: true"));
+  }
+  if ((*row)->status == "cancelled") return ReplyJson(*exchange, 200, Dump(response));
+  return ReplyError(*exchange, ApiError::InvalidRequest("Cannot cancel a response that is " + (*row)->status +
+                                                        "; only a queued or in-progress one can be cancelled"));
+}
+
+}  // namespace moeserve::daemon

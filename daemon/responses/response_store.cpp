@@ -1,0 +1,128 @@
+#include "moeserve/daemon/responses/response_store.hpp"
+
+#include <sqlite3.h>
+
+namespace moeserve::daemon {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS responses(
+  id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at REAL NOT NULL, status TEXT NOT NULL,
+  response TEXT NOT NULL, conversation TEXT NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS responses_tenant ON responses(tenant);
+)sql";
+
+// One prepared statement, finalized when it goes out of scope.
+struct Statement {
+  Statement(sqlite3* db, const char* sql) { rc = sqlite3_prepare_v2(db, sql, -1, &s, nullptr); }
+  ~Statement() { sqlite3_finalize(s); }
+  void Text(int i, const std::string& v) { sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  std::string Column(int col) const {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s, col))) : std::string();
+  }
+  sqlite3_stmt* s = nullptr;
+  int rc = SQLITE_ERROR;
+};
+
+Error Sql(sqlite3* db, const std::string& what) { return Error::Io("response store: " + what + ": " + sqlite3_errmsg(db)); }
+
+std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+}  // namespace
+
+Result<std::unique_ptr<ResponseStore>> ResponseStore::Open(SessionStore& sessions, int64_t tenant_quota_bytes) {
+  std::unique_ptr<ResponseStore> store(new ResponseStore(sessions, tenant_quota_bytes));
+  MOE_TRY(sessions.Wait([&](SessionStore::Done done) {
+    sessions.Write(
+        [](sqlite3* db) -> Status {
+          char* err = nullptr;
+          if (sqlite3_exec(db, kSchema, nullptr, nullptr, &err) != SQLITE_OK) {
+            std::string msg = err ? err : "unknown error";
+            sqlite3_free(err);
+            return Fail(Error::Io("response store: creating the table: " + msg));
+          }
+          return Ok();
+        },
+        std::move(done));
+  }));
+  return store;
+}
+
+void ResponseStore::Put(StoredResponse r, Done done) {
+  sessions_.Write(
+      [r = std::move(r), quota = quota_](sqlite3* db) -> Status {
+        const std::string response = Dump(r.response), conversation = Dump(r.conversation);
+        const int64_t bytes = static_cast<int64_t>(response.size() + conversation.size());
+        // What the tenant stores besides this row (a replaced row counts once).
+        Statement used(db, "SELECT coalesce(sum(bytes), 0) FROM responses WHERE tenant = ? AND id <> ?");
+        if (used.rc != SQLITE_OK) return Fail(Sql(db, "reading the tenant's usage"));
+        used.Text(1, r.tenant);
+        used.Text(2, r.id);
+        if (sqlite3_step(used.s) != SQLITE_ROW) return Fail(Sql(db, "reading the tenant's usage"));
+        const int64_t stored = sqlite3_column_int64(used.s, 0);
+        if (stored + bytes > quota) {
+          return Fail(Error::ResourceExhausted("tenant '" + r.tenant + "' stores " + std::to_string(stored) +
+                                               " bytes of responses; this one adds " + std::to_string(bytes) +
+                                               " and the quota is " + std::to_string(quota) + " bytes"));
+        }
+        Statement s(db,
+                    "INSERT OR REPLACE INTO responses(id, tenant, created_at, status, response, conversation, bytes) "
+                    "VALUES(?,?,?,?,?,?,?)");
+        if (s.rc != SQLITE_OK) return Fail(Sql(db, "storing " + r.id));
+        s.Text(1, r.id);
+        s.Text(2, r.tenant);
+        sqlite3_bind_double(s.s, 3, r.created_at);
+        s.Text(4, r.status);
+        s.Text(5, response);
+        s.Text(6, conversation);
+        sqlite3_bind_int64(s.s, 7, bytes);
+        if (sqlite3_step(s.s) != SQLITE_DONE) return Fail(Sql(db, "storing " + r.id));
+        return Ok();
+      },
+      std::move(done));
+}
+
+void ResponseStore::Delete(std::string tenant, std::string id, Done done) {
+  sessions_.Write(
+      [tenant = std::move(tenant), id = std::move(id)](sqlite3* db) -> Status {
+        Statement s(db, "DELETE FROM responses WHERE id = ? AND tenant = ?");
+        if (s.rc != SQLITE_OK) return Fail(Sql(db, "deleting " + id));
+        s.Text(1, id);
+        s.Text(2, tenant);
+        if (sqlite3_step(s.s) != SQLITE_DONE) return Fail(Sql(db, "deleting " + id));
+        if (sqlite3_changes(db) == 0) return Fail(Error::NotFound("response " + id + " does not exist"));
+        return Ok();
+      },
+      std::move(done));
+}
+
+Result<std::optional<StoredResponse>> ResponseStore::Get(const std::string& tenant, const std::string& id) const {
+  std::optional<StoredResponse> out;
+  MOE_TRY(sessions_.Read([&](sqlite3* db) -> Status {
+    Statement s(db, "SELECT created_at, status, response, conversation FROM responses WHERE id = ? AND tenant = ?");
+    if (s.rc != SQLITE_OK) return Fail(Sql(db, "reading " + id));
+    s.Text(1, id);
+    s.Text(2, tenant);
+    const int rc = sqlite3_step(s.s);
+    if (rc == SQLITE_DONE) return Ok();
+    if (rc != SQLITE_ROW) return Fail(Sql(db, "reading " + id));
+    StoredResponse r;
+    r.id = id;
+    r.tenant = tenant;
+    r.created_at = sqlite3_column_double(s.s, 0);
+    r.status = s.Column(1);
+    r.response = ojson::parse(s.Column(2), nullptr, false);
+    r.conversation = ojson::parse(s.Column(3), nullptr, false);
+    if (r.response.is_discarded() || r.conversation.is_discarded())
+      return Fail(Error::Io("response store: the row of " + id + " is not JSON"));
+    out = std::move(r);
+    return Ok();
+  }));
+  return out;
+}
+
+}  // namespace moeserve::daemon

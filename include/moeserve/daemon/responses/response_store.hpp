@@ -1,0 +1,57 @@
+// Stored responses of POST /v1/responses (store: true, the default): one row
+// per response in the sessions' SQLite database, written through the session
+// store's group-commit writer (session_store.hpp), so a response the client
+// saw acknowledged is on disk.
+//
+// Every read and delete names the tenant: a row of another tenant is not
+// found, exactly as a missing one (the caller answers both with the same 404).
+//
+// A row keeps the response object as the API returns it and the conversation
+// up to and including its output, as chat messages (what a later request
+// with previous_response_id continues from).
+//
+// Thread safety: every method may be called from any thread; `done` runs on
+// the writer thread.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "moeserve/common/status.hpp"
+#include "moeserve/daemon/session_store.hpp"
+
+namespace moeserve::daemon {
+
+struct StoredResponse {
+  std::string id;
+  std::string tenant;
+  double created_at = 0;               // unix seconds
+  std::string status;                  // the response object's status
+  nlohmann::ordered_json response;     // the object GET returns
+  nlohmann::ordered_json conversation; // chat messages, instructions excluded
+};
+
+class ResponseStore {
+ public:
+  // Creates the table in `sessions`' database; `tenant_quota_bytes` bounds
+  // what one tenant's stored responses take (a write past it fails).
+  static Result<std::unique_ptr<ResponseStore>> Open(SessionStore& sessions, int64_t tenant_quota_bytes);
+
+  using Done = SessionStore::Done;
+  // Inserts or replaces the row (a background response moves from
+  // in_progress to its end). Fails with ResourceExhausted past the quota.
+  void Put(StoredResponse r, Done done);
+  // Fails with NotFound when the tenant has no such response.
+  void Delete(std::string tenant, std::string id, Done done);
+  Result<std::optional<StoredResponse>> Get(const std::string& tenant, const std::string& id) const;
+
+ private:
+  ResponseStore(SessionStore& sessions, int64_t quota) : sessions_(sessions), quota_(quota) {}
+  SessionStore& sessions_;
+  int64_t quota_;
+};
+
+}  // namespace moeserve::daemon
