@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 
+#include "moeserve/http_client/curl_easy.hpp"
+
 namespace moeserve {
 
 namespace {
@@ -173,47 +175,45 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
     return r;
   }
 
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
-  if (!curl) {
+  http_client::CurlEasy curl;
+  if (!curl.ok()) {
     r.error = where + ": curl_easy_init failed";
     return r;
   }
+  http_client::CurlPolicy policy;
+  policy.protocols = hook.allow_http ? "http,https" : "https";
+  policy.max_redirects = 0;
+  policy.proxy = http_client::Proxy::kNever;
+  policy.user_agent = "moeserve-hooks/1";
+  policy.timeout = std::chrono::milliseconds(static_cast<long>(timeout_seconds * 1000));
+  policy.connect_timeout = std::chrono::milliseconds(static_cast<long>(std::min(timeout_seconds, 5.0) * 1000));
+  curl.Prepare(policy);
   CURL* c = curl.get();
   SocketCheck check{hook.allow_private_addresses};
-  curl_slist* resolve = curl_slist_append(nullptr, (host + ":" + url.port + ":" + pinned).c_str());
-  curl_slist* headers = nullptr;
-  headers = curl_slist_append(headers, "Content-Type: application/json");
+  http_client::CurlStringList resolve;
+  resolve.Add(host + ":" + url.port + ":" + pinned);
+  http_client::CurlStringList headers;
+  headers.Add("Content-Type: application/json");
   // Each attempt is signed afresh at its own time: a receiver that keeps a
   // tolerance window and the ids it has seen refuses a captured delivery
   // played again.
   const int64_t timestamp = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
-  headers = curl_slist_append(headers, ("X-MoE-Timestamp: " + std::to_string(timestamp)).c_str());
-  headers = curl_slist_append(headers, ("X-MoE-Delivery: " + delivery_id).c_str());
-  headers = curl_slist_append(headers,
-                              ("X-MoE-Signature: " + HookSignature(hook.secret, timestamp, delivery_id, body)).c_str());
-  headers = curl_slist_append(headers, "Expect:");
+  headers.Add("X-MoE-Timestamp: " + std::to_string(timestamp));
+  headers.Add("X-MoE-Delivery: " + delivery_id);
+  headers.Add("X-MoE-Signature: " + HookSignature(hook.secret, timestamp, delivery_id, body));
+  headers.Add("Expect:");
   curl_easy_setopt(c, CURLOPT_URL, hook.url.c_str());
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, hook.allow_http ? "http,https" : "https");
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(c, CURLOPT_PROXY, "");  // never a proxy from the environment
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_RESOLVE, resolve);
+  curl_easy_setopt(c, CURLOPT_RESOLVE, resolve.get());
   curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, OpenCheckedSocket);
   curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &check);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(c, CURLOPT_POST, 1L);
   curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
   curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "moeserve-hooks/1");
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_seconds * 1000));
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min(timeout_seconds, 5.0) * 1000));
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, Discard);
-  const CURLcode rc = curl_easy_perform(c);
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_slist_free_all(resolve);
+  const CURLcode rc = curl.Perform();
+  const long status = curl.ResponseCode();
   r.http_status = static_cast<int>(status);
   if (check.refused) {
     r.refused = true;

@@ -1,14 +1,12 @@
 #include "session_forward.hpp"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/chat_service.hpp"
+#include "moeserve/http_client/curl_easy.hpp"
 
 namespace moeserve::daemon {
 
@@ -93,8 +91,6 @@ PeerForwarder::PeerForwarder(int max_in_flight, double deadline_seconds)
 
 void PeerForwarder::Forward(const std::string& base_url, const HttpHead& head, std::string body,
                             std::shared_ptr<HttpExchange> exchange, const char* forwarded_header) {
-  static std::once_flag init;
-  std::call_once(init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   if (counter_->fetch_add(1) >= max_in_flight_) {
     counter_->fetch_sub(1);
     return ReplyError(*exchange, ApiError::Unavailable("Too many requests are being forwarded to other replicas (" +
@@ -114,21 +110,22 @@ void PeerForwarder::Forward(const std::string& base_url, const HttpHead& head, s
     } release{*counter};
     Transfer t;
     t.exchange = exchange;
-    t.curl = curl_easy_init();
-    if (!t.curl) return ReplyError(*exchange, ApiError::Internal("forwarding: libcurl could not start"));
-    curl_slist* headers = nullptr;
-    if (!auth.empty()) headers = curl_slist_append(headers, ("Authorization: " + auth).c_str());
-    headers = curl_slist_append(headers, "Content-Type: application/json");
-    headers = curl_slist_append(headers, "Expect:");
-    headers = curl_slist_append(headers, (std::string(forwarded_header) + ": 1").c_str());
+    http_client::CurlEasy curl;
+    if (!curl.ok()) return ReplyError(*exchange, ApiError::Internal("forwarding: libcurl could not start"));
+    t.curl = curl.get();
+    http_client::CurlPolicy policy;
+    policy.proxy = http_client::Proxy::kNever;  // peers are addressed directly
+    policy.connect_timeout = std::chrono::milliseconds(std::min(5000L, deadline_ms));
+    policy.timeout = std::chrono::milliseconds(deadline_ms);
+    policy.max_redirects = 0;
+    curl.Prepare(policy);
+    http_client::CurlStringList headers;
+    if (!auth.empty()) headers.Add("Authorization: " + auth);
+    headers.Add("Content-Type: application/json");
+    headers.Add("Expect:");
+    headers.Add(std::string(forwarded_header) + ": 1");
     curl_easy_setopt(t.curl, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(t.curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(t.curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(t.curl, CURLOPT_NOPROXY,
-                     "*");  // peers are addressed directly
-    curl_easy_setopt(t.curl, CURLOPT_CONNECTTIMEOUT_MS, std::min(5000L, deadline_ms));
-    curl_easy_setopt(t.curl, CURLOPT_TIMEOUT_MS, deadline_ms);
-    curl_easy_setopt(t.curl, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(t.curl, CURLOPT_HTTPHEADER, headers.get());
     if (method == "POST") {
       curl_easy_setopt(t.curl, CURLOPT_POSTFIELDS, body.data());
       curl_easy_setopt(t.curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
@@ -142,7 +139,7 @@ void PeerForwarder::Forward(const std::string& base_url, const HttpHead& head, s
     curl_easy_setopt(t.curl, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(t.curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
     curl_easy_setopt(t.curl, CURLOPT_XFERINFODATA, &t);
-    CURLcode rc = curl_easy_perform(t.curl);
+    CURLcode rc = curl.Perform();
     if (t.streaming) {
       exchange->EndStream();  // a peer that failed mid-stream leaves it without
                               // [DONE]: not acknowledged
@@ -162,8 +159,6 @@ void PeerForwarder::Forward(const std::string& base_url, const HttpHead& head, s
                                                       std::string(curl_easy_strerror(rc)) + "); retry shortly",
                                                   2));
     }
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(t.curl);
   }).detach();
 }
 

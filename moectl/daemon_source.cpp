@@ -1,12 +1,9 @@
 #include "moeserve/moectl/daemon_source.hpp"
 
-#include <curl/curl.h>
-
-#include <mutex>
-
 #include <nlohmann/json.hpp>
 
 #include "moeserve/common/rfc3339.hpp"
+#include "moeserve/http_client/curl_easy.hpp"
 #include "moeserve/moectl/output.hpp"
 
 namespace moeserve::moectl {
@@ -20,30 +17,14 @@ struct HttpAnswer {
   std::string body;
 };
 
-struct BodySink {
-  std::string body;
-  size_t cap = 0;
-  bool too_big = false;
-};
-
-size_t Append(char* data, size_t size, size_t n, void* out) {
-  auto* sink = static_cast<BodySink*>(out);
-  if (sink->body.size() + size * n > sink->cap) {
-    sink->too_big = true;
-    return 0;  // libcurl stops the transfer
-  }
-  sink->body.append(data, size * n);
-  return size * n;
-}
-
 std::string BaseUrl(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();
   if (url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0) url.resize(url.size() - 3);
   return url;
 }
 
-std::string Escape(CURL* curl, const std::string& s) {
-  char* e = curl_easy_escape(curl, s.c_str(), static_cast<int>(s.size()));
+std::string Escape(const std::string& s) {
+  char* e = curl_easy_escape(nullptr, s.c_str(), static_cast<int>(s.size()));
   std::string out = e ? e : "";
   curl_free(e);
   return out;
@@ -68,45 +49,31 @@ std::string Snippet(const std::string& body) {
 
 // GET base + path_and_query; the transport and HTTP status are checked here.
 Result<std::string> Get(const DaemonTarget& t, const std::string& path_and_query) {
-  static std::once_flag init;
-  std::call_once(init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   const std::string base = BaseUrl(t.url);
   if (base.rfind("http://", 0) != 0 && base.rfind("https://", 0) != 0) {
     return Fail(Error::InvalidArgument("--daemon must be an http:// or https:// URL, not '" + t.url + "'"));
   }
   const std::string url = base + path_and_query;
-  CURL* curl = curl_easy_init();
-  if (!curl) return Fail(Error::Internal("libcurl could not start"));
-  HttpAnswer a;
-  BodySink sink;
-  sink.cap = t.max_body_bytes;
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  curl_slist* headers = nullptr;
-  if (!t.api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + t.api_key).c_str());
-  headers = curl_slist_append(headers, "Accept: application/json");
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(t.timeout_s * 1000));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(t.timeout_s * 1000));
-  curl_easy_setopt(curl, CURLOPT_USERAGENT, "moectl");
+  http_client::CurlCall call;
+  call.url = url;
+  if (!t.api_key.empty()) call.headers.push_back("Authorization: Bearer " + t.api_key);
+  call.headers.push_back("Accept: application/json");
+  call.max_answer_bytes = t.max_body_bytes;
+  http_client::CurlPolicy policy;
+  policy.timeout = policy.connect_timeout = std::chrono::milliseconds(static_cast<long>(t.timeout_s * 1000));
+  policy.user_agent = "moectl";
   // The key goes to this daemon only: a redirect is reported, not followed.
-  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
-  const CURLcode rc = curl_easy_perform(curl);
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &a.status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
-  a.body = std::move(sink.body);
-  if (sink.too_big) {
+  policy.max_redirects = 0;
+  policy.proxy = http_client::Proxy::kFromEnvironment;  // an SRE's workstation may reach the daemon through one
+  const http_client::CurlAnswer answer = http_client::CurlFetch(call, policy);
+  HttpAnswer a{answer.status, answer.body};
+  if (answer.too_large) {
     return Fail(Error::ResourceExhausted("the daemon at " + base + " answered more than " +
                                          std::to_string(t.max_body_bytes) + " bytes to GET " + path_and_query +
                                          "; refusing to read further"));
   }
-  if (rc != CURLE_OK) {
-    const std::string why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+  if (answer.code != CURLE_OK) {
+    const std::string why = answer.detail.empty() ? answer.error : answer.detail;
     return Fail(Error::Unavailable("cannot reach the daemon at " + base + ": " + why +
                                    " (is it running, and is --daemon the right address?)"));
   }
@@ -248,23 +215,17 @@ Result<std::vector<UsageEntry>> FetchDaemonUsage(const DaemonTarget& target) {
 
 Result<SpendHistory> FetchDaemonHistory(const DaemonTarget& target, const std::string& tenant,
                                         const std::string& period) {
-  CURL* curl = curl_easy_init();
-  if (!curl) return Fail(Error::Internal("libcurl could not start"));
-  std::string query = "/v1/usage/history?period=" + Escape(curl, period);
-  if (!tenant.empty()) query += "&tenant=" + Escape(curl, tenant);
-  curl_easy_cleanup(curl);
+  std::string query = "/v1/usage/history?period=" + Escape(period);
+  if (!tenant.empty()) query += "&tenant=" + Escape(tenant);
   MOE_ASSIGN_OR_RETURN(std::string body, Get(target, query));
   return ParseHistoryBody(body, "the daemon at " + BaseUrl(target.url) + " (GET /v1/usage/history)");
 }
 
 Result<std::vector<json>> FetchDaemonAudit(const DaemonTarget& target, const std::string& tenant,
                                            const std::string& since, int limit) {
-  CURL* curl = curl_easy_init();
-  if (!curl) return Fail(Error::Internal("libcurl could not start"));
   std::string query = "/v1/admin/audit?limit=" + std::to_string(limit);
-  if (!tenant.empty()) query += "&tenant=" + Escape(curl, tenant);
-  if (!since.empty()) query += "&since=" + Escape(curl, since);
-  curl_easy_cleanup(curl);
+  if (!tenant.empty()) query += "&tenant=" + Escape(tenant);
+  if (!since.empty()) query += "&since=" + Escape(since);
   MOE_ASSIGN_OR_RETURN(std::string body, Get(target, query));
   const std::string origin = "the daemon at " + BaseUrl(target.url) + " (GET /v1/admin/audit)";
   MOE_ASSIGN_OR_RETURN(json j, ParseJson(body, origin));

@@ -12,20 +12,15 @@
 #include <cstring>
 
 #include <algorithm>
-#include <mutex>
 #include <regex>
 
 #include "moeserve/daemon/storage/s3_listing.hpp"
 #include "moeserve/daemon/storage/sigv4.hpp"
+#include "moeserve/http_client/curl_easy.hpp"
 #include "source_factories.hpp"
 
 namespace moeserve::daemon::storage {
 namespace {
-
-void GlobalCurlInit() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
 
 // What the server said, in one line: S3's <Code>: <Message>, else the body's start.
 std::string ServerSaid(const std::string& body) {
@@ -154,11 +149,7 @@ std::string EncodeKeyPath(const std::string& key) { return AwsUriEncode(key, fal
 class HttpConnection final : public ObjectConnection {
  public:
   HttpConnection(const std::string& base_url, const std::optional<S3Target>& s3, const SourceOptions& options)
-      : base_url_(base_url), s3_(s3), options_(options) {
-    GlobalCurlInit();
-    curl_ = curl_easy_init();
-  }
-  ~HttpConnection() override { curl_easy_cleanup(curl_); }
+      : base_url_(base_url), s3_(s3), options_(options) {}
 
   Result<uint64_t> Get(const std::string& key, uint64_t offset, uint64_t length, const ByteSink& sink) override {
     if (length == 0) return uint64_t{0};
@@ -225,45 +216,41 @@ class HttpConnection final : public ObjectConnection {
 
  private:
   Status Perform(const HttpRequestSpec& spec, Transfer& t) {
-    t.curl = curl_;
-    curl_easy_reset(curl_);
-    curl_slist* headers = nullptr;
-    for (const auto& [k, v] : spec.headers) headers = curl_slist_append(headers, (k + ": " + v).c_str());
-    char errbuf[CURL_ERROR_SIZE] = {0};
-    curl_easy_setopt(curl_, CURLOPT_URL, spec.url.c_str());
-    curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, errbuf);
+    if (!easy_.ok()) return Fail(Error::Internal(spec.method + " " + spec.url + ": libcurl could not start"));
+    CURL* curl = easy_.get();
+    t.curl = curl;
     t.following = !s3_;
-    curl_easy_setopt(curl_, CURLOPT_FOLLOWLOCATION, t.following ? 1L : 0L);
-    curl_easy_setopt(curl_, CURLOPT_MAXREDIRS, 10L);
     const bool https = spec.url.rfind("https://", 0) == 0;
-#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: the string form; the bitmask is deprecated there
-    curl_easy_setopt(curl_, CURLOPT_REDIR_PROTOCOLS_STR, https ? "https" : "http,https");
-#else
-    curl_easy_setopt(curl_, CURLOPT_REDIR_PROTOCOLS, https ? CURLPROTO_HTTPS : (CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-    curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
+    http_client::CurlPolicy policy;
+    policy.max_redirects = t.following ? 10 : 0;
+    policy.redirect_protocols = https ? "https" : "http,https";
+    policy.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.connect_timeout);
+    policy.proxy = http_client::Proxy::kFromEnvironment;
+    policy.tcp_keepalive = true;
+    policy.ca_file = options_.ca_file;
+    easy_.Prepare(policy);
+    http_client::CurlStringList headers;
+    for (const auto& [k, v] : spec.headers) headers.Add(k + ": " + v);
+    curl_easy_setopt(curl, CURLOPT_URL, spec.url.c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
     t.stall_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.stall_timeout);
     t.last_byte = std::chrono::steady_clock::now();
-    curl_easy_setopt(curl_, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(curl_, CURLOPT_XFERINFOFUNCTION, OnProgress);
-    curl_easy_setopt(curl_, CURLOPT_XFERINFODATA, &t);
-    curl_easy_setopt(curl_, CURLOPT_TCP_KEEPALIVE, 1L);
-    if (!options_.ca_file.empty()) curl_easy_setopt(curl_, CURLOPT_CAINFO, options_.ca_file.c_str());
-    curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, OnHeader);
-    curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &t);
-    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, OnBody);
-    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &t);
-    CURLcode rc = curl_easy_perform(curl_);
-    curl_slist_free_all(headers);
-    if (!t.status_known) curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &t.status);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &t);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
+    CURLcode rc = easy_.Perform();
+    const std::string errbuf = easy_.ErrorDetail();
+    if (!t.status_known) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &t.status);
     if (!t.downgrade_to.empty())
       return Fail(Error::PermissionDenied(spec.method + " " + spec.url + ": " + t.downgrade_from + " redirected to " +
                                           t.downgrade_to + "; refusing to follow a redirect from https to http"));
     if (rc == CURLE_UNSUPPORTED_PROTOCOL && https) {
       char* last = nullptr;
-      curl_easy_getinfo(curl_, CURLINFO_EFFECTIVE_URL, &last);
+      curl_easy_getinfo(curl, CURLINFO_EFFECTIVE_URL, &last);
       if (last && std::string_view(last) != spec.url)
         return Fail(Error::PermissionDenied(spec.method + " " + spec.url + ": redirected to " + last +
                                             "; an https source is followed only to https"));
@@ -271,7 +258,7 @@ class HttpConnection final : public ObjectConnection {
     MOE_TRY(t.sink_status);
     if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && t.got_enough)) return Ok();
     std::string what = spec.method + " " + spec.url + ": " + curl_easy_strerror(rc) +
-                       (errbuf[0] ? std::string(" (") + errbuf + ")" : "") + " after " +
+                       (errbuf.empty() ? "" : " (" + errbuf + ")") + " after " +
                        std::to_string(t.delivered) + " body bytes";
     if (t.stalled)
       return Fail(Error::Timeout(spec.method + " " + spec.url + ": no byte for " +
@@ -303,7 +290,7 @@ class HttpConnection final : public ObjectConnection {
   std::string base_url_;
   std::optional<S3Target> s3_;
   SourceOptions options_;
-  CURL* curl_ = nullptr;
+  http_client::CurlEasy easy_;  // one handle per connection: libcurl keeps the connection between requests
   std::optional<std::chrono::milliseconds> retry_after_;
 };
 

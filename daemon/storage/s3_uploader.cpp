@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -90,34 +89,30 @@ S3Uploader::S3Uploader(S3Endpoint endpoint, AwsCredentials credentials, std::str
       credentials_(std::move(credentials)),
       bucket_(std::move(bucket)),
       ca_file_(std::move(ca_file)),
-      retry_(retry) {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  curl_ = curl_easy_init();
-}
+      retry_(retry) {}
 
-S3Uploader::~S3Uploader() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
+S3Uploader::~S3Uploader() = default;
 
 Result<S3Uploader::Response> S3Uploader::Send(const std::string& method, const std::string& key,
                                               const KeyValues& query, const KeyValues& headers, const Body& body,
                                               const std::string& payload_sha256) {
-  CURL* curl = static_cast<CURL*>(curl_);
-  curl_easy_reset(curl);
+  if (!curl_.ok()) return Fail(Error::Internal(method + " " + Describe(key) + ": libcurl could not start"));
+  CURL* curl = curl_.get();
+  http_client::CurlPolicy policy;
+  policy.connect_timeout = std::chrono::seconds(10);
+  policy.low_speed_bytes = 1;  // a transfer that moves nothing for a minute is dead
+  policy.low_speed_time = std::chrono::seconds(60);
+  policy.proxy = http_client::Proxy::kFromEnvironment;
+  policy.ca_file = ca_file_;
+  curl_.Prepare(policy);
   HttpRequestSpec spec = BuildS3Request(endpoint_, credentials_, method, bucket_, key, query, headers,
                                         std::chrono::system_clock::now(), payload_sha256);
-  curl_slist* list = nullptr;
-  for (const auto& [k, v] : spec.headers) list = curl_slist_append(list, (k + ": " + v).c_str());
-  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
+  http_client::CurlStringList list;
+  for (const auto& [k, v] : spec.headers) list.Add(k + ": " + v);
+  list.Add("Expect:");  // no 100-continue round trip
   Response r;
-  char errbuf[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(curl, CURLOPT_URL, spec.url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
-  if (!ca_file_.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, ca_file_.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list.get());
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
@@ -131,7 +126,6 @@ Result<S3Uploader::Response> S3Uploader::Send(const std::string& method, const s
     if (!body.file.empty()) {
       file = std::fopen(body.file.c_str(), "rb");
       if (!file) {
-        curl_slist_free_all(list);
         return Fail(Error::Io(body.file + ": cannot open for upload"));
       }
       curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadFile);
@@ -146,12 +140,12 @@ Result<S3Uploader::Response> S3Uploader::Send(const std::string& method, const s
   } else if (method != "GET") {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
   }
-  CURLcode rc = curl_easy_perform(curl);
+  CURLcode rc = curl_.Perform();
   if (file) std::fclose(file);
-  curl_slist_free_all(list);
-  if (rc != CURLE_OK)
-    return Fail(Error::Unavailable(method + " " + Describe(key) + ": " +
-                                   (errbuf[0] ? std::string(errbuf) : curl_easy_strerror(rc))));
+  if (rc != CURLE_OK) {
+    const std::string detail = curl_.ErrorDetail();
+    return Fail(Error::Unavailable(method + " " + Describe(key) + ": " + (detail.empty() ? curl_easy_strerror(rc) : detail)));
+  }
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.status);
   if (r.status >= 200 && r.status < 300) return r;
   std::string said = method == "HEAD" ? "HTTP " + std::to_string(r.status) : ServerSaid(r.body);

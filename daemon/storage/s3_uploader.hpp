@@ -15,6 +15,7 @@
 #include "moeserve/common/status.hpp"
 #include "moeserve/daemon/storage/retry_policy.hpp"
 #include "moeserve/daemon/storage/s3_request.hpp"
+#include "moeserve/http_client/curl_easy.hpp"
 
 namespace moeserve::daemon::storage {
 
@@ -68,7 +69,7 @@ class S3Uploader {
   std::string bucket_;
   std::string ca_file_;
   RetryPolicy retry_;
-  void* curl_;  // CURL*, reused for keep-alive
+  http_client::CurlEasy curl_;  // reused for keep-alive
 };
 
 }  // namespace moeserve::daemon::storage

@@ -1,72 +1,35 @@
 #include "moeserve/operator/daemon_admin_client.hpp"
 
-#include <curl/curl.h>
-
-#include <memory>
+#include "moeserve/http_client/curl_easy.hpp"
 
 namespace moeserve::op {
 
 namespace {
 
-constexpr size_t kMaxAnswer = 16 << 20;
-
-struct Answer {
-  std::string body;
-  bool too_large = false;
-};
-
-size_t Collect(char* data, size_t size, size_t n, void* out) {
-  auto* a = static_cast<Answer*>(out);
-  if (a->body.size() + size * n > kMaxAnswer) {
-    a->too_large = true;
-    return 0;
-  }
-  a->body.append(data, size * n);
-  return size * n;
-}
-
 // The answer's body once the status is 2xx.
 Result<std::string> CallText(const DaemonEndpoint& d, const std::string& method, const std::string& path,
                              const std::string& body, std::chrono::milliseconds timeout) {
   const std::string url = d.base_url + path;
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
-  if (!curl) return Fail(Error::Internal("curl_easy_init failed"));
-  CURL* c = curl.get();
-  curl_slist* headers = nullptr;
-  headers = curl_slist_append(headers, ("Authorization: Bearer " + d.admin_key).c_str());
-  headers = curl_slist_append(headers, "Content-Type: application/json");
-  headers = curl_slist_append(headers, "Expect:");
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list(headers, curl_slist_free_all);
-  Answer answer;
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
-  if (method != "GET") {
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  }
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, Collect);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(c, CURLOPT_PROXY, "");
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "moe-operator/usage-sync");
-  if (!d.ca_pem.empty()) {
-    // The deployment's own certificate is the trust anchor; the pod IP is no name in it.
-    curl_blob ca{const_cast<char*>(d.ca_pem.data()), d.ca_pem.size(), CURL_BLOB_COPY};
-    curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &ca);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-  }
-  const CURLcode rc = curl_easy_perform(c);
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  http_client::CurlCall call;
+  call.method = method;
+  call.url = url;
+  call.headers = {"Authorization: Bearer " + d.admin_key, "Content-Type: application/json", "Expect:"};
+  if (method != "GET") call.body = body;
+  call.max_answer_bytes = 16 << 20;
+  http_client::CurlPolicy policy;
+  policy.timeout = policy.connect_timeout = timeout;
+  policy.max_redirects = 0;
+  policy.proxy = http_client::Proxy::kNever;
+  policy.protocols = "http,https";
+  policy.user_agent = "moe-operator/usage-sync";
+  // The deployment's own certificate is the trust anchor; the pod IP is no name in it.
+  policy.ca_pem = d.ca_pem;
+  policy.verify_host = d.ca_pem.empty();
+  const http_client::CurlAnswer answer = http_client::CurlFetch(call, policy);
+  const long status = answer.status;
   const std::string what = method + " " + url;
   if (answer.too_large) return Fail(Error::InvalidArgument(what + ": the answer is larger than 16 MiB"));
-  if (rc != CURLE_OK) return Fail(Error::Unavailable(what + ": " + curl_easy_strerror(rc)));
+  if (answer.code != CURLE_OK) return Fail(Error::Unavailable(what + ": " + answer.error));
   auto parsed = nlohmann::json::parse(answer.body, nullptr, false);
   if (status < 200 || status >= 300) {
     std::string message = "HTTP " + std::to_string(status);
@@ -77,7 +40,7 @@ Result<std::string> CallText(const DaemonEndpoint& d, const std::string& method,
     if (status >= 500 || status == 429) return Fail(Error::Unavailable(what + ": " + message));
     return Fail(Error::InvalidArgument(what + ": " + message));
   }
-  return std::move(answer.body);
+  return answer.body;
 }
 
 Result<nlohmann::json> Call(const DaemonEndpoint& d, const std::string& method, const std::string& path,

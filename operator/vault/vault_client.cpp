@@ -1,28 +1,18 @@
 #include "moeserve/operator/vault_client.hpp"
 
-#include <curl/curl.h>
-
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <thread>
+
+#include "moeserve/http_client/curl_easy.hpp"
 
 namespace moeserve::op {
 
 using nlohmann::json;
 
 namespace {
-
-void GlobalInit() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-size_t AppendBody(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
 
 bool Retryable(long status) { return status == 429 || status >= 500; }
 
@@ -89,50 +79,37 @@ Status CheckVaultAddress(const VaultConfig& config) {
 
 VaultClient::VaultClient(VaultConfig config) : config_(std::move(config)) {
   while (!config_.address.empty() && config_.address.back() == '/') config_.address.pop_back();
-  GlobalInit();
 }
 
 Result<VaultClient::Response> VaultClient::CallOnce(const std::string& method, const std::string& path,
                                                     const std::string& token, const std::string& body,
                                                     const std::string& what) {
-  CURL* curl = curl_easy_init();
-  if (!curl) return Fail(Error::Internal("curl_easy_init failed"));
-  std::string received;
-  curl_slist* headers = nullptr;
-  headers = curl_slist_append(headers, "Accept: application/json");
-  if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
-  if (!token.empty()) headers = curl_slist_append(headers, ("X-Vault-Token: " + token).c_str());
-  if (!config_.vault_namespace.empty())
-    headers = curl_slist_append(headers, ("X-Vault-Namespace: " + config_.vault_namespace).c_str());
+  http_client::CurlCall call;
+  call.method = method;
+  call.url = config_.address + "/v1/" + path;
+  call.headers.push_back("Accept: application/json");
+  if (!body.empty()) call.headers.push_back("Content-Type: application/json");
+  if (!token.empty()) call.headers.push_back("X-Vault-Token: " + token);
+  if (!config_.vault_namespace.empty()) call.headers.push_back("X-Vault-Namespace: " + config_.vault_namespace);
   // Vault's API asks for this header on every request (request forgery protection).
-  headers = curl_slist_append(headers, "X-Vault-Request: true");
-  const std::string url = config_.address + "/v1/" + path;
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
-  if (method == "POST") {
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  }
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &received);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  call.headers.push_back("X-Vault-Request: true");
+  if (method == "POST") call.body = body;
+  call.max_answer_bytes = SIZE_MAX;
+  http_client::CurlPolicy policy;
+  policy.timeout = policy.connect_timeout = config_.request_timeout;
   // Vault answers directly; a redirect (standby forwarding) is not followed
   // blindly with the token attached.
-  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, config_.allow_insecure_http ? "http,https" : "https");
-  if (!config_.ca_cert.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, config_.ca_cert.c_str());
-  const CURLcode rc = curl_easy_perform(curl);
-  long status = 0;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
-  if (rc == CURLE_OPERATION_TIMEDOUT)
+  policy.max_redirects = 0;
+  policy.protocols = config_.allow_insecure_http ? "http,https" : "https";
+  policy.proxy = http_client::Proxy::kFromEnvironment;
+  policy.ca_file = config_.ca_cert;
+  const http_client::CurlAnswer answer = http_client::CurlFetch(call, policy);
+  if (answer.code == CURLE_OPERATION_TIMEDOUT)
     return Fail(Error::Timeout("Vault " + what + ": no answer within " +
                                std::to_string(config_.request_timeout.count()) + " ms"));
-  if (rc != CURLE_OK) return Fail(Error::Unavailable("Vault " + what + ": " + curl_easy_strerror(rc)));
+  if (answer.code != CURLE_OK) return Fail(Error::Unavailable("Vault " + what + ": " + answer.error));
+  const long status = answer.status;
+  const std::string& received = answer.body;
   Response response;
   response.status = status;
   response.body = received.empty() ? json() : json::parse(received, nullptr, false);
