@@ -33,6 +33,10 @@ struct Sequence {
   int64_t snapshot_at = 0;  // block-aligned prompt prefix whose state the prefix cache keeps
   int64_t public_at = 0;    // block-aligned end of the public prefix, kept for every tenant (0: none)
   SequenceCache cache;
+  // The vision tower's rows of each image of req.images ([tokens, hidden]),
+  // computed when a prefill chunk first reaches the image and dropped once
+  // the prompt is prefilled (model.md 14.5).
+  std::vector<std::vector<float>> image_rows;
   std::mt19937_64 rng;
   std::unique_ptr<ReasoningTracker> reasoning;  // the family's reading of the chat format
   SequenceUsage usage;
@@ -77,6 +81,9 @@ struct Engine::Impl {
   // True when the sequence may run: blocks for its whole length are held.
   // False: the pool is full, it waits (and holds nothing).
   bool Admit(Sequence& s);
+  // The rows of the image tokens in prompt positions [start, end) of s, as
+  // RowEmbeddings relative to start; runs the tower for images not yet embedded.
+  Status ImageRows(Sequence& s, int64_t start, int64_t end, std::vector<RowEmbedding>& out);
   // Emits the sequence's next token(s); true when it finished.
   bool Emit(Sequence& s, std::span<float> logits, std::vector<TokenEvent>& events);
   void Finish(Sequence& s, FinishReason why, int token, bool reasoning, bool forced, std::vector<TokenEvent>& events);
@@ -180,12 +187,21 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   const int V = impl_->model->vocab_size();
   const int padding = impl_->chat->sampled_ids();
   if (request.prompt.empty()) return Fail(Error::InvalidArgument("the prompt is empty"));
-  if (!request.images.empty())
-    return Fail(Error::InvalidArgument("image input is refused: this engine does not run a vision tower"));
+  // Image tokens are padding ids of the text vocabulary: accepted only where
+  // ValidateImageSpans put them, in spans that carry their pixels.
+  const VisionConfig* vision = impl_->model->vision();
+  if (!request.images.empty()) {
+    if (!vision) return Fail(Error::InvalidArgument("this model has no vision tower: image input is refused"));
+    if (impl_->options.ep_world > 1)
+      return Fail(Error::InvalidArgument("image input is not supported with expert parallelism"));
+  }
+  if (vision) MOE_TRY(ValidateImageSpans(*vision, request.prompt, request.images));
   for (size_t i = 0; i < request.prompt.size(); ++i) {
     int id = request.prompt[i];
     if (id < 0 || id >= V) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " has id " + std::to_string(id) + ", outside the vocabulary"));
-    if (id >= padding) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " is padding id " + std::to_string(id) + ", which is refused in input"));
+    const bool image_token = vision && (id == vision->image_token_id || id == vision->image_start_token_id ||
+                                        id == vision->image_end_token_id);
+    if (id >= padding && !image_token) return Fail(Error::InvalidArgument("prompt token " + std::to_string(i) + " is padding id " + std::to_string(id) + ", which is refused in input"));
   }
   if (request.max_tokens < 1) return Fail(Error::InvalidArgument("max_tokens must be at least 1"));
   if (request.logprobs < -1 || request.logprobs > 20)
@@ -271,7 +287,8 @@ bool Engine::Impl::Admit(Sequence& s) {
   s.cache = model->NewSequence();
   // Reuse the longest cached prefix, leaving at least one prompt token to compute.
   if (options.prefix_cache) {
-    PrefixCache::Hit hit = prefix->Lookup(s.tokens, s.prompt_len - 1, s.req.tenant, s.req.public_prefix_tokens);
+    PrefixCache::Hit hit =
+        prefix->Lookup(s.tokens, s.prompt_len - 1, s.req.tenant, s.req.public_prefix_tokens, s.req.images);
     if (hit.length > 0) {
       s.cache.delta = *hit.delta;  // the copy first: it may throw, the references may not leak
       s.cache.blocks = *hit.blocks;
@@ -367,6 +384,10 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
 void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   std::vector<ForwardSegment> segments;
   std::vector<Sequence*> owners;
+  // Per segment, the rows its image tokens take (alive until Forward returns).
+  std::vector<std::vector<RowEmbedding>> embeddings;
+  embeddings.reserve(running.size());
+  std::set<Sequence*> failed;
   // The larger budget when nothing decodes: no sequence waits on this step.
   bool decoding = false;
   for (const auto& sp : running)
@@ -384,9 +405,21 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
       if (options.prefix_cache && start < s.public_at && end > s.public_at) end = s.public_at;
       prefill_budget -= static_cast<int>(end - start);
     }
-    segments.push_back({&s.cache, std::span<const int>(s.tokens.data() + start, static_cast<size_t>(end - start)), false});
+    std::vector<RowEmbedding> rows;
+    if (!s.req.images.empty() && start < s.prompt_len) {
+      if (auto st = ImageRows(s, start, end, rows); !st) {
+        FailSequence(s, "the vision tower failed: " + st.error().ToString(), events);
+        failed.insert(&s);
+        continue;
+      }
+    }
+    embeddings.push_back(std::move(rows));
+    segments.push_back({&s.cache, std::span<const int>(s.tokens.data() + start, static_cast<size_t>(end - start)), false,
+                        embeddings.back()});
     owners.push_back(&s);
   }
+  if (!failed.empty())
+    std::erase_if(running, [&](std::unique_ptr<Sequence>& s) { return failed.count(s.get()) > 0; });
   if (segments.empty()) return;
   std::vector<float> logits;
   std::vector<std::vector<uint64_t>> expert_counts(metrics.expert_tokens.size());
@@ -414,18 +447,19 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
       Sequence& s = *owners[k];
       if (options.prefix_cache && s.cache.length == s.public_at && s.public_at > 0) {
         try {
-          prefix->Insert(*pool, s.tokens, s.public_at, s.cache, {}, /*is_public=*/true);
+          prefix->Insert(*pool, s.tokens, s.public_at, s.cache, {}, /*is_public=*/true, s.req.images);
         } catch (...) {
           log::Warn("engine: public prefix snapshot not cached: " + ExceptionText(std::current_exception()));
         }
       }
       if (options.prefix_cache && s.cache.length == s.snapshot_at && s.snapshot_at > 0 && s.snapshot_at != s.public_at) {
         try {
-          prefix->Insert(*pool, s.tokens, s.snapshot_at, s.cache, s.req.tenant);
+          prefix->Insert(*pool, s.tokens, s.snapshot_at, s.cache, s.req.tenant, false, s.req.images);
         } catch (...) {  // the cache is unchanged; the sequence is fine
           log::Warn("engine: prefix snapshot not cached: " + ExceptionText(std::current_exception()));
         }
       }
+      if (s.cache.length >= s.prompt_len && !s.image_rows.empty()) s.image_rows = {};  // the prompt is in the cache
       if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
       std::span<float> row(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
       try {
@@ -440,6 +474,26 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   std::lock_guard<std::mutex> lock(mu);
   for (size_t i = 0; i < expert_counts.size(); ++i)
     for (size_t e = 0; e < expert_counts[i].size(); ++e) metrics.expert_tokens[i][e] += expert_counts[i][e];
+}
+
+Status Engine::Impl::ImageRows(Sequence& s, int64_t start, int64_t end, std::vector<RowEmbedding>& out) {
+  s.image_rows.resize(s.req.images.size());
+  for (size_t k = 0; k < s.req.images.size(); ++k) {
+    const ImageSpan& span = s.req.images[k];
+    const int64_t lo = std::max(start, span.offset), hi = std::min(end, span.offset + span.tokens);
+    if (lo >= hi) continue;  // this chunk does not reach the image
+    if (s.image_rows[k].empty()) {
+      MOE_ASSIGN_OR_RETURN(s.image_rows[k], model->EmbedImage(span.image));
+      if (s.image_rows[k].empty() || s.image_rows[k].size() % static_cast<size_t>(span.tokens) != 0)
+        return Fail(Error::Internal("image " + std::to_string(k) + ": the tower gave " +
+                                    std::to_string(s.image_rows[k].size()) + " floats for " +
+                                    std::to_string(span.tokens) + " tokens"));
+    }
+    const size_t D = s.image_rows[k].size() / static_cast<size_t>(span.tokens);  // the model's hidden size
+    for (int64_t p = lo; p < hi; ++p)
+      out.push_back({static_cast<int>(p - start), &s.image_rows[k][static_cast<size_t>(p - span.offset) * D]});
+  }
+  return Ok();
 }
 
 bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEvent>& events) {

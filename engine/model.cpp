@@ -11,6 +11,7 @@
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "vision/tower.hpp"
 #include "weights.hpp"
 
 namespace moeserve::engine {
@@ -65,6 +66,12 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
   return model;
 }
 
+Result<std::vector<float>> Model::EmbedImage(const ImageInput& image) const {
+  if (!config_.vision || !weights_->vision)
+    return Fail(Error::InvalidArgument("this model has no vision tower: image input is refused"));
+  return RunVisionTower(*config_.vision, *weights_->vision, config_.hidden_size, *kernels_, image);
+}
+
 size_t Model::resident_weight_bytes() const { return ResidentWeightBytes(*weights_); }
 
 ExpertParallelStats Model::expert_parallel_stats() const {
@@ -115,11 +122,19 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
   // x_0 = embed[token]
   std::vector<float> x(static_cast<size_t>(N) * D), normed(x.size()), branch(x.size());
   int r = 0;
-  for (auto& s : segments)
+  for (auto& s : segments) {
+    const int row0 = r;
     for (int tok : s.tokens) {
       if (tok < 0 || tok >= V) return Fail(Error::InvalidArgument("forward: token id " + std::to_string(tok) + " out of range"));
       std::copy_n(&weights_->embed.w[static_cast<size_t>(tok) * D], D, &x[static_cast<size_t>(r++) * D]);
     }
+    // Image tokens: the tower's rows in place of the embedding (model.md 14.5).
+    for (const RowEmbedding& e : s.embeddings) {
+      if (e.index < 0 || e.index >= static_cast<int>(s.tokens.size()) || !e.values)
+        return Fail(Error::Internal("forward: an input row outside its segment"));
+      std::copy_n(e.values, D, &x[static_cast<size_t>(row0 + e.index) * D]);
+    }
+  }
 
   ForwardProfile* profile = trace ? trace->profile : nullptr;
   constexpr int kModelRow = kProfileRows - 1;  // embedding, final norm, head
@@ -206,6 +221,11 @@ Status Model::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vec
   if (!comm_)
     return Fail(Error::Unavailable("the expert-parallel group is not connected (waiting for every rank to join)"));
   if (ep_rank_ != 0) return Fail(Error::Internal("forward on expert-parallel rank " + std::to_string(ep_rank_) + ": followers run Follow()"));
+  // The broadcast plan carries token ids only: followers could not rebuild
+  // an image's rows.
+  for (auto& s : segments)
+    if (!s.embeddings.empty())
+      return Fail(Error::InvalidArgument("image input is not supported with expert parallelism"));
   for (auto& s : segments) {
     if (s.cache->length == 0) {
       s.cache->ep_group = group_epoch_;

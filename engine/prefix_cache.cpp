@@ -31,7 +31,8 @@ bool Begins(const std::vector<int>& whole, const std::vector<int>& prefix) {
 
 int64_t PrefixCache::HeapBytes(const Entry& e) {
   int64_t n = kListNodeBytes + static_cast<int64_t>(sizeof(Entry));
-  n += VectorBytes(e.tokens) + VectorBytes(e.blocks) + VectorBytes(e.delta);
+  n += VectorBytes(e.tokens) + VectorBytes(e.blocks) + VectorBytes(e.delta) + VectorBytes(e.images);
+  for (const ImageKey& k : e.images) n += static_cast<int64_t>(k.content_hash.capacity());
   for (const DeltaLayerState& d : e.delta) n += VectorBytes(d.conv_tail) + VectorBytes(d.S);
   return n;
 }
@@ -56,15 +57,32 @@ PrefixCacheStats PrefixCache::Stats() const {
   return s;
 }
 
+std::vector<PrefixCache::ImageKey> PrefixCache::ImageKeys(std::span<const ImageSpan> images, int64_t length) {
+  std::vector<ImageKey> keys;
+  for (const ImageSpan& s : images)
+    if (s.offset < length) keys.push_back({s.offset, s.image.content_hash});
+  return keys;
+}
+
+bool PrefixCache::SameImages(const std::vector<ImageKey>& keys, std::span<const ImageSpan> images, int64_t length) {
+  size_t i = 0;
+  for (const ImageSpan& s : images) {
+    if (s.offset >= length) continue;
+    if (i >= keys.size() || keys[i].offset != s.offset || keys[i].content_hash != s.image.content_hash) return false;
+    ++i;
+  }
+  return i == keys.size();
+}
+
 PrefixCache::Hit PrefixCache::Lookup(const std::vector<int>& tokens, int64_t max_length, const std::string& partition,
-                                     int64_t public_length) {
+                                     int64_t public_length, std::span<const ImageSpan> images) {
   auto best = entries_.end();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     const int64_t len = static_cast<int64_t>(it->tokens.size());
     if (len > max_length || len > static_cast<int64_t>(tokens.size())) continue;
     if (it->is_public ? len > public_length : it->partition != partition) continue;
     if (best != entries_.end() && len <= static_cast<int64_t>(best->tokens.size())) continue;
-    if (std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) best = it;
+    if (std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin()) && SameImages(it->images, images, len)) best = it;
   }
   if (best == entries_.end()) return {};
   entries_.splice(entries_.begin(), entries_, best);  // most recently used
@@ -73,11 +91,12 @@ PrefixCache::Hit PrefixCache::Lookup(const std::vector<int>& tokens, int64_t max
 }
 
 void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t length, const SequenceCache& cache,
-                         const std::string& partition, bool is_public) {
+                         const std::string& partition, bool is_public, std::span<const ImageSpan> images) {
   if (length <= 0 || length % pool.block_tokens() != 0) return;
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
     if (static_cast<int64_t>(it->tokens.size()) == length && it->is_public == is_public &&
-        (is_public || it->partition == partition) && std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) {
+        (is_public || it->partition == partition) && std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin()) &&
+        SameImages(it->images, images, length)) {
       entries_.splice(entries_.begin(), entries_, it);
       return;
     }
@@ -85,6 +104,7 @@ void PrefixCache::Insert(KvPool& pool, const std::vector<int>& tokens, int64_t l
   // Everything that can throw comes before the first change to the cache.
   Entry e;
   e.tokens.assign(tokens.begin(), tokens.begin() + length);
+  e.images = ImageKeys(images, length);
   if (!is_public) e.partition = partition;
   e.is_public = is_public;
   e.blocks.assign(cache.blocks.begin(), cache.blocks.begin() + length / pool.block_tokens());

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,15 +54,20 @@ class PrefixCache {
   };
   // The longest cached prefix of `tokens` no longer than max_length, among
   // `partition`'s entries and the public ones no longer than public_length.
+  // `images`: the prompt's image spans (model.md 14.6). Placeholder tokens
+  // are the same ids for every image, so an entry whose prefix covers part
+  // of an image matches only a lookup with the same image (content hash) at
+  // the same place.
   Hit Lookup(const std::vector<int>& tokens, int64_t max_length, const std::string& partition = {},
-             int64_t public_length = 0);
+             int64_t public_length = 0, std::span<const ImageSpan> images = {});
   // Records tokens[0, length) with the cache's first length/block_tokens blocks
   // and the DeltaNet state at that point (length must be block-aligned), then
   // evicts to stay within the bounds. On an exception (allocation) the cache
   // is unchanged.
   // `partition` names who may reuse it; `is_public` lets every partition.
+  // `images` as for Lookup: the entry keeps the hashes of those it covers.
   void Insert(KvPool& pool, const std::vector<int>& tokens, int64_t length, const SequenceCache& cache,
-              const std::string& partition = {}, bool is_public = false);
+              const std::string& partition = {}, bool is_public = false, std::span<const ImageSpan> images = {});
   enum class Why { kBytes, kEntries, kPool };
   // Drops the least recently used entry; false when empty.
   bool EvictOne(KvPool& pool, Why why = Why::kPool);
@@ -77,8 +83,18 @@ class PrefixCache {
   PrefixCacheStats Stats() const;
 
  private:
+  // An image a cached prefix covers at least one placeholder of.
+  struct ImageKey {
+    int64_t offset = 0;
+    std::string content_hash;
+    bool operator==(const ImageKey&) const = default;
+  };
+  // The keys of the images whose placeholders begin before `length`.
+  static std::vector<ImageKey> ImageKeys(std::span<const ImageSpan> images, int64_t length);
+  static bool SameImages(const std::vector<ImageKey>& keys, std::span<const ImageSpan> images, int64_t length);
   struct Entry {
     std::vector<int> tokens;
+    std::vector<ImageKey> images;
     std::string partition;
     bool is_public = false;
     std::vector<int> blocks;

@@ -189,6 +189,31 @@ Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c, int
     }
     w.layers.push_back(std::move(lw));
   }
+  if (c.vision) {
+    auto v = std::make_unique<VisionWeights>();
+    MOE_ASSIGN_OR_RETURN(v->patch_embed, L.Linear("vision.patch_embed.weight"));
+    MOE_ASSIGN_OR_RETURN(v->patch_bias, L.Vec("vision.patch_embed.bias"));
+    for (int i = 0; i < c.vision->num_layers; ++i) {
+      const std::string p = "vision.blocks." + std::to_string(i) + ".";
+      VisionBlockWeights b;
+      MOE_ASSIGN_OR_RETURN(b.norm1, L.Vec(p + "norm1.weight"));
+      MOE_ASSIGN_OR_RETURN(b.qkv, L.Linear(p + "attn.qkv.weight"));
+      MOE_ASSIGN_OR_RETURN(b.qkv_bias, L.Vec(p + "attn.qkv.bias"));
+      MOE_ASSIGN_OR_RETURN(b.proj, L.Linear(p + "attn.proj.weight"));
+      MOE_ASSIGN_OR_RETURN(b.proj_bias, L.Vec(p + "attn.proj.bias"));
+      MOE_ASSIGN_OR_RETURN(b.norm2, L.Vec(p + "norm2.weight"));
+      MOE_ASSIGN_OR_RETURN(b.w1, L.Linear(p + "mlp.w1.weight"));
+      MOE_ASSIGN_OR_RETURN(b.w3, L.Linear(p + "mlp.w3.weight"));
+      MOE_ASSIGN_OR_RETURN(b.w2, L.Linear(p + "mlp.w2.weight"));
+      v->blocks.push_back(std::move(b));
+    }
+    MOE_ASSIGN_OR_RETURN(v->norm, L.Vec("vision.norm.weight"));
+    MOE_ASSIGN_OR_RETURN(v->proj1, L.Linear("vision.projector.w1.weight"));
+    MOE_ASSIGN_OR_RETURN(v->proj1_bias, L.Vec("vision.projector.w1.bias"));
+    MOE_ASSIGN_OR_RETURN(v->proj2, L.Linear("vision.projector.w2.weight"));
+    MOE_ASSIGN_OR_RETURN(v->proj2_bias, L.Vec("vision.projector.w2.bias"));
+    w.vision = std::move(v);
+  }
   return w;
 }
 
@@ -204,6 +229,15 @@ size_t ResidentWeightBytes(const ModelWeights& w) {
                             &l.k_conv, &l.v_conv, &l.w1, &l.w3, &l.w2, &l.gate, &l.shared_w1, &l.shared_w3, &l.shared_w2})
       total += m->w.size() * 4;
     total += l.w13.bytes() + l.w2e.bytes();
+  }
+  if (w.vision) {
+    const VisionWeights& v = *w.vision;
+    total += vec(v.patch_bias) + vec(v.norm) + vec(v.proj1_bias) + vec(v.proj2_bias);
+    for (const Matrix* m : {&v.patch_embed, &v.proj1, &v.proj2}) total += m->w.size() * 4;
+    for (const VisionBlockWeights& b : v.blocks) {
+      total += vec(b.norm1) + vec(b.norm2) + vec(b.qkv_bias) + vec(b.proj_bias);
+      for (const Matrix* m : {&b.qkv, &b.proj, &b.w1, &b.w3, &b.w2}) total += m->w.size() * 4;
+    }
   }
   return total;
 }

@@ -75,12 +75,28 @@ struct LayerWeights {
   Matrix shared_gate;                   // [1, D] when the shared expert is gated (Qwen3-Next), else empty
 };
 
+// The vision tower (model.md 14.3): matrices through Linear(), norms and
+// biases fp32.
+struct VisionBlockWeights {
+  std::vector<float> norm1, norm2, qkv_bias, proj_bias;
+  Matrix qkv, proj, w1, w3, w2;
+};
+struct VisionWeights {
+  Matrix patch_embed;
+  std::vector<float> patch_bias;
+  std::vector<VisionBlockWeights> blocks;
+  std::vector<float> norm;
+  Matrix proj1, proj2;
+  std::vector<float> proj1_bias, proj2_bias;
+};
+
 struct ModelWeights {
   // Holds every BF16 matrix (huge pages: see kernels/weight_memory.hpp).
   std::shared_ptr<kernels::WeightArena> arena = std::make_shared<kernels::WeightArena>();
   Matrix embed, head;
   std::vector<float> norm;
   std::vector<LayerWeights> layers;
+  std::unique_ptr<VisionWeights> vision;  // with config.vision
 };
 
 // Loads the dense weights and the experts expert-parallel rank ep_rank of

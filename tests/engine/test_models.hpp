@@ -44,16 +44,37 @@ inline const std::string& TinyModel(uint64_t seed = 1, int index_topk = 2048, Ex
   return dirs[key] = dir;
 }
 
+// The tiny preset with moe-model-gen --vision's tower (model.md 14.1),
+// generated once per process.
+inline const std::string& TinyVisionModel(uint64_t seed = 3) {
+  static std::map<uint64_t, std::string> dirs;
+  auto it = dirs.find(seed);
+  if (it != dirs.end()) return it->second;
+  std::string dir = TempPath("tiny_vision_s" + std::to_string(seed));
+  std::filesystem::remove_all(dir);
+  ModelGenOptions o;
+  o.config = *PresetConfig("tiny");
+  o.config.vision = TinyVisionConfig();
+  o.seed = seed;
+  auto st = GenerateModel(o, dir);
+  if (!st) ADD_FAILURE() << st.error().ToString();
+  return dirs[seed] = dir;
+}
+
 struct ReferenceRun {
   int prompt_len = 0, positions = 0, vocab = 0;
   std::vector<float> logits;  // [positions, vocab]
   std::vector<int> tokens, greedy;
   std::vector<double> top2_margin;
+  std::vector<std::vector<float>> images;  // per --image: the tower's rows [tokens, hidden]
   nlohmann::json meta;
 };
 
 // Runs tools/reference/reference.py; returns false (with a test failure) if it fails.
-inline bool RunReference(const std::string& model, const std::vector<int>& prompt, int decode, ReferenceRun* out) {
+// image_files: one per run of image placeholders in the prompt (reference.py
+// --image); the tower's rows come back in out->images.
+inline bool RunReference(const std::string& model, const std::vector<int>& prompt, int decode, ReferenceRun* out,
+                         const std::vector<std::string>& image_files = {}) {
   const char* src = std::getenv("MOESERVE_SOURCE_DIR");
   std::string root = src ? src : MOESERVE_SOURCE_DIR_DEFAULT;
   std::string outdir = TempPath("ref_" + std::to_string(decode) + "_" + std::to_string(prompt.size()));
@@ -64,7 +85,9 @@ inline bool RunReference(const std::string& model, const std::vector<int>& promp
     toks += std::to_string(prompt[i]);
   }
   std::string cmd = "/usr/bin/python3 " + root + "/tools/reference/reference.py --model " + model + " --tokens " + toks +
-                    " --decode " + std::to_string(decode) + " --out " + outdir + " --threads 1 2>&1";
+                    " --decode " + std::to_string(decode) + " --out " + outdir + " --threads 1";
+  for (const std::string& f : image_files) cmd += " --image " + f;
+  cmd += " 2>&1";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
     ADD_FAILURE() << "reference failed (" << rc << "): " << cmd.substr(0, 200);
@@ -81,6 +104,18 @@ inline bool RunReference(const std::string& model, const std::vector<int>& promp
   out->logits.resize(static_cast<size_t>(out->positions) * out->vocab);
   std::ifstream lf(outdir + "/logits.f32", std::ios::binary);
   lf.read(reinterpret_cast<char*>(out->logits.data()), static_cast<std::streamsize>(out->logits.size() * 4));
+  out->images.clear();
+  for (size_t k = 0; k < image_files.size(); ++k) {
+    const std::string path = outdir + "/vision_" + std::to_string(k) + ".f32";
+    std::vector<float> rows(std::filesystem::file_size(path) / 4);
+    std::ifstream vf(path, std::ios::binary);
+    vf.read(reinterpret_cast<char*>(rows.data()), static_cast<std::streamsize>(rows.size() * 4));
+    if (!vf) {
+      ADD_FAILURE() << "cannot read " << path;
+      return false;
+    }
+    out->images.push_back(std::move(rows));
+  }
   std::filesystem::remove_all(outdir);
   return static_cast<bool>(lf);
 }

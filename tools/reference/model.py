@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import mxfp4
+import vision
 from safetensors_io import read_checkpoint
 
 NUM_BYTE_TOKENS = 256
@@ -63,6 +64,9 @@ class Config:
         self.intermediate_size = int(get("intermediate_size"))
         self.rms_norm_eps = float(get("rms_norm_eps"))
         self.max_position_embeddings = int(get("max_position_embeddings"))
+
+        # Section 14: the optional vision tower.
+        self.vision = vision.VisionConfig(raw["vision"], self.vocab_size) if "vision" in raw else None
 
         if raw.get("architecture", "moe-dsa-v1") != "moe-dsa-v1":
             raise ModelError(f"config.json: architecture {raw.get('architecture')!r} is not moe-dsa-v1")
@@ -246,13 +250,17 @@ def expected_tensors(cfg):
                 t[p + "ffn.shared.w1.weight"] = (S, D)
                 t[p + "ffn.shared.w3.weight"] = (S, D)
                 t[p + "ffn.shared.w2.weight"] = (D, S)
+    if cfg.vision is not None:
+        t.update(vision.expected_tensors(cfg.vision, D))
     return t
 
 
 def allowed_dtypes(name):
     """model.md 1.1: norms, k_norm.bias, A_log, dt_bias, ffn.gate.bias are F32;
     MXFP4 experts (.blocks, .scales) U8, BF16 experts (.weight) BF16 only;
-    everything else BF16 (F32 also accepted)."""
+    everything else BF16 (F32 also accepted). The vision tower: section 14.3."""
+    if name.startswith("vision."):
+        return vision.allowed_dtypes(name)
     if name.endswith(("norm.weight", "k_norm.bias", ".A_log", ".dt_bias", "ffn.gate.bias")):
         return ("F32",)
     if ".ffn.experts." in name:
@@ -644,7 +652,7 @@ class Model:
         """Per-layer state of one sequence (empty = nothing seen yet)."""
         return {"length": 0, "layers": [{} for _ in range(self.cfg.num_layers)]}
 
-    def forward(self, tokens, cache=None, mla_absorbed=False, delta_chunked=False):
+    def forward(self, tokens, cache=None, mla_absorbed=False, delta_chunked=False, images=None):
         """Run `tokens` (list of ids) after whatever `cache` has seen (a fresh
         sequence when None) and return (logits [len(tokens), V] fp32,
         {layer: dsa info for these tokens}). With an empty cache this is the
@@ -653,13 +661,20 @@ class Model:
         cfg, W = self.cfg, self.W
         if cache is None:
             cache = self.new_cache()
+        image_ids = cfg.vision.token_ids if cfg.vision is not None else ()
         for i, tok in enumerate(tokens):
-            if not (0 <= tok < FIRST_PADDING_ID and tok < cfg.vocab_size):
+            if not ((0 <= tok < FIRST_PADDING_ID or tok in image_ids) and tok < cfg.vocab_size):
                 raise ModelError(f"token {i} = {tok} is not a byte or special id (0..{FIRST_PADDING_ID - 1})")
         ids = torch.tensor(tokens, dtype=torch.long)
         positions = torch.arange(cache["length"], cache["length"] + len(tokens))
         cache["length"] += len(tokens)
         x = W["embed.weight"][ids]
+        # Section 14.5: an image's tower rows replace its placeholders' embeddings.
+        for offset, rows in images or ():
+            n = rows.shape[0]
+            if any(t != cfg.vision.image_token_id for t in tokens[offset:offset + n]) or offset + n > len(tokens):
+                raise ModelError(f"image at {offset}: its {n} rows do not cover placeholder tokens")
+            x[offset:offset + n] = rows
         dsa_info = {}
         for i, kind in enumerate(cfg.layer_types):
             p = f"layers.{i}."

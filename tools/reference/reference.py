@@ -2,6 +2,7 @@
 """Golden-reference CLI for the C++ conformance tests (see README.md).
 
   reference.py --model DIR --tokens 1,2,3 [--decode N] --out OUTDIR [--threads 2]
+               [--image FILE ...]
 
 Writes OUTDIR/logits.f32 ([P, vocab] little-endian fp32, P = prompt + N) and
 OUTDIR/meta.json.
@@ -18,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import vision  # noqa: E402
 from model import FIRST_PADDING_ID, Model, ModelError  # noqa: E402
 from mxfp4 import MXFP4Error  # noqa: E402
 from safetensors_io import SafetensorsError  # noqa: E402
@@ -36,7 +38,42 @@ def top2_margin(row):
     return float(vals[0] - vals[1])
 
 
-def run(model, prompt, n_decode, mla_absorbed=False, delta_chunked=False):
+def image_runs(tokens, image_token_id):
+    """(offset, length) of each maximal run of placeholder tokens, in order."""
+    runs, i = [], 0
+    while i < len(tokens):
+        if tokens[i] == image_token_id:
+            j = i
+            while j < len(tokens) and tokens[j] == image_token_id:
+                j += 1
+            runs.append((i, j - i))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+def embed_images(model, prompt, files):
+    """The tower's rows for each image file, placed on the prompt's k-th run of
+    placeholders (model.md 14.5); returns ([(offset, rows)], [info])."""
+    vc = model.cfg.vision
+    if files and vc is None:
+        raise ModelError("--image given but the model has no vision tower")
+    runs = image_runs(prompt, vc.image_token_id) if vc is not None else []
+    if len(runs) != len(files):
+        raise ModelError(f"the prompt has {len(runs)} image placeholder runs but {len(files)} --image files")
+    images, info = [], []
+    for k, (path, (offset, n)) in enumerate(zip(files, runs)):
+        rgb = vision.read_rgb_file(path)
+        rows, (gh, gw) = vision.tower(vc, model.W, rgb)
+        if rows.shape[0] != n:
+            raise ModelError(f"image {k}: {path} becomes {rows.shape[0]} tokens but its span has {n} placeholders")
+        images.append((offset, rows))
+        info.append({"offset": offset, "tokens": n, "grid": [gh, gw]})
+    return images, info
+
+
+def run(model, prompt, n_decode, mla_absorbed=False, delta_chunked=False, images=None):
     """Prefill the prompt (one full causal forward), then greedy-decode
     n_decode tokens, feeding each chosen token back through the per-layer
     cache. Row t of the result is the logits at position t of the final
@@ -44,7 +81,7 @@ def run(model, prompt, n_decode, mla_absorbed=False, delta_chunked=False):
     row prompt_len-1+n; the generated token is fed even on the last step so
     that its row exists too. DSA information is gathered the same way."""
     cache = model.new_cache()
-    logits, dsa = model.forward(list(prompt), cache, mla_absorbed, delta_chunked)
+    logits, dsa = model.forward(list(prompt), cache, mla_absorbed, delta_chunked, images=images)
     rows = [logits]
     generated = []
     for _ in range(n_decode):
@@ -65,6 +102,9 @@ def main(argv=None):
     ap.add_argument("--decode", type=int, default=0, help="greedy decode steps after the prompt")
     ap.add_argument("--out", required=True, help="output directory (created)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--image", action="append", default=[],
+                    help="an image for the prompt's next run of placeholder tokens: u32 width, u32 height "
+                         "(little-endian), then RGB bytes; writes OUTDIR/vision_K.f32 [tokens, D]")
     ap.add_argument("--mla-absorbed", action="store_true", help="use the absorbed MLA form (same math)")
     ap.add_argument("--delta-chunked", action="store_true", help="use the chunked DeltaNet form (same math)")
     args = ap.parse_args(argv)
@@ -84,8 +124,10 @@ def main(argv=None):
         model = Model.load(args.model)
         t1 = time.time()
         with torch.no_grad():
-            logits, generated, dsa, seq = run(model, prompt, args.decode, args.mla_absorbed, args.delta_chunked)
-    except (ModelError, SafetensorsError, MXFP4Error, OSError) as e:
+            images, image_info = embed_images(model, prompt, args.image)
+            logits, generated, dsa, seq = run(model, prompt, args.decode, args.mla_absorbed, args.delta_chunked,
+                                              images)
+    except (ModelError, SafetensorsError, MXFP4Error, OSError, vision.VisionError) as e:
         # A bad checkpoint or input is a clear one-line error, not a traceback.
         print(f"reference: error: {e}", file=sys.stderr)
         return 1
@@ -94,6 +136,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     P, V = logits.shape
     logits.numpy().astype("<f4").tofile(os.path.join(args.out, "logits.f32"))
+    for k, (_, rows) in enumerate(images):
+        rows.numpy().astype("<f4").tofile(os.path.join(args.out, f"vision_{k}.f32"))
     usable = logits[:, :FIRST_PADDING_ID]
     meta = {
         "prompt_len": len(prompt),
@@ -109,6 +153,7 @@ def main(argv=None):
         "dsa_max_abs_score": {str(i): d["max_abs_score"] for i, d in dsa.items()},
         "mla_form": "absorbed" if args.mla_absorbed else "expanded",
         "delta_form": "chunked" if args.delta_chunked else "recurrent",
+        "images": image_info,
     }
     with open(os.path.join(args.out, "meta.json"), "w") as f:
         json.dump(meta, f)

@@ -594,3 +594,92 @@ class GeneratorCheckpointTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+import vision as VI  # noqa: E402
+
+VISION = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 48, "patch_size": 4,
+          "merge_size": 2, "max_patches": 64, "projector_hidden_size": 40}
+
+
+class VisionTest(unittest.TestCase):
+    """model.md section 14: the resize rule, the filter, the tower, --image."""
+
+    def test_grid_examples_match_the_engine(self):
+        # The table of tests/engine/vision_config_test.cpp (28-pixel units, at most 256).
+        vc = VI.VisionConfig({"hidden_size": 64, "num_layers": 1, "num_heads": 4, "intermediate_size": 8}, 384)
+        cases = {(224, 224): (16, 16), (300, 200): (14, 22), (41, 13): (2, 2), (1, 1): (2, 2),
+                 (1000, 500): (22, 44), (1920, 1080): (24, 42), (10000, 1): (2, 512), (1, 10000): (512, 2)}
+        for (w, h), want in cases.items():
+            self.assertEqual(VI.image_grid(vc, w, h), want, (w, h))
+        with self.assertRaises(VI.VisionError):
+            VI.image_grid(vc, 0, 5)
+
+    def test_tent_filter(self):
+        for n, o in [(10, 10), (7, 20), (40, 9), (1, 3), (5, 1)]:
+            W = VI.tent_weights(n, o)
+            self.assertTrue(torch.allclose(W.sum(1), torch.ones(o)), (n, o))
+            self.assertTrue((W >= 0).all())
+        self.assertTrue(torch.equal(VI.tent_weights(6, 6), torch.eye(6)))
+        # Upscaling is bilinear with half-pixel centres: output 1 of 2 -> 4 sits at 0.75.
+        W = VI.tent_weights(2, 4)
+        self.assertAlmostEqual(float(W[1, 0]), 0.75, places=6)
+        self.assertAlmostEqual(float(W[0, 0]), 1.0, places=6)  # clamped edge
+        # A constant image stays constant at any size.
+        img = torch.full((13, 29, 3), 77, dtype=torch.uint8)
+        self.assertTrue(torch.allclose(VI.resize(img, 8, 8), torch.full((8, 8, 3), 77.0)))
+
+    def test_patches_in_merge_order(self):
+        vc = VI.VisionConfig(VISION, 300)
+        img = torch.arange(8 * 16 * 3, dtype=torch.float32).reshape(8, 16, 3)
+        x, rows, cols = VI.patches(vc, img, 2, 4)
+        self.assertEqual(rows.tolist(), [0, 0, 1, 1, 0, 0, 1, 1])
+        self.assertEqual(cols.tolist(), [0, 1, 0, 1, 2, 3, 2, 3])
+        self.assertEqual(x.shape, (8, 48))
+        # Element (ch, ky, kx) of patch 1 (row 0, col 1) is pixel (ky, 4 + kx), channel ch.
+        self.assertAlmostEqual(float(x[1, (2 * 4 + 1) * 4 + 3]), (float(img[1, 7, 2]) / 255 - 0.5) / 0.5, places=5)
+
+    def test_rope2d_rotates_rows_and_columns(self):
+        vc = VI.VisionConfig(VISION, 300)
+        cos, sin = VI.rope2d_angles(vc, torch.tensor([0, 3]), torch.tensor([0, 5]))
+        x = torch.randn(2, 2, 16)
+        y = VI.rope_half_split(x, cos, sin)
+        self.assertTrue(torch.allclose(y[0], x[0]))  # position (0, 0): no rotation
+        self.assertTrue(torch.allclose(y.norm(dim=-1), x.norm(dim=-1), atol=1e-5))
+        self.assertAlmostEqual(float(torch.atan2(sin[1, 0], cos[1, 0])), 3.0, places=5)  # row angle, freq 1
+        self.assertAlmostEqual(float(torch.atan2(sin[1, 4], cos[1, 4])), 5.0 - 2 * math.pi, places=5)  # column
+
+    def test_tower_replaces_placeholders_and_cli_writes_rows(self):
+        config = copy.deepcopy(SMALL_CONFIG)
+        config["vision"] = VISION
+        with tempfile.TemporaryDirectory() as d:
+            make_model_dir(d, config)
+            model = M.Model.load(d)
+            rgb = torch.randint(0, 256, (20, 30, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+            rows, grid = VI.tower(model.cfg.vision, model.W, rgb)
+            n = VI.image_token_count(model.cfg.vision, 30, 20)
+            self.assertEqual(grid, (6, 8))  # 2.5 x 3.75 units round to 3 x 4
+            self.assertEqual(rows.shape, (n, 64))
+            tokens = [256, 259, 269] + [268] * n + [270, 104]
+            with torch.no_grad():
+                plain, _ = model.forward(list(tokens))
+                seen, _ = model.forward(list(tokens), images=[(3, rows)])
+            self.assertTrue(torch.equal(plain[:3], seen[:3]))  # causal: before the image nothing changes
+            self.assertFalse(torch.allclose(plain[-1], seen[-1]))
+            img_file = os.path.join(d, "img.rgb")
+            with open(img_file, "wb") as f:
+                f.write(struct.pack("<II", 30, 20) + rgb.numpy().tobytes())
+            out = os.path.join(d, "out")
+            subprocess.run([sys.executable, os.path.join(HERE, "reference.py"), "--model", d, "--tokens",
+                            ",".join(map(str, tokens)), "--image", img_file, "--out", out, "--threads", "1"],
+                           check=True, capture_output=True)
+            got = np.fromfile(os.path.join(out, "vision_0.f32"), dtype="<f4").reshape(n, 64)
+            self.assertTrue(np.allclose(got, rows.numpy(), atol=1e-6))
+            with open(os.path.join(out, "meta.json")) as f:
+                meta = json.load(f)
+            self.assertEqual(meta["images"], [{"offset": 3, "tokens": n, "grid": [6, 8]}])
+            # Placeholders without an image are refused.
+            r = subprocess.run([sys.executable, os.path.join(HERE, "reference.py"), "--model", d, "--tokens",
+                                ",".join(map(str, tokens)), "--out", out], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("1 image placeholder runs but 0 --image files", r.stderr)

@@ -27,6 +27,7 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/vision.hpp"
 
 namespace moeserve::engine {
 
@@ -34,10 +35,22 @@ struct GenerationRequest;
 struct ForwardTrace;
 
 // The next tokens of one sequence, appended at positions cache->length ...
+// An input row given instead of embed[token] (an image token's tower output,
+// model-format 14.5): token `index` of the segment takes `values` (hidden
+// size floats, alive for the call).
+struct RowEmbedding {
+  int index = 0;
+  const float* values = nullptr;
+};
+
 struct ForwardSegment {
+  ForwardSegment() = default;
+  ForwardSegment(SequenceCache* c, std::span<const int> t, bool all, std::span<const RowEmbedding> e = {})
+      : cache(c), tokens(t), all_logits(all), embeddings(e) {}
   SequenceCache* cache = nullptr;
   std::span<const int> tokens;
   bool all_logits = false;  // logits for every token, else only the last
+  std::span<const RowEmbedding> embeddings;  // ascending indices; only for a family with a vision tower
 };
 
 // The forward pass the engine drives. Immutable after loading; Forward is
@@ -65,6 +78,14 @@ class FamilyModel {
   virtual std::vector<int> ExpertCounts() const = 0;
   // The sequence ended (expert-parallel followers drop their copy).
   virtual void Retire(const SequenceCache& cache) const { (void)cache; }
+  // The vision tower's config when the model has one (model-format 14), else null.
+  virtual const VisionConfig* vision() const { return nullptr; }
+  // The tower's rows for one image, [ImageTokenCount, hidden size]: what
+  // replaces its placeholders' embeddings (ForwardSegment::embeddings).
+  virtual Result<std::vector<float>> EmbedImage(const ImageInput& image) const {
+    (void)image;
+    return Fail(Error::InvalidArgument("this model has no vision tower: image input is refused"));
+  }
 };
 
 // One sequence's view of the chat format: which emitted tokens are reasoning.

@@ -147,6 +147,10 @@ class Model final : public FamilyModel {
   Status Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
                  ForwardTrace* trace = nullptr, std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const override;
 
+  const VisionConfig* vision() const override { return config_.vision ? &*config_.vision : nullptr; }
+  // The vision tower on this model's kernels (engine/vision/tower.hpp).
+  Result<std::vector<float>> EmbedImage(const ImageInput& image) const override;
+
   // Bytes the loaded weights keep in memory on this rank (its experts only
   // under expert parallelism).
   size_t resident_weight_bytes() const;
