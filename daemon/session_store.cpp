@@ -112,86 +112,56 @@ Status InsertEntry(sqlite3* db, const std::string& session, const SessionEntry& 
 Result<std::unique_ptr<SessionStore>> SessionStore::Open(const std::string& path) {
   std::unique_ptr<SessionStore> s(new SessionStore(path));
   MOE_TRY(s->Init());
-  s->writer_ = std::thread([p = s.get()] { p->WriterLoop(); });
+  s->writer_.Start([p = s.get()](std::vector<Pending>& batch) { p->CommitBatch(batch); });
   return s;
 }
 
 Status SessionStore::Init() {
-  const std::string path = path_.empty() ? ":memory:" : path_;
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
-    return Fail(Error::Io("session store: cannot open " + path + ": " + (db_ ? sqlite3_errmsg(db_) : "no memory")));
-  }
-  sqlite3_busy_timeout(db_, 5000);
-  if (!path_.empty()) {
-    // As the usage ledger: every commit appends to the WAL and fsyncs it, so
-    // an acknowledged turn survives a crash of the process or the machine.
-    MOE_TRY(Exec(db_, "PRAGMA journal_mode=WAL"));
-    MOE_TRY(Exec(db_, "PRAGMA synchronous=FULL"));
-  }
+  // Durable commits: an acknowledged turn survives a crash of the process or the machine.
+  MOE_ASSIGN_OR_RETURN(db_, OpenDurableDatabase(path_, "session store"));
   return Exec(db_, kSchema);
 }
 
 SessionStore::~SessionStore() {
-  {
-    std::lock_guard lock(queue_mu_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  writer_.Stop();  // commits what is queued while the database is still open
   if (db_) sqlite3_close_v2(db_);
 }
 
 void SessionStore::Enqueue(Job job, Done done) {
-  {
-    std::lock_guard lock(queue_mu_);
-    if (!stopping_) {
-      queue_.push_back({std::move(job), std::move(done)});
-      queue_cv_.notify_one();
-      return;
-    }
-  }
-  if (done) done(Fail(Error::Unavailable("session store: closed")));
+  Pending p{std::move(job), std::move(done)};
+  if (writer_.Push(std::move(p))) return;
+  if (p.done) p.done(Fail(Error::Unavailable("session store: closed")));  // refused: Push left it whole
 }
 
-void SessionStore::WriterLoop() {
-  for (;;) {
-    std::vector<Pending> batch;
-    {
-      std::unique_lock lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      batch.swap(queue_);
-    }
-    std::vector<Status> results(batch.size(), Ok());
-    Status commit = Ok();
-    {
-      std::lock_guard lock(db_mu_);
-      commit = Exec(db_, "BEGIN IMMEDIATE");
-      if (commit) {
-        for (size_t i = 0; i < batch.size(); ++i) {
-          // Each write in its own savepoint: one that fails leaves no trace
-          // and does not take the others with it.
-          if (auto st = Exec(db_, "SAVEPOINT w"); !st) {
-            results[i] = st;
-            continue;
-          }
-          try {
-            results[i] = batch[i].job(db_);
-          } catch (const std::exception& e) {
-            results[i] = Fail(Error::Internal(std::string("session store: ") + e.what()));
-          }
-          if (!results[i]) (void)Exec(db_, "ROLLBACK TO w");
-          (void)Exec(db_, "RELEASE w");
+void SessionStore::CommitBatch(std::vector<Pending>& batch) {
+  std::vector<Status> results(batch.size(), Ok());
+  Status commit = Ok();
+  {
+    std::lock_guard lock(db_mu_);
+    commit = Exec(db_, "BEGIN IMMEDIATE");
+    if (commit) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        // Each write in its own savepoint: one that fails leaves no trace
+        // and does not take the others with it.
+        if (auto st = Exec(db_, "SAVEPOINT w"); !st) {
+          results[i] = st;
+          continue;
         }
-        commit = Exec(db_, "COMMIT");
-        if (!commit) (void)Exec(db_, "ROLLBACK");
+        try {
+          results[i] = batch[i].job(db_);
+        } catch (const std::exception& e) {
+          results[i] = Fail(Error::Internal(std::string("session store: ") + e.what()));
+        }
+        if (!results[i]) (void)Exec(db_, "ROLLBACK TO w");
+        (void)Exec(db_, "RELEASE w");
       }
+      commit = Exec(db_, "COMMIT");
+      if (!commit) (void)Exec(db_, "ROLLBACK");
     }
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (!batch[i].done) continue;
-      batch[i].done(commit ? results[i] : commit);
-    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i].done) continue;
+    batch[i].done(commit ? results[i] : commit);
   }
 }
 

@@ -94,24 +94,13 @@ Status UsageLedger::Exec(const char* sql) const {
 Result<std::unique_ptr<UsageLedger>> UsageLedger::Open(Options options) {
   std::unique_ptr<UsageLedger> l(new UsageLedger(std::move(options)));
   MOE_TRY(l->Init());
-  l->writer_ = std::thread([p = l.get()] { p->WriterLoop(); });
+  l->writer_.Start([p = l.get()](std::vector<Pending>& batch) { p->WriteBatch(batch); });
   return l;
 }
 
 Status UsageLedger::Init() {
-  const std::string path = options_.path.empty() ? ":memory:" : options_.path;
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
-    return Fail(DbError(db_, "cannot open " + path));
-  }
-  sqlite3_busy_timeout(db_, 5000);
-  if (!options_.path.empty()) {
-    // WAL: a commit appends to the log and fsyncs it once; FULL makes that
-    // fsync part of every commit, so a committed charge survives a crash of
-    // the process and of the machine.
-    MOE_TRY(Exec("PRAGMA journal_mode=WAL"));
-    MOE_TRY(Exec("PRAGMA synchronous=FULL"));
-  }
+  // Durable commits: a committed charge survives a crash of the process and of the machine.
+  MOE_ASSIGN_OR_RETURN(db_, OpenDurableDatabase(options_.path, "usage ledger"));
   MOE_TRY(Exec(kSchema));
   MOE_TRY(CreateUsageHistoryTable(db_));
   // The ledger's identity: minted with the database, so a reader that sees
@@ -151,25 +140,14 @@ Status UsageLedger::Init() {
 }
 
 UsageLedger::~UsageLedger() {
-  {
-    std::lock_guard lock(queue_mu_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  writer_.Stop();  // commits what is queued while the database is still open
   if (db_) sqlite3_close_v2(db_);
 }
 
 void UsageLedger::Charge(ChargeRecord record, Done done) {
-  {
-    std::lock_guard lock(queue_mu_);
-    if (!stopping_) {
-      queue_.push_back({std::move(record), std::move(done)});
-      queue_cv_.notify_one();
-      return;
-    }
-  }
-  if (done) done(Fail(Error::Unavailable("usage ledger: closed")));
+  Pending p{std::move(record), std::move(done)};
+  if (writer_.Push(std::move(p))) return;
+  if (p.done) p.done(Fail(Error::Unavailable("usage ledger: closed")));  // refused: Push left it whole
 }
 
 Status UsageLedger::ChargeAndWait(ChargeRecord record) {
@@ -189,47 +167,38 @@ void UsageLedger::SetCommitListener(std::function<void(const std::vector<std::pa
   commit_listener_ = std::move(l);
 }
 
-void UsageLedger::WriterLoop() {
-  for (;;) {
-    std::vector<Pending> batch;
-    {
-      std::unique_lock lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued is committed
-      batch.swap(queue_);
+void UsageLedger::WriteBatch(std::vector<Pending>& batch) {
+  std::map<SpendKey, PeriodSpend> spend;
+  std::set<AlertKey> fired;
+  std::vector<std::pair<ChargeRecord, double>> costs;
+  Status st = CommitBatch(batch, spend, fired, costs);
+  std::function<void()> on_alert;
+  std::function<void(const std::vector<std::pair<ChargeRecord, double>>&)> on_commit;
+  {
+    std::lock_guard lock(state_mu_);
+    if (st) {
+      for (auto& [k, v] : spend) spend_[k] = std::move(v);
+      const size_t before = fired_.size();
+      fired_.insert(fired.begin(), fired.end());
+      stats_.alerts += fired_.size() - before;
+      // Past periods are only in the database: a long-running daemon's
+      // memory does not grow by a period's worth per tenant every day.
+      const int64_t now = static_cast<int64_t>(options_.clock());
+      std::erase_if(spend_, [&](const auto& e) { return std::get<2>(e.first) < PeriodStart(std::get<1>(e.first), now); });
+      std::erase_if(fired_, [&](const AlertKey& k) { return std::get<2>(k) < PeriodStart(std::get<1>(k), now); });
+      stats_.commits += 1;
+      stats_.charges += batch.size();
     }
-    std::map<SpendKey, PeriodSpend> spend;
-    std::set<AlertKey> fired;
-    std::vector<std::pair<ChargeRecord, double>> costs;
-    Status st = CommitBatch(batch, spend, fired, costs);
-    std::function<void()> on_alert;
-    std::function<void(const std::vector<std::pair<ChargeRecord, double>>&)> on_commit;
-    {
-      std::lock_guard lock(state_mu_);
-      if (st) {
-        for (auto& [k, v] : spend) spend_[k] = std::move(v);
-        const size_t before = fired_.size();
-        fired_.insert(fired.begin(), fired.end());
-        stats_.alerts += fired_.size() - before;
-        // Past periods are only in the database: a long-running daemon's
-        // memory does not grow by a period's worth per tenant every day.
-        const int64_t now = static_cast<int64_t>(options_.clock());
-        std::erase_if(spend_, [&](const auto& e) { return std::get<2>(e.first) < PeriodStart(std::get<1>(e.first), now); });
-        std::erase_if(fired_, [&](const AlertKey& k) { return std::get<2>(k) < PeriodStart(std::get<1>(k), now); });
-        stats_.commits += 1;
-        stats_.charges += batch.size();
-      }
-      on_alert = alert_listener_;
-      on_commit = commit_listener_;
-    }
-    if (!st) log::Error("usage ledger: a batch of " + std::to_string(batch.size()) + " charges was not committed: " +
-                        st.error().message());
-    if (st && on_commit) on_commit(costs);
-    for (auto& p : batch) {
-      if (p.done) p.done(st);
-    }
-    if (st && !fired.empty() && on_alert) on_alert();
+    on_alert = alert_listener_;
+    on_commit = commit_listener_;
   }
+  if (!st) log::Error("usage ledger: a batch of " + std::to_string(batch.size()) + " charges was not committed: " +
+                      st.error().message());
+  if (st && on_commit) on_commit(costs);
+  for (auto& p : batch) {
+    if (p.done) p.done(st);
+  }
+  if (st && !fired.empty() && on_alert) on_alert();
 }
 
 Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, PeriodSpend>& spend,

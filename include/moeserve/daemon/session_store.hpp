@@ -15,18 +15,17 @@
 // callbacks run on the writer thread.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/daemon/session_history.hpp"
+#include "moeserve/daemon/sqlite_batch_writer.hpp"
 
 struct sqlite3;
 
@@ -99,17 +98,13 @@ class SessionStore {
   explicit SessionStore(std::string path) : path_(std::move(path)) {}
   Status Init();
   void Enqueue(Job job, Done done);
-  void WriterLoop();
+  void CommitBatch(std::vector<Pending>& batch);
 
   std::string path_;
   sqlite3* db_ = nullptr;
   mutable std::mutex db_mu_;  // one connection, one user at a time
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::vector<Pending> queue_;
-  bool stopping_ = false;
-  std::thread writer_;
+  SqliteBatchWriter<Pending> writer_;
 };
 
 }  // namespace moeserve::daemon

@@ -28,7 +28,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -37,13 +36,13 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/budget/usage_period.hpp"
+#include "moeserve/daemon/sqlite_batch_writer.hpp"
 
 struct sqlite3;
 
@@ -135,7 +134,7 @@ class UsageLedger {
   };
   explicit UsageLedger(Options options) : options_(std::move(options)) {}
   Status Init();
-  void WriterLoop();
+  void WriteBatch(std::vector<Pending>& batch);
   Status CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, PeriodSpend>& spend,
                      std::set<AlertKey>& fired, std::vector<std::pair<ChargeRecord, double>>& costs);
   Status Exec(const char* sql) const;
@@ -152,11 +151,7 @@ class UsageLedger {
   std::function<void(const std::vector<std::pair<ChargeRecord, double>>&)> commit_listener_;
   LedgerStats stats_;
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::vector<Pending> queue_;
-  bool stopping_ = false;
-  std::thread writer_;
+  SqliteBatchWriter<Pending> writer_;
 };
 
 }  // namespace moeserve::daemon
