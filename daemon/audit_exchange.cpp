@@ -35,6 +35,27 @@ void AppendAnswerText(const json& choice_part, std::string& out) {
       if (c.contains("function") && c["function"].is_object()) out += c["function"].dump();
 }
 
+// The text of a Responses API object's output items (reasoning summaries,
+// message text, function calls).
+void AppendResponseText(const json& output, std::string& out) {
+  for (const auto& item : output) {
+    if (!item.is_object()) continue;
+    for (const char* list : {"summary", "content"}) {
+      auto parts = item.find(list);
+      if (parts != item.end() && parts->is_array())
+        for (const auto& p : *parts)
+          if (p.is_object() && p.contains("text") && p["text"].is_string()) out += p["text"].get<std::string>();
+    }
+    if (item.value("type", "") == "function_call") out += json{{"name", item.value("name", "")}, {"arguments", item.value("arguments", "")}}.dump();
+  }
+}
+
+// A Responses API stream's last event: what [DONE] is to a chat stream.
+bool EndsResponsesStream(const std::string& data) {
+  return data.find("event: response.completed\n") != std::string::npos ||
+         data.find("event: response.incomplete\n") != std::string::npos;
+}
+
 ApiError AuditFailure(const Status& st) {
   return ApiError::Internal("The audit log could not record this request (" + st.error().message() +
                             "); it was not acknowledged");
@@ -113,6 +134,7 @@ void AuditExchange::Reply(HttpResponse response) {
         if (body.contains("choices") && body["choices"].is_array())
           for (const auto& c : body["choices"])
             if (c.contains("message")) AppendAnswerText(c["message"], response_text_);
+        if (body.contains("output") && body["output"].is_array()) AppendResponseText(body["output"], response_text_);
       }
     }
     line = LineLocked(response.status);
@@ -148,9 +170,14 @@ void AuditExchange::NoteStreamEvent(const std::string& data) {
     size_t end = data.find("\n\n", pos);
     const std::string payload = data.substr(pos + kData.size(), end == std::string::npos ? std::string::npos : end - pos - kData.size());
     pos = end == std::string::npos ? data.size() : end;
-    if (payload.starts_with("{\"error\"")) stream_error_ = true;
+    // A chat stream's error chunk, or a Responses stream's error event.
+    if (payload.starts_with("{\"error\"") || payload.starts_with("{\"type\":\"error\"")) stream_error_ = true;
     if (!log_->settings().log_content || payload.empty() || payload[0] != '{') continue;
     const json chunk = json::parse(payload, nullptr, false);
+    if (chunk.is_object() && chunk.contains("delta") && chunk["delta"].is_string() && chunk.contains("type") &&
+        chunk["type"].is_string() && chunk["type"].get<std::string>().starts_with("response.")) {
+      response_text_ += chunk["delta"].get<std::string>();  // a Responses stream's text, reasoning or arguments
+    }
     if (chunk.is_object() && chunk.contains("choices") && chunk["choices"].is_array())
       for (const auto& c : chunk["choices"])
         if (c.contains("delta")) AppendAnswerText(c["delta"], response_text_);
@@ -164,7 +191,7 @@ HttpExchange::WriteResult AuditExchange::Write(std::string data) {
   bool done;
   {
     std::lock_guard lock(mu_);
-    done = !logged_ && data.find("data: [DONE]") != std::string::npos;
+    done = !logged_ && (data.find("data: [DONE]") != std::string::npos || EndsResponsesStream(data));
     NoteStreamEvent(data);
     if (done) {
       logged_ = true;

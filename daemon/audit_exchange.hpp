@@ -3,7 +3,8 @@
 // acknowledgement, which waits until the request's audit line is on disk
 // (audit_log.hpp, group commit). For a JSON answer that is the whole
 // response; for a stream the events go out as they come and only
-// `data: [DONE]` (and the end of the stream) is held back. A stream that
+// `data: [DONE]` (a Responses API stream: its response.completed or
+// response.incomplete event) and the end of the stream are held back. A stream that
 // ends without [DONE] or a client that hung up is logged without waiting.
 // If the line cannot be written the client gets a 500 (or, mid-stream, an
 // error event) instead of the acknowledgement.

@@ -291,7 +291,15 @@ std::vector<Route> Daemon::Impl::BuildRoutes() {
                to_sessions});
   r.push_back({"POST", "/v1/responses", RouteAuth::kTenant, model_serving, chat_body, true, false,
                [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
-                 Guarded(*exchange, [&] { responses->Create(head, std::move(body), exchange, *who, Clock::now()); });
+                 // A background run answers through an exchange of its own: audited too.
+                 ResponseService::RunExchange audit_run;
+                 if (audit) {
+                   std::string kept = audit->settings().log_content ? body : std::string();
+                   audit_run = [this, head, who = *who, kept = std::move(kept)](H run) {
+                     return Audited(head, who, kept, std::move(run));
+                   };
+                 }
+                 Guarded(*exchange, [&] { responses->Create(head, std::move(body), exchange, *who, Clock::now(), audit_run); });
                }});
   r.push_back({"GET", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false,
                [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {

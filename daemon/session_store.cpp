@@ -340,7 +340,12 @@ Result<int64_t> SessionStore::TotalBytes() const {
   std::lock_guard lock(db_mu_);
   Stmt s(db_, "SELECT coalesce(sum(bytes), 0) FROM sessions");
   if (!s.ok() || s.Step() != SQLITE_ROW) return Fail(Error::Io(std::string("session store: ") + sqlite3_errmsg(db_)));
-  return s.Int(0);
+  int64_t total = s.Int(0);
+  // Stored responses (responses/response_store.hpp) share the database and
+  // its volume, so the global cap counts them too; no table, nothing stored.
+  Stmt r(db_, "SELECT coalesce(sum(bytes), 0) FROM responses");
+  if (r.ok() && r.Step() == SQLITE_ROW) total += r.Int(0);
+  return total;
 }
 
 Result<int64_t> SessionStore::Count() const {

@@ -54,6 +54,10 @@ double UnixNow() {
 }
 
 ApiError StoreError(const Error& e) {
+  if (e.code() == ErrorCode::kOutOfRange) {
+    return ApiError{507, "server_error", "response_storage_full",
+                    "This response was not stored: " + e.message() + ". Send store: false, or retry later", "store", 0};
+  }
   if (e.code() == ErrorCode::kResourceExhausted) {
     return ApiError{403, "permission_error", "response_quota_exceeded",
                     "This response was not stored: " + e.message() +
@@ -94,7 +98,7 @@ ResponseService::ResponseService(const SessionSettings& settings) : settings_(se
 
 Result<std::unique_ptr<ResponseService>> ResponseService::Create(const SessionSettings& settings, SessionStore& store) {
   std::unique_ptr<ResponseService> s(new ResponseService(settings));
-  MOE_ASSIGN_OR_RETURN(s->store_, ResponseStore::Open(store, settings.tenant_quota_bytes));
+  MOE_ASSIGN_OR_RETURN(s->store_, ResponseStore::Open(store, settings.tenant_quota_bytes, settings.total_quota_bytes));
   s->forwarder_ = std::make_unique<PeerForwarder>(settings.forward_max_in_flight, settings.forward_deadline_seconds);
   return s;
 }
@@ -124,7 +128,7 @@ bool ResponseService::ForwardIfElsewhere(const std::string& id, const HttpHead& 
 }
 
 void ResponseService::Create(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
-                             const Principal& who, Clock::time_point received) {
+                             const Principal& who, Clock::time_point received, const RunExchange& audit_run) {
   ChatService* chat = chat_.load();
   if (!chat) return ReplyError(*exchange, ApiError::Unavailable("The model is not ready yet; retry shortly", 5));
   auto req = ParseResponsesRequest(body);
@@ -151,7 +155,7 @@ void ResponseService::Create(const HttpHead& head, std::string body, std::shared
   ojson shell = ResponseShell(id, static_cast<int64_t>(created_at), chat->facts().model_name, *req, "in_progress");
   if (req->background) {
     return Background(std::move(*req), std::move(history), std::move(shell), chat_body, std::move(exchange), who,
-                      received);
+                      received, audit_run);
   }
   const bool store = req->store;
   ResponseExchange::Context context{std::move(*req), std::move(history), shell};
@@ -171,7 +175,7 @@ void ResponseService::Create(const HttpHead& head, std::string body, std::shared
 
 void ResponseService::Background(ResponsesRequest req, ojson history, ojson shell, std::string chat_body,
                                  std::shared_ptr<HttpExchange> exchange, const Principal& who,
-                                 Clock::time_point received) {
+                                 Clock::time_point received, const RunExchange& audit_run) {
   const std::string id = shell["id"];
   auto run = std::make_shared<Run>();
   run->tenant = who.tenant;
@@ -230,7 +234,7 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
     std::lock_guard lock(runs_mu_);
     runs_[id] = run;
   }
-  chat_.load()->Handle(run->exchange, chat_body, who, received);
+  chat_.load()->Handle(audit_run ? audit_run(run->exchange) : run->exchange, chat_body, who, received);
   in_handle->store(false);
   if (refused->has_value()) {
     {

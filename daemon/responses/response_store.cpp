@@ -34,8 +34,9 @@ std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_ha
 
 }  // namespace
 
-Result<std::unique_ptr<ResponseStore>> ResponseStore::Open(SessionStore& sessions, int64_t tenant_quota_bytes) {
-  std::unique_ptr<ResponseStore> store(new ResponseStore(sessions, tenant_quota_bytes));
+Result<std::unique_ptr<ResponseStore>> ResponseStore::Open(SessionStore& sessions, int64_t tenant_quota_bytes,
+                                                            int64_t total_quota_bytes) {
+  std::unique_ptr<ResponseStore> store(new ResponseStore(sessions, tenant_quota_bytes, total_quota_bytes));
   MOE_TRY(sessions.Wait([&](SessionStore::Done done) {
     sessions.Write(
         [](sqlite3* db) -> Status {
@@ -54,7 +55,7 @@ Result<std::unique_ptr<ResponseStore>> ResponseStore::Open(SessionStore& session
 
 void ResponseStore::Put(StoredResponse r, Done done) {
   sessions_.Write(
-      [r = std::move(r), quota = quota_](sqlite3* db) -> Status {
+      [r = std::move(r), quota = quota_, total = total_](sqlite3* db) -> Status {
         const std::string response = Dump(r.response), conversation = Dump(r.conversation);
         const int64_t bytes = static_cast<int64_t>(response.size() + conversation.size());
         // What the tenant stores besides this row (a replaced row counts once).
@@ -68,6 +69,19 @@ void ResponseStore::Put(StoredResponse r, Done done) {
           return Fail(Error::ResourceExhausted("tenant '" + r.tenant + "' stores " + std::to_string(stored) +
                                                " bytes of responses; this one adds " + std::to_string(bytes) +
                                                " and the quota is " + std::to_string(quota) + " bytes"));
+        }
+        // Every tenant's sessions and responses together (this row once).
+        Statement all(db,
+                      "SELECT (SELECT coalesce(sum(bytes), 0) FROM sessions) + "
+                      "(SELECT coalesce(sum(bytes), 0) FROM responses WHERE id <> ?)");
+        if (all.rc != SQLITE_OK) return Fail(Sql(db, "reading the stored total"));
+        all.Text(1, r.id);
+        if (sqlite3_step(all.s) != SQLITE_ROW) return Fail(Sql(db, "reading the stored total"));
+        const int64_t everyone = sqlite3_column_int64(all.s, 0);
+        if (everyone + bytes > total) {
+          return Fail(Error::OutOfRange("every tenant's sessions and responses take " + std::to_string(everyone) +
+                                         " bytes; this response adds " + std::to_string(bytes) +
+                                         " and the global cap (session_total_quota_bytes) is " + std::to_string(total)));
         }
         Statement s(db,
                     "INSERT OR REPLACE INTO responses(id, tenant, created_at, status, response, conversation, bytes) "

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "daemon_process.hpp"
 #include "moeserve/common/sha256.hpp"
@@ -131,6 +132,66 @@ TEST_F(AuditLogTest, ContentLoggingIsExplicit) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0]["content"]["request"].dump().find(marker), std::string::npos) << lines[0].dump();
   EXPECT_TRUE(lines[0]["content"]["response"].is_string());
+}
+
+// The Responses API is audited as chat completions are: a line per request
+// with its tokens, a stream acknowledged (its response.completed or
+// response.incomplete held) only once its line is on disk and not logged as
+// cut short, and a background run a line of its own with the run's tokens.
+TEST_F(AuditLogTest, ResponsesAreAuditedLikeChatCompletions) {
+  DaemonProcess d(Flags({"--audit-log-content", "true"}));
+  ASSERT_TRUE(d.WaitReady());
+  const std::map<std::string, std::string> key = {{"Authorization", std::string("Bearer ") + kTenantKey}};
+  auto post = [&](json body) { return Http(d.port(), "POST", "/v1/responses", body.dump(), key); };
+  auto plain = post({{"input", "tell me"}, {"max_output_tokens", 4}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  auto streamed = post({{"input", "and stream"}, {"max_output_tokens", 4}, {"stream", true}});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  ASSERT_TRUE(streamed.body.find("event: response.incomplete") != std::string::npos ||
+              streamed.body.find("event: response.completed") != std::string::npos)
+      << streamed.body;
+  auto background = post({{"input", "in the background"}, {"max_output_tokens", 4}, {"background", true}});
+  ASSERT_EQ(background.status, 200) << background.body;
+  const std::string id = background.Json()["id"];
+  std::string status = "in_progress";
+  for (int i = 0; i < 400 && status == "in_progress"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    status = Http(d.port(), "GET", "/v1/responses/" + id, "", key).Json()["status"];
+  }
+  ASSERT_NE(status, "in_progress");
+
+  std::vector<json> posts;
+  for (int i = 0; i < 500 && posts.size() < 4; ++i) {
+    posts.clear();
+    for (const auto& l : AuditLines())
+      if (l["method"] == "POST" && l["endpoint"] == "/v1/responses") posts.push_back(l);
+    if (posts.size() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(posts.size(), 4u);
+  const json& first = posts[0];
+  EXPECT_EQ(first["request_id"], plain.headers["x-request-id"]);
+  EXPECT_EQ(first["status"], 200);
+  EXPECT_EQ(first["tokens"]["prompt"], plain.Json()["usage"]["input_tokens"]);
+  EXPECT_EQ(first["tokens"]["completion"], plain.Json()["usage"]["output_tokens"]);
+  EXPECT_FALSE(first["content"]["response"].get<std::string>().empty()) << first.dump();
+  const json& second = posts[1];
+  EXPECT_EQ(second["request_id"], streamed.headers["x-request-id"]);
+  EXPECT_EQ(second["stream"], true);
+  EXPECT_FALSE(second.contains("stream_error")) << second.dump();
+  EXPECT_GT(second["tokens"]["prompt"].get<int>(), 0);
+  EXPECT_FALSE(second["content"]["response"].get<std::string>().empty()) << second.dump();
+  // The background request's answer, and its run with the run's tokens (in either order).
+  int runs = 0;
+  for (const json* l : {&posts[2], &posts[3]}) {
+    if ((*l)["tokens"]["prompt"].get<int>() > 0) {
+      ++runs;
+      EXPECT_EQ((*l)["status"], 200);
+      EXPECT_FALSE((*l)["completion_id"].is_null());
+    } else {
+      EXPECT_EQ((*l)["request_id"], background.headers["x-request-id"]);
+    }
+  }
+  EXPECT_EQ(runs, 1);
 }
 
 TEST_F(AuditLogTest, SigkillAfterAcknowledgementLosesNoLine) {

@@ -153,6 +153,52 @@ TEST_F(ResponsesApi, HostileBodiesAre400sNamingTheFieldAndTheDaemonGoesOn) {
   EXPECT_EQ(Post({{"input", "still here"}, {"max_output_tokens", 4}}).status, 200);
 }
 
+// Stored responses are bounded per tenant (session_tenant_quota_bytes) and,
+// with the sessions, by the global cap (session_total_quota_bytes) that keeps
+// room for the usage ledger on the volume.
+class ResponsesQuota : public SharedDaemonSuite {
+ protected:
+  static void SetUpTestSuite() {
+    DaemonConfig c = TestConfig();
+    c.api_keys_file = WriteFile("quota_keys.yaml", R"(
+keys:
+  - {key: sk-acme-0123456789, tenant: acme}
+  - {key: sk-other-0123456789, tenant: other}
+)");
+    c.sessions.tenant_quota_bytes = 8000;
+    c.sessions.total_quota_bytes = 12000;
+    StartShared(c);
+  }
+  // Stores responses for `key` until one is refused; that refusal.
+  static HttpResponse FillUntilRefused(const std::map<std::string, std::string>& key, int& stored) {
+    for (stored = 0; stored < 100; ++stored) {
+      auto r = Http(port_, "POST", "/v1/responses", json{{"input", "hello"}, {"max_output_tokens", 4}}.dump(), key);
+      if (r.status != 200) return r;
+    }
+    return {};
+  }
+};
+
+TEST_F(ResponsesQuota, ATenantsQuotaThenTheGlobalCapRefuseStoring) {
+  int acme = 0, other = 0;
+  auto refused = FillUntilRefused(kAcme, acme);
+  ASSERT_EQ(refused.status, 403) << refused.body;
+  EXPECT_EQ(refused.Json()["error"]["code"], "response_quota_exceeded");
+  EXPECT_EQ(refused.Json()["error"]["param"], "store");
+  EXPECT_GT(acme, 0);
+  // store: false still answers: nothing is kept.
+  EXPECT_EQ(Http(port_, "POST", "/v1/responses", json{{"input", "x"}, {"max_output_tokens", 4}, {"store", false}}.dump(), kAcme).status,
+            200);
+  // Another tenant is under its own quota but reaches the global cap.
+  refused = FillUntilRefused(kOther, other);
+  ASSERT_EQ(refused.status, 507) << refused.body;
+  EXPECT_EQ(refused.Json()["error"]["code"], "response_storage_full");
+  EXPECT_LT(other, acme);
+  // The sessions' cap counts the responses too: no room for a session either.
+  auto session = Http(port_, "POST", "/v1/sessions", json{{"system", std::string(2000, 'x')}}.dump(), kOther);
+  EXPECT_EQ(session.status, 507) << session.body;
+}
+
 class ResponsesForward : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

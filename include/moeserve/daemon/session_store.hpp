@@ -86,7 +86,8 @@ class SessionStore {
   Result<std::optional<SessionRecord>> Get(const std::string& id) const;
   Result<std::vector<SessionEntry>> Entries(const std::string& id) const;  // every entry, by seq
   Result<int64_t> TenantBytes(const std::string& tenant) const;
-  // Every tenant's sessions together.
+  // Every tenant's sessions together, and the stored responses that share
+  // the database (responses/response_store.hpp).
   Result<int64_t> TotalBytes() const;
   Result<int64_t> Count() const;
 

@@ -20,13 +20,16 @@
 //   without a client, is charged like any other, and its end (completed,
 //   incomplete, failed) replaces the stored row. Cancel stops it (the tokens
 //   made until then are charged) and stores it as cancelled. A background
-//   run that a restart interrupted reads as failed.
+//   run that a restart interrupted reads as failed. With the audit log on,
+//   the request's answer and the run each get a line (the run's with its
+//   tokens, or 499 when cancelled).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,8 +58,11 @@ class ResponseService {
   // Once the model is loaded.
   void Attach(ChatService& chat) { chat_.store(&chat); }
 
+  // Wraps the exchange a background run answers through (the audit log:
+  // the run gets its own line, with its tokens); empty: none.
+  using RunExchange = std::function<std::shared_ptr<HttpExchange>(std::shared_ptr<HttpExchange>)>;
   void Create(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who,
-              Clock::time_point received);
+              Clock::time_point received, const RunExchange& audit_run = {});
   void Get(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who);
   void Delete(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who);
   void Cancel(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who);
@@ -71,7 +77,7 @@ class ResponseService {
   std::shared_ptr<Run> FindRun(const std::string& tenant, const std::string& id);
   void Background(ResponsesRequest req, nlohmann::ordered_json history, nlohmann::ordered_json shell,
                   std::string chat_body, std::shared_ptr<HttpExchange> exchange, const Principal& who,
-                  Clock::time_point received);
+                  Clock::time_point received, const RunExchange& audit_run);
 
   SessionSettings settings_;
   std::unique_ptr<ResponseStore> store_;

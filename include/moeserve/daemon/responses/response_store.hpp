@@ -36,22 +36,28 @@ struct StoredResponse {
 
 class ResponseStore {
  public:
-  // Creates the table in `sessions`' database; `tenant_quota_bytes` bounds
-  // what one tenant's stored responses take (a write past it fails).
-  static Result<std::unique_ptr<ResponseStore>> Open(SessionStore& sessions, int64_t tenant_quota_bytes);
+  // Creates the table in `sessions`' database. `tenant_quota_bytes` bounds
+  // what one tenant's stored responses take; `total_quota_bytes` what the
+  // sessions and the responses of every tenant take together (the sessions'
+  // global cap, which leaves the usage ledger room on the volume).
+  static Result<std::unique_ptr<ResponseStore>> Open(SessionStore& sessions, int64_t tenant_quota_bytes,
+                                                     int64_t total_quota_bytes);
 
   using Done = SessionStore::Done;
   // Inserts or replaces the row (a background response moves from
-  // in_progress to its end). Fails with ResourceExhausted past the quota.
+  // in_progress to its end). Fails with ResourceExhausted past the tenant's
+  // quota, OutOfRange past the global cap.
   void Put(StoredResponse r, Done done);
   // Fails with NotFound when the tenant has no such response.
   void Delete(std::string tenant, std::string id, Done done);
   Result<std::optional<StoredResponse>> Get(const std::string& tenant, const std::string& id) const;
 
  private:
-  ResponseStore(SessionStore& sessions, int64_t quota) : sessions_(sessions), quota_(quota) {}
+  ResponseStore(SessionStore& sessions, int64_t quota, int64_t total)
+      : sessions_(sessions), quota_(quota), total_(total) {}
   SessionStore& sessions_;
   int64_t quota_;
+  int64_t total_;
 };
 
 }  // namespace moeserve::daemon
