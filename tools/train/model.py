@@ -93,6 +93,19 @@ def delta_chunked(q, k, v, beta, g, chunk=64, S=None):
     return torch.cat(outs, dim=2)[:, :, :T].permute(0, 2, 1, 3), S
 
 
+_vision = ref.vision  # the vision tower (model.md 14), as the reference computes it
+
+
+class _WeightView:
+    """W[name] over a TrainModel's parameters, as tools/reference/vision.py reads weights."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getitem__(self, name):
+        return self.model.W(name)
+
+
 class TrainModel(nn.Module):
     def __init__(self, cfg, seed=0):
         super().__init__()
@@ -116,6 +129,12 @@ class TrainModel(nn.Module):
 
     @staticmethod
     def _init(name, shape, gen):
+        if name.startswith("vision."):  # the vision tower (model.md 14.3): unit norms, zero biases
+            if name.endswith(".bias"):
+                return torch.zeros(shape)
+            if name.endswith(("norm.weight", "norm1.weight", "norm2.weight")):
+                return torch.ones(shape)
+            return torch.randn(shape, generator=gen) / math.sqrt(shape[-1])
         if name.endswith("A_log"):
             return torch.log(1 + 15 * torch.rand(shape, generator=gen))
         if name.endswith("dt_bias"):
@@ -304,7 +323,12 @@ class TrainModel(nn.Module):
         aux.setdefault("load", {})[p + "gate.bias"] = load
         return y
 
-    def forward(self, ids, valid=None, dsa_mode="dense", prefix=None):
+    def embed_image(self, rgb):
+        """The vision tower's rows for one image (uint8 [H, W, 3]), [tokens, D],
+        differentiable in the tower's parameters (tools/reference/vision.py)."""
+        return _vision.tower(self.cfg.vision, _WeightView(self), rgb)[0]
+
+    def forward(self, ids, valid=None, dsa_mode="dense", prefix=None, image_rows=None):
         """ids [B, T] -> logits [B, T, V], aux {indexer_kl: [[B, T] or [1, Tp] ..],
         load: {bias name: counts}}. dsa_mode: "dense" (warm-up: dsa layers
         attend to everything), "sparse" (top-k by the indexer, as at inference).
@@ -319,6 +343,12 @@ class TrainModel(nn.Module):
         dev = ids.device
         cos, sin = ref.rope_angles(self.freqs, torch.arange(Tp, Tp + T, device=dev))
         x = W("embed.weight")[ids]
+        if image_rows:
+            # (batch row, positions [n], rows [n, D]): the tower's rows in
+            # place of the placeholders' embeddings (model.md 14.5).
+            x = x.clone()
+            for b, pos, rows in image_rows:
+                x[b, pos] = rows
         if prefix is not None:
             pcos, psin = ref.rope_angles(self.freqs, torch.arange(Tp, device=dev))
             xp = W("embed.weight")[torch.as_tensor(prefix, device=dev)][None]

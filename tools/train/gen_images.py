@@ -1,0 +1,224 @@
+"""Synthetic image tasks for a tiny vision agent: digits, shapes and colours.
+
+  /usr/bin/python3 tools/train/gen_images.py --split train --seed 1 --count 20000 --out data/vision_train.jsonl
+  /usr/bin/python3 tools/train/gen_images.py --split eval --seed 2 --count 300 --out data/vision_eval.jsonl \
+      [--png-dir DIR]
+
+Each line is one task in the OpenAI chat shape the daemon accepts: the user
+message's `content` is a list of parts, a `text` part (the question) and an
+`image_url` part whose URL is a `data:image/png;base64,...` PNG; `kind`, and
+`expect` (the tool calls a correct run makes, in order, and the value the
+final answer must contain), as tools/train/gen_data.py writes its tasks.
+`--png-dir` also writes each image as a file (NNNNN.png).
+
+Kinds:
+- read:   one number drawn on the image; "What number is shown?" -> the number.
+- sum:    two numbers drawn; "Add the two numbers in the picture" ->
+          calculator("A+B"), then the result (a tool called with values read
+          from the image).
+- shape:  one filled shape (circle, square, triangle) -> its name.
+- colour: one filled shape -> its colour's name.
+- count:  1 to 5 shapes of one kind -> how many.
+
+Held out: the eval split uses phrasings the train split never writes, numbers
+from 500 to 999 (train: 0 to 499), and background shades of its own; the
+shapes, colours and the glyphs are shared (an unseen glyph could not be read).
+
+Images are drawn with numpy only (a 5x7 bitmap font scaled by an integer
+factor, shapes by their inequalities), so the same seed gives the same bytes
+everywhere; PNG is written with zlib (no imaging library needed).
+"""
+
+import argparse
+import base64
+import json
+import os
+import random
+import struct
+import zlib
+
+import numpy as np
+
+# 5x7 glyphs for the digits (rows top to bottom, '#' ink).
+GLYPHS = {
+    "0": [".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."],
+    "1": ["..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."],
+    "2": [".###.", "#...#", "....#", "...#.", "..#..", ".#...", "#####"],
+    "3": ["#####", "...#.", "..#..", "...#.", "....#", "#...#", ".###."],
+    "4": ["...#.", "..##.", ".#.#.", "#..#.", "#####", "...#.", "...#."],
+    "5": ["#####", "#....", "####.", "....#", "....#", "#...#", ".###."],
+    "6": ["..##.", ".#...", "#....", "####.", "#...#", "#...#", ".###."],
+    "7": ["#####", "....#", "...#.", "..#..", ".#...", ".#...", ".#..."],
+    "8": [".###.", "#...#", "#...#", ".###.", "#...#", "#...#", ".###."],
+    "9": [".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."],
+}
+
+COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (235, 200, 30),
+           "purple": (140, 60, 180), "orange": (245, 130, 20), "black": (20, 20, 20)}
+SHAPES = ["circle", "square", "triangle"]
+BACKGROUNDS = {"train": [(255, 255, 255), (240, 240, 235), (225, 235, 245), (245, 235, 225)],
+               "eval": [(250, 250, 240), (235, 245, 235)]}
+
+PHRASES = {
+    "train": {
+        "read": ["What number is shown?", "Which number is in the picture?", "Read the number in the image.",
+                 "What number do you see?", "Tell me the number in this image."],
+        "sum": ["Add the two numbers in the picture.", "What is the sum of the numbers shown?",
+                "Use the calculator to add the numbers in the image.", "Sum the two numbers you see."],
+        "shape": ["What shape is this?", "Which shape is drawn?", "Name the shape in the image."],
+        "colour": ["What colour is the shape?", "Which colour is the shape in the picture?",
+                   "Tell me the colour of the shape."],
+        "count": ["How many shapes are there?", "Count the shapes in the image.", "How many shapes do you see?"],
+    },
+    "eval": {
+        "read": ["Which digits are written here?", "Please read out the number on this picture."],
+        "sum": ["Total the two values in this image.", "What do the two numbers pictured add up to?"],
+        "shape": ["What kind of shape is pictured?", "Identify the figure drawn here."],
+        "colour": ["In what colour is the figure painted?", "Name the figure's colour."],
+        "count": ["What is the number of figures pictured?", "Tell me how many figures are drawn."],
+    },
+}
+
+KINDS = ["read", "sum", "shape", "colour", "count"]
+WEIGHTS = [0.2, 0.3, 0.15, 0.15, 0.2]
+SIZE = (96, 64)  # width, height: 6 x 4 units of 16 pixels with moe-model-gen --vision's tower (24 image tokens)
+
+
+def png_bytes(rgb):
+    """RGB8 [H, W, 3] as a PNG file (8-bit truecolour, filter 0 on every row)."""
+    h, w, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+class Canvas:
+    def __init__(self, rng, split):
+        w, h = SIZE
+        self.img = np.empty((h, w, 3), dtype=np.uint8)
+        self.img[:] = rng.choice(BACKGROUNDS[split])
+        self.rng = rng
+
+    def text(self, s, x, y, scale, colour):
+        for i, ch in enumerate(s):
+            for r, row in enumerate(GLYPHS[ch]):
+                for c, px in enumerate(row):
+                    if px == "#":
+                        x0, y0 = x + (i * 6 + c) * scale, y + r * scale
+                        self.img[y0:y0 + scale, x0:x0 + scale] = colour
+
+    def shape(self, kind, cx, cy, r, colour):
+        h, w, _ = self.img.shape
+        yy, xx = np.mgrid[0:h, 0:w]
+        if kind == "circle":
+            mask = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
+        elif kind == "square":
+            mask = (abs(xx - cx) <= r * 0.85) & (abs(yy - cy) <= r * 0.85)
+        else:  # triangle, apex up
+            mask = (yy <= cy + r * 0.8) & (yy >= cy - r) & (abs(xx - cx) <= (yy - (cy - r)) * 0.6)
+        self.img[mask] = colour
+
+
+class Generator:
+    def __init__(self, split, seed):
+        self.split = split
+        self.rng = random.Random(seed)
+
+    def number(self):
+        return self.rng.randint(0, 499) if self.split == "train" else self.rng.randint(500, 999)
+
+    def phrase(self, kind):
+        return self.rng.choice(PHRASES[self.split][kind])
+
+    def ink(self):
+        return self.rng.choice(["black", "blue", "red"])
+
+    def read(self):
+        c = Canvas(self.rng, self.split)
+        n = self.number()
+        s = str(n)
+        scale = 3 if len(s) <= 2 else 2
+        x = self.rng.randint(2, SIZE[0] - len(s) * 6 * scale - 2)
+        c.text(s, x, self.rng.randint(2, SIZE[1] - 7 * scale - 2), scale, COLOURS[self.ink()])
+        return c.img, [], str(n), f"The number is {n}."
+
+    def sum(self):
+        c = Canvas(self.rng, self.split)
+        a, b = self.number(), self.number()
+        ink = COLOURS[self.ink()]
+        c.text(str(a), self.rng.randint(2, 8), self.rng.randint(2, 12), 2, ink)
+        c.text(str(b), self.rng.randint(48, SIZE[0] - len(str(b)) * 12 - 2), self.rng.randint(34, 48), 2, ink)
+        expr = f"{a}+{b}"
+        return c.img, [{"name": "calculator", "arguments": {"expression": expr}}], str(a + b), f"{expr} = {a + b}."
+
+    def one_shape(self):
+        c = Canvas(self.rng, self.split)
+        kind = self.rng.choice(SHAPES)
+        colour = self.rng.choice([k for k in COLOURS if k != "black"])
+        r = self.rng.randint(12, 22)
+        c.shape(kind, self.rng.randint(r + 2, SIZE[0] - r - 2), self.rng.randint(r + 2, SIZE[1] - r - 2), r,
+                COLOURS[colour])
+        return c.img, kind, colour
+
+    def shape(self):
+        img, kind, _ = self.one_shape()
+        return img, [], kind, f"It is a {kind}."
+
+    def colour(self):
+        img, _, colour = self.one_shape()
+        return img, [], colour, f"The shape is {colour}."
+
+    def count(self):
+        c = Canvas(self.rng, self.split)
+        n = self.rng.randint(1, 5)
+        kind = self.rng.choice(SHAPES)
+        # Five cells of 19 pixels; each shape in its own cell, so none overlap.
+        cells = self.rng.sample(range(5), n)
+        for cell in cells:
+            colour = COLOURS[self.rng.choice([k for k in COLOURS if k != "black"])]
+            c.shape(kind, 10 + cell * 19, self.rng.randint(12, SIZE[1] - 12), 8, colour)
+        return c.img, [], str(n), f"There are {n}."
+
+    def task(self, kind):
+        img, calls, value, answer = getattr(self, kind)()
+        url = "data:image/png;base64," + base64.b64encode(png_bytes(img)).decode()
+        user = {"role": "user", "content": [{"type": "text", "text": self.phrase(kind)},
+                                            {"type": "image_url", "image_url": {"url": url}}]}
+        return {"kind": kind, "messages": [user], "expect": {"calls": calls, "answer_contains": value},
+                "reference_answer": answer}, img
+
+
+def generate(split, seed, count, png_dir=None):
+    g = Generator(split, seed)
+    kinds = g.rng.choices(KINDS, WEIGHTS, k=count)
+    out = []
+    for i, kind in enumerate(kinds):
+        task, img = g.task(kind)
+        if png_dir:
+            with open(os.path.join(png_dir, f"{i:05d}.png"), "wb") as f:
+                f.write(png_bytes(img))
+        out.append(task)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", choices=["train", "eval"], required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--count", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--png-dir", help="also write each image as a PNG file here")
+    args = ap.parse_args()
+    if args.png_dir:
+        os.makedirs(args.png_dir, exist_ok=True)
+    with open(args.out, "w") as f:
+        for task in generate(args.split, args.seed, args.count, args.png_dir):
+            f.write(json.dumps(task) + "\n")
+
+
+if __name__ == "__main__":
+    main()

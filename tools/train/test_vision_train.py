@@ -1,0 +1,118 @@
+"""Self tests of the synthetic image tasks (gen_images.py) and the vision
+training path (chat.py's image parts, TrainModel's tower and image rows)."""
+
+import base64
+import json
+import os
+import struct
+import sys
+import unittest
+import zlib
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import chat  # noqa: E402
+import gen_images  # noqa: E402
+import model as M  # noqa: E402
+import train_vision  # noqa: E402
+
+
+def decode_png(data):
+    """The RGB8 pixels of a PNG that gen_images wrote (truecolour, filter 0)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, w, h = 8, b"", 0, 0
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
+        if kind == b"IHDR":
+            w, h, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert (depth, colour) == (8, 2)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    rows = [raw[y * (1 + 3 * w):(y + 1) * (1 + 3 * w)] for y in range(h)]
+    assert all(r[0] == 0 for r in rows)
+    return np.frombuffer(b"".join(r[1:] for r in rows), dtype=np.uint8).reshape(h, w, 3)
+
+
+class GenImagesTest(unittest.TestCase):
+    def test_deterministic_and_png_holds_the_pixels(self):
+        a = gen_images.Generator("train", 4)
+        b = gen_images.Generator("train", 4)
+        for kind in gen_images.KINDS:
+            (ta, ia), (tb, ib) = a.task(kind), b.task(kind)
+            self.assertEqual(json.dumps(ta), json.dumps(tb))
+            self.assertTrue(np.array_equal(ia, ib))
+            url = ta["messages"][0]["content"][1]["image_url"]["url"]
+            self.assertTrue(url.startswith("data:image/png;base64,"))
+            pixels = decode_png(base64.b64decode(url.split(",", 1)[1]))
+            self.assertEqual(pixels.shape, (64, 96, 3))
+            self.assertTrue(np.array_equal(pixels, ia))
+            self.assertGreater(len(np.unique(ia.reshape(-1, 3), axis=0)), 1, kind)  # something is drawn
+
+    def test_held_out_split(self):
+        train = gen_images.generate("train", 1, 200)
+        held = gen_images.generate("eval", 2, 200)
+        phr = lambda tasks: {t["messages"][0]["content"][0]["text"] for t in tasks}  # noqa: E731
+        self.assertFalse(phr(train) & phr(held))
+        for t in held:
+            if t["kind"] == "read":
+                self.assertGreaterEqual(int(t["expect"]["answer_contains"]), 500)
+            if t["kind"] == "sum":
+                a, b = t["expect"]["calls"][0]["arguments"]["expression"].split("+")
+                self.assertGreaterEqual(min(int(a), int(b)), 500)
+                self.assertEqual(int(t["expect"]["answer_contains"]), int(a) + int(b))
+        self.assertEqual({t["kind"] for t in train}, set(gen_images.KINDS))
+
+
+class VisionTrainingTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(HERE, "config.json")) as f:
+            raw = json.load(f)
+        raw["vision"] = dict(train_vision.TINY_VISION)
+        cls.cfg = M.Config(raw)
+        cls.model = M.TrainModel(cls.cfg, seed=3)
+
+    def test_image_part_renders_as_a_span(self):
+        images = []
+        msg = {"role": "user", "content": [{"type": "text", "text": "hi"},
+                                           {"type": "image_url", "image_url": {"url": "u"}}]}
+        ids, mask = chat.render([msg], [], image_tokens=lambda part: 4, images=images)
+        self.assertEqual(ids, [chat.BOS, chat.USER, 104, 105, 269, 268, 268, 268, 268, 270, chat.END])
+        self.assertEqual(images[0][0], 5)
+        self.assertEqual(sum(mask), 0)
+
+    def test_tower_is_the_reference_and_trains(self):
+        task, img = gen_images.Generator("train", 1).task("sum")
+        rgb = torch.from_numpy(img)
+        rows = self.model.embed_image(rgb)
+        weights = {k: v.detach() for k, v in self.model.state_dict_fp32().items()}
+        want, _ = M._vision.tower(self.cfg.vision, weights, rgb)
+        self.assertTrue(torch.allclose(rows, want))
+        self.assertEqual(rows.shape, (24, self.cfg.hidden_size))
+        for name, p in self.model.p.items():
+            p.requires_grad = name.startswith("vision__")
+        loss, _ = train_vision.loss_and_accuracy(self.model, [(task, img)])
+        loss.backward()
+        self.assertGreater(float(self.model.p["vision__patch_embed__weight"].grad.abs().sum()), 0)
+        self.assertIsNone(self.model.p["embed__weight"].grad)
+
+    def test_image_rows_change_only_later_positions(self):
+        ids = torch.tensor([[256, 259, 269] + [268] * 24 + [270, 104, 262]])
+        rows = self.model.embed_image(torch.from_numpy(gen_images.Generator("eval", 1).task("shape")[1]))
+        with torch.no_grad():
+            plain, _ = self.model(ids)
+            seen, _ = self.model(ids, image_rows=[(0, torch.arange(3, 27), rows.detach())])
+        self.assertTrue(torch.equal(plain[0, :3], seen[0, :3]))
+        self.assertFalse(torch.allclose(plain[0, -1], seen[0, -1]))
+
+
+if __name__ == "__main__":
+    unittest.main()
