@@ -1,4 +1,4 @@
-#include "response_events.hpp"
+#include "moeserve/daemon/responses/response_events.hpp"
 
 namespace moeserve::daemon {
 

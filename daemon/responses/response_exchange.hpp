@@ -28,7 +28,7 @@
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/responses/response_request.hpp"
-#include "response_events.hpp"
+#include "moeserve/daemon/responses/response_events.hpp"
 
 namespace moeserve::daemon {
 
