@@ -15,6 +15,7 @@
 
 #include "connection_base.hpp"
 #include "exchange_impl.hpp"
+#include "moeserve/beast_setup/server_setup.hpp"
 #include "moeserve/common/log.hpp"
 #include "response_bytes.hpp"
 #include "tls_context.hpp"
@@ -479,10 +480,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
   }
   tcp::endpoint endpoint = endpoints.begin()->endpoint();
   auto& a = impl->acceptor;
-  a.open(endpoint.protocol(), ec);
-  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) a.bind(endpoint, ec);
-  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  ec = beast_setup::Listen(a, endpoint, asio::socket_base::max_listen_connections);
   if (ec) {
     return Fail(Error::Unavailable("cannot listen on " + o.host + ":" + std::to_string(o.port) + ": " + ec.message()));
   }

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "moeserve/beast_setup/server_setup.hpp"
 #include "moeserve/common/log.hpp"
 
 namespace moeserve::daemon {
@@ -17,22 +18,17 @@ ReloadingTlsContext::FileStamp ReloadingTlsContext::Stamp(const std::string& pat
 }
 
 Result<std::shared_ptr<ssl::context>> ReloadingTlsContext::Load() const {
-  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
-  boost::system::error_code ec;
-  // TLS 1.2 and 1.3 only; no compression, no renegotiation-era protocols.
-  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::no_compression |
-                       ssl::context::single_dh_use,
-                   ec);
-  if (ec) return Fail(Error::Internal("TLS options: " + ec.message()));
-  ctx->use_certificate_chain_file(cert_file_, ec);
-  if (ec) return Fail(Error::InvalidArgument("TLS certificate " + cert_file_ + ": " + ec.message()));
-  ctx->use_private_key_file(key_file_, ssl::context::pem, ec);
-  if (ec) return Fail(Error::InvalidArgument("TLS key " + key_file_ + ": " + ec.message()));
-  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
-    return Fail(Error::InvalidArgument("TLS key " + key_file_ + " does not match certificate " + cert_file_));
+  using Step = beast_setup::TlsSetupError::Step;
+  auto ctx = beast_setup::ServerTlsContext(beast_setup::PemInput::File(cert_file_), beast_setup::PemInput::File(key_file_));
+  if (ctx) return *ctx;
+  const std::string& why = ctx.error().detail;
+  switch (ctx.error().step) {
+    case Step::kOptions: return Fail(Error::Internal("TLS options: " + why));
+    case Step::kCertificate: return Fail(Error::InvalidArgument("TLS certificate " + cert_file_ + ": " + why));
+    case Step::kKey: return Fail(Error::InvalidArgument("TLS key " + key_file_ + ": " + why));
+    case Step::kMismatch: break;
   }
-  return ctx;
+  return Fail(Error::InvalidArgument("TLS key " + key_file_ + " does not match certificate " + cert_file_));
 }
 
 Result<std::unique_ptr<ReloadingTlsContext>> ReloadingTlsContext::Create(std::string cert_file, std::string key_file,

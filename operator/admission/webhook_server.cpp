@@ -9,6 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include "moeserve/beast_setup/server_setup.hpp"
 #include "moeserve/common/log.hpp"
 
 namespace moeserve::op {
@@ -179,16 +180,12 @@ Result<int> WebhookServer::Start(const std::string& addr) {
   } catch (...) {
     return Fail(Error::InvalidArgument("webhook address " + addr + ": bad port"));
   }
-  try {
-    tcp::endpoint endpoint(asio::ip::make_address(host), static_cast<unsigned short>(port));
-    impl_->acceptor = std::make_unique<tcp::acceptor>(impl_->io);
-    impl_->acceptor->open(endpoint.protocol());
-    impl_->acceptor->set_option(asio::socket_base::reuse_address(true));
-    impl_->acceptor->bind(endpoint);
-    impl_->acceptor->listen(256);
-  } catch (const std::exception& e) {
-    return Fail(Error::Unavailable("webhook listener on " + addr + ": " + e.what()));
-  }
+  boost::system::error_code ec;
+  const asio::ip::address ip = asio::ip::make_address(host, ec);
+  if (ec) return Fail(Error::Unavailable("webhook listener on " + addr + ": " + ec.message()));
+  impl_->acceptor = std::make_unique<tcp::acceptor>(impl_->io);
+  ec = beast_setup::Listen(*impl_->acceptor, tcp::endpoint(ip, static_cast<unsigned short>(port)), 256);
+  if (ec) return Fail(Error::Unavailable("webhook listener on " + addr + ": " + ec.message()));
   const int bound = impl_->acceptor->local_endpoint().port();
   impl_->accept_thread = std::thread([this] { impl_->AcceptLoop(this); });
   return bound;
@@ -203,19 +200,20 @@ void WebhookServer::Stop() {
 }
 
 Status WebhookServer::SetCertificate(const KeyPair& pair) {
-  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
-  boost::system::error_code ec;
-  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::no_compression,
-                   ec);
-  ctx->use_certificate_chain(asio::buffer(pair.cert_pem), ec);
-  if (ec) return Fail(Error::InvalidArgument("webhook certificate: " + ec.message()));
-  ctx->use_private_key(asio::buffer(pair.key_pem), ssl::context::pem, ec);
-  if (ec) return Fail(Error::InvalidArgument("webhook key: " + ec.message()));
-  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1)
-    return Fail(Error::InvalidArgument("webhook key does not match its certificate"));
+  using Step = beast_setup::TlsSetupError::Step;
+  auto ctx = beast_setup::ServerTlsContext(beast_setup::PemInput::Text(pair.cert_pem),
+                                          beast_setup::PemInput::Text(pair.key_pem));
+  if (!ctx) {
+    const std::string& why = ctx.error().detail;
+    switch (ctx.error().step) {
+      case Step::kOptions:
+      case Step::kCertificate: return Fail(Error::InvalidArgument("webhook certificate: " + why));
+      case Step::kKey: return Fail(Error::InvalidArgument("webhook key: " + why));
+      case Step::kMismatch: return Fail(Error::InvalidArgument("webhook key does not match its certificate"));
+    }
+  }
   std::lock_guard lock(impl_->mu);
-  impl_->tls = std::move(ctx);
+  impl_->tls = std::move(*ctx);
   impl_->cert_pem = pair.cert_pem;
   return Ok();
 }
