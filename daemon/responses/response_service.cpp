@@ -332,13 +332,14 @@ void ResponseService::Cancel(const HttpHead& head, std::string body, std::shared
   auto row = store_->Get(who.tenant, id);
   if (!row) return ReplyError(*exchange, ApiError::FromError(row.error()));
   if (!*row) return ReplyError(*exchange, NotFound(id, false));
-  const ojson& response = (*row)->response;
+  const ojson response = (*row)->status == "in_progress" ? AsInterrupted((*row)->response) : (*row)->response;
+  const std::string status = response.value("status", "");
   if (!response.value("background", false)) {
     return ReplyError(*exchange, ApiError::InvalidRequest("Only a background response can be cancelled; '" + id +
                                                           "' was not created with background: true"));
   }
-  if ((*row)->status == "cancelled") return ReplyJson(*exchange, 200, Dump(response));
-  return ReplyError(*exchange, ApiError::InvalidRequest("Cannot cancel a response that is " + (*row)->status +
+  if (status == "cancelled") return ReplyJson(*exchange, 200, Dump(response));
+  return ReplyError(*exchange, ApiError::InvalidRequest("Cannot cancel a response that is " + status +
                                                         "; only a queued or in-progress one can be cancelled"));
 }
 
