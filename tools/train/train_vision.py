@@ -96,12 +96,21 @@ def batch(model, tasks_and_images):
 
 def loss_and_accuracy(model, tasks_and_images):
     ids, mask, valid, rows = batch(model, tasks_and_images)
-    logits, _ = model(ids, valid=valid, dsa_mode="sparse", image_rows=rows)
+    # Every conversation starts with the same tools block: computed once per
+    # batch as the forward's shared prefix (as train.py does).
+    P = chat.shared_prefix_len(gen_data.TOOLS)
+    rows = [(b, pos - P, r) for b, pos, r in rows]
+    ids, mask, valid = ids[:, P:], mask[:, P:], valid[:, P:]
+    logits, _ = model(ids, valid=valid, dsa_mode="sparse", prefix=model_prefix(P), image_rows=rows)
     # Position t predicts token t+1; the targets are the generated tokens.
     pred, tgt, m = logits[:, :-1], ids[:, 1:], mask[:, 1:]
     loss = F.cross_entropy(pred[m], tgt[m])
     acc = (pred[m].argmax(-1) == tgt[m]).float().mean()
     return loss, float(acc)
+
+
+def model_prefix(P):
+    return chat.render([], gen_data.TOOLS)[0][:P]
 
 
 def draw(gen, n):
