@@ -181,6 +181,11 @@ TEST(VisionEngine, PrefixCacheKeysImagesByContent) {
   EXPECT_EQ(other.tokens, want.tokens);
   ASSERT_EQ(other.logprobs.size(), want.logprobs.size());
   for (size_t i = 0; i < want.logprobs.size(); ++i) EXPECT_NEAR(other.logprobs[i], want.logprobs[i], 1e-4) << i;
+  // The hit itself is right: the later turn answers as it does uncached.
+  const Outcome again_fresh = RunOne(*fresh, turn(a, {120, 121}));
+  EXPECT_EQ(again.tokens, again_fresh.tokens);
+  ASSERT_EQ(again.logprobs.size(), again_fresh.logprobs.size());
+  for (size_t i = 0; i < again.logprobs.size(); ++i) EXPECT_NEAR(again.logprobs[i], again_fresh.logprobs[i], 1e-4) << i;
   // And the image really matters: a and b answer differently.
   EXPECT_NE(first.logprobs, want.logprobs);
 }
