@@ -6,7 +6,7 @@
 // non-streamed answers agreeing, a named tool call opened by the server's
 // header (its arguments constrained by the schema) and the next turn served
 // from the prefix cache, the official `openai`
-// client, and clear 4xx refusals.
+// client, the Responses API's tool loop in harmony, and clear 4xx refusals.
 // (What the output parser makes of well-formed output is in
 // daemon.harmony_serving, on scripted token streams.)
 #include <gtest/gtest.h>
@@ -185,6 +185,52 @@ TEST_F(GptOssServe, RequiredToolChoiceCallsOneOfTheTools) {
   if (name == "get_weather") EXPECT_TRUE(parsed["city"] == "Oslo" || parsed["city"] == "Rome") << parsed;
   else if (name == "get_time") EXPECT_TRUE(parsed["zone"] == "UTC" || parsed["zone"] == "CET") << parsed;
   else ADD_FAILURE() << "called " << name;
+}
+
+// /v1/responses is a translation onto the chat path, so harmony serves it as
+// it serves chat completions: a named call constrained by its schema, its
+// result sent back by previous_response_id (the stored conversation in front,
+// from the prefix cache), and the continuation streamed as semantic events.
+TEST_F(GptOssServe, ResponsesApiToolLoopInHarmony) {
+  const json tools = json::parse(R"([{"type":"function","name":"get_weather","strict":true,
+    "parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Rome"]}},"required":["city"],
+    "additionalProperties":false}}])");
+  auto first = Http(port_, "POST", "/v1/responses",
+                    json{{"input", "Weather in Oslo?"}, {"tools", tools}, {"max_output_tokens", 64}, {"seed", 5},
+                         {"tool_choice", {{"type", "function"}, {"name", "get_weather"}}}}
+                        .dump());
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json r1 = first.Json();
+  json call;
+  for (const auto& item : r1["output"])
+    if (item["type"] == "function_call") call = item;
+  ASSERT_TRUE(call.is_object()) << r1["output"];
+  EXPECT_EQ(call["name"], "get_weather");
+  const json args = json::parse(call["arguments"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(args.is_object()) << call;
+  EXPECT_TRUE(args["city"] == "Oslo" || args["city"] == "Rome") << args;
+
+  const json next = {{"previous_response_id", r1["id"]}, {"tools", tools}, {"max_output_tokens", 8},
+                     {"input", {{{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "12 C"}}}}};
+  auto second = Http(port_, "POST", "/v1/responses", next.dump());
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json r2 = second.Json();
+  EXPECT_GT(r2["usage"]["input_tokens"].get<int>(), r1["usage"]["input_tokens"].get<int>());
+  EXPECT_GT(r2["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), 0) << r2["usage"];
+
+  json streamed_body = next;
+  streamed_body["stream"] = true;
+  auto streamed = Http(port_, "POST", "/v1/responses", streamed_body.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  // Named events: "event: <type>\ndata: {...}\n\n".
+  std::vector<std::string> events;
+  for (size_t at = streamed.body.find("\ndata: "); at != std::string::npos; at = streamed.body.find("\ndata: ", at + 1))
+    events.push_back(streamed.body.substr(at + 7, streamed.body.find("\n\n", at) - at - 7));
+  ASSERT_GE(events.size(), 3u) << streamed.body;
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(json::parse(events[i])["sequence_number"], i);
+  EXPECT_EQ(json::parse(events.front())["type"], "response.created");
+  const std::string last = json::parse(events.back())["type"];
+  EXPECT_TRUE(last == "response.completed" || last == "response.incomplete") << last;
 }
 
 TEST_F(GptOssServe, ConcurrentRequestsAllAnswer) {
