@@ -279,6 +279,23 @@ std::vector<Route> Daemon::Impl::BuildRoutes() {
     }
   };
   using H = std::shared_ptr<HttpExchange>;
+  // The Responses API (responses/response_service.hpp): reading, deleting
+  // and cancelling need no model; creating runs it, and a background run
+  // answers through an exchange of its own, audited on a line of its own.
+  using ResponseCall = void (ResponseService::*)(const HttpHead&, std::string, H, const Principal&);
+  auto to_responses = [this](ResponseCall call) {
+    return [this, call](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+      Guarded(*exchange, [&] { (responses.get()->*call)(head, std::move(body), exchange, *who); });
+    };
+  };
+  auto create_response = [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+    ResponseService::RunExchange audit_run;
+    if (audit) {
+      std::string kept = audit->settings().log_content ? body : std::string();
+      audit_run = [this, head, who = *who, kept = std::move(kept)](H run) { return Audited(head, who, kept, std::move(run)); };
+    }
+    Guarded(*exchange, [&] { responses->Create(head, std::move(body), exchange, *who, Clock::now(), audit_run); });
+  };
   std::vector<Route> r;
   r.push_back({"POST", "/v1/chat/completions", RouteAuth::kTenant, model_serving, chat_body, true, true,
                [this](const HttpHead&, std::string body, H exchange, const Principal* who) {
@@ -289,30 +306,10 @@ std::vector<Route> Daemon::Impl::BuildRoutes() {
   r.push_back({"DELETE", "/v1/sessions/{id}", RouteAuth::kTenant, session_read, small, true, false, to_sessions});
   r.push_back({"POST", "/v1/sessions/{id}/chat/completions", RouteAuth::kTenant, session_post, chat_body, true, false,
                to_sessions});
-  r.push_back({"POST", "/v1/responses", RouteAuth::kTenant, model_serving, chat_body, true, false,
-               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
-                 // A background run answers through an exchange of its own: audited too.
-                 ResponseService::RunExchange audit_run;
-                 if (audit) {
-                   std::string kept = audit->settings().log_content ? body : std::string();
-                   audit_run = [this, head, who = *who, kept = std::move(kept)](H run) {
-                     return Audited(head, who, kept, std::move(run));
-                   };
-                 }
-                 Guarded(*exchange, [&] { responses->Create(head, std::move(body), exchange, *who, Clock::now(), audit_run); });
-               }});
-  r.push_back({"GET", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false,
-               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
-                 Guarded(*exchange, [&] { responses->Get(head, std::move(body), exchange, *who); });
-               }});
-  r.push_back({"DELETE", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false,
-               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
-                 Guarded(*exchange, [&] { responses->Delete(head, std::move(body), exchange, *who); });
-               }});
-  r.push_back({"POST", "/v1/responses/{id}/cancel", RouteAuth::kTenant, {}, small, true, false,
-               [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
-                 Guarded(*exchange, [&] { responses->Cancel(head, std::move(body), exchange, *who); });
-               }});
+  r.push_back({"POST", "/v1/responses", RouteAuth::kTenant, model_serving, chat_body, true, false, create_response});
+  r.push_back({"GET", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false, to_responses(&ResponseService::Get)});
+  r.push_back({"DELETE", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false, to_responses(&ResponseService::Delete)});
+  r.push_back({"POST", "/v1/responses/{id}/cancel", RouteAuth::kTenant, {}, small, true, false, to_responses(&ResponseService::Cancel)});
   r.push_back({"GET", "/v1/models", RouteAuth::kTenant, {}, small, false, false,
                [this](const HttpHead&, std::string, H exchange, const Principal*) { Models(*exchange); }});
   r.push_back({"GET", "/v1/usage", RouteAuth::kTenant, {}, small, false, false,
