@@ -30,10 +30,14 @@ class TokenWriter {
   void Text(std::string_view text) {
     for (char c : text) ids_.push_back(static_cast<unsigned char>(c));
   }
+  // An image's span (vision.hpp), recorded with its offset.
+  Status Image(const VisionConfig& v, const ImageInput& image) { return AppendImage(v, image, ids_, images_); }
   std::vector<int> Take() { return std::move(ids_); }
+  std::vector<ImageSpan> TakeImages() { return std::move(images_); }
 
  private:
   std::vector<int> ids_;
+  std::vector<ImageSpan> images_;
 };
 
 std::string MessageRef(size_t i) { return "messages[" + std::to_string(i) + "]"; }
@@ -86,6 +90,30 @@ Status CheckFieldsMatchRole(const ChatMessage& m, size_t i) {
   if (m.role != ChatRole::kTool && !m.tool_call_id.empty()) {
     return Fail(Error::InvalidArgument(MessageRef(i) + ": only tool messages carry tool_call_id").WithField(MessageRef(i)));
   }
+  if (m.role != ChatRole::kUser && m.role != ChatRole::kTool && !m.images.empty()) {
+    return Fail(Error::InvalidArgument(MessageRef(i) + ": only user and tool messages carry images").WithField(MessageRef(i)));
+  }
+  for (size_t k = 0; k < m.images.size(); ++k) {
+    if (m.role == ChatRole::kUser &&
+        (m.images[k].at > m.content.size() || (k > 0 && m.images[k].at < m.images[k - 1].at))) {
+      return Fail(Error::InvalidArgument(MessageRef(i) + ": image " + std::to_string(k) +
+                                         " is placed outside the content or before the previous image")
+                      .WithField(MessageRef(i)));
+    }
+  }
+  return Ok();
+}
+
+// A user message's content with its images in place.
+Status WriteUserContent(TokenWriter& out, const ChatMessage& m, const VisionConfig& v, size_t i) {
+  size_t done = 0;
+  for (size_t k = 0; k < m.images.size(); ++k) {
+    out.Text(std::string_view(m.content).substr(done, m.images[k].at - done));
+    done = m.images[k].at;
+    if (auto st = out.Image(v, m.images[k].image); !st)
+      return Fail(st.error().WithContext(MessageRef(i) + ".image " + std::to_string(k)).WithField(MessageRef(i)));
+  }
+  out.Text(std::string_view(m.content).substr(done));
   return Ok();
 }
 
@@ -224,6 +252,16 @@ std::string ToolCallSpanIdPrefix(std::string_view id) {
 
 Result<std::vector<int>> RenderChat(const std::vector<ChatMessage>& messages, const ordered_json* tools,
                                     bool add_generation_prompt) {
+  MOE_ASSIGN_OR_RETURN(RenderedChat r, RenderChatWithImages(messages, tools, add_generation_prompt, nullptr));
+  return std::move(r.tokens);
+}
+
+Result<RenderedChat> RenderChatWithImages(const std::vector<ChatMessage>& messages, const ordered_json* tools,
+                                          bool add_generation_prompt, const VisionConfig* vision) {
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (!messages[i].images.empty() && !vision)
+      return Fail(Error::InvalidArgument(MessageRef(i) + ": image input needs a model with a vision tower")
+                      .WithField(MessageRef(i)));
   TokenWriter out;
   out.Special(tok::kBos);
 
@@ -258,7 +296,11 @@ Result<std::vector<int>> RenderChat(const std::vector<ChatMessage>& messages, co
                         .WithField(MessageRef(i)));
       case ChatRole::kUser:
         out.Special(tok::kUser);
-        out.Text(m.content);
+        if (m.images.empty()) {
+          out.Text(m.content);
+        } else {
+          MOE_TRY(WriteUserContent(out, m, *vision, i));
+        }
         out.Special(tok::kEnd);
         break;
       case ChatRole::kAssistant:
@@ -286,6 +328,9 @@ Result<std::vector<int>> RenderChat(const std::vector<ChatMessage>& messages, co
         MOE_ASSIGN_OR_RETURN(std::string text, Dump(result, MessageRef(i)));
         out.Special(tok::kTool);
         out.Text(text);
+        for (size_t k = 0; k < m.images.size(); ++k)  // an agent's screenshot tool: images after the result
+          if (auto st = out.Image(*vision, m.images[k].image); !st)
+            return Fail(st.error().WithContext(MessageRef(i) + ".image " + std::to_string(k)).WithField(MessageRef(i)));
         out.Special(tok::kEnd);
         break;
       }
@@ -297,7 +342,10 @@ Result<std::vector<int>> RenderChat(const std::vector<ChatMessage>& messages, co
     out.Special(tok::kAssistant);
     out.Special(tok::kThink);
   }
-  return out.Take();
+  RenderedChat r;
+  r.images = out.TakeImages();
+  r.tokens = out.Take();
+  return r;
 }
 
 Result<ParsedToolCall> ParseToolCallSpan(std::string_view text) {

@@ -59,6 +59,7 @@
 
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/status.hpp"
+#include "moeserve/engine/vision.hpp"
 
 namespace moeserve::engine {
 
@@ -89,12 +90,28 @@ struct ChatToolCall {
 Result<nlohmann::ordered_json> ToolCallArgumentsFromText(std::string_view text, const JsonLimits& limits,
                                                          std::string_view what);
 
+// An image of a user or tool message (model.md 14.5). In a user message it
+// renders in place, before the content byte `at` (the images in ascending
+// `at`, each at most content.size()): text parts and image parts keep their
+// order. In a tool message every image renders after the result's JSON object,
+// in order (`at` is not used).
+struct ChatImage {
+  size_t at = 0;
+  ImageInput image;
+};
+
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(ChatRole r, std::string c, std::optional<std::string> reasoning_text = std::nullopt,
+              std::vector<ChatToolCall> calls = {}, std::string call_id = {}, std::vector<ChatImage> image_parts = {})
+      : role(r), content(std::move(c)), reasoning(std::move(reasoning_text)), tool_calls(std::move(calls)),
+        tool_call_id(std::move(call_id)), images(std::move(image_parts)) {}
   ChatRole role = ChatRole::kUser;
   std::string content;
   std::optional<std::string> reasoning;  // assistant only; absent renders as empty
   std::vector<ChatToolCall> tool_calls;  // assistant only
   std::string tool_call_id;              // tool only
+  std::vector<ChatImage> images;         // user and tool only; needs a model with a vision tower
 };
 
 // Renders messages into token ids. `tools` is the request's `tools` array as
@@ -104,6 +121,16 @@ struct ChatMessage {
 // ("messages[3]: ...", "tools[1]: ...").
 Result<std::vector<int>> RenderChat(const std::vector<ChatMessage>& messages, const nlohmann::ordered_json* tools,
                                     bool add_generation_prompt);
+// The same with images: each renders as <|image_start|>, ImageTokenCount
+// placeholders, <|image_end|> (vision.hpp) and is listed in `images`, ready
+// for GenerationRequest. `vision` null: messages with images are refused
+// (RenderChat's behaviour), naming the message.
+struct RenderedChat {
+  std::vector<int> tokens;
+  std::vector<ImageSpan> images;
+};
+Result<RenderedChat> RenderChatWithImages(const std::vector<ChatMessage>& messages, const nlohmann::ordered_json* tools,
+                                          bool add_generation_prompt, const VisionConfig* vision);
 
 // The compact span body of one call: {"id":"..","name":"..","arguments":..}.
 Result<std::string> RenderToolCallJson(const ChatToolCall& call);
