@@ -1,5 +1,5 @@
 #include "moeserve/daemon/daemon.hpp"
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 
 #include <openssl/crypto.h>
 

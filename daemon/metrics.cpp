@@ -2,7 +2,7 @@
 
 #include <prometheus/text_serializer.h>
 
-#include "moeserve/daemon/storage/pull_metrics.hpp"
+#include "moeserve/storage/pull_metrics.hpp"
 
 namespace moeserve::daemon {
 

@@ -4,11 +4,12 @@
 #include <cstring>
 
 #include "moeserve/daemon/commands.hpp"
+#include "moeserve/storage/commands.hpp"
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "pull") == 0) return moeserve::daemon::RunPullCommand(argc - 1, argv + 1);
+  if (argc > 1 && std::strcmp(argv[1], "pull") == 0) return moeserve::storage::RunPullCommand(argc - 1, argv + 1);
   if (argc > 1 && std::strcmp(argv[1], "publish") == 0)
-    return moeserve::daemon::RunPublishCommand(argc - 1, argv + 1);
+    return moeserve::storage::RunPublishCommand(argc - 1, argv + 1);
   if (argc > 1 && std::strcmp(argv[1], "serve") == 0) return moeserve::daemon::RunServeCommand(argc - 1, argv + 1);
   return moeserve::daemon::RunServeCommand(argc, argv);
 }

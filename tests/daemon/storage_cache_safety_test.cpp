@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -263,4 +263,4 @@ TEST_F(CacheSafetyTest, SymlinkAtTheMetaFilesTemporaryNameIsReplacedNotWrittenTh
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "moeserve/daemon/commands.hpp"
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/commands.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/manifest.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -290,4 +290,4 @@ TEST_F(CacheTest, StatusJsonForReadyz) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

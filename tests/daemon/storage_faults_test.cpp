@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/manifest.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -131,4 +131,4 @@ TEST_F(FaultsTest, PersistentFailureGivesUpAndTheNextPullResumes) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

@@ -3,9 +3,9 @@
 // refusals (cut-off entry, key outside the prefix, sizes that are not uint64).
 #include <gtest/gtest.h>
 
-#include "moeserve/daemon/storage/s3_listing.hpp"
+#include "moeserve/storage/s3_listing.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 std::string Page(const std::string& contents, const std::string& tail = "<IsTruncated>false</IsTruncated>") {
@@ -64,4 +64,4 @@ TEST(S3Listing, ErrorBodyFields) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

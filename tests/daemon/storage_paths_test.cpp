@@ -8,12 +8,12 @@
 #include <fstream>
 
 #include "moeserve/common/sha256.hpp"
-#include "moeserve/daemon/storage/object_key.hpp"
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/object_key.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "storage/s3_listing_double.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -234,4 +234,4 @@ TEST_F(PathsTest, SymlinkInAFileSourceIsNotFollowed) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

@@ -11,13 +11,13 @@
 #include <fstream>
 
 #include "moeserve/common/sha256.hpp"
-#include "moeserve/daemon/commands.hpp"
-#include "moeserve/daemon/storage/model_publisher.hpp"
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/commands.hpp"
+#include "moeserve/storage/model_publisher.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "storage/s3rver.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -339,4 +339,4 @@ TEST(PublishCommand, ExitCodes) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

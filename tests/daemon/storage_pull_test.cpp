@@ -5,13 +5,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "moeserve/daemon/commands.hpp"
-#include "moeserve/daemon/storage/pull_metrics.hpp"
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/commands.hpp"
+#include "moeserve/storage/pull_metrics.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/manifest.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -198,4 +198,4 @@ TEST_F(PullTest, MetricsCountPulledBytes) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "storage/openssl_server.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -84,4 +84,4 @@ TEST_F(RedirectTest, HttpsToHttpsIsFollowed) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

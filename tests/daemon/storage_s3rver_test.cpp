@@ -6,12 +6,12 @@
 
 #include <filesystem>
 
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "storage/s3rver.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -224,4 +224,4 @@ TEST(S3rverTls, HttpsWithAPrivateCa) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

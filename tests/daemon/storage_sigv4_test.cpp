@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/common/sha256.hpp"
-#include "moeserve/daemon/storage/s3_request.hpp"
-#include "moeserve/daemon/storage/sigv4.hpp"
+#include "moeserve/storage/s3_request.hpp"
+#include "moeserve/storage/sigv4.hpp"
 #include "storage/test_servers.hpp"
 
-namespace moeserve::daemon::storage {
+namespace moeserve::storage {
 namespace {
 
 // docs.aws.amazon.com/general/latest/gr/signature-v4-test-suite.html: these
@@ -229,4 +229,4 @@ TEST(Credentials, EnvironmentThenFile) {
 }
 
 }  // namespace
-}  // namespace moeserve::daemon::storage
+}  // namespace moeserve::storage

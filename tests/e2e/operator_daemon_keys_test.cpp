@@ -15,7 +15,7 @@
 #include "moeserve/common/base64.hpp"
 #include "moeserve/daemon/api_keys.hpp"
 #include "moeserve/daemon/config.hpp"
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/manifest.hpp"
 #include "moeserve/operator/moedeployment.hpp"
 #include "moeserve/operator/operator.hpp"
@@ -118,10 +118,10 @@ TEST(OperatorDaemonContract, ServeConfigNamesTheDirectoryTheVerifiedPullFills) {
   op::MoEDeploymentSpec spec;
   spec.model_uri = "file://" + source.path.string();
   spec.model_revision = "2026-11-01";
-  daemon::storage::PullOptions options;
+  storage::PullOptions options;
   options.revision = spec.model_revision;
   options.log_progress = false;  // verify stays on, as the init container runs it
-  daemon::storage::WeightPuller puller({cache.path.string(), 0});
+  storage::WeightPuller puller({cache.path.string(), 0});
   auto pulled = puller.Pull(spec.model_uri, options);
   ASSERT_TRUE(pulled) << pulled.error().ToString();
 

@@ -24,7 +24,7 @@
 #include "../operator/operator_test_util.hpp"
 #include "moeserve/common/base64.hpp"
 #include "moeserve/daemon/metrics.hpp"
-#include "moeserve/daemon/storage/weight_puller.hpp"
+#include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/operator/vault_integration.hpp"
 #include "fake_vault.hpp"
 
@@ -263,11 +263,11 @@ void RunDaemon(const fs::path& dir) {
     // A pull from an S3 double, signed with the canary secret key: log lines
     // and the error value (the double serves no model) must not carry it.
     testing::S3ListingDouble s3("models", {{"m/config.json", "{}"}});
-    daemon::storage::WeightPuller puller(daemon::storage::CacheConfig{(dir / "cache.tmp").string(), 0});
-    daemon::storage::PullOptions po;
+    storage::WeightPuller puller(storage::CacheConfig{(dir / "cache.tmp").string(), 0});
+    storage::PullOptions po;
     po.source.endpoint_url = s3.endpoint();
     po.source.region = "us-east-1";
-    po.source.credentials = daemon::storage::AwsCredentials{"AKIAEXAMPLE", kCanaries.at("object-store secret key"), ""};
+    po.source.credentials = storage::AwsCredentials{"AKIAEXAMPLE", kCanaries.at("object-store secret key"), ""};
     auto pulled = puller.Pull("s3://models/m/", po);
     transcript += std::string("pull -> ") + (pulled ? "ok " + pulled->dir : pulled.error().ToString()) + "\n";
   }

@@ -7,10 +7,10 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "moeserve/daemon/storage/s3_listing.hpp"
+#include "moeserve/storage/s3_listing.hpp"
 
 using namespace moeserve;
-using namespace moeserve::daemon::storage;
+using namespace moeserve::storage;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

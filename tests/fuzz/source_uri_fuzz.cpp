@@ -6,10 +6,10 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "moeserve/daemon/storage/source_uri.hpp"
+#include "moeserve/storage/source_uri.hpp"
 
 using namespace moeserve;
-using namespace moeserve::daemon::storage;
+using namespace moeserve::storage;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view uri(reinterpret_cast<const char*>(data), size);

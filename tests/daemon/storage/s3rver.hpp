@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "moeserve/daemon/storage/sigv4.hpp"
+#include "moeserve/storage/sigv4.hpp"
 #include "test_servers.hpp"
 
 namespace moeserve::testing {
@@ -69,7 +69,7 @@ class S3rver {
     std::ifstream in(file, std::ios::binary);
     std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CURL* curl = curl_easy_init();
-    std::string url = endpoint() + "/" + bucket + "/" + daemon::storage::AwsUriEncode(key, false);
+    std::string url = endpoint() + "/" + bucket + "/" + storage::AwsUriEncode(key, false);
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "PUT");
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, data.data());
