@@ -245,14 +245,27 @@ Result<DaemonConfig> ParseDaemonConfigYaml(const std::string& text, const std::s
 }
 
 std::string ServeUsage() {
-  return "usage: moe-daemon [serve] --model DIR|URI [--port N] [--host ADDR] [--config FILE]\n"
-         "                  [--model-revision R] [--weights-cache DIR] [--storage-endpoint URL]\n"
-         "                  [--api-keys-file FILE] [--served-model-name NAME] [--max-running N]\n"
-         "                  [--max-queue N] [--cache-tokens N] [--no-prefix-cache] [--threads N]\n"
-         "                  [--default-max-tokens N] [--shutdown-grace-seconds S] [--kernels fast|reference]\n"
-         "                  [--deterministic]\n"
-         "Every YAML setting (docs/http-api.md, Configuration: type, default, range) is also a flag:\n"
-         "--max_context 4096 or --max-context 4096. Flags override the --config file.\n";
+  // Markdown's backticks read as noise in a terminal.
+  auto plain = [](std::string_view text) {
+    std::string out;
+    for (char ch : text)
+      if (ch != '`') out += ch;
+    return out;
+  };
+  std::string out =
+      "usage: moe-daemon [serve] --model DIR|URI [--config FILE] [--SETTING VALUE ...]\n"
+      "Every setting below is a key of the --config YAML file and a flag: --max_context 4096,\n"
+      "--max-context 4096 or --max-context=4096; flags override the file. --no-prefix-cache is\n"
+      "--prefix-cache false; --deterministic alone is --deterministic true. The sections pricing,\n"
+      "budgets and hooks are the file's (docs/http-api.md, Configuration).\n";
+  for (const SettingSpec& s : DaemonSettings()) {
+    std::string flag(s.key);
+    for (char& ch : flag)
+      if (ch == '_') ch = '-';
+    out += "  --" + flag + " " + std::string(SettingKindName(s.kind)) + " (default " + plain(s.default_value) +
+           (s.range.empty() ? "" : "; " + plain(s.range)) + ")\n      " + plain(s.doc) + "\n";
+  }
+  return out;
 }
 
 Result<DaemonConfig> ParseServeArgs(int argc, char** argv) {
