@@ -5,6 +5,7 @@
 #include <future>
 
 #include "moeserve/common/log.hpp"
+#include "sqlite_statement.hpp"
 
 namespace moeserve::daemon {
 
@@ -27,45 +28,10 @@ CREATE TABLE IF NOT EXISTS entries(
   PRIMARY KEY(session_id, seq)) WITHOUT ROWID;
 )sql";
 
-class Stmt {
+// This store's statements name it in their errors.
+class Stmt : public SqliteStatement {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, double v) {
-    sqlite3_bind_double(s_, i, v);
-    return *this;
-  }
-  Stmt& BindNull(int i) {
-    sqlite3_bind_null(s_, i);
-    return *this;
-  }
-  int Step() { return sqlite3_step(s_); }
-  bool Null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
-  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
-  double Real(int col) const { return sqlite3_column_double(s_, col); }
-  std::string Text(int col) const {
-    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col))) : std::string();
-  }
-  // SQLITE_DONE, or an error naming `what`.
-  Status Run(const std::string& what) {
-    if (!ok() || Step() != SQLITE_DONE) return Fail(Error::Io("session store: " + what + ": " + sqlite3_errmsg(db_)));
-    return Ok();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* s_ = nullptr;
-  int rc_ = SQLITE_ERROR;
+  Stmt(sqlite3* db, const char* sql) : SqliteStatement(db, sql, "session store") {}
 };
 
 Status Exec(sqlite3* db, const char* sql) {

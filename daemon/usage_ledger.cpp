@@ -9,6 +9,7 @@
 #include "moeserve/budget/budget_rules.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/usage_history.hpp"
+#include "sqlite_statement.hpp"
 
 namespace moeserve::daemon {
 
@@ -31,38 +32,7 @@ CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 )sql";
 
-// A prepared statement that finalizes itself.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, double v) {
-    sqlite3_bind_double(s_, i, v);
-    return *this;
-  }
-  int Step() { return sqlite3_step(s_); }
-  void Reset() { sqlite3_reset(s_); }
-  bool Null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
-  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
-  double Real(int col) const { return sqlite3_column_double(s_, col); }
-  std::string Text(int col) const {
-    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col))) : std::string();
-  }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
-  int rc_ = SQLITE_ERROR;
-};
+using Stmt = SqliteStatement;
 
 Error DbError(sqlite3* db, const std::string& what) {
   return Error::Io("usage ledger: " + what + ": " + (db ? sqlite3_errmsg(db) : "no database"));
