@@ -69,15 +69,9 @@ std::string AddressText(const sockaddr* sa) {
   return buf;
 }
 
-struct SocketCheck {
-  bool allow_private = false;
-  bool refused = false;
-  std::string refused_address;
-};
-
 // curl opens every socket through here: the last word on where it connects.
 curl_socket_t OpenCheckedSocket(void* clientp, curlsocktype purpose, curl_sockaddr* address) {
-  auto* check = static_cast<SocketCheck*>(clientp);
+  auto* check = static_cast<GuardedSocket::Check*>(clientp);
   if (purpose != CURLSOCKTYPE_IPCXN || !HookAddressAllowed(&address->addr, check->allow_private)) {
     check->refused = true;
     check->refused_address = AddressText(&address->addr);
@@ -133,35 +127,35 @@ std::string HookSignature(const std::string& secret, int64_t timestamp, const st
   return "sha256=" + HmacSha256Hex(secret, std::to_string(timestamp) + "." + delivery_id + "." + body);
 }
 
-HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, const std::string& body,
-                        double timeout_seconds) {
-  HookSendResult r;
+GuardedTarget ResolveGuardedTarget(const std::string& url_text, bool allow_http, bool allow_private,
+                                   const std::string& who, const std::string& private_hint) {
+  GuardedTarget t;
   UrlParts url;
-  if (!ParseUrl(hook.url, url)) {
-    r.refused = true;
-    r.error = "hook '" + hook.name + "': the URL does not parse";
-    return r;
+  if (!ParseUrl(url_text, url)) {
+    t.refused = true;
+    t.error = who + ": the URL does not parse";
+    return t;
   }
-  const std::string where = "hook '" + hook.name + "' (" + url.host + ")";
-  if (url.scheme != "https" && !(url.scheme == "http" && hook.allow_http)) {
-    r.refused = true;
-    r.error = where + ": scheme " + url.scheme + " is not allowed (https, or http with allowHTTP)";
-    return r;
+  const std::string where = who + " (" + url.host + ")";
+  if (url.scheme != "https" && !(url.scheme == "http" && allow_http)) {
+    t.refused = true;
+    t.error = where + ": scheme " + url.scheme + " is not allowed";
+    return t;
   }
-  // Resolve here and pin the connection to an allowed address.
   std::string host = url.host;
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  t.host = host;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (int rc = ::getaddrinfo(host.c_str(), url.port.c_str(), &hints, &found); rc != 0) {
-    r.error = where + ": cannot resolve: " + gai_strerror(rc);
-    return r;
+    t.error = where + ": cannot resolve: " + gai_strerror(rc);
+    return t;
   }
   std::string pinned, refused_list;
   for (addrinfo* ai = found; ai; ai = ai->ai_next) {
     const std::string text = AddressText(ai->ai_addr);
-    if (HookAddressAllowed(ai->ai_addr, hook.allow_private_addresses)) {
+    if (HookAddressAllowed(ai->ai_addr, allow_private)) {
       pinned = ai->ai_family == AF_INET6 ? "[" + text + "]" : text;
       break;
     }
@@ -169,12 +163,37 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
   }
   ::freeaddrinfo(found);
   if (pinned.empty()) {
-    r.refused = true;
-    r.error = where + ": resolves only to addresses hooks may not reach (" + refused_list +
-              "; loopback, link-local and private addresses need allowPrivateAddresses)";
+    t.refused = true;
+    t.error = where + ": resolves only to addresses it may not reach (" + refused_list + "; " + private_hint + ")";
+    return t;
+  }
+  t.ok = true;
+  t.resolve_entry = host + ":" + url.port + ":" + pinned;
+  return t;
+}
+
+GuardedSocket::GuardedSocket(void* curl, const GuardedTarget& target, bool allow_private) {
+  check_.allow_private = allow_private;
+  resolve_ = curl_slist_append(nullptr, target.resolve_entry.c_str());
+  curl_easy_setopt(static_cast<CURL*>(curl), CURLOPT_RESOLVE, static_cast<curl_slist*>(resolve_));
+  curl_easy_setopt(static_cast<CURL*>(curl), CURLOPT_OPENSOCKETFUNCTION, OpenCheckedSocket);
+  curl_easy_setopt(static_cast<CURL*>(curl), CURLOPT_OPENSOCKETDATA, &check_);
+}
+
+GuardedSocket::~GuardedSocket() { curl_slist_free_all(static_cast<curl_slist*>(resolve_)); }
+
+HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, const std::string& body,
+                        double timeout_seconds) {
+  HookSendResult r;
+  const GuardedTarget target =
+      ResolveGuardedTarget(hook.url, hook.allow_http, hook.allow_private_addresses, "hook '" + hook.name + "'",
+                           "loopback, link-local and private addresses need allowPrivateAddresses");
+  if (!target.ok) {
+    r.refused = target.refused;
+    r.error = target.error + (target.error.find("scheme ") != std::string::npos ? " (https, or http with allowHTTP)" : "");
     return r;
   }
-
+  const std::string where = "hook '" + hook.name + "' (" + target.host + ")";
   http_client::CurlEasy curl;
   if (!curl.ok()) {
     r.error = where + ": curl_easy_init failed";
@@ -189,9 +208,7 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
   policy.connect_timeout = std::chrono::milliseconds(static_cast<long>(std::min(timeout_seconds, 5.0) * 1000));
   curl.Prepare(policy);
   CURL* c = curl.get();
-  SocketCheck check{hook.allow_private_addresses};
-  http_client::CurlStringList resolve;
-  resolve.Add(host + ":" + url.port + ":" + pinned);
+  GuardedSocket guard(c, target, hook.allow_private_addresses);
   http_client::CurlStringList headers;
   headers.Add("Content-Type: application/json");
   // Each attempt is signed afresh at its own time: a receiver that keeps a
@@ -204,9 +221,6 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
   headers.Add("X-MoE-Signature: " + HookSignature(hook.secret, timestamp, delivery_id, body));
   headers.Add("Expect:");
   curl_easy_setopt(c, CURLOPT_URL, hook.url.c_str());
-  curl_easy_setopt(c, CURLOPT_RESOLVE, resolve.get());
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, OpenCheckedSocket);
-  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &check);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(c, CURLOPT_POST, 1L);
   curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
@@ -215,9 +229,9 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
   const CURLcode rc = curl.Perform();
   const long status = curl.ResponseCode();
   r.http_status = static_cast<int>(status);
-  if (check.refused) {
+  if (guard.refused()) {
     r.refused = true;
-    r.error = where + ": refused to connect to " + check.refused_address;
+    r.error = where + ": refused to connect to " + guard.refused_address();
     return r;
   }
   if (rc != CURLE_OK) {

@@ -111,6 +111,20 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
     return integer(1024, int64_t{1} << 32, c.max_body_bytes);
   } else if (key == "constrained_max_string_bytes") {
     return integer(1, 1 << 20, c.constrained_max_string_bytes);
+  } else if (key == "image_max_bytes") {
+    return integer(1, int64_t{1} << 30, c.images.limits.max_bytes);
+  } else if (key == "image_max_pixels") {
+    return integer(1, int64_t{1} << 32, c.images.limits.max_pixels);
+  } else if (key == "image_max_per_request") {
+    return integer(0, 1024, c.images.max_per_request);
+  } else if (key == "image_url_allowed_hosts") {
+    auto hosts = ParseImageHostList(value);
+    if (!hosts) return bad(hosts.error().message());
+    c.images.allowed_hosts = std::move(*hosts);
+  } else if (key == "image_url_allow_private_addresses") {
+    return boolean(c.images.allow_private_addresses);
+  } else if (key == "image_fetch_timeout_seconds") {
+    return seconds(0.1, 600, c.images.fetch_timeout_seconds);
   } else if (key == "tls_cert_file") {
     c.tls_cert_file = value;
   } else if (key == "tls_key_file") {

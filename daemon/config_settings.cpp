@@ -97,6 +97,20 @@ constexpr SettingSpec kSettings[] = {
      "reasoning tokens at tier high"},
     {"constrained_max_string_bytes", kInteger, "256", "1 to 1048576",
      "longest string in a constrained tool call or `json_object` value"},
+    // Image parts (image_decode.hpp, image_prompt.hpp).
+    {"image_max_bytes", kInteger, "20971520", "1 to 2^30",
+     "an image part's encoded size (base64-decoded, or fetched); checked on the base64 length before decoding (a "
+     "data: URL is also bounded by `max_body_bytes`)"},
+    {"image_max_pixels", kInteger, "16777216", "1 to 2^32",
+     "an image's width x height as its header declares it, checked before any pixel buffer exists"},
+    {"image_max_per_request", kInteger, "8", "0 to 1024",
+     "image parts in one request's messages (history included); 0 refuses every image"},
+    {"image_url_allowed_hosts", kText, "none", "comma-separated host names or IP literals (`[v6]`)",
+     "hosts whose `http(s)` image URLs are fetched; none: only `data:` URLs"},
+    {"image_url_allow_private_addresses", kBoolean, "false", "",
+     "let those fetches connect to loopback, link-local and private addresses (refused otherwise, as for hooks)"},
+    {"image_fetch_timeout_seconds", kNumber, "10", "0.1 to 600",
+     "the whole fetch of one image URL"},
     // Usage, budgets and hooks (the sections pricing, budgets, hooks aside).
     {"state_dir", kText, "none", "a directory",
      "durable state: the ledger `usage.sqlite3` and sessions `sessions.sqlite3` in it; created if missing"},

@@ -51,6 +51,45 @@ HookSendResult SendHook(const HookConfig& hook, const std::string& delivery_id, 
 // Whether a hook may connect to `addr` (AF_INET or AF_INET6).
 bool HookAddressAllowed(const sockaddr* addr, bool allow_private_addresses);
 
+// The address policy above for any outgoing call a client can aim (hooks,
+// image URLs): ResolveGuardedTarget parses the URL with libcurl's parser,
+// checks the scheme, resolves the host and picks the first allowed address;
+// GuardedSocket then pins a prepared handle to it (CURLOPT_RESOLVE) and
+// checks every socket the transfer opens.
+struct GuardedTarget {
+  bool ok = false;
+  bool refused = false;       // scheme or address not allowed (nothing was sent)
+  std::string error;          // names `who` and the host, never the path or query
+  std::string host;           // as libcurl parsed it (IPv6 without brackets)
+  std::string resolve_entry;  // "host:port:address" for CURLOPT_RESOLVE
+};
+// `private_hint` ends the message when only private addresses were found
+// (the setting that would allow them).
+GuardedTarget ResolveGuardedTarget(const std::string& url, bool allow_http, bool allow_private_addresses,
+                                   const std::string& who, const std::string& private_hint);
+
+class GuardedSocket {
+ public:
+  // Sets CURLOPT_RESOLVE and the socket check on `curl`; this object must
+  // outlive the transfer.
+  GuardedSocket(void* curl, const GuardedTarget& target, bool allow_private_addresses);
+  GuardedSocket(const GuardedSocket&) = delete;
+  GuardedSocket& operator=(const GuardedSocket&) = delete;
+  ~GuardedSocket();
+  bool refused() const { return check_.refused; }
+  const std::string& refused_address() const { return check_.refused_address; }
+
+  struct Check {  // what the socket callback reads and writes
+    bool allow_private = false;
+    bool refused = false;
+    std::string refused_address;
+  };
+
+ private:
+  Check check_;
+  void* resolve_ = nullptr;  // curl_slist*
+};
+
 // The X-MoE-Signature value: "sha256=" + HmacSha256Hex(secret,
 // "<timestamp>.<delivery_id>.<body>"), timestamp in decimal unix seconds.
 std::string HookSignature(const std::string& secret, int64_t timestamp, const std::string& delivery_id,

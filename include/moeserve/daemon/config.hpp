@@ -20,6 +20,7 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/budget/budget_policy.hpp"
+#include "moeserve/daemon/image_decode.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/audit_log.hpp"
 #include "moeserve/daemon/http_server.hpp"
@@ -72,6 +73,7 @@ struct DaemonConfig {
   // Constrained decoding: the longest string a tool argument (or json_object
   // value) may hold. A bound keeps a poorly sampling model from running on.
   int constrained_max_string_bytes = 256;
+  ImageUrlPolicy images;  // image parts: limits, allowed URL hosts (image_decode.hpp)
   // Budgets and the usage ledger (budget_service.hpp).
   std::string state_dir;
   std::string ledger_path;
