@@ -30,21 +30,60 @@ ApiError WrongType(const std::string& param, const std::string& expected, const 
   return ApiError::InvalidRequest("'" + param + "' must be " + expected + ", got " + TypeName(got), param);
 }
 
-// OpenAI content: a string, null, or an array of {"type":"text","text":...}
-// parts (images and audio are refused: the model reads text only).
-ApiResult<std::string> ReadContent(const ojson& v, const std::string& param) {
+// OpenAI content: a string, null, or an array of parts. Text parts are
+// joined; image_url parts (user and tool messages only) are recorded in
+// `images` with the byte offset in the joined text where they sit. Audio,
+// file and video parts are refused by name.
+ApiResult<std::string> ReadContent(const ojson& v, const std::string& param, engine::ChatRole role,
+                                   size_t message_index, std::vector<ImagePart>& images) {
   if (v.is_null()) return std::string();
   if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) return ApiFail(WrongType(param, "a string or an array of text parts", v));
+  if (!v.is_array()) return ApiFail(WrongType(param, "a string or an array of content parts", v));
+  const bool images_allowed = role == engine::ChatRole::kUser || role == engine::ChatRole::kTool;
   std::string text;
   for (size_t i = 0; i < v.size(); ++i) {
     std::string p = param + "[" + std::to_string(i) + "]";
     const ojson& part = v[i];
     if (!part.is_object()) return ApiFail(WrongType(p, "an object", part));
     auto type = part.find("type");
-    if (type == part.end() || !type->is_string() || *type != "text") {
-      return ApiFail(ApiError::InvalidRequest("'" + p + ".type' must be \"text\": this model reads text only", p + ".type"));
+    if (type == part.end() || !type->is_string())
+      return ApiFail(ApiError::InvalidRequest("'" + p + ".type' must be \"text\" or \"image_url\"", p + ".type"));
+    const std::string& kind = type->get_ref<const std::string&>();
+    if (kind == "image_url") {
+      if (!images_allowed)
+        return ApiFail(ApiError::InvalidRequest(
+            "'" + p + "' is an image part: images are accepted in user and tool messages only", p + ".type"));
+      auto iu = part.find("image_url");
+      if (iu == part.end() || !iu->is_object())
+        return ApiFail(WrongType(p + ".image_url", "an object {\"url\": ...}", iu == part.end() ? ojson() : *iu));
+      auto url = iu->find("url");
+      if (url == iu->end() || !url->is_string() || url->get_ref<const std::string&>().empty())
+        return ApiFail(ApiError::InvalidRequest("'" + p + ".image_url.url' must be a non-empty string (a data: URL)",
+                                                p + ".image_url.url"));
+      ImagePart image;
+      image.message = message_index;
+      image.text_offset = text.size();
+      image.url = url->get<std::string>();
+      image.param = p + ".image_url.url";
+      auto detail = iu->find("detail");
+      if (detail != iu->end() && !detail->is_null()) {
+        if (!detail->is_string() || (*detail != "low" && *detail != "high" && *detail != "auto"))
+          return ApiFail(ApiError::InvalidRequest("'" + p + ".image_url.detail' must be \"low\", \"high\" or \"auto\"",
+                                                  p + ".image_url.detail"));
+        image.detail = detail->get<std::string>();
+      }
+      images.push_back(std::move(image));
+      continue;
     }
+    if (kind == "input_audio" || kind == "audio" || kind == "file" || kind == "video" || kind == "video_url" ||
+        kind == "input_video") {
+      return ApiFail(ApiError::InvalidRequest("'" + p + ".type' is \"" + kind +
+                                                  "\": audio, video and file parts are not supported; this server "
+                                                  "reads text and images",
+                                              p + ".type"));
+    }
+    if (kind != "text")
+      return ApiFail(ApiError::InvalidRequest("'" + p + ".type' must be \"text\" or \"image_url\"", p + ".type"));
     auto t = part.find("text");
     if (t == part.end() || !t->is_string()) return ApiFail(WrongType(p + ".text", "a string", t == part.end() ? ojson() : *t));
     text += t->get<std::string>();
@@ -100,7 +139,8 @@ ApiResult<engine::ChatToolCall> ReadToolCall(const ojson& v, const std::string& 
   return call;
 }
 
-ApiResult<engine::ChatMessage> ReadMessage(const ojson& v, const std::string& param, const JsonLimits& limits) {
+ApiResult<engine::ChatMessage> ReadMessage(const ojson& v, const std::string& param, const JsonLimits& limits,
+                                           size_t index, std::vector<ImagePart>& images) {
   if (!v.is_object()) return ApiFail(WrongType(param, "an object", v));
   auto role_it = v.find("role");
   if (role_it == v.end() || !role_it->is_string()) {
@@ -117,7 +157,7 @@ ApiResult<engine::ChatMessage> ReadMessage(const ojson& v, const std::string& pa
   m.role = *role;
   auto content = v.find("content");
   if (content != v.end()) {
-    auto text = ReadContent(*content, param + ".content");
+    auto text = ReadContent(*content, param + ".content", m.role, index, images);
     if (!text) return ApiFail(text.error());
     m.content = std::move(*text);
   } else if (m.role != engine::ChatRole::kAssistant) {
@@ -513,7 +553,7 @@ ApiResult<ChatRequest> ReadChatRequest(const ojson& body, const JsonLimits& limi
   if (!messages->is_array()) return ApiFail(WrongType("messages", "an array", *messages));
   if (messages->empty()) return ApiFail(ApiError::InvalidRequest("'messages' must hold at least one message", "messages"));
   for (size_t i = 0; i < messages->size(); ++i) {
-    auto m = ReadMessage((*messages)[i], "messages[" + std::to_string(i) + "]", limits);
+    auto m = ReadMessage((*messages)[i], "messages[" + std::to_string(i) + "]", limits, i, req.images);
     if (!m) return ApiFail(m.error());
     req.messages.push_back(std::move(*m));
   }

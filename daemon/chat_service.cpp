@@ -1,4 +1,5 @@
 #include "moeserve/daemon/chat_service.hpp"
+#include "moeserve/daemon/image_prompt.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -48,13 +49,16 @@ struct Prepared {
   std::vector<int> harmony_header_tail;        // gpt-oss: <|constrain|>json<|message|>
 };
 
-ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
+// `images`: the request's image parts, decoded (PrepareImages); placed into
+// the prompt as placeholder spans, which the usage counts as prompt tokens.
+ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, const std::vector<PreparedImage>& images) {
   if (!req.model.empty() && req.model != facts.model_name) return ApiFail(ApiError::ModelNotFound(req.model));
   ReasoningEffort effort = req.reasoning_effort.value_or(facts.default_effort);
   GrammarLimits limits;
   limits.max_string_bytes = facts.constrained_max_string_bytes;
   Prepared p;
   std::optional<std::vector<int>> prompt;
+  std::vector<engine::ImageSpan> rendered_images;
   if (facts.harmony) {
     // gpt-oss: harmony (harmony_request.hpp), the tier's effort in the system message.
     auto h = RenderHarmonyRequest(req, effort, *facts.harmony, limits);
@@ -67,12 +71,19 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
     p.harmony_header_tail = std::move(h->header_tail);
   } else {
     const nlohmann::ordered_json* tools = req.tools.is_array() ? &req.tools : nullptr;
-    auto rendered = engine::RenderChat(req.messages, tools, /*add_generation_prompt=*/true);
+    std::vector<engine::ChatMessage> with_images;
+    if (!images.empty()) {
+      with_images = req.messages;
+      PlaceImages(images, with_images);
+    }
+    auto rendered = engine::RenderChatWithImages(images.empty() ? req.messages : with_images, tools,
+                                                 /*add_generation_prompt=*/true, facts.vision ? &*facts.vision : nullptr);
     if (!rendered) {
       const std::string& field = rendered.error().field();
       return ApiFail(ApiError::InvalidRequest(rendered.error().message(), field.empty() ? "messages" : field));
     }
-    prompt = std::move(*rendered);
+    prompt = std::move(rendered->tokens);
+    rendered_images = std::move(rendered->images);
   }
   const int prompt_tokens = static_cast<int>(prompt->size());
   if (prompt_tokens >= facts.max_context) {
@@ -103,6 +114,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts) {
   p.tier = std::string(ReasoningEffortName(effort));
   auto& g = p.generation;
   g.prompt = std::move(*prompt);
+  g.images = std::move(rendered_images);
   g.max_tokens = max_tokens;
   g.thinking_budget = budget;
   g.starts_in_reasoning = true;
@@ -213,7 +225,12 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   };
   auto req = ParseChatRequest(body);
   if (!req) return fail(req.error());
-  auto prepared = Prepare(*req, facts_);
+  // Fetched and decoded once, before the tiers are decided (a downgrade
+  // prepares the request again).
+  auto images = PrepareImages(req->images, facts_.images, facts_.vision ? &*facts_.vision : nullptr,
+                              facts_.max_context);
+  if (!images) return fail(images.error());
+  auto prepared = Prepare(*req, facts_, *images);
   if (!prepared) return fail(prepared.error());
   // The tenant's tiers, budgets and rate limits; checked on a valid request
   // only, at the tier it would run at.
@@ -223,7 +240,7 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
     // A spent `downgrade` budget: served at low, whatever was asked; the
     // request's own thinking_budget can only lower low's budget further.
     req->reasoning_effort = ReasoningEffort::kLow;
-    prepared = Prepare(*req, facts_);
+    prepared = Prepare(*req, facts_, *images);
     if (!prepared) return fail(prepared.error());
   }
   // The worst case held against `block` budgets and a slot of the tenant's
@@ -245,6 +262,7 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   info.call_id_seed = prepared->call_id_seed;
   info.constrained_names = prepared->constrained_names;
   info.logprobs = req->logprobs;
+  for (const PreparedImage& image : *images) info.image_tokens += image.span_tokens;
   info.harmony = facts_.harmony;
   info.harmony_tool_names = prepared->harmony_tool_names;
   info.harmony_prefill = prepared->harmony_prefill;

@@ -86,11 +86,14 @@ json CompletionSink::Chunk(json delta, const char* finish_reason, json logprobs)
 }
 
 json CompletionSink::Usage(const engine::SequenceUsage& u) const {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  json usage = {{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
+                {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  // Image spans are prompt tokens (counted above, charged like text); this says how many.
+  if (info_.image_tokens > 0) usage["prompt_tokens_details"]["image_tokens"] = info_.image_tokens;
+  return usage;
 }
 
 void CompletionSink::SendDelta(const OutputDelta& d) {

@@ -44,6 +44,7 @@ struct CompletionInfo {
   std::vector<std::string> stop;
   uint64_t call_id_seed = 0;                   // DecodePolicyOptions::id_seed
   std::vector<std::string> constrained_names;  // tool_choice required or named: the callable tools
+  int64_t image_tokens = 0;  // prompt tokens that are image spans (usage.prompt_tokens_details.image_tokens)
   bool logprobs = false;                       // choices[].logprobs for the content tokens
   // gpt-oss: the output is read in harmony (HarmonyAssembler), not moe-dsa-v1's format.
   std::shared_ptr<const HarmonyServing> harmony;

@@ -686,6 +686,8 @@ Status Daemon::LoadModel() {
   facts.default_max_tokens = m.config.default_max_tokens;
   facts.default_effort = m.config.default_reasoning_effort;
   facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
+  facts.images = m.config.images;
+  facts.vision = m.engine->config().vision;
   std::shared_ptr<const SessionModel> session_model;
   // The chat format, keyed by the family: harmony for gpt-oss, moe-dsa-v1's own otherwise.
   if (family_name == "gpt-oss") {

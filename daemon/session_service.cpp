@@ -441,6 +441,13 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
     e.param = TurnParam(e.param, history_messages.size());
     return ReplyError(*ex, e);
   }
+  if (!request->images.empty()) {
+    // A session would store each part's bytes in its history on every turn;
+    // image parts go through POST /v1/chat/completions.
+    const std::string p = TurnParam(request->images.front().param, history_messages.size());
+    return ReplyError(*ex, ApiError::InvalidRequest("'" + p + "': image parts are not accepted in session turns; "
+                                                    "send them to POST /v1/chat/completions", p));
+  }
   std::vector<engine::ChatMessage> incoming_messages(
       request->messages.begin() + static_cast<long>(history_messages.size()), request->messages.end());
   for (size_t i = 0; i < incoming_messages.size(); ++i) {

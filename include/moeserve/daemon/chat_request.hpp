@@ -37,9 +37,22 @@ enum class ReasoningEffort { kLow, kMedium, kHigh };
 std::string_view ReasoningEffortName(ReasoningEffort e);
 std::optional<ReasoningEffort> ParseReasoningEffort(std::string_view s);
 
+// An OpenAI image part ({"type":"image_url","image_url":{"url":...,
+// "detail":...}}) of a user or tool message, as sent: its URL is parsed,
+// fetched and decoded later (image_prompt.hpp), when the deployment's limits
+// and the model are known.
+struct ImagePart {
+  size_t message = 0;      // index in ChatRequest::messages
+  size_t text_offset = 0;  // bytes of the message's joined text parts before it
+  std::string url;         // data:image/...;base64,... or http(s)://...
+  std::string detail = "auto";  // low | high | auto (accepted; the tower's own resize decides the size)
+  std::string param;       // "messages[2].content[1].image_url.url", for errors
+};
+
 struct ChatRequest {
   std::string model;
   std::vector<engine::ChatMessage> messages;
+  std::vector<ImagePart> images;       // image parts of all messages, in order
   nlohmann::ordered_json tools;        // the request's `tools` array as sent, or null
   std::vector<ToolSpec> tool_specs;    // tools[].function, in order
   ToolChoice tool_choice = ToolChoice::kAuto;

@@ -15,9 +15,11 @@
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/harmony_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
+#include "moeserve/daemon/image_decode.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/scheduler.hpp"
 #include "moeserve/engine/model_config.hpp"
+#include "moeserve/engine/vision.hpp"
 
 namespace moeserve::daemon {
 
@@ -36,6 +38,10 @@ struct ServingFacts {
   // a prompt that begins with these tokens shares their cached state across
   // tenants; everything else is cached per tenant. Empty: nothing is shared.
   std::vector<int> public_prefix;
+  // Image parts (image_prompt.hpp): the config's limits and URL policy, and
+  // the model's tower (absent: the model reads text only).
+  ImageUrlPolicy images;
+  std::optional<engine::VisionConfig> vision;
 };
 
 class ChatService {
