@@ -2,11 +2,14 @@
 // A text-only model answers 400 "reads text only", but only once the parts
 // are valid (bad base64 and too many images are named first). A model with
 // the small random tower (moe-model-gen --vision) answers, counting each
-// image's span in usage.prompt_tokens and prompt_tokens_details.image_tokens;
+// image's span in usage.prompt_tokens, prompt_tokens_details.image_tokens and
+// the usage ledger that budgets read;
 // a decompression bomb, images whose tokens fill the context, and image parts
 // in a session turn are refused with the limit named. The official client's
 // round trip is daemon.openai_vision.
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "../support/test_images.hpp"
 #include "daemon_harness.hpp"
@@ -41,6 +44,20 @@ json ImageTurn(const std::vector<std::string>& urls, const std::string& text = "
   return json::array({{{"role", "user"}, {"content", content}}});
 }
 
+// Prompt tokens the usage ledger has charged this month, over every tenant
+// (what budgets and prices are computed from).
+const std::map<std::string, std::string> kKey = {{"Authorization", "Bearer sk-img-0123456789"}};
+
+int64_t LedgerPromptTokens(int port) {
+  int64_t prompt = 0;
+  const json usage = Http(port, "GET", "/v1/usage", "", kKey).Json();
+  for (const auto& row : usage["data"]) {
+    if (row["period"] != "month") continue;
+    prompt += row["tokens"]["input"].get<int64_t>() + row["tokens"]["cached_input"].get<int64_t>();
+  }
+  return prompt;
+}
+
 json Body(const json& messages) { return {{"model", "tiny"}, {"messages", messages}, {"max_tokens", 4}, {"seed", 1}}; }
 
 TEST(ImageChat, TextOnlyModelRefusesImagesAfterValidatingThem) {
@@ -66,13 +83,18 @@ TEST(ImageChat, TextOnlyModelRefusesImagesAfterValidatingThem) {
 TEST(ImageChat, VisionModelCountsImageTokensInUsage) {
   DaemonConfig c = TestConfig();
   c.model = VisionModelDir();
+  c.api_keys_file = ::testing::TempDir() + "/moe_image_chat_keys_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(c.api_keys_file) << "keys:\n  - {key: sk-img-0123456789, tenant: img}\n";
   auto d = StartDaemon(c);
   ASSERT_TRUE(d);
   const int port = PortOf(*d);
-  auto text_only = Chat(port, Body(ImageTurn({})));
+  auto text_only = Chat(port, Body(ImageTurn({})), kKey);
   ASSERT_EQ(text_only.status, 200) << text_only.body;
-  auto with_image = Chat(port, Body(ImageTurn({PngUrl(40, 24)})));
+  const int64_t charged_before = LedgerPromptTokens(port);
+  auto with_image = Chat(port, Body(ImageTurn({PngUrl(40, 24)})), kKey);
   ASSERT_EQ(with_image.status, 200) << with_image.body;
+  // The ledger charges the image's span as prompt tokens.
+  EXPECT_EQ(LedgerPromptTokens(port) - charged_before, with_image.Json()["usage"]["prompt_tokens"].get<int64_t>());
   const auto span = engine::ImageSpanTokens(engine::TinyVisionConfig(), 40, 24);
   ASSERT_TRUE(span.has_value());
   const json usage = with_image.Json()["usage"];
@@ -83,16 +105,16 @@ TEST(ImageChat, VisionModelCountsImageTokensInUsage) {
   // A header declaring 100000 x 100000 pixels is refused before decoding.
   const std::string bomb = test_support::WithPngSize(test_support::EncodePng(4, 4, test_support::Gradient(4, 4)),
                                                      100000, 100000);
-  auto r = Chat(port, Body(ImageTurn({"data:image/png;base64," + Base64Encode(bomb)})));
+  auto r = Chat(port, Body(ImageTurn({"data:image/png;base64," + Base64Encode(bomb)})), kKey);
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("(image_max_pixels)"), std::string::npos) << r.body;
 
   // Image parts are refused in session turns rather than stored per turn.
-  auto s = Http(port, "POST", "/v1/sessions", json{{"system", "terse"}}.dump());
+  auto s = Http(port, "POST", "/v1/sessions", json{{"system", "terse"}}.dump(), kKey);
   ASSERT_EQ(s.status, 200) << s.body;
   const std::string id = s.Json().value("id", "");
   r = Http(port, "POST", "/v1/sessions/" + id + "/chat/completions",
-           json{{"messages", ImageTurn({PngUrl(8, 8)})}, {"max_tokens", 4}}.dump());
+           json{{"messages", ImageTurn({PngUrl(8, 8)})}, {"max_tokens", 4}}.dump(), kKey);
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("not accepted in session turns"), std::string::npos) << r.body;
   d->Shutdown(1);
