@@ -59,7 +59,14 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
   Prepared p;
   std::optional<std::vector<int>> prompt;
   std::vector<engine::ImageSpan> rendered_images;
-  if (facts.harmony) {
+  std::shared_ptr<engine::DecodeController> qwen3_controller;
+  if (facts.qwen3) {
+    // Qwen3-Next: its ChatML; the controller follows tool_choice and response_format.
+    auto q = RenderQwen3Request(req, *facts.qwen3, limits);
+    if (!q) return ApiFail(q.error());
+    prompt = std::move(q->prompt);
+    qwen3_controller = std::move(q->controller);
+  } else if (facts.harmony) {
     // gpt-oss: harmony (harmony_request.hpp), the tier's effort in the system message.
     auto h = RenderHarmonyRequest(req, effort, *facts.harmony, limits);
     if (!h) return ApiFail(h.error());
@@ -135,6 +142,11 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
   policy.id_seed = g.sampling.seed ^ prompt_hash;
   policy.limits.max_string_bytes = facts.constrained_max_string_bytes;
   p.call_id_seed = policy.id_seed;
+  if (facts.qwen3) {
+    // Stops: the family's (<|im_end|> and the config's eos); the prompt opened <think>.
+    g.controller = std::move(qwen3_controller);
+    return p;
+  }
   if (facts.harmony) {
     // The output is read by harmony's parser; the tool choice is in the prompt
     // (RenderHarmonyRequest). A demanded call's arguments follow its schema
@@ -264,6 +276,7 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   info.logprobs = req->logprobs;
   for (const PreparedImage& image : *images) info.image_tokens += image.span_tokens;
   info.harmony = facts_.harmony;
+  info.qwen3 = facts_.qwen3;
   info.harmony_tool_names = prepared->harmony_tool_names;
   info.harmony_prefill = prepared->harmony_prefill;
   info.received = received;

@@ -5,6 +5,7 @@
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/chat_service.hpp"
 #include "moeserve/daemon/harmony_assembler.hpp"
+#include "moeserve/daemon/qwen3_assembler.hpp"
 #include "moeserve/daemon/logprobs_json.hpp"
 
 namespace moeserve::daemon {
@@ -19,6 +20,7 @@ std::unique_ptr<OutputReader> MakeReader(const CompletionInfo& info) {
                                                                       info.harmony_tool_names, info.stop,
                                                                       info.call_id_seed, info.harmony_prefill});
   }
+  if (info.qwen3) return std::make_unique<Qwen3Assembler>(*info.qwen3, info.stop, info.call_id_seed);
   return std::make_unique<OutputAssembler>(AssemblerOptions{info.stop, info.call_id_seed, info.constrained_names});
 }
 
@@ -73,6 +75,7 @@ void CompletionSink::AbortStream(const json& error_body, bool done) {
 }
 
 const engine::HfTokenizer* CompletionSink::LogprobsTokenizer() const {
+  if (info_.qwen3) return info_.qwen3->tokenizer.get();
   return info_.harmony ? info_.harmony->tokenizer : nullptr;
 }
 

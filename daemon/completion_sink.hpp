@@ -24,6 +24,7 @@
 
 #include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/harmony_request.hpp"
+#include "moeserve/daemon/qwen3_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
@@ -50,6 +51,8 @@ struct CompletionInfo {
   std::shared_ptr<const HarmonyServing> harmony;
   std::vector<std::string> harmony_tool_names;  // the functions the output may call
   std::vector<int> harmony_prefill;             // the call header the prompt ends with, if any
+  // Qwen3-Next: the output is read in its ChatML format (Qwen3Assembler).
+  std::shared_ptr<const Qwen3Serving> qwen3;
   std::chrono::steady_clock::time_point received;
   // The request's hold on its tenant's budgets and concurrency: released once
   // its charge is committed, or when the sink goes without one.

@@ -26,6 +26,7 @@
 #include "moeserve/daemon/session_service.hpp"
 #include "moeserve/daemon/usage_history.hpp"
 #include "moeserve/engine/chat_format.hpp"
+#include "moeserve/engine/qwen3_chat.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
@@ -632,9 +633,9 @@ Status Daemon::LoadModel() {
   if (!family) return fail(family.error(), "loading model " + m.config.model);
   const std::string family_name = (*family)->name;
   // The daemon renders chat only for these families; the engine runs others
-  // (Qwen3-Next) on token ids (moe-run --prompt-ids) until their chat format
-  // is served here.
-  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss")
+  // (DeepSeek-V3.2) on token ids (moe-run --prompt-ids) until their chat
+  // format is served here.
+  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss" && family_name != "qwen3_next")
     return fail(Error::InvalidArgument("the daemon has no chat format for " + family_name +
                                        " models yet (moe-run --prompt-ids runs them on token ids)"),
                 "loading model " + m.config.model);
@@ -689,8 +690,23 @@ Status Daemon::LoadModel() {
   facts.images = m.config.images;
   facts.vision = m.engine->config().vision;
   std::shared_ptr<const SessionModel> session_model;
-  // The chat format, keyed by the family: harmony for gpt-oss, moe-dsa-v1's own otherwise.
-  if (family_name == "gpt-oss") {
+  // The chat format, keyed by the family: harmony for gpt-oss, ChatML for
+  // Qwen3-Next, moe-dsa-v1's own otherwise.
+  if (family_name == "qwen3_next") {
+    auto qwen3 = Qwen3Serving::Load((std::filesystem::path(model_dir) / "tokenizer.json").string());
+    if (!qwen3) return fail(qwen3.error(), "loading model " + m.config.model);
+    facts.qwen3 = std::move(*qwen3);
+    facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
+    if (!m.config.public_system_prompt.empty()) {
+      engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
+      auto pieces = engine::RenderQwen3Chat({system}, nullptr, /*add_generation_prompt=*/false);
+      if (!pieces) return Fail(pieces.error().WithContext("rendering public_system_prompt"));
+      auto ids = engine::EncodeChatPieces(*facts.qwen3->tokenizer, *pieces);
+      if (!ids) return Fail(ids.error().WithContext("rendering public_system_prompt"));
+      facts.public_prefix = std::move(*ids);
+    }
+    session_model = Qwen3SessionModel(facts.qwen3);
+  } else if (family_name == "gpt-oss") {
     const auto& hooks = static_cast<const engine::HarmonyChatHooks&>(m.engine->chat());
     auto harmony = std::make_shared<HarmonyServing>();
     harmony->tokenizer = &hooks.tokenizer();

@@ -41,12 +41,13 @@ int PlainChars(const std::string& bytes) {
 
 }  // namespace
 
-std::shared_ptr<const TokenByteIndex> TokenByteIndex::Build(const engine::HfTokenizer& tokenizer) {
+std::shared_ptr<const TokenByteIndex> TokenByteIndex::Build(const engine::HfTokenizer& tokenizer,
+                                                            std::span<const int> excluded) {
   auto index = std::make_shared<TokenByteIndex>();
   const int vocab = tokenizer.vocab_size();
   index->by_id_.resize(static_cast<size_t>(vocab));
   for (int id = 0; id < vocab; ++id) {
-    if (tokenizer.IsSpecial(id)) continue;
+    if (tokenizer.IsSpecial(id) || std::find(excluded.begin(), excluded.end(), id) != excluded.end()) continue;
     std::string bytes(tokenizer.TokenBytes(id));
     if (bytes.empty()) continue;
     index->by_id_[static_cast<size_t>(id)] = bytes;

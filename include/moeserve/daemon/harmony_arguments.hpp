@@ -30,7 +30,10 @@ namespace moeserve::daemon {
 // The vocabulary's text tokens by their bytes, built once per model.
 class TokenByteIndex {
  public:
-  static std::shared_ptr<const TokenByteIndex> Build(const engine::HfTokenizer& tokenizer);
+  // `excluded`: ids that are never text here (a format's non-special added
+  // tokens, such as Qwen3's <tool_call>, which mean structure when emitted).
+  static std::shared_ptr<const TokenByteIndex> Build(const engine::HfTokenizer& tokenizer,
+                                                     std::span<const int> excluded = {});
   struct Entry {
     std::string bytes;
     int id = 0;

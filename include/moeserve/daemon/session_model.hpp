@@ -10,6 +10,9 @@
 //                the stateless endpoint    the entry's text plus its    harmony's stop tokens, read by
 //                renders the turn (effort, message's header and end     HarmonyAssembler: the final (or
 //                tool_choice, call header) markers                      preamble) text, never analysis
+//   qwen3_next   RenderQwen3Request, as    the entry's tokens plus its  RenderQwen3Request without tools,
+//                the stateless endpoint    turn's marker tokens         starts in <think>, read by
+//                renders the turn                                       Qwen3Assembler (never reasoning)
 //
 // The session keeps every entry whatever the family; only rendering differs
 // (harmony drops the reasoning of assistant messages up to the last final
@@ -29,6 +32,7 @@
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/harmony_request.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
+#include "moeserve/daemon/qwen3_request.hpp"
 #include "moeserve/daemon/session_history.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
@@ -75,5 +79,8 @@ std::shared_ptr<const SessionModel> MoeDsaSessionModel(engine::Engine* engine);
 // reasoning_effort renders at `default_effort` (ServingFacts).
 std::shared_ptr<const SessionModel> HarmonySessionModel(std::shared_ptr<const HarmonyServing> serving,
                                                         ReasoningEffort default_effort);
+
+// Qwen3-Next: its ChatML (qwen3_request.hpp) with `serving`'s tokenizer.
+std::shared_ptr<const SessionModel> Qwen3SessionModel(std::shared_ptr<const Qwen3Serving> serving);
 
 }  // namespace moeserve::daemon
