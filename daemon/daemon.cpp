@@ -688,7 +688,8 @@ Status Daemon::LoadModel() {
   facts.default_effort = m.config.default_reasoning_effort;
   facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
   facts.images = m.config.images;
-  facts.vision = m.engine->config().vision;
+  // Only moe-dsa-v1 has a vision tower (and the moe-dsa-v1 config it is read from).
+  if (family_name == "moe-dsa-v1") facts.vision = m.engine->config().vision;
   std::shared_ptr<const SessionModel> session_model;
   // The chat format, keyed by the family: harmony for gpt-oss, ChatML for
   // Qwen3-Next, moe-dsa-v1's own otherwise.
