@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/common/json_limits.hpp"
-#include "moeserve/daemon/stop_hold.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
 namespace moeserve::daemon {
@@ -99,57 +98,13 @@ std::optional<std::string> UniqueName(const std::vector<std::string>& names, con
 }  // namespace
 
 OutputAssembler::OutputAssembler(AssemblerOptions options)
-    : stop_(std::move(options.stop)), constrained_names_(std::move(options.constrained_names)) {
+    : answer_(std::move(options.stop)), constrained_names_(std::move(options.constrained_names)) {
   if (options.call_id_seed) id_rng_.emplace(*options.call_id_seed);
 }
 
-void ReleaseHeldLogprobs(std::vector<std::pair<size_t, ContentLogprob>>& held, size_t released, OutputDelta& out,
-                         std::vector<ContentLogprob>& all) {
-  size_t n = 0;
-  while (n < held.size() && held[n].first <= released) {
-    out.logprobs.push_back(held[n].second);
-    all.push_back(std::move(held[n].second));
-    ++n;
-  }
-  held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-void OutputAssembler::ReleaseContent(OutputDelta& out, bool all) {
-  size_t end = content_all_.size();
-  if (!all && !stop_.empty()) {
-    end -= StopHoldBack(content_all_, content_released_, stop_);
-  }
-  if (end > content_released_) {
-    out.content += content_all_.substr(content_released_, end - content_released_);
-    content_ += content_all_.substr(content_released_, end - content_released_);
-    content_released_ = end;
-  }
-  // Tokens go out with the text they made.
-  ReleaseHeldLogprobs(logprobs_held_, content_released_, out, logprobs_);
-}
-
 void OutputAssembler::AppendContent(const std::string& text, OutputDelta& out) {
-  if (stop_matched_) logprobs_undecoded_.clear();
-  if (text.empty() || stop_matched_) return;
-  size_t search_from = content_released_;
-  content_all_ += text;
-  // The tokens whose bytes this text completes end where it ends.
-  for (auto& lp : logprobs_undecoded_) logprobs_held_.emplace_back(content_all_.size(), std::move(lp));
-  logprobs_undecoded_.clear();
-  size_t first = std::string::npos;
-  for (const auto& s : stop_) {
-    size_t at = content_all_.find(s, search_from);
-    if (at != std::string::npos) first = std::min(first, at);
-  }
-  if (first != std::string::npos) {
-    content_all_.resize(first);
-    std::erase_if(logprobs_held_, [&](const auto& held) { return held.first > first; });
-    ReleaseContent(out, true);
-    stop_matched_ = true;
-    ended_ = true;
-    return;
-  }
-  ReleaseContent(out, false);
+  answer_.Append(text, out);
+  if (answer_.stop_matched()) ended_ = true;
 }
 
 void OutputAssembler::SpanBytes(const std::string& text, OutputDelta& out) {
@@ -263,7 +218,7 @@ OutputDelta OutputAssembler::OnToken(int token, bool reasoning, const ContentLog
       reasoning_ += t;
       out.reasoning += t;
     } else {
-      if (logprob && !stop_matched_) logprobs_undecoded_.push_back(*logprob);
+      if (logprob && !answer_.stop_matched()) answer_.AddLogprob(*logprob);
       AppendContent(content_decoder_.Push(byte), out);
     }
     return out;
@@ -319,7 +274,7 @@ OutputDelta OutputAssembler::Finish() {
   out.reasoning += r;
   AppendContent(content_decoder_.Finish(), out);
   if (in_span_) CloseSpan(out);
-  if (!stop_matched_) ReleaseContent(out, true);
+  answer_.Flush(out);
   return out;
 }
 

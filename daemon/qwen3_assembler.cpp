@@ -3,50 +3,14 @@
 #include <algorithm>
 
 #include "moeserve/common/json_limits.hpp"
-#include "moeserve/daemon/stop_hold.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
 namespace moeserve::daemon {
 
 Qwen3Assembler::Qwen3Assembler(const Qwen3Serving& serving, std::vector<std::string> stop,
                                std::optional<uint64_t> call_id_seed)
-    : serving_(serving), stop_(std::move(stop)) {
+    : serving_(serving), answer_(std::move(stop)) {
   if (call_id_seed) id_rng_.emplace(*call_id_seed);
-}
-
-void Qwen3Assembler::ReleaseContent(OutputDelta& out, bool all) {
-  size_t end = content_all_.size();
-  if (!all) end -= StopHoldBack(content_all_, content_released_, stop_);
-  if (end > content_released_) {
-    const std::string piece = content_all_.substr(content_released_, end - content_released_);
-    out.content += piece;
-    content_ += piece;
-    content_released_ = end;
-  }
-  ReleaseHeldLogprobs(logprobs_held_, content_released_, out, logprobs_);
-}
-
-void Qwen3Assembler::AppendContent(const std::string& text, OutputDelta& out) {
-  if (stop_matched_) logprobs_undecoded_.clear();
-  if (text.empty() || stop_matched_) return;
-  const size_t search_from = content_released_;
-  content_all_ += text;
-  for (auto& lp : logprobs_undecoded_) logprobs_held_.emplace_back(content_all_.size(), std::move(lp));
-  logprobs_undecoded_.clear();
-  size_t cut = std::string::npos;
-  for (const auto& s : stop_) {
-    if (s.empty()) continue;
-    const size_t at = content_all_.find(s, search_from);
-    if (at != std::string::npos) cut = std::min(cut, at);
-  }
-  if (cut != std::string::npos) {
-    content_all_.resize(cut);
-    std::erase_if(logprobs_held_, [&](const auto& held) { return held.first > cut; });
-    stop_matched_ = true;
-    ReleaseContent(out, /*all=*/true);
-    return;
-  }
-  ReleaseContent(out, /*all=*/false);
 }
 
 // Newlines are held back until text follows: the ones before </think> (or
@@ -80,7 +44,7 @@ void Qwen3Assembler::Content(const std::string& text, OutputDelta& out) {
     content_newlines_ = 0;
     emit += c;
   }
-  AppendContent(emit, out);
+  answer_.Append(emit, out);
 }
 
 void Qwen3Assembler::CloseCall(OutputDelta& out) {
@@ -94,7 +58,7 @@ void Qwen3Assembler::CloseCall(OutputDelta& out) {
   if (!shaped) {
     ++parse_errors_;
     content_started_ = true;
-    AppendContent("<tool_call>" + span_ + "</tool_call>", out);
+    answer_.Append("<tool_call>" + span_ + "</tool_call>", out);
     span_.clear();
     return;
   }
@@ -118,7 +82,7 @@ void Qwen3Assembler::CloseCall(OutputDelta& out) {
 OutputDelta Qwen3Assembler::OnToken(int token, bool reasoning, const ContentLogprob* logprob) {
   (void)reasoning;  // the markers say where reasoning ends
   OutputDelta out;
-  if (ended_ || stop_matched_ || finished_) return out;
+  if (ended_ || answer_.stop_matched() || finished_) return out;
   const Qwen3Tokens& t = serving_.tokens;
   const engine::HfTokenizer& tok = *serving_.tokenizer;
   if (token == t.im_end || (t.endoftext >= 0 && token == t.endoftext)) {
@@ -140,7 +104,7 @@ OutputDelta Qwen3Assembler::OnToken(int token, bool reasoning, const ContentLogp
     } else {
       Content(content_decoder_.Finish(), out);
       content_newlines_ = 0;
-      logprobs_undecoded_.clear();
+      answer_.DropUndecodedLogprobs();
     }
     in_call_ = true;
     return out;
@@ -156,7 +120,7 @@ OutputDelta Qwen3Assembler::OnToken(int token, bool reasoning, const ContentLogp
   } else if (in_think_) {
     Reasoning(reasoning_decoder_.Push(bytes), out);
   } else {
-    if (logprob) logprobs_undecoded_.push_back(*logprob);
+    if (logprob) answer_.AddLogprob(*logprob);
     Content(content_decoder_.Push(bytes), out);
   }
   return out;
@@ -171,15 +135,13 @@ OutputDelta Qwen3Assembler::Finish() {
     ++parse_errors_;
     in_call_ = false;
     content_started_ = true;
-    AppendContent("<tool_call>" + span_, out);
+    answer_.Append("<tool_call>" + span_, out);
     span_.clear();
   }
   Reasoning(reasoning_decoder_.Finish(), out);
   Content(content_decoder_.Finish(), out);
-  if (!stop_matched_) {
-    AppendContent(std::string(content_newlines_, '\n'), out);
-    ReleaseContent(out, /*all=*/true);
-  }
+  answer_.Append(std::string(content_newlines_, '\n'), out);
+  answer_.Flush(out);
   return out;
 }
 

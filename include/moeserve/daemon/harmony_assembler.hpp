@@ -57,11 +57,11 @@ class HarmonyAssembler : public OutputReader {
 
   OutputDelta OnToken(int token, bool reasoning, const ContentLogprob* logprob = nullptr) override;
   OutputDelta Finish() override;
-  bool StopMatched() const override { return stop_matched_ || malformed_; }
+  bool StopMatched() const override { return answer_.stop_matched() || malformed_; }
   const std::string& reasoning() const override { return reasoning_; }
-  const std::string& content() const override { return content_; }
+  const std::string& content() const override { return answer_.text(); }
   const std::vector<AssembledToolCall>& tool_calls() const override { return calls_; }
-  const std::vector<ContentLogprob>& content_logprobs() const override { return logprobs_; }
+  const std::vector<ContentLogprob>& content_logprobs() const override { return answer_.logprobs(); }
   int tool_call_parse_errors() const override { return parse_errors_; }
   std::string FormatFault() const override { return malformed_ ? parser_.error() : ""; }
 
@@ -71,26 +71,16 @@ class HarmonyAssembler : public OutputReader {
 
  private:
   void Apply(std::vector<engine::HarmonyDelta> deltas, OutputDelta& out);
-  void AppendContent(const std::string& text, OutputDelta& out);
-  void ReleaseContent(OutputDelta& out, bool all);
 
   const engine::HfTokenizer* tokenizer_;
   std::optional<std::mt19937_64> id_rng_;
   engine::HarmonyOutputParser parser_;
-  std::vector<std::string> stop_;
+  StopTrimmedContent answer_;  // content, stop strings, logprobs
   OutputDelta held_;  // the prefill's deltas, sent with the first token's
-  bool stop_matched_ = false;
   bool malformed_ = false;
   bool finished_ = false;
-  std::string reasoning_, content_;
-  std::string content_all_;  // before stop handling
-  size_t content_released_ = 0;
+  std::string reasoning_;
   std::vector<AssembledToolCall> calls_;
-  // Content tokens' log-probabilities: not yet decoded into text, then
-  // waiting with the offset in content_all_ where their text ends.
-  std::vector<ContentLogprob> logprobs_undecoded_;
-  std::vector<std::pair<size_t, ContentLogprob>> logprobs_held_;
-  std::vector<ContentLogprob> logprobs_;
   int parse_errors_ = 0;
 };
 

@@ -74,12 +74,48 @@ struct AssemblerOptions {
   std::vector<std::string> constrained_names;
 };
 
-// Content tokens' log-probabilities wait beside the text they made while that
-// text is held back for stop strings; each entry is (end offset of its text
-// in the content, its logprobs). Moves those whose text is now released (end
-// <= released) into the delta and into the message's list, in order.
-void ReleaseHeldLogprobs(std::vector<std::pair<size_t, ContentLogprob>>& held, size_t released, OutputDelta& out,
-                         std::vector<ContentLogprob>& all);
+// The content channel of an answer as the client sees it: decoded text goes
+// out as it arrives, except a tail that could still grow into a stop string;
+// a stop string ends the content where it begins; each content token's
+// log-probabilities go out with the text it made, never before it and never
+// for text a stop string cut. One owner for this rule, used by the output
+// reader of every chat format (moe-dsa-v1, harmony, Qwen3 ChatML);
+// daemon/stop_trimmed_content.cpp.
+class StopTrimmedContent {
+ public:
+  explicit StopTrimmedContent(std::vector<std::string> stop = {}) : stop_(std::move(stop)) {}
+
+  // A content token's log-probabilities, before the text it decodes into
+  // arrives (a token may end inside a UTF-8 sequence).
+  void AddLogprob(const ContentLogprob& logprob) { undecoded_.push_back(logprob); }
+  // Forgets log-probabilities of tokens whose text will not be content (the
+  // format took it).
+  void DropUndecodedLogprobs() { undecoded_.clear(); }
+  // Decoded content text: released into `out` up to what may still begin a
+  // stop string; a matched stop string ends the content there.
+  void Append(const std::string& text, OutputDelta& out);
+  // The end of the answer: releases the held-back tail.
+  void Flush(OutputDelta& out);
+
+  bool stop_matched() const { return stop_matched_; }
+  const std::string& text() const { return released_text_; }          // what the client got
+  const std::vector<ContentLogprob>& logprobs() const { return logprobs_; }  // what the deltas carried
+
+ private:
+  void Release(OutputDelta& out, bool all);
+
+  std::vector<std::string> stop_;
+  bool stop_matched_ = false;
+  std::string all_;            // decoded content, before stop handling
+  size_t released_ = 0;        // how much of all_ went out
+  std::string released_text_;  // all_[0, released_)
+  // Not yet decoded into text, then waiting with the offset in all_ where
+  // their text ends.
+  std::vector<ContentLogprob> undecoded_;
+  std::vector<std::pair<size_t, ContentLogprob>> held_;
+  std::vector<ContentLogprob> logprobs_;
+};
+
 
 // What a completion's sink reads one sequence's tokens through, whatever the
 // chat format: OutputAssembler (this file) for moe-dsa-v1, HarmonyAssembler
@@ -109,46 +145,36 @@ class OutputReader {
 
 class OutputAssembler : public OutputReader {
  public:
-  explicit OutputAssembler(std::vector<std::string> stop = {}) : stop_(std::move(stop)) {}
+  explicit OutputAssembler(std::vector<std::string> stop = {}) : answer_(std::move(stop)) {}
   explicit OutputAssembler(AssemblerOptions options);
 
   OutputDelta OnToken(int token, bool reasoning, const ContentLogprob* logprob = nullptr) override;
   OutputDelta Finish() override;
 
-  bool StopMatched() const override { return stop_matched_; }
+  bool StopMatched() const override { return answer_.stop_matched(); }
   bool Ended() const { return ended_; }  // <|end|>/<|eos|> seen or a stop matched
 
   const std::string& reasoning() const override { return reasoning_; }
-  const std::string& content() const override { return content_; }
+  const std::string& content() const override { return answer_.text(); }
   const std::vector<AssembledToolCall>& tool_calls() const override { return calls_; }
-  const std::vector<ContentLogprob>& content_logprobs() const override { return logprobs_; }
+  const std::vector<ContentLogprob>& content_logprobs() const override { return answer_.logprobs(); }
   int tool_call_parse_errors() const override { return parse_errors_; }
 
  private:
   void AppendContent(const std::string& text, OutputDelta& out);
-  void ReleaseContent(OutputDelta& out, bool all);
   void SpanBytes(const std::string& text, OutputDelta& out);
   void CloseSpan(OutputDelta& out);
 
-  std::vector<std::string> stop_;
+  StopTrimmedContent answer_;  // content, stop strings, logprobs
   std::optional<std::mt19937_64> id_rng_;  // replays the decode policy's ids
   std::vector<std::string> constrained_names_;
   std::string expected_id_;                // the id of the call being read, when known
-  bool stop_matched_ = false;
   bool ended_ = false;
   bool in_think_ = true;  // chat generation starts inside <|think|>
   bool in_span_ = false;
 
   engine::Utf8StreamDecoder reasoning_decoder_, content_decoder_, span_decoder_;
   std::string reasoning_;
-  std::string content_;        // what the client gets (stop-trimmed)
-  std::string content_all_;    // decoded content, before stop handling
-  size_t content_released_ = 0;
-  // Content tokens' log-probabilities: not yet decoded into text, then
-  // waiting with the offset in content_all_ where their text ends.
-  std::vector<ContentLogprob> logprobs_undecoded_;
-  std::vector<std::pair<size_t, ContentLogprob>> logprobs_held_;
-  std::vector<ContentLogprob> logprobs_;
 
   // the call being read
   std::string span_;             // decoded span text so far

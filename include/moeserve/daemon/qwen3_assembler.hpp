@@ -37,34 +37,27 @@ class Qwen3Assembler : public OutputReader {
 
   OutputDelta OnToken(int token, bool reasoning, const ContentLogprob* logprob = nullptr) override;
   OutputDelta Finish() override;
-  bool StopMatched() const override { return stop_matched_; }
+  bool StopMatched() const override { return answer_.stop_matched(); }
   const std::string& reasoning() const override { return reasoning_; }
-  const std::string& content() const override { return content_; }
+  const std::string& content() const override { return answer_.text(); }
   const std::vector<AssembledToolCall>& tool_calls() const override { return calls_; }
-  const std::vector<ContentLogprob>& content_logprobs() const override { return logprobs_; }
+  const std::vector<ContentLogprob>& content_logprobs() const override { return answer_.logprobs(); }
   int tool_call_parse_errors() const override { return parse_errors_; }
 
  private:
   void Reasoning(const std::string& text, OutputDelta& out);
   void Content(const std::string& text, OutputDelta& out);
   void CloseCall(OutputDelta& out);
-  void AppendContent(const std::string& text, OutputDelta& out);
-  void ReleaseContent(OutputDelta& out, bool all);
 
   const Qwen3Serving& serving_;
-  std::vector<std::string> stop_;
+  StopTrimmedContent answer_;  // content, stop strings, logprobs
   std::optional<std::mt19937_64> id_rng_;
-  bool in_think_ = true, in_call_ = false, ended_ = false, stop_matched_ = false, finished_ = false;
+  bool in_think_ = true, in_call_ = false, ended_ = false, finished_ = false;
   bool reasoning_started_ = false, content_started_ = false;
   size_t reasoning_newlines_ = 0, content_newlines_ = 0;  // held back: they may be the format's
   engine::Utf8StreamDecoder reasoning_decoder_, content_decoder_;
   std::string span_;  // the call being read, raw bytes
-  std::string reasoning_, content_;
-  std::string content_all_;  // before stop handling
-  size_t content_released_ = 0;
-  std::vector<ContentLogprob> logprobs_undecoded_;
-  std::vector<std::pair<size_t, ContentLogprob>> logprobs_held_;
-  std::vector<ContentLogprob> logprobs_;
+  std::string reasoning_;
   std::vector<AssembledToolCall> calls_;
   int parse_errors_ = 0;
 };
