@@ -254,12 +254,33 @@ std::shared_ptr<ResponseService::Run> ResponseService::FindRun(const std::string
   return it->second;
 }
 
+bool ResponseService::AnsweredElsewhere(const std::string& id, const HttpHead& head, std::string& body,
+                                        std::shared_ptr<HttpExchange>& exchange) {
+  bool unknown = false;
+  if (ForwardIfElsewhere(id, head, body, exchange, unknown)) return true;
+  if (unknown) ReplyError(*exchange, NotFound(id, false));
+  return unknown;
+}
+
+bool ResponseService::MarkEnded(Run& run) {
+  std::lock_guard lock(run.mu);
+  const bool was_running = !run.ended;
+  run.ended = true;
+  return was_running;
+}
+
+void ResponseService::StopRun(const std::string& id, Run& run) {
+  {
+    std::lock_guard lock(runs_mu_);
+    runs_.erase(id);
+  }
+  run.exchange->Cancel();
+}
+
 void ResponseService::Get(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
                           const Principal& who) {
   const std::string id = IdOf(head.path);
-  bool unknown = false;
-  if (ForwardIfElsewhere(id, head, body, exchange, unknown)) return;
-  if (unknown) return ReplyError(*exchange, NotFound(id, false));
+  if (AnsweredElsewhere(id, head, body, exchange)) return;
   if (head.query.find("stream=true") != std::string::npos) {
     return ReplyError(*exchange, ApiError::InvalidRequest("Streaming a stored response again (stream=true) is not supported",
                                                           "stream"));
@@ -275,20 +296,11 @@ void ResponseService::Get(const HttpHead& head, std::string body, std::shared_pt
 void ResponseService::Delete(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
                              const Principal& who) {
   const std::string id = IdOf(head.path);
-  bool unknown = false;
-  if (ForwardIfElsewhere(id, head, body, exchange, unknown)) return;
-  if (unknown) return ReplyError(*exchange, NotFound(id, false));
+  if (AnsweredElsewhere(id, head, body, exchange)) return;
   if (auto run = FindRun(who.tenant, id)) {
     // A running background response stops first: nothing of it is stored after the delete.
-    {
-      std::lock_guard lock(run->mu);
-      run->ended = true;
-    }
-    {
-      std::lock_guard lock(runs_mu_);
-      runs_.erase(id);
-    }
-    run->exchange->Cancel();
+    MarkEnded(*run);
+    StopRun(id, *run);
   }
   store_->Delete(who.tenant, id, [exchange, id](const Status& st) {
     if (!st && st.error().code() == ErrorCode::kNotFound) return ReplyError(*exchange, NotFound(id, false));
@@ -300,24 +312,10 @@ void ResponseService::Delete(const HttpHead& head, std::string body, std::shared
 void ResponseService::Cancel(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
                              const Principal& who) {
   const std::string id = IdOf(head.path);
-  bool unknown = false;
-  if (ForwardIfElsewhere(id, head, body, exchange, unknown)) return;
-  if (unknown) return ReplyError(*exchange, NotFound(id, false));
+  if (AnsweredElsewhere(id, head, body, exchange)) return;
   if (auto run = FindRun(who.tenant, id)) {
-    bool cancel = false;
-    {
-      std::lock_guard lock(run->mu);
-      if (!run->ended) {
-        run->ended = true;
-        cancel = true;
-      }
-    }
-    if (cancel) {
-      {
-        std::lock_guard lock(runs_mu_);
-        runs_.erase(id);
-      }
-      run->exchange->Cancel();
+    if (MarkEnded(*run)) {
+      StopRun(id, *run);
       ojson cancelled = run->shell;
       cancelled["status"] = "cancelled";
       const std::string text = Dump(cancelled);

@@ -74,7 +74,15 @@ class ResponseService {
   // when this replica owns it; answers 404 itself for an id no replica owns.
   bool ForwardIfElsewhere(const std::string& id, const HttpHead& head, std::string& body,
                           std::shared_ptr<HttpExchange>& exchange, bool& answered);
+  // For GET, DELETE and cancel of a stored response: true when the request
+  // went to the owning replica or was answered 404 (an id no replica made).
+  bool AnsweredElsewhere(const std::string& id, const HttpHead& head, std::string& body,
+                         std::shared_ptr<HttpExchange>& exchange);
   std::shared_ptr<Run> FindRun(const std::string& tenant, const std::string& id);
+  // Marks a background run ended; true when it was still running.
+  static bool MarkEnded(Run& run);
+  // Takes a run off this replica's list and cancels its exchange.
+  void StopRun(const std::string& id, Run& run);
   void Background(ResponsesRequest req, nlohmann::ordered_json history, nlohmann::ordered_json shell,
                   std::string chat_body, std::shared_ptr<HttpExchange> exchange, const Principal& who,
                   Clock::time_point received, const RunExchange& audit_run);
