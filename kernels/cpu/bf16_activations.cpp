@@ -76,15 +76,7 @@ struct Bf16Rows {
 
 }  // namespace
 
-bool CpuHasAvx512Bf16() {
-#if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
-#else
-  return false;
-#endif
-}
+// CpuHasAvx512Bf16: the AVX-512 row of the ISA registry (dispatch.cpp).
 
 void MatMulMxfp4Bf16ActRef(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
   const std::vector<float> r = Rounded(X, n * w.in);

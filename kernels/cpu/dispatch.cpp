@@ -1,11 +1,19 @@
-// The one dispatch mechanism of cpu_kernels.hpp: CPU detection, the four
-// KernelSet tables (built at compile time, one entry per family and Isa), and
-// the fp32 families' threaded variants, which split output columns across
-// the pool and run their Isa's single-threaded building block on each part.
+// The one dispatch mechanism of cpu_kernels.hpp: the ISA registry (one row
+// per Isa: its name, its CPU detection, the kernels it brings, the Isa it
+// falls back to for the rest, its rank), the KernelSet tables resolved from
+// it at compile time, the sets derived from those (BF16 activations,
+// batch-invariant), and the fp32 families' threaded variants, which split
+// output columns across the pool and run their Isa's single-threaded
+// building block on each part. Everything that names, detects, ranks,
+// reports or enumerates an Isa reads the registry (kRegistry below).
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "moeserve/kernels/causal_conv.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
@@ -17,30 +25,6 @@
 
 namespace moeserve::kernels {
 namespace {
-
-bool Detect(Isa isa) {
-  switch (isa) {
-    case Isa::kReference:
-    case Isa::kScalar:
-      return true;
-    case Isa::kAvx2:
-#if defined(__x86_64__)
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-      return false;
-#endif
-    case Isa::kAvx512:
-#if defined(__x86_64__)
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
-             __builtin_cpu_supports("fma");
-#else
-      return false;
-#endif
-  }
-  return false;
-}
 
 // Splits columns [0, out) into tasks: for the GEMM, one contiguous range per
 // thread (aligned to 32 columns, the packed strip width); for matrix-vector
@@ -87,165 +71,276 @@ void HeadwiseMatVecThreaded(const float* W, size_t heads, size_t rows, size_t co
   pool.ParallelFor(heads, head);
 }
 
-#define MOESERVE_ENTRY(fn) {fn, #fn}
-#define MOESERVE_NAMED(fn, name) {fn, name}
-
 using namespace cpu;
 
-constexpr KernelSet kSets[kIsaCount] = {
-    {
-        Isa::kReference,
-        MOESERVE_NAMED(MatMulF32Ref, "matmul_f32_ref"),
-        MOESERVE_NAMED(MatMulBf16Ref, "matmul_bf16_ref"),
-        MOESERVE_NAMED(MatMulMxfp4PackedRef, "matmul_mxfp4_ref"),
-        MOESERVE_NAMED(MatVecBf16ManyRef, "matvec_bf16_many_ref"),
-        MOESERVE_NAMED(MatVecMxfp4ManyRef, "matvec_mxfp4_many_ref"),
-        MOESERVE_NAMED(HeadwiseMatVecRef, "headwise_matvec_ref"),
-        MOESERVE_NAMED(RmsNormRef, "rms_norm_ref"),
-        MOESERVE_NAMED(SiluMulRef, "silu_mul_ref"),
-        MOESERVE_NAMED(SigmoidMulRef, "sigmoid_mul_ref"),
-        MOESERVE_NAMED(MlaDecodeRef, "mla_decode_ref"),
-        MOESERVE_NAMED(MlaRowsRef, "mla_rows_ref"),
-        MOESERVE_NAMED(IndexerScoresRef, "indexer_scores_ref"),
-        MOESERVE_NAMED(DeltaRuleRecurrent, "delta_rule_recurrent_ref"),
-        // The building blocks' scalar loops (the reference products above do
-        // not use them).
-        MOESERVE_ENTRY(mxfp4_quantize_scalar),
-        MOESERVE_ENTRY(mxfp4_matvec_scalar),
-        MOESERVE_ENTRY(mxfp4_gemm_scalar),
-        MOESERVE_ENTRY(f32_matmul_cols_scalar),
-        MOESERVE_NAMED(MatMulMxfp4Bf16ActRef, "matmul_mxfp4_bf16act_ref"),
-        MOESERVE_NAMED(MatMulBf16Bf16ActRef, "matmul_bf16_bf16act_ref"),
-        MOESERVE_NAMED(IndexerScoresBatchRef, "indexer_scores_batch_ref"),
-        MOESERVE_NAMED(DeltaRuleChunked, "delta_rule_chunked_ref"),
-        MOESERVE_NAMED(CausalConvSiluRef, "causal_conv_silu_ref"),
-    },
-    {
-        Isa::kScalar,
-        MOESERVE_NAMED(MatMulF32Threaded<f32_matmul_cols_scalar>, "matmul_f32_scalar"),
-        MOESERVE_ENTRY(matmul_bf16_scalar),
-        MOESERVE_ENTRY(matmul_mxfp4_scalar),
-        MOESERVE_ENTRY(matvec_bf16_many_scalar),
-        MOESERVE_ENTRY(matvec_mxfp4_many_scalar),
-        MOESERVE_NAMED(HeadwiseMatVecThreaded<f32_matmul_cols_scalar>, "headwise_matvec_scalar"),
-        MOESERVE_NAMED(RmsNormRef, "rms_norm_ref"),
-        MOESERVE_NAMED(SiluMulRef, "silu_mul_ref"),
-        MOESERVE_NAMED(SigmoidMulRef, "sigmoid_mul_ref"),
-        MOESERVE_ENTRY(mla_decode_scalar),
-        MOESERVE_ENTRY(mla_rows_scalar),
-        MOESERVE_ENTRY(indexer_scores_scalar),
-        MOESERVE_NAMED(DeltaRuleRecurrent, "delta_rule_recurrent_ref"),
-        MOESERVE_ENTRY(mxfp4_quantize_scalar),
-        MOESERVE_ENTRY(mxfp4_matvec_scalar),
-        MOESERVE_ENTRY(mxfp4_gemm_scalar),
-        MOESERVE_ENTRY(f32_matmul_cols_scalar),
-        MOESERVE_ENTRY(matmul_mxfp4_bf16act_scalar),
-        MOESERVE_ENTRY(matmul_bf16_bf16act_scalar),
-        MOESERVE_ENTRY(indexer_scores_batch_scalar),
-        MOESERVE_ENTRY(delta_rule_chunked_scalar),
-        MOESERVE_ENTRY(causal_conv_silu_scalar),
-    },
-    {
-        Isa::kAvx2,
-        MOESERVE_NAMED(MatMulF32Threaded<f32_matmul_cols_avx2>, "matmul_f32_avx2"),
-        MOESERVE_ENTRY(matmul_bf16_avx2),
-        MOESERVE_ENTRY(matmul_mxfp4_avx2),
-        MOESERVE_ENTRY(matvec_bf16_many_avx2),
-        MOESERVE_ENTRY(matvec_mxfp4_many_avx2),
-        MOESERVE_NAMED(HeadwiseMatVecThreaded<f32_matmul_cols_avx2>, "headwise_matvec_avx2"),
-        MOESERVE_ENTRY(rms_norm_avx2),
-        MOESERVE_ENTRY(silu_mul_avx2),
-        MOESERVE_ENTRY(sigmoid_mul_avx2),
-        MOESERVE_ENTRY(mla_decode_avx2),
-        MOESERVE_ENTRY(mla_rows_avx2),
-        MOESERVE_ENTRY(indexer_scores_avx2),
-        MOESERVE_ENTRY(delta_rule_recurrent_avx2),
-        MOESERVE_ENTRY(mxfp4_quantize_scalar),
-        MOESERVE_ENTRY(mxfp4_matvec_avx2),
-        MOESERVE_ENTRY(mxfp4_gemm_avx2),
-        MOESERVE_ENTRY(f32_matmul_cols_avx2),
-        MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx2),
-        MOESERVE_ENTRY(matmul_bf16_bf16act_avx2),
-        MOESERVE_ENTRY(indexer_scores_batch_avx2),
-        MOESERVE_ENTRY(delta_rule_chunked_avx2),
-        MOESERVE_ENTRY(causal_conv_silu_avx2),
-    },
-    {
-        Isa::kAvx512,
-        MOESERVE_NAMED(MatMulF32Threaded<f32_matmul_cols_avx512>, "matmul_f32_avx512"),
-        MOESERVE_ENTRY(matmul_bf16_avx512),
-        MOESERVE_ENTRY(matmul_mxfp4_avx512),
-        MOESERVE_ENTRY(matvec_bf16_many_avx512),
-        MOESERVE_ENTRY(matvec_mxfp4_many_avx512),
-        MOESERVE_NAMED(HeadwiseMatVecThreaded<f32_matmul_cols_avx512>, "headwise_matvec_avx512"),
-        MOESERVE_ENTRY(rms_norm_avx512),
-        MOESERVE_ENTRY(silu_mul_avx512),
-        MOESERVE_ENTRY(sigmoid_mul_avx512),
-        MOESERVE_ENTRY(mla_decode_avx512),
-        MOESERVE_ENTRY(mla_rows_avx512),
-        MOESERVE_ENTRY(indexer_scores_avx512),
-        MOESERVE_ENTRY(delta_rule_recurrent_avx512),
-        MOESERVE_ENTRY(mxfp4_quantize_avx512),
-        MOESERVE_ENTRY(mxfp4_matvec_avx512),
-        MOESERVE_ENTRY(mxfp4_gemm_avx512),
-        MOESERVE_ENTRY(f32_matmul_cols_avx512),
-        MOESERVE_ENTRY(matmul_mxfp4_bf16act_avx512),
-        MOESERVE_ENTRY(matmul_bf16_bf16act_avx512),
-        MOESERVE_ENTRY(indexer_scores_batch_avx512),
-        MOESERVE_ENTRY(delta_rule_chunked_avx512),
-        MOESERVE_ENTRY(causal_conv_silu_avx512),
-    },
+// ---------------------------------------------------------------------------
+// CPU detection: what each registry row asks the CPU for. A row also needs
+// what its fallback needs (IsaSupported checks the chain).
+
+bool Always() { return true; }
+
+bool DetectAvx2() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+// The flags matmul_avx512.cpp is built with (kernels/CMakeLists.txt).
+bool DetectAvx512() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
+         __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+// vdpbf16ps, which the AVX-512 row's BF16-activation kernels use when present.
+bool DetectAvx512Bf16() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// The kernels each row brings. A family a row leaves empty is filled from its
+// fallback's resolved set (the entry keeps the fallback's name, so a set says
+// which variant it really runs).
+
+#define MOESERVE_KERNEL(fn) {fn, #fn}
+
+// A row names only the families it has code for: the others stay empty on
+// purpose, so the compiler's warning about omitted members is off here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+constexpr KernelSet kReferenceKernels = {
+    .matmul_f32 = {MatMulF32Ref, "matmul_f32_ref"},
+    .matmul_bf16 = {MatMulBf16Ref, "matmul_bf16_ref"},
+    .matmul_mxfp4 = {MatMulMxfp4PackedRef, "matmul_mxfp4_ref"},
+    .matvec_bf16_many = {MatVecBf16ManyRef, "matvec_bf16_many_ref"},
+    .matvec_mxfp4_many = {MatVecMxfp4ManyRef, "matvec_mxfp4_many_ref"},
+    .headwise_matvec = {HeadwiseMatVecRef, "headwise_matvec_ref"},
+    .rms_norm = {RmsNormRef, "rms_norm_ref"},
+    .silu_mul = {SiluMulRef, "silu_mul_ref"},
+    .sigmoid_mul = {SigmoidMulRef, "sigmoid_mul_ref"},
+    .mla_decode = {MlaDecodeRef, "mla_decode_ref"},
+    .mla_rows = {MlaRowsRef, "mla_rows_ref"},
+    .indexer_scores = {IndexerScoresRef, "indexer_scores_ref"},
+    .delta_rule_recurrent = {DeltaRuleRecurrent, "delta_rule_recurrent_ref"},
+    // The building blocks' scalar loops (the reference products above do not
+    // use them; the root row has no fallback to take them from).
+    .mxfp4_quantize = MOESERVE_KERNEL(mxfp4_quantize_scalar),
+    .mxfp4_matvec = MOESERVE_KERNEL(mxfp4_matvec_scalar),
+    .mxfp4_gemm = MOESERVE_KERNEL(mxfp4_gemm_scalar),
+    .f32_matmul_cols = MOESERVE_KERNEL(f32_matmul_cols_scalar),
+    .matmul_mxfp4_bf16act = {MatMulMxfp4Bf16ActRef, "matmul_mxfp4_bf16act_ref"},
+    .matmul_bf16_bf16act = {MatMulBf16Bf16ActRef, "matmul_bf16_bf16act_ref"},
+    .indexer_scores_batch = {IndexerScoresBatchRef, "indexer_scores_batch_ref"},
+    .delta_rule_chunked = {DeltaRuleChunked, "delta_rule_chunked_ref"},
+    .causal_conv_silu = {CausalConvSiluRef, "causal_conv_silu_ref"},
 };
 
-#undef MOESERVE_ENTRY
-#undef MOESERVE_NAMED
+// RMSNorm, the gates and the recurrent delta rule: the reference's loops are
+// the scalar form (taken from the fallback).
+constexpr KernelSet kScalarKernels = {
+    .matmul_f32 = {MatMulF32Threaded<f32_matmul_cols_scalar>, "matmul_f32_scalar"},
+    .matmul_bf16 = MOESERVE_KERNEL(matmul_bf16_scalar),
+    .matmul_mxfp4 = MOESERVE_KERNEL(matmul_mxfp4_scalar),
+    .matvec_bf16_many = MOESERVE_KERNEL(matvec_bf16_many_scalar),
+    .matvec_mxfp4_many = MOESERVE_KERNEL(matvec_mxfp4_many_scalar),
+    .headwise_matvec = {HeadwiseMatVecThreaded<f32_matmul_cols_scalar>, "headwise_matvec_scalar"},
+    .mla_decode = MOESERVE_KERNEL(mla_decode_scalar),
+    .mla_rows = MOESERVE_KERNEL(mla_rows_scalar),
+    .indexer_scores = MOESERVE_KERNEL(indexer_scores_scalar),
+    .mxfp4_quantize = MOESERVE_KERNEL(mxfp4_quantize_scalar),
+    .mxfp4_matvec = MOESERVE_KERNEL(mxfp4_matvec_scalar),
+    .mxfp4_gemm = MOESERVE_KERNEL(mxfp4_gemm_scalar),
+    .f32_matmul_cols = MOESERVE_KERNEL(f32_matmul_cols_scalar),
+    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_scalar),
+    .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_scalar),
+    .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_scalar),
+    .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_scalar),
+    .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_scalar),
+};
 
-constexpr Isa kAll[kIsaCount] = {Isa::kReference, Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+// The MXFP4 activation quantiser: the scalar one (from the fallback).
+constexpr KernelSet kAvx2Kernels = {
+    .matmul_f32 = {MatMulF32Threaded<f32_matmul_cols_avx2>, "matmul_f32_avx2"},
+    .matmul_bf16 = MOESERVE_KERNEL(matmul_bf16_avx2),
+    .matmul_mxfp4 = MOESERVE_KERNEL(matmul_mxfp4_avx2),
+    .matvec_bf16_many = MOESERVE_KERNEL(matvec_bf16_many_avx2),
+    .matvec_mxfp4_many = MOESERVE_KERNEL(matvec_mxfp4_many_avx2),
+    .headwise_matvec = {HeadwiseMatVecThreaded<f32_matmul_cols_avx2>, "headwise_matvec_avx2"},
+    .rms_norm = MOESERVE_KERNEL(rms_norm_avx2),
+    .silu_mul = MOESERVE_KERNEL(silu_mul_avx2),
+    .sigmoid_mul = MOESERVE_KERNEL(sigmoid_mul_avx2),
+    .mla_decode = MOESERVE_KERNEL(mla_decode_avx2),
+    .mla_rows = MOESERVE_KERNEL(mla_rows_avx2),
+    .indexer_scores = MOESERVE_KERNEL(indexer_scores_avx2),
+    .delta_rule_recurrent = MOESERVE_KERNEL(delta_rule_recurrent_avx2),
+    .mxfp4_matvec = MOESERVE_KERNEL(mxfp4_matvec_avx2),
+    .mxfp4_gemm = MOESERVE_KERNEL(mxfp4_gemm_avx2),
+    .f32_matmul_cols = MOESERVE_KERNEL(f32_matmul_cols_avx2),
+    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_avx2),
+    .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_avx2),
+    .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_avx2),
+    .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_avx2),
+    .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx2),
+};
 
-// matmul_mxfp4 / matmul_bf16 of KernelsWithBf16Activations(isa).
-template <Isa isa>
+constexpr KernelSet kAvx512Kernels = {
+    .matmul_f32 = {MatMulF32Threaded<f32_matmul_cols_avx512>, "matmul_f32_avx512"},
+    .matmul_bf16 = MOESERVE_KERNEL(matmul_bf16_avx512),
+    .matmul_mxfp4 = MOESERVE_KERNEL(matmul_mxfp4_avx512),
+    .matvec_bf16_many = MOESERVE_KERNEL(matvec_bf16_many_avx512),
+    .matvec_mxfp4_many = MOESERVE_KERNEL(matvec_mxfp4_many_avx512),
+    .headwise_matvec = {HeadwiseMatVecThreaded<f32_matmul_cols_avx512>, "headwise_matvec_avx512"},
+    .rms_norm = MOESERVE_KERNEL(rms_norm_avx512),
+    .silu_mul = MOESERVE_KERNEL(silu_mul_avx512),
+    .sigmoid_mul = MOESERVE_KERNEL(sigmoid_mul_avx512),
+    .mla_decode = MOESERVE_KERNEL(mla_decode_avx512),
+    .mla_rows = MOESERVE_KERNEL(mla_rows_avx512),
+    .indexer_scores = MOESERVE_KERNEL(indexer_scores_avx512),
+    .delta_rule_recurrent = MOESERVE_KERNEL(delta_rule_recurrent_avx512),
+    .mxfp4_quantize = MOESERVE_KERNEL(mxfp4_quantize_avx512),
+    .mxfp4_matvec = MOESERVE_KERNEL(mxfp4_matvec_avx512),
+    .mxfp4_gemm = MOESERVE_KERNEL(mxfp4_gemm_avx512),
+    .f32_matmul_cols = MOESERVE_KERNEL(f32_matmul_cols_avx512),
+    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_avx512),
+    .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_avx512),
+    .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_avx512),
+    .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_avx512),
+    .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx512),
+};
+
+// In its BF16-activation set, attention's products as BF16 dot products too.
+constexpr KernelSet kAvx512Bf16ActKernels = {
+    .mla_decode = {mla_decode_avx512_bf16act, "mla_decode_avx512+bf16act"},
+    .mla_rows = {mla_rows_avx512_bf16act, "mla_rows_avx512+bf16act"},
+};
+
+#undef MOESERVE_KERNEL
+
+// ---------------------------------------------------------------------------
+// The registry.
+
+// Optional instructions a row's kernels look for at run time (beyond what
+// the row requires): reported in IsaReport, asked through the registry.
+struct IsaExtension {
+  const char* name = nullptr;
+  bool (*detect)() = nullptr;
+};
+
+struct IsaEntry {
+  Isa isa;                    // its row index, checked below
+  const char* name;           // IsaName: logs, MOESERVE_CPU_ISA, test and bench labels
+  const char* suffix;         // its own variants are named <family>_<suffix>
+  Isa fallback;               // fills the families it has no code for; an earlier row (the root: itself)
+  bool (*detect)();           // what the CPU must report (its fallback's needs are added)
+  bool serving;               // whether BestIsa may pick it (the reference is for tests)
+  KernelSet kernels;          // its own kernels
+  KernelSet bf16act_kernels;  // what its BF16-activation set replaces besides the two products
+  IsaExtension extension;     // optional instructions its kernels use when present
+};
+
+// One row per Isa, in order of preference, least preferred first: BestIsa
+// picks the last row this CPU supports.
+constexpr IsaEntry kRegistry[] = {
+    {.isa = Isa::kReference, .name = "reference", .suffix = "ref", .fallback = Isa::kReference,
+     .detect = Always, .serving = false, .kernels = kReferenceKernels},
+    {.isa = Isa::kScalar, .name = "scalar", .suffix = "scalar", .fallback = Isa::kReference,
+     .detect = Always, .serving = true, .kernels = kScalarKernels},
+    {.isa = Isa::kAvx2, .name = "avx2", .suffix = "avx2", .fallback = Isa::kScalar,
+     .detect = DetectAvx2, .serving = true, .kernels = kAvx2Kernels},
+    {.isa = Isa::kAvx512, .name = "avx512", .suffix = "avx512", .fallback = Isa::kAvx2,
+     .detect = DetectAvx512, .serving = true, .kernels = kAvx512Kernels,
+     .bf16act_kernels = kAvx512Bf16ActKernels, .extension = {"avx512_bf16", DetectAvx512Bf16}},
+};
+
+#pragma GCC diagnostic pop
+
+constexpr int Index(Isa isa) { return static_cast<int>(isa); }
+
+constexpr bool RegistryIsWellFormed() {
+  if (std::size(kRegistry) != static_cast<size_t>(kIsaCount)) return false;
+  if (kRegistry[0].isa != Isa::kReference || kRegistry[0].fallback != Isa::kReference) return false;
+  for (int i = 0; i < kIsaCount; ++i) {
+    const IsaEntry& e = kRegistry[i];
+    if (Index(e.isa) != i || e.detect == nullptr) return false;
+    if (i > 0 && !(Index(e.fallback) >= 0 && Index(e.fallback) < i)) return false;
+    for (int j = 0; j < i; ++j)
+      if (std::string_view(kRegistry[j].name) == e.name || std::string_view(kRegistry[j].suffix) == e.suffix)
+        return false;
+  }
+  return true;
+}
+static_assert(RegistryIsWellFormed(),
+              "kRegistry: one row per Isa value in enum order, the reference first, unique names and suffixes, "
+              "each fallback an earlier row");
+
+// Each row's set: its own kernels, the rest from its fallback's set.
+constexpr std::array<KernelSet, kIsaCount> ResolveSets() {
+  std::array<KernelSet, kIsaCount> sets{};
+  for (int i = 0; i < kIsaCount; ++i) {
+    KernelSet s = kRegistry[i].kernels;
+    s.isa = kRegistry[i].isa;
+    if (i > 0) {
+      const KernelSet& from = sets[Index(kRegistry[i].fallback)];
+      ForEachFamily([&](const char*, auto member) {
+        if ((s.*member).fn == nullptr) s.*member = from.*member;
+      });
+    }
+    sets[i] = s;
+  }
+  return sets;
+}
+
+constexpr std::array<KernelSet, kIsaCount> kSets = ResolveSets();
+
+constexpr bool EverySetIsComplete() {
+  bool complete = true;
+  for (const KernelSet& s : kSets)
+    ForEachFamily([&](const char*, auto member) { complete = complete && (s.*member).fn != nullptr; });
+  return complete;
+}
+static_assert(EverySetIsComplete(), "kRegistry: the reference row must name every family");
+
+// ---------------------------------------------------------------------------
+// The derived sets, per row i.
+
+// matmul_mxfp4 / matmul_bf16 of KernelsWithBf16Activations.
+template <int i>
 void MatMulMxfp4Bf16From(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
-  const KernelSet& k = kSets[static_cast<int>(isa)];
+  const KernelSet& k = kSets[i];
   (n >= kBf16ActMinRows ? k.matmul_mxfp4_bf16act : k.matmul_mxfp4)(w, X, n, Y);
 }
-template <Isa isa>
+template <int i>
 void MatMulBf16Bf16From(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
-  const KernelSet& k = kSets[static_cast<int>(isa)];
+  const KernelSet& k = kSets[i];
   (n >= kBf16ActMinRows ? k.matmul_bf16_bf16act : k.matmul_bf16)(W, out, in, X, n, Y);
 }
 
-template <Isa isa>
-constexpr KernelSet WithBf16Activations(const char* mxfp4_name, const char* bf16_name) {
-  KernelSet s = kSets[static_cast<int>(isa)];
-  s.matmul_mxfp4 = {MatMulMxfp4Bf16From<isa>, mxfp4_name};
-  s.matmul_bf16 = {MatMulBf16Bf16From<isa>, bf16_name};
-  if constexpr (isa == Isa::kAvx512) {  // attention's products as BF16 dot products too
-    s.mla_decode = {cpu::mla_decode_avx512_bf16act, "mla_decode_avx512+bf16act"};
-    s.mla_rows = {cpu::mla_rows_avx512_bf16act, "mla_rows_avx512+bf16act"};
-  }
-  return s;
-}
-
-constexpr KernelSet kBf16ActSets[kIsaCount] = {
-    WithBf16Activations<Isa::kReference>("matmul_mxfp4_ref+bf16act", "matmul_bf16_ref+bf16act"),
-    WithBf16Activations<Isa::kScalar>("matmul_mxfp4_scalar+bf16act", "matmul_bf16_scalar+bf16act"),
-    WithBf16Activations<Isa::kAvx2>("matmul_mxfp4_avx2+bf16act", "matmul_bf16_avx2+bf16act"),
-    WithBf16Activations<Isa::kAvx512>("matmul_mxfp4_avx512+bf16act", "matmul_bf16_avx512+bf16act"),
-};
-
-// KernelsBatchInvariant(isa): products in blocks of kRowBlock rows, each
-// block by the set's matrix-vector kernels.
+// KernelsBatchInvariant: products in blocks of kRowBlock rows, each block by
+// the set's matrix-vector kernels.
 constexpr size_t kRowBlock = kGemmMinRows - 1;
 
-template <Isa isa>
+template <int i>
 void MatMulF32Rows(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
-  const KernelSet& k = kSets[static_cast<int>(isa)];
+  const KernelSet& k = kSets[i];
   for (size_t t = 0; t < n; t += kRowBlock) k.matmul_f32(W, out, in, X + t * in, std::min(kRowBlock, n - t), Y + t * out);
 }
 
-template <Isa isa>
+template <int i>
 void MatMulBf16Rows(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
-  const KernelSet& k = kSets[static_cast<int>(isa)];
+  const KernelSet& k = kSets[i];
   if (n < kGemmMinRows) return k.matmul_bf16(W, out, in, X, n, Y);
   // Whole blocks as one pass (the jobs share n), then the rest.
   std::vector<Bf16MatVecJob> jobs;
@@ -256,9 +351,9 @@ void MatMulBf16Rows(const uint16_t* W, size_t out, size_t in, const float* X, si
     k.matmul_bf16(W, out, in, X + full * kRowBlock * in, rest, Y + full * kRowBlock * out);
 }
 
-template <Isa isa>
+template <int i>
 void MatMulMxfp4Rows(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
-  const KernelSet& k = kSets[static_cast<int>(isa)];
+  const KernelSet& k = kSets[i];
   if (n < kGemmMinRows) return k.matmul_mxfp4(w, X, n, Y);
   if (w.out == 0) return;
   if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
@@ -270,9 +365,9 @@ void MatMulMxfp4Rows(const Mxfp4PackedView& w, const float* X, size_t n, float* 
 // The gates over whole vectors only: the AVX2 variant finishes a tail with
 // scalar code, whose exp differs in the last bits from the vector one.
 constexpr size_t kGateLanes = 16;
-template <Isa isa, bool kSilu>
+template <int i, bool kSilu>
 void GateRows(const float* a, const float* b, float* out, size_t n) {
-  const KernelSet& k = kSets[static_cast<int>(isa)];
+  const KernelSet& k = kSets[i];
   const GateFn gate = kSilu ? k.silu_mul.fn : k.sigmoid_mul.fn;
   const size_t body = n / kGateLanes * kGateLanes;
   gate(a, b, out, body);
@@ -284,51 +379,121 @@ void GateRows(const float* a, const float* b, float* out, size_t n) {
   std::copy(to, to + (n - body), out + body);
 }
 
-template <Isa isa>
-constexpr KernelSet BatchInvariant(const char* f32, const char* bf16, const char* mxfp4, const char* silu,
-                                   const char* sigmoid) {
-  KernelSet s = kSets[static_cast<int>(isa)];
-  s.matmul_f32 = {MatMulF32Rows<isa>, f32};
-  s.matmul_bf16 = {MatMulBf16Rows<isa>, bf16};
-  s.matmul_mxfp4 = {MatMulMxfp4Rows<isa>, mxfp4};
-  s.silu_mul = {GateRows<isa, true>, silu};
-  s.sigmoid_mul = {GateRows<isa, false>, sigmoid};
-  return s;
+struct DerivedSets {
+  std::array<KernelSet, kIsaCount> bf16act{};
+  std::array<KernelSet, kIsaCount> rows{};
+  std::deque<std::string> names;  // the derived entries' names; a deque keeps their addresses
+
+  const char* Name(std::string_view family, const char* suffix, std::string_view tag) {
+    names.push_back(std::string(family) + "_" + suffix + "+" + std::string(tag));
+    return names.back().c_str();
+  }
+
+  template <int i>
+  void Add() {
+    const IsaEntry& e = kRegistry[i];
+    KernelSet b = kSets[i];
+    b.matmul_mxfp4 = {MatMulMxfp4Bf16From<i>, Name("matmul_mxfp4", e.suffix, "bf16act")};
+    b.matmul_bf16 = {MatMulBf16Bf16From<i>, Name("matmul_bf16", e.suffix, "bf16act")};
+    ForEachFamily([&](const char*, auto member) {
+      if ((e.bf16act_kernels.*member).fn != nullptr) b.*member = e.bf16act_kernels.*member;
+    });
+    bf16act[i] = b;
+
+    KernelSet r = kSets[i];
+    r.matmul_f32 = {MatMulF32Rows<i>, Name("matmul_f32", e.suffix, "rows")};
+    r.matmul_bf16 = {MatMulBf16Rows<i>, Name("matmul_bf16", e.suffix, "rows")};
+    r.matmul_mxfp4 = {MatMulMxfp4Rows<i>, Name("matmul_mxfp4", e.suffix, "rows")};
+    r.silu_mul = {GateRows<i, true>, Name("silu_mul", e.suffix, "rows")};
+    r.sigmoid_mul = {GateRows<i, false>, Name("sigmoid_mul", e.suffix, "rows")};
+    rows[i] = r;
+  }
+};
+
+// Built once, at the first call; never destroyed (threads may still call
+// through a set while the process exits).
+const DerivedSets& Derived() {
+  static const DerivedSets* const derived = [] {
+    auto* d = new DerivedSets;
+    [d]<int... i>(std::integer_sequence<int, i...>) { (d->template Add<i>(), ...); }(
+        std::make_integer_sequence<int, kIsaCount>{});
+    return d;
+  }();
+  return *derived;
 }
 
-#define MOESERVE_ROWS(isa, sfx)                                                                               \
-  BatchInvariant<isa>("matmul_f32_" sfx "+rows", "matmul_bf16_" sfx "+rows", "matmul_mxfp4_" sfx "+rows",      \
-                      "silu_mul_" sfx "+rows", "sigmoid_mul_" sfx "+rows")
-constexpr KernelSet kRowSets[kIsaCount] = {
-    MOESERVE_ROWS(Isa::kReference, "ref"),
-    MOESERVE_ROWS(Isa::kScalar, "scalar"),
-    MOESERVE_ROWS(Isa::kAvx2, "avx2"),
-    MOESERVE_ROWS(Isa::kAvx512, "avx512"),
+const IsaEntry* Find(Isa isa) {
+  const int i = Index(isa);
+  return i >= 0 && i < kIsaCount ? &kRegistry[i] : nullptr;
+}
+
+// Per row: whether this CPU runs it (its detection and its fallback's), and
+// whether it also has the row's optional instructions. Asked once.
+struct Detected {
+  std::array<bool, kIsaCount> supported{};
+  std::array<bool, kIsaCount> extension{};
 };
-#undef MOESERVE_ROWS
+
+const Detected& Detection() {
+  static const Detected detected = [] {
+    Detected d;
+    for (int i = 0; i < kIsaCount; ++i) {
+      const IsaEntry& e = kRegistry[i];
+      d.supported[i] = e.detect() && (i == 0 || d.supported[Index(e.fallback)]);
+      d.extension[i] = d.supported[i] && e.extension.detect != nullptr && e.extension.detect();
+    }
+    return d;
+  }();
+  return detected;
+}
+
+constexpr std::array<Isa, kIsaCount> AllRows() {
+  std::array<Isa, kIsaCount> all{};
+  for (int i = 0; i < kIsaCount; ++i) all[i] = kRegistry[i].isa;
+  return all;
+}
+constexpr std::array<Isa, kIsaCount> kAllRows = AllRows();
+
+std::string ServingNames() {
+  std::string names;
+  for (const IsaEntry& e : kRegistry)
+    if (e.serving) names += std::string(names.empty() ? "" : "|") + e.name;
+  return names;
+}
 
 }  // namespace
 
 const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kReference: return "reference";
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-  }
-  return "?";
+  const IsaEntry* e = Find(isa);
+  return e ? e->name : "?";
 }
 
+const char* IsaVariantSuffix(Isa isa) {
+  const IsaEntry* e = Find(isa);
+  return e ? e->suffix : "?";
+}
+
+Isa IsaFallback(Isa isa) {
+  const IsaEntry* e = Find(isa);
+  return e ? e->fallback : Isa::kReference;
+}
+
+std::optional<Isa> IsaByName(std::string_view name) {
+  for (const IsaEntry& e : kRegistry)
+    if (name == e.name) return e.isa;
+  return std::nullopt;
+}
+
+std::span<const Isa> AllIsas() { return kAllRows; }
+
 bool IsaSupported(Isa isa) {
-  static const bool supported[kIsaCount] = {Detect(Isa::kReference), Detect(Isa::kScalar), Detect(Isa::kAvx2),
-                                            Detect(Isa::kAvx512)};
-  const int i = static_cast<int>(isa);
-  return i >= 0 && i < kIsaCount && supported[i];
+  const int i = Index(isa);
+  return i >= 0 && i < kIsaCount && Detection().supported[i];
 }
 
 std::vector<Isa> SupportedIsas() {
   std::vector<Isa> v;
-  for (Isa isa : kAll)
+  for (Isa isa : kAllRows)
     if (IsaSupported(isa)) v.push_back(isa);
   return v;
 }
@@ -336,17 +501,34 @@ std::vector<Isa> SupportedIsas() {
 Isa BestIsa() {
   static const Isa best = [] {
     Isa b = Isa::kScalar;
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
-      if (IsaSupported(isa)) b = isa;
+    for (const IsaEntry& e : kRegistry)
+      if (e.serving && IsaSupported(e.isa)) b = e.isa;
     if (const char* env = std::getenv("MOESERVE_CPU_ISA")) {
-      const std::string_view want(env);
-      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
-        if (want == IsaName(isa) && static_cast<int>(isa) < static_cast<int>(b)) b = isa;
+      const std::optional<Isa> want = IsaByName(env);
+      if (!want || !Find(*want)->serving)
+        std::fprintf(stderr, "moeserve kernels: MOESERVE_CPU_ISA=%s is not one of %s; ignored (using %s)\n", env,
+                     ServingNames().c_str(), IsaName(b));
+      else if (Index(*want) < Index(b) && IsaSupported(*want))
+        b = *want;
     }
     return b;
   }();
   return best;
 }
+
+std::string IsaReport() {
+  std::string supported, extensions;
+  for (Isa isa : SupportedIsas()) {
+    const IsaEntry& e = *Find(isa);
+    supported += std::string(supported.empty() ? "" : " ") + e.name;
+    if (Detection().extension[Index(isa)])
+      extensions += std::string(extensions.empty() ? "" : ", ") + e.name + " with " + e.extension.name;
+  }
+  return "supported: " + supported + (extensions.empty() ? "" : " (" + extensions + ")") + "; best: " +
+         IsaName(BestIsa());
+}
+
+bool CpuHasAvx512Bf16() { return Detection().extension[Index(Isa::kAvx512)]; }
 
 const KernelSet& Kernels(Isa isa) {
   if (!IsaSupported(isa)) {
@@ -354,17 +536,17 @@ const KernelSet& Kernels(Isa isa) {
                  IsaName(isa));
     std::abort();
   }
-  return kSets[static_cast<int>(isa)];
+  return kSets[Index(isa)];
 }
 
 const KernelSet& KernelsWithBf16Activations(Isa isa) {
   Kernels(isa);  // refuses what this CPU cannot run
-  return kBf16ActSets[static_cast<int>(isa)];
+  return Derived().bf16act[Index(isa)];
 }
 
 const KernelSet& KernelsBatchInvariant(Isa isa) {
   Kernels(isa);  // refuses what this CPU cannot run
-  return kRowSets[static_cast<int>(isa)];
+  return Derived().rows[Index(isa)];
 }
 
 }  // namespace moeserve::kernels

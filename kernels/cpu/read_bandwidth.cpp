@@ -95,12 +95,15 @@ ReadBandwidthProbe::~ReadBandwidthProbe() { FreeWeights(data_, bytes_); }
 
 double ReadBandwidthProbe::Pass() {
   using Clock = std::chrono::steady_clock;
-  // The widest loads this CPU has, as the fast kernels use (BestIsa).
-  const Isa isa = BestIsa();
+  // The widest loads the fast kernels use: those of BestIsa's row or of the
+  // nearest row down its fallback chain that has a reader here.
   float (*sum)(const float*, size_t, bool) = SumScalar;
 #if defined(__x86_64__)
-  if (isa == Isa::kAvx512) sum = SumAvx512;
-  else if (isa == Isa::kAvx2) sum = SumAvx2;
+  for (Isa isa = BestIsa(); isa != Isa::kReference; isa = IsaFallback(isa)) {
+    if (isa == Isa::kAvx512) sum = SumAvx512;
+    else if (isa == Isa::kAvx2) sum = SumAvx2;
+    if (sum != SumScalar) break;
+  }
 #endif
   const bool prefetch = passes_++ % 2 == 1;
   const float* a = data_;

@@ -1,5 +1,5 @@
-// Runs a check on every KernelSet this CPU supports (the reference set first,
-// then scalar, AVX2, AVX-512 as available), each under a trace naming its
+// Runs a check on every KernelSet this CPU supports, in the ISA registry's
+// order (AllIsas: the reference set first), each under a trace naming its
 // Isa, and prints (once per label and test program) which variants ran and
 // which this CPU could not run, so a log shows what a green run covered.
 #pragma once
@@ -25,7 +25,7 @@ inline void ReportVariants(const std::string& family, const std::string& ran, co
 template <class Fn>
 void ForEachVariant(const char* family, Fn fn) {
   std::string ran, skipped;
-  for (Isa isa : {Isa::kReference, Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : AllIsas()) {
     if (!IsaSupported(isa)) {
       skipped += std::string(skipped.empty() ? "" : " ") + IsaName(isa);
       continue;

@@ -18,10 +18,21 @@
 namespace moeserve::kernels {
 namespace {
 
-constexpr Isa kAll[] = {Isa::kReference, Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+// The names below pin the sets of the first four rows of the registry, as
+// they were before it existed (the rule every row follows, these and any
+// added later, is in isa_registry_test.cpp).
+constexpr Isa kPinned[] = {Isa::kReference, Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+bool Pinned(Isa isa) { return std::find(std::begin(kPinned), std::end(kPinned), isa) != std::end(kPinned); }
 
-// The name suffix of each Isa's own variants.
-std::string_view Suffix(Isa isa) { return isa == Isa::kReference ? "ref" : IsaName(isa); }
+std::string_view Suffix(Isa isa) {
+  switch (isa) {
+    case Isa::kReference: return "ref";
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
 
 // Families whose every set has code of its own: the set for an Isa must name
 // that Isa's variant. (The others fall back as listed in FallbackSuffix.)
@@ -42,10 +53,7 @@ std::string_view FallbackSuffix(std::string_view family, Isa isa) {
 }
 
 TEST(KernelSets, ReportsWhichIsasThisCpuRuns) {
-  std::string names;
-  for (Isa isa : SupportedIsas()) names += std::string(IsaName(isa)) + " ";
-  std::printf("[ variants ] supported: %s; best: %s; threads: %d\n", names.c_str(), IsaName(BestIsa()),
-              DefaultThreadPool().size());
+  std::printf("[ variants ] %s; threads: %d\n", IsaReport().c_str(), DefaultThreadPool().size());
   ASSERT_FALSE(SupportedIsas().empty());
   EXPECT_EQ(SupportedIsas().front(), Isa::kReference);
   EXPECT_TRUE(IsaSupported(Isa::kReference));
@@ -53,12 +61,13 @@ TEST(KernelSets, ReportsWhichIsasThisCpuRuns) {
   EXPECT_NE(BestIsa(), Isa::kReference);
   EXPECT_TRUE(IsaSupported(BestIsa()));
   const std::vector<Isa> supported = SupportedIsas();
-  for (Isa isa : kAll)
+  for (Isa isa : AllIsas())
     EXPECT_EQ(IsaSupported(isa), std::find(supported.begin(), supported.end(), isa) != supported.end()) << IsaName(isa);
 }
 
 TEST(KernelSets, AskingForAnIsaSelectsItsVariants) {
   for (Isa isa : SupportedIsas()) {
+    if (!Pinned(isa)) continue;
     SCOPED_TRACE(IsaName(isa));
     const KernelSet& k = Kernels(isa);
     EXPECT_EQ(k.isa, isa);
@@ -98,7 +107,7 @@ TEST(KernelSets, EachIsaHasItsOwnFunctions) {
 
 TEST(KernelSetsDeathTest, AnIsaThisCpuCannotRunIsRefused) {
   EXPECT_DEATH(Kernels(static_cast<Isa>(kIsaCount)), "cannot run");
-  for (Isa isa : kAll) {
+  for (Isa isa : AllIsas()) {
     if (!IsaSupported(isa)) {
       EXPECT_DEATH(Kernels(isa), std::string("the ") + IsaName(isa) + " variants");
     }

@@ -5,16 +5,17 @@
 // per Isa: the plain reference (the ground truth, single-threaded loops), a
 // portable scalar variant (threaded), an AVX2+FMA variant and an AVX-512
 // (F/BW/VL/DQ + VNNI, VBMI) variant. A KernelSet holds one entry of every
-// family for one Isa; Kernels(isa) returns it. The four sets are tables built
-// at compile time; which one a caller uses is its own choice, made once
+// family for one Isa; Kernels(isa) returns it. The sets are resolved at
+// compile time from the ISA registry (kernels/cpu/dispatch.cpp), one row per
+// Isa; which one a caller uses is its own choice, made once
 // (the engine picks its set when a model is loaded: Isa::kReference for
 // `--kernels reference`, BestIsa() otherwise). Nothing here looks at "the
 // active ISA" behind a caller's back: every variant runs exactly the code its
 // set names, and tests reach any variant by asking for its Isa.
 //
 // Each entry carries its variant's name (e.g. "matmul_f32_avx2"). Where a
-// family has no code of its own for an Isa, the entry is the next variant
-// below it and its name says so (the AVX2 set's MXFP4 quantiser is
+// family has no code of its own for an Isa, the entry is its registry row's
+// fallback's and its name says so (the AVX2 set's MXFP4 quantiser is
 // "mxfp4_quantize_scalar"; the reference set's single-threaded building
 // blocks are the scalar ones, which are plain loops).
 //
@@ -30,7 +31,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,19 +45,41 @@
 
 namespace moeserve::kernels {
 
+// The CPU instruction sets the kernels are written for. Each value is one row
+// of the ISA registry (kernels/cpu/dispatch.cpp), which alone says what it is
+// called, how the CPU is asked whether it has it, which kernels it brings,
+// which set it falls back to for the rest, and where it ranks; every function
+// below reads that registry. Adding an ISA: a value here, a row there, its
+// kernel files (kernels/README.md, "Adding an ISA").
 enum class Isa { kReference = 0, kScalar = 1, kAvx2 = 2, kAvx512 = 3 };
 inline constexpr int kIsaCount = 4;
 
-// "reference", "scalar", "avx2", "avx512".
+// Its registry name: "reference", "scalar", "avx2", "avx512".
 const char* IsaName(Isa isa);
-// Whether this CPU (and this build) can run the variant: reference and scalar
-// always.
+// The suffix its own variants' names carry ("ref" for the reference set, the
+// name otherwise): matmul_f32_<suffix>.
+const char* IsaVariantSuffix(Isa isa);
+// The Isa whose kernels fill the families isa has no code of its own for
+// (the reference set: itself).
+Isa IsaFallback(Isa isa);
+// The Isa a registry name names, or false (-> nullopt) for any other text.
+std::optional<Isa> IsaByName(std::string_view name);
+// Every registry row, in the registry's order: reference first, then from the
+// least to the most preferred.
+std::span<const Isa> AllIsas();
+// Whether this CPU (and this build) can run the variant: its own detection
+// and its fallback's. Reference and scalar always.
 bool IsaSupported(Isa isa);
-// Every Isa this CPU can run, reference first.
+// Every Isa this CPU can run, in registry order (reference first).
 std::vector<Isa> SupportedIsas();
-// The best Isa this CPU supports, capped by MOESERVE_CPU_ISA (scalar|avx2|
-// avx512; read once, at the first call). Never kReference.
+// The most preferred Isa this CPU supports, capped by MOESERVE_CPU_ISA (a
+// registry name other than "reference"; read once, at the first call; an
+// unknown name is reported on stderr and ignored). Never kReference.
 Isa BestIsa();
+// One line for logs: the Isas this CPU runs, the optional instructions their
+// kernels found, and the best ("supported: reference scalar avx2 avx512
+// (avx512 with avx512_bf16); best: avx512").
+std::string IsaReport();
 
 // One variant of a family: the function and its name.
 template <class Fn>
@@ -188,33 +214,44 @@ const KernelSet& KernelsWithBf16Activations(Isa isa);
 // own. Names: "<family>_<isa>+rows". Refuses an unsupported isa as Kernels().
 const KernelSet& KernelsBatchInvariant(Isa isa);
 
+// Calls fn(family name, member pointer) for every family of KernelSet, in
+// declaration order: the one list of the families that code walking a set
+// (ForEachKernel, the registry's fallback filling, tests) goes through.
+template <class Fn>
+constexpr void ForEachFamily(Fn&& fn) {
+  fn("matmul_f32", &KernelSet::matmul_f32);
+  fn("matmul_bf16", &KernelSet::matmul_bf16);
+  fn("matmul_mxfp4", &KernelSet::matmul_mxfp4);
+  fn("matvec_bf16_many", &KernelSet::matvec_bf16_many);
+  fn("matvec_mxfp4_many", &KernelSet::matvec_mxfp4_many);
+  fn("headwise_matvec", &KernelSet::headwise_matvec);
+  fn("rms_norm", &KernelSet::rms_norm);
+  fn("silu_mul", &KernelSet::silu_mul);
+  fn("sigmoid_mul", &KernelSet::sigmoid_mul);
+  fn("mla_decode", &KernelSet::mla_decode);
+  fn("mla_rows", &KernelSet::mla_rows);
+  fn("indexer_scores", &KernelSet::indexer_scores);
+  fn("delta_rule_recurrent", &KernelSet::delta_rule_recurrent);
+  fn("mxfp4_quantize", &KernelSet::mxfp4_quantize);
+  fn("mxfp4_matvec", &KernelSet::mxfp4_matvec);
+  fn("mxfp4_gemm", &KernelSet::mxfp4_gemm);
+  fn("f32_matmul_cols", &KernelSet::f32_matmul_cols);
+  fn("matmul_mxfp4_bf16act", &KernelSet::matmul_mxfp4_bf16act);
+  fn("matmul_bf16_bf16act", &KernelSet::matmul_bf16_bf16act);
+  fn("indexer_scores_batch", &KernelSet::indexer_scores_batch);
+  fn("delta_rule_chunked", &KernelSet::delta_rule_chunked);
+  fn("causal_conv_silu", &KernelSet::causal_conv_silu);
+}
+
 // Calls fn(family, variant name, whether the entry has a function) for every
 // entry of a set, in declaration order (for tests and reports that walk all
 // families).
 template <class Fn>
 void ForEachKernel(const KernelSet& k, Fn&& fn) {
-  fn("matmul_f32", k.matmul_f32.name, k.matmul_f32.fn != nullptr);
-  fn("matmul_bf16", k.matmul_bf16.name, k.matmul_bf16.fn != nullptr);
-  fn("matmul_mxfp4", k.matmul_mxfp4.name, k.matmul_mxfp4.fn != nullptr);
-  fn("matvec_bf16_many", k.matvec_bf16_many.name, k.matvec_bf16_many.fn != nullptr);
-  fn("matvec_mxfp4_many", k.matvec_mxfp4_many.name, k.matvec_mxfp4_many.fn != nullptr);
-  fn("headwise_matvec", k.headwise_matvec.name, k.headwise_matvec.fn != nullptr);
-  fn("rms_norm", k.rms_norm.name, k.rms_norm.fn != nullptr);
-  fn("silu_mul", k.silu_mul.name, k.silu_mul.fn != nullptr);
-  fn("sigmoid_mul", k.sigmoid_mul.name, k.sigmoid_mul.fn != nullptr);
-  fn("mla_decode", k.mla_decode.name, k.mla_decode.fn != nullptr);
-  fn("mla_rows", k.mla_rows.name, k.mla_rows.fn != nullptr);
-  fn("indexer_scores", k.indexer_scores.name, k.indexer_scores.fn != nullptr);
-  fn("delta_rule_recurrent", k.delta_rule_recurrent.name, k.delta_rule_recurrent.fn != nullptr);
-  fn("mxfp4_quantize", k.mxfp4_quantize.name, k.mxfp4_quantize.fn != nullptr);
-  fn("mxfp4_matvec", k.mxfp4_matvec.name, k.mxfp4_matvec.fn != nullptr);
-  fn("mxfp4_gemm", k.mxfp4_gemm.name, k.mxfp4_gemm.fn != nullptr);
-  fn("f32_matmul_cols", k.f32_matmul_cols.name, k.f32_matmul_cols.fn != nullptr);
-  fn("matmul_mxfp4_bf16act", k.matmul_mxfp4_bf16act.name, k.matmul_mxfp4_bf16act.fn != nullptr);
-  fn("matmul_bf16_bf16act", k.matmul_bf16_bf16act.name, k.matmul_bf16_bf16act.fn != nullptr);
-  fn("indexer_scores_batch", k.indexer_scores_batch.name, k.indexer_scores_batch.fn != nullptr);
-  fn("delta_rule_chunked", k.delta_rule_chunked.name, k.delta_rule_chunked.fn != nullptr);
-  fn("causal_conv_silu", k.causal_conv_silu.name, k.causal_conv_silu.fn != nullptr);
+  ForEachFamily([&](const char* family, auto member) {
+    const auto& entry = k.*member;
+    fn(family, entry.name, entry.fn != nullptr);
+  });
 }
 
 }  // namespace moeserve::kernels
