@@ -167,6 +167,9 @@ Status ApplySetting(DaemonConfig& c, const std::string& key, const std::string& 
   } else if (key == "kernels") {
     if (value != "fast" && value != "reference") return bad("must be fast or reference");
     c.kernels = value;
+  } else if (key == "experts") {
+    if (value != "stored" && value != "mxfp4" && value != "bf16") return bad("must be stored, mxfp4 or bf16");
+    c.experts = value;
   } else {
     return Fail(Error::InvalidArgument(where + ": unknown setting '" + key + "'; see `moe-daemon serve --help`"));
   }

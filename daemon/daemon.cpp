@@ -651,6 +651,8 @@ Status Daemon::LoadModel() {
   o.prefix_pin_share = m.config.sessions.pin_share;
   o.kernels = m.config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
   o.deterministic = m.config.deterministic;
+  if (m.config.experts != "stored")
+    o.experts = m.config.experts == "mxfp4" ? engine::ExpertFormat::kMxfp4 : engine::ExpertFormat::kBf16;
   o.threads = m.config.threads;
   o.max_context = m.config.max_context;
   // Expert parallelism from the operator's variables: this rank's slice of

@@ -112,6 +112,7 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Follow(const engine::Exp
   kernels::RequestDefaultThreadPoolSize(o.threads);
   engine::ModelOptions mo;
   mo.kernels = o.kernels;
+  mo.experts = o.experts;
   mo.ep_rank = settings.rank;
   mo.ep_world = settings.world;
   MOE_ASSIGN_OR_RETURN(impl->model, engine::Model::Load(dir, mo));

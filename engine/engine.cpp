@@ -101,6 +101,7 @@ ModelOptions ModelOptionsFor(const EngineOptions& options) {
   ModelOptions mo;
   mo.kernels = options.kernels;
   mo.bf16_activations = options.bf16_activations;
+  mo.experts = options.experts;
   mo.deterministic = options.deterministic;
   mo.ep_rank = options.ep_rank;
   mo.ep_world = options.ep_world;

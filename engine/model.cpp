@@ -47,7 +47,14 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
     model->comm_ = options.comm;
   }
   model->ep_stats_.rank_rows.assign(static_cast<size_t>(model->ep_world_), 0);
-  MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(dir.checkpoint, dir.config, model->ep_rank_, model->ep_world_));
+  if (options.experts && *options.experts != dir.config.expert_format)
+    return Fail(Error::InvalidArgument(
+        "experts: " + std::string(ExpertFormatName(*options.experts)) + " requested, but " + dir.path +
+        " holds its routed experts as " + std::string(ExpertFormatName(dir.config.expert_format)) +
+        " (requantisation at load is offered by the deepseek_v32 family only)"));
+  CheckpointSource mapped(dir.checkpoint);
+  TensorSource& source = dir.source ? *dir.source : static_cast<TensorSource&>(mapped);
+  MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(source, dir.config, model->ep_rank_, model->ep_world_));
   model->weights_ = std::make_unique<ModelWeights>(std::move(w));
   const ModelConfig& c = model->config_;
   // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa)].

@@ -21,24 +21,25 @@ std::vector<float> ToF32(const TensorView& t) {
   return out;
 }
 
+// Each tensor is dropped as soon as it is copied or converted: with a
+// converting source (tensor_source.hpp) one converted tensor is alive at a time.
 class Loader {
  public:
-  Loader(const Checkpoint& ck, kernels::WeightArena& arena) : ck_(ck), arena_(arena) {}
+  Loader(TensorSource& src, kernels::WeightArena& arena) : src_(src), arena_(arena) {}
   Result<std::vector<float>> Vec(const std::string& name) {
-    const TensorView* t = ck_.Find(name);
-    if (!t) return Fail(Error::NotFound("tensor '" + name + "' is missing"));
-    return ToF32(*t);
+    MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
+    return ToF32(h.view);
   }
   Result<Matrix> Mat(const std::string& name) {
-    const TensorView* t = ck_.Find(name);
-    if (!t || t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
-    return Matrix{ToF32(*t), {}, static_cast<int>(t->shape[0]), static_cast<int>(t->shape[1])};
+    MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
+    return MatOf(name, h.view);
   }
   // A matrix only multiplied through Linear(): BF16 stays BF16.
   Result<Matrix> Linear(const std::string& name) {
-    const TensorView* t = ck_.Find(name);
-    if (!t || t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
-    if (t->dtype != DType::kBF16) return Mat(name);
+    MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
+    const TensorView* t = &h.view;
+    if (t->dtype != DType::kBF16) return MatOf(name, *t);
+    if (t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
     Matrix m;
     void* dst = arena_.Allocate(t->nbytes);
     std::memcpy(dst, t->data, t->nbytes);
@@ -51,9 +52,12 @@ class Loader {
   // pages of other ranks' experts are never read.
   Result<ExpertStack> Experts(const std::string& base, ExpertFormat format, int first, int count) {
     if (format == ExpertFormat::kBf16) return Bf16Experts(base, first, count);
-    const TensorView* b = ck_.Find(base + ".blocks");
-    const TensorView* s = ck_.Find(base + ".scales");
-    if (!b || !s) return Fail(Error::NotFound("MXFP4 weight '" + base + "' is missing"));
+    MOE_ASSIGN_OR_RETURN(HeldTensor hb, src_.Get(base + ".blocks"));
+    MOE_ASSIGN_OR_RETURN(HeldTensor hs, src_.Get(base + ".scales"));
+    const TensorView* b = &hb.view;
+    const TensorView* s = &hs.view;
+    if (b->shape.size() != 4 || s->shape.size() != 3)
+      return Fail(Error::NotFound("MXFP4 weight '" + base + "' is missing"));
     MOE_TRY(CheckExpertRange(base, b->shape[0], first, count));
     ExpertStack m;
     m.format = ExpertFormat::kMxfp4;
@@ -69,11 +73,16 @@ class Loader {
   }
 
  private:
+  static Result<Matrix> MatOf(const std::string& name, const TensorView& t) {
+    if (t.shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
+    return Matrix{ToF32(t), {}, static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1])};
+  }
   // BF16 experts (model.md 1.2): this rank's slice copied as stored, each
   // expert a BF16 [rows, cols] matrix for the BF16 kernels.
   Result<ExpertStack> Bf16Experts(const std::string& base, int first, int count) {
-    const TensorView* t = ck_.Find(base + ".weight");
-    if (!t || t->shape.size() != 3 || t->dtype != DType::kBF16)
+    MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(base + ".weight"));
+    const TensorView* t = &h.view;
+    if (t->shape.size() != 3 || t->dtype != DType::kBF16)
       return Fail(Error::NotFound("BF16 expert weight '" + base + ".weight' is missing"));
     MOE_TRY(CheckExpertRange(base + ".weight", t->shape[0], first, count));
     ExpertStack m;
@@ -95,13 +104,18 @@ class Loader {
     return Ok();
   }
 
-  const Checkpoint& ck_;
+  TensorSource& src_;
   kernels::WeightArena& arena_;
 };
 
 }  // namespace
 
 Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c, int ep_rank, int ep_world) {
+  CheckpointSource src(ck);
+  return LoadWeights(src, c, ep_rank, ep_world);
+}
+
+Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_rank, int ep_world) {
   MOE_TRY(ValidateWorldSize(c, ep_world));
   if (ep_rank < 0 || ep_rank >= ep_world)
     return Fail(Error::InvalidArgument("expert-parallel rank " + std::to_string(ep_rank) + " outside a world of " + std::to_string(ep_world)));

@@ -10,6 +10,7 @@
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/safetensors.hpp"
+#include "moeserve/engine/tensor_source.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/weight_memory.hpp"
 
@@ -102,6 +103,8 @@ struct ModelWeights {
 // Loads the dense weights and the experts expert-parallel rank ep_rank of
 // ep_world owns (model.md 6: expert e lives on rank e / (E / world)).
 Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config, int ep_rank = 0, int ep_world = 1);
+// The same from any source (one tensor held at a time).
+Result<ModelWeights> LoadWeights(TensorSource& source, const ModelConfig& config, int ep_rank = 0, int ep_world = 1);
 // What the loaded weights keep in memory (BF16 arena reserved, fp32 copies,
 // experts).
 size_t ResidentWeightBytes(const ModelWeights& weights);

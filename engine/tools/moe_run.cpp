@@ -4,7 +4,12 @@
 //   moe-run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--print-ids] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-p P] [--top-k K] [--seed S]
 //           [--reasoning-effort low|medium|high] [--thinking-budget N]
-//           [--kernels fast|reference] [--ignore-eos] [--read-bw GBPS|auto] [--batch N]
+//           [--kernels fast|reference] [--experts mxfp4|bf16] [--ignore-eos] [--read-bw GBPS|auto] [--batch N]
+//
+// --experts mxfp4 requantises a DeepSeek-V3.2 checkpoint's routed experts to
+// MXFP4 at load (ModelOptions::experts); other families refuse a format
+// other than the one they store. The summary line gives the process's peak
+// resident memory.
 //
 // --prompt-ids gives the prompt as token ids, with no chat template, and
 // --print-ids prints only the generated ids, as one comma-separated line, so
@@ -56,7 +61,7 @@ int Usage(const std::string& msg) {
                "               [--max-tokens N] [--temperature T]\n"
                "               [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
-               "               [--thinking-budget N] [--kernels fast|reference] [--bf16-activations] [--ignore-eos]\n"
+               "               [--thinking-budget N] [--kernels fast|reference] [--experts mxfp4|bf16] [--bf16-activations] [--ignore-eos]\n"
                "               [--read-bw GBPS|auto] [--deterministic] [--batch N]\n");
   return 2;
 }
@@ -267,8 +272,10 @@ int RunFamily(const std::string& dir, const std::string& family, const std::vect
   const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   const double prefill_s = first ? secs(t_loaded, t_end) : secs(t_loaded, t_first);
   const double decode_s = first ? 0 : secs(t_first, t_end);
-  std::printf("family %s; prompt %zu tokens, completion %zu tokens; load %.2fs\n", family.c_str(), prompt.size(),
-              generated.size(), secs(t0, t_loaded));
+  // Peak resident memory of the process (loading included): the figure
+  // docs/model-format.md quotes for DeepSeek-V3.2's streamed conversion.
+  std::printf("family %s; prompt %zu tokens, completion %zu tokens; load %.2fs; peak resident memory %.1f MiB\n",
+              family.c_str(), prompt.size(), generated.size(), secs(t0, t_loaded), PeakRssBytes() / (1 << 20));
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s\n", static_cast<double>(prompt.size()) / prefill_s,
               generated.size() > 1 ? static_cast<double>(generated.size() - 1) / decode_s : 0.0);
   return 0;
@@ -277,7 +284,7 @@ int RunFamily(const std::string& dir, const std::string& family, const std::vect
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, prompt, system, effort = "medium", kernels = "fast";
+  std::string model_path, prompt, system, effort = "medium", kernels = "fast", experts;
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
@@ -301,6 +308,7 @@ int main(int argc, char** argv) {
     else if (a == "--system") system = v;
     else if (a == "--reasoning-effort") effort = v;
     else if (a == "--kernels") kernels = v;
+    else if (a == "--experts") experts = v;
     else if (a == "--max-tokens") { if (!ToInt(v, 1, 1 << 24, &max_tokens)) return Usage("--max-tokens must be a positive integer"); }
     else if (a == "--seed") { if (!ToInt(v, 0, (1ll << 62), &seed)) return Usage("--seed must be a non-negative integer"); }
     else if (a == "--top-k") { if (!ToInt(v, 0, 1 << 20, &top_k)) return Usage("--top-k must be a non-negative integer"); }
@@ -318,6 +326,9 @@ int main(int argc, char** argv) {
     return Usage("--model and one of --prompt or --prompt-ids are required");
   if (effort != "low" && effort != "medium" && effort != "high") return Usage("--reasoning-effort must be low, medium or high");
   if (kernels != "fast" && kernels != "reference") return Usage("--kernels must be fast or reference");
+  if (!experts.empty() && experts != "mxfp4" && experts != "bf16") return Usage("--experts must be mxfp4 or bf16");
+  std::optional<ExpertFormat> expert_format;
+  if (!experts.empty()) expert_format = experts == "mxfp4" ? ExpertFormat::kMxfp4 : ExpertFormat::kBf16;
 
   auto family = FindFamily(model_path);
   if (!family) return std::fprintf(stderr, "moe-run: %s\n", family.error().ToString().c_str()), 1;
@@ -327,6 +338,7 @@ int main(int argc, char** argv) {
     if (prompt_ids.empty()) return Usage("gpt-oss models take --prompt-ids (no chat template here)");
     if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
     if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
+    if (expert_format) return Usage("--experts is not available for gpt-oss models (their experts are MXFP4 as published)");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
                      kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, read_bw, read_bw_auto,
                      static_cast<int>(batch));
@@ -337,6 +349,7 @@ int main(int argc, char** argv) {
     eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
     eo.bf16_activations = bf16_activations;
     eo.deterministic = deterministic;
+    eo.experts = expert_format;
     eo.cache_tokens = 1 << 15;
     SamplingParams sp;
     sp.temperature = static_cast<float>(temperature);
@@ -352,6 +365,7 @@ int main(int argc, char** argv) {
   eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
   eo.bf16_activations = bf16_activations;
   eo.deterministic = deterministic;
+  eo.experts = expert_format;
   eo.cache_tokens = 1 << 15;
   auto engine = Engine::Create(*dir, eo);
   if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;

@@ -39,6 +39,12 @@ TEST(DaemonConfig, ClearMessages) {
   EXPECT_EQ(bad("port: 70000"), "daemon.yaml: port: must be between 1 and 65535 (got '70000')");
   EXPECT_NE(bad("prot: 80").find("unknown setting 'prot'"), std::string::npos);
   EXPECT_NE(bad("kernels: gpu").find("must be fast or reference"), std::string::npos);
+  EXPECT_NE(bad("experts: fp8").find("experts: must be stored, mxfp4 or bf16"), std::string::npos);
+  {
+    auto c = ParseDaemonConfigYaml("experts: mxfp4", "daemon.yaml");
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_EQ(c->experts, "mxfp4");
+  }
   EXPECT_NE(bad("thinking_budgets: {low: 9, medium: 2, high: 3}").find("low <= medium <= high"), std::string::npos);
   EXPECT_NE(bad("[1, 2]").find("must be a map"), std::string::npos);
   EXPECT_NE(bad("port: [").find("not valid YAML"), std::string::npos);

@@ -28,6 +28,7 @@
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
+#include "moeserve/kernels/mxfp4.hpp"
 
 namespace moeserve::engine {
 namespace {
@@ -129,7 +130,8 @@ const Reference& Ref() {
 void CompareWithReference(KernelChoice kernels) {
   const Reference& ref = Ref();
   ASSERT_EQ(ref.positions, kPrompt + kDecode);
-  auto dir = OpenModelDir(TinyModel());
+  // The serving path (family.cpp): each tensor converted as the model loads.
+  auto dir = deepseek_v32::OpenDirStreamed(TinyModel());
   ASSERT_TRUE(dir) << dir.error().ToString();
   EXPECT_EQ(dir->family, "deepseek_v32");
   ModelOptions mo;
@@ -409,6 +411,159 @@ TEST(DeepseekV32, HostileCheckpointsFailNamingTheTensor) {
     EXPECT_NE(r.error().message().find("kv_a_proj_with_mqa.weight"), std::string::npos) << r.error().message();
     fs::remove_all(d);
   }
+}
+
+// Logits of every prompt position and of the teacher-forced continuation.
+std::vector<float> TeacherForced(Model& model, const std::vector<int>& tokens) {
+  KvPool pool(8, 16, model.cache_floats_per_token());
+  SequenceCache cache = model.NewSequence();
+  std::vector<float> logits, all;
+  std::vector<int> prompt(tokens.begin(), tokens.begin() + kPrompt);
+  EXPECT_TRUE(EnsureBlocks(pool, cache, kPrompt));
+  ForwardSegment seg{&cache, prompt, true};
+  EXPECT_TRUE(model.Forward(pool, std::span(&seg, 1), &logits, nullptr));
+  all = logits;
+  for (size_t k = kPrompt; k < tokens.size(); ++k) {
+    std::vector<int> tok = {tokens[k]};
+    EXPECT_TRUE(EnsureBlocks(pool, cache, cache.length + 1));
+    ForwardSegment one{&cache, tok, false};
+    EXPECT_TRUE(model.Forward(pool, std::span(&one, 1), &logits, nullptr));
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+// The streamed load (each tensor converted as Model::Load asks for it) gives
+// the same model as the converted image: bit-identical logits.
+TEST(DeepseekV32, StreamedLoadEqualsTheConvertedImage) {
+  const Reference& ref = Ref();
+  auto image = OpenModelDir(TinyModel());
+  ASSERT_TRUE(image) << image.error().ToString();
+  auto streamed = deepseek_v32::OpenDirStreamed(TinyModel());
+  ASSERT_TRUE(streamed) << streamed.error().ToString();
+  EXPECT_EQ(streamed->checkpoint.AllTensors().size(), 0u);
+  auto a = Model::Load(*image), b = Model::Load(*streamed);
+  ASSERT_TRUE(a) << a.error().ToString();
+  ASSERT_TRUE(b) << b.error().ToString();
+  EXPECT_EQ((*a)->resident_weight_bytes(), (*b)->resident_weight_bytes());
+  const std::vector<float> la = TeacherForced(**a, ref.tokens), lb = TeacherForced(**b, ref.tokens);
+  ASSERT_EQ(la.size(), static_cast<size_t>(ref.positions) * ref.vocab);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0);
+}
+
+// MXFP4 requantisation of the routed experts: every block of the encoded
+// experts decodes within MXFP4's rounding of the BF16 values it came from
+// (a quarter of the block's largest magnitude: E2M1 steps of at most 2 on a
+// scale putting the largest in [4, 8)), and the whole tensor's rms error is
+// small; a wrong scale exponent (twice or half every value) fails both.
+TEST(DeepseekV32, RequantisedExpertsDecodeNearTheirBf16Values) {
+  auto bf16 = deepseek_v32::OpenDir(TinyModel());
+  auto mx = deepseek_v32::OpenDir(TinyModel(), ExpertFormat::kMxfp4);
+  ASSERT_TRUE(bf16) << bf16.error().ToString();
+  ASSERT_TRUE(mx) << mx.error().ToString();
+  EXPECT_EQ(mx->config.expert_format, ExpertFormat::kMxfp4);
+  int checked = 0;
+  for (int layer = 0; layer < bf16->config.num_layers; ++layer) {
+    if (!bf16->config.IsMoeLayer(layer)) continue;
+    for (const char* w : {"w13", "w2"}) {
+      const std::string base = "layers." + std::to_string(layer) + ".ffn.experts." + w;
+      const TensorView* ref = bf16->checkpoint.Find(base + ".weight");
+      const TensorView* blocks = mx->checkpoint.Find(base + ".blocks");
+      const TensorView* scales = mx->checkpoint.Find(base + ".scales");
+      ASSERT_TRUE(ref && blocks && scales) << base;
+      EXPECT_EQ(mx->checkpoint.Find(base + ".weight"), nullptr);
+      const size_t E = static_cast<size_t>(ref->shape[0]), rows = static_cast<size_t>(ref->shape[1]);
+      const size_t cols = static_cast<size_t>(ref->shape[2]), n = E * rows * cols;
+      std::vector<float> got(n), want(n);
+      for (size_t e = 0; e < E; ++e)
+        kernels::Mxfp4DecodeMatrix(blocks->data + e * rows * cols / 2, scales->data + e * rows * cols / 32, rows, cols,
+                                   got.data() + e * rows * cols);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, ref->data + 2 * i, 2);
+        want[i] = Bf16ToF32(b);
+      }
+      double err2 = 0, ref2 = 0;
+      for (size_t blk = 0; blk < n / 32; ++blk) {
+        float amax = 0;
+        for (size_t k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(want[blk * 32 + k]));
+        for (size_t k = 0; k < 32; ++k) {
+          const double d = static_cast<double>(got[blk * 32 + k]) - want[blk * 32 + k];
+          ASSERT_LE(std::fabs(d), 0.25 * amax * (1 + 1e-6)) << base << " element " << blk * 32 + k;
+          err2 += d * d;
+          ref2 += static_cast<double>(want[blk * 32 + k]) * want[blk * 32 + k];
+        }
+      }
+      const double rel = std::sqrt(err2 / ref2);
+      std::printf("%s: rms error of the MXFP4 experts %.4f of the BF16 rms\n", base.c_str(), rel);
+      EXPECT_GT(ref2, 0);
+      EXPECT_LT(rel, 0.15) << base;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * (bf16->config.num_layers - 1));  // layer 0 is dense
+}
+
+// What MXFP4 experts cost against the BF16 path on the tiny random model
+// (docs/model-format.md section 10 and 13 give the measured figures):
+// teacher-forced logits of the reference's tokens, both loaded streamed.
+TEST(DeepseekV32, Mxfp4ExpertsCostAgainstTheBf16Path) {
+  const Reference& ref = Ref();
+  ModelOptions mx_options;
+  mx_options.experts = ExpertFormat::kMxfp4;
+  auto bf16_dir = deepseek_v32::OpenDirStreamed(TinyModel());
+  auto mx_dir = deepseek_v32::OpenDirStreamed(TinyModel(), ExpertFormat::kMxfp4);
+  ASSERT_TRUE(bf16_dir && mx_dir);
+  auto bf16 = Model::Load(*bf16_dir);
+  auto mx = Model::Load(*mx_dir, mx_options);
+  ASSERT_TRUE(bf16) << bf16.error().ToString();
+  ASSERT_TRUE(mx) << mx.error().ToString();
+  EXPECT_LT((*mx)->resident_weight_bytes(), (*bf16)->resident_weight_bytes());
+  const std::vector<float> a = TeacherForced(**bf16, ref.tokens), b = TeacherForced(**mx, ref.tokens);
+  const int V = ref.vocab, P = ref.positions;
+  ASSERT_EQ(a.size(), static_cast<size_t>(P) * V);
+  ASSERT_EQ(b.size(), a.size());
+  double worst = 0, sum_rel = 0, sum_cos = 0, lowest_cos = 1;
+  int agree = 0;
+  for (int p = 0; p < P; ++p) {
+    const float* x = &a[static_cast<size_t>(p) * V];
+    const float* y = &b[static_cast<size_t>(p) * V];
+    double max_ref = 0, max_diff = 0, xy = 0, xx = 0, yy = 0;
+    for (int v = 0; v < V; ++v) {
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(x[v])));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(y[v]) - x[v]));
+      xy += static_cast<double>(x[v]) * y[v];
+      xx += static_cast<double>(x[v]) * x[v];
+      yy += static_cast<double>(y[v]) * y[v];
+    }
+    const double cos = xy / std::sqrt(xx * yy);
+    worst = std::max(worst, max_diff / max_ref);
+    sum_rel += max_diff / max_ref;
+    sum_cos += cos;
+    lowest_cos = std::min(lowest_cos, cos);
+    agree += (std::max_element(x, x + V) - x) == (std::max_element(y, y + V) - y);
+  }
+  std::printf("MXFP4 experts against BF16: max|dlogit|/max|logit| mean %.4f worst %.4f; cosine mean %.5f lowest %.5f; "
+              "argmax agrees at %d of %d positions\n",
+              sum_rel / P, worst, sum_cos / P, lowest_cos, agree, P);
+  EXPECT_GT(worst, 0);  // the experts really changed
+  EXPECT_LT(sum_rel / P, 0.10);  // measured 0.043
+  EXPECT_LT(worst, 0.20);         // measured 0.072
+  EXPECT_GT(sum_cos / P, 0.99);   // measured 0.9989
+  EXPECT_GE(agree, P * 7 / 8);     // measured 31 of 32
+}
+
+// Requantisation at load belongs to a family that converts: asking a model
+// stored with BF16 experts for MXFP4 through Model::Load alone is refused.
+TEST(DeepseekV32, ExpertFormatMismatchIsRefused) {
+  auto dir = OpenModelDir(TinyModel());
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  ModelOptions mo;
+  mo.experts = ExpertFormat::kMxfp4;
+  auto model = Model::Load(*dir, mo);
+  ASSERT_FALSE(model);
+  EXPECT_NE(model.error().message().find("experts: mxfp4 requested"), std::string::npos) << model.error().message();
 }
 
 // The shared checkpoint (about 57 MB) goes when the tests end.

@@ -1,15 +1,26 @@
 // DeepSeek-V3.2's published checkpoint (Hugging Face names, FP8 e4m3 linear
 // weights with 128x128 weight_scale_inv blocks) converted into the engine's
-// tensor names and dtypes (model.md 1.1 and 1.2), in memory.
+// tensor names and dtypes (model.md 1.1 and 1.2): planned first (every
+// tensor checked for presence, dtype and shape), then converted tensor by
+// tensor, either into one in-memory image (OpenDir) or as the weight loader
+// asks for each (OpenDirStreamed). Routed experts optionally requantised to
+// MXFP4.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "moeserve/engine/families/deepseek_v32.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
+#include "moeserve/kernels/mxfp4.hpp"
 
 namespace moeserve::engine::deepseek_v32 {
 namespace {
@@ -30,7 +41,52 @@ std::string Shape(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// Reads the published tensors, remembering which were used.
+// An engine tensor made from published ones.
+struct Output {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  size_t nbytes() const {
+    size_t n = DTypeSize(dtype);
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+};
+
+// One or more outputs made together (an MXFP4 expert stack's blocks and
+// scales come from one encoding pass); fill writes outs[i].nbytes() bytes to
+// dst[i] (any alignment).
+struct Recipe {
+  std::vector<Output> outs;
+  std::function<Status(const std::vector<uint8_t*>& dst)> fill;
+};
+
+void PutBf16(uint8_t* dst, size_t i, uint16_t v) { std::memcpy(dst + 2 * i, &v, 2); }
+
+// Once a published tensor is converted its mapped pages leave this process's
+// resident set: the shards are mapped read-only from their files
+// (Checkpoint::Open), so the pages stay in the page cache and a later read
+// faults them in again. Only the pages wholly inside the tensor are dropped
+// (a neighbour sharing an edge page keeps it). Without this a load's
+// resident size grows by the whole published checkpoint as it is read.
+void DropPages(const TensorView& t) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes) & ~(page - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+// A published matrix checked when planned: FP8 with its block scales, BF16
+// or F32.
+struct Planned {
+  const TensorView* t = nullptr;
+  const TensorView* scale = nullptr;  // FP8 only
+  std::string name, scale_name;
+  int64_t rows = 0, cols = 0;
+};
+
+// Reads the published tensors, remembering which were used. Planning checks
+// presence, dtypes and shapes; converting (Dequant, VecInto) reads the data.
 class Source {
  public:
   explicit Source(const Checkpoint& ck) : ck_(ck) {}
@@ -44,102 +100,186 @@ class Source {
     return t;
   }
 
-  // A vector (norm, bias) as F32.
-  Result<std::vector<float>> Vec(const std::string& name, int64_t n) {
+  Result<const TensorView*> PlanVec(const std::string& name, int64_t n) {
     MOE_ASSIGN_OR_RETURN(const TensorView* t, Get(name, {n}));
-    std::vector<float> out(static_cast<size_t>(n));
-    if (t->dtype == DType::kF32) {
-      std::memcpy(out.data(), t->data, out.size() * 4);
-    } else if (t->dtype == DType::kBF16) {
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t b;
-        std::memcpy(&b, t->data + 2 * i, 2);
-        out[i] = Bf16ToF32(b);
-      }
-    } else {
+    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16)
       return Fail(Error::Corruption(*t->file, "tensor '" + name + "' is " + std::string(DTypeName(t->dtype)) + ", expected BF16 or F32"));
-    }
-    return out;
+    return t;
   }
 
-  // A matrix [rows, cols]: FP8 with its block scales dequantised to BF16 (the
-  // fp32 product rounded to nearest even, as DeepSeek's weight_dequant), BF16
-  // as stored, F32 rounded to BF16 (the engine's linear weights are BF16).
-  Result<std::vector<uint16_t>> Matrix(const std::string& name, int64_t rows, int64_t cols) {
-    MOE_ASSIGN_OR_RETURN(const TensorView* t, Get(name, {rows, cols}));
-    const size_t n = static_cast<size_t>(rows * cols);
-    std::vector<uint16_t> out(n);
-    if (t->dtype == DType::kBF16) {
-      std::memcpy(out.data(), t->data, n * 2);
-      return out;
+  // A vector (norm, bias) as F32.
+  static void VecInto(const TensorView& t, uint8_t* dst) {
+    const size_t n = static_cast<size_t>(t.numel());
+    if (t.dtype == DType::kF32) {
+      std::memcpy(dst, t.data, n * 4);
+      DropPages(t);
+      return;
     }
-    if (t->dtype == DType::kF32) {
-      for (size_t i = 0; i < n; ++i) {
-        float f;
-        std::memcpy(&f, t->data + 4 * i, 4);
-        out[i] = F32ToBf16(f);
-      }
-      return out;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, t.data + 2 * i, 2);
+      const float f = Bf16ToF32(b);
+      std::memcpy(dst + 4 * i, &f, 4);
     }
-    if (t->dtype != DType::kF8E4M3)
-      return Fail(Error::Corruption(*t->file, "tensor '" + name + "' is " + std::string(DTypeName(t->dtype)) +
-                                                  ", expected F8_E4M3 (with weight_scale_inv) or BF16"));
-    const std::string sname = name.substr(0, name.size() - std::string("weight").size()) + "weight_scale_inv";
-    const int64_t br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
-    MOE_ASSIGN_OR_RETURN(const TensorView* s, Get(sname, {br, bc}));
-    if (s->dtype != DType::kF32)
-      return Fail(Error::Corruption(*s->file, "tensor '" + sname + "' is " + std::string(DTypeName(s->dtype)) + ", expected F32"));
-    std::vector<float> scale(static_cast<size_t>(br * bc));
-    std::memcpy(scale.data(), s->data, scale.size() * 4);
-    for (size_t i = 0; i < scale.size(); ++i)
-      if (!std::isfinite(scale[i]) || scale[i] <= 0)
-        return Fail(Error::Corruption(*s->file, "tensor '" + sname + "': block " + std::to_string(i) + " scale " +
-                                                    std::to_string(scale[i]) + " is not a positive finite number"));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        const uint8_t code = t->data[r * cols + c];
-        if ((code & 0x7F) == 0x7F)
-          return Fail(Error::Corruption(*t->file, "tensor '" + name + "': element [" + std::to_string(r) + ", " +
-                                                      std::to_string(c) + "] is an FP8 NaN"));
-        out[static_cast<size_t>(r * cols + c)] = F32ToBf16(DecodeE4m3(code) * scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)]);
-      }
+    DropPages(t);
+  }
+
+  Result<Planned> PlanMatrix(const std::string& name, int64_t rows, int64_t cols) {
+    Planned p;
+    p.name = name;
+    p.rows = rows;
+    p.cols = cols;
+    MOE_ASSIGN_OR_RETURN(p.t, Get(name, {rows, cols}));
+    if (p.t->dtype == DType::kBF16 || p.t->dtype == DType::kF32) return p;
+    if (p.t->dtype != DType::kF8E4M3)
+      return Fail(Error::Corruption(*p.t->file, "tensor '" + name + "' is " + std::string(DTypeName(p.t->dtype)) +
+                                                    ", expected F8_E4M3 (with weight_scale_inv) or BF16"));
+    p.scale_name = name.substr(0, name.size() - std::string("weight").size()) + "weight_scale_inv";
+    MOE_ASSIGN_OR_RETURN(p.scale, Get(p.scale_name, {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock}));
+    if (p.scale->dtype != DType::kF32)
+      return Fail(Error::Corruption(*p.scale->file, "tensor '" + p.scale_name + "' is " +
+                                                        std::string(DTypeName(p.scale->dtype)) + ", expected F32"));
     ++dequantised_;
-    return out;
+    return p;
+  }
+
+  // The matrix as BF16 into dst: FP8 with its block scales dequantised (the
+  // fp32 product rounded to nearest even, as DeepSeek's weight_dequant),
+  // BF16 as stored, F32 rounded to BF16 (the engine's linear weights are BF16).
+  static Status Dequant(const Planned& p, uint8_t* dst) {
+    MOE_TRY(DequantInto(p, dst));
+    DropPages(*p.t);
+    if (p.scale) DropPages(*p.scale);
+    return Ok();
   }
 
   const std::set<std::string>& used() const { return used_; }
   int dequantised() const { return dequantised_; }
 
  private:
+  static Status DequantInto(const Planned& p, uint8_t* dst) {
+    const TensorView* t = p.t;
+    const size_t n = static_cast<size_t>(p.rows * p.cols);
+    if (t->dtype == DType::kBF16) {
+      std::memcpy(dst, t->data, n * 2);
+      return Ok();
+    }
+    if (t->dtype == DType::kF32) {
+      for (size_t i = 0; i < n; ++i) {
+        float f;
+        std::memcpy(&f, t->data + 4 * i, 4);
+        PutBf16(dst, i, F32ToBf16(f));
+      }
+      return Ok();
+    }
+    const int64_t bc = (p.cols + kBlock - 1) / kBlock;
+    std::vector<float> scale(static_cast<size_t>(p.scale->numel()));
+    std::memcpy(scale.data(), p.scale->data, scale.size() * 4);
+    for (size_t i = 0; i < scale.size(); ++i)
+      if (!std::isfinite(scale[i]) || scale[i] <= 0)
+        return Fail(Error::Corruption(*p.scale->file, "tensor '" + p.scale_name + "': block " + std::to_string(i) +
+                                                          " scale " + std::to_string(scale[i]) +
+                                                          " is not a positive finite number"));
+    for (int64_t r = 0; r < p.rows; ++r)
+      for (int64_t c = 0; c < p.cols; ++c) {
+        const uint8_t code = t->data[r * p.cols + c];
+        if ((code & 0x7F) == 0x7F)
+          return Fail(Error::Corruption(*t->file, "tensor '" + p.name + "': element [" + std::to_string(r) + ", " +
+                                                      std::to_string(c) + "] is an FP8 NaN"));
+        PutBf16(dst, static_cast<size_t>(r * p.cols + c),
+                F32ToBf16(DecodeE4m3(code) * scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)]));
+      }
+    return Ok();
+  }
+
   const Checkpoint& ck_;
   std::set<std::string> used_;
   int dequantised_ = 0;
 };
 
-std::vector<uint8_t> Bytes(const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  return std::vector<uint8_t>(b, b + n);
+// The routed experts of one projection: `parts` per expert (gate and up for
+// w13, down for w2), each [rows, cols], stacked along the rows.
+struct ExpertParts {
+  std::vector<std::vector<Planned>> experts;  // [E][parts]
+  int64_t rows = 0, cols = 0;                 // of one expert's stacked matrix
+};
+
+// One expert's stacked matrix as BF16 into dst.
+Status ExpertInto(const std::vector<Planned>& parts, uint8_t* dst) {
+  size_t off = 0;
+  for (const Planned& p : parts) {
+    MOE_TRY(Source::Dequant(p, dst + off));
+    off += static_cast<size_t>(p.rows * p.cols) * 2;
+  }
+  return Ok();
 }
 
-Status Convert(Source& src, const Config& cfg, SafetensorsWriter& out) {
+Recipe Bf16Experts(const std::string& to, ExpertParts ep) {
+  const int64_t E = static_cast<int64_t>(ep.experts.size());
+  Recipe r;
+  r.outs.push_back({to + ".weight", DType::kBF16, {E, ep.rows, ep.cols}});
+  r.fill = [ep = std::move(ep)](const std::vector<uint8_t*>& dst) -> Status {
+    const size_t per = static_cast<size_t>(ep.rows * ep.cols) * 2;
+    for (size_t e = 0; e < ep.experts.size(); ++e) MOE_TRY(ExpertInto(ep.experts[e], dst[0] + e * per));
+    return Ok();
+  };
+  return r;
+}
+
+// MXFP4 requantisation: each expert converted to BF16 as above (one expert's
+// values in memory at a time), then encoded block by block (model.md 7).
+Recipe Mxfp4Experts(const std::string& to, ExpertParts ep) {
+  const int64_t E = static_cast<int64_t>(ep.experts.size());
+  Recipe r;
+  r.outs.push_back({to + ".blocks", DType::kU8, {E, ep.rows, ep.cols / 32, 16}});
+  r.outs.push_back({to + ".scales", DType::kU8, {E, ep.rows, ep.cols / 32}});
+  r.fill = [to, ep = std::move(ep)](const std::vector<uint8_t*>& dst) -> Status {
+    const size_t n = static_cast<size_t>(ep.rows * ep.cols);
+    std::vector<uint8_t> bf16(n * 2);
+    std::vector<float> f32(n);
+    for (size_t e = 0; e < ep.experts.size(); ++e) {
+      MOE_TRY(ExpertInto(ep.experts[e], bf16.data()));
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, bf16.data() + 2 * i, 2);
+        f32[i] = Bf16ToF32(b);
+      }
+      const long long bad = kernels::Mxfp4EncodeMatrix(f32.data(), static_cast<size_t>(ep.rows), static_cast<size_t>(ep.cols),
+                                                       dst[0] + e * (n / 2), dst[1] + e * (n / 32));
+      if (bad >= 0)
+        return Fail(Error::Corruption(to, "expert " + std::to_string(e) + ": element " + std::to_string(bad) +
+                                              " is not finite after dequantisation; cannot requantise to MXFP4"));
+    }
+    return Ok();
+  };
+  return r;
+}
+
+Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat experts) {
   const ModelConfig& c = cfg.model;
   const int64_t D = c.hidden_size, V = c.vocab_size, H = c.mla.num_heads, ql = c.mla.q_lora_rank;
   const int64_t kvl = c.mla.kv_lora_rank, nope = c.mla.qk_nope_head_dim, rope = c.mla.qk_rope_head_dim;
   const int64_t vd = c.mla.v_head_dim, IH = c.dsa.index_n_heads, ID = c.dsa.index_head_dim;
   const int64_t E = c.moe.num_experts, I = c.moe.moe_intermediate_size, S = c.moe.num_shared_experts * I;
+  if (experts == ExpertFormat::kMxfp4 && (D % 32 || I % 32))
+    return Fail(Error::InvalidArgument("experts mxfp4: hidden_size (" + std::to_string(D) + ") and moe_intermediate_size (" +
+                                       std::to_string(I) + ") must be multiples of 32 (MXFP4 blocks)"));
+  std::vector<Recipe> out;
   const auto vec = [&](const std::string& from, const std::string& to, int64_t n) -> Status {
-    MOE_ASSIGN_OR_RETURN(std::vector<float> v, src.Vec(from, n));
-    return out.Add(to, DType::kF32, {n}, Bytes(v.data(), v.size() * 4));
+    MOE_ASSIGN_OR_RETURN(const TensorView* t, src.PlanVec(from, n));
+    out.push_back({{{to, DType::kF32, {n}}}, [t](const std::vector<uint8_t*>& dst) -> Status {
+                     Source::VecInto(*t, dst[0]);
+                     return Ok();
+                   }});
+    return Ok();
   };
   const auto mat = [&](const std::string& from, const std::string& to, int64_t rows, int64_t cols) -> Status {
-    MOE_ASSIGN_OR_RETURN(std::vector<uint16_t> m, src.Matrix(from, rows, cols));
-    return out.Add(to, DType::kBF16, {rows, cols}, Bytes(m.data(), m.size() * 2));
+    MOE_ASSIGN_OR_RETURN(Planned p, src.PlanMatrix(from, rows, cols));
+    out.push_back({{{to, DType::kBF16, {rows, cols}}},
+                   [p](const std::vector<uint8_t*>& dst) { return Source::Dequant(p, dst[0]); }});
+    return Ok();
   };
-  // The embedding is indexed by rows: the engine keeps it fp32.
-  {
-    MOE_ASSIGN_OR_RETURN(std::vector<uint16_t> m, src.Matrix("model.embed_tokens.weight", V, D));
-    MOE_TRY(out.Add("embed.weight", DType::kBF16, {V, D}, Bytes(m.data(), m.size() * 2)));
-  }
+  MOE_TRY(mat("model.embed_tokens.weight", "embed.weight", V, D));
   MOE_TRY(mat("lm_head.weight", "head.weight", V, D));
   MOE_TRY(vec("model.norm.weight", "norm.weight", D));
   for (int i = 0; i < c.num_layers; ++i) {
@@ -169,29 +309,28 @@ Status Convert(Source& src, const Config& cfg, SafetensorsWriter& out) {
     MOE_TRY(mat(m + "gate.weight", q + "ffn.gate.weight", E, D));
     MOE_TRY(vec(m + "gate.e_score_correction_bias", q + "ffn.gate.bias", E));
     // Routed experts stacked: w13 [E, 2I, D] (rows of w1 then of w3), w2 [E, D, I].
-    std::vector<uint8_t> w13, w2;
-    w13.reserve(static_cast<size_t>(E * 2 * I * D * 2));
-    w2.reserve(static_cast<size_t>(E * D * I * 2));
+    ExpertParts w13{{}, 2 * I, D}, w2{{}, D, I};
     for (int64_t e = 0; e < E; ++e) {
       const std::string x = m + "experts." + std::to_string(e) + ".";
+      std::vector<Planned> up;
       for (const char* part : {"gate_proj", "up_proj"}) {
-        MOE_ASSIGN_OR_RETURN(std::vector<uint16_t> wp, src.Matrix(x + part + ".weight", I, D));
-        const auto b = Bytes(wp.data(), wp.size() * 2);
-        w13.insert(w13.end(), b.begin(), b.end());
+        MOE_ASSIGN_OR_RETURN(Planned pl, src.PlanMatrix(x + part + ".weight", I, D));
+        up.push_back(std::move(pl));
       }
-      MOE_ASSIGN_OR_RETURN(std::vector<uint16_t> wd, src.Matrix(x + "down_proj.weight", D, I));
-      const auto b = Bytes(wd.data(), wd.size() * 2);
-      w2.insert(w2.end(), b.begin(), b.end());
+      w13.experts.push_back(std::move(up));
+      MOE_ASSIGN_OR_RETURN(Planned down, src.PlanMatrix(x + "down_proj.weight", D, I));
+      w2.experts.push_back({std::move(down)});
     }
-    MOE_TRY(out.Add(q + "ffn.experts.w13.weight", DType::kBF16, {E, 2 * I, D}, std::move(w13)));
-    MOE_TRY(out.Add(q + "ffn.experts.w2.weight", DType::kBF16, {E, D, I}, std::move(w2)));
+    const auto stack = experts == ExpertFormat::kMxfp4 ? Mxfp4Experts : Bf16Experts;
+    out.push_back(stack(q + "ffn.experts.w13", std::move(w13)));
+    out.push_back(stack(q + "ffn.experts.w2", std::move(w2)));
     if (S > 0) {
       MOE_TRY(mat(m + "shared_experts.gate_proj.weight", q + "ffn.shared.w1.weight", S, D));
       MOE_TRY(mat(m + "shared_experts.up_proj.weight", q + "ffn.shared.w3.weight", S, D));
       MOE_TRY(mat(m + "shared_experts.down_proj.weight", q + "ffn.shared.w2.weight", D, S));
     }
   }
-  return Ok();
+  return out;
 }
 
 // The layer index of "model.layers.{i}....", or -1.
@@ -208,47 +347,144 @@ int LayerOf(const std::string& name) {
   return i;
 }
 
-}  // namespace
-
-Result<ModelDir> OpenDir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  MOE_ASSIGN_OR_RETURN(Config cfg, LoadConfig(dir));
-  MOE_ASSIGN_OR_RETURN(Checkpoint published, Checkpoint::Open(dir));
+// The published checkpoint and the plan of its conversion (Source and the
+// recipes point into `published`: this lives at one address).
+struct Conversion {
+  Config cfg;
+  Checkpoint published;
+  std::unique_ptr<Source> src;
+  std::vector<Recipe> recipes;
   std::vector<std::string> notes;
+  std::string published_name;  // what converted tensors name as their file in errors
+};
 
-  Source src(published);
-  SafetensorsWriter writer;
-  MOE_TRY(Convert(src, cfg, writer));
+Result<std::unique_ptr<Conversion>> PlanDir(const std::string& dir, std::optional<ExpertFormat> experts) {
+  auto cv = std::make_unique<Conversion>();
+  MOE_ASSIGN_OR_RETURN(cv->cfg, LoadConfig(dir));
+  MOE_ASSIGN_OR_RETURN(cv->published, Checkpoint::Open(dir));
+  cv->src = std::make_unique<Source>(cv->published);
+  cv->published_name = dir + " (DeepSeek-V3.2, converted)";
+  const ExpertFormat format = experts.value_or(ExpertFormat::kBf16);
+  MOE_ASSIGN_OR_RETURN(cv->recipes, Plan(*cv->src, cv->cfg, format));
+  cv->cfg.model.expert_format = format;
 
   // Every published tensor is either converted or belongs to an MTP layer.
-  const int L = cfg.model.num_layers;
+  const int L = cv->cfg.model.num_layers;
   int mtp = 0;
-  for (const TensorView* t : published.AllTensors()) {
-    if (src.used().count(t->name)) continue;
+  for (const TensorView* t : cv->published.AllTensors()) {
+    if (cv->src->used().count(t->name)) continue;
     const int layer = LayerOf(t->name);
-    if (layer >= L && layer < L + cfg.num_nextn_predict_layers) {
+    if (layer >= L && layer < L + cv->cfg.num_nextn_predict_layers) {
       ++mtp;
       continue;
     }
     return Fail(Error::Corruption(*t->file, "tensor '" + t->name + "' is not part of DeepSeek-V3.2 as configured (" +
-                                                std::to_string(L) + " layers, " + std::to_string(cfg.num_nextn_predict_layers) +
-                                                " MTP)"));
+                                                std::to_string(L) + " layers, " +
+                                                std::to_string(cv->cfg.num_nextn_predict_layers) + " MTP)"));
   }
-  if (cfg.num_nextn_predict_layers > 0) {
+  if (cv->cfg.num_nextn_predict_layers > 0) {
     std::ostringstream note;
     note << "multi-token-prediction layer " << L;
-    if (cfg.num_nextn_predict_layers > 1) note << " to " << L + cfg.num_nextn_predict_layers - 1;
+    if (cv->cfg.num_nextn_predict_layers > 1) note << " to " << L + cv->cfg.num_nextn_predict_layers - 1;
     note << " skipped (" << mtp << " tensors): speculative decoding is not implemented";
-    notes.push_back(note.str());
+    cv->notes.push_back(note.str());
   }
-  if (src.dequantised() > 0)
-    notes.push_back(std::to_string(src.dequantised()) +
-                    " FP8 e4m3 weights dequantised with their 128x128 weight_scale_inv blocks to BF16");
+  if (cv->src->dequantised() > 0)
+    cv->notes.push_back(std::to_string(cv->src->dequantised()) +
+                        " FP8 e4m3 weights dequantised with their 128x128 weight_scale_inv blocks to BF16");
+  if (format == ExpertFormat::kMxfp4)
+    cv->notes.push_back("routed experts requantised from BF16 to MXFP4 (model.md section 7)");
+  return cv;
+}
 
-  MOE_ASSIGN_OR_RETURN(Checkpoint converted, Checkpoint::FromImage(dir + " (DeepSeek-V3.2, converted)", writer.Serialize()));
-  MOE_TRY(ValidateCheckpoint(converted, cfg.model, &notes));
-  ModelDir out{dir, cfg.model, std::move(converted), Tokenizer::Builtin(cfg.model.vocab_size), std::move(notes)};
-  out.family = kModelType;
+// Converts each tensor when the loader asks for it. Outputs made together
+// with the one asked for (an MXFP4 stack's scales) wait until asked for.
+class ConvertingSource final : public TensorSource {
+ public:
+  explicit ConvertingSource(std::unique_ptr<Conversion> cv) : cv_(std::move(cv)) {
+    for (size_t r = 0; r < cv_->recipes.size(); ++r)
+      for (size_t o = 0; o < cv_->recipes[r].outs.size(); ++o) where_[cv_->recipes[r].outs[o].name] = {r, o};
+  }
+
+  Result<HeldTensor> Get(const std::string& name) override {
+    if (auto p = pending_.find(name); p != pending_.end()) {
+      HeldTensor h = std::move(p->second);
+      pending_.erase(p);
+      return h;
+    }
+    auto w = where_.find(name);
+    if (w == where_.end()) return Fail(Error::NotFound("DeepSeek-V3.2 conversion: no tensor '" + name + "'"));
+    const Recipe& recipe = cv_->recipes[w->second.first];
+    std::vector<HeldTensor> made(recipe.outs.size());
+    std::vector<uint8_t*> dst;
+    for (size_t o = 0; o < recipe.outs.size(); ++o) {
+      const Output& out = recipe.outs[o];
+      made[o].bytes.resize(out.nbytes());
+      made[o].view = TensorView{out.name, out.dtype, out.shape, made[o].bytes.data(), out.nbytes(), &cv_->published_name};
+      dst.push_back(made[o].bytes.data());
+    }
+    MOE_TRY(recipe.fill(dst));
+    for (size_t o = 0; o < made.size(); ++o)
+      if (o != w->second.second) pending_[recipe.outs[o].name] = std::move(made[o]);
+    return std::move(made[w->second.second]);
+  }
+
+ private:
+  std::unique_ptr<Conversion> cv_;
+  std::map<std::string, std::pair<size_t, size_t>> where_;  // output name -> (recipe, output)
+  std::map<std::string, HeldTensor> pending_;
+};
+
+}  // namespace
+
+Result<ModelDir> OpenDir(const std::string& dir, std::optional<ExpertFormat> experts) {
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Conversion> cv, PlanDir(dir, experts));
+  // One safetensors image of the exact size, each tensor converted straight
+  // into its place (no second copy).
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t data = 0;
+  for (const Recipe& r : cv->recipes)
+    for (const Output& o : r.outs) {
+      header[o.name] = {{"dtype", DTypeName(o.dtype)}, {"shape", o.shape}, {"data_offsets", {data, data + o.nbytes()}}};
+      data += o.nbytes();
+    }
+  std::string text = header.dump();
+  while ((8 + text.size()) % 8) text.push_back(' ');
+  std::vector<uint8_t> image(8 + text.size() + data);
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) image[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(image.data() + 8, text.data(), text.size());
+  size_t at = 8 + text.size();
+  for (const Recipe& r : cv->recipes) {
+    std::vector<uint8_t*> dst;
+    for (const Output& o : r.outs) {
+      dst.push_back(image.data() + at);
+      at += o.nbytes();
+    }
+    MOE_TRY(r.fill(dst));
+  }
+  MOE_ASSIGN_OR_RETURN(Checkpoint converted, Checkpoint::FromImage(dir + " (DeepSeek-V3.2, converted)", std::move(image)));
+  MOE_TRY(ValidateCheckpoint(converted, cv->cfg.model, &cv->notes));
+  ModelDir out{.path = dir,
+               .config = cv->cfg.model,
+               .checkpoint = std::move(converted),
+               .tokenizer = Tokenizer::Builtin(cv->cfg.model.vocab_size),
+               .warnings = std::move(cv->notes),
+               .family = kModelType,
+               .source = nullptr};
+  return out;
+}
+
+Result<ModelDir> OpenDirStreamed(const std::string& dir, std::optional<ExpertFormat> experts) {
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Conversion> cv, PlanDir(dir, experts));
+  ModelDir out{.path = dir,
+               .config = cv->cfg.model,
+               .checkpoint = Checkpoint(),
+               .tokenizer = Tokenizer::Builtin(cv->cfg.model.vocab_size),
+               .warnings = cv->notes,
+               .family = kModelType,
+               .source = nullptr};
+  out.source = std::make_shared<ConvertingSource>(std::move(cv));
   return out;
 }
 

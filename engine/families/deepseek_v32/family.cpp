@@ -96,7 +96,8 @@ Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
     return Fail(Error::InvalidArgument(dir + "/config.json: eos_token_id: missing or outside the vocabulary"));
   int sampled = 0, end_think = -1;
   MOE_TRY(ReadTokenizer(dir, cfg.model.vocab_size, &sampled, &end_think));
-  MOE_ASSIGN_OR_RETURN(ModelDir opened, deepseek_v32::OpenDir(dir));
+  // Converted tensor by tensor as the model loads (no converted copy beside it).
+  MOE_ASSIGN_OR_RETURN(ModelDir opened, deepseek_v32::OpenDirStreamed(dir, options.experts));
   for (const auto& w : opened.warnings) log::Info(dir + ": " + w);
   FamilyParts parts;
   MOE_ASSIGN_OR_RETURN(parts.model, Model::Load(opened, options));

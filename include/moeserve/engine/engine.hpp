@@ -158,6 +158,7 @@ struct EngineOptions {
   double prefix_pin_share = 0.5;
   KernelChoice kernels = KernelChoice::kFast;
   bool bf16_activations = false;     // ModelOptions::bf16_activations (prefill GEMMs in BF16)
+  std::optional<ExpertFormat> experts;  // ModelOptions::experts (MXFP4 requantisation at load)
   // Batch-invariant decode (ModelOptions::deterministic): a sequence's
   // logits, and so its tokens, are the same bits whatever else is in the
   // batch, however its prompt was split into prefill chunks and whether its

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -67,6 +68,13 @@ struct ModelOptions {
   // recurrent form. Overrides bf16_activations and the forms above (MLA:
   // absorbed unless kExpanded; DeltaNet: recurrent).
   bool deterministic = false;
+  // The routed experts' format in memory. Unset: as the checkpoint stores
+  // them. kMxfp4 for a family that converts its published checkpoint at
+  // load (deepseek_v32) requantises the routed experts from the BF16 values
+  // of that conversion with model.md section 7's encoder (dense layers,
+  // shared experts, attention and the indexer stay BF16). A format other
+  // than the checkpoint's is refused for every other family.
+  std::optional<ExpertFormat> experts;
   // Expert parallelism: this rank loads only its experts and every MoE layer
   // runs across the group (moe_parallel.cpp). Every rank must then call
   // Forward with the same segments, in the same order. Not owned; must

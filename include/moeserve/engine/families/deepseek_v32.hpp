@@ -12,6 +12,7 @@
 // (model.layers.{num_hidden_layers}...) are not loaded.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,10 +47,21 @@ bool IsModelDir(const std::string& dir);
 // config needs checked (dtype, shape, FP8 scales) and converted: FP8 weights
 // dequantised block by block (fp8 * weight_scale_inv in fp32, rounded to
 // BF16, as DeepSeek's weight_dequant), routed experts stacked into the
-// engine's BF16 expert tensors. The result holds the converted checkpoint in
-// memory; what was skipped (MTP) and dequantised is said in `warnings`. Its tokenizer is a placeholder of the
-// right vocabulary size: the moe-dsa-v1 chat engine does not serve this
-// family (Engine::Create refuses it).
-Result<ModelDir> OpenDir(const std::string& dir);
+// engine's BF16 expert tensors (or, with `experts` kMxfp4, requantised from
+// those BF16 values into MXFP4 blocks and scales, model.md section 7). The
+// result holds the converted checkpoint in memory as one safetensors image,
+// each tensor converted straight into its place (peak: the image, plus one
+// expert's fp32 values when requantising); what was skipped (MTP),
+// dequantised and requantised is said in `warnings`. Its tokenizer is a
+// placeholder of the right vocabulary size: the moe-dsa-v1 chat engine does
+// not serve this family (Engine::Create refuses it).
+Result<ModelDir> OpenDir(const std::string& dir, std::optional<ExpertFormat> experts = std::nullopt);
+
+// The same checks, but nothing converted yet: the ModelDir's `source`
+// converts each tensor when Model::Load asks for it, so a load holds the
+// loaded weights plus one converted tensor (the largest: one layer's
+// stacked routed experts), never the whole converted checkpoint. Its
+// `checkpoint` is empty; each request to the source converts anew.
+Result<ModelDir> OpenDirStreamed(const std::string& dir, std::optional<ExpertFormat> experts = std::nullopt);
 
 }  // namespace moeserve::engine::deepseek_v32
