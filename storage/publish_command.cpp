@@ -2,11 +2,17 @@
 // directory and uploads the directory to s3://bucket/prefix/ or file:///dir,
 // the manifest last, so that `moe-daemon pull URI` can fetch and verify it.
 // Prints the URI and the manifest's sha256 (a revision for the MoEDeployment).
+// With --experts a DeepSeek-V3.2 directory is first written converted, its
+// routed experts requantised (deepseek_v32::WriteConverted), and that
+// directory is what goes up.
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "cli_values.hpp"
 #include "moeserve/common/log.hpp"
+#include "moeserve/engine/families/deepseek_v32.hpp"
 #include "moeserve/storage/commands.hpp"
 #include "moeserve/storage/model_publisher.hpp"
 #include "moeserve/storage/pull_status.hpp"
@@ -31,12 +37,19 @@ constexpr const char* kUsage =
     "  --no-local-manifest      do not leave manifest.json in DIR\n"
     "  --max-attempts N         consecutive failed attempts per request before giving up (default 8)\n"
     "  --retry-base-ms N        first backoff step (default 200)\n"
-    "  --quiet                  no progress output\n";
+    "  --quiet                  no progress output\n"
+    "  --experts mxfp4|bf16     a DeepSeek-V3.2 directory (model_type deepseek_v32): publish it converted,\n"
+    "                           its routed experts requantised to MXFP4 (or BF16), so that nodes load it\n"
+    "                           with no conversion (docs/model-format.md section 13)\n"
+    "  --converted-dir D        with --experts: where the converted directory is written first (default\n"
+    "                           DIR.mxfp4 or DIR.bf16); one already there from an earlier run is published as it is\n";
 
 struct PublishArgs {
   std::string dir;
   std::string uri;
   PublishOptions options;
+  std::optional<engine::ExpertFormat> experts;  // --experts: convert first
+  std::string converted_dir;
 };
 
 Result<PublishArgs> ParseArgs(int argc, char** argv) {
@@ -66,6 +79,13 @@ Result<PublishArgs> ParseArgs(int argc, char** argv) {
       a.options.follow_symlinks = true;
     } else if (arg == "--no-local-manifest") {
       a.options.write_local_manifest = false;
+    } else if (arg == "--experts") {
+      MOE_ASSIGN_OR_RETURN(std::string v, value());
+      if (v == "mxfp4") a.experts = engine::ExpertFormat::kMxfp4;
+      else if (v == "bf16") a.experts = engine::ExpertFormat::kBf16;
+      else return Fail(Error::InvalidArgument("--experts must be mxfp4 or bf16 (got '" + v + "')"));
+    } else if (arg == "--converted-dir") {
+      MOE_ASSIGN_OR_RETURN(a.converted_dir, value());
     } else if (arg == "--quiet") {
       a.options.log_progress = false;
     } else if (arg == "-h" || arg == "--help") {
@@ -82,7 +102,36 @@ Result<PublishArgs> ParseArgs(int argc, char** argv) {
   }
   if (a.dir.empty()) return Fail(Error::InvalidArgument("missing DIR"));
   if (a.uri.empty()) return Fail(Error::InvalidArgument("missing URI"));
+  if (!a.converted_dir.empty() && !a.experts) return Fail(Error::InvalidArgument("--converted-dir needs --experts"));
+  if (a.experts && a.converted_dir.empty()) {
+    std::string dir = a.dir;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    a.converted_dir = dir + "." + std::string(engine::ExpertFormatName(*a.experts));
+  }
   return a;
+}
+
+// --experts: the directory to publish, converted (or found converted by an
+// earlier run: the converter writes it under a temporary name and renames
+// it when complete, so one that exists is whole).
+Result<std::string> ConvertedDirectory(const PublishArgs& a) {
+  if (!engine::deepseek_v32::IsModelDir(a.dir))
+    return Fail(Error::InvalidArgument("--experts: " + a.dir +
+                                       " is not a DeepSeek-V3.2 directory (config.json model_type \"deepseek_v32\"); "
+                                       "other models are published as they are"));
+  std::error_code ec;
+  if (std::filesystem::exists(a.converted_dir, ec)) {
+    MOE_ASSIGN_OR_RETURN(engine::deepseek_v32::Config cfg, engine::deepseek_v32::LoadConfig(a.converted_dir));
+    if (cfg.converted_experts != a.experts)
+      return Fail(Error::InvalidArgument(a.converted_dir + " exists but does not hold experts converted to " +
+                                         std::string(engine::ExpertFormatName(*a.experts)) +
+                                         "; remove it or name another --converted-dir"));
+    if (a.options.log_progress) log::Info("publish: " + a.converted_dir + " was converted before; publishing it");
+    return a.converted_dir;
+  }
+  if (a.options.log_progress) log::Info("publish: converting " + a.dir + " into " + a.converted_dir);
+  MOE_TRY(engine::deepseek_v32::WriteConverted(a.dir, a.converted_dir, *a.experts));
+  return a.converted_dir;
 }
 
 }  // namespace
@@ -95,7 +144,16 @@ int RunPublishCommand(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return help ? 0 : 2;
   }
-  auto published = PublishModel(args->dir, args->uri, args->options);
+  std::string dir = args->dir;
+  if (args->experts) {
+    auto converted = ConvertedDirectory(*args);
+    if (!converted) {
+      std::fprintf(stderr, "moe-daemon publish: %s\n", converted.error().ToString().c_str());
+      return 1;
+    }
+    dir = *converted;
+  }
+  auto published = PublishModel(dir, args->uri, args->options);
   if (!published) {
     std::fprintf(stderr, "moe-daemon publish: %s\n", published.error().ToString().c_str());
     return 1;

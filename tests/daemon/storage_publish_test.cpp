@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "moeserve/common/sha256.hpp"
+#include "moeserve/engine/families/deepseek_v32.hpp"
 #include "moeserve/storage/commands.hpp"
 #include "moeserve/storage/model_publisher.hpp"
 #include "moeserve/storage/weight_puller.hpp"
@@ -336,6 +338,49 @@ TEST(PublishCommand, ExitCodes) {
   for (auto& s : missing) argv.push_back(s.data());
   EXPECT_EQ(RunPublishCommand(static_cast<int>(argv.size()), argv.data()), 1);
   fs::remove_all(target);
+}
+
+// --experts mxfp4: a DeepSeek-V3.2 directory as published goes up converted
+// (its routed experts requantised, config.json marked), and what a node
+// pulls loads with no conversion; a second publish reuses the converted
+// directory; other models are refused.
+TEST(PublishCommand, DeepseekExpertsConvertedThenPulled) {
+  const std::string root = MakeTempDir("publish-ds32");
+  const std::string src = root + "/published", converted = root + "/converted", target = root + "/target";
+  const char* source_dir = std::getenv("MOESERVE_SOURCE_DIR");
+  const std::string script =
+      std::string(source_dir ? source_dir : MOESERVE_SOURCE_DIR_DEFAULT) + "/tools/reference/families/deepseek_v32.py";
+  const std::string cmd = "/usr/bin/python3 " + script + " write --out " + src + " --layers 2 --index-topk 8 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  fs::create_directories(target);
+  const auto run = [](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return RunPublishCommand(static_cast<int>(argv.size()), argv.data());
+  };
+  ASSERT_EQ(run({"publish", src, "file://" + target, "--experts", "mxfp4", "--converted-dir", converted, "--quiet"}), 0);
+  const auto written = fs::last_write_time(converted + "/config.json");
+  ASSERT_EQ(run({"publish", src, "file://" + target, "--experts", "mxfp4", "--converted-dir", converted, "--quiet"}), 0);
+  EXPECT_EQ(fs::last_write_time(converted + "/config.json"), written);  // not converted again
+
+  PullOptions po;
+  po.revision = "v1";
+  po.log_progress = false;
+  auto pulled = WeightPuller({root + "/cache"}).Pull("file://" + target, po);
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  EXPECT_NE(ReadAll(pulled->dir + "/config.json").find("\"moeserve_converted\""), std::string::npos);
+  auto opened = engine::deepseek_v32::OpenDirStreamed(pulled->dir);
+  ASSERT_TRUE(opened) << opened.error().ToString();
+  EXPECT_EQ(opened->config.expert_format, engine::ExpertFormat::kMxfp4);
+  EXPECT_NE(opened->checkpoint.Find("layers.1.ffn.experts.w2.scales"), nullptr);
+  EXPECT_EQ(opened->source, nullptr);
+
+  // Not DeepSeek-V3.2; --converted-dir alone; a converted directory of the other format.
+  WriteText(root + "/other/config.json", "{\"model_type\": \"gpt_oss\"}");
+  EXPECT_EQ(run({"publish", root + "/other", "file://" + target, "--experts", "mxfp4", "--quiet"}), 1);
+  EXPECT_EQ(run({"publish", src, "file://" + target, "--converted-dir", converted, "--quiet"}), 2);
+  EXPECT_EQ(run({"publish", src, "file://" + target, "--experts", "bf16", "--converted-dir", converted, "--quiet"}), 1);
+  fs::remove_all(root);
 }
 
 }  // namespace

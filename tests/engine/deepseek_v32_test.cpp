@@ -566,6 +566,64 @@ TEST(DeepseekV32, ExpertFormatMismatchIsRefused) {
   EXPECT_NE(model.error().message().find("experts: mxfp4 requested"), std::string::npos) << model.error().message();
 }
 
+// A directory written converted (what `moe-daemon publish --experts mxfp4`
+// uploads) loads with no conversion and gives bit-identical logits to the
+// requantisation at load; what it refuses names the directory or field.
+TEST(DeepseekV32, ConvertedDirectoryLoadsAsTheRequantisationAtLoad) {
+  const Reference& ref = Ref();
+  const std::string out = Temp("converted");
+  fs::remove_all(out);
+  // Small shards, so that the index spreads the tensors over several.
+  ASSERT_TRUE(deepseek_v32::WriteConverted(TinyModel(), out, ExpertFormat::kMxfp4, 8u << 20));
+  EXPECT_FALSE(fs::exists(out + ".partial"));
+  EXPECT_TRUE(fs::exists(out + "/tokenizer.json"));
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
+  EXPECT_GT(ReadJson(out + "/model.safetensors.index.json")["weight_map"]["head.weight"].get<std::string>().size(), 0u);
+  EXPECT_EQ(ReadJson(out + "/config.json")["moeserve_converted"]["routed_experts"], "mxfp4");
+
+  auto converted = deepseek_v32::OpenDirStreamed(out);
+  ASSERT_TRUE(converted) << converted.error().ToString();
+  EXPECT_EQ(converted->config.expert_format, ExpertFormat::kMxfp4);
+  EXPECT_EQ(converted->source, nullptr);  // mapped, nothing converted
+  EXPECT_NE(converted->checkpoint.Find("layers.1.ffn.experts.w13.blocks"), nullptr);
+  auto at_load = deepseek_v32::OpenDirStreamed(TinyModel(), ExpertFormat::kMxfp4);
+  ASSERT_TRUE(at_load) << at_load.error().ToString();
+  ModelOptions mx;
+  mx.experts = ExpertFormat::kMxfp4;
+  auto a = Model::Load(*converted, mx), b = Model::Load(*at_load, mx);
+  ASSERT_TRUE(a) << a.error().ToString();
+  ASSERT_TRUE(b) << b.error().ToString();
+  const std::vector<float> la = TeacherForced(**a, ref.tokens), lb = TeacherForced(**b, ref.tokens);
+  ASSERT_EQ(la.size(), static_cast<size_t>(ref.positions) * ref.vocab);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0);
+  // The engine serves it like the published directory.
+  auto engine = Engine::Open(out, EngineOptions{});
+  ASSERT_TRUE(engine) << engine.error().ToString();
+
+  // Asking it for the other format, converting it again, overwriting it.
+  auto other = deepseek_v32::OpenDirStreamed(out, ExpertFormat::kBf16);
+  ASSERT_FALSE(other);
+  EXPECT_NE(other.error().message().find("holds its routed experts converted to mxfp4"), std::string::npos)
+      << other.error().message();
+  auto again = deepseek_v32::WriteConverted(out, out + "_2", ExpertFormat::kMxfp4);
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message().find("already converted"), std::string::npos) << again.error().message();
+  auto over = deepseek_v32::WriteConverted(TinyModel(), out, ExpertFormat::kMxfp4);
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().message().find("already exists"), std::string::npos) << over.error().message();
+
+  // A marker naming a format the engine does not hold.
+  json cfg = ReadJson(out + "/config.json");
+  cfg["moeserve_converted"]["routed_experts"] = "fp8";
+  WriteJson(out + "/config.json", cfg);
+  auto bad = deepseek_v32::OpenDirStreamed(out);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("moeserve_converted.routed_experts: 'fp8' is not"), std::string::npos)
+      << bad.error().message();
+  fs::remove_all(out);
+}
+
 // The shared checkpoint (about 57 MB) goes when the tests end.
 class RemoveTinyModel : public ::testing::Environment {
  public:

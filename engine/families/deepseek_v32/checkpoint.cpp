@@ -18,12 +18,17 @@
 #include <set>
 #include <sstream>
 
+#include "conversion.hpp"
 #include "moeserve/engine/families/deepseek_v32.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 
 namespace moeserve::engine::deepseek_v32 {
 namespace {
+
+using detail::Conversion;
+using detail::Output;
+using detail::Recipe;
 
 constexpr int64_t kBlock = 128;
 
@@ -40,26 +45,6 @@ std::string Shape(const std::vector<int64_t>& s) {
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
-
-// An engine tensor made from published ones.
-struct Output {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  size_t nbytes() const {
-    size_t n = DTypeSize(dtype);
-    for (int64_t d : shape) n *= static_cast<size_t>(d);
-    return n;
-  }
-};
-
-// One or more outputs made together (an MXFP4 expert stack's blocks and
-// scales come from one encoding pass); fill writes outs[i].nbytes() bytes to
-// dst[i] (any alignment).
-struct Recipe {
-  std::vector<Output> outs;
-  std::function<Status(const std::vector<uint8_t*>& dst)> fill;
-};
 
 void PutBf16(uint8_t* dst, size_t i, uint16_t v) { std::memcpy(dst + 2 * i, &v, 2); }
 
@@ -84,6 +69,10 @@ struct Planned {
   std::string name, scale_name;
   int64_t rows = 0, cols = 0;
 };
+
+}  // namespace
+
+namespace detail {
 
 // Reads the published tensors, remembering which were used. Planning checks
 // presence, dtypes and shapes; converting (Dequant, VecInto) reads the data.
@@ -196,6 +185,14 @@ class Source {
   std::set<std::string> used_;
   int dequantised_ = 0;
 };
+
+Conversion::~Conversion() = default;
+
+}  // namespace detail
+
+namespace {
+
+using detail::Source;
 
 // The routed experts of one projection: `parts` per expert (gate and up for
 // w13, down for w2), each [rows, cols], stacked along the rows.
@@ -347,20 +344,13 @@ int LayerOf(const std::string& name) {
   return i;
 }
 
-// The published checkpoint and the plan of its conversion (Source and the
-// recipes point into `published`: this lives at one address).
-struct Conversion {
-  Config cfg;
-  Checkpoint published;
-  std::unique_ptr<Source> src;
-  std::vector<Recipe> recipes;
-  std::vector<std::string> notes;
-  std::string published_name;  // what converted tensors name as their file in errors
-};
+}  // namespace
 
-Result<std::unique_ptr<Conversion>> PlanDir(const std::string& dir, std::optional<ExpertFormat> experts) {
+Result<std::unique_ptr<Conversion>> detail::PlanDir(const std::string& dir, std::optional<ExpertFormat> experts) {
   auto cv = std::make_unique<Conversion>();
   MOE_ASSIGN_OR_RETURN(cv->cfg, LoadConfig(dir));
+  if (cv->cfg.converted_experts)
+    return Fail(Error::InvalidArgument(dir + ": already converted (config.json: moeserve_converted)"));
   MOE_ASSIGN_OR_RETURN(cv->published, Checkpoint::Open(dir));
   cv->src = std::make_unique<Source>(cv->published);
   cv->published_name = dir + " (DeepSeek-V3.2, converted)";
@@ -396,6 +386,8 @@ Result<std::unique_ptr<Conversion>> PlanDir(const std::string& dir, std::optiona
     cv->notes.push_back("routed experts requantised from BF16 to MXFP4 (model.md section 7)");
   return cv;
 }
+
+namespace {
 
 // Converts each tensor when the loader asks for it. Outputs made together
 // with the one asked for (an MXFP4 stack's scales) wait until asked for.
@@ -435,10 +427,34 @@ class ConvertingSource final : public TensorSource {
   std::map<std::string, HeldTensor> pending_;
 };
 
+// A directory WriteConverted made: its checkpoint is the engine's already.
+Result<ModelDir> OpenConverted(const std::string& dir, Config cfg, std::optional<ExpertFormat> experts) {
+  const ExpertFormat held = *cfg.converted_experts;
+  if (experts && *experts != held)
+    return Fail(Error::InvalidArgument("experts: " + std::string(ExpertFormatName(*experts)) + " requested, but " + dir +
+                                       " holds its routed experts converted to " + std::string(ExpertFormatName(held)) +
+                                       " (config.json: moeserve_converted)"));
+  cfg.model.expert_format = held;
+  MOE_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(dir));
+  std::vector<std::string> notes = {"checkpoint converted before (routed experts " + std::string(ExpertFormatName(held)) +
+                                    "): mapped as it is"};
+  MOE_TRY(ValidateCheckpoint(checkpoint, cfg.model, &notes));
+  ModelDir out{.path = dir,
+               .config = cfg.model,
+               .checkpoint = std::move(checkpoint),
+               .tokenizer = Tokenizer::Builtin(cfg.model.vocab_size),
+               .warnings = std::move(notes),
+               .family = kModelType,
+               .source = nullptr};
+  return out;
+}
+
 }  // namespace
 
 Result<ModelDir> OpenDir(const std::string& dir, std::optional<ExpertFormat> experts) {
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Conversion> cv, PlanDir(dir, experts));
+  MOE_ASSIGN_OR_RETURN(Config cfg, LoadConfig(dir));
+  if (cfg.converted_experts) return OpenConverted(dir, std::move(cfg), experts);
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Conversion> cv, detail::PlanDir(dir, experts));
   // One safetensors image of the exact size, each tensor converted straight
   // into its place (no second copy).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -476,7 +492,9 @@ Result<ModelDir> OpenDir(const std::string& dir, std::optional<ExpertFormat> exp
 }
 
 Result<ModelDir> OpenDirStreamed(const std::string& dir, std::optional<ExpertFormat> experts) {
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Conversion> cv, PlanDir(dir, experts));
+  MOE_ASSIGN_OR_RETURN(Config cfg, LoadConfig(dir));
+  if (cfg.converted_experts) return OpenConverted(dir, std::move(cfg), experts);
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Conversion> cv, detail::PlanDir(dir, experts));
   ModelDir out{.path = dir,
                .config = cv->cfg.model,
                .checkpoint = Checkpoint(),

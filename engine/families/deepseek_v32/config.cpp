@@ -192,6 +192,15 @@ Result<Config> ParseConfig(const std::string& text, const std::string& source) {
     d.index_fp8_ue8m0 = scale_fmt == "ue8m0";
     out.fp8 = true;
   }
+  // A directory WriteConverted made: the engine's tensors, no conversion.
+  if (r.Has("moeserve_converted")) {
+    if (!r.raw("moeserve_converted").is_object()) return Fail(r.Bad("moeserve_converted", "must be an object"));
+    Fields m(r.raw("moeserve_converted"), source, "moeserve_converted.");
+    MOE_ASSIGN_OR_RETURN(std::string experts, m.String("routed_experts", ""));
+    if (experts == "mxfp4") out.converted_experts = ExpertFormat::kMxfp4;
+    else if (experts == "bf16") out.converted_experts = ExpertFormat::kBf16;
+    else return Fail(m.Bad("routed_experts", "'" + experts + "' is not \"mxfp4\" or \"bf16\""));
+  }
   if (r.Has("bos_token_id")) {
     MOE_ASSIGN_OR_RETURN(out.bos_token_id, r.Dim("bos_token_id", 0));
   }

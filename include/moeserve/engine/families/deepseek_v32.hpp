@@ -29,6 +29,11 @@ struct Config {
   int num_nextn_predict_layers = 0;  // MTP layers stored after the model's own
   bool fp8 = false;                  // quantization_config: fp8 e4m3 with 128x128 blocks
   int bos_token_id = -1, eos_token_id = -1;
+  // Set in a directory WriteConverted made (config.json's
+  // "moeserve_converted": {"routed_experts": "mxfp4" | "bf16"}): its tensors
+  // are already the engine's (model.md 1.1, 1.2), the routed experts in this
+  // format, and load with no conversion.
+  std::optional<ExpertFormat> converted_experts;
 };
 
 // Parses and validates config.json; every failure names the field
@@ -62,6 +67,22 @@ Result<ModelDir> OpenDir(const std::string& dir, std::optional<ExpertFormat> exp
 // loaded weights plus one converted tensor (the largest: one layer's
 // stacked routed experts), never the whole converted checkpoint. Its
 // `checkpoint` is empty; each request to the source converts anew.
+//
+// Both, given a directory WriteConverted made, map its checkpoint as it is
+// (checked against the config like a moe-dsa-v1 one, model.md section 1);
+// `experts`, when set, must then be the format it holds.
 Result<ModelDir> OpenDirStreamed(const std::string& dir, std::optional<ExpertFormat> experts = std::nullopt);
+
+// Writes dir's checkpoint converted, with the routed experts in `experts`,
+// as a new directory `out` (refused if it exists; written as out.partial and
+// renamed when complete): config.json as published plus
+// "moeserve_converted", the engine's tensors in safetensors shards of at
+// most about `max_shard_bytes` with model.safetensors.index.json, and every
+// other regular file of dir's top level (tokenizer files, templates) copied;
+// the published shards, their index and manifest.json are not. One recipe's
+// tensors are in memory at a time. `moe-daemon publish --experts` uses it so
+// that a node loads the requantised experts without converting.
+Status WriteConverted(const std::string& dir, const std::string& out, ExpertFormat experts,
+                      uint64_t max_shard_bytes = 4ull << 30);
 
 }  // namespace moeserve::engine::deepseek_v32
