@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "gpt_oss_solo.hpp"
+#include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
 
 namespace moeserve::engine {
@@ -243,6 +244,17 @@ std::string LoadError(const std::string& dir) {
   auto m = GptOssModel::Load(dir);
   EXPECT_FALSE(m) << "loaded a hostile checkpoint: " << dir;
   return m ? std::string() : m.error().ToString();
+}
+
+// The experts setting names a format the family does not convert to: refused, not ignored.
+TEST(GptOss, AnotherExpertFormatIsRefused) {
+  std::string dir = WriteModel("experts", "--layers 2 --vocab 1000");
+  EngineOptions eo;
+  eo.experts = ExpertFormat::kBf16;
+  auto engine = Engine::Open(dir, eo);
+  ASSERT_FALSE(engine);
+  EXPECT_NE(engine.error().message().find("experts: bf16 requested"), std::string::npos) << engine.error().message();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GptOss, MissingTensorIsNamed) {

@@ -187,6 +187,15 @@ TEST(Qwen3Next, EngineGreedyMatchesTheReferenceAndReusesThePrefix) {
 
 // moe-model-info's summary: the layer kinds and FFNs the config gives, the
 // MTP tensors counted apart.
+// The experts setting names a format the family does not convert to: refused, not ignored.
+TEST(Qwen3Next, AnotherExpertFormatIsRefused) {
+  EngineOptions eo;
+  eo.experts = ExpertFormat::kMxfp4;
+  auto engine = Engine::Open(Shared().model, eo);
+  ASSERT_FALSE(engine);
+  EXPECT_NE(engine.error().message().find("experts: mxfp4 requested"), std::string::npos) << engine.error().message();
+}
+
 TEST(Qwen3Next, DescribeSummarisesTheDirectory) {
   const Fixture& f = Shared();
   auto text = DescribeQwen3Next(f.model);

@@ -14,6 +14,10 @@ Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
     return Fail(Error::InvalidArgument("deterministic decode is not available for gpt-oss models"));
   if (options.ep_world > 1 || options.comm)
     return Fail(Error::InvalidArgument("expert parallelism is not supported for gpt-oss models"));
+  // The routed experts are served as published (MXFP4); no conversion.
+  if (options.experts && *options.experts != ExpertFormat::kMxfp4)
+    return Fail(Error::InvalidArgument("experts: " + std::string(ExpertFormatName(*options.experts)) +
+                                       " requested, but gpt-oss models serve their routed experts as published (mxfp4)"));
   return LoadGptOss(dir, options.kernels == KernelChoice::kReference ? kernels::Isa::kReference : kernels::BestIsa());
 }
 
