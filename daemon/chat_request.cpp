@@ -442,6 +442,7 @@ ApiResult<void> ReadFlags(const ojson& body, ChatRequest& req) {
       return ApiFail(ApiError::InvalidRequest("'response_format.type' must be \"text\" or \"json_object\"", "response_format.type"));
     }
     std::string t = type->get<std::string>();
+    if (t == "json_object" || t == "json_schema") req.response_format = *rf;
     if (t == "json_object") req.json_object = true;
     else if (t == "json_schema") {
       if (auto r = ReadJsonSchemaFormat(*rf, req); !r) return r;

@@ -47,6 +47,7 @@ struct Prepared {
   std::optional<ToolSpec> harmony_call;        // gpt-oss: the call the prompt opened
   std::vector<ToolSpec> harmony_choices;       // gpt-oss: the functions a required call chooses among
   std::vector<int> harmony_header_tail;        // gpt-oss: <|constrain|>json<|message|>
+  bool deepseek_tools = false;                 // DeepSeek-V3.2: the prompt rendered tools
 };
 
 // `images`: the request's image parts, decoded (PrepareImages); placed into
@@ -59,13 +60,21 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
   Prepared p;
   std::optional<std::vector<int>> prompt;
   std::vector<engine::ImageSpan> rendered_images;
-  std::shared_ptr<engine::DecodeController> qwen3_controller;
-  if (facts.qwen3) {
+  std::shared_ptr<engine::DecodeController> family_controller;
+  if (facts.deepseek) {
+    // DeepSeek-V3.2: its published encoding in thinking mode; the controller
+    // follows tool_choice and response_format.
+    auto d = RenderDeepseekRequest(req, facts.deepseek, limits);
+    if (!d) return ApiFail(d.error());
+    prompt = std::move(d->prompt);
+    family_controller = std::move(d->controller);
+    p.deepseek_tools = d->tools;
+  } else if (facts.qwen3) {
     // Qwen3-Next: its ChatML; the controller follows tool_choice and response_format.
     auto q = RenderQwen3Request(req, *facts.qwen3, limits);
     if (!q) return ApiFail(q.error());
     prompt = std::move(q->prompt);
-    qwen3_controller = std::move(q->controller);
+    family_controller = std::move(q->controller);
   } else if (facts.harmony) {
     // gpt-oss: harmony (harmony_request.hpp), the tier's effort in the system message.
     auto h = RenderHarmonyRequest(req, effort, *facts.harmony, limits);
@@ -142,9 +151,10 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
   policy.id_seed = g.sampling.seed ^ prompt_hash;
   policy.limits.max_string_bytes = facts.constrained_max_string_bytes;
   p.call_id_seed = policy.id_seed;
-  if (facts.qwen3) {
-    // Stops: the family's (<|im_end|> and the config's eos); the prompt opened <think>.
-    g.controller = std::move(qwen3_controller);
+  if (facts.qwen3 || facts.deepseek) {
+    // Stops: the family's (Qwen3: <|im_end|> and the config's eos; DeepSeek:
+    // the end of sentence); the prompt opened <think>.
+    g.controller = std::move(family_controller);
     return p;
   }
   if (facts.harmony) {
@@ -277,6 +287,8 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   for (const PreparedImage& image : *images) info.image_tokens += image.span_tokens;
   info.harmony = facts_.harmony;
   info.qwen3 = facts_.qwen3;
+  info.deepseek = facts_.deepseek;
+  info.deepseek_tools = prepared->deepseek_tools;
   info.harmony_tool_names = prepared->harmony_tool_names;
   info.harmony_prefill = prepared->harmony_prefill;
   info.received = received;

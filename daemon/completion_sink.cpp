@@ -5,6 +5,7 @@
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/chat_service.hpp"
 #include "moeserve/daemon/harmony_assembler.hpp"
+#include "moeserve/daemon/deepseek_assembler.hpp"
 #include "moeserve/daemon/qwen3_assembler.hpp"
 #include "moeserve/daemon/logprobs_json.hpp"
 
@@ -21,6 +22,8 @@ std::unique_ptr<OutputReader> MakeReader(const CompletionInfo& info) {
                                                                       info.call_id_seed, info.harmony_prefill});
   }
   if (info.qwen3) return std::make_unique<Qwen3Assembler>(*info.qwen3, info.stop, info.call_id_seed);
+  if (info.deepseek)
+    return std::make_unique<DeepseekAssembler>(*info.deepseek, info.stop, info.call_id_seed, info.deepseek_tools);
   return std::make_unique<OutputAssembler>(AssemblerOptions{info.stop, info.call_id_seed, info.constrained_names});
 }
 
@@ -76,6 +79,7 @@ void CompletionSink::AbortStream(const json& error_body, bool done) {
 
 const engine::HfTokenizer* CompletionSink::LogprobsTokenizer() const {
   if (info_.qwen3) return info_.qwen3->tokenizer.get();
+  if (info_.deepseek) return info_.deepseek->tokenizer.get();
   return info_.harmony ? info_.harmony->tokenizer : nullptr;
 }
 

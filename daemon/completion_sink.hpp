@@ -24,6 +24,7 @@
 
 #include "moeserve/daemon/budget_service.hpp"
 #include "moeserve/daemon/harmony_request.hpp"
+#include "moeserve/daemon/deepseek_request.hpp"
 #include "moeserve/daemon/qwen3_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/metrics.hpp"
@@ -53,6 +54,10 @@ struct CompletionInfo {
   std::vector<int> harmony_prefill;             // the call header the prompt ends with, if any
   // Qwen3-Next: the output is read in its ChatML format (Qwen3Assembler).
   std::shared_ptr<const Qwen3Serving> qwen3;
+  // DeepSeek-V3.2: the output is read in its published encoding (DeepseekAssembler);
+  // `deepseek_tools`: the prompt rendered tools, so a DSML block is a call.
+  std::shared_ptr<const DeepseekServing> deepseek;
+  bool deepseek_tools = false;
   std::chrono::steady_clock::time_point received;
   // The request's hold on its tenant's budgets and concurrency: released once
   // its charge is committed, or when the sink goes without one.

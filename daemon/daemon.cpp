@@ -26,6 +26,7 @@
 #include "moeserve/daemon/session_service.hpp"
 #include "moeserve/daemon/usage_history.hpp"
 #include "moeserve/engine/chat_format.hpp"
+#include "moeserve/engine/deepseek_chat.hpp"
 #include "moeserve/engine/qwen3_chat.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/family_registry.hpp"
@@ -632,10 +633,11 @@ Status Daemon::LoadModel() {
   auto family = engine::FindFamily(model_dir);
   if (!family) return fail(family.error(), "loading model " + m.config.model);
   const std::string family_name = (*family)->name;
-  // The daemon renders chat only for these families; the engine runs others
-  // (DeepSeek-V3.2) on token ids (moe-run --prompt-ids) until their chat
-  // format is served here.
-  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss" && family_name != "qwen3_next")
+  // The daemon renders chat only for these families; the engine may run
+  // others on token ids (moe-run --prompt-ids) before their chat format is
+  // served here.
+  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss" && family_name != "qwen3_next" &&
+      family_name != "deepseek_v32")
     return fail(Error::InvalidArgument("the daemon has no chat format for " + family_name +
                                        " models yet (moe-run --prompt-ids runs them on token ids)"),
                 "loading model " + m.config.model);
@@ -694,8 +696,22 @@ Status Daemon::LoadModel() {
   if (family_name == "moe-dsa-v1") facts.vision = m.engine->config().vision;
   std::shared_ptr<const SessionModel> session_model;
   // The chat format, keyed by the family: harmony for gpt-oss, ChatML for
-  // Qwen3-Next, moe-dsa-v1's own otherwise.
-  if (family_name == "qwen3_next") {
+  // Qwen3-Next, the published encoding for DeepSeek-V3.2, moe-dsa-v1's own otherwise.
+  if (family_name == "deepseek_v32") {
+    auto deepseek = DeepseekServing::Load((std::filesystem::path(model_dir) / "tokenizer.json").string());
+    if (!deepseek) return fail(deepseek.error(), "loading model " + m.config.model);
+    facts.deepseek = std::move(*deepseek);
+    facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
+    if (!m.config.public_system_prompt.empty()) {
+      engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
+      auto pieces = engine::RenderDeepseekChat({system}, {});
+      if (!pieces) return Fail(pieces.error().WithContext("rendering public_system_prompt"));
+      auto ids = engine::EncodeChatPieces(*facts.deepseek->tokenizer, *pieces);
+      if (!ids) return Fail(ids.error().WithContext("rendering public_system_prompt"));
+      facts.public_prefix = std::move(*ids);
+    }
+    session_model = DeepseekSessionModel(facts.deepseek);
+  } else if (family_name == "qwen3_next") {
     auto qwen3 = Qwen3Serving::Load((std::filesystem::path(model_dir) / "tokenizer.json").string());
     if (!qwen3) return fail(qwen3.error(), "loading model " + m.config.model);
     facts.qwen3 = std::move(*qwen3);

@@ -68,6 +68,7 @@ struct ChatRequest {
   std::string user;
   bool json_object = false;            // response_format json_object or json_schema
   nlohmann::ordered_json response_schema;  // json_schema's schema (null: any object)
+  nlohmann::ordered_json response_format;  // the object as sent, when json_object (formats that render it)
   bool response_schema_strict = false;     // json_schema.strict
   std::string response_schema_name;        // json_schema.name (empty for json_object)
   std::string response_schema_description; // json_schema.description, when given

@@ -17,6 +17,7 @@
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/image_decode.hpp"
 #include "moeserve/daemon/metrics.hpp"
+#include "moeserve/daemon/deepseek_request.hpp"
 #include "moeserve/daemon/qwen3_request.hpp"
 #include "moeserve/daemon/scheduler.hpp"
 #include "moeserve/engine/model_config.hpp"
@@ -37,6 +38,8 @@ struct ServingFacts {
   std::shared_ptr<const HarmonyServing> harmony;
   // Set: the family is Qwen3-Next, rendered and read in its ChatML format (qwen3_request.hpp).
   std::shared_ptr<const Qwen3Serving> qwen3;
+  // Set: the family is DeepSeek-V3.2, rendered and read in its published encoding (deepseek_request.hpp).
+  std::shared_ptr<const DeepseekServing> deepseek;
   // The configured public system prompt rendered on its own (moe-dsa-v1):
   // a prompt that begins with these tokens shares their cached state across
   // tenants; everything else is cached per tenant. Empty: nothing is shared.

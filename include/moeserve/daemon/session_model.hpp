@@ -13,6 +13,9 @@
 //   qwen3_next   RenderQwen3Request, as    the entry's tokens plus its  RenderQwen3Request without tools,
 //                the stateless endpoint    turn's marker tokens         starts in <think>, read by
 //                renders the turn                                       Qwen3Assembler (never reasoning)
+//   deepseek_v32 RenderDeepseekRequest, as the entry's tokens plus its  RenderDeepseekRequest without tools,
+//                the stateless endpoint    DSML markup and marker       starts in <think>, read by
+//                renders the turn          tokens                       DeepseekAssembler (never reasoning)
 //
 // The session keeps every entry whatever the family; only rendering differs
 // (harmony drops the reasoning of assistant messages up to the last final
@@ -30,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/deepseek_request.hpp"
 #include "moeserve/daemon/harmony_request.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
 #include "moeserve/daemon/qwen3_request.hpp"
@@ -82,5 +86,8 @@ std::shared_ptr<const SessionModel> HarmonySessionModel(std::shared_ptr<const Ha
 
 // Qwen3-Next: its ChatML (qwen3_request.hpp) with `serving`'s tokenizer.
 std::shared_ptr<const SessionModel> Qwen3SessionModel(std::shared_ptr<const Qwen3Serving> serving);
+
+// DeepSeek-V3.2: its published encoding (deepseek_request.hpp) with `serving`'s tokenizer.
+std::shared_ptr<const SessionModel> DeepseekSessionModel(std::shared_ptr<const DeepseekServing> serving);
 
 }  // namespace moeserve::daemon

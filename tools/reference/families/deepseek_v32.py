@@ -297,7 +297,8 @@ def tiny_config(layers, index_topk, vocab):
     }
 
 
-THINK_SLOTS = {128798: "<think>", 128799: "</think>"}
+# Ids 128798 and 128799 (placeholders 798 and 799 of DeepSeek-V3).
+THINK_SLOTS = {"<｜place▁holder▁no▁798｜>": "<think>", "<｜place▁holder▁no▁799｜>": "</think>"}
 
 
 def tokenizer_source():
@@ -398,8 +399,8 @@ def cmd_write(a):
                 text = fh.read()
             # DeepSeek-V3.1 and later (V3.2 included) publish V3's tokenizer
             # with <think> and </think> in two of its placeholder slots.
-            for slot, token in THINK_SLOTS.items():
-                text = text.replace('"<｜place▁holder▁no▁%d｜>"' % slot, json.dumps(token))
+            for placeholder, token in THINK_SLOTS.items():
+                text = text.replace(json.dumps(placeholder, ensure_ascii=False), json.dumps(token))
             with open(os.path.join(a.out, f), "w", encoding="utf-8") as fh:
                 fh.write(text)
 
