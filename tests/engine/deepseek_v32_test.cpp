@@ -413,6 +413,22 @@ TEST(DeepseekV32, HostileCheckpointsFailNamingTheTensor) {
   }
 }
 
+// The model's own greedy continuation of the prompt, `steps` tokens.
+std::vector<int> FreeGreedy(Model& model, const std::vector<int>& prompt_tokens, int steps) {
+  KvPool pool(8, 16, model.cache_floats_per_token());
+  SequenceCache cache = model.NewSequence();
+  std::vector<float> logits;
+  std::vector<int> out, next(prompt_tokens.begin(), prompt_tokens.begin() + kPrompt);
+  for (int k = 0; k < steps; ++k) {
+    EXPECT_TRUE(EnsureBlocks(pool, cache, cache.length + static_cast<int>(next.size())));
+    ForwardSegment seg{&cache, next, false};  // the last position's logits
+    EXPECT_TRUE(model.Forward(pool, std::span(&seg, 1), &logits, nullptr));
+    out.push_back(static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    next = {out.back()};
+  }
+  return out;
+}
+
 // Logits of every prompt position and of the teacher-forced continuation.
 std::vector<float> TeacherForced(Model& model, const std::vector<int>& tokens) {
   KvPool pool(8, 16, model.cache_floats_per_token());
@@ -552,6 +568,12 @@ TEST(DeepseekV32, Mxfp4ExpertsCostAgainstTheBf16Path) {
   EXPECT_LT(worst, 0.20);         // measured 0.072
   EXPECT_GT(sum_cos / P, 0.99);   // measured 0.9989
   EXPECT_GE(agree, P * 7 / 8);     // measured 31 of 32
+  // Free-running greedy decode from the prompt: how many tokens agree
+  // before the first difference.
+  const std::vector<int> ga = FreeGreedy(**bf16, ref.tokens, 24), gb = FreeGreedy(**mx, ref.tokens, 24);
+  const size_t same = static_cast<size_t>(std::mismatch(ga.begin(), ga.end(), gb.begin()).first - ga.begin());
+  std::printf("greedy decode: the first %zu of %zu tokens agree\n", same, ga.size());
+  EXPECT_GE(same, 12u);  // measured 23 of 24
 }
 
 // Requantisation at load belongs to a family that converts: asking a model
