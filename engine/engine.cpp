@@ -102,6 +102,7 @@ ModelOptions ModelOptionsFor(const EngineOptions& options) {
   mo.kernels = options.kernels;
   mo.bf16_activations = options.bf16_activations;
   mo.experts = options.experts;
+  mo.decode_activation_bits = options.decode_activation_bits;
   mo.deterministic = options.deterministic;
   mo.ep_rank = options.ep_rank;
   mo.ep_world = options.ep_world;
@@ -140,6 +141,10 @@ Status Engine::ValidateEngineOptions(const EngineOptions& options) {
               " ignored: the kernel thread pool was already started with another size");
   if (options.prefix_cache_bytes < 0)
     return Fail(Error::InvalidArgument("engine options: prefix_cache_bytes must not be negative"));
+  if (options.decode_activation_bits != 21 && options.decode_activation_bits != 16 &&
+      options.decode_activation_bits != 8)
+    return Fail(Error::InvalidArgument("engine options: decode_activation_bits must be 21, 16 or 8, not " +
+                                       std::to_string(options.decode_activation_bits)));
   if (options.deterministic && options.ep_world > 1)
     return Fail(Error::InvalidArgument("engine options: deterministic decode is not available with expert parallelism"));
   return Ok();

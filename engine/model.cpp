@@ -11,6 +11,7 @@
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "moeserve/kernels/mxfp4_activation_bits.hpp"
 #include "vision/tower.hpp"
 #include "weights.hpp"
 
@@ -27,10 +28,9 @@ void Model::set_options(const ModelOptions& o) {
   // Deterministic: one form for every segment length, so that a token
   // prefilled in any chunk, or decoded, runs the same code.
   const kernels::Isa isa = reference ? kernels::Isa::kReference : kernels::BestIsa();
-  kernels_ = o.deterministic        ? &kernels::KernelsBatchInvariant(isa)
-             : reference            ? &kernels::Kernels(isa)
-             : o.bf16_activations ? &kernels::KernelsWithBf16Activations(isa)
-                                  : &kernels::Kernels(isa);
+  kernels_ = o.deterministic ? &kernels::KernelsBatchInvariant(isa)
+             : reference     ? &kernels::Kernels(isa)
+                             : &kernels::KernelsWithDecodeActivationBits(isa, o.decode_activation_bits, o.bf16_activations);
   absorbed_prefill_ = o.deterministic ? o.mla_form != MlaForm::kExpanded
                                       : o.mla_form == MlaForm::kAbsorbed || (o.mla_form == MlaForm::kAuto && !reference);
 }

@@ -26,7 +26,7 @@
 #include "peaks.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
-#include "moeserve/kernels/mxfp4_matvec_split.hpp"
+#include "moeserve/kernels/mxfp4_activation_bits.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/read_bandwidth.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -153,18 +153,32 @@ int main(int argc, char** argv) {
                       t.best_s, bytes / t.best_s, mb::MatMulFlops(s.out, s.in, n) / t.best_s, n == 1,
                       bytes / t.mean_s, t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
     }
-    // The split-activation matrix-vector product (mxfp4_matvec_split.hpp;
-    // not on the engine's path): 16-bit and 8-bit activations, 4 and 2
-    // vpdpbusd per line of codes against matmul_mxfp4's 6.
-    for (int parts : {2, 1}) {
+    // The decode form with fewer activation bits (KernelsWithDecodeActivationBits):
+    // 16 and 8 bits, 4 and 2 vpdpbusd per line of codes against the default's 6.
+    for (int bits : {16, 8}) {
+      const mk::KernelSet& kb = mk::KernelsWithDecodeActivationBits(isa, bits);
       std::vector<float> x = mb::RandomFloats(s.in), y(s.out);
       size_t next = 0;
       const Timing t = Runs(3 * static_cast<int>(copies), &probe, [&] {
-        mk::MatVecMxfp4Split(ms[next++ % copies].view(), x.data(), parts, y.data());
+        kb.matmul_mxfp4(ms[next++ % copies].view(), x.data(), 1, y.data());
       });
       const double bytes = mb::Mxfp4Bytes(s.out, s.in, 1);
-      rows.push_back({std::string("mxfp4_split") + (parts == 2 ? "16 " : "8 ") + s.name + " n=1", t.best_s,
-                      bytes / t.best_s, mb::MatMulFlops(s.out, s.in, 1) / t.best_s, true, bytes / t.mean_s,
+      rows.push_back({std::string("mxfp4_matmul ") + s.name + " n=1 act" + std::to_string(bits) + " (" +
+                          mk::IsaName(isa) + ")",
+                      t.best_s, bytes / t.best_s, mb::MatMulFlops(s.out, s.in, 1) / t.best_s, true, bytes / t.mean_s,
+                      t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
+    }
+    // The same sets at batch 512: integer products over tiles of rows
+    // (mxfp4_gemm_vnni.cpp), against the fp32 FMA peak in equivalent work.
+    for (int bits : {16, 8}) {
+      const mk::KernelSet& kb = mk::KernelsWithDecodeActivationBits(isa, bits);
+      const size_t n = 512;
+      std::vector<float> x = mb::RandomFloats(n * s.in), y(n * s.out);
+      const Timing t = Runs(4, nullptr, [&] { kb.matmul_mxfp4(ms[0].view(), x.data(), n, y.data()); });
+      const double bytes = mb::Mxfp4Bytes(s.out, s.in, n);
+      rows.push_back({std::string("mxfp4_matmul ") + s.name + " n=512 act" + std::to_string(bits) + " (" +
+                          mk::IsaName(isa) + ")",
+                      t.best_s, bytes / t.best_s, mb::MatMulFlops(s.out, s.in, n) / t.best_s, false, bytes / t.mean_s,
                       t.window_best_bps, t.window_mean_bps, bytes / t.median_s, t.window_median_bps});
     }
   }

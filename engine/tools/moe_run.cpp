@@ -62,7 +62,7 @@ int Usage(const std::string& msg) {
                "               [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
                "               [--thinking-budget N] [--kernels fast|reference] [--experts mxfp4|bf16] [--bf16-activations] [--ignore-eos]\n"
-               "               [--read-bw GBPS|auto] [--deterministic] [--batch N]\n");
+               "               [--read-bw GBPS|auto] [--deterministic] [--batch N] [--decode-activation-bits 21|16|8]\n");
   return 2;
 }
 
@@ -288,7 +288,7 @@ int main(int argc, char** argv) {
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
-  long long batch = 1;
+  long long batch = 1, decode_bits = 21;
   bool ignore_eos = false, print_ids = false, bf16_activations = false, deterministic = false;
   std::vector<int> prompt_ids;
   for (int i = 1; i < argc; ++i) {
@@ -318,6 +318,10 @@ int main(int argc, char** argv) {
       if (v == "auto") read_bw_auto = true;
       else if (!ToFloat(v, 0.001, 1e6, &read_bw)) return Usage("--read-bw must be 'auto' or a positive number of GB/s");
     }
+    else if (a == "--decode-activation-bits") {
+      if (!ToInt(v, 8, 21, &decode_bits) || (decode_bits != 8 && decode_bits != 16 && decode_bits != 21))
+        return Usage("--decode-activation-bits must be 21, 16 or 8");
+    }
     else if (a == "--batch") { if (!ToInt(v, 1, 1024, &batch)) return Usage("--batch must be 1 to 1024 sequences"); }
     else if (a == "--top-p") { if (!ToFloat(v, 0, 1, &top_p) || top_p == 0) return Usage("--top-p must be in (0, 1]"); }
     else return Usage("unknown argument '" + a + "'");
@@ -339,6 +343,7 @@ int main(int argc, char** argv) {
     if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
     if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
     if (expert_format) return Usage("--experts is not available for gpt-oss models (their experts are MXFP4 as published)");
+    if (decode_bits != 21) return Usage("--decode-activation-bits is not available for gpt-oss models");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
                      kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, read_bw, read_bw_auto,
                      static_cast<int>(batch));
@@ -348,6 +353,7 @@ int main(int argc, char** argv) {
     EngineOptions eo;
     eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
     eo.bf16_activations = bf16_activations;
+    eo.decode_activation_bits = static_cast<int>(decode_bits);
     eo.deterministic = deterministic;
     eo.experts = expert_format;
     eo.cache_tokens = 1 << 15;
@@ -364,6 +370,7 @@ int main(int argc, char** argv) {
   EngineOptions eo;
   eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
   eo.bf16_activations = bf16_activations;
+  eo.decode_activation_bits = static_cast<int>(decode_bits);
   eo.deterministic = deterministic;
   eo.experts = expert_format;
   eo.cache_tokens = 1 << 15;

@@ -146,6 +146,7 @@ constexpr KernelSet kReferenceKernels = {
     .indexer_scores_batch = {IndexerScoresBatchRef, "indexer_scores_batch_ref"},
     .delta_rule_chunked = {DeltaRuleChunked, "delta_rule_chunked_ref"},
     .causal_conv_silu = {CausalConvSiluRef, "causal_conv_silu_ref"},
+    .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
 };
 
 // RMSNorm, the gates and the recurrent delta rule: the reference's loops are
@@ -169,6 +170,8 @@ constexpr KernelSet kScalarKernels = {
     .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_scalar),
     .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_scalar),
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_scalar),
+    // The matrix-vector block on every row: its results by definition.
+    .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
 };
 
 // The MXFP4 activation quantiser: the scalar one (from the fallback).
@@ -194,6 +197,7 @@ constexpr KernelSet kAvx2Kernels = {
     .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_avx2),
     .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_avx2),
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx2),
+    .mxfp4_matvec_rows = {mxfp4_matvec_avx2, "mxfp4_matvec_rows_avx2"},
 };
 
 constexpr KernelSet kAvx512Kernels = {
@@ -219,6 +223,7 @@ constexpr KernelSet kAvx512Kernels = {
     .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_avx512),
     .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_avx512),
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx512),
+    .mxfp4_matvec_rows = MOESERVE_KERNEL(mxfp4_matvec_rows_avx512),
 };
 
 // In its BF16-activation set, attention's products as BF16 dot products too.

@@ -120,23 +120,25 @@ inline int32_t Load4(const int8_t* p) {
 
 // One half (8 rows) of a 64-byte line of packed codes against 4 + 4
 // broadcast bytes of each int8 activation part: vpmaddubsw pairs, summed to
-// 32-bit lanes by vpmaddwd. No saturation: |(2v + 12) * a| <= 24 * 64.
-inline void DotHalf(const uint8_t* codes32, __m256i lut, __m256i nibble, __m256i ones, const __m256i (&a)[3][2],
-                    __m256i (&acc)[3]) {
+// 32-bit lanes by vpmaddwd. No saturation: |(2v + 12) * a| <= 24 * 128, a
+// pair and the sum of two pairs within int16.
+inline void DotHalf(const uint8_t* codes32, __m256i lut, __m256i nibble, __m256i ones, int nparts,
+                    const __m256i (&a)[3][2], __m256i (&acc)[3]) {
   const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes32));
   const __m256i w_lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
   const __m256i w_hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
-#pragma GCC unroll 3
-  for (int p = 0; p < 3; ++p) {
+  for (int p = 0; p < nparts; ++p) {
     const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(w_lo, a[p][0]), _mm256_maddubs_epi16(w_hi, a[p][1]));
     acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(pairs, ones));
   }
 }
 
 // Applies one block's scales to 8 rows' exact integer sums.
-inline __m256 ScaleRows(const __m256i (&acc)[3], int32_t offset, const uint8_t* scales8, float act_scale, __m256 y) {
-  const __m256i q = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(acc[0], 14), _mm256_slli_epi32(acc[1], 7)),
-                                     acc[2]);
+inline __m256 ScaleRows(const __m256i (&acc)[3], int nparts, int32_t offset, const uint8_t* scales8, float act_scale,
+                        __m256 y) {
+  __m256i q = _mm256_setzero_si256();
+  for (int p = 0; p < nparts; ++p)
+    q = _mm256_add_epi32(q, _mm256_sll_epi32(acc[p], _mm_cvtsi32_si128(Mxfp4ActShift(nparts, p))));
   const __m256i d = _mm256_sub_epi32(q, _mm256_set1_epi32(offset));
   const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales8)));
   const __m256i zero_scale = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
@@ -159,7 +161,8 @@ void mxfp4_matvec_avx2(const Mxfp4PackedView& w, const Mxfp4Activations& x, floa
     const uint8_t* gcodes = w.codes + g * nb * 256;
     const uint8_t* gscales = w.scales + g * nb * 16;
     for (size_t t = 0; t < x.n; ++t) {
-      const int8_t* part[3] = {x.part(t, 0), x.part(t, 1), x.part(t, 2)};
+      const int np = x.nparts;
+      const int8_t* part[3] = {x.part(t, 0), x.part(t, np > 1 ? 1 : 0), x.part(t, np > 2 ? 2 : 0)};
       float* out = Y + t * w.out + g * 16;
       __m256 y0 = _mm256_setzero_ps(), y1 = y0;
       if (b_begin > 0) {
@@ -176,17 +179,17 @@ void mxfp4_matvec_avx2(const Mxfp4PackedView& w, const Mxfp4Activations& x, floa
 #pragma GCC unroll 4
         for (size_t c = 0; c < 4; ++c) {
           __m256i a[3][2];
-          for (int p = 0; p < 3; ++p) {
+          for (int p = 0; p < np; ++p) {
             a[p][0] = _mm256_set1_epi32(Load4(part[p] + b * 32 + c * 8));
             a[p][1] = _mm256_set1_epi32(Load4(part[p] + b * 32 + c * 8 + 4));
           }
-          DotHalf(codes + c * 64, lut, nibble, ones, a, acc0);
-          DotHalf(codes + c * 64 + 32, lut, nibble, ones, a, acc1);
+          DotHalf(codes + c * 64, lut, nibble, ones, np, a, acc0);
+          DotHalf(codes + c * 64 + 32, lut, nibble, ones, np, a, acc1);
         }
         const float as = x.scale[t * nb + b];
         const int32_t off = x.offset[t * nb + b];
-        y0 = ScaleRows(acc0, off, gscales + b * 16, as, y0);
-        y1 = ScaleRows(acc1, off, gscales + b * 16 + 8, as, y1);
+        y0 = ScaleRows(acc0, np, off, gscales + b * 16, as, y0);
+        y1 = ScaleRows(acc1, np, off, gscales + b * 16 + 8, as, y1);
       }
       _mm256_maskstore_ps(out, valid0, y0);
       _mm256_maskstore_ps(out + 8, valid1, y1);

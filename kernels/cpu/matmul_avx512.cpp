@@ -107,39 +107,42 @@ inline int32_t Load4(const int8_t* p) {
   return v;
 }
 
-// One block (16 rows x 32 elements) of one group: y += scales * exact sums.
-inline __m512 Mxfp4BlockRows(const uint8_t* codes, const uint8_t* scales16, const int8_t* h, const int8_t* m,
-                             const int8_t* l, int32_t offset, float act_scale, __m512 y, __m512i lut) {
+// One block (16 rows x 32 elements) of one group: y += scales * exact sums,
+// P int8 parts of the activations (parts[p] points at part p's block): 2 * P
+// vpdpbusd per 64-byte line of codes.
+template <int P>
+inline __m512 Mxfp4BlockRows(const uint8_t* codes, const uint8_t* scales16, const int8_t* const* parts,
+                             int32_t offset, float act_scale, __m512 y, __m512i lut) {
 #pragma GCC unroll 4
   for (size_t line = 0; line < 256; line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(codes + kMxfp4PrefetchBytes + line), _MM_HINT_T1);
   // Two accumulators per part (low- and high-nibble elements) halve the
   // dependency chains.
-  __m512i acc_h0 = _mm512_setzero_si512(), acc_m0 = acc_h0, acc_l0 = acc_h0;
-  __m512i acc_h1 = acc_h0, acc_m1 = acc_h0, acc_l1 = acc_h0;
+  __m512i acc0[P], acc1[P];
+#pragma GCC unroll 3
+  for (int p = 0; p < P; ++p) acc0[p] = acc1[p] = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (size_t c = 0; c < 4; ++c) {
     const __m512i v = _mm512_load_si512(codes + c * 64);
     const __m512i w_lo = _mm512_permutexvar_epi8(v, lut);
     const __m512i w_hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), lut);
-    acc_h0 = _mm512_dpbusd_epi32(acc_h0, w_lo, _mm512_set1_epi32(Load4(h + c * 8)));
-    acc_m0 = _mm512_dpbusd_epi32(acc_m0, w_lo, _mm512_set1_epi32(Load4(m + c * 8)));
-    acc_l0 = _mm512_dpbusd_epi32(acc_l0, w_lo, _mm512_set1_epi32(Load4(l + c * 8)));
-    acc_h1 = _mm512_dpbusd_epi32(acc_h1, w_hi, _mm512_set1_epi32(Load4(h + c * 8 + 4)));
-    acc_m1 = _mm512_dpbusd_epi32(acc_m1, w_hi, _mm512_set1_epi32(Load4(m + c * 8 + 4)));
-    acc_l1 = _mm512_dpbusd_epi32(acc_l1, w_hi, _mm512_set1_epi32(Load4(l + c * 8 + 4)));
+#pragma GCC unroll 3
+    for (int p = 0; p < P; ++p) {
+      acc0[p] = _mm512_dpbusd_epi32(acc0[p], w_lo, _mm512_set1_epi32(Load4(parts[p] + c * 8)));
+      acc1[p] = _mm512_dpbusd_epi32(acc1[p], w_hi, _mm512_set1_epi32(Load4(parts[p] + c * 8 + 4)));
+    }
   }
-  const __m512i acc_h = _mm512_add_epi32(acc_h0, acc_h1), acc_m = _mm512_add_epi32(acc_m0, acc_m1);
-  const __m512i acc_l = _mm512_add_epi32(acc_l0, acc_l1);
-  const __m512i q =
-      _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(acc_h, 14), _mm512_slli_epi32(acc_m, 7)), acc_l);
+  __m512i q = _mm512_setzero_si512();
+#pragma GCC unroll 3
+  for (int p = 0; p < P; ++p)
+    q = _mm512_add_epi32(q, _mm512_slli_epi32(_mm512_add_epi32(acc0[p], acc1[p]), Mxfp4ActShift(P, p)));
   const __m512i d = _mm512_sub_epi32(q, _mm512_set1_epi32(offset));
   const __m512 sc = _mm512_mul_ps(E8M0Scales16(scales16), _mm512_set1_ps(act_scale));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, y);
 }
 
 // Groups gs[0..S) (S side by side), every activation row, blocks [b0, b1).
-template <int S>
+template <int P, int S>
 inline void Mxfp4Groups(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, const size_t* gs, size_t b0,
                         size_t b1, __m512i lut) {
   const size_t nb = w.in / 32;
@@ -147,9 +150,9 @@ inline void Mxfp4Groups(const Mxfp4PackedView& w, const Mxfp4Activations& x, flo
 #pragma GCC unroll 4
   for (int i = 0; i < S; ++i) valid[i] = LaneMask(Min(16, w.out - gs[i] * 16));
   for (size_t t = 0; t < x.n; ++t) {
-    const int8_t* hi = x.part(t, 0);
-    const int8_t* mid = x.part(t, 1);
-    const int8_t* lo = x.part(t, 2);
+    const int8_t* part[P];
+#pragma GCC unroll 3
+    for (int p = 0; p < P; ++p) part[p] = x.part(t, p);
     const float* as = x.scale + t * nb;
     const int32_t* off = x.offset + t * nb;
     __m512 y[S];
@@ -157,14 +160,35 @@ inline void Mxfp4Groups(const Mxfp4PackedView& w, const Mxfp4Activations& x, flo
     for (int i = 0; i < S; ++i)
       y[i] = b0 > 0 ? _mm512_maskz_loadu_ps(valid[i], Y + t * w.out + gs[i] * 16) : _mm512_setzero_ps();
     for (size_t b = b0; b < b1; ++b) {
+      const int8_t* block[P];
+#pragma GCC unroll 3
+      for (int p = 0; p < P; ++p) block[p] = part[p] + b * 32;
 #pragma GCC unroll 4
       for (int i = 0; i < S; ++i)
-        y[i] = Mxfp4BlockRows(w.codes + (gs[i] * nb + b) * 256, w.scales + (gs[i] * nb + b) * 16, hi + b * 32,
-                              mid + b * 32, lo + b * 32, off[b], as[b], y[i], lut);
+        y[i] = Mxfp4BlockRows<P>(w.codes + (gs[i] * nb + b) * 256, w.scales + (gs[i] * nb + b) * 16, block, off[b],
+                                 as[b], y[i], lut);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < S; ++i) _mm512_mask_storeu_ps(Y + t * w.out + gs[i] * 16, valid[i], y[i]);
   }
+}
+
+template <int P>
+void Mxfp4MatVec(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin, size_t g_end,
+                 size_t b_begin, size_t b_end) {
+  // vpermb reads 6 index bits; with the 16-entry table repeated 4 times,
+  // bits 4-5 (the other nibble, or bits shifted in) select an identical copy,
+  // so neither nibble needs masking.
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  // Four groups a quarter of the range apart go together: four memory
+  // streams keep more misses in flight than one (each group's own sums are
+  // unchanged, so results stay bit-identical to the scalar variant).
+  const size_t q = (g_end - g_begin) / 4;
+  for (size_t g = g_begin; g < g_begin + q; ++g) {
+    const size_t gs[4] = {g, g + q, g + 2 * q, g + 3 * q};
+    Mxfp4Groups<P, 4>(w, x, Y, gs, b_begin, b_end, lut);
+  }
+  for (size_t g = g_begin + 4 * q; g < g_end; ++g) Mxfp4Groups<P, 1>(w, x, Y, &g, b_begin, b_end, lut);
 }
 
 }  // namespace
@@ -177,56 +201,57 @@ inline void Mxfp4Groups(const Mxfp4PackedView& w, const Mxfp4Activations& x, flo
 // one convert, one scale product and one FMA apply both scales to all 16 rows.
 void mxfp4_matvec_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
                          size_t g_end, size_t b_begin, size_t b_end) {
-  // vpermb reads 6 index bits; with the 16-entry table repeated 4 times,
-  // bits 4-5 (the other nibble, or bits shifted in) select an identical copy,
-  // so neither nibble needs masking.
-  const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  // Four groups a quarter of the range apart go together: four memory
-  // streams keep more misses in flight than one (each group's own sums are
-  // unchanged, so results stay bit-identical to the scalar variant).
-  const size_t q = (g_end - g_begin) / 4;
-  for (size_t g = g_begin; g < g_begin + q; ++g) {
-    const size_t gs[4] = {g, g + q, g + 2 * q, g + 3 * q};
-    Mxfp4Groups<4>(w, x, Y, gs, b_begin, b_end, lut);
+  switch (x.nparts) {
+    case 1: return Mxfp4MatVec<1>(w, x, Y, g_begin, g_end, b_begin, b_end);
+    case 2: return Mxfp4MatVec<2>(w, x, Y, g_begin, g_end, b_begin, b_end);
+    default: return Mxfp4MatVec<3>(w, x, Y, g_begin, g_end, b_begin, b_end);
   }
-  for (size_t g = g_begin + 4 * q; g < g_end; ++g) Mxfp4Groups<1>(w, x, Y, &g, b_begin, b_end, lut);
 }
 
 // As mxfp4_quantize_scalar, 32 activations at a time; vcvtps2dq rounds to
 // nearest even as the scalar code's 1.5 * 2^23 trick does.
-void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset) {
+void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int nparts, int8_t* parts, float* scale,
+                           int32_t* offset) {
   const size_t nb = in / 32;
+  const size_t np = static_cast<size_t>(nparts);
+  const float qmax = static_cast<float>(Mxfp4ActQmax(nparts));
   for (size_t t = 0; t < n; ++t)
     for (size_t b = 0; b < nb; ++b) {
       const float* x = X + t * in + b * 32;
-      int8_t* hi = parts + t * kMxfp4ActParts * in + b * 32;
-      int8_t* mid = hi + in;
-      int8_t* lo = mid + in;
+      int8_t* p0 = parts + t * np * in + b * 32;
       const __m512 a[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
       const bool nan = (_mm512_cmp_ps_mask(a[0], a[0], _CMP_UNORD_Q) | _mm512_cmp_ps_mask(a[1], a[1], _CMP_UNORD_Q)) != 0;
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a[0]), _mm512_abs_ps(a[1])));
       if (nan || !(amax <= 3.40282347e38f)) {
-        __builtin_memset(hi, 0, 32);
-        __builtin_memset(mid, 0, 32);
-        __builtin_memset(lo, 0, 32);
+        for (size_t p = 0; p < np; ++p) __builtin_memset(p0 + p * in, 0, 32);
         scale[t * nb + b] = __builtin_nanf("");
         offset[t * nb + b] = 0;
         continue;
       }
-      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 1048576.0f / amax : 0.0f);
+      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? qmax / amax : 0.0f);
       __m512i sum = _mm512_setzero_si512();
       for (int half = 0; half < 2; ++half) {
         const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(a[half], inv));
-        const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(8192)), 14);
-        const __m512i r = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 14));
-        const __m512i m = _mm512_srai_epi32(_mm512_add_epi32(r, _mm512_set1_epi32(64)), 7);
-        const __m512i l = _mm512_sub_epi32(r, _mm512_slli_epi32(m, 7));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + 16 * half), _mm512_cvtepi32_epi8(h));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(mid + 16 * half), _mm512_cvtepi32_epi8(m));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + 16 * half), _mm512_cvtepi32_epi8(l));
+        __m512i ps[3];
+        if (nparts == 3) {
+          const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(8192)), 14);
+          const __m512i r = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 14));
+          const __m512i m = _mm512_srai_epi32(_mm512_add_epi32(r, _mm512_set1_epi32(64)), 7);
+          ps[0] = h;
+          ps[1] = m;
+          ps[2] = _mm512_sub_epi32(r, _mm512_slli_epi32(m, 7));
+        } else if (nparts == 2) {
+          const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(128)), 8);
+          ps[0] = h;
+          ps[1] = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 8));
+        } else {
+          ps[0] = q;
+        }
+        for (size_t p = 0; p < np; ++p)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(p0 + p * in + 16 * half), _mm512_cvtepi32_epi8(ps[p]));
         sum = _mm512_add_epi32(sum, q);
       }
-      scale[t * nb + b] = amax * (0.5f / 1048576.0f);
+      scale[t * nb + b] = amax * (0.5f / qmax);
       offset[t * nb + b] = 12 * _mm512_reduce_add_epi32(sum);
     }
 }

@@ -23,9 +23,6 @@ void mxfp4_matvec_scalar(const Mxfp4PackedView& w, const Mxfp4Activations& x, fl
   for (size_t g = g_begin; g < g_end; ++g) {
     const size_t rows = std::min(kMxfp4PackRows, w.out - g * kMxfp4PackRows);
     for (size_t t = 0; t < x.n; ++t) {
-      const int8_t* hi = x.part(t, 0);
-      const int8_t* mid = x.part(t, 1);
-      const int8_t* lo = x.part(t, 2);
       float* out = Y + t * w.out + g * kMxfp4PackRows;
       float y[kMxfp4PackRows] = {};
       if (b_begin > 0)
@@ -39,8 +36,12 @@ void mxfp4_matvec_scalar(const Mxfp4PackedView& w, const Mxfp4Activations& x, fl
             for (size_t j = 0; j < 4; ++j) {
               const uint8_t byte = codes[c * 64 + r * 4 + j];
               const size_t k = b * 32 + c * 8 + j;
-              const int32_t q0 = 16384 * hi[k] + 128 * mid[k] + lo[k];
-              const int32_t q1 = 16384 * hi[k + 4] + 128 * mid[k + 4] + lo[k + 4];
+              int32_t q0 = 0, q1 = 0;
+              for (int p = 0; p < x.nparts; ++p) {
+                const int8_t* part = x.part(t, p);
+                q0 += part[k] * (1 << Mxfp4ActShift(x.nparts, p));
+                q1 += part[k + 4] * (1 << Mxfp4ActShift(x.nparts, p));
+              }
               d[r] += kTwice[byte & 15] * q0 + kTwice[byte >> 4] * q1;
             }
         const float as = x.scale[t * nb + b];

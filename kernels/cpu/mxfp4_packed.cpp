@@ -118,20 +118,37 @@ Mxfp4PackedStack::Mxfp4PackedStack(const uint8_t* blocks, const uint8_t* scales,
   });
 }
 
-const Mxfp4Activations& Mxfp4ActivationBuffer::Quantize(const float* X, size_t n, size_t in, Mxfp4QuantizeFn quantize) {
-  const size_t nb = in / 32;
-  parts_.resize(n * kMxfp4ActParts * in);
+const Mxfp4Activations& Mxfp4ActivationBuffer::Quantize(const float* X, size_t n, size_t in, Mxfp4QuantizeFn quantize,
+                                                        int nparts, ThreadPool* pool) {
+  const size_t nb = in / 32, np = static_cast<size_t>(nparts);
+  parts_.resize(n * np * in);
   scale_.resize(n * nb);
   offset_.resize(n * nb);
-  quantize(X, n, in, parts_.data(), scale_.data(), offset_.data());
-  view_ = {n, in, parts_.data(), scale_.data(), offset_.data()};
+  const size_t threads = pool != nullptr ? static_cast<size_t>(pool->size()) : 1;
+  if (threads > 1 && n >= 2 * threads) {
+    // Rows are independent: each thread quantises a contiguous run of them.
+    const size_t chunk = (n + threads - 1) / threads;
+    int8_t* parts = parts_.data();
+    float* scale = scale_.data();
+    int32_t* offset = offset_.data();
+    pool->ParallelFor((n + chunk - 1) / chunk, [&](size_t i) {
+      const size_t t0 = i * chunk, rows = std::min(n, t0 + chunk) - t0;
+      quantize(X + t0 * in, rows, in, nparts, parts + t0 * np * in, scale + t0 * nb, offset + t0 * nb);
+    });
+  } else {
+    quantize(X, n, in, nparts, parts_.data(), scale_.data(), offset_.data());
+  }
+  view_ = {n, in, nparts, parts_.data(), scale_.data(), offset_.data()};
   return view_;
 }
 
 namespace cpu {
 
-void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset) {
+void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int nparts, int8_t* parts, float* scale,
+                           int32_t* offset) {
   const size_t nb = in / 32;
+  const size_t np = static_cast<size_t>(nparts);
+  const float qmax = static_cast<float>(Mxfp4ActQmax(nparts));
   // Adding and taking back 1.5 * 2^23 rounds |v| < 2^22 to the nearest
   // integer (ties to even, as vcvtps2dq does) in plain float arithmetic.
   constexpr float kRound = 12582912.0f;
@@ -145,23 +162,29 @@ void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, f
       // A block of zeros gets zero codes at scale 0. A non-finite activation
       // makes the block's scale NaN (and its codes 0), so the products it
       // feeds come out NaN, as the fp32 reference's would.
-      const float inv = finite && amax > 0.0f ? 1048576.0f / amax : 0.0f;
-      int8_t* hi = parts + t * kMxfp4ActParts * in + b * 32;
-      int8_t* mid = hi + in;
-      int8_t* lo = mid + in;
+      const float inv = finite && amax > 0.0f ? qmax / amax : 0.0f;
+      int8_t* p0 = parts + t * np * in + b * 32;
       int32_t sum = 0;
       for (size_t k = 0; k < 32; ++k) {
         const float v = finite ? x[k] * inv : 0.0f;
-        const int32_t q = static_cast<int32_t>((v + kRound) - kRound);  // |q| <= 2^20
-        const int32_t h = (q + 8192) >> 14;                            // in [-64, 64]
-        const int32_t r = q - h * 16384;                               // in [-8192, 8191]
-        const int32_t m = (r + 64) >> 7;                               // in [-64, 64]
-        hi[k] = static_cast<int8_t>(h);
-        mid[k] = static_cast<int8_t>(m);
-        lo[k] = static_cast<int8_t>(r - m * 128);  // in [-64, 63]
+        const int32_t q = static_cast<int32_t>((v + kRound) - kRound);  // |q| <= qmax
         sum += q;
+        if (nparts == 3) {
+          const int32_t h = (q + 8192) >> 14;  // in [-64, 64]
+          const int32_t r = q - h * 16384;     // in [-8192, 8191]
+          const int32_t m = (r + 64) >> 7;     // in [-64, 64]
+          p0[k] = static_cast<int8_t>(h);
+          p0[in + k] = static_cast<int8_t>(m);
+          p0[2 * in + k] = static_cast<int8_t>(r - m * 128);  // in [-64, 63]
+        } else if (nparts == 2) {
+          const int32_t h = (q + 128) >> 8;  // in [-127, 127]
+          p0[k] = static_cast<int8_t>(h);
+          p0[in + k] = static_cast<int8_t>(q - h * 256);  // in [-128, 127]
+        } else {
+          p0[k] = static_cast<int8_t>(q);
+        }
       }
-      scale[t * nb + b] = finite ? amax * (0.5f / 1048576.0f) : std::numeric_limits<float>::quiet_NaN();
+      scale[t * nb + b] = finite ? amax * (0.5f / qmax) : std::numeric_limits<float>::quiet_NaN();
       offset[t * nb + b] = 12 * sum;
     }
 }
@@ -182,16 +205,39 @@ void MatVecMxfp4ManyRef(std::span<const Mxfp4MatVecJob> jobs) {
 
 namespace {
 
-void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k);
+void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, int nparts);
 
-// matmul_mxfp4 with the building blocks of k's Isa.
-void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k) {
+// The integer product of many rows: X quantised as the matrix-vector form
+// quantises it (rows split over the pool), then `rows` (a building block
+// computing mxfp4_matvec's results: the set's mxfp4_matvec_rows) on one range
+// of groups per thread. Each row's result is the one it gets alone.
+void MatMulMxfp4Int8(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k, int nparts,
+                     Mxfp4MatVecFn rows) {
+  ThreadPool& pool = DefaultThreadPool();
+  const size_t threads = static_cast<size_t>(pool.size());
+  thread_local Mxfp4ActivationBuffer buffer;
+  const Mxfp4Activations& x = buffer.Quantize(X, n, w.in, k.mxfp4_quantize.fn, nparts, &pool);
+  const size_t groups = Mxfp4PackedGroups(w.out), nb = w.in / 32;
+  if (threads == 1 || static_cast<double>(w.out) * static_cast<double>(w.in) * n < 65536.0)
+    return rows(w, x, Y, 0, groups, 0, nb);
+  const size_t chunk = (groups + threads - 1) / threads;
+  pool.ParallelFor((groups + chunk - 1) / chunk,
+                   [&](size_t i) { rows(w, x, Y, i * chunk, std::min(groups, (i + 1) * chunk), 0, nb); });
+}
+
+// matmul_mxfp4 with the building blocks of k's Isa, activations of the
+// matrix-vector form split into nparts int8 parts; from kMxfp4GemmMinRows
+// rows on, the fp32 GEMM, or with `int8_rows` the integer product of many
+// rows (MatMulMxfp4Int8).
+void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k, int nparts,
+                 Mxfp4MatVecFn int8_rows = nullptr) {
   if (w.out == 0 || n == 0) return;
   if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
   if (n < kMxfp4GemmMinRows) {
     const Mxfp4MatVecJob job{w, X, n, Y};
-    return MatVecMxfp4Many(std::span(&job, 1), k);
+    return MatVecMxfp4Many(std::span(&job, 1), k, nparts);
   }
+  if (int8_rows != nullptr) return MatMulMxfp4Int8(w, X, n, Y, k, nparts, int8_rows);
   ThreadPool& pool = DefaultThreadPool();
   const size_t threads = static_cast<size_t>(pool.size());
   if (threads == 1 || static_cast<double>(w.out) * static_cast<double>(w.in) * n < 65536.0)
@@ -203,7 +249,7 @@ void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, c
                    [&](size_t i) { k.mxfp4_gemm(w, X, n, Y, i * chunk, std::min(w.out, (i + 1) * chunk)); });
 }
 
-void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k) {
+void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, int nparts) {
   ThreadPool& pool = DefaultThreadPool();
   const size_t threads = static_cast<size_t>(pool.size());
   thread_local std::vector<Mxfp4ActivationBuffer> buffers;
@@ -223,7 +269,7 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k) {
     // Jobs with the same input (a decode step's experts) share one quantised copy.
     for (size_t i = 0; i < j && !acts[j]; ++i)
       if (acts[i] && jobs[i].X == jb.X && jobs[i].n == jb.n && jobs[i].w.in == jb.w.in) acts[j] = acts[i];
-    if (!acts[j]) acts[j] = &buffers[j].Quantize(jb.X, jb.n, jb.w.in, k.mxfp4_quantize.fn);
+    if (!acts[j]) acts[j] = &buffers[j].Quantize(jb.X, jb.n, jb.w.in, k.mxfp4_quantize.fn, nparts);
     // Tasks of about kTaskBytes of codes: long enough for the prefetchers
     // to stream (shorter ones measured slower), short enough that the two
     // threads finish together; whole rows keep each task one sequential run.
@@ -260,13 +306,35 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k) {
 namespace cpu {
 #define MOESERVE_MXFP4_VARIANTS(sfx, isa)                                                                  \
   void matmul_mxfp4_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {                 \
-    MatMulMxfp4(w, X, n, Y, Kernels(isa));                                                                 \
+    MatMulMxfp4(w, X, n, Y, Kernels(isa), kMxfp4ActParts);                                                 \
   }                                                                                                        \
-  void matvec_mxfp4_many_##sfx(std::span<const Mxfp4MatVecJob> jobs) { MatVecMxfp4Many(jobs, Kernels(isa)); }
+  void matvec_mxfp4_many_##sfx(std::span<const Mxfp4MatVecJob> jobs) {                                     \
+    MatVecMxfp4Many(jobs, Kernels(isa), kMxfp4ActParts);                                                   \
+  }
 MOESERVE_MXFP4_VARIANTS(scalar, Isa::kScalar)
 MOESERVE_MXFP4_VARIANTS(avx2, Isa::kAvx2)
 MOESERVE_MXFP4_VARIANTS(avx512, Isa::kAvx512)
 #undef MOESERVE_MXFP4_VARIANTS
+
+// Fewer activation bits: every row count takes the integer products, so a
+// row's result never depends on the batch beside it.
+template <Isa isa, int nparts>
+void MatMulMxfp4Parts(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  MatMulMxfp4(w, X, n, Y, Kernels(isa), nparts, Kernels(isa).mxfp4_matvec_rows.fn);
+}
+template <Isa isa, int nparts>
+void MatVecMxfp4ManyParts(std::span<const Mxfp4MatVecJob> jobs) {
+  MatVecMxfp4Many(jobs, Kernels(isa), nparts);
+}
+#define MOESERVE_MXFP4_PARTS(isa)                                                                       \
+  template void MatMulMxfp4Parts<isa, 1>(const Mxfp4PackedView&, const float*, size_t, float*);         \
+  template void MatMulMxfp4Parts<isa, 2>(const Mxfp4PackedView&, const float*, size_t, float*);         \
+  template void MatVecMxfp4ManyParts<isa, 1>(std::span<const Mxfp4MatVecJob>);                          \
+  template void MatVecMxfp4ManyParts<isa, 2>(std::span<const Mxfp4MatVecJob>);
+MOESERVE_MXFP4_PARTS(Isa::kScalar)
+MOESERVE_MXFP4_PARTS(Isa::kAvx2)
+MOESERVE_MXFP4_PARTS(Isa::kAvx512)
+#undef MOESERVE_MXFP4_PARTS
 }  // namespace cpu
 
 }  // namespace moeserve::kernels

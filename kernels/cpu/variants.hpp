@@ -13,8 +13,11 @@
 
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
-#include "moeserve/kernels/mxfp4_matvec_split.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
+
+namespace moeserve::kernels {
+enum class Isa;  // cpu_kernels.hpp (not included: see above)
+}  // namespace moeserve::kernels
 
 namespace moeserve::kernels::cpu {
 
@@ -46,17 +49,24 @@ MOESERVE_DECLARE_BLOCKS(scalar)
 MOESERVE_DECLARE_BLOCKS(avx2)
 MOESERVE_DECLARE_BLOCKS(avx512)
 #undef MOESERVE_DECLARE_BLOCKS
-// The split-activation MXFP4 matrix-vector blocks (mxfp4_matvec_split.hpp):
-// groups [g_begin, g_end). The VNNI one (mxfp4_matvec_split_vnni.cpp) needs
-// AVX-512 F/BW/VNNI/VBMI, which CpuHasAvx512Vnni() checks once.
-void mxfp4_split_matvec_scalar(const Mxfp4PackedView& w, const Mxfp4SplitActivations& x, float* y, size_t g_begin,
-                               size_t g_end);
-void mxfp4_split_matvec_avx512vnni(const Mxfp4PackedView& w, const Mxfp4SplitActivations& x, float* y, size_t g_begin,
-                                   size_t g_end);
-bool CpuHasAvx512Vnni();
+// The MXFP4 matrix-vector building block's results for many rows at once:
+// each line of codes decoded once for a tile of rows (mxfp4_gemm_vnni.cpp).
+// Bit-identical to mxfp4_matvec_avx512 / mxfp4_matvec_scalar on the same
+// activations, row by row, whatever the number of rows.
+void mxfp4_matvec_rows_avx512(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
+                         size_t g_end, size_t b_begin, size_t b_end);
 // The scalar quantiser serves the AVX2 set too (mxfp4_packed.cpp, matmul_avx512.cpp).
-void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset);
-void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int8_t* parts, float* scale, int32_t* offset);
+void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int nparts, int8_t* parts, float* scale,
+                           int32_t* offset);
+void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int nparts, int8_t* parts, float* scale,
+                           int32_t* offset);
+// matmul_mxfp4 / matvec_mxfp4_many of isa's set with the matrix-vector
+// form's activations split into nparts (1 or 2) int8 parts instead of
+// kMxfp4ActParts (mxfp4_packed.cpp; the sets of KernelsWithDecodeActivationBits).
+template <Isa isa, int nparts>
+void MatMulMxfp4Parts(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
+template <Isa isa, int nparts>
+void MatVecMxfp4ManyParts(std::span<const Mxfp4MatVecJob> jobs);
 // The scalar set's RMSNorm is the reference (RmsNormRef).
 void rms_norm_avx2(const float* x, const float* w, float eps, size_t d, float* y);
 void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float* y);

@@ -238,6 +238,25 @@ TEST(EngineBatching, BatchOfFourEqualsEachAlone) {
   }
 }
 
+TEST(EngineOptionsCheck, DecodeActivationBitsMustBeAWidthTheKernelsHave) {
+  auto d = OpenModelDir(TinyModel(1, 16));
+  ASSERT_TRUE(d);
+  for (int bad : {0, 12, 32, -8}) {
+    EngineOptions o;
+    o.decode_activation_bits = bad;
+    auto refused = Engine::Create(*d, o);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(refused.error().message().find("decode_activation_bits"), std::string::npos);
+  }
+  for (int good : {8, 16, 21}) {
+    EngineOptions o;
+    o.decode_activation_bits = good;
+    auto e = Engine::Create(*d, o);
+    EXPECT_TRUE(e) << good << ": " << e.error().ToString();
+  }
+}
+
 TEST(EngineBatching, PromptChunksAreLargerWhenNothingDecodes) {
   // Alone, a prompt runs in chunks of prefill_chunk_tokens_idle (no one
   // waits on those steps); beside a decoding sequence, of

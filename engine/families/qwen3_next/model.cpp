@@ -22,6 +22,7 @@
 #include "moeserve/engine/dtype.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "moeserve/kernels/mxfp4_activation_bits.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::engine::qwen3_next {
@@ -171,10 +172,10 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const ModelOp
   m->options_ = options;
   const bool reference = options.kernels == KernelChoice::kReference;
   const kernels::Isa isa = reference ? kernels::Isa::kReference : kernels::BestIsa();
-  m->kernels_ = options.deterministic      ? &kernels::KernelsBatchInvariant(isa)
-                : reference                ? &kernels::Kernels(isa)
-                : options.bf16_activations ? &kernels::KernelsWithBf16Activations(isa)
-                                           : &kernels::Kernels(isa);
+  m->kernels_ = options.deterministic ? &kernels::KernelsBatchInvariant(isa)
+                : reference           ? &kernels::Kernels(isa)
+                                      : &kernels::KernelsWithDecodeActivationBits(isa, options.decode_activation_bits,
+                                                                                  options.bf16_activations);
 
   ModelConfig& sc = m->shared_config_;
   sc.architecture = "qwen3_next";

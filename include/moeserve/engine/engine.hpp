@@ -159,6 +159,7 @@ struct EngineOptions {
   KernelChoice kernels = KernelChoice::kFast;
   bool bf16_activations = false;     // ModelOptions::bf16_activations (prefill GEMMs in BF16)
   std::optional<ExpertFormat> experts;  // ModelOptions::experts (MXFP4 requantisation at load)
+  int decode_activation_bits = 21;   // ModelOptions::decode_activation_bits: 21, 16 or 8
   // Batch-invariant decode (ModelOptions::deterministic): a sequence's
   // logits, and so its tokens, are the same bits whatever else is in the
   // batch, however its prompt was split into prefill chunks and whether its

@@ -61,6 +61,16 @@ struct ModelOptions {
   // positions of a 300-token prefill; 6e-3 at the first). The reference
   // kernels stay fp32 whatever this says.
   bool bf16_activations = false;
+  // Bits per activation element in the MXFP4 products with the fast
+  // kernels: 21 (the default: three int8 parts in decode, fp32 products from
+  // kMxfp4GemmMinRows rows on), 16 (two) or 8 (one), these as integer
+  // products at every row count (kernels::KernelsWithDecodeActivationBits).
+  // Fewer bits mean fewer integer dot products per byte of weights; the
+  // rounding, 0.5 / qmax of each block of 32's largest activation, is outside
+  // some of docs/model-format.md section 10's bounds (that section says
+  // which), so 21 stays the default. Deterministic decode and the reference
+  // kernels keep the default whatever this says.
+  int decode_activation_bits = 21;
   // Batch-invariant forward (EngineOptions::deterministic): a token's
   // results do not depend on the other tokens of the pass, bit for bit: the
   // products run row by row (kernels::KernelsBatchInvariant), attention one

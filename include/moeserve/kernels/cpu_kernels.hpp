@@ -186,6 +186,11 @@ struct KernelSet {
   // Gated DeltaNet's chunked delta rule (prefill) and its convolution.
   Kernel<DeltaRuleChunkedFn> delta_rule_chunked;
   Kernel<CausalConvSiluFn> causal_conv_silu;
+  // mxfp4_matvec's results for many activation rows at once, bit-identical
+  // row by row (the integer products of prefill with fewer activation bits,
+  // mxfp4_activation_bits.hpp): a row tile per decoded line of codes where
+  // an Isa has one, else the matrix-vector block itself.
+  Kernel<Mxfp4MatVecFn> mxfp4_matvec_rows;
 };
 
 // The set for isa. isa must be supported (IsaSupported): asking for a set
@@ -241,6 +246,7 @@ constexpr void ForEachFamily(Fn&& fn) {
   fn("indexer_scores_batch", &KernelSet::indexer_scores_batch);
   fn("delta_rule_chunked", &KernelSet::delta_rule_chunked);
   fn("causal_conv_silu", &KernelSet::causal_conv_silu);
+  fn("mxfp4_matvec_rows", &KernelSet::mxfp4_matvec_rows);
 }
 
 // Calls fn(family, variant name, whether the entry has a function) for every

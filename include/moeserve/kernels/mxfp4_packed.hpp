@@ -25,9 +25,10 @@
 // int8 parts (q = 16384 hi + 128 mid + lo, |q| <= 2^20, scale = max|x| /
 // 2^20): the integer sums are exact, so the only error is that rounding, at
 // most 2^-21 of the block's largest activation per element, within fp32
-// summation noise. (Two parts, 15 bits, were measured: 1.9e-4 of the largest
-// logit against the fp32 reference, over model.md's 1e-4 for batched vs
-// alone, since batches of 8 or more take the fp32 GEMM.) Every dispatch variant
+// summation noise. (Two parts, 16 bits, miss model.md's 1e-4 for batched vs
+// alone: a last-bit difference upstream becomes a whole 2^-15 step; they and
+// one part remain an option, at every row count as integer products:
+// mxfp4_activation_bits.hpp.) Every dispatch variant
 // (scalar, AVX2, AVX-512) computes the same integers and applies the scales
 // in the same order, so their results are bit-identical. Larger batches run a
 // fp32 GEMM over weights dequantised exactly, as the reference does.
@@ -46,6 +47,8 @@
 #include "moeserve/kernels/weight_memory.hpp"
 
 namespace moeserve::kernels {
+
+class ThreadPool;  // thread_pool.hpp
 
 inline constexpr size_t kMxfp4PackRows = 16;
 // Activation rows at which the products switch from the integer
@@ -102,30 +105,50 @@ class Mxfp4PackedStack {
 };
 
 // Activations quantised for the matrix-vector products: n rows of `in`
-// values as three int8 parts, per block of 32 a scale (max|x| / 2^20, halved
-// because the kernels multiply by twice the E2M1 value) and 12 * sum(q) (the
-// kernels add 12 to every weight code to make it unsigned, and take this back
-// off).
-inline constexpr int kMxfp4ActParts = 3;  // hi, mid, lo
+// values, each block of 32 as an integer q split into `nparts` int8 parts,
+// per block a scale (max|x| / qmax, halved because the kernels multiply by
+// twice the E2M1 value) and 12 * sum(q) (the kernels add 12 to every weight
+// code to make it unsigned, and take this back off). The splits:
+//   3 parts (the default, 21 bits): q = 16384 hi + 128 mid + lo, qmax 2^20;
+//   2 parts (16 bits): q = 256 hi + lo, qmax 32512 (hi stays within int8);
+//   1 part (8 bits): q, qmax 127.
+// Each part costs one vpdpbusd per 64 weights, so fewer parts mean less
+// integer work per byte of codes; the rounding, at most 0.5 / qmax of the
+// block's largest activation per element, is the only error.
+inline constexpr int kMxfp4ActParts = 3;  // the default split (and the most parts)
+inline constexpr int32_t Mxfp4ActQmax(int nparts) { return nparts == 1 ? 127 : nparts == 2 ? 32512 : 1 << 20; }
+// Part p's weight in q as a shift: q = sum_p part_p << shift.
+inline constexpr int Mxfp4ActShift(int nparts, int p) {
+  return nparts == 3 ? (p == 0 ? 14 : p == 1 ? 7 : 0) : nparts == 2 ? (p == 0 ? 8 : 0) : 0;
+}
+// The activation bits of a split (21, 16, 8) and back (0 for other values).
+inline constexpr int Mxfp4ActBits(int nparts) { return nparts == 3 ? 21 : nparts == 2 ? 16 : nparts == 1 ? 8 : 0; }
+inline constexpr int Mxfp4ActPartsForBits(int bits) { return bits == 21 ? 3 : bits == 16 ? 2 : bits == 8 ? 1 : 0; }
 struct Mxfp4Activations {
   size_t n = 0, in = 0;
-  const int8_t* parts = nullptr;    // [n][3][in]: hi, mid, lo
+  int nparts = kMxfp4ActParts;
+  const int8_t* parts = nullptr;    // [n][nparts][in], the most significant part first
   const float* scale = nullptr;     // [n][in/32]
   const int32_t* offset = nullptr;  // [n][in/32]
-  const int8_t* part(size_t t, int p) const { return parts + (t * kMxfp4ActParts + static_cast<size_t>(p)) * in; }
+  const int8_t* part(size_t t, int p) const {
+    return parts + (t * static_cast<size_t>(nparts) + static_cast<size_t>(p)) * in;
+  }
 };
 
-// Quantises n rows of `in` activations into the three parts, scales and
-// offsets of an Mxfp4Activations; every variant writes the same bytes. A
-// KernelSet entry (cpu_kernels.hpp).
-using Mxfp4QuantizeFn = void (*)(const float* X, size_t n, size_t in, int8_t* parts, float* scale,
+// Quantises n rows of `in` activations into the nparts (1, 2 or 3) parts,
+// scales and offsets of an Mxfp4Activations; every variant writes the same
+// bytes. A KernelSet entry (cpu_kernels.hpp).
+using Mxfp4QuantizeFn = void (*)(const float* X, size_t n, size_t in, int nparts, int8_t* parts, float* scale,
                                  int32_t* offset);
 
 // Owns the buffers behind an Mxfp4Activations; reusable across calls.
 class Mxfp4ActivationBuffer {
  public:
   // Quantises with the given variant (e.g. Kernels(isa).mxfp4_quantize.fn).
-  const Mxfp4Activations& Quantize(const float* X, size_t n, size_t in, Mxfp4QuantizeFn quantize);
+  // With a pool of several threads, many rows are quantised in parallel
+  // (the same bytes).
+  const Mxfp4Activations& Quantize(const float* X, size_t n, size_t in, Mxfp4QuantizeFn quantize,
+                                   int nparts = kMxfp4ActParts, ThreadPool* pool = nullptr);
 
  private:
   std::vector<int8_t, WeightAllocator<int8_t>> parts_;
