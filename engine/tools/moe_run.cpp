@@ -4,12 +4,15 @@
 //   moe-run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--print-ids] [--system TEXT] [--max-tokens N]
 //           [--temperature T] [--top-p P] [--top-k K] [--seed S]
 //           [--reasoning-effort low|medium|high] [--thinking-budget N]
-//           [--kernels fast|reference] [--experts mxfp4|bf16] [--ignore-eos] [--read-bw GBPS|auto] [--batch N]
+//           [--kernels fast|reference] [--bf16-activations] [--experts mxfp4|bf16] [--ignore-eos]
+//           [--read-bw GBPS|auto] [--batch N]
 //
 // --experts mxfp4 requantises a DeepSeek-V3.2 checkpoint's routed experts to
 // MXFP4 at load (ModelOptions::experts); other families refuse a format
 // other than the one they store. The summary line gives the process's peak
 // resident memory.
+// --bf16-activations (fast kernels only, every family): prefill products of
+// 32 rows or more take BF16-rounded activations (ModelOptions).
 //
 // --prompt-ids gives the prompt as token ids, with no chat template, and
 // --print-ids prints only the generated ids, as one comma-separated line, so
@@ -167,7 +170,7 @@ GptOssRun GenerateGptOss(Engine& engine, const std::vector<std::vector<int>>& pr
 }
 
 int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_tokens, bool ignore_eos, bool print_ids,
-              KernelChoice kernels, double read_bw, bool read_bw_auto, int batch) {
+              KernelChoice kernels, bool bf16_activations, double read_bw, bool read_bw_auto, int batch) {
   const auto t0 = std::chrono::steady_clock::now();
   EngineOptions eo;
   eo.kernels = kernels;
@@ -176,7 +179,8 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
   eo.prefix_cache = false;  // every run prefills its prompt, as a first request does
   // Ids in, ids out: no harmony (its tokenizer may define more ids than a
   // cut-down reference checkpoint's embedding).
-  auto loaded = GptOssModel::Load(dir, kernels == KernelChoice::kFast ? kernels::BestIsa() : kernels::Isa::kReference);
+  auto loaded = GptOssModel::Load(dir, kernels == KernelChoice::kFast ? kernels::BestIsa() : kernels::Isa::kReference,
+                                  bf16_activations);
   if (!loaded) return std::fprintf(stderr, "moe-run: %s\n", loaded.error().ToString().c_str()), 1;
   const GptOssModel* model = loaded->get();
   FamilyParts parts;
@@ -202,9 +206,10 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
   const double decode_tps = one.decoded > 0 ? one.decoded / one.decode_s : 0.0;
   std::printf("load %.1f s; weights held %.2f GB; peak resident memory %.2f GB\n", load_s,
               static_cast<double>(model->weight_bytes()) / 1e9, PeakRssBytes() / 1e9);
-  std::printf("prefill %.1f tokens/s, decode %.2f tokens/s (kernels: %s)\n",
+  std::printf("prefill %.1f tokens/s, decode %.2f tokens/s (kernels: %s; %s, %s)\n",
               static_cast<double>(prompt.size()) / one.prefill_s, decode_tps,
-              kernels == KernelChoice::kFast ? kernels::IsaName(kernels::BestIsa()) : "reference");
+              kernels == KernelChoice::kFast ? kernels::IsaName(kernels::BestIsa()) : "reference",
+              model->kernels().matmul_mxfp4.name, model->kernels().matmul_bf16.name);
   std::printf("weights read per decoded token: %.1f MB\n", bytes / 1e6);
   if (read_bw_auto) {
     for (int i = 0; i < 8; ++i) probe->Pass();
@@ -333,6 +338,8 @@ int main(int argc, char** argv) {
   if (!experts.empty() && experts != "mxfp4" && experts != "bf16") return Usage("--experts must be mxfp4 or bf16");
   std::optional<ExpertFormat> expert_format;
   if (!experts.empty()) expert_format = experts == "mxfp4" ? ExpertFormat::kMxfp4 : ExpertFormat::kBf16;
+  // The reference kernels are fp32 only: refuse rather than run fp32 unasked.
+  if (bf16_activations && kernels == "reference") return Usage("--bf16-activations needs --kernels fast");
 
   auto family = FindFamily(model_path);
   if (!family) return std::fprintf(stderr, "moe-run: %s\n", family.error().ToString().c_str()), 1;
@@ -345,8 +352,8 @@ int main(int argc, char** argv) {
     if (expert_format) return Usage("--experts is not available for gpt-oss models (their experts are MXFP4 as published)");
     if (decode_bits != 21) return Usage("--decode-activation-bits is not available for gpt-oss models");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
-                     kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, read_bw, read_bw_auto,
-                     static_cast<int>(batch));
+                     kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, bf16_activations, read_bw,
+                     read_bw_auto, static_cast<int>(batch));
   }
   if (std::string((*family)->name) != "moe-dsa-v1") {
     if (prompt_ids.empty()) return Usage(std::string((*family)->name) + " models take --prompt-ids (no chat template here)");

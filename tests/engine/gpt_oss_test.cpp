@@ -16,7 +16,9 @@
 
 #include "gpt_oss_solo.hpp"
 #include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
+#include "moeserve/engine/model.hpp"
 
 namespace moeserve::engine {
 namespace {
@@ -230,6 +232,63 @@ TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
   ForwardSegment uncovered{&bare, std::span<const int>(&one, 1), false};
   EXPECT_FALSE(m.Forward(pool, std::span<ForwardSegment>(&uncovered, 1), &out));
   for (auto& c : together) ReleaseBlocks(pool, c);
+  std::filesystem::remove_all(dir);
+}
+
+// ModelOptions::bf16_activations reaches gpt-oss through the family
+// registry (as the engine, the daemon and moe-run load it): a prefill of
+// more than kernels::kBf16ActMinRows rows runs the BF16-activation products,
+// whose logits move by the rounding (not zero, well inside a tenth of the
+// largest logit) and keep the last position's greedy pick; the reference
+// kernels stay fp32 whatever the option says.
+TEST(GptOss, Bf16ActivationsReachTheFamilyLoad) {
+  const std::string dir = WriteModel("bf16act", "--layers 2 --window 4 --seed 6");
+  auto family = FindFamily(dir);
+  ASSERT_TRUE(family) << family.error().ToString();
+  auto load = [&](bool bf16, KernelChoice k) {
+    ModelOptions o;
+    o.kernels = k;
+    o.bf16_activations = bf16;
+    auto parts = (*family)->load(dir, o);
+    EXPECT_TRUE(parts) << parts.error().ToString();
+    return parts ? std::move(parts->model) : nullptr;
+  };
+  auto fp32 = load(false, KernelChoice::kFast), bf16 = load(true, KernelChoice::kFast);
+  auto ref_bf16 = load(true, KernelChoice::kReference);
+  ASSERT_TRUE(fp32 && bf16 && ref_bf16);
+  const auto& m32 = dynamic_cast<const GptOssModel&>(*fp32);
+  const auto& m16 = dynamic_cast<const GptOssModel&>(*bf16);
+  EXPECT_NE(std::string(m16.kernels().matmul_mxfp4.name).find("+bf16act"), std::string::npos);
+  EXPECT_NE(std::string(m16.kernels().matmul_bf16.name).find("+bf16act"), std::string::npos);
+  EXPECT_EQ(std::string(m32.kernels().matmul_mxfp4.name).find("+bf16act"), std::string::npos);
+  EXPECT_EQ(std::string(dynamic_cast<const GptOssModel&>(*ref_bf16).kernels().matmul_mxfp4.name).find("+bf16act"),
+            std::string::npos);
+
+  const int prompt_len = 2 * static_cast<int>(kernels::kBf16ActMinRows);
+  const std::vector<int> prompt = Prompt(prompt_len, m32.config().vocab);
+  std::vector<float> a, b;
+  SoloSequence s32(m32), s16(m16);
+  ASSERT_TRUE(s32.Forward(prompt, true, &a));
+  ASSERT_TRUE(s16.Forward(prompt, true, &b));
+  ASSERT_EQ(a.size(), b.size());
+  const size_t vocab = static_cast<size_t>(m32.config().vocab);
+  double worst = 0;
+  for (size_t p = 0; p < a.size() / vocab; ++p) {
+    double maxref = 0, maxdiff = 0;
+    for (size_t v = p * vocab; v < (p + 1) * vocab; ++v) {
+      maxref = std::max(maxref, std::fabs(static_cast<double>(a[v])));
+      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(b[v]) - a[v]));
+    }
+    worst = std::max(worst, maxdiff / maxref);
+  }
+  std::printf("bf16 activations against fp32 over %d prefill positions: worst max|diff|/max|logit| = %.3g\n",
+              prompt_len, worst);
+  EXPECT_GT(worst, 0.0);  // the option ran other products
+  EXPECT_LT(worst, 0.1);
+  const auto last = [&](const std::vector<float>& l) {
+    return std::max_element(l.end() - static_cast<std::ptrdiff_t>(vocab), l.end()) - l.end();
+  };
+  EXPECT_EQ(last(a), last(b));
   std::filesystem::remove_all(dir);
 }
 

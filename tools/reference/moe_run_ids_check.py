@@ -61,8 +61,18 @@ def main():
         sys.exit(f"gpt-oss: moe-run {got} != reference {ref}")
     checked += 1
 
-    # Refusals: malformed ids, and a gpt-oss model asked for a chat prompt.
-    for args, expect in ((["--prompt-ids", "1,,2"], "comma-separated token ids"),
+    # --bf16-activations reaches gpt-oss's products (the kernel names it prints).
+    out = sh([a.moe_run, "--model", gpt, "--prompt-ids", ",".join(map(str, prompt * 3)), "--max-tokens", "2",
+              "--bf16-activations"])
+    if "+bf16act" not in out:
+        sys.exit(f"moe-run --bf16-activations on gpt-oss: no BF16-activation kernels named in\n{out}")
+    checked += 1
+
+    # Refusals: malformed ids, a gpt-oss model asked for a chat prompt, BF16
+    # activations asked of the fp32-only reference kernels.
+    for args, expect in ((["--prompt-ids", "1,2", "--bf16-activations", "--kernels", "reference"],
+                          "--bf16-activations needs --kernels fast"),
+                         (["--prompt-ids", "1,,2"], "comma-separated token ids"),
                          (["--prompt-ids", "-3"], "comma-separated token ids"),
                          (["--prompt", "hello"], "gpt-oss models take --prompt-ids"),
                          (["--prompt-ids", "1,2000"], "has id 2000, outside the vocabulary")):
@@ -94,8 +104,8 @@ def main():
 
     shutil.rmtree(a.workdir, ignore_errors=True)
     print(f"moe-run --print-ids equals the reference's greedy ids for the three families ({n} tokens each); "
-          f"{checked - 3} refusals checked")
-    if checked != 7:
+          f"{checked - 4} refusals checked; BF16 activations reach gpt-oss")
+    if checked != 9:
         sys.exit("not every family was checked")
 
 

@@ -150,9 +150,9 @@ std::unique_ptr<ReasoningTracker> HarmonyChatHooks::NewTracker(const GenerationR
   return r;
 }
 
-Result<FamilyParts> LoadGptOss(const std::string& dir, kernels::Isa isa) {
+Result<FamilyParts> LoadGptOss(const std::string& dir, kernels::Isa isa, bool bf16_activations) {
   MOE_ASSIGN_OR_RETURN(HfTokenizer tokenizer, HfTokenizer::FromFile((std::filesystem::path(dir) / "tokenizer.json").string()));
-  MOE_ASSIGN_OR_RETURN(std::unique_ptr<GptOssModel> model, GptOssModel::Load(dir, isa));
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<GptOssModel> model, GptOssModel::Load(dir, isa, bf16_activations));
   FamilyParts parts;
   MOE_ASSIGN_OR_RETURN(parts.chat, HarmonyChatHooks::Create(std::move(tokenizer), model->config()));
   parts.model = std::move(model);

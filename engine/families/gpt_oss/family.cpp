@@ -18,7 +18,10 @@ Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
   if (options.experts && *options.experts != ExpertFormat::kMxfp4)
     return Fail(Error::InvalidArgument("experts: " + std::string(ExpertFormatName(*options.experts)) +
                                        " requested, but gpt-oss models serve their routed experts as published (mxfp4)"));
-  return LoadGptOss(dir, options.kernels == KernelChoice::kReference ? kernels::Isa::kReference : kernels::BestIsa());
+  const bool reference = options.kernels == KernelChoice::kReference;
+  // As for every family (ModelOptions): the reference kernels stay fp32.
+  return LoadGptOss(dir, reference ? kernels::Isa::kReference : kernels::BestIsa(),
+                    options.bf16_activations && !reference);
 }
 
 }  // namespace

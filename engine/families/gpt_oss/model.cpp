@@ -199,14 +199,14 @@ void AddBias(float* y, const float* b, size_t n, size_t width) {
 
 GptOssModel::~GptOssModel() = default;
 
-Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir, kernels::Isa isa) {
+Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir, kernels::Isa isa, bool bf16_activations) {
   namespace fs = std::filesystem;
   std::ifstream in(fs::path(dir) / "config.json", std::ios::binary);
   if (!in) return Fail(Error::NotFound(dir + "/config.json: cannot open"));
   std::ostringstream text;
   text << in.rdbuf();
   std::unique_ptr<GptOssModel> m(new GptOssModel());
-  m->kernels_ = &kernels::Kernels(isa);
+  m->kernels_ = bf16_activations ? &kernels::KernelsWithBf16Activations(isa) : &kernels::Kernels(isa);
   MOE_ASSIGN_OR_RETURN(m->cfg_, ParseGptOssConfig(text.str()));
   const GptOssConfig& c = m->cfg_;
   // Experts stay MXFP4 (4.25 bits a weight), dense matrices BF16 as stored:

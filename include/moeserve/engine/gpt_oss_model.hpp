@@ -51,11 +51,17 @@ Result<GptOssConfig> ParseGptOssConfig(const std::string& text);
 
 class GptOssModel final : public FamilyModel {
  public:
+  // bf16_activations: the products' activations rounded to BF16 from
+  // kernels::kBf16ActMinRows rows on (KernelsWithBf16Activations: prefill
+  // chunks; a decode step stays fp32), as ModelOptions::bf16_activations.
   static Result<std::unique_ptr<GptOssModel>> Load(const std::string& dir,
-                                                   kernels::Isa isa = kernels::BestIsa());
+                                                   kernels::Isa isa = kernels::BestIsa(),
+                                                   bool bf16_activations = false);
   ~GptOssModel() override;
 
   const GptOssConfig& config() const { return cfg_; }
+  // The kernels its products run with (names say which variants).
+  const kernels::KernelSet& kernels() const { return *kernels_; }
   // Bytes of weights held (dense as stored, experts packed), and those one
   // decoded token reads: every dense matrix, experts_per_token experts per
   // layer, the output head (the memory roofline's numerator).
@@ -122,6 +128,7 @@ class HarmonyChatHooks final : public ChatHooks {
 std::shared_ptr<const ChatHooks> GptOssIdsOnlyChat(const GptOssConfig& config);
 
 // DIR's gpt-oss model and harmony hooks (tokenizer.json with harmony's control tokens).
-Result<FamilyParts> LoadGptOss(const std::string& dir, kernels::Isa isa = kernels::BestIsa());
+Result<FamilyParts> LoadGptOss(const std::string& dir, kernels::Isa isa = kernels::BestIsa(),
+                               bool bf16_activations = false);
 
 }  // namespace moeserve::engine
