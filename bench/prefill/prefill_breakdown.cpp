@@ -12,6 +12,9 @@
 // and residual adds touch, an estimate). FLOPs are the logical work (2 M N K
 // for a product; the attention form that ran; see ForwardProfile).
 //
+// A gpt-oss directory (--model) runs gpt_oss_prefill.hpp's whole-prefill
+// timing instead of the part-by-part breakdown.
+//
 // Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 2048]
 //                      [--kernels fast|reference] [--bf16-activations] [--no-ceilings]
 //                      [--per-chunk] [--repeat N] [--preset NAME]
@@ -31,6 +34,8 @@
 #include <vector>
 
 #include "../roofline/peaks.hpp"
+#include "gpt_oss_prefill.hpp"
+#include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
@@ -164,6 +169,23 @@ int main(int argc, char** argv) {
   if (chunk < 1 || repeat < 1 || lengths.empty()) {
     std::fprintf(stderr, "bench_prefill: --chunk, --repeat and --tokens must be positive\n");
     return 2;
+  }
+  // Other families load through the registry; gpt-oss has its own run
+  // (gpt_oss_prefill.hpp: whole prefills against the bound of their work).
+  if (!model_path.empty()) {
+    auto family = me::FindFamily(model_path);
+    if (!family) {
+      std::fprintf(stderr, "bench_prefill: %s\n", family.error().ToString().c_str());
+      return 1;
+    }
+    const std::string name = (*family)->name;
+    if (name == "gpt-oss")
+      return mb::RunGptOssPrefill({model_path, lengths, chunk, repeat, reference, bf16act, ceilings});
+    if (name != "moe-dsa-v1") {
+      std::fprintf(stderr, "bench_prefill: %s is a %s checkpoint; this bench takes moe-dsa-v1 and gpt-oss\n",
+                   model_path.c_str(), name.c_str());
+      return 2;
+    }
   }
   std::filesystem::path tmp;
   if (model_path.empty()) {
