@@ -240,7 +240,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
 }  // namespace
 
 void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::string& body, const Principal& who,
-                         Clock::time_point received) {
+                         Clock::time_point received, const StoredImages* stored) {
   auto fail = [&](const ApiError& e) {
     metrics_.RequestFinished(e.status, std::chrono::duration<double>(Clock::now() - received).count());
     ReplyError(*exchange, e);
@@ -250,7 +250,7 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
   // Fetched and decoded once, before the tiers are decided (a downgrade
   // prepares the request again).
   auto images = PrepareImages(req->images, facts_.images, facts_.vision ? &*facts_.vision : nullptr,
-                              facts_.max_context);
+                              facts_.max_context, stored);
   if (!images) return fail(images.error());
   auto prepared = Prepare(*req, facts_, *images);
   if (!prepared) return fail(prepared.error());

@@ -53,11 +53,21 @@ std::string ToolResultJson(const SessionEntry& e) {
 
 }  // namespace
 
+namespace {
+
+int64_t ImageTokens(const SessionEntry& e) {
+  int64_t n = 0;
+  for (const auto& image : e.images) n += image.span_tokens;
+  return n;
+}
+
+}  // namespace
+
 int64_t ByteEntryTokens(const SessionEntry& e) {
   const auto n = [](const std::string& s) { return static_cast<int64_t>(s.size()); };
   switch (e.kind) {
     case EntryKind::kText:
-      return n(e.content) + 2;  // <|role|> ... <|end|>
+      return n(e.content) + 2 + ImageTokens(e);  // <|role|> ... <|end|>
     case EntryKind::kReasoning:
       return n(e.content) + 3;
     case EntryKind::kToolCall: {
@@ -66,7 +76,7 @@ int64_t ByteEntryTokens(const SessionEntry& e) {
       return (json ? n(*json) : n(ArgumentsText(e.arguments)) + n(e.call_name) + n(e.call_id)) + 2;
     }
     case EntryKind::kToolResult:
-      return n(ToolResultJson(e)) + 2;
+      return n(ToolResultJson(e)) + 2 + ImageTokens(e);
     case EntryKind::kSummary:
       return n(e.content) + 1;  // joined to the system block with "\n"
   }
@@ -95,7 +105,8 @@ constexpr std::string_view kSummaryHeader = "Summary of the earlier conversation
 int64_t SessionEntry::StoredBytes() const {
   return static_cast<int64_t>(content.size() + call_id.size() + call_name.size() +
                               (kind == EntryKind::kToolCall ? ArgumentsText(arguments).size() : 0)) +
-         64;  // the row's fixed columns
+         64 +                                       // the row's fixed columns
+         static_cast<int64_t>(images.size()) * 128;  // each image's reference (the file is counted once, apart)
 }
 
 ojson SessionEntry::ToJson() const {
@@ -125,11 +136,40 @@ ojson SessionEntry::ToJson() const {
       break;
   }
   if (replaced_by) j["replaced_by"] = *replaced_by;
+  if (!images.empty()) {
+    ojson list = ojson::array();
+    for (const auto& image : images)
+      list.push_back({{"at", image.at},
+                      {"sha256", image.hash},
+                      {"width", image.width},
+                      {"height", image.height},
+                      {"tokens", image.span_tokens}});
+    j["images"] = std::move(list);
+  }
   return j;
 }
 
+namespace {
+
+std::vector<EntryImage> EntryImages(const engine::ChatMessage& m, const engine::VisionConfig* vision) {
+  std::vector<EntryImage> out;
+  for (const auto& image : m.images) {
+    EntryImage e;
+    e.at = static_cast<int64_t>(image.at);
+    e.hash = image.image.content_hash;
+    e.width = image.image.width;
+    e.height = image.image.height;
+    if (vision) e.span_tokens = engine::ImageSpanTokens(*vision, e.width, e.height).value_or(0);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<SessionEntry> EntriesFromMessages(const std::vector<engine::ChatMessage>& messages, int64_t first_seq,
-                                              double now, const EntryTokenCounter& count) {
+                                              double now, const EntryTokenCounter& count,
+                                              const engine::VisionConfig* vision) {
   std::vector<SessionEntry> out;
   int64_t seq = first_seq;
   for (const auto& m : messages) {
@@ -146,13 +186,17 @@ std::vector<SessionEntry> EntriesFromMessages(const std::vector<engine::ChatMess
     };
     switch (m.role) {
       case engine::ChatRole::kSystem:
-      case engine::ChatRole::kUser:
-        add(EntryKind::kText).content = m.content;
+      case engine::ChatRole::kUser: {
+        auto& e = add(EntryKind::kText);
+        e.content = m.content;
+        e.images = EntryImages(m, vision);
         break;
+      }
       case engine::ChatRole::kTool: {
         auto& e = add(EntryKind::kToolResult);
         e.content = m.content;
         e.call_id = m.tool_call_id;
+        e.images = EntryImages(m, vision);
         break;
       }
       case engine::ChatRole::kAssistant:
@@ -201,6 +245,13 @@ std::vector<engine::ChatMessage> MessagesFromEntries(const std::vector<SessionEn
     m.role = e.role;
     m.content = e.content;
     if (e.kind == EntryKind::kToolResult) m.tool_call_id = e.call_id;
+    for (const auto& image : e.images) {
+      engine::ImageInput input;
+      input.width = image.width;
+      input.height = image.height;
+      input.content_hash = image.hash;
+      m.images.push_back({static_cast<size_t>(image.at), std::move(input)});
+    }
     out.push_back(std::move(m));
   }
   return out;

@@ -15,9 +15,11 @@ class MoeDsa final : public SessionModel {
 
   std::optional<int64_t> PromptTokens(const std::vector<engine::ChatMessage>& messages,
                                       const nlohmann::ordered_json& tools, const ChatRequest&) const override {
-    auto p = engine::RenderChat(messages, tools.is_array() ? &tools : nullptr, true);
+    // Kept images count as the spans they render to (their pixels are not needed to count).
+    const engine::VisionConfig* vision = engine_ && engine_->config().vision ? &*engine_->config().vision : nullptr;
+    auto p = engine::RenderChatWithImages(messages, tools.is_array() ? &tools : nullptr, true, vision);
     if (!p) return std::nullopt;
-    return static_cast<int64_t>(p->size());
+    return static_cast<int64_t>(p->tokens.size());
   }
 
   int64_t EntryTokens(const SessionEntry& entry) const override { return ByteEntryTokens(entry); }
@@ -25,6 +27,9 @@ class MoeDsa final : public SessionModel {
   void PinPrompt(uint64_t key, const std::vector<engine::ChatMessage>& messages, const nlohmann::ordered_json& tools,
                  double seconds) const override {
     if (!engine_) return;
+    // A pin holds token ids only, while the cache keys an image's blocks by
+    // its hash too: a prompt with images does not render here and is not
+    // pinned (its blocks stay cached as any other prefix).
     if (auto prompt = engine::RenderChat(messages, tools.is_array() ? &tools : nullptr, true)) {
       engine_->PinPrefix(key, std::move(*prompt), seconds);
     }

@@ -8,6 +8,7 @@
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/session_history.hpp"
+#include "moeserve/daemon/stored_images.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "session_forward.hpp"
 #include "session_turn_exchange.hpp"
@@ -145,8 +146,22 @@ ApiResult<ojson> ParseObject(const std::string& body, bool empty_is_object) {
 }
 
 // An OpenAI message for each message (the stateless endpoint's input form).
+// Kept images become image_url parts naming them by hash (stored_images.hpp)
+// at their place in the text.
 ojson MessageJson(const engine::ChatMessage& m) {
   ojson j = {{"role", std::string(engine::ChatRoleName(m.role))}, {"content", m.content}};
+  if (!m.images.empty()) {
+    ojson parts = ojson::array();
+    size_t done = 0;
+    for (const auto& image : m.images) {
+      const size_t at = std::min(image.at, m.content.size());
+      if (at > done) parts.push_back({{"type", "text"}, {"text", m.content.substr(done, at - done)}});
+      done = std::max(done, at);
+      parts.push_back({{"type", "image_url"}, {"image_url", {{"url", StoredImageUrl(image.image.content_hash)}}}});
+    }
+    if (done < m.content.size()) parts.push_back({{"type", "text"}, {"text", m.content.substr(done)}});
+    j["content"] = std::move(parts);
+  }
   if (m.role == engine::ChatRole::kAssistant) {
     if (m.reasoning) j["reasoning_content"] = *m.reasoning;
     if (!m.tool_calls.empty()) {
@@ -250,6 +265,41 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
                               "", 0});
     }
     return {};
+  }
+
+  // The pixels of the images the history's entries name, decoded from the
+  // tenant's stored files.
+  ApiResult<StoredImages> KeptImages(const std::vector<SessionEntry>& history, const std::string& tenant,
+                                     const ImageLimits& limits) {
+    std::vector<std::string> hashes;
+    for (const auto& e : history)
+      for (const auto& image : e.images)
+        if (std::find(hashes.begin(), hashes.end(), image.hash) == hashes.end()) hashes.push_back(image.hash);
+    StoredImages out;
+    if (hashes.empty()) return out;
+    auto files = store.ImageFiles(tenant, hashes);
+    if (!files) return ApiFail(ApiError::Internal("The session store could not be read: " + files.error().message()));
+    for (const auto& f : *files) {
+      auto input = DecodeStoredImage(f, limits);
+      if (!input) return ApiFail(ApiError::Internal("A kept image of the session could not be replayed: " +
+                                                    input.error().message()));
+      out.emplace(f.hash, std::move(*input));
+    }
+    if (out.size() != hashes.size())
+      return ApiFail(ApiError::Internal("A kept image of the session is missing from the store"));
+    return out;
+  }
+
+  // The turn's image files the session does not keep yet, each once.
+  static std::vector<StoredImageFile> NewImageFiles(const std::vector<SessionEntry>& all,
+                                                    const std::vector<InternedImage>& interned) {
+    std::set<std::string> known;
+    for (const auto& e : all)
+      for (const auto& image : e.images) known.insert(image.hash);
+    std::vector<StoredImageFile> out;
+    for (const auto& image : interned)
+      if (known.insert(image.file.hash).second) out.push_back(image.file);
+    return out;
   }
 
   ojson SessionJson(const SessionRecord& r, const std::vector<SessionEntry>& all, bool full) const {
@@ -441,15 +491,39 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
     e.param = TurnParam(e.param, history_messages.size());
     return ReplyError(*ex, e);
   }
-  if (!request->images.empty()) {
-    // A session would store each part's bytes in its history on every turn;
-    // image parts go through POST /v1/chat/completions.
-    const std::string p = TurnParam(request->images.front().param, history_messages.size());
-    return ReplyError(*ex, ApiError::InvalidRequest("'" + p + "': image parts are not accepted in session turns; "
-                                                    "send them to POST /v1/chat/completions", p));
-  }
+  const ServingFacts& facts = chat_service->facts();
+  const engine::VisionConfig* vision = facts.vision ? &*facts.vision : nullptr;
+  // The turn's images decoded once and named by hash from here on; the
+  // history's kept ones decoded from the store.
+  auto interned = InternImageParts(whole["messages"], history_messages.size(), facts.images, vision,
+                                   [&](const std::string& p) { return TurnParam(p, history_messages.size()); });
+  if (!interned) return ReplyError(*ex, interned.error());
+  auto kept = KeptImages(history, who.tenant, facts.images.limits);
+  if (!kept) return ReplyError(*ex, kept.error());
+  StoredImages images = std::move(*kept);
   std::vector<engine::ChatMessage> incoming_messages(
       request->messages.begin() + static_cast<long>(history_messages.size()), request->messages.end());
+  for (const InternedImage& image : *interned) {
+    incoming_messages[image.message - history_messages.size()].images.push_back({image.text_offset, image.input});
+    images.emplace(image.file.hash, image.input);
+  }
+  auto new_files = NewImageFiles(*all, *interned);
+  int64_t new_image_bytes = 0;
+  for (const auto& f : new_files) new_image_bytes += static_cast<int64_t>(f.bytes.size());
+  if (new_image_bytes > 0) {
+    auto stored = store.SessionImageBytes(id);
+    if (!stored)
+      return ReplyError(*ex, ApiError::Internal("The session store could not be read: " + stored.error().message()));
+    if (*stored + new_image_bytes > settings.image_max_bytes) {
+      return ReplyError(*ex, ApiError::InvalidRequest(
+                                 "Session '" + id + "' keeps " + std::to_string(*stored) +
+                                     " bytes of images; this turn's new images add " + std::to_string(new_image_bytes) +
+                                     " and the limit is " + std::to_string(settings.image_max_bytes) +
+                                     " bytes a session (session_image_max_bytes); start a new session or send "
+                                     "smaller images",
+                                 "messages"));
+    }
+  }
   for (size_t i = 0; i < incoming_messages.size(); ++i) {
     if (incoming_messages[i].role == engine::ChatRole::kSystem) {
       const std::string p = "messages[" + std::to_string(i) + "].role";
@@ -461,13 +535,12 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
   }
   const double now = WallNow();
   const EntryTokenCounter entry_tokens = [m = model](const SessionEntry& e) { return m->EntryTokens(e); };
-  auto incoming = EntriesFromMessages(incoming_messages, rec->next_seq, now, entry_tokens);
-  int64_t adding = 0;
+  auto incoming = EntriesFromMessages(incoming_messages, rec->next_seq, now, entry_tokens, vision);
+  int64_t adding = new_image_bytes;
   for (const auto& e : incoming) adding += e.StoredBytes();
   if (auto q = CheckQuota(who.tenant, adding); !q) return ReplyError(*ex, q.error());
 
   // The context policy.
-  const ServingFacts& facts = chat_service->facts();
   int64_t budget_tokens = rec->context_policy.value("max_context_tokens", settings.context_tokens);
   if (budget_tokens <= 0 || budget_tokens > facts.max_context) budget_tokens = facts.max_context;
   const int64_t answer =
@@ -493,14 +566,16 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
         summary = e;
       }
     }
-    incoming = EntriesFromMessages(incoming_messages, rec->next_seq + 1, now, entry_tokens);
+    incoming = EntriesFromMessages(incoming_messages, rec->next_seq + 1, now, entry_tokens, vision);
     for (const auto& e : history)
       if (std::find(plan->replaced.begin(), plan->replaced.end(), e.seq) != plan->replaced.end())
         replaced_originals.push_back(e);
     history = plan->history;
     ojson compressed = ojson::array();
     for (const auto& m : MessagesFromEntries(history)) compressed.push_back(MessageJson(m));
-    for (const auto& m : *msgs) compressed.push_back(m);
+    // The turn's messages as rewritten above (its images named by hash).
+    const ojson& rewritten = whole["messages"];
+    for (size_t i = history_messages.size(); i < rewritten.size(); ++i) compressed.push_back(rewritten[i]);
     whole["messages"] = std::move(compressed);
   }
 
@@ -514,6 +589,8 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
   // The answer, once assembled, is stored with the turn before the client sees it acknowledged.
   auto write = std::make_shared<TurnWrite>();
   write->session_id = id;
+  write->tenant = who.tenant;
+  write->images = std::move(new_files);
   write->entries = incoming;
   write->summary = summary;
   if (plan) write->replaced = plan->replaced;
@@ -548,7 +625,8 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
   auto on_end = [self, id](bool) { self->Release(id); };
   auto capture = std::make_shared<SessionTurnExchange>(ex, std::move(on_answer), std::move(on_end));
   handed_over = true;
-  chat_service->Handle(capture, whole.dump(-1, ' ', false, ojson::error_handler_t::replace), who, received);
+  chat_service->Handle(capture, whole.dump(-1, ' ', false, ojson::error_handler_t::replace), who, received,
+                       &images);
 }
 
 // The model's summary: a low-tier generation from the fixed prompt, after

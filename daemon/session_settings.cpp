@@ -48,6 +48,8 @@ Status ApplySessionSetting(SessionSettings& s, const std::string& key, const std
     return integer(0, int64_t{1} << 50, s.tenant_quota_bytes);
   else if (key == "session_total_quota_bytes")
     return integer(0, int64_t{1} << 50, s.total_quota_bytes);
+  else if (key == "session_image_max_bytes")
+    return integer(0, int64_t{1} << 50, s.image_max_bytes);
   else if (key == "session_context_tokens")
     return integer(0, int64_t{1} << 31, s.context_tokens);
   else if (key == "session_keep_exchanges")

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "moeserve/common/log.hpp"
+#include "image_table.hpp"
 #include "sqlite_statement.hpp"
 
 namespace moeserve::daemon {
@@ -51,7 +52,16 @@ ojson Load(const std::string& text, ojson fallback) {
   return j.is_discarded() ? fallback : j;
 }
 
-Status InsertEntry(sqlite3* db, const std::string& session, const SessionEntry& e) {
+Status InsertEntry(sqlite3* db, const std::string& session, const std::string& tenant, const SessionEntry& e) {
+  if (!e.images.empty()) {
+    std::vector<ImageRef> refs;
+    for (size_t k = 0; k < e.images.size(); ++k) {
+      const EntryImage& image = e.images[k];
+      refs.push_back({e.seq, static_cast<int64_t>(k), image.at, image.hash, image.width, image.height,
+                      image.span_tokens});
+    }
+    MOE_TRY(AddImageRefs(db, session, tenant, refs));
+  }
   Stmt s(db,
          "INSERT INTO entries(session_id, seq, role, kind, created_at, "
          "tokens, message_seq, content, call_id, call_name, "
@@ -85,7 +95,8 @@ Result<std::unique_ptr<SessionStore>> SessionStore::Open(const std::string& path
 Status SessionStore::Init() {
   // Durable commits: an acknowledged turn survives a crash of the process or the machine.
   MOE_ASSIGN_OR_RETURN(db_, OpenDurableDatabase(path_, "session store"));
-  return Exec(db_, kSchema);
+  MOE_TRY(Exec(db_, kSchema));
+  return Exec(db_, kImageSchema);
 }
 
 SessionStore::~SessionStore() {
@@ -149,7 +160,7 @@ void SessionStore::Create(SessionRecord r, std::vector<SessionEntry> entries, Do
         s.Bind(6, Dump(r.tools)).Bind(7, r.reasoning_effort).Bind(8, Dump(r.context_policy)).Bind(9, Dump(r.metadata));
         s.Bind(10, r.next_seq).Bind(11, r.bytes);
         MOE_TRY(s.Run("creating session " + r.id));
-        for (const auto& e : entries) MOE_TRY(InsertEntry(db, r.id, e));
+        for (const auto& e : entries) MOE_TRY(InsertEntry(db, r.id, r.tenant, e));
         return Ok();
       },
       std::move(done));
@@ -167,14 +178,17 @@ void SessionStore::CommitTurn(TurnWrite w, Done done) {
           next = std::max(next, w.summary->seq + 1);
           added += w.summary->StoredBytes();
         }
+        // The files the session names for the first time (each counted once a session).
+        for (const auto& f : w.images) added += static_cast<int64_t>(f.bytes.size());
         Stmt u(db,
                "UPDATE sessions SET last_active = ?, next_seq = "
                "max(next_seq, ?), bytes = bytes + ? WHERE id = ?");
         u.Bind(1, w.now).Bind(2, next).Bind(3, added).Bind(4, w.session_id);
         MOE_TRY(u.Run("updating session " + w.session_id));
         if (sqlite3_changes(db) == 0) return Fail(Error::NotFound("session " + w.session_id + " is gone"));
+        MOE_TRY(PutImageFiles(db, w.tenant, w.images));
         if (w.summary) {
-          MOE_TRY(InsertEntry(db, w.session_id, *w.summary));
+          MOE_TRY(InsertEntry(db, w.session_id, w.tenant, *w.summary));
           for (int64_t seq : w.replaced) {
             Stmt r(db,
                    "UPDATE entries SET replaced_by = ? WHERE session_id = "
@@ -183,7 +197,7 @@ void SessionStore::CommitTurn(TurnWrite w, Done done) {
             MOE_TRY(r.Run("marking entry " + std::to_string(seq) + " replaced"));
           }
         }
-        for (const auto& e : w.entries) MOE_TRY(InsertEntry(db, w.session_id, e));
+        for (const auto& e : w.entries) MOE_TRY(InsertEntry(db, w.session_id, w.tenant, e));
         return Ok();
       },
       std::move(done));
@@ -210,6 +224,7 @@ void SessionStore::Delete(std::string session_id, Done done) {
         Stmt e(db, "DELETE FROM entries WHERE session_id = ?");
         e.Bind(1, session_id);
         MOE_TRY(e.Run("deleting the entries of " + session_id));
+        MOE_TRY(DropImageRefs(db, session_id));
         Stmt s(db, "DELETE FROM sessions WHERE id = ?");
         s.Bind(1, session_id);
         MOE_TRY(s.Run("deleting session " + session_id));
@@ -227,9 +242,16 @@ void SessionStore::DeleteIdle(double cutoff, Done done) {
                "sessions WHERE last_active < ?)");
         e.Bind(1, cutoff);
         MOE_TRY(e.Run("deleting idle sessions' entries"));
+        Stmt i(db,
+               "DELETE FROM image_refs WHERE owner IN (SELECT id FROM "
+               "sessions WHERE last_active < ?)");
+        i.Bind(1, cutoff);
+        MOE_TRY(i.Run("deleting idle sessions' image references"));
+        const bool dropped = sqlite3_changes(db) > 0;
         Stmt s(db, "DELETE FROM sessions WHERE last_active < ?");
         s.Bind(1, cutoff);
-        return s.Run("deleting idle sessions");
+        MOE_TRY(s.Run("deleting idle sessions"));
+        return dropped ? CollectUnreferencedImages(db) : Ok();
       },
       std::move(done));
 }
@@ -290,7 +312,30 @@ Result<std::vector<SessionEntry>> SessionStore::Entries(const std::string& id) c
     if (!s.Null(13)) e.replaced_by = s.Int(13);
     out.push_back(std::move(e));
   }
+  MOE_ASSIGN_OR_RETURN(std::vector<ImageRef> refs, ImageRefsOf(db_, id));
+  for (ImageRef& r : refs) {
+    auto entry = std::lower_bound(out.begin(), out.end(), r.seq,
+                                  [](const SessionEntry& e, int64_t seq) { return e.seq < seq; });
+    if (entry == out.end() || entry->seq != r.seq) continue;
+    entry->images.push_back({r.at, std::move(r.hash), r.width, r.height, r.span_tokens});
+  }
   return out;
+}
+
+Result<int64_t> SessionStore::SessionImageBytes(const std::string& session_id) const {
+  std::lock_guard lock(db_mu_);
+  return OwnerImageBytes(db_, session_id);
+}
+
+Result<std::vector<StoredImageFile>> SessionStore::ImageFiles(const std::string& tenant,
+                                                              const std::vector<std::string>& hashes) const {
+  std::lock_guard lock(db_mu_);
+  return LoadImageFiles(db_, tenant, hashes);
+}
+
+Result<int64_t> SessionStore::ImageFileCount() const {
+  std::lock_guard lock(db_mu_);
+  return daemon::ImageFileCount(db_);
 }
 
 Result<int64_t> SessionStore::TenantBytes(const std::string& tenant) const {

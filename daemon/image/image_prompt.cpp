@@ -1,29 +1,58 @@
 #include "moeserve/daemon/image_prompt.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace moeserve::daemon {
 
 ApiResult<std::vector<PreparedImage>> PrepareImages(const std::vector<ImagePart>& parts, const ImageUrlPolicy& policy,
-                                                    const engine::VisionConfig* vision, int max_context) {
+                                                    const engine::VisionConfig* vision, int max_context,
+                                                    const StoredImages* stored) {
   std::vector<PreparedImage> out;
   if (parts.empty()) return out;
-  if (parts.size() > static_cast<size_t>(policy.max_per_request))
+  // A kept conversation's images were counted in the request that sent them.
+  std::vector<const engine::ImageInput*> kept(parts.size(), nullptr);
+  if (stored) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      auto hash = StoredImageHash(parts[i].url);
+      if (!hash) continue;
+      auto it = stored->find(*hash);
+      if (it != stored->end()) kept[i] = &it->second;
+    }
+  }
+  const size_t fresh = static_cast<size_t>(std::count(kept.begin(), kept.end(), nullptr));
+  if (fresh > static_cast<size_t>(policy.max_per_request)) {
+    size_t over = 0;
+    for (size_t i = 0, n = 0; i < parts.size(); ++i)
+      if (!kept[i] && n++ == static_cast<size_t>(policy.max_per_request)) over = i;
     return ApiFail(ApiError::InvalidRequest(
-        "the messages hold " + std::to_string(parts.size()) + " images, over the limit of " +
+        "the messages hold " + std::to_string(fresh) + " images, over the limit of " +
             std::to_string(policy.max_per_request) + " a request (image_max_per_request)",
-        parts[policy.max_per_request].param));
-  std::vector<ImageUrlSource> sources;
+        parts[over].param));
+  }
+  std::vector<ImageUrlSource> sources(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
+    if (kept[i]) continue;
+    // A stored-image URL the caller did not hand over is refused here as
+    // any other unknown scheme.
     auto source = ParseImageUrl(parts[i].url, policy, i);
     if (!source) return ApiFail(ApiError::InvalidRequest(source.error().message(), parts[i].param));
-    sources.push_back(std::move(*source));
+    sources[i] = std::move(*source);
   }
   if (!vision)
     return ApiFail(ApiError::InvalidRequest(
         "'" + parts[0].param + "': this model reads text only (it has no vision tower); send text parts", parts[0].param));
   int64_t image_tokens = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
+    if (kept[i]) {
+      auto tokens = engine::ImageSpanTokens(*vision, kept[i]->width, kept[i]->height);
+      if (!tokens)
+        return ApiFail(ApiError::InvalidRequest("image " + std::to_string(i) + ": " + tokens.error().message(),
+                                                parts[i].param));
+      image_tokens += *tokens;
+      out.push_back({parts[i].message, parts[i].text_offset, *kept[i], *tokens});
+      continue;
+    }
     std::string bytes = std::move(sources[i].bytes);
     if (!sources[i].remote_url.empty()) {
       auto fetched = FetchImageUrl(sources[i].remote_url, policy, i);

@@ -75,8 +75,13 @@ ojson OutputItems(const ChatAnswer& answer) {
 
 ojson ResponseUsage(const ojson& u) {
   const int64_t input = Int(u, "prompt_tokens"), output = Int(u, "completion_tokens");
+  const ojson prompt_details = u.value("prompt_tokens_details", ojson());
+  ojson input_details = {{"cached_tokens", Int(prompt_details, "cached_tokens")}};
+  // Images' spans, within input_tokens, as chat's prompt_tokens_details has them.
+  if (prompt_details.is_object() && prompt_details.contains("image_tokens"))
+    input_details["image_tokens"] = Int(prompt_details, "image_tokens");
   return {{"input_tokens", input},
-          {"input_tokens_details", {{"cached_tokens", Int(u.value("prompt_tokens_details", ojson()), "cached_tokens")}}},
+          {"input_tokens_details", std::move(input_details)},
           {"output_tokens", output},
           {"output_tokens_details",
            {{"reasoning_tokens", Int(u.value("completion_tokens_details", ojson()), "reasoning_tokens")}}},

@@ -26,16 +26,21 @@ ApiResult<std::string> NonEmptyString(const ojson& v, const std::string& param) 
   return s;
 }
 
-// The text of a message's content: a string, or an array of text parts
-// (input_text, output_text; refusal text is kept as text).
-ApiResult<std::string> ContentText(const ojson& content, const std::string& param) {
-  if (content.is_string()) return content.get<std::string>();
+// A message's content as chat content: a string, or an array of parts
+// (input_text, output_text; refusal text is kept as text). Text parts are
+// joined into one string unless `images_allowed` and an input_image part is
+// present; then the chat parts come back in order (text and image_url), so
+// that chat's param "content[j]" is the request's "content[j]" too.
+ApiResult<ojson> ChatContent(const ojson& content, const std::string& param, bool images_allowed) {
+  if (content.is_string()) return ojson(content.get<std::string>());
   if (!content.is_array()) return ApiFail(Bad(param, "expected a string or an array of content parts, got " + TypeName(content)));
   if (content.size() > kMaxResponseContentParts) {
     return ApiFail(Bad(param, "has " + std::to_string(content.size()) + " parts, more than " +
                                   std::to_string(kMaxResponseContentParts)));
   }
   std::string text;
+  ojson parts = ojson::array();
+  bool images = false;
   for (size_t j = 0; j < content.size(); ++j) {
     const std::string p = param + "[" + std::to_string(j) + "]";
     const ojson& part = content[j];
@@ -43,23 +48,46 @@ ApiResult<std::string> ContentText(const ojson& content, const std::string& para
     if (!part.contains("type")) return ApiFail(Bad(p + ".type", "is required"));
     auto type = String(part["type"], p + ".type");
     if (!type) return ApiFail(type.error());
+    std::string piece;
     if (*type == "input_text" || *type == "output_text" || *type == "text") {
       if (!part.contains("text")) return ApiFail(Bad(p + ".text", "is required"));
       auto t = String(part["text"], p + ".text");
       if (!t) return ApiFail(t.error());
-      text += *t;
+      piece = std::move(*t);
     } else if (*type == "refusal") {
       auto t = String(part.value("refusal", ojson()), p + ".refusal");
       if (!t) return ApiFail(t.error());
-      text += *t;
-    } else if (*type == "input_image" || *type == "input_file" || *type == "input_audio") {
-      return ApiFail(Bad(p + ".type", "'" + *type + "' parts are not supported on this server; send text parts"));
+      piece = std::move(*t);
+    } else if (*type == "input_image") {
+      if (!images_allowed)
+        return ApiFail(Bad(p + ".type", "input_image parts are accepted in user messages and function_call_output "
+                                        "only"));
+      if (part.contains("file_id") && !part["file_id"].is_null())
+        return ApiFail(Bad(p + ".file_id", "file ids are not supported on this server; send image_url as a data: URL"));
+      auto url = NonEmptyString(part.value("image_url", ojson()), p + ".image_url");
+      if (!url) return ApiFail(url.error());
+      ojson image = {{"url", *url}};
+      if (part.contains("detail") && !part["detail"].is_null()) {
+        const ojson& d = part["detail"];
+        if (!d.is_string() || (d != "low" && d != "high" && d != "auto"))
+          return ApiFail(Bad(p + ".detail", "must be \"low\", \"high\" or \"auto\""));
+        image["detail"] = d;
+      }
+      parts.push_back({{"type", "image_url"}, {"image_url", std::move(image)}});
+      images = true;
+      continue;
+    } else if (*type == "input_file" || *type == "input_audio") {
+      return ApiFail(Bad(p + ".type", "'" + *type + "' parts are not supported on this server; send text and "
+                                                    "input_image parts"));
     } else {
       return ApiFail(Bad(p + ".type", "unknown content part type '" + *type +
-                                          "' (expected input_text or output_text)"));
+                                          "' (expected input_text, output_text or input_image)"));
     }
+    text += piece;
+    parts.push_back({{"type", "text"}, {"text", std::move(piece)}});
   }
-  return text;
+  if (images) return parts;
+  return ojson(std::move(text));
 }
 
 // Builds the chat messages of `input` item by item. Function calls join the
@@ -102,7 +130,7 @@ class MessageBuilder {
     if (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer")
       return ApiFail(Bad(p + ".role", "must be user, assistant, system or developer (got '" + *role + "')"));
     if (!item.contains("content")) return ApiFail(Bad(p + ".content", "is required"));
-    auto text = ContentText(item["content"], p + ".content");
+    auto text = ChatContent(item["content"], p + ".content", *role == "user");
     if (!text) return ApiFail(text.error());
     if (*role == "assistant") {
       ojson m = {{"role", "assistant"}, {"content", *text}};
@@ -142,7 +170,7 @@ class MessageBuilder {
     auto call_id = NonEmptyString(item.value("call_id", ojson()), p + ".call_id");
     if (!call_id) return ApiFail(call_id.error());
     if (!item.contains("output")) return ApiFail(Bad(p + ".output", "is required"));
-    auto output = ContentText(item["output"], p + ".output");
+    auto output = ChatContent(item["output"], p + ".output", /*images_allowed=*/true);
     if (!output) return ApiFail(output.error());
     Push({{"role", "tool"}, {"tool_call_id", *call_id}, {"content", *output}}, p);
     open_assistant_ = false;
@@ -500,6 +528,16 @@ ApiError RenameChatError(ApiError error, const ResponsesRequest& req, size_t his
     const std::string from = p.substr(0, close + 1);
     replace_prefix(from, to);
     if (p.ends_with(".tool_call_id")) p.replace(p.size() - 13, 13, ".call_id");
+    // An input_image part's URL is its image_url string; a tool message's
+    // content came from a function_call_output's output.
+    if (to.starts_with("input") && k - first - history_size < req.messages.size()) {
+      std::string fixed = p;
+      if (fixed.ends_with(".image_url.url")) fixed.resize(fixed.size() - 4);
+      const size_t c = fixed.find(".content[", to.size());
+      if (c == to.size() && req.messages[k - first - history_size].value("role", "") == "tool")
+        fixed.replace(c, 9, ".output[");
+      if (fixed != p) replace_prefix(p, fixed);
+    }
     if (to == "previous_response_id" || to == "instructions") p = to;
     return error;
   }

@@ -149,33 +149,74 @@ void ResponseService::Create(const HttpHead& head, std::string body, std::shared
     }
     history = std::move((*previous)->conversation);
   }
+  auto images = RequestImages(*req, history, chat->facts(), who.tenant);
+  if (!images) return ReplyError(*exchange, images.error());
   const std::string chat_body = Dump(ChatBodyFor(*req, history));
   const std::string id = "resp_" + settings_.replica + "_" + NewItemId("");
   const double created_at = UnixNow();
   ojson shell = ResponseShell(id, static_cast<int64_t>(created_at), chat->facts().model_name, *req, "in_progress");
   if (req->background) {
     return Background(std::move(*req), std::move(history), std::move(shell), chat_body, std::move(exchange), who,
-                      received, audit_run);
+                      received, audit_run, std::move(*images));
   }
   const bool store = req->store;
   ResponseExchange::Context context{std::move(*req), std::move(history), shell};
-  auto on_answer = [this, store, id, created_at, tenant = who.tenant](ojson response, ojson conversation,
-                                                                      ResponseExchange::Release release,
-                                                                      ResponseExchange::Refuse refuse) {
+  auto kept = std::make_shared<const ResponseImages>(std::move(*images));
+  auto on_answer = [this, store, id, created_at, tenant = who.tenant, kept](ojson response, ojson conversation,
+                                                                            ResponseExchange::Release release,
+                                                                            ResponseExchange::Refuse refuse) {
     if (!store) return release();
-    StoredResponse row{id, tenant, created_at, response["status"], std::move(response), std::move(conversation)};
+    StoredResponse row{id,       tenant,       created_at,     response["status"], std::move(response),
+                       std::move(conversation), kept->files, kept->new_bytes};
     store_->Put(std::move(row), [release, refuse](const Status& st) {
       if (st) release();
       else refuse(StoreError(st.error()));
     });
   };
   auto translated = std::make_shared<ResponseExchange>(exchange, std::move(context), std::move(on_answer), nullptr);
-  chat->Handle(translated, chat_body, who, received);
+  chat->Handle(translated, chat_body, who, received, &kept->pixels);
+}
+
+ApiResult<ResponseService::ResponseImages> ResponseService::RequestImages(ResponsesRequest& req, const ojson& history,
+                                                                          const ServingFacts& facts,
+                                                                          const std::string& tenant) const {
+  ResponseImages out;
+  const size_t before = (req.instructions ? 1 : 0) + history.size();  // chat messages ahead of the new input
+  auto interned = InternImageParts(req.messages, 0, facts.images, facts.vision ? &*facts.vision : nullptr,
+                                   [before](const std::string& p) {
+                                     // The chat body's index, which RenameChatError maps back to the input's.
+                                     const size_t close = p.find(']');
+                                     const size_t k = std::stoul(p.substr(9, close - 9));
+                                     return "messages[" + std::to_string(before + k) + p.substr(close);
+                                   });
+  if (!interned) return ApiFail(RenameChatError(interned.error(), req, history.size()));
+  const std::vector<std::string> hashes = StoredImageHashesIn(history);
+  if (!hashes.empty()) {
+    auto files = store_->ImageFiles(tenant, hashes);
+    if (!files) return ApiFail(ApiError::FromError(files.error()));
+    if (files->size() != hashes.size())
+      return ApiFail(ApiError::Internal("An image of the previous response is missing from the store"));
+    for (auto& f : *files) {
+      auto input = DecodeStoredImage(f, facts.images.limits);
+      if (!input)
+        return ApiFail(ApiError::Internal("An image of the previous response could not be replayed: " +
+                                          input.error().message()));
+      out.pixels.emplace(f.hash, std::move(*input));
+      out.files.push_back(std::move(f));
+    }
+  }
+  for (auto& image : *interned) {
+    if (!out.pixels.emplace(image.file.hash, image.input).second) continue;  // the history's, or sent twice
+    out.new_bytes += static_cast<int64_t>(image.file.bytes.size());
+    out.files.push_back(std::move(image.file));
+  }
+  return out;
 }
 
 void ResponseService::Background(ResponsesRequest req, ojson history, ojson shell, std::string chat_body,
                                  std::shared_ptr<HttpExchange> exchange, const Principal& who,
-                                 Clock::time_point received, const RunExchange& audit_run) {
+                                 Clock::time_point received, const RunExchange& audit_run, ResponseImages images) {
+  auto kept = std::make_shared<const ResponseImages>(std::move(images));
   const std::string id = shell["id"];
   auto run = std::make_shared<Run>();
   run->tenant = who.tenant;
@@ -183,7 +224,7 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
   run->created_at = UnixNow();
   // Stored before it runs, so that a GET right after this answer finds it.
   if (auto st = WaitFor([&](SessionStore::Done done) {
-        store_->Put({id, who.tenant, run->created_at, "in_progress", shell, ojson::array()}, std::move(done));
+        store_->Put({id, who.tenant, run->created_at, "in_progress", shell, ojson::array(), {}, 0}, std::move(done));
       });
       !st) {
     return ReplyError(*exchange, StoreError(st.error()));
@@ -194,8 +235,8 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
   auto in_handle = std::make_shared<std::atomic<bool>>(true);
   // The run holds its exchange, which holds these callbacks: they hold the
   // run weakly (runs_ keeps it until its end is decided).
-  auto finish = [this, weak = std::weak_ptr<Run>(run), id](ojson response, ojson conversation,
-                                                          std::function<void(const Status&)> then) {
+  auto finish = [this, weak = std::weak_ptr<Run>(run), id, kept](ojson response, ojson conversation,
+                                                                std::function<void(const Status&)> then) {
     auto run = weak.lock();
     if (!run) return then(Ok());
     {
@@ -208,7 +249,9 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
       runs_.erase(id);
     }
     const std::string status = response["status"];
-    store_->Put({id, run->tenant, run->created_at, status, std::move(response), std::move(conversation)},
+    const bool completed = conversation.is_array() && !conversation.empty();
+    store_->Put({id, run->tenant, run->created_at, status, std::move(response), std::move(conversation),
+                 completed ? kept->files : std::vector<StoredImageFile>(), completed ? kept->new_bytes : 0},
                 [id, then](const Status& st) {
                   if (!st) log::Warn("responses: background response " + id + " could not be stored: " + st.error().message());
                   then(st);
@@ -234,7 +277,7 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
     std::lock_guard lock(runs_mu_);
     runs_[id] = run;
   }
-  chat_.load()->Handle(audit_run ? audit_run(run->exchange) : run->exchange, chat_body, who, received);
+  chat_.load()->Handle(audit_run ? audit_run(run->exchange) : run->exchange, chat_body, who, received, &kept->pixels);
   in_handle->store(false);
   if (refused->has_value()) {
     {
@@ -319,7 +362,7 @@ void ResponseService::Cancel(const HttpHead& head, std::string body, std::shared
       ojson cancelled = run->shell;
       cancelled["status"] = "cancelled";
       const std::string text = Dump(cancelled);
-      store_->Put({id, run->tenant, run->created_at, "cancelled", std::move(cancelled), ojson::array()},
+      store_->Put({id, run->tenant, run->created_at, "cancelled", std::move(cancelled), ojson::array(), {}, 0},
                   [exchange, text](const Status& st) {
                     if (!st) return ReplyError(*exchange, StoreError(st.error()));
                     ReplyJson(*exchange, 200, text);

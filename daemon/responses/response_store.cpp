@@ -2,6 +2,10 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+
+#include "../image_table.hpp"
+
 namespace moeserve::daemon {
 
 using ojson = nlohmann::ordered_json;
@@ -57,7 +61,7 @@ void ResponseStore::Put(StoredResponse r, Done done) {
   sessions_.Write(
       [r = std::move(r), quota = quota_, total = total_](sqlite3* db) -> Status {
         const std::string response = Dump(r.response), conversation = Dump(r.conversation);
-        const int64_t bytes = static_cast<int64_t>(response.size() + conversation.size());
+        const int64_t bytes = static_cast<int64_t>(response.size() + conversation.size()) + r.image_bytes;
         // What the tenant stores besides this row (a replaced row counts once).
         Statement used(db, "SELECT coalesce(sum(bytes), 0) FROM responses WHERE tenant = ? AND id <> ?");
         if (used.rc != SQLITE_OK) return Fail(Sql(db, "reading the tenant's usage"));
@@ -95,7 +99,20 @@ void ResponseStore::Put(StoredResponse r, Done done) {
         s.Text(6, conversation);
         sqlite3_bind_int64(s.s, 7, bytes);
         if (sqlite3_step(s.s) != SQLITE_DONE) return Fail(Sql(db, "storing " + r.id));
-        return Ok();
+        // The files again (a file an earlier response kept may have been
+        // deleted with it meanwhile), then this row's references.
+        MOE_TRY(PutImageFiles(db, r.tenant, r.images));
+        Statement drop(db, "DELETE FROM image_refs WHERE owner = ?");
+        if (drop.rc != SQLITE_OK) return Fail(Sql(db, "replacing the image references of " + r.id));
+        drop.Text(1, r.id);
+        if (sqlite3_step(drop.s) != SQLITE_DONE) return Fail(Sql(db, "replacing the image references of " + r.id));
+        std::vector<ImageRef> refs;
+        for (const std::string& hash : StoredImageHashesIn(r.conversation)) {
+          auto f = std::find_if(r.images.begin(), r.images.end(), [&](const StoredImageFile& x) { return x.hash == hash; });
+          if (f == r.images.end()) continue;  // not kept with this row: it cannot be replayed from it either
+          refs.push_back({0, static_cast<int64_t>(refs.size()), 0, hash, f->width, f->height, f->span_tokens});
+        }
+        return AddImageRefs(db, r.id, r.tenant, refs);
       },
       std::move(done));
 }
@@ -109,7 +126,7 @@ void ResponseStore::Delete(std::string tenant, std::string id, Done done) {
         s.Text(2, tenant);
         if (sqlite3_step(s.s) != SQLITE_DONE) return Fail(Sql(db, "deleting " + id));
         if (sqlite3_changes(db) == 0) return Fail(Error::NotFound("response " + id + " does not exist"));
-        return Ok();
+        return DropImageRefs(db, id);
       },
       std::move(done));
 }

@@ -89,6 +89,7 @@ session_db_path: /var/lib/moeserve/sessions.sqlite3  # text session_db_path
 session_idle_seconds: 3600.0  # num session_idle_seconds
 session_tenant_quota_bytes: 1048576  # int session_tenant_quota_bytes
 session_total_quota_bytes: 268435456  # int session_total_quota_bytes
+session_image_max_bytes: 1048576  # int session_image_max_bytes
 session_context_tokens: 4096  # int session_context_tokens
 session_keep_exchanges: 4  # int session_keep_exchanges
 session_summary_max_tokens: 256  # int session_summary_max_tokens

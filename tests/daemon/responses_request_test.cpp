@@ -126,7 +126,11 @@ TEST(ResponsesRequest, RefusalsNameTheField) {
       {R"({"input":[7]})", "input[0]"},
       {R"({"input":[{"role":"user"}]})", "input[0].content"},
       {R"({"input":[{"role":"robot","content":"x"}]})", "input[0].role"},
-      {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"http://x"}]}]})", "input[0].content[0].type"},
+      {R"({"input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]})", "input[0].content[0].type"},
+      {R"({"input":[{"role":"assistant","content":[{"type":"input_image","image_url":"data:x"}]}]})", "input[0].content[0].type"},
+      {R"({"input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]})", "input[0].content[0].file_id"},
+      {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:x","detail":"max"}]}]})", "input[0].content[0].detail"},
+      {R"({"input":[{"role":"user","content":[{"type":"input_image"}]}]})", "input[0].content[0].image_url"},
       {R"({"input":[{"role":"user","content":[{"type":"input_text","text":3}]}]})", "input[0].content[0].text"},
       {R"({"input":[{"type":"function_call","name":"f","arguments":"{}"}]})", "input[0].call_id"},
       {R"({"input":[{"type":"function_call","call_id":"c","name":"f","arguments":{}}]})", "input[0].arguments"},
@@ -208,6 +212,35 @@ TEST(ResponsesRequest, ChatErrorsAreRenamedIntoTheRequestsTerms) {
   EXPECT_EQ(renamed("max_completion_tokens"), "max_output_tokens");
   const ApiError e = RenameChatError(ApiError::InvalidRequest("'tools[0].function.parameters': no", "tools[0].function.parameters"), req, 0);
   EXPECT_EQ(e.message, "'tools[0].parameters': no");
+}
+
+TEST(ResponsesRequest, InputImagePartsBecomeChatImageParts) {
+  auto req = Parse({{"input", ojson::array({{{"role", "user"},
+                                             {"content", ojson::array({{{"type", "input_text"}, {"text", "read "}},
+                                                                       {{"type", "input_image"},
+                                                                        {"image_url", "data:image/png;base64,AAAA"},
+                                                                        {"detail", "low"}},
+                                                                       {{"type", "input_text"}, {"text", " now"}}})}},
+                                            {{"type", "function_call"}, {"call_id", "c1"}, {"name", "shot"}, {"arguments", "{}"}},
+                                            {{"type", "function_call_output"},
+                                             {"call_id", "c1"},
+                                             {"output", ojson::array({{{"type", "input_image"},
+                                                                      {"image_url", "data:image/png;base64,BBBB"}}})}}})}});
+  ASSERT_EQ(req.messages.size(), 3u);
+  const ojson expected_user = ojson::array(
+      {{{"type", "text"}, {"text", "read "}},
+       {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}, {"detail", "low"}}}},
+       {{"type", "text"}, {"text", " now"}}});
+  EXPECT_EQ(req.messages[0]["content"], expected_user);
+  EXPECT_EQ(req.messages[2]["content"][0]["image_url"]["url"], "data:image/png;base64,BBBB");
+  // A chat error about a part's URL names the input_image's image_url (in a
+  // function_call_output, its output[j]).
+  auto renamed = [&](const std::string& param) {
+    return RenameChatError(ApiError::InvalidRequest("'" + param + "': bad", param), req, 0);
+  };
+  EXPECT_EQ(renamed("messages[0].content[1].image_url.url").param, "input[0].content[1].image_url");
+  EXPECT_EQ(renamed("messages[0].content[1].image_url.url").message, "'input[0].content[1].image_url': bad");
+  EXPECT_EQ(renamed("messages[2].content[0].image_url.url").param, "input[2].output[0].image_url");
 }
 
 TEST(ResponsesOutput, AnAnswerBecomesTypedItemsAndUsage) {

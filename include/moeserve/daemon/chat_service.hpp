@@ -16,6 +16,7 @@
 #include "moeserve/daemon/harmony_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/stored_images.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/deepseek_request.hpp"
 #include "moeserve/daemon/qwen3_request.hpp"
@@ -62,8 +63,12 @@ class ChatService {
   // Answers the request itself, now (errors) or later (from the scheduler
   // thread). A client that hangs up (exchange->OnClientGone) cancels its
   // sequence, streamed or not.
+  // `stored`: the pixels of the images a kept conversation (a session, a
+  // stored response) names by StoredImageUrl (stored_images.hpp), read only
+  // during the call; null for a client's own request, whose body can then
+  // name no stored image.
   void Handle(std::shared_ptr<HttpExchange> exchange, const std::string& body, const Principal& who,
-              Clock::time_point received);
+              Clock::time_point received, const StoredImages* stored = nullptr);
 
   const ServingFacts& facts() const { return facts_; }
 

@@ -25,6 +25,7 @@
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/stored_images.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/vision.hpp"
 
@@ -37,9 +38,15 @@ struct PreparedImage {
   int64_t span_tokens = 0;  // ImageSpanTokens: what the image costs in the context and in usage
 };
 
-// `vision` null: the model reads text only.
+// `vision` null: the model reads text only. `stored`: the pixels of a kept
+// conversation's images (stored_images.hpp), which parts name by
+// StoredImageUrl; they are neither fetched nor decoded again and do not
+// count against image_max_per_request (they did in the request that sent
+// them), but their tokens count against the context. Without it, or for a
+// hash it lacks, such a URL is refused like any unknown scheme.
 ApiResult<std::vector<PreparedImage>> PrepareImages(const std::vector<ImagePart>& parts, const ImageUrlPolicy& policy,
-                                                    const engine::VisionConfig* vision, int max_context);
+                                                    const engine::VisionConfig* vision, int max_context,
+                                                    const StoredImages* stored = nullptr);
 
 // Adds each image to its message (engine::ChatImage), for
 // RenderChatWithImages to render as its span in place.

@@ -39,6 +39,15 @@ enum class EntryKind { kText, kReasoning, kToolCall, kToolResult, kSummary };
 std::string_view EntryKindName(EntryKind kind);
 std::optional<EntryKind> ParseEntryKind(std::string_view name);
 
+// An image of a user message or tool result, kept once by content hash
+// (stored_images.hpp): where it sits in the entry's text and what it costs.
+struct EntryImage {
+  int64_t at = 0;  // byte offset in `content`
+  std::string hash;
+  uint32_t width = 0, height = 0;
+  int64_t span_tokens = 0;  // engine::ImageSpanTokens
+};
+
 struct SessionEntry {
   int64_t seq = 0;
   engine::ChatRole role = engine::ChatRole::kUser;  // a summary's role is system
@@ -53,6 +62,7 @@ struct SessionEntry {
   std::optional<std::pair<int64_t, int64_t>> replaces;  // summary: [first_seq, last_seq]
   std::string summary_author;                           // summary: "extractive" or "model"
   std::optional<int64_t> replaced_by;                   // the summary standing for it, if any
+  std::vector<EntryImage> images;                       // user text and tool_result: their images, in order
 
   bool active() const { return !replaced_by; }
   // Bytes the entry takes in storage (the tenant's quota counts these).
@@ -70,11 +80,15 @@ using EntryTokenCounter = std::function<int64_t(const SessionEntry&)>;
 int64_t ByteEntryTokens(const SessionEntry& entry);
 
 // The entries of `messages`, numbered from `first_seq`, each with its token
-// count by `count`. System messages become system text entries.
+// count by `count`. System messages become system text entries. A user or
+// tool message's images become its entry's `images`, counted by `vision`
+// (needed when there are images).
 std::vector<SessionEntry> EntriesFromMessages(const std::vector<engine::ChatMessage>& messages, int64_t first_seq,
-                                              double now, const EntryTokenCounter& count = ByteEntryTokens);
+                                              double now, const EntryTokenCounter& count = ByteEntryTokens,
+                                              const engine::VisionConfig* vision = nullptr);
 // The messages the model sees for entries in render order
-// (ActiveInRenderOrder).
+// (ActiveInRenderOrder). An entry's images come back as ChatImages whose
+// ImageInput carries the size and hash but no pixels (the store holds those).
 std::vector<engine::ChatMessage> MessagesFromEntries(const std::vector<SessionEntry>& entries);
 // The active entries of a session (all of them, any order) in the order
 // they are rendered: system first, then summaries at the place of what they

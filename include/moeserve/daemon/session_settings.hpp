@@ -43,6 +43,9 @@ struct SessionSettings {
   // Every tenant's sessions together: below the state volume (1 GiB by
   // default) so that the usage ledger beside them always has room to commit.
   int64_t total_quota_bytes = int64_t{768} << 20;
+  // Encoded bytes of the distinct images one session keeps
+  // (session_image_max_bytes); a turn past it is refused (400).
+  int64_t image_max_bytes = int64_t{64} << 20;
   int64_t context_tokens = 0;
   int keep_exchanges = 2;
   int summary_max_tokens = 256;

@@ -9,6 +9,10 @@
 // the client saw acknowledged is on disk, and a turn is one write, so a
 // crash leaves it whole or absent, never half-written.
 //
+// Images of user messages and tool results are kept apart, once per tenant
+// and content hash (image_table.hpp): an entry names its images; deleting a
+// session (or expiring it) deletes the files no other conversation names.
+//
 // An empty path keeps the database in memory (nothing survives a restart).
 //
 // Thread safety: every method may be called from any thread; `done`
@@ -26,6 +30,7 @@
 #include "moeserve/common/status.hpp"
 #include "moeserve/daemon/session_history.hpp"
 #include "moeserve/daemon/sqlite_batch_writer.hpp"
+#include "moeserve/daemon/stored_images.hpp"
 
 struct sqlite3;
 
@@ -49,6 +54,8 @@ struct SessionRecord {
 // the context policy made for it, if any.
 struct TurnWrite {
   std::string session_id;
+  std::string tenant;                    // whose image files `images` are
+  std::vector<StoredImageFile> images;   // files the entries' images name (stored once per tenant and hash)
   std::vector<SessionEntry> entries;
   std::optional<SessionEntry> summary;  // its seq assigned
   std::vector<int64_t> replaced;        // seqs the summary replaces
@@ -86,6 +93,13 @@ class SessionStore {
   Result<std::optional<SessionRecord>> Get(const std::string& id) const;
   Result<std::vector<SessionEntry>> Entries(const std::string& id) const;  // every entry, by seq
   Result<int64_t> TenantBytes(const std::string& tenant) const;
+  // Encoded bytes of the distinct image files the session's entries name
+  // (session_image_max_bytes bounds them).
+  Result<int64_t> SessionImageBytes(const std::string& session_id) const;
+  // The tenant's image files for `hashes` (image_table.hpp); a hash it does not hold is left out.
+  Result<std::vector<StoredImageFile>> ImageFiles(const std::string& tenant, const std::vector<std::string>& hashes) const;
+  // Image files stored, over every tenant.
+  Result<int64_t> ImageFileCount() const;
   // Every tenant's sessions together, and the stored responses that share
   // the database (responses/response_store.hpp).
   Result<int64_t> TotalBytes() const;

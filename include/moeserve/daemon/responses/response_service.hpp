@@ -83,9 +83,19 @@ class ResponseService {
   static bool MarkEnded(Run& run);
   // Takes a run off this replica's list and cancels its exchange.
   void StopRun(const std::string& id, Run& run);
+  // The images of a request (stored_images.hpp): its input_image parts
+  // decoded and renamed by hash in req.messages, the previous response's
+  // decoded from the store.
+  struct ResponseImages {
+    StoredImages pixels;                 // by hash: what the chat body names
+    std::vector<StoredImageFile> files;  // what the stored row keeps, each once
+    int64_t new_bytes = 0;               // files this request sent
+  };
+  ApiResult<ResponseImages> RequestImages(ResponsesRequest& req, const nlohmann::ordered_json& history,
+                                          const ServingFacts& facts, const std::string& tenant) const;
   void Background(ResponsesRequest req, nlohmann::ordered_json history, nlohmann::ordered_json shell,
                   std::string chat_body, std::shared_ptr<HttpExchange> exchange, const Principal& who,
-                  Clock::time_point received, const RunExchange& audit_run);
+                  Clock::time_point received, const RunExchange& audit_run, ResponseImages images);
 
   SessionSettings settings_;
   std::unique_ptr<ResponseStore> store_;

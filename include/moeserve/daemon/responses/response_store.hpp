@@ -8,7 +8,9 @@
 //
 // A row keeps the response object as the API returns it and the conversation
 // up to and including its output, as chat messages (what a later request
-// with previous_response_id continues from).
+// with previous_response_id continues from). Images in the conversation are
+// named by content hash and kept apart, once per tenant (image_table.hpp);
+// deleting the last row that names one deletes it.
 //
 // Thread safety: every method may be called from any thread; `done` runs on
 // the writer thread.
@@ -32,6 +34,10 @@ struct StoredResponse {
   std::string status;                  // the response object's status
   nlohmann::ordered_json response;     // the object GET returns
   nlohmann::ordered_json conversation; // chat messages, instructions excluded
+  // The image files the conversation names (stored_images.hpp): kept once
+  // per tenant and hash, referenced by this row until it is deleted.
+  std::vector<StoredImageFile> images;
+  int64_t image_bytes = 0;  // of those, the bytes this response sent new (its quota share)
 };
 
 class ResponseStore {
@@ -51,6 +57,10 @@ class ResponseStore {
   // Fails with NotFound when the tenant has no such response.
   void Delete(std::string tenant, std::string id, Done done);
   Result<std::optional<StoredResponse>> Get(const std::string& tenant, const std::string& id) const;
+  // The tenant's image files for `hashes`; a hash it does not hold is left out.
+  Result<std::vector<StoredImageFile>> ImageFiles(const std::string& tenant, const std::vector<std::string>& hashes) const {
+    return sessions_.ImageFiles(tenant, hashes);
+  }
 
  private:
   ResponseStore(SessionStore& sessions, int64_t quota, int64_t total)
