@@ -8,7 +8,7 @@
 // stored-image URL is refused, in a session turn and on the stateless
 // endpoint) and keeps its own copy of the same picture. A session past
 // session_image_max_bytes is refused naming it; image_max_per_request is
-// per turn. Deleting the session deletes its files. A killed daemon, started
+// per turn. Deleting the session (or its expiry) deletes its files. A killed daemon, started
 // again, replays the image of an acknowledged turn. Responses chained with
 // previous_response_id replay their input_image the same way.
 #include <gtest/gtest.h>
@@ -16,7 +16,9 @@
 #include <sqlite3.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "../support/test_images.hpp"
 #include "daemon_harness.hpp"
@@ -212,6 +214,22 @@ TEST(SessionImages, LimitsApplyPerTurnAndPerSession) {
   EXPECT_EQ(third.status, 400) << third.body;
   EXPECT_NE(third.body.find("(session_image_max_bytes)"), std::string::npos) << third.body;
   EXPECT_EQ(ImageRows(s.db), (std::map<std::string, int64_t>{{"alice", 2}}));
+  s.daemon->Shutdown(1);
+}
+
+TEST(SessionImages, ExpiredSessionsTakeTheirImagesWithThem) {
+  auto s = Serve("expiry", [](DaemonConfig& cfg) { cfg.sessions.idle_seconds = 1; });
+  ASSERT_TRUE(s.daemon);
+  const std::string id = NewSession(s.port, kAlice);
+  auto turn = Turn(s.port, id, ImageMessage({DataUrl(Png(40, 24, 4))}), kAlice);
+  ASSERT_EQ(turn.status, 200) << turn.body;
+  ASSERT_EQ(ImageRows(s.db), (std::map<std::string, int64_t>{{"alice", 1}}));
+  // The sweeper deletes the idle session (every quarter of the idle time); its file goes with it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!ImageRows(s.db).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(ImageRows(s.db).empty());
+  EXPECT_EQ(Http(s.port, "GET", "/v1/sessions/" + id, "", kAlice).status, 404);
   s.daemon->Shutdown(1);
 }
 
