@@ -633,14 +633,6 @@ Status Daemon::LoadModel() {
   auto family = engine::FindFamily(model_dir);
   if (!family) return fail(family.error(), "loading model " + m.config.model);
   const std::string family_name = (*family)->name;
-  // The daemon renders chat only for these families; the engine may run
-  // others on token ids (moe-run --prompt-ids) before their chat format is
-  // served here.
-  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss" && family_name != "qwen3_next" &&
-      family_name != "deepseek_v32")
-    return fail(Error::InvalidArgument("the daemon has no chat format for " + family_name +
-                                       " models yet (moe-run --prompt-ids runs them on token ids)"),
-                "loading model " + m.config.model);
   engine::EngineOptions o;
   o.max_running = m.config.max_running;
   o.max_waiting = m.config.max_queue;
@@ -658,25 +650,33 @@ Status Daemon::LoadModel() {
   o.threads = m.config.threads;
   o.max_context = m.config.max_context;
   // Expert parallelism from the operator's variables: this rank's slice of
-  // the experts; a follower runs no engine of its own.
+  // the experts. Families on the shared layer graph split them (moe-dsa-v1,
+  // deepseek_v32); the others' loaders refuse a slice.
   auto group = engine::ExpertGroupSettingsFromEnv();
   if (!group) return fail(group.error(), "expert-parallel settings");
   o.ep_rank = group->rank;
   o.ep_world = group->world;
-  if (group->enabled() && family_name != "moe-dsa-v1")
-    return fail(Error::InvalidArgument("expert parallelism is not supported for " + family_name + " models"),
+  // A follower runs no engine and renders no chat: it loads its slice as
+  // rank 0 loads the model and runs rank 0's passes.
+  if (group->enabled() && group->rank > 0) {
+    auto follower = ExpertParallel::Follow(*group, model_dir, o, m.readiness, m.metrics);
+    if (!follower) return fail(follower.error(), "following expert-parallel rank 0 with " + family_name + " model " + m.config.model);
+    m.ep = std::move(*follower);
+    log::Info("moe-daemon: expert-parallel rank " + std::to_string(group->rank) + " of " + std::to_string(group->world) +
+              " (" + family_name + "), following rank 0 at " + group->master_addr);
+    return Ok();
+  }
+  // The daemon renders chat only for these families; the engine may run
+  // others on token ids (moe-run --prompt-ids) before their chat format is
+  // served here.
+  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss" && family_name != "qwen3_next" &&
+      family_name != "deepseek_v32")
+    return fail(Error::InvalidArgument("the daemon has no chat format for " + family_name +
+                                       " models yet (moe-run --prompt-ids runs them on token ids)"),
                 "loading model " + m.config.model);
   if (family_name == "moe-dsa-v1") {
     auto dir = engine::OpenModelDir(model_dir);
     if (!dir) return fail(dir.error(), "loading model " + m.config.model);
-    if (group->enabled() && group->rank > 0) {
-      auto follower = ExpertParallel::Follow(*group, *dir, o, m.readiness, m.metrics);
-      if (!follower) return fail(follower.error(), "following expert-parallel rank 0");
-      m.ep = std::move(*follower);
-      log::Info("moe-daemon: expert-parallel rank " + std::to_string(group->rank) + " of " + std::to_string(group->world) +
-                ", following rank 0 at " + group->master_addr);
-      return Ok();
-    }
     auto eng = engine::Engine::Create(*dir, o);
     if (!eng) return fail(eng.error(), "starting the engine on " + m.config.model);
     m.engine = std::move(*eng);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -23,12 +24,13 @@ struct ExpertParallel::Impl {
   prometheus::Counter* failures = nullptr;
   prometheus::Family<prometheus::Counter>* rank_tokens = nullptr;
   prometheus::Gauge* imbalance = nullptr;
+  prometheus::Gauge* routed_bytes = nullptr;
 
   std::mutex mu;  // guards the last-seen totals
   uint64_t last_formations = 0, last_failures = 0;
   std::vector<uint64_t> last_rank_tokens;
 
-  void Register(DaemonMetrics& metrics) {
+  void Register(DaemonMetrics& metrics, const engine::Model& held) {
     auto& reg = metrics.registry();
     auto gauge = [&](const char* name, const char* help) {
       return &prometheus::BuildGauge().Name(name).Help(help).Register(reg).Add({});
@@ -42,8 +44,11 @@ struct ExpertParallel::Impl {
     degraded = gauge("moe_ep_group_degraded", "1 after a rank was lost, until the group is whole again");
     formations = counter("moe_ep_group_formations_total", "Times the expert-parallel group connected");
     failures = counter("moe_ep_group_failures_total", "Times the expert-parallel group broke (a rank died or timed out)");
+    routed_bytes = gauge("moe_ep_routed_expert_bytes",
+                         "Bytes of routed-expert weights this rank holds (its slice: 1/world of the model's)");
     world->Set(settings.world);
     rank->Set(settings.rank);
+    routed_bytes->Set(static_cast<double>(held.routed_expert_bytes()));
     if (settings.rank == 0) {
       rank_tokens = &prometheus::BuildCounter()
                          .Name("moe_expert_rank_tokens_total")
@@ -93,7 +98,7 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Lead(const engine::Exper
                                                              std::atomic<bool>& serving, DaemonMetrics& metrics) {
   auto impl = std::make_unique<Impl>();
   impl->settings = settings;
-  impl->Register(metrics);
+  impl->Register(metrics, engine.model());
   Impl* p = impl.get();
   auto listener = [p, &readiness, &serving, settings](const engine::ExpertGroupStatus& s) {
     p->OnStatus(s);
@@ -105,17 +110,16 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Lead(const engine::Exper
 }
 
 Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Follow(const engine::ExpertGroupSettings& settings,
-                                                               const engine::ModelDir& dir, const engine::EngineOptions& o,
+                                                               const std::string& model_dir, const engine::EngineOptions& o,
                                                                Readiness& readiness, DaemonMetrics& metrics) {
   auto impl = std::make_unique<Impl>();
   impl->settings = settings;
   kernels::RequestDefaultThreadPoolSize(o.threads);
-  engine::ModelOptions mo;
-  mo.kernels = o.kernels;
-  mo.experts = o.experts;
+  // Rank 0's model options (its engine's), this rank's slice.
+  engine::ModelOptions mo = engine::ModelOptionsFor(o);
   mo.ep_rank = settings.rank;
   mo.ep_world = settings.world;
-  MOE_ASSIGN_OR_RETURN(impl->model, engine::Model::Load(dir, mo));
+  MOE_ASSIGN_OR_RETURN(impl->model, engine::LoadLayerGraph(model_dir, mo));
   if (o.block_tokens <= 0 || o.cache_tokens < o.block_tokens)
     return Fail(Error::InvalidArgument("engine options: block_tokens and cache_tokens must be positive"));
   try {
@@ -124,7 +128,7 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Follow(const engine::Exp
   } catch (const std::bad_alloc&) {
     return Fail(Error::ResourceExhausted("KV cache pool of " + std::to_string(o.cache_tokens) + " tokens could not be allocated"));
   }
-  impl->Register(metrics);
+  impl->Register(metrics, *impl->model);
   Impl* p = impl.get();
   auto listener = [p, &readiness, settings](const engine::ExpertGroupStatus& s) {
     p->OnStatus(s);

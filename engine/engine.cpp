@@ -95,8 +95,6 @@ struct Engine::Impl {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-namespace {
-
 ModelOptions ModelOptionsFor(const EngineOptions& options) {
   ModelOptions mo;
   mo.kernels = options.kernels;
@@ -108,8 +106,6 @@ ModelOptions ModelOptionsFor(const EngineOptions& options) {
   mo.ep_world = options.ep_world;
   return mo;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelDir& model_dir, const EngineOptions& options) {
   MOE_TRY(ValidateEngineOptions(options));
@@ -163,6 +159,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
   impl->model = std::move(parts.model);
   impl->layer_graph = dynamic_cast<const Model*>(impl->model.get());
   impl->chat = std::move(parts.chat);
+  // The group (ExpertGroup, Model::SetGroup) is formed on the layer graph:
+  // a family with its own forward pass holds every expert or refuses the slice.
+  if (options.ep_world > 1 && !impl->layer_graph)
+    return Fail(Error::InvalidArgument("expert parallelism is not supported for " + impl->chat->family() +
+                                       " models: only families on the shared layer graph (moe-dsa-v1, deepseek_v32) "
+                                       "split their experts"));
   const int64_t blocks = options.cache_tokens / options.block_tokens;
   try {
     impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());

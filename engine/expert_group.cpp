@@ -115,6 +115,7 @@ struct ExpertGroup::Impl {
       status.detail = std::move(detail);
       copy = status;
     }
+    cv.notify_all();  // WaitConnected
     log::Info("expert-parallel rank " + std::to_string(settings.rank) + "/" + std::to_string(settings.world) + ": " + copy.name() +
               (copy.detail.empty() ? "" : " (" + copy.detail + ")"));
     if (listener) listener(copy);
@@ -236,6 +237,33 @@ Result<std::unique_ptr<ExpertGroup>> ExpertGroup::Follow(const ExpertGroupSettin
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->FollowLoop(); });
   return std::unique_ptr<ExpertGroup>(new ExpertGroup(std::move(impl)));
+}
+
+Status ExpertGroup::FollowOnce(const ExpertGroupSettings& settings, const Model& model, KvPool& pool,
+                               std::chrono::milliseconds wait) {
+  if (settings.rank == 0) return Fail(Error::InvalidArgument("expert-parallel rank 0 leads; it does not follow"));
+  if (model.ep_world() != settings.world || model.ep_rank() != settings.rank)
+    return Fail(Error::InvalidArgument("the model was loaded for another expert-parallel rank or world"));
+  Impl impl;
+  impl.settings = settings;
+  impl.model = &model;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (!impl.Join()) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Fail(Error::Unavailable("expert-parallel rank " + std::to_string(settings.rank) + ": rank 0 at " +
+                                     settings.master_addr + ":" + std::to_string(settings.rendezvous_port) +
+                                     " did not form the group in time"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const std::atomic<bool> never{false};
+  Status st = model.Follow(pool, never);
+  impl.Disconnect();
+  return st;
+}
+
+bool ExpertGroup::WaitConnected(std::chrono::milliseconds wait) const {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  return impl_->cv.wait_for(lock, wait, [&] { return impl_->status.state == ExpertGroupStatus::State::kConnected; });
 }
 
 void ExpertGroup::Stop() {

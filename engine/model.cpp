@@ -80,6 +80,7 @@ Result<std::vector<float>> Model::EmbedImage(const ImageInput& image) const {
 }
 
 size_t Model::resident_weight_bytes() const { return ResidentWeightBytes(*weights_); }
+size_t Model::routed_expert_bytes() const { return RoutedExpertBytes(*weights_); }
 
 ExpertParallelStats Model::expert_parallel_stats() const {
   std::lock_guard<std::mutex> lock(ep_mu_);

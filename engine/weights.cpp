@@ -256,4 +256,10 @@ size_t ResidentWeightBytes(const ModelWeights& w) {
   return total;
 }
 
+size_t RoutedExpertBytes(const ModelWeights& w) {
+  size_t total = 0;
+  for (const LayerWeights& l : w.layers) total += l.w13.bytes() + l.w2e.bytes();
+  return total;
+}
+
 }  // namespace moeserve::engine

@@ -108,5 +108,8 @@ Result<ModelWeights> LoadWeights(TensorSource& source, const ModelConfig& config
 // What the loaded weights keep in memory (BF16 arena reserved, fp32 copies,
 // experts).
 size_t ResidentWeightBytes(const ModelWeights& weights);
+// Of those, the routed experts' (w13 and w2 of every MoE layer): the part
+// expert parallelism divides among the ranks.
+size_t RoutedExpertBytes(const ModelWeights& weights);
 
 }  // namespace moeserve::engine

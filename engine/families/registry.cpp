@@ -12,6 +12,7 @@
 #include "families/gpt_oss/family.hpp"
 #include "families/moe_dsa_v1/family.hpp"
 #include "families/qwen3_next/family.hpp"
+#include "moeserve/engine/model.hpp"
 
 namespace moeserve::engine {
 
@@ -52,6 +53,17 @@ Result<const FamilyEntry*> FindFamily(const std::string& dir) {
   for (const FamilyEntry& f : kFamilies)
     if (f.matches(probe)) return &f;
   return &kFamilies[std::size(kFamilies) - 1];
+}
+
+Result<std::unique_ptr<Model>> LoadLayerGraph(const std::string& dir, const ModelOptions& options) {
+  MOE_ASSIGN_OR_RETURN(const FamilyEntry* family, FindFamily(dir));
+  MOE_ASSIGN_OR_RETURN(FamilyParts parts, family->load(dir, options));
+  auto* graph = dynamic_cast<Model*>(parts.model.get());
+  if (!graph)
+    return Fail(Error::InvalidArgument(dir + ": the " + std::string(family->name) +
+                                       " family does not run on the shared layer graph (expert parallelism needs it)"));
+  parts.model.release();
+  return std::unique_ptr<Model>(graph);
 }
 
 }  // namespace moeserve::engine

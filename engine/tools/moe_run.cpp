@@ -25,6 +25,17 @@
 // that they route to different experts), and it prints the decode tokens/s
 // of all of them together against the single sequence's.
 //
+// Expert parallelism (docs/expert-parallel.md) for models on the shared
+// layer graph (moe-dsa-v1, DeepSeek-V3.2): the daemon's variables
+// (MOE_NUM_NODES, MOE_NODE_RANK, MOE_MASTER_ADDR, MOE_GROUP_SECRET or
+// MOE_GROUP_SECRET_FILE, MOE_RENDEZVOUS_PORT, MOE_POD_IP, ...) make each
+// process one rank of a Gloo group, every rank given the same arguments.
+// Rank 0 loads its slice of the experts, waits up to five minutes for the
+// others, runs the prompt and prints as a single process does; the other
+// ranks load their slices, run rank 0's passes and exit when it is done.
+// Every rank prints on stderr the weight bytes it holds and how many of
+// them are routed experts.
+//
 // With --read-bw (the machine's read bandwidth, as bench_roofline measures
 // it) it also prints decode speed as a fraction of the memory roofline:
 // read bandwidth / bytes of weights read per decoded token. "auto" measures
@@ -44,8 +55,11 @@
 
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/expert_group.hpp"
 #include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
+#include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/engine/tokenizer.hpp"
@@ -118,6 +132,46 @@ double PeakRssBytes() {
     if (std::sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
   std::fclose(f);
   return kb * 1024;
+}
+
+// How long rank 0 waits for the others to load and join, and a follower
+// for rank 0 to form the group.
+constexpr std::chrono::minutes kGroupWait{5};
+
+// What this rank's model holds (stderr: --print-ids keeps stdout one line).
+void PrintHeld(const Model& model) {
+  std::string who;
+  if (model.ep_world() > 1)
+    who = "expert-parallel rank " + std::to_string(model.ep_rank()) + " of " + std::to_string(model.ep_world()) + ": ";
+  std::fprintf(stderr, "moe-run: %sweights held: %zu bytes, of which routed experts %zu bytes\n", who.c_str(),
+               model.resident_weight_bytes(), model.routed_expert_bytes());
+}
+
+// Ranks > 0: this rank's slice, loaded as rank 0's engine loads the model,
+// and rank 0's passes until it stops the group.
+int RunFollower(const std::string& dir, const EngineOptions& eo, const ExpertGroupSettings& group) {
+  kernels::RequestDefaultThreadPoolSize(eo.threads);
+  auto model = LoadLayerGraph(dir, ModelOptionsFor(eo));
+  if (!model) return std::fprintf(stderr, "moe-run: %s\n", model.error().ToString().c_str()), 1;
+  PrintHeld(**model);
+  KvPool pool(eo.cache_tokens / eo.block_tokens, eo.block_tokens, (*model)->cache_floats_per_token());
+  auto st = ExpertGroup::FollowOnce(group, **model, pool, kGroupWait);
+  if (!st) return std::fprintf(stderr, "moe-run: %s\n", st.error().ToString().c_str()), 1;
+  return 0;
+}
+
+// Rank 0 of a group: leads once every rank joined (null without a group).
+// Destroying the result stops the followers, so it must go before the engine.
+Result<std::unique_ptr<ExpertGroup>> LeadGroup(const Engine& engine, const ExpertGroupSettings& group) {
+  const auto* model = dynamic_cast<const Model*>(&engine.family_model());
+  if (model) PrintHeld(*model);
+  if (!group.enabled()) return std::unique_ptr<ExpertGroup>();
+  MOE_ASSIGN_OR_RETURN(auto lead, ExpertGroup::Lead(group, engine.model(), nullptr));
+  if (!lead->WaitConnected(kGroupWait))
+    return Fail(Error::Unavailable("expert-parallel group: not every one of the " + std::to_string(group.world) +
+                                   " ranks joined within " + std::to_string(kGroupWait.count()) + " minutes (" +
+                                   lead->status().detail + ")"));
+  return lead;
 }
 
 // gpt-oss: greedy decode of max_tokens after the prompt on the serving
@@ -241,10 +295,13 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
 // as Qwen3-Next): the shared engine on token ids, greedy or sampled; prints
 // the ids, or the text-free summary with prefill and decode speeds.
 int RunFamily(const std::string& dir, const std::string& family, const std::vector<int>& prompt, int max_tokens,
-              bool ignore_eos, bool print_ids, const EngineOptions& eo, const SamplingParams& sampling) {
+              bool ignore_eos, bool print_ids, const EngineOptions& eo, const SamplingParams& sampling,
+              const ExpertGroupSettings& group) {
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = Engine::Open(dir, eo);
   if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
+  auto lead = LeadGroup(**engine, group);
+  if (!lead) return std::fprintf(stderr, "moe-run: %s\n", lead.error().ToString().c_str()), 1;
   const auto t_loaded = std::chrono::steady_clock::now();
   GenerationRequest req;
   req.prompt = prompt;
@@ -346,6 +403,8 @@ int main(int argc, char** argv) {
   const bool gpt_oss = std::string((*family)->name) == "gpt-oss";
   if (batch > 1 && !gpt_oss) return Usage("--batch is for gpt-oss models");
   if (gpt_oss) {
+    if (std::getenv("MOE_NUM_NODES") && std::string(std::getenv("MOE_NUM_NODES")) != "1")
+      return Usage("expert parallelism is not supported for gpt-oss models (MOE_NUM_NODES is set)");
     if (prompt_ids.empty()) return Usage("gpt-oss models take --prompt-ids (no chat template here)");
     if (temperature != 0.0) return Usage("gpt-oss models decode greedily only (--temperature 0)");
     if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
@@ -355,25 +414,8 @@ int main(int argc, char** argv) {
                      kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, bf16_activations, read_bw,
                      read_bw_auto, static_cast<int>(batch));
   }
-  if (std::string((*family)->name) != "moe-dsa-v1") {
-    if (prompt_ids.empty()) return Usage(std::string((*family)->name) + " models take --prompt-ids (no chat template here)");
-    EngineOptions eo;
-    eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
-    eo.bf16_activations = bf16_activations;
-    eo.decode_activation_bits = static_cast<int>(decode_bits);
-    eo.deterministic = deterministic;
-    eo.experts = expert_format;
-    eo.cache_tokens = 1 << 15;
-    SamplingParams sp;
-    sp.temperature = static_cast<float>(temperature);
-    sp.top_p = static_cast<float>(top_p);
-    sp.top_k = static_cast<int>(top_k);
-    sp.seed = static_cast<uint64_t>(seed);
-    return RunFamily(model_path, (*family)->name, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids, eo, sp);
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  auto dir = OpenModelDir(model_path);
-  if (!dir) return std::fprintf(stderr, "moe-run: %s\n", dir.error().ToString().c_str()), 1;
+  // The same options on every rank of a group: the followers' cache pool
+  // must have rank 0's geometry.
   EngineOptions eo;
   eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
   eo.bf16_activations = bf16_activations;
@@ -381,8 +423,29 @@ int main(int argc, char** argv) {
   eo.deterministic = deterministic;
   eo.experts = expert_format;
   eo.cache_tokens = 1 << 15;
+  auto group = ExpertGroupSettingsFromEnv();
+  if (!group) return std::fprintf(stderr, "moe-run: expert-parallel settings: %s\n", group.error().ToString().c_str()), 1;
+  eo.ep_rank = group->rank;
+  eo.ep_world = group->world;
+  if (group->enabled() && deterministic) return Usage("--deterministic is not available with expert parallelism");
+  if (group->enabled() && group->rank > 0) return RunFollower(model_path, eo, *group);
+  if (std::string((*family)->name) != "moe-dsa-v1") {
+    if (prompt_ids.empty()) return Usage(std::string((*family)->name) + " models take --prompt-ids (no chat template here)");
+    SamplingParams sp;
+    sp.temperature = static_cast<float>(temperature);
+    sp.top_p = static_cast<float>(top_p);
+    sp.top_k = static_cast<int>(top_k);
+    sp.seed = static_cast<uint64_t>(seed);
+    return RunFamily(model_path, (*family)->name, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids, eo, sp,
+                     *group);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto dir = OpenModelDir(model_path);
+  if (!dir) return std::fprintf(stderr, "moe-run: %s\n", dir.error().ToString().c_str()), 1;
   auto engine = Engine::Create(*dir, eo);
   if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
+  auto lead = LeadGroup(**engine, *group);
+  if (!lead) return std::fprintf(stderr, "moe-run: %s\n", lead.error().ToString().c_str()), 1;
   std::unique_ptr<kernels::ReadBandwidthProbe> probe;
   constexpr int kProbeEverySteps = 8;
   const auto probe_for = [&](double seconds) {

@@ -5,7 +5,9 @@
 // from rank 0) must give the single-process logits within model.md section
 // 10 (1e-4 * max|ref| per row) and identical tokens, on every rank: for the
 // tiny preset, a 32-expert variant, a gate bias that sends most pairs to
-// the last rank's experts, and BF16 experts (world 2).
+// the last rank's experts, BF16 experts (world 2) and a DeepSeek-V3.2
+// directory as published (world 2). Every rank holds exactly 1/world of
+// the routed experts' bytes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -40,6 +42,7 @@ struct RankOutput {
   std::vector<float> logits;  // prefill rows of both sequences, then each decode step's two rows
   std::vector<int> tokens;    // decoded tokens, both sequences interleaved
   uint64_t resident = 0;
+  uint64_t routed = 0;  // routed-expert bytes held
   std::vector<uint64_t> rank_rows;
 };
 
@@ -51,6 +54,7 @@ void Write(const std::string& path, const RankOutput& o) {
   nlohmann::json j;
   j["tokens"] = o.tokens;
   j["resident"] = o.resident;
+  j["routed"] = o.routed;
   j["rank_rows"] = o.rank_rows;
   std::ofstream(path + ".json") << j.dump();
   std::ofstream(path + ".f32", std::ios::binary)
@@ -64,6 +68,7 @@ RankOutput Read(const std::string& path) {
   auto j = nlohmann::json::parse(jf);
   o.tokens = j["tokens"].get<std::vector<int>>();
   o.resident = j["resident"];
+  o.routed = j["routed"];
   o.rank_rows = j["rank_rows"].get<std::vector<uint64_t>>();
   std::ifstream lf(path + ".f32", std::ios::binary | std::ios::ate);
   o.logits.resize(static_cast<size_t>(lf.tellg()) / 4);
@@ -142,6 +147,7 @@ int RunRank(const std::string& model_path, int world, int rank, int port, const 
     if (!step(ta, tb, false)) return 15;
   }
   res.resident = (*model)->resident_weight_bytes();
+  res.routed = (*model)->routed_expert_bytes();
   res.rank_rows = (*model)->expert_parallel_stats().rank_rows;
   Write(out, res);
   return 0;
@@ -195,6 +201,7 @@ RankOutput RunGroup(const std::string& model, const std::string& tag, int world)
   RankOutput root = Read(OutPath(tag, world, 0));
   for (int r = 1; r < ranks; ++r) {
     RankOutput other = Read(OutPath(tag, world, r));
+    EXPECT_EQ(other.routed, root.routed) << "rank " << r << " holds another share of the routed experts than rank 0";
     EXPECT_EQ(other.tokens, root.tokens) << "rank " << r << " decoded differently from rank 0";
     EXPECT_EQ(other.logits, root.logits) << "rank " << r << " computed other logits than rank 0";
   }
@@ -221,9 +228,12 @@ void CheckWorlds(const std::string& model, const std::string& tag, int V, std::v
   RankOutput ref = RunGroup(model, tag, 0);
   ASSERT_EQ(ref.tokens.size(), static_cast<size_t>(2 * (kDecode + 1)));
   uint64_t prev_resident = ref.resident;
+  ASSERT_GT(ref.routed, 0u);
   for (int W : worlds) {
     RankOutput got = RunGroup(model, tag, W);
     ExpectSameAsOneProcess(ref, got, V, tag + " world " + std::to_string(W));
+    // Each rank holds exactly its 1/W of the routed experts.
+    EXPECT_EQ(got.routed * static_cast<uint64_t>(W), ref.routed) << tag << " world " << W;
     // Each rank keeps only its experts: strictly less as the world grows.
     if (W > 1) {
       EXPECT_LT(got.resident, prev_resident) << "world " << W;
@@ -261,7 +271,8 @@ TEST(ExpertParallel, Bf16ExpertsAtWorldSize2) {
 
 // A DeepSeek-V3.2 directory as published (FP8 block-scaled shards, sigmoid
 // group-limited routing, shared experts, DSA) splits its routed experts the
-// same way once converted onto the graph.
+// same way once converted onto the graph: each rank holds half of the
+// routed experts' bytes.
 TEST(ExpertParallel, DeepseekV32PublishedLayoutAtWorldSize2) {
   const char* src = std::getenv("MOESERVE_SOURCE_DIR");
   const std::string root = src ? src : MOESERVE_SOURCE_DIR_DEFAULT;

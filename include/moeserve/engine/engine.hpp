@@ -177,6 +177,12 @@ struct EngineOptions {
   int ep_rank = 0, ep_world = 1;
 };
 
+// The model options an engine with these options loads its model with (the
+// kernels, activations and expert-parallel slice): an expert-parallel
+// follower loads its model with the same ones as rank 0's engine.
+struct ModelOptions;
+ModelOptions ModelOptionsFor(const EngineOptions& options);
+
 struct PrefixCacheStats {
   int64_t bytes = 0;        // kv_bytes + state_bytes: what the cache keeps alive
   int64_t kv_bytes = 0;     // KV pool blocks the cache holds references on, each counted once

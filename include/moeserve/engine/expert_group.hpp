@@ -70,10 +70,17 @@ class ExpertGroup {
   // Ranks > 0; the pool has rank 0's geometry (same cache_tokens, block_tokens).
   static Result<std::unique_ptr<ExpertGroup>> Follow(const ExpertGroupSettings& settings, const Model& model, KvPool& pool,
                                                     Listener listener);
+  // A follower for one run (moe-run's ranks > 0): joins (attempts repeated
+  // until `wait` has passed), runs rank 0's passes, and returns Ok when rank
+  // 0 stops the group; kUnavailable when it never formed or broke.
+  static Status FollowOnce(const ExpertGroupSettings& settings, const Model& model, KvPool& pool,
+                           std::chrono::milliseconds wait);
   ~ExpertGroup();
   // Rank 0 tells the followers to stop; then the thread ends. Idempotent.
   void Stop();
   ExpertGroupStatus status() const;
+  // Blocks until the group is connected (true) or `wait` has passed (false).
+  bool WaitConnected(std::chrono::milliseconds wait) const;
 
   struct Impl;
 

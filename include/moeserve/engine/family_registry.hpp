@@ -8,6 +8,7 @@
 // entry claims goes to moe-dsa-v1, whose loader then says what is wrong.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 namespace moeserve::engine {
 
 struct ModelOptions;  // model.hpp: kernels, activations, expert-parallel slice
+class Model;         // model.hpp: the shared layer graph
 
 // What the registry reads of DIR/config.json to choose a family.
 struct ConfigProbe {
@@ -41,5 +43,12 @@ Result<ConfigProbe> ProbeConfig(const std::string& dir);
 
 // The family that serves DIR.
 Result<const FamilyEntry*> FindFamily(const std::string& dir);
+
+// DIR's model loaded by its family, for a family whose model runs on the
+// shared layer graph (moe-dsa-v1, deepseek_v32): what an expert-parallel
+// follower runs, loaded exactly as rank 0's engine loads it (same
+// conversion, same options) but holding only options.ep_rank's experts.
+// Other families fail with kInvalidArgument naming the family.
+Result<std::unique_ptr<Model>> LoadLayerGraph(const std::string& dir, const ModelOptions& options);
 
 }  // namespace moeserve::engine

@@ -172,6 +172,9 @@ class Model final : public FamilyModel {
   // Bytes the loaded weights keep in memory on this rank (its experts only
   // under expert parallelism).
   size_t resident_weight_bytes() const;
+  // Of those, the routed experts' bytes: under expert parallelism this
+  // rank's slice, 1/world of the model's.
+  size_t routed_expert_bytes() const;
   // Expert parallelism: this rank, the world size (1 without), and the stats.
   int ep_rank() const { return ep_rank_; }
   int ep_world() const { return ep_world_; }

@@ -1,0 +1,246 @@
+// Expert parallelism for DeepSeek-V3.2 as published (a tiny random
+// checkpoint in the exact Hugging Face layout: FP8 block-scaled shards with
+// their index, sigmoid group-limited routing, shared experts, DSA), at world
+// size 2 over Gloo on loopback, configured only by the operator's variables:
+//   - moe-run at world 1 gives the reference greedy ids;
+//   - moe-run rank 0 with moe-run rank 1 gives the same ids;
+//   - moe-run rank 0 with moe-daemon as rank 1 (the daemon's follower path,
+//     loading its slice through the family) gives the same ids again;
+//   - two moe-daemon ranks answer a greedy chat completion exactly as one
+//     moe-daemon does;
+// and every rank holds exactly half of the routed experts' bytes (the
+// figure moe-run prints on stderr, and the follower daemon's
+// moe_ep_routed_expert_bytes).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "daemon_harness.hpp"
+
+namespace moeserve::daemon::testing {
+namespace {
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+const std::string kSecret = "deepseek-expert-parallel-secret!";
+const std::string kPrompt = "0,17,4000,99,128000,7,7,23,5000,61,8,900";
+
+std::string BinaryDir() {
+  const char* bin = std::getenv("MOESERVE_BINARY_DIR");
+  return bin ? bin : MOESERVE_BINARY_DIR_DEFAULT;
+}
+
+// A child process whose stdout and stderr go to files; killed when it goes
+// out of scope still running (a failed assertion leaves nothing behind).
+struct Child {
+  pid_t pid = -1;
+  std::string out, err;
+
+  Child() = default;
+  Child(Child&& o) noexcept : pid(o.pid), out(std::move(o.out)), err(std::move(o.err)) { o.pid = -1; }
+  Child& operator=(Child&&) = delete;
+  ~Child() { Kill(); }
+
+  static Child Spawn(std::vector<std::string> args, const Env& env, const std::string& prefix) {
+    Child c;
+    c.out = prefix + ".out";
+    c.err = prefix + ".err";
+    c.pid = ::fork();
+    if (c.pid == 0) {
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      const int o = ::open(c.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int e = ::open(c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(o, 1);
+      ::dup2(e, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(args[0].c_str(), argv.data());
+      std::_Exit(127);
+    }
+    return c;
+  }
+  // The exit code, or -1 when it did not end within `wait` (then killed).
+  int Wait(std::chrono::seconds wait) {
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    Kill();
+    return -1;
+  }
+  void Kill() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+  std::string Out() const { return Slurp(out); }
+  std::string Err() const { return Slurp(err); }
+  static std::string Slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+};
+
+Env GroupEnv(int rank, int rendezvous_port) {
+  return {{"MOE_NUM_NODES", "2"},          {"MOE_NODE_RANK", std::to_string(rank)},
+          {"MOE_MASTER_ADDR", "127.0.0.1"}, {"MOE_LOCAL_RANKS", "1"},
+          {"MOE_RENDEZVOUS_PORT", std::to_string(rendezvous_port)},
+          {"MOE_GROUP_SECRET", kSecret},    {"MOE_POD_IP", "127.0.0.1"},
+          {"MOE_GROUP_TIMEOUT_MS", "20000"}};
+}
+
+std::vector<std::string> MoeRun(const std::string& model) {
+  return {BinaryDir() + "/engine/moe-run", "--model", model, "--prompt-ids", kPrompt, "--print-ids",
+          "--max-tokens", "8", "--ignore-eos"};
+}
+
+// "moe-run: ...weights held: A bytes, of which routed experts B bytes" -> B.
+uint64_t RoutedBytes(const std::string& err) {
+  std::smatch m;
+  static const std::regex re("routed experts ([0-9]+) bytes");
+  if (!std::regex_search(err, m, re)) return 0;
+  return std::stoull(m[1]);
+}
+
+std::vector<std::string> Daemon(const std::string& model, int http, const std::string& state) {
+  std::filesystem::create_directories(state);
+  return {BinaryDir() + "/daemon/moe-daemon", "serve", "--model", model, "--port", std::to_string(http),
+          "--served-model-name", "ds32", "--threads", "1", "--max-context", "4096", "--ledger-path",
+          state + "/usage.sqlite3"};
+}
+
+// Polls until /readyz answers 200 (true) or the process exits or 120 s pass.
+bool WaitReady(int port, Child& c) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Http(port, "GET", "/readyz").status == 200) return true;
+    if (::waitpid(c.pid, nullptr, WNOHANG) == c.pid) return c.pid = -1, false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string Answer(int port) {
+  json body = {{"model", "ds32"}, {"messages", UserTurn("Which rank holds expert 5?")}, {"max_tokens", 12},
+               {"temperature", 0}};
+  auto r = Chat(port, body);
+  auto j = json::parse(r.body, nullptr, false);
+  if (r.status != 200 || j.is_discarded() || !j.contains("choices")) return "<" + std::to_string(r.status) + ": " + r.body + ">";
+  const auto& msg = j["choices"][0]["message"];
+  return msg.value("reasoning_content", std::string()) + "|" +
+         (msg["content"].is_string() ? msg["content"].get<std::string>() : "") + "|" + msg.value("tool_calls", json()).dump();
+}
+
+double Metric(int port, const std::string& name) {
+  auto r = Http(port, "GET", "/metrics");
+  std::istringstream in(r.body);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  return -1;
+}
+
+class ExpertParallelDeepseek : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    work_ = ::testing::TempDir() + "/moe_ep_ds32_" + std::to_string(::getpid());
+    std::filesystem::remove_all(work_);
+    std::filesystem::create_directories(work_);
+    model_ = work_ + "/model";
+    const std::string write = "/usr/bin/python3 " + SourceRoot() + "/tools/reference/families/deepseek_v32.py write --out " +
+                              model_ + " --layers 3 --index-topk 8 --seed 4";
+    ASSERT_EQ(std::system(write.c_str()), 0) << write;
+  }
+  void TearDown() override { std::filesystem::remove_all(work_); }
+
+  std::string work_, model_;
+};
+
+TEST_F(ExpertParallelDeepseek, MoeRunAndTheDaemonMatchOneProcessWithHalfTheExperts) {
+  // World 1: the reference ids and the whole model's routed-expert bytes.
+  Child solo = Child::Spawn(MoeRun(model_), {}, work_ + "/solo");
+  ASSERT_EQ(solo.Wait(std::chrono::seconds(120)), 0) << solo.Err();
+  const std::string want = solo.Out();
+  ASSERT_EQ(std::count(want.begin(), want.end(), ','), 7) << "expected 8 ids: " << want;
+  const uint64_t all = RoutedBytes(solo.Err());
+  ASSERT_GT(all, 0u) << solo.Err();
+
+  // moe-run as both ranks.
+  {
+    const int rdv = FreeLoopbackPort();
+    Child r1 = Child::Spawn(MoeRun(model_), GroupEnv(1, rdv), work_ + "/run_r1");
+    Child r0 = Child::Spawn(MoeRun(model_), GroupEnv(0, rdv), work_ + "/run_r0");
+    const int rc0 = r0.Wait(std::chrono::seconds(180));
+    const int rc1 = r1.Wait(std::chrono::seconds(60));
+    ASSERT_EQ(rc0, 0) << r0.Err();
+    ASSERT_EQ(rc1, 0) << r1.Err();
+    EXPECT_EQ(r0.Out(), want) << "two moe-run ranks decoded differently from one process";
+    EXPECT_EQ(r1.Out(), "") << "a follower prints no ids";
+    EXPECT_NE(r0.Err().find("expert-parallel rank 0 of 2"), std::string::npos) << r0.Err();
+    EXPECT_NE(r1.Err().find("expert-parallel rank 1 of 2"), std::string::npos) << r1.Err();
+    EXPECT_EQ(RoutedBytes(r0.Err()) * 2, all) << r0.Err();
+    EXPECT_EQ(RoutedBytes(r1.Err()) * 2, all) << r1.Err();
+  }
+
+  // moe-daemon follows as rank 1 (the daemon's follower path), moe-run leads.
+  {
+    const int rdv = FreeLoopbackPort(), http = FreeLoopbackPort();
+    std::filesystem::create_directories(work_ + "/daemon");
+    // The follower's cache pool has moe-run's geometry (32768 tokens in blocks of 16).
+    Child d1 = Child::Spawn({BinaryDir() + "/daemon/moe-daemon", "serve", "--model", model_, "--port", std::to_string(http),
+                             "--served-model-name", "ds32", "--threads", "1", "--cache-tokens", "32768", "--block-tokens",
+                             "16", "--ledger-path", work_ + "/daemon/usage.sqlite3"},
+                            GroupEnv(1, rdv), work_ + "/daemon_r1");
+    Child r0 = Child::Spawn(MoeRun(model_), GroupEnv(0, rdv), work_ + "/lead_r0");
+    const int rc0 = r0.Wait(std::chrono::seconds(180));
+    EXPECT_EQ(rc0, 0) << r0.Err() << "\nfollower daemon:\n" << d1.Err();
+    EXPECT_EQ(r0.Out(), want) << "moe-run with a moe-daemon follower decoded differently from one process";
+    EXPECT_EQ(Metric(http, "moe_ep_world_size"), 2);
+    EXPECT_EQ(Metric(http, "moe_ep_routed_expert_bytes") * 2, static_cast<double>(all)) << d1.Err();
+    EXPECT_GE(Metric(http, "moe_ep_group_formations_total"), 1);
+    d1.Kill();
+  }
+
+  // Two daemons: rank 0 serves the chat API, rank 1 follows.
+  std::string one;
+  {
+    const int http = FreeLoopbackPort();
+    Child solo_daemon = Child::Spawn(Daemon(model_, http, work_ + "/solo_daemon"), {}, work_ + "/solo_daemon");
+    ASSERT_TRUE(WaitReady(http, solo_daemon)) << solo_daemon.Err();
+    one = Answer(http);
+    solo_daemon.Kill();
+    ASSERT_EQ(one.find('<'), std::string::npos) << one;
+  }
+  {
+    const int rdv = FreeLoopbackPort(), h0 = FreeLoopbackPort(), h1 = FreeLoopbackPort();
+    Child d0 = Child::Spawn(Daemon(model_, h0, work_ + "/d0"), GroupEnv(0, rdv), work_ + "/d0");
+    Child d1 = Child::Spawn(Daemon(model_, h1, work_ + "/d1"), GroupEnv(1, rdv), work_ + "/d1");
+    ASSERT_TRUE(WaitReady(h0, d0)) << d0.Err() << "\nrank 1:\n" << d1.Err();
+    EXPECT_EQ(Answer(h0), one) << "two daemon ranks answered differently from one daemon";
+    EXPECT_EQ(Metric(h0, "moe_ep_routed_expert_bytes") * 2, static_cast<double>(all));
+    EXPECT_EQ(Metric(h1, "moe_ep_routed_expert_bytes") * 2, static_cast<double>(all));
+    d0.Kill();
+    d1.Kill();
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::daemon::testing
