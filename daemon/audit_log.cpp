@@ -45,36 +45,6 @@ Status DropTornTail(int fd, const std::string& path, int64_t& size) {
 
 }  // namespace
 
-Status ApplyAuditSetting(AuditSettings& s, const std::string& key, const std::string& value, const std::string& where) {
-  auto bad = [&](const std::string& what) {
-    return Fail(Error::InvalidArgument(where + ": " + key + ": " + what + " (got '" + value + "')"));
-  };
-  auto integer = [&](int64_t lo, int64_t hi, int64_t& out) -> Status {
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-    if (ec != std::errc() || p != value.data() + value.size()) return bad("must be an integer");
-    if (v < lo || v > hi) return bad("must be between " + std::to_string(lo) + " and " + std::to_string(hi));
-    out = v;
-    return Ok();
-  };
-  if (key == "audit_dir") {
-    s.dir = value;
-  } else if (key == "audit_log_content") {
-    if (value == "true" || value == "1" || value == "yes") s.log_content = true;
-    else if (value == "false" || value == "0" || value == "no") s.log_content = false;
-    else return bad("must be true or false");
-  } else if (key == "audit_max_file_bytes") {
-    return integer(4096, int64_t{1} << 40, s.max_file_bytes);
-  } else if (key == "audit_max_files") {
-    int64_t n = 0;
-    MOE_TRY(integer(1, 1000, n));
-    s.max_files = static_cast<int>(n);
-  } else {
-    return Fail(Error::InvalidArgument(where + ": unknown setting '" + key + "'; see `moe-daemon serve --help`"));
-  }
-  return Ok();
-}
-
 Result<std::unique_ptr<AuditLog>> AuditLog::Open(AuditSettings settings) {
   std::error_code ec;
   std::filesystem::create_directories(settings.dir, ec);

@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 
 #include "daemon_process.hpp"
+#include "moeserve/daemon/config.hpp"
+#include "moeserve/daemon/config_settings.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {
@@ -105,14 +107,17 @@ TEST(SessionForwardBound, StalledPeerHoldsAtMostTheLimitAndEveryRequestIsAnswere
 }
 
 TEST(SessionForwardBound, SettingsOutOfRangeAreRefusedNamingTheKey) {
-  SessionSettings s;
-  auto st = ApplySessionSetting(s, "session_forward_max_in_flight", "0", "flags");
+  DaemonConfig c;
+  auto apply = [&](const char* key, const char* value) {
+    return ApplySettingValue(c, *FindDaemonSetting(key), value, "flags");
+  };
+  auto st = apply("session_forward_max_in_flight", "0");
   ASSERT_FALSE(st);
   EXPECT_NE(st.error().message().find("session_forward_max_in_flight"), std::string::npos);
-  EXPECT_FALSE(ApplySessionSetting(s, "session_forward_deadline_seconds", "0", "flags"));
-  EXPECT_FALSE(ApplySessionSetting(s, "session_forward_deadline_seconds", "x", "flags"));
-  ASSERT_TRUE(ApplySessionSetting(s, "session_forward_deadline_seconds", "30", "flags"));
-  EXPECT_EQ(s.forward_deadline_seconds, 30);
+  EXPECT_FALSE(apply("session_forward_deadline_seconds", "0"));
+  EXPECT_FALSE(apply("session_forward_deadline_seconds", "x"));
+  ASSERT_TRUE(apply("session_forward_deadline_seconds", "30"));
+  EXPECT_EQ(c.sessions.forward_deadline_seconds, 30);
 }
 
 }  // namespace

@@ -49,9 +49,6 @@ struct AuditSettings {
   int max_files = 4;
 };
 
-// Applies one `audit_*` setting; the message names `where`, the key and the range.
-Status ApplyAuditSetting(AuditSettings& s, const std::string& key, const std::string& value, const std::string& where);
-
 class AuditLog {
  public:
   using Done = std::function<void(const Status&)>;

@@ -57,11 +57,6 @@ struct SessionSettings {
   double pin_seconds = 600;
 };
 
-// Applies one `session_*` setting; the message names `where`, the key and the
-// range.
-Status ApplySessionSetting(SessionSettings& s, const std::string& key, const std::string& value,
-                           const std::string& where);
-
 // A replica name as it may appear in a session id: 1-32 of [a-z0-9-].
 bool ValidReplicaName(const std::string& name);
 
