@@ -31,6 +31,20 @@ std::expected<std::shared_ptr<ssl::context>, TlsSetupError> ServerTlsContext(con
   return ctx;
 }
 
+Result<std::shared_ptr<ssl::context>> ServerTlsContext(const PemInput& certificate, std::string_view certificate_name,
+                                                       const PemInput& key, std::string_view key_name) {
+  auto ctx = ServerTlsContext(certificate, key);
+  if (ctx) return *ctx;
+  const std::string cert(certificate_name), k(key_name), why = ctx.error().detail;
+  switch (ctx.error().step) {
+    case TlsSetupError::Step::kOptions: return Fail(Error::Internal("TLS options: " + why));
+    case TlsSetupError::Step::kCertificate: return Fail(Error::InvalidArgument(cert + ": " + why));
+    case TlsSetupError::Step::kKey: return Fail(Error::InvalidArgument(k + ": " + why));
+    case TlsSetupError::Step::kMismatch: break;
+  }
+  return Fail(Error::InvalidArgument(k + " does not match " + cert));
+}
+
 boost::system::error_code Listen(boost::asio::ip::tcp::acceptor& acceptor,
                                  const boost::asio::ip::tcp::endpoint& endpoint, int backlog) {
   boost::system::error_code ec;

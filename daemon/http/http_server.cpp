@@ -8,13 +8,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
 #include "connection_base.hpp"
 #include "exchange_impl.hpp"
+#include "moeserve/beast_setup/names.hpp"
 #include "moeserve/beast_setup/server_setup.hpp"
 #include "moeserve/common/log.hpp"
 #include "response_bytes.hpp"
@@ -22,11 +18,7 @@
 
 namespace moeserve::daemon {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
-namespace ssl = asio::ssl;
-using tcp = asio::ip::tcp;
+using namespace beast_setup::names;
 
 namespace {
 

@@ -18,17 +18,8 @@ ReloadingTlsContext::FileStamp ReloadingTlsContext::Stamp(const std::string& pat
 }
 
 Result<std::shared_ptr<ssl::context>> ReloadingTlsContext::Load() const {
-  using Step = beast_setup::TlsSetupError::Step;
-  auto ctx = beast_setup::ServerTlsContext(beast_setup::PemInput::File(cert_file_), beast_setup::PemInput::File(key_file_));
-  if (ctx) return *ctx;
-  const std::string& why = ctx.error().detail;
-  switch (ctx.error().step) {
-    case Step::kOptions: return Fail(Error::Internal("TLS options: " + why));
-    case Step::kCertificate: return Fail(Error::InvalidArgument("TLS certificate " + cert_file_ + ": " + why));
-    case Step::kKey: return Fail(Error::InvalidArgument("TLS key " + key_file_ + ": " + why));
-    case Step::kMismatch: break;
-  }
-  return Fail(Error::InvalidArgument("TLS key " + key_file_ + " does not match certificate " + cert_file_));
+  return beast_setup::ServerTlsContext(beast_setup::PemInput::File(cert_file_), "TLS certificate " + cert_file_,
+                                       beast_setup::PemInput::File(key_file_), "TLS key " + key_file_);
 }
 
 Result<std::unique_ptr<ReloadingTlsContext>> ReloadingTlsContext::Create(std::string cert_file, std::string key_file,

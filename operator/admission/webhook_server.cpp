@@ -3,22 +3,15 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include "moeserve/beast_setup/names.hpp"
 #include "moeserve/beast_setup/server_setup.hpp"
 #include "moeserve/common/log.hpp"
 
 namespace moeserve::op {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
-namespace ssl = asio::ssl;
-using tcp = asio::ip::tcp;
+using namespace beast_setup::names;
 
 namespace {
 constexpr int kMaxConnections = 64;
@@ -200,20 +193,11 @@ void WebhookServer::Stop() {
 }
 
 Status WebhookServer::SetCertificate(const KeyPair& pair) {
-  using Step = beast_setup::TlsSetupError::Step;
-  auto ctx = beast_setup::ServerTlsContext(beast_setup::PemInput::Text(pair.cert_pem),
-                                          beast_setup::PemInput::Text(pair.key_pem));
-  if (!ctx) {
-    const std::string& why = ctx.error().detail;
-    switch (ctx.error().step) {
-      case Step::kOptions:
-      case Step::kCertificate: return Fail(Error::InvalidArgument("webhook certificate: " + why));
-      case Step::kKey: return Fail(Error::InvalidArgument("webhook key: " + why));
-      case Step::kMismatch: return Fail(Error::InvalidArgument("webhook key does not match its certificate"));
-    }
-  }
+  MOE_ASSIGN_OR_RETURN(auto ctx, beast_setup::ServerTlsContext(beast_setup::PemInput::Text(pair.cert_pem),
+                                                                "webhook certificate",
+                                                                beast_setup::PemInput::Text(pair.key_pem), "webhook key"));
   std::lock_guard lock(impl_->mu);
-  impl_->tls = std::move(*ctx);
+  impl_->tls = std::move(ctx);
   impl_->cert_pem = pair.cert_pem;
   return Ok();
 }

@@ -10,7 +10,9 @@
 //   Listen            open, SO_REUSEADDR, bind and listen on an endpoint.
 //
 // Errors come back as the step that failed plus OpenSSL's or the system's
-// words, so that each server keeps naming its own files and settings.
+// words; the Status form of ServerTlsContext words them with the names each
+// server gives its inputs (its files, its settings). names.hpp holds the
+// Boost headers and namespace names both servers are written in.
 //
 // Thread safety: pure functions over the objects passed in.
 #pragma once
@@ -20,8 +22,12 @@
 #include <string>
 #include <utility>
 
+#include <string_view>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+
+#include "moeserve/common/status.hpp"
 
 namespace moeserve::beast_setup {
 
@@ -40,6 +46,15 @@ struct TlsSetupError {
 
 std::expected<std::shared_ptr<boost::asio::ssl::context>, TlsSetupError> ServerTlsContext(const PemInput& certificate,
                                                                                            const PemInput& key);
+
+// The same, with a refusal as a Status naming the inputs as the caller calls
+// them (certificate_name "TLS certificate /etc/tls/tls.crt", key_name
+// "webhook key"): kInvalidArgument "<certificate_name>: <why>",
+// "<key_name>: <why>" or "<key_name> does not match <certificate_name>";
+// options this OpenSSL refuses are kInternal "TLS options: <why>".
+Result<std::shared_ptr<boost::asio::ssl::context>> ServerTlsContext(const PemInput& certificate,
+                                                                    std::string_view certificate_name,
+                                                                    const PemInput& key, std::string_view key_name);
 
 // Opens `acceptor` on `endpoint`'s protocol with SO_REUSEADDR, binds and
 // listens with `backlog`; the first error stops it and is returned.
