@@ -62,6 +62,7 @@ prefix_cache_bytes: 1073741824  # int prefix_cache_bytes
 threads: 0  # int threads
 max_context: 4096  # int max_context
 kernels: fast  # text kernels
+experts: stored  # text experts
 deterministic: false  # bool deterministic
 default_max_tokens: 1024  # int default_max_tokens
 default_reasoning_effort: medium  # text default_reasoning_effort
