@@ -2,12 +2,16 @@
 // three tools, through moe-daemon and the official `openai` client.
 //
 //   node examples/tiny_agent.mjs --base-url http://127.0.0.1:8000/v1 [--model tiny-agent]
-//        [--effort medium] [--question "..."]...
+//        [--effort medium] [--question "..."]... [--image FILE.png]
+//
+// --image sends the picture with every question, as an OpenAI image_url part
+// (a data: URL), for a model with a vision tower (models/tiny-vision-agent).
 //
 // Each question is a Thought-Action-Observation loop: the model reasons
 // (reasoning_content), calls a tool (tool_calls), the tool runs here and its
 // result goes back with the whole history; the loop ends when the model
 // answers without a call (at most 3 calls). Greedy decoding.
+import fs from "node:fs";
 import OpenAI from "openai";
 
 import { TOOLS, runTool } from "../tools/eval/agent_tools.mjs";
@@ -33,13 +37,18 @@ const env = {
   table: { zorbi12: "640", kamilo7: "23" },
   units: [["km", "m", 1000], ["m", "cm", 100], ["kg", "g", 1000], ["h", "min", 60], ["min", "s", 60], ["l", "ml", 1000]],
 };
+const image = arg("image", "");
+const imageURL = image ? `data:image/png;base64,${fs.readFileSync(image).toString("base64")}` : "";
 const client = new OpenAI({ baseURL, apiKey: arg("api-key", process.env.OPENAI_API_KEY ?? "none"), maxRetries: 2 });
 const total = { prompt: 0, completion: 0, reasoning: 0, cached: 0 };
 
 console.log(`agent: ${baseURL} model=${model} effort=${effort}`);
 for (const question of questions) {
-  console.log(`\n=== ${question}`);
-  const messages = [{ role: "user", content: question }];
+  console.log(`\n=== ${question}${image ? ` [image ${image}]` : ""}`);
+  const content = image
+    ? [{ type: "text", text: question }, { type: "image_url", image_url: { url: imageURL } }]
+    : question;
+  const messages = [{ role: "user", content }];
   for (let turn = 0; turn < 4; turn++) {
     const res = await client.chat.completions.create({
       model, messages, tools: TOOLS, tool_choice: turn < 3 ? "auto" : "none", parallel_tool_calls: false,

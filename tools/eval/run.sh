@@ -6,8 +6,11 @@
 #                     --tiers low,medium,high --min-accuracy P --max-gap P --json FILE]
 #
 # e.g. tools/eval/run.sh build models/tiny-agent/bf16,models/tiny-agent/mxfp4
+#      EVAL_SET=vision tools/eval/run.sh build models/tiny-vision-agent/bf16,models/tiny-vision-agent/mxfp4
 # Generates the held-out set (eval split, seed 2, 300 tasks: phrasings, numbers,
-# unit names and pairs and table keys the training split never produces),
+# unit names and pairs and table keys the training split never produces; with
+# EVAL_SET=vision the image tasks of tools/train/gen_images.py: images,
+# phrasings, numbers and background shades the training split never draws),
 # serves each MODEL_DIR with its own moe-daemon on a free loopback port (the
 # variant is named by the directory's last component) and runs
 # tools/eval/eval.mjs against them, one after the other.
@@ -19,7 +22,11 @@ shift 2
 WORK=${TMPDIR:-/tmp}/tiny-agent-eval.$$
 mkdir -p "$WORK"
 DATA=$WORK/eval.jsonl
-/usr/bin/python3 tools/train/gen_data.py --split eval --seed 2 --count 300 --out "$DATA"
+case ${EVAL_SET:-text} in
+  text) /usr/bin/python3 tools/train/gen_data.py --split eval --seed 2 --count 300 --out "$DATA" ;;
+  vision) /usr/bin/python3 tools/train/gen_images.py --split eval --seed 2 --count 300 --out "$DATA" ;;
+  *) echo "run.sh: EVAL_SET must be text or vision, not '$EVAL_SET'" >&2; exit 2 ;;
+esac
 
 PIDS=()
 stop_daemons() {

@@ -2,13 +2,15 @@
 
   /usr/bin/python3 tools/train/gen_images.py --split train --seed 1 --count 20000 --out data/vision_train.jsonl
   /usr/bin/python3 tools/train/gen_images.py --split eval --seed 2 --count 300 --out data/vision_eval.jsonl \
-      [--png-dir DIR]
+      [--png-dir DIR] [--kind sum]
 
 Each line is one task in the OpenAI chat shape the daemon accepts: the user
 message's `content` is a list of parts, a `text` part (the question) and an
-`image_url` part whose URL is a `data:image/png;base64,...` PNG; `kind`, and
-`expect` (the tool calls a correct run makes, in order, and the value the
-final answer must contain), as tools/train/gen_data.py writes its tasks.
+`image_url` part whose URL is a `data:image/png;base64,...` PNG; `kind`,
+`tools` and `env` (the tiny agent's three tools and their world), and `expect`
+(the tool calls a correct run makes, in order, and the value the final answer
+must contain), as tools/train/gen_data.py writes its tasks, so that
+tools/eval/eval.mjs runs them alike.
 `--png-dir` also writes each image as a file (NNNNN.png).
 
 Kinds:
@@ -27,6 +29,18 @@ shapes, colours and the glyphs are shared (an unseen glyph could not be read).
 Images are drawn with numpy only (a 5x7 bitmap font scaled by an integer
 factor, shapes by their inequalities), so the same seed gives the same bytes
 everywhere; PNG is written with zlib (no imaging library needed).
+
+Characters are drawn at a pitch of 16 pixels, the width of one image token of
+the small tower (8-pixel patches merged 2x2), at any pixel offset: each
+character's centre then falls in its own token's cell. Each task also carries
+`cells`, a caption of the image laid out on that 6x4 grid (one character per
+cell, row by row; training only, for the tower's first stage): the digit whose
+centre is in the cell, the code letter of a shape whose centre is in it
+(SHAPE_CODES: one letter per shape and colour), or a space.
+
+The answers use the tiny agent's own formats (gen_data.py): a sum is its calc
+task (`Compute A+B with calculator.`, the call, `Result C.`, `The answer is
+C.`); the other kinds are its plain task (`Reply X, no tool needed.`, X).
 """
 
 import argparse
@@ -38,6 +52,8 @@ import struct
 import zlib
 
 import numpy as np
+
+import gen_data
 
 # 5x7 glyphs for the digits (rows top to bottom, '#' ink).
 GLYPHS = {
@@ -59,17 +75,32 @@ SHAPES = ["circle", "square", "triangle"]
 BACKGROUNDS = {"train": [(255, 255, 255), (240, 240, 235), (225, 235, 245), (245, 235, 225)],
                "eval": [(250, 250, 240), (235, 245, 235)]}
 
+# Train phrasings: each core sentence alone and after each lead-in, so that the
+# model keys on what is asked (a number, a sum, a shape, a colour, how many),
+# not on one wording. The eval sentences appear nowhere in the train split.
+TRAIN_LEADS = ["", "Look at the image. ", "Quick question: ", "Here is a picture. ", "Please answer: "]
+TRAIN_CORES = {
+    "read": ["What number is shown?", "Which number is in the picture?", "Read the number in the image.",
+             "What number do you see?", "Tell me the number in this image.", "What is the number drawn here?",
+             "Which value is written in the picture?", "What digits does the image show?"],
+    "sum": ["Add the two numbers in the picture.", "What is the sum of the numbers shown?",
+            "Use the calculator to add the numbers in the image.", "Sum the two numbers you see.",
+            "Add up the two values drawn here.", "What do the two numbers in the image make together?",
+            "Compute the sum of the pictured numbers.", "What is the total of the two numbers written here?"],
+    "shape": ["What shape is this?", "Which shape is drawn?", "Name the shape in the image.",
+              "What is the figure in the picture?", "Which form is pictured?", "What kind of figure is drawn?",
+              "Tell me the shape you see.", "What object is shown here?"],
+    "colour": ["What colour is the shape?", "Which colour is the shape in the picture?",
+               "Tell me the colour of the shape.", "What colour is the figure drawn here?",
+               "Which colour does the pictured object have?", "Name the colour of the form.",
+               "What is the colour of the thing in the image?", "In which colour is the shape drawn?"],
+    "count": ["How many shapes are there?", "Count the shapes in the image.", "How many shapes do you see?",
+              "How many figures are in the picture?", "Count the figures drawn here.",
+              "What is the number of shapes shown?", "How many objects are pictured?",
+              "Tell me the count of shapes in this image."],
+}
 PHRASES = {
-    "train": {
-        "read": ["What number is shown?", "Which number is in the picture?", "Read the number in the image.",
-                 "What number do you see?", "Tell me the number in this image."],
-        "sum": ["Add the two numbers in the picture.", "What is the sum of the numbers shown?",
-                "Use the calculator to add the numbers in the image.", "Sum the two numbers you see."],
-        "shape": ["What shape is this?", "Which shape is drawn?", "Name the shape in the image."],
-        "colour": ["What colour is the shape?", "Which colour is the shape in the picture?",
-                   "Tell me the colour of the shape."],
-        "count": ["How many shapes are there?", "Count the shapes in the image.", "How many shapes do you see?"],
-    },
+    "train": {k: [lead + core for lead in TRAIN_LEADS for core in cores] for k, cores in TRAIN_CORES.items()},
     "eval": {
         "read": ["Which digits are written here?", "Please read out the number on this picture."],
         "sum": ["Total the two values in this image.", "What do the two numbers pictured add up to?"],
@@ -78,6 +109,12 @@ PHRASES = {
         "count": ["What is the number of figures pictured?", "Tell me how many figures are drawn."],
     },
 }
+
+CELL = 16  # pixels per image token along each side (patch 8, merge 2)
+PITCH = 16  # character pitch: one character per cell along a row
+# One code letter per (shape, colour) for the cell captions.
+SHAPE_CODES = {(k, c): chr(ord("A") + i) for i, (k, c) in
+               enumerate((k, c) for k in SHAPES for c in COLOURS if c != "black")}
 
 KINDS = ["read", "sum", "shape", "colour", "count"]
 WEIGHTS = [0.2, 0.3, 0.15, 0.15, 0.2]
@@ -102,16 +139,29 @@ class Canvas:
         self.img = np.empty((h, w, 3), dtype=np.uint8)
         self.img[:] = rng.choice(BACKGROUNDS[split])
         self.rng = rng
+        self.marks = []  # (x, y, caption character) of each drawn thing's centre
 
     def text(self, s, x, y, scale, colour):
         for i, ch in enumerate(s):
+            left = x + i * PITCH
             for r, row in enumerate(GLYPHS[ch]):
                 for c, px in enumerate(row):
                     if px == "#":
-                        x0, y0 = x + (i * 6 + c) * scale, y + r * scale
+                        x0, y0 = left + c * scale, y + r * scale
                         self.img[y0:y0 + scale, x0:x0 + scale] = colour
+            self.marks.append((left + 5 * scale // 2, y + 7 * scale // 2, ch))
 
-    def shape(self, kind, cx, cy, r, colour):
+    def cells(self):
+        """The caption grid: rows of characters, one per CELL x CELL cell."""
+        h, w, _ = self.img.shape
+        grid = [[" "] * (w // CELL) for _ in range(h // CELL)]
+        for x, y, ch in self.marks:
+            grid[min(y // CELL, h // CELL - 1)][min(x // CELL, w // CELL - 1)] = ch
+        return ["".join(row) for row in grid]
+
+    def shape(self, kind, cx, cy, r, colour_name):
+        colour = COLOURS[colour_name]
+        self.marks.append((cx, cy, SHAPE_CODES[(kind, colour_name)]))
         h, w, _ = self.img.shape
         yy, xx = np.mgrid[0:h, 0:w]
         if kind == "circle":
@@ -142,35 +192,35 @@ class Generator:
         n = self.number()
         s = str(n)
         scale = 3 if len(s) <= 2 else 2
-        x = self.rng.randint(2, SIZE[0] - len(s) * 6 * scale - 2)
+        x = self.rng.randint(2, SIZE[0] - (len(s) - 1) * PITCH - 5 * scale - 2)
         c.text(s, x, self.rng.randint(2, SIZE[1] - 7 * scale - 2), scale, COLOURS[self.ink()])
-        return c.img, [], str(n), f"The number is {n}."
+        return c, [], str(n)
 
     def sum(self):
         c = Canvas(self.rng, self.split)
         a, b = self.number(), self.number()
         ink = COLOURS[self.ink()]
+        # a in the top half, b in the bottom half: read row by row, a comes first.
         c.text(str(a), self.rng.randint(2, 8), self.rng.randint(2, 12), 2, ink)
-        c.text(str(b), self.rng.randint(48, SIZE[0] - len(str(b)) * 12 - 2), self.rng.randint(34, 48), 2, ink)
+        c.text(str(b), self.rng.randint(40, SIZE[0] - (len(str(b)) - 1) * PITCH - 12), self.rng.randint(34, 48), 2, ink)
         expr = f"{a}+{b}"
-        return c.img, [{"name": "calculator", "arguments": {"expression": expr}}], str(a + b), f"{expr} = {a + b}."
+        return c, [{"name": "calculator", "arguments": {"expression": expr}, "result": str(a + b)}], str(a + b)
 
     def one_shape(self):
         c = Canvas(self.rng, self.split)
         kind = self.rng.choice(SHAPES)
         colour = self.rng.choice([k for k in COLOURS if k != "black"])
         r = self.rng.randint(12, 22)
-        c.shape(kind, self.rng.randint(r + 2, SIZE[0] - r - 2), self.rng.randint(r + 2, SIZE[1] - r - 2), r,
-                COLOURS[colour])
-        return c.img, kind, colour
+        c.shape(kind, self.rng.randint(r + 2, SIZE[0] - r - 2), self.rng.randint(r + 2, SIZE[1] - r - 2), r, colour)
+        return c, kind, colour
 
     def shape(self):
-        img, kind, _ = self.one_shape()
-        return img, [], kind, f"It is a {kind}."
+        c, kind, _ = self.one_shape()
+        return c, [], kind
 
     def colour(self):
-        img, _, colour = self.one_shape()
-        return img, [], colour, f"The shape is {colour}."
+        c, _, colour = self.one_shape()
+        return c, [], colour
 
     def count(self):
         c = Canvas(self.rng, self.split)
@@ -179,22 +229,44 @@ class Generator:
         # Five cells of 19 pixels; each shape in its own cell, so none overlap.
         cells = self.rng.sample(range(5), n)
         for cell in cells:
-            colour = COLOURS[self.rng.choice([k for k in COLOURS if k != "black"])]
+            colour = self.rng.choice([k for k in COLOURS if k != "black"])
             c.shape(kind, 10 + cell * 19, self.rng.randint(12, SIZE[1] - 12), 8, colour)
-        return c.img, [], str(n), f"There are {n}."
+        return c, [], str(n)
 
     def task(self, kind):
-        img, calls, value, answer = getattr(self, kind)()
-        url = "data:image/png;base64," + base64.b64encode(png_bytes(img)).decode()
+        c, calls, value = getattr(self, kind)()
+        url = "data:image/png;base64," + base64.b64encode(png_bytes(c.img)).decode()
         user = {"role": "user", "content": [{"type": "text", "text": self.phrase(kind)},
                                             {"type": "image_url", "image_url": {"url": url}}]}
-        return {"kind": kind, "messages": [user], "expect": {"calls": calls, "answer_contains": value},
-                "reference_answer": answer}, img
+        # gen_data.py's task shape (tools/eval/eval.mjs runs both): the three
+        # tools of the tiny agent on every request, as an agent sends them.
+        return {"kind": kind, "tools": gen_data.TOOLS, "messages": [user],
+                "env": {"table": {}, "units": [list(u) for u in gen_data.UNITS_TRAIN + gen_data.UNITS_EVAL]},
+                "expect": {"calls": calls, "answer": value}, "cells": c.cells()}, c.img
 
 
-def generate(split, seed, count, png_dir=None):
+def conversation(task, call_id="call_" + "0" * 24):
+    """The task's whole conversation in the tiny agent's formats (gen_data.py):
+    a sum is its calc task, every other kind its plain task."""
+    messages = list(task["messages"])
+    value = task["expect"]["answer"]
+    for call in task["expect"]["calls"]:
+        expr = call["arguments"]["expression"]
+        messages.append({"role": "assistant", "reasoning_content": f"Compute {expr} with calculator.", "content": "",
+                         "tool_calls": [{"id": call_id, "type": "function",
+                                         "function": {"name": "calculator",
+                                                      "arguments": json.dumps(call["arguments"], separators=(",", ":"))}}]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": call["result"]})
+    if task["expect"]["calls"]:
+        messages.append({"role": "assistant", "reasoning_content": f"Result {value}.", "content": f"The answer is {value}."})
+    else:
+        messages.append({"role": "assistant", "reasoning_content": f"Reply {value}, no tool needed.", "content": value})
+    return messages
+
+
+def generate(split, seed, count, png_dir=None, kind=None):
     g = Generator(split, seed)
-    kinds = g.rng.choices(KINDS, WEIGHTS, k=count)
+    kinds = g.rng.choices(KINDS, WEIGHTS, k=count) if kind is None else [kind] * count
     out = []
     for i, kind in enumerate(kinds):
         task, img = g.task(kind)
@@ -212,11 +284,12 @@ def main():
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--png-dir", help="also write each image as a PNG file here")
+    ap.add_argument("--kind", choices=KINDS, help="only tasks of this kind (default: the mix of WEIGHTS)")
     args = ap.parse_args()
     if args.png_dir:
         os.makedirs(args.png_dir, exist_ok=True)
     with open(args.out, "w") as f:
-        for task in generate(args.split, args.seed, args.count, args.png_dir):
+        for task in generate(args.split, args.seed, args.count, args.png_dir, args.kind):
             f.write(json.dumps(task) + "\n")
 
 

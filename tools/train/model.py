@@ -222,17 +222,22 @@ class TrainModel(nn.Module):
                 top = self.select(I, cfg.index_topk)
                 sel = torch.zeros(B, T, S, dtype=torch.bool, device=dev).scatter_(-1, top, True) & causal
                 visible = sel[:, None]
-            with torch.no_grad():
-                target = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1).sum(1)
-                target = target / target.sum(-1, keepdim=True)
-            logq = torch.log_softmax(I.masked_fill(~sel, float("-inf")), -1)
-            kl = (target * (torch.log(target.clamp_min(1e-12)) - logq.masked_fill(~sel, 0))).sum(-1)  # [B, T]
-            aux.setdefault("indexer_kl", []).append(kl)
+            if self.indexer_kl:
+                with torch.no_grad():
+                    target = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1).sum(1)
+                    target = target / target.sum(-1, keepdim=True)
+                logq = torch.log_softmax(I.masked_fill(~sel, float("-inf")), -1)
+                kl = (target * (torch.log(target.clamp_min(1e-12)) - logq.masked_fill(~sel, 0))).sum(-1)  # [B, T]
+                aux.setdefault("indexer_kl", []).append(kl)
         probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), -1)
         o = torch.einsum("bhts,bhsv->bthv", probs, v).reshape(B, T, H * vd)
         if cfg.output_gate:
             o = o * torch.sigmoid(x @ W(p + "wg.weight").T)
         return o @ W(p + "wo.weight").T
+
+    # False: the indexers are not training (their KL to the attention is the
+    # only thing that trains them), so the KL is not computed at all.
+    indexer_kl = True
 
     # "exact": the inference's tie rule (stable sort, ties to the lower
     # position), used by the tests; training uses topk, several times faster,
@@ -327,6 +332,56 @@ class TrainModel(nn.Module):
         """The vision tower's rows for one image (uint8 [H, W, 3]), [tokens, D],
         differentiable in the tower's parameters (tools/reference/vision.py)."""
         return _vision.tower(self.cfg.vision, _WeightView(self), rgb)[0]
+
+    def embed_images(self, rgbs):
+        """The tower's rows for a batch of images of one size, uint8 [B, H, W, 3]
+        -> [B, tokens, D]: tools/reference/vision.py's math, batched. Only for
+        images whose size is already the patch grid's (the resize of model.md
+        14.2 is then the identity: every tent weight is 1 or 0); other sizes go
+        through embed_image one by one."""
+        vc = self.cfg.vision
+        B, H, Wd, _ = rgbs.shape
+        gh, gw = _vision.image_grid(vc, Wd, H)
+        p, m = vc.patch_size, vc.merge_size
+        if (gh * p, gw * p) != (H, Wd):
+            return torch.stack([self.embed_image(r) for r in rgbs])
+        W = self.W
+        mean = torch.tensor(vc.image_mean, dtype=torch.float32, device=rgbs.device)
+        std = torch.tensor(vc.image_std, dtype=torch.float32, device=rgbs.device)
+        x = (rgbs.to(torch.float32) / 255.0 - mean) / std
+        # [B, bh, dy, ky, bw, dx, kx, ch] -> merge squares in order, each patch (ch, ky, kx)
+        x = x.view(B, gh // m, m, p, gw // m, m, p, 3).permute(0, 1, 4, 2, 5, 7, 3, 6).reshape(B, gh * gw, 3 * p * p)
+        idx = torch.arange(gh * gw, device=rgbs.device).view(gh // m, gw // m, m, m)
+        rows = (torch.arange(gh // m, device=rgbs.device)[:, None, None, None] * m +
+                torch.arange(m, device=rgbs.device)[None, None, :, None]).expand_as(idx).reshape(-1)
+        cols = (torch.arange(gw // m, device=rgbs.device)[None, :, None, None] * m +
+                torch.arange(m, device=rgbs.device)[None, None, None, :]).expand_as(idx).reshape(-1)
+        h = x @ W("vision.patch_embed.weight").T + W("vision.patch_embed.bias")
+        N, Dv, heads, hd = gh * gw, vc.hidden_size, vc.num_heads, vc.head_dim
+        cos, sin = _vision.rope2d_angles(vc, rows.cpu(), cols.cpu())
+        cos, sin = cos.to(rgbs.device)[None, :, None, :], sin.to(rgbs.device)[None, :, None, :]
+
+        def rope(t):
+            half = hd // 2
+            a, b = t[..., :half], t[..., half:]
+            return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+        for i in range(vc.num_layers):
+            b = f"vision.blocks.{i}."
+            a = rms_norm(h, W(b + "norm1.weight"), vc.norm_eps)
+            qkv = a @ W(b + "attn.qkv.weight").T + W(b + "attn.qkv.bias")
+            q = rope(qkv[..., :Dv].reshape(B, N, heads, hd))
+            k = rope(qkv[..., Dv:2 * Dv].reshape(B, N, heads, hd))
+            v = qkv[..., 2 * Dv:].reshape(B, N, heads, hd)
+            scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
+            o = torch.einsum("bhts,bshd->bthd", torch.softmax(scores, dim=-1), v).reshape(B, N, Dv)
+            h = h + o @ W(b + "attn.proj.weight").T + W(b + "attn.proj.bias")
+            f = rms_norm(h, W(b + "norm2.weight"), vc.norm_eps)
+            h = h + swiglu(f, W(b + "mlp.w1.weight"), W(b + "mlp.w3.weight"), W(b + "mlp.w2.weight"))
+        z = rms_norm(h, W("vision.norm.weight"), vc.norm_eps)
+        merged = z.reshape(B, N // (m * m), m * m * Dv)
+        u = merged @ W("vision.projector.w1.weight").T + W("vision.projector.w1.bias")
+        return F.gelu(u) @ W("vision.projector.w2.weight").T + W("vision.projector.w2.bias")
 
     def forward(self, ids, valid=None, dsa_mode="dense", prefix=None, image_rows=None):
         """ids [B, T] -> logits [B, T, V], aux {indexer_kl: [[B, T] or [1, Tp] ..],

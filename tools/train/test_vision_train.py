@@ -63,12 +63,44 @@ class GenImagesTest(unittest.TestCase):
         self.assertFalse(phr(train) & phr(held))
         for t in held:
             if t["kind"] == "read":
-                self.assertGreaterEqual(int(t["expect"]["answer_contains"]), 500)
+                self.assertGreaterEqual(int(t["expect"]["answer"]), 500)
             if t["kind"] == "sum":
                 a, b = t["expect"]["calls"][0]["arguments"]["expression"].split("+")
                 self.assertGreaterEqual(min(int(a), int(b)), 500)
-                self.assertEqual(int(t["expect"]["answer_contains"]), int(a) + int(b))
+                self.assertEqual(int(t["expect"]["answer"]), int(a) + int(b))
         self.assertEqual({t["kind"] for t in train}, set(gen_images.KINDS))
+
+
+class CaptionTest(unittest.TestCase):
+    def test_captions_name_what_each_cell_holds(self):
+        g = gen_images.Generator("train", 5)
+        for _ in range(40):
+            task, img = g.task("read")
+            caption = "".join(task["cells"])
+            self.assertEqual(len(task["cells"]), 4)
+            self.assertEqual(caption.replace(" ", ""), task["expect"]["answer"])  # digits in reading order
+            task, _ = g.task("sum")
+            a, b = task["expect"]["calls"][0]["arguments"]["expression"].split("+")
+            self.assertEqual("".join(task["cells"]).split(), [a, b])
+            task, _ = g.task("count")
+            codes = "".join(task["cells"]).replace(" ", "")
+            self.assertEqual(len(codes), int(task["expect"]["answer"]))
+            task, _ = g.task("colour")
+            (code,) = "".join(task["cells"]).replace(" ", "")
+            self.assertIn((code, task["expect"]["answer"]),
+                          [(v, c) for (_, c), v in gen_images.SHAPE_CODES.items()])
+
+    def test_conversation_is_the_tiny_agents_formats(self):
+        g = gen_images.Generator("train", 6)
+        task, _ = g.task("sum")
+        expr = task["expect"]["calls"][0]["arguments"]["expression"]
+        msgs = gen_images.conversation(task)
+        self.assertEqual(msgs[1]["reasoning_content"], f"Compute {expr} with calculator.")
+        self.assertEqual(msgs[2]["content"], str(eval(expr)))
+        self.assertEqual(msgs[3]["content"], f"The answer is {eval(expr)}.")
+        task, _ = g.task("shape")
+        msgs = gen_images.conversation(task)
+        self.assertEqual(msgs[-1]["content"], task["expect"]["answer"])
 
 
 class VisionTrainingTest(unittest.TestCase):
@@ -76,7 +108,7 @@ class VisionTrainingTest(unittest.TestCase):
     def setUpClass(cls):
         with open(os.path.join(HERE, "config.json")) as f:
             raw = json.load(f)
-        raw["vision"] = dict(train_vision.TINY_VISION)
+        raw["vision"] = dict(train_vision.VISION)
         cls.cfg = M.Config(raw)
         cls.model = M.TrainModel(cls.cfg, seed=3)
 
@@ -102,6 +134,37 @@ class VisionTrainingTest(unittest.TestCase):
         loss, _ = train_vision.loss_and_accuracy(self.model, [(task, img)])
         loss.backward()
         self.assertGreater(float(self.model.p["vision__patch_embed__weight"].grad.abs().sum()), 0)
+        self.assertIsNone(self.model.p["embed__weight"].grad)
+
+    def test_batched_tower_is_the_reference(self):
+        g = gen_images.Generator("eval", 3)
+        imgs = np.stack([g.task(k)[1] for k in gen_images.KINDS])
+        got = self.model.embed_images(torch.from_numpy(imgs))
+        weights = {k: v.detach() for k, v in self.model.state_dict_fp32().items()}
+        for i, img in enumerate(imgs):
+            want, _ = M._vision.tower(self.cfg.vision, weights, torch.from_numpy(img))
+            self.assertLess(float((got[i] - want).abs().max()), 1e-5 * float(want.abs().max()))
+
+    def test_first_turn_ends_at_the_first_assistant_end(self):
+        task, _ = gen_images.Generator("train", 2).task("sum")
+        ids, mask, _ = train_vision.render_vision(self.model, task)
+        cut, cmask = train_vision.first_turn(ids, mask)
+        self.assertEqual(cut[-1], chat.END)
+        self.assertEqual(cut, ids[:len(cut)])
+        self.assertIn(chat.TOOL_CALL, cut)
+        self.assertNotIn(chat.TOOL, cut[train_vision.chat.shared_prefix_len(train_vision.gen_data.TOOLS):])
+        self.assertLess(len(cut), len(ids))
+
+    def test_tower_stage_loss_trains_the_tower_alone(self):
+        g = gen_images.Generator("train", 8)
+        tasks = [g.task(k) for k in gen_images.KINDS]
+        for name, p in self.model.p.items():
+            p.requires_grad = name.startswith("vision__")
+            p.grad = None
+        loss, flags, acc = train_vision.tower_loss(self.model, tasks)
+        loss.backward()
+        self.assertEqual(len(flags), len(tasks))
+        self.assertGreater(float(self.model.p["vision__projector__w2__weight"].grad.abs().sum()), 0)
         self.assertIsNone(self.model.p["embed__weight"].grad)
 
     def test_image_rows_change_only_later_positions(self):
