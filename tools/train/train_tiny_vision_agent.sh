@@ -34,7 +34,7 @@ $PY tools/train/train_vision.py --base "$BASE" --stage tower --steps "${TOWER_ST
 grep '^eval' "$RUN/tower.out" | tail -n 1
 
 $PY tools/train/train_vision.py --base "$BASE" --stage full --init "$RUN/tower/weights.pt" --first-turn \
-  --steps "${FULL_STEPS:-150}" --batch 8 --text-batch 3 --lr 1e-3 --lm-lr 3e-4 --warmup 10 --eval-every 50 \
+  --steps "${FULL_STEPS:-300}" --batch 8 --text-batch 3 --lr 1e-3 --lm-lr 6e-4 --warmup 10 --eval-every 50 \
   --eval-count 60 --seed 2 --out "$RUN/full" > "$RUN/full.out"
 grep '^eval' "$RUN/full.out" | tail -n 1
 echo "train_tiny_vision_agent: trained in $(( $(date +%s) - start )) s"
