@@ -37,7 +37,8 @@ split), the share of conversations whose generated tokens are all the argmax
 answers), per kind; in the full stage also on held-out text tool tasks.
 It writes OUT/weights.pt, OUT/train_log.json and OUT/model/, a model directory
 with the tower (export.py's tensors, BF16 experts) that moe-model-info, the
-engine and the reference load; export.py --vision makes the shipped ones.
+engine and the reference load; tools/train/train_tiny_vision_agent.sh
+exports the shipped ones with export.py (BF16 and MXFP4 experts).
 """
 
 import argparse
