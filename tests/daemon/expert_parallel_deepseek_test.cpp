@@ -32,7 +32,8 @@ namespace {
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 const std::string kSecret = "deepseek-expert-parallel-secret!";
-const std::string kPrompt = "0,17,4000,99,128000,7,7,23,5000,61,8,900";
+// Ids below 1024: valid whether the checkpoint got the npm tokenizer's vocabulary or the writer's 1024.
+const std::string kPrompt = "0,17,400,99,1000,7,7,23,500,61,8,900";
 
 std::string BinaryDir() {
   const char* bin = std::getenv("MOESERVE_BINARY_DIR");
