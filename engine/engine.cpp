@@ -400,8 +400,10 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   bool decoding = false;
   for (const auto& sp : running)
     decoding = decoding || (static_cast<int64_t>(sp->tokens.size()) - sp->cache.length <= 1 && sp->cache.length >= sp->prompt_len);
-  int prefill_budget =
-      decoding ? options.prefill_chunk_tokens : std::max(options.prefill_chunk_tokens, options.prefill_chunk_tokens_idle);
+  // The family may cap the idle enlargement (FamilyModel::idle_prefill_rows).
+  const int family_cap = model->idle_prefill_rows();
+  const int idle = family_cap > 0 ? std::min(options.prefill_chunk_tokens_idle, family_cap) : options.prefill_chunk_tokens_idle;
+  int prefill_budget = decoding ? options.prefill_chunk_tokens : std::max(options.prefill_chunk_tokens, idle);
   for (auto& sp : running) {
     Sequence& s = *sp;
     int64_t start = s.cache.length;

@@ -35,13 +35,15 @@ double PrefillFlops(const me::GptOssConfig& c, int tokens, int chunk) {
 
 }  // namespace
 
-int RunGptOssPrefill(const GptOssPrefillArgs& a) {
+int RunGptOssPrefill(const GptOssPrefillArgs& args) {
+  GptOssPrefillArgs a = args;
   // The model alone, as moe-run's id-level runs load it: no tokenizer needed.
   auto loaded = me::GptOssModel::Load(a.model, a.reference ? kernels::Isa::kReference : kernels::BestIsa(),
                                       a.bf16_activations && !a.reference);
   if (!loaded) return std::fprintf(stderr, "bench_prefill: load: %s\n", loaded.error().ToString().c_str()), 1;
   const me::GptOssModel* model = loaded->get();
   const me::GptOssConfig& c = model->config();
+  if (a.chunk <= 0) a.chunk = model->idle_prefill_rows();
   const int threads = kernels::DefaultThreadPool().size();
   const kernels::KernelSet& ks = model->kernels();
   double fma = 0, dot = 0;

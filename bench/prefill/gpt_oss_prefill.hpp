@@ -16,7 +16,7 @@ namespace moeserve::bench {
 struct GptOssPrefillArgs {
   std::string model;
   std::vector<int> lengths;
-  int chunk = 2048;
+  int chunk = 0;  // 0: the engine's block for a prompt alone (GptOssModel::idle_prefill_rows)
   int repeat = 1;
   bool reference = false, bf16_activations = false, ceilings = true;
 };

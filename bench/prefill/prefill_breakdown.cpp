@@ -145,14 +145,14 @@ void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const C
 int main(int argc, char** argv) {
   std::string model_path, preset = "small";
   std::vector<int> lengths = {512, 4096};
-  bool per_chunk = false;
+  bool per_chunk = false, chunk_given = false;
   int chunk = 2048, repeat = 1;
   bool reference = false, ceilings = true, bf16act = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model_path = argv[++i];
     else if (a == "--tokens" && i + 1 < argc) lengths = ParseList(argv[++i]);
-    else if (a == "--chunk" && i + 1 < argc) chunk = std::atoi(argv[++i]);
+    else if (a == "--chunk" && i + 1 < argc) chunk = std::atoi(argv[++i]), chunk_given = true;
     else if (a == "--kernels" && i + 1 < argc) reference = std::string(argv[++i]) == "reference";
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--bf16-activations") bf16act = true;
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     }
     const std::string name = (*family)->name;
     if (name == "gpt-oss")
-      return mb::RunGptOssPrefill({model_path, lengths, chunk, repeat, reference, bf16act, ceilings});
+      return mb::RunGptOssPrefill({model_path, lengths, chunk_given ? chunk : 0, repeat, reference, bf16act, ceilings});
     if (name != "moe-dsa-v1") {
       std::fprintf(stderr, "bench_prefill: %s is a %s checkpoint; this bench takes moe-dsa-v1 and gpt-oss\n",
                    model_path.c_str(), name.c_str());

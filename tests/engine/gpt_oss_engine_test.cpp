@@ -168,6 +168,28 @@ TEST(GptOssServing, ConcurrentSequencesEmitTheSingleSequenceGreedyTokens) {
 
 // Sampling reuses the engine's sampler: a seed fixes the tokens, another seed
 // draws others.
+// A long prompt alone is prefilled in blocks of the family's
+// idle_prefill_rows (512), not in one prefill_chunk_tokens_idle (2048) call:
+// 1,100 tokens take three steps (512, 512, 76) before the first token.
+TEST(GptOssServing, LongPromptAlonePrefillsInBlocksOfTheFamilysRows) {
+  Engine& e = SharedPlain();
+  ASSERT_EQ(e.family_model().idle_prefill_rows(), 512);
+  GenerationRequest r;
+  r.prompt = Prompt(1100, 9);
+  r.max_tokens = 1;
+  r.sampling.temperature = 0;
+  r.stop_tokens = {-1};
+  ASSERT_TRUE(e.Submit(r));
+  int steps = 0, tokens = 0;
+  while (e.HasWork() && tokens == 0 && steps < 10) {
+    ++steps;
+    for (const auto& ev : e.Step()) tokens += ev.token >= 0;
+  }
+  EXPECT_EQ(tokens, 1);
+  EXPECT_EQ(steps, 3);
+  Drain(e);
+}
+
 TEST(GptOssServing, SeededSampling) {
   Engine& e = SharedPlain();
   auto run = [&](uint64_t seed) {

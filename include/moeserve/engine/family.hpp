@@ -76,6 +76,10 @@ class FamilyModel {
   // Experts per layer (0 for a layer without MoE): the shape of the engine's
   // expert_tokens metric.
   virtual std::vector<int> ExpertCounts() const = 0;
+  // Prompt rows the engine prefills in one step when nothing decodes at most
+  // (0: EngineOptions::prefill_chunk_tokens_idle decides alone; never below
+  // prefill_chunk_tokens). A family whose larger calls are no faster caps it.
+  virtual int idle_prefill_rows() const { return 0; }
   // The sequence ended (expert-parallel followers drop their copy).
   virtual void Retire(const SequenceCache& cache) const { (void)cache; }
   // The vision tower's config when the model has one (model-format 14), else null.

@@ -81,6 +81,12 @@ class GptOssModel final : public FamilyModel {
                  ForwardTrace* trace = nullptr,
                  std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const override;
   std::vector<int> ExpertCounts() const override;
+  // 512: a 2,048-token prompt prefilled in one call ran no faster than in
+  // 512-token blocks on the 4-layer 20b-shaped checkpoint (bench_prefill
+  // --chunk, alternating runs: 9.7 and 12.6 tokens/s against 9.8 and 9.2, at
+  // 23.5-25.8% of the same run's fp32 bound against 26.2-26.4%), and the
+  // blocks keep each step's scratch a quarter the size.
+  int idle_prefill_rows() const override { return 512; }
 
  private:
   struct Weights;
