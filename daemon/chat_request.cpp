@@ -1,6 +1,6 @@
 #include "moeserve/daemon/chat_request.hpp"
 
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 
 #include "moeserve/daemon/tool_chain.hpp"
 
@@ -236,7 +236,7 @@ ApiResult<void> ReadTools(const ojson& body, ChatRequest& req) {
     }
     // Strict: a keyword the grammar does not enforce is refused, never passed over.
     if (spec.strict) {
-      if (auto ok = CheckSchemaSupported(spec.parameters); !ok) {
+      if (auto ok = engine::CheckSchemaSupported(spec.parameters); !ok) {
         return ApiFail(ApiError::InvalidRequest("'" + p + ".function.parameters': " + ok.error().message(),
                                                 p + ".function.parameters"));
       }
@@ -383,7 +383,7 @@ ApiResult<void> ReadJsonSchemaFormat(const ojson& rf, ChatRequest& req) {
     req.response_schema = *schema;
   }
   if (req.response_schema_strict) {
-    if (auto ok = CheckSchemaSupported(req.response_schema.is_null() ? ojson::object() : req.response_schema); !ok) {
+    if (auto ok = engine::CheckSchemaSupported(req.response_schema.is_null() ? ojson::object() : req.response_schema); !ok) {
       return ApiFail(ApiError::InvalidRequest("'response_format.json_schema.schema': " + ok.error().message(),
                                               "response_format.json_schema.schema"));
     }

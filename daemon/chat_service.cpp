@@ -55,7 +55,7 @@ struct Prepared {
 ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, const std::vector<PreparedImage>& images) {
   if (!req.model.empty() && req.model != facts.model_name) return ApiFail(ApiError::ModelNotFound(req.model));
   ReasoningEffort effort = req.reasoning_effort.value_or(facts.default_effort);
-  GrammarLimits limits;
+  engine::GrammarLimits limits;
   limits.max_string_bytes = facts.constrained_max_string_bytes;
   Prepared p;
   std::optional<std::vector<int>> prompt;
@@ -169,7 +169,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
       // The call tool_choice demands: its arguments follow the function's schema, then <|call|>.
       std::vector<HarmonyArgumentsController::Choice> choices;
       for (const ToolSpec& t : p.harmony_call ? std::vector<ToolSpec>{*p.harmony_call} : p.harmony_choices) {
-        auto grammar = JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
+        auto grammar = engine::JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
         if (!grammar) {
           return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
                                                   "tools[" + std::to_string(t.index) + "].function.parameters"));
@@ -191,7 +191,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
         if (std::find(p.harmony_tool_names.begin(), p.harmony_tool_names.end(), t.name) == p.harmony_tool_names.end()) {
           continue;
         }
-        auto grammar = JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
+        auto grammar = engine::JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
         if (!grammar) {
           return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
                                                   "tools[" + std::to_string(t.index) + "].function.parameters"));
@@ -201,7 +201,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
       if (req.json_object) {
         const nlohmann::ordered_json schema =
             req.response_schema.is_object() ? req.response_schema : nlohmann::ordered_json{{"type", "object"}};
-        auto grammar = JsonGrammar::ForObjectSchema(schema, limits, req.response_schema_strict);
+        auto grammar = engine::JsonGrammar::ForObjectSchema(schema, limits, req.response_schema_strict);
         if (!grammar) {
           return ApiFail(ApiError::InvalidRequest(grammar.error().message(), "response_format.json_schema.schema"));
         }

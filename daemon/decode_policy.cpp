@@ -15,7 +15,7 @@ Result<std::shared_ptr<DecodePolicy>> DecodePolicy::Create(DecodePolicyOptions o
     if (p->options_.tools.empty()) return Fail(Error::InvalidArgument("tool_choice requires a call but no tool is offered"));
     for (size_t i = 0; i < p->options_.tools.size(); ++i) {
       const ToolSpec& tool = p->options_.tools[i];
-      auto g = JsonGrammar::ForObjectSchema(tool.parameters, p->options_.limits, tool.strict);
+      auto g = engine::JsonGrammar::ForObjectSchema(tool.parameters, p->options_.limits, tool.strict);
       if (!g) {
         // The field in the request's own terms (the tools offered may be a subset).
         const std::string field = "tools[" + std::to_string(tool.index) + "].function.parameters";
@@ -24,7 +24,7 @@ Result<std::shared_ptr<DecodePolicy>> DecodePolicy::Create(DecodePolicyOptions o
       p->tool_grammars_.push_back(std::move(*g));
     }
   } else if (p->options_.mode == DecodeMode::kJsonObject) {
-    auto g = JsonGrammar::ForObjectSchema(p->options_.response_schema, p->options_.limits, p->options_.response_strict);
+    auto g = engine::JsonGrammar::ForObjectSchema(p->options_.response_schema, p->options_.limits, p->options_.response_strict);
     if (!g) {
       const std::string field = "response_format.json_schema.schema";
       return Fail(g.error().WithContext("'" + field + "'").WithField(field));

@@ -34,7 +34,7 @@ bool PlainValueText(std::string_view bytes) {
 // One required parameter: its grammar reads {"name": value} and is fed up
 // to the value.
 ApiResult<DsmlCallController::Parameter> MakeParameter(const ToolSpec& spec, const std::string& name,
-                                                      const ordered_json& schema, const GrammarLimits& limits) {
+                                                      const ordered_json& schema, const engine::GrammarLimits& limits) {
   const bool is_string = schema.is_object() && schema.contains("type") && schema["type"] == "string";
   ordered_json wrapper = {{"type", "object"},
                           {"properties", {{name, schema}}},
@@ -43,7 +43,7 @@ ApiResult<DsmlCallController::Parameter> MakeParameter(const ToolSpec& spec, con
   for (const char* defs : {"$defs", "definitions"})
     if (spec.parameters.contains(defs)) wrapper[defs] = spec.parameters[defs];
   const std::string field = "tools[" + std::to_string(spec.index) + "].function.parameters";
-  auto grammar = JsonGrammar::ForObjectSchema(wrapper, limits, spec.strict);
+  auto grammar = engine::JsonGrammar::ForObjectSchema(wrapper, limits, spec.strict);
   if (!grammar) return ApiFail(ApiError::InvalidRequest(grammar.error().message(), field));
   const std::string head = "{" + ordered_json(name).dump() + ":" + (is_string ? "\"" : "");
   for (unsigned char c : head)
@@ -93,7 +93,7 @@ Result<std::shared_ptr<const DeepseekServing>> DeepseekServing::Load(const std::
 
 ApiResult<DeepseekPrompt> RenderDeepseekRequest(const ChatRequest& req,
                                                 const std::shared_ptr<const DeepseekServing>& shared,
-                                                const GrammarLimits& limits) {
+                                                const engine::GrammarLimits& limits) {
   const DeepseekServing& serving = *shared;
   const bool none = req.tool_choice == ToolChoice::kNone;
   engine::DeepseekChatOptions options;
@@ -118,7 +118,7 @@ ApiResult<DeepseekPrompt> RenderDeepseekRequest(const ChatRequest& req,
     for (const ToolSpec& s : req.tool_specs) {
       if (req.tool_choice == ToolChoice::kNamed && s.name != req.tool_choice_name) continue;
       // The whole schema must be one the grammar can hold, as for the other families.
-      if (auto whole = JsonGrammar::ForObjectSchema(s.parameters, limits, s.strict); !whole) {
+      if (auto whole = engine::JsonGrammar::ForObjectSchema(s.parameters, limits, s.strict); !whole) {
         return ApiFail(ApiError::InvalidRequest(whole.error().message(),
                                                 "tools[" + std::to_string(s.index) + "].function.parameters"));
       }
@@ -143,7 +143,7 @@ ApiResult<DeepseekPrompt> RenderDeepseekRequest(const ChatRequest& req,
     p.controller = std::make_shared<DsmlCallController>(shared, std::move(choices));
   } else if (req.json_object) {
     const ordered_json schema = req.response_schema.is_object() ? req.response_schema : ordered_json{{"type", "object"}};
-    auto grammar = JsonGrammar::ForObjectSchema(schema, limits, req.response_schema_strict);
+    auto grammar = engine::JsonGrammar::ForObjectSchema(schema, limits, req.response_schema_strict);
     if (!grammar) return ApiFail(ApiError::InvalidRequest(grammar.error().message(), "response_format.json_schema.schema"));
     // The answer follows </think> directly (the encoding writes no separator).
     p.controller = std::make_shared<Qwen3ConstrainedController>(
@@ -215,7 +215,7 @@ void DsmlCallController::Mask(std::span<float> logits) {
         if (!PlainValueText(bytes)) continue;
       } else if (bytes.find('}') != std::string::npos) {
         // Never the brace that closes the {"name": value} wrapper: it is not DSML text.
-        JsonGrammar probe = *value_;
+        engine::JsonGrammar probe = *value_;
         if (!FeedTokenBytes(probe, bytes) || probe.Done()) continue;
       }
       allowed.push_back(id);

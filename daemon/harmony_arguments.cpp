@@ -8,7 +8,7 @@ namespace moeserve::daemon {
 namespace {
 
 // The characters of `bytes` when it is plain JSON string text (whole UTF-8
-// characters, as JsonGrammar accepts them: no overlong forms, surrogates or
+// characters, as engine::JsonGrammar accepts them: no overlong forms, surrogates or
 // code points past U+10FFFF; no control bytes, '"' or '\\'), else -1.
 int PlainChars(const std::string& bytes) {
   int chars = 0;
@@ -71,7 +71,7 @@ const std::string& TokenByteIndex::BytesOf(int id) const {
   return id >= 0 && static_cast<size_t>(id) < by_id_.size() ? by_id_[static_cast<size_t>(id)] : kNone;
 }
 
-HarmonyArgumentsController::HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index, JsonGrammar grammar,
+HarmonyArgumentsController::HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index, engine::JsonGrammar grammar,
                                                        int call_token)
     : index_(std::move(index)), grammar_(std::move(grammar)), call_token_(call_token) {}
 
@@ -103,13 +103,13 @@ std::vector<int> HarmonyArgumentsController::AllowedNames(int vocab) const {
   return out;
 }
 
-std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar& grammar, int vocab) {
+std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const engine::JsonGrammar& grammar, int vocab) {
   std::vector<int> out;
   // Inside a free string most tokens are plain text that fits: accepted at
   // once; only the others are walked through the grammar.
-  const JsonGrammar::PlainTextRoom room = grammar.PlainTextRoomNow();
+  const engine::JsonGrammar::PlainTextRoom room = grammar.PlainTextRoomNow();
   // states[k]: the grammar after the first k bytes of the last walked entry.
-  std::vector<JsonGrammar> states;
+  std::vector<engine::JsonGrammar> states;
   states.reserve(64);
   states.push_back(grammar);
   int refused_at = std::numeric_limits<int>::max();  // byte of the last walk the grammar refused
@@ -130,7 +130,7 @@ std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar
     states.erase(states.begin() + common + 1, states.end());
     bool ok = true;
     for (size_t k = static_cast<size_t>(common); k < e.bytes.size(); ++k) {
-      JsonGrammar next = states[k];
+      engine::JsonGrammar next = states[k];
       if (!next.Feed(static_cast<uint8_t>(e.bytes[k]))) {
         refused_at = static_cast<int>(k);
         ok = false;
@@ -144,7 +144,7 @@ std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar
   return out;
 }
 
-bool FeedTokenBytes(JsonGrammar& grammar, const std::string& bytes) {
+bool FeedTokenBytes(engine::JsonGrammar& grammar, const std::string& bytes) {
   for (unsigned char c : bytes)
     if (!grammar.Feed(c)) return false;
   return true;

@@ -19,10 +19,10 @@ engine::HarmonyEffort ToHarmony(ReasoningEffort e) {
 }  // namespace
 
 ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& req, ReasoningEffort effort,
-                                              const HarmonyServing& serving, const GrammarLimits& limits) {
+                                              const HarmonyServing& serving, const engine::GrammarLimits& limits) {
   // The same schema checks as moe-dsa-v1's, so a tool set is refused alike by every family.
   for (const auto& t : req.tool_specs) {
-    auto grammar = JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
+    auto grammar = engine::JsonGrammar::ForObjectSchema(t.parameters, limits, t.strict);
     if (!grammar) {
       return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
                                               "tools[" + std::to_string(t.index) + "].function.parameters"));

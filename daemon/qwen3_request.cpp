@@ -59,7 +59,7 @@ Result<std::shared_ptr<const Qwen3Serving>> Qwen3Serving::Load(const std::string
 }
 
 ApiResult<Qwen3Prompt> RenderQwen3Request(const ChatRequest& req, const Qwen3Serving& serving,
-                                          const GrammarLimits& limits) {
+                                          const engine::GrammarLimits& limits) {
   const bool none = req.tool_choice == ToolChoice::kNone;
   const ordered_json* tools = !none && req.tools.is_array() && !req.tools.empty() ? &req.tools : nullptr;
   auto pieces = engine::RenderQwen3Chat(req.messages, tools, /*add_generation_prompt=*/true);
@@ -80,7 +80,7 @@ ApiResult<Qwen3Prompt> RenderQwen3Request(const ChatRequest& req, const Qwen3Ser
     std::vector<Qwen3ConstrainedController::Choice> choices;
     for (const ToolSpec& s : req.tool_specs) {
       if (req.tool_choice == ToolChoice::kNamed && s.name != req.tool_choice_name) continue;
-      auto grammar = JsonGrammar::ForObjectSchema(s.parameters, limits, s.strict);
+      auto grammar = engine::JsonGrammar::ForObjectSchema(s.parameters, limits, s.strict);
       if (!grammar) {
         return ApiFail(ApiError::InvalidRequest(grammar.error().message(),
                                                 "tools[" + std::to_string(s.index) + "].function.parameters"));
@@ -103,7 +103,7 @@ ApiResult<Qwen3Prompt> RenderQwen3Request(const ChatRequest& req, const Qwen3Ser
                                                                 std::move(after_name), std::nullopt, std::move(suffix));
   } else if (req.json_object) {
     const ordered_json schema = req.response_schema.is_object() ? req.response_schema : ordered_json{{"type", "object"}};
-    auto grammar = JsonGrammar::ForObjectSchema(schema, limits, req.response_schema_strict);
+    auto grammar = engine::JsonGrammar::ForObjectSchema(schema, limits, req.response_schema_strict);
     if (!grammar) return ApiFail(ApiError::InvalidRequest(grammar.error().message(), "response_format.json_schema.schema"));
     p.controller = std::make_shared<Qwen3ConstrainedController>(
         serving.token_bytes, t.end_think, std::move(masked), Text(tok, "\n\n"),
@@ -118,7 +118,7 @@ ApiResult<Qwen3Prompt> RenderQwen3Request(const ChatRequest& req, const Qwen3Ser
 Qwen3ConstrainedController::Qwen3ConstrainedController(std::shared_ptr<const TokenByteIndex> index, int end_think,
                                                        std::vector<int> masked, std::vector<int> prefix,
                                                        std::vector<Choice> choices, std::vector<int> after_name,
-                                                       std::optional<JsonGrammar> value, std::vector<int> suffix)
+                                                       std::optional<engine::JsonGrammar> value, std::vector<int> suffix)
     : index_(std::move(index)),
       end_think_(end_think),
       masked_(std::move(masked)),

@@ -28,7 +28,7 @@ class Deepseek final : public SessionModel {
                                       const nlohmann::ordered_json&, const ChatRequest& turn) const override {
     ChatRequest request = turn;
     request.messages = messages;
-    auto p = RenderDeepseekRequest(request, serving_, GrammarLimits{});
+    auto p = RenderDeepseekRequest(request, serving_, engine::GrammarLimits{});
     if (!p) return std::nullopt;
     return static_cast<int64_t>(p->prompt.size());
   }
@@ -68,7 +68,7 @@ class Deepseek final : public SessionModel {
     ChatRequest request;
     request.messages = messages;
     request.tool_choice = ToolChoice::kNone;
-    auto p = RenderDeepseekRequest(request, serving_, GrammarLimits{});
+    auto p = RenderDeepseekRequest(request, serving_, engine::GrammarLimits{});
     if (!p) return std::nullopt;
     engine::GenerationRequest g;
     g.prompt = std::move(p->prompt);

@@ -33,7 +33,7 @@ class Harmony final : public SessionModel {
     // format), so the count is the prompt_tokens the turn will report.
     ChatRequest request = turn;
     request.messages = messages;
-    auto p = RenderHarmonyRequest(request, turn.reasoning_effort.value_or(default_effort_), *serving_, GrammarLimits{});
+    auto p = RenderHarmonyRequest(request, turn.reasoning_effort.value_or(default_effort_), *serving_, engine::GrammarLimits{});
     if (!p) return std::nullopt;
     return static_cast<int64_t>(p->prompt.size());
   }

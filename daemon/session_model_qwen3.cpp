@@ -26,7 +26,7 @@ class Qwen3 final : public SessionModel {
                                       const nlohmann::ordered_json&, const ChatRequest& turn) const override {
     ChatRequest request = turn;
     request.messages = messages;
-    auto p = RenderQwen3Request(request, *serving_, GrammarLimits{});
+    auto p = RenderQwen3Request(request, *serving_, engine::GrammarLimits{});
     if (!p) return std::nullopt;
     return static_cast<int64_t>(p->prompt.size());
   }
@@ -54,7 +54,7 @@ class Qwen3 final : public SessionModel {
     ChatRequest request;
     request.messages = messages;
     request.tool_choice = ToolChoice::kNone;
-    auto p = RenderQwen3Request(request, *serving_, GrammarLimits{});
+    auto p = RenderQwen3Request(request, *serving_, engine::GrammarLimits{});
     if (!p) return std::nullopt;
     engine::GenerationRequest g;
     g.prompt = std::move(p->prompt);

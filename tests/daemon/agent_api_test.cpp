@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
@@ -224,7 +224,7 @@ TEST_F(AgentApi, JsonSchemaAnswersSatisfyTheSchemaStreamedOrNot) {
     const std::string content = choice["message"]["content"];
     auto value = nlohmann::ordered_json::parse(content, nullptr, false);
     ASSERT_TRUE(value.is_object()) << content;
-    auto ok = CheckAgainstSchema(value, nlohmann::ordered_json::parse(kReportSchema));
+    auto ok = engine::CheckAgainstSchema(value, nlohmann::ordered_json::parse(kReportSchema));
     EXPECT_TRUE(ok.has_value()) << content << ": " << (ok ? "" : ok.error().message());
     body["stream"] = true;
     auto s = Chat(port_, body);
@@ -289,7 +289,7 @@ TEST_F(AgentApi, StrictToolArgumentsSatisfyTheNewKeywords) {
   const json call = r.Json()["choices"][0]["message"]["tool_calls"][0];
   EXPECT_EQ(call["function"]["name"], "report");
   auto args = nlohmann::ordered_json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
-  auto ok = CheckAgainstSchema(args, nlohmann::ordered_json::parse(kReportSchema));
+  auto ok = engine::CheckAgainstSchema(args, nlohmann::ordered_json::parse(kReportSchema));
   EXPECT_TRUE(ok.has_value()) << call.dump() << ": " << (ok ? "" : ok.error().message());
 }
 

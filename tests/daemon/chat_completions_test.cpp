@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {
@@ -132,7 +132,7 @@ TEST_F(ChatApi, NamedToolCallStreamsAndReassemblesToTheNonStreamedCall) {
   EXPECT_EQ(call["function"]["name"], "calculator");
   EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_"));
   json args = json::parse(call["function"]["arguments"].get<std::string>());
-  EXPECT_TRUE(CheckAgainstSchema(nlohmann::ordered_json::parse(args.dump()),
+  EXPECT_TRUE(engine::CheckAgainstSchema(nlohmann::ordered_json::parse(args.dump()),
                                  nlohmann::ordered_json::parse(kCalculator["function"]["parameters"].dump())).has_value());
 
   body["stream"] = true;
@@ -163,7 +163,7 @@ TEST_F(ChatApi, SchemaConstrainedArgumentsOnAHundredSeeds) {
     std::string args = choice["message"]["tool_calls"][0]["function"]["arguments"];
     auto parsed = nlohmann::ordered_json::parse(args, nullptr, false);
     ASSERT_FALSE(parsed.is_discarded()) << "seed " << seed << ": " << args;
-    auto ok = CheckAgainstSchema(parsed, schema);
+    auto ok = engine::CheckAgainstSchema(parsed, schema);
     EXPECT_TRUE(ok.has_value()) << "seed " << seed << ": " << args << ": " << (ok ? "" : ok.error().message());
   }
 }

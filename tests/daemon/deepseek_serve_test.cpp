@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/deepseek_chat.hpp"
 
 namespace moeserve::daemon::testing {
@@ -122,7 +122,7 @@ TEST_F(DeepseekServe, ForcedCallsHaveSchemaValidArgumentsAndTheResultTurnRenders
     ASSERT_EQ(tools[which]["function"]["name"], name) << j;
     auto args = nlohmann::ordered_json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
     ASSERT_TRUE(args.is_object()) << call;
-    auto valid = CheckAgainstSchema(args, nlohmann::ordered_json::parse(tools[which]["function"]["parameters"].dump()));
+    auto valid = engine::CheckAgainstSchema(args, nlohmann::ordered_json::parse(tools[which]["function"]["parameters"].dump()));
     EXPECT_TRUE(valid) << valid.error().ToString() << " " << call;
     if (choice.is_object()) {
       EXPECT_EQ(name, "get_weather");

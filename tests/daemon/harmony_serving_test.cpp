@@ -73,7 +73,7 @@ class GptOssChat : public ::testing::Test {
   static ApiResult<HarmonyPrompt> Render(const std::string& body, ReasoningEffort effort = ReasoningEffort::kHigh) {
     auto req = ParseChatRequest(body);
     if (!req) return ApiFail(req.error());
-    return RenderHarmonyRequest(*req, effort, serving_, GrammarLimits{});
+    return RenderHarmonyRequest(*req, effort, serving_, engine::GrammarLimits{});
   }
 
   static HarmonyAssembler Assembler(std::vector<std::string> tools, std::vector<std::string> stop = {}, Ids prefill = {}) {
@@ -374,7 +374,7 @@ TEST_F(GptOssChat, OpenedCallsArgumentsFollowTheSchemaThenTheCallEnds) {
   const int vocab = tok_->vocab_size();
   for (int seed = 0; seed < 6; ++seed) {
     const auto& schema = *(schemas.begin() + seed % 3);
-    auto grammar = JsonGrammar::ForObjectSchema(schema, GrammarLimits{});
+    auto grammar = engine::JsonGrammar::ForObjectSchema(schema, engine::GrammarLimits{});
     ASSERT_TRUE(grammar) << grammar.error().ToString();
     HarmonyArgumentsController c(index, *grammar, serving_.tokens.call);
     std::mt19937 pick(static_cast<unsigned>(seed));
@@ -402,7 +402,7 @@ TEST_F(GptOssChat, OpenedCallsArgumentsFollowTheSchemaThenTheCallEnds) {
     EXPECT_EQ(c.Allowed(vocab), std::vector<int>{serving_.tokens.call});
     auto value = nlohmann::ordered_json::parse(args, nullptr, false);
     ASSERT_FALSE(value.is_discarded()) << args;
-    EXPECT_TRUE(CheckAgainstSchema(value, schema)) << args;
+    EXPECT_TRUE(engine::CheckAgainstSchema(value, schema)) << args;
   }
 }
 
@@ -422,7 +422,7 @@ TEST_F(GptOssChat, RequiredCallChoosesANameThenItsArguments) {
   std::set<std::string> chosen;
   for (int seed = 0; seed < 6; ++seed) {
     std::vector<HarmonyArgumentsController::Choice> choices;
-    for (const auto& t : p->call_choices) choices.push_back({t.name, *JsonGrammar::ForObjectSchema(t.parameters, {})});
+    for (const auto& t : p->call_choices) choices.push_back({t.name, *engine::JsonGrammar::ForObjectSchema(t.parameters, {})});
     HarmonyArgumentsController c(index, std::move(choices), p->header_tail, serving_.tokens.call);
     HarmonyAssembler a = Assembler(p->tool_names, {}, p->prefill);
     std::mt19937 pick(static_cast<unsigned>(seed));
@@ -450,13 +450,13 @@ TEST_F(GptOssChat, RequiredCallChoosesANameThenItsArguments) {
     auto value = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
     ASSERT_TRUE(value.is_object()) << call.arguments;
     for (const auto& t : p->call_choices)
-      if (t.name == call.name) EXPECT_TRUE(CheckAgainstSchema(value, t.parameters)) << call.arguments;
+      if (t.name == call.name) EXPECT_TRUE(engine::CheckAgainstSchema(value, t.parameters)) << call.arguments;
     EXPECT_EQ(a.end(), engine::HarmonyEnd::kToolCalls);
   }
   EXPECT_FALSE(chosen.empty());
   // After "get_" both names stay open, and nothing else does.
   std::vector<HarmonyArgumentsController::Choice> choices;
-  for (const auto& t : p->call_choices) choices.push_back({t.name, *JsonGrammar::ForObjectSchema(t.parameters, {})});
+  for (const auto& t : p->call_choices) choices.push_back({t.name, *engine::JsonGrammar::ForObjectSchema(t.parameters, {})});
   HarmonyArgumentsController c(index, std::move(choices), p->header_tail, serving_.tokens.call);
   const Ids get_ = *tok_->Encode("get_");  // held: a range-for over *temporary would read freed memory
   for (int id : get_) {

@@ -55,10 +55,10 @@ class HarmonyStructure : public ::testing::Test {
     o.index = index_;
     o.tokens = tokens_;
     if (tools) {
-      o.functions.push_back({"get_weather", *JsonGrammar::ForObjectSchema(ojson::parse(kWeatherSchema), {})});
-      o.functions.push_back({"get_time", *JsonGrammar::ForObjectSchema(ojson::parse(kTimeSchema), {})});
+      o.functions.push_back({"get_weather", *engine::JsonGrammar::ForObjectSchema(ojson::parse(kWeatherSchema), {})});
+      o.functions.push_back({"get_time", *engine::JsonGrammar::ForObjectSchema(ojson::parse(kTimeSchema), {})});
     }
-    if (response) o.response = *JsonGrammar::ForObjectSchema(ojson::parse(kWeatherSchema), {});
+    if (response) o.response = *engine::JsonGrammar::ForObjectSchema(ojson::parse(kWeatherSchema), {});
     return o;
   }
 
@@ -167,7 +167,7 @@ TEST_F(HarmonyStructure, AutoToolsOutputAlwaysParsesAndCallsFollowTheirSchemas) 
       ASSERT_TRUE(args.is_object()) << r.calls[0].arguments;
       const char* schema = r.calls[0].name == "get_weather" ? kWeatherSchema : kTimeSchema;
       ASSERT_TRUE(r.calls[0].name == "get_weather" || r.calls[0].name == "get_time") << r.calls[0].name;
-      EXPECT_TRUE(CheckAgainstSchema(args, ojson::parse(schema))) << r.calls[0].arguments;
+      EXPECT_TRUE(engine::CheckAgainstSchema(args, ojson::parse(schema))) << r.calls[0].arguments;
     } else if (r.end == engine::HarmonyEnd::kFinal) {
       ++answers;
     }
@@ -187,7 +187,7 @@ TEST_F(HarmonyStructure, ResponseFormatFinalAnswerSatisfiesTheSchemaAfterTheBudg
     ASSERT_EQ(r.end, engine::HarmonyEnd::kFinal) << seed << ": " << r.error << " content " << r.content;
     const auto answer = ojson::parse(r.content, nullptr, false);
     ASSERT_TRUE(answer.is_object()) << r.content;
-    EXPECT_TRUE(CheckAgainstSchema(answer, ojson::parse(kWeatherSchema))) << r.content;
+    EXPECT_TRUE(engine::CheckAgainstSchema(answer, ojson::parse(kWeatherSchema))) << r.content;
     EXPECT_TRUE(r.calls.empty());
   }
 }
@@ -263,14 +263,14 @@ TEST_F(HarmonyStructure, PlainTextShortcutAcceptsExactlyWhatTheGrammarDoes) {
   const ojson schema = ojson::parse(R"({"type":"object","properties":{
       "free":{"type":"string"},"short":{"type":"string","maxLength":3},"long":{"type":"string","minLength":6},
       "tag":{"type":"string","pattern":"^[a-z]+$"}},"additionalProperties":false})");
-  GrammarLimits limits;
+  engine::GrammarLimits limits;
   limits.max_string_bytes = 40;
   const int vocab = tok_->vocab_size();
   int shortcut_states = 0;
   for (const std::string prefix : {"{\"free\":\"", "{\"free\":\"abc", "{\"free\":\"\\", "{\"free\":\"\xC3",
                                    "{\"short\":\"ab", "{\"long\":\"", "{\"free\":\"0123456789012345678901234567890123",
                                    "{\"tag\":\"ab", "{\"fr", "{"}) {
-    auto g = JsonGrammar::ForObjectSchema(schema, limits);
+    auto g = engine::JsonGrammar::ForObjectSchema(schema, limits);
     ASSERT_TRUE(g) << g.error().ToString();
     for (unsigned char c : prefix) ASSERT_TRUE(g->Feed(c)) << prefix;
     shortcut_states += g->PlainTextRoomNow().bytes > 0;
@@ -280,7 +280,7 @@ TEST_F(HarmonyStructure, PlainTextShortcutAcceptsExactlyWhatTheGrammarDoes) {
     for (int id = 0; id < vocab; ++id) {
       const std::string& bytes = index_->BytesOf(id);
       if (bytes.empty()) continue;
-      JsonGrammar copy = *g;
+      engine::JsonGrammar copy = *g;
       if (FeedTokenBytes(copy, bytes)) walked.push_back(id);
     }
     EXPECT_EQ(fast, walked) << "after " << prefix << ": " << fast.size() << " against " << walked.size();
@@ -295,7 +295,7 @@ TEST_F(HarmonyStructure, ResponseFormatIsRenderedAsHarmonysStructuredOutput) {
   auto render = [&](const std::string& body) {
     auto req = ParseChatRequest(body);
     EXPECT_TRUE(req) << req.error().message;
-    auto p = RenderHarmonyRequest(*req, ReasoningEffort::kLow, serving, GrammarLimits{});
+    auto p = RenderHarmonyRequest(*req, ReasoningEffort::kLow, serving, engine::GrammarLimits{});
     EXPECT_TRUE(p) << p.error().message;
     return p ? tok_->Decode(p->prompt) : std::string();
   };

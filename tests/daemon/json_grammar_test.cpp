@@ -7,7 +7,7 @@
 #include <random>
 
 #include "moeserve/daemon/decode_policy.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 
@@ -32,7 +32,7 @@ const ojson kWeatherSchema = ojson::parse(R"({
 })");
 
 bool Accepts(const ojson& schema, const std::string& text) {
-  auto g = JsonGrammar::ForObjectSchema(schema);
+  auto g = engine::JsonGrammar::ForObjectSchema(schema);
   if (!g) return false;
   for (unsigned char c : text)
     if (!g->Feed(c)) return false;
@@ -58,7 +58,7 @@ TEST(JsonGrammar, RequiredKeysNotDeclaredMustStillBeWritten) {
   const ojson no_properties = ojson::parse(R"({"type":"object","required":["k"]})");
   EXPECT_FALSE(Accepts(no_properties, R"({})"));
   EXPECT_TRUE(Accepts(no_properties, R"({"k":{"x":1}})"));
-  EXPECT_TRUE(CheckAgainstSchema(ojson::parse(R"({"k":1})"), no_properties).has_value());
+  EXPECT_TRUE(engine::CheckAgainstSchema(ojson::parse(R"({"k":1})"), no_properties).has_value());
 }
 
 // Found by fuzz_json_grammar: the grammar wrote a required key that
@@ -79,9 +79,9 @@ TEST(JsonGrammar, CheckAgreesWithTheGrammarOnRequiredKeysNotDeclared) {
       R"({"type":"object","properties":{"kity":{"type":"string"},"days":{"type":"integer"}},"required":["city"]})");
   const std::string written = R"({"city":"Paris","days":4})";
   EXPECT_TRUE(Accepts(schema, written));
-  EXPECT_TRUE(CheckAgainstSchema(ojson::parse(written), schema).has_value());
-  EXPECT_FALSE(CheckAgainstSchema(ojson::parse(R"({"city":1,"town":"x"})"), schema).has_value());
-  EXPECT_FALSE(CheckAgainstSchema(ojson::parse(R"({"days":4})"), schema).has_value());
+  EXPECT_TRUE(engine::CheckAgainstSchema(ojson::parse(written), schema).has_value());
+  EXPECT_FALSE(engine::CheckAgainstSchema(ojson::parse(R"({"city":1,"town":"x"})"), schema).has_value());
+  EXPECT_FALSE(engine::CheckAgainstSchema(ojson::parse(R"({"days":4})"), schema).has_value());
 }
 
 TEST(JsonGrammar, RefusesWhatTheSchemaForbids) {
@@ -96,7 +96,7 @@ TEST(JsonGrammar, RefusesWhatTheSchemaForbids) {
   EXPECT_FALSE(Accepts(kWeatherSchema, R"( {"city":"a","unit":"celsius"})"));  // no whitespace
   EXPECT_FALSE(Accepts(kWeatherSchema, "{\"city\":\"\xC0\xAF\",\"unit\":\"celsius\"}"));  // overlong UTF-8
   EXPECT_FALSE(Accepts(ojson{{"type", "string"}}, R"("x")"));
-  EXPECT_FALSE(JsonGrammar::ForObjectSchema(ojson{{"type", "array"}}).has_value());
+  EXPECT_FALSE(engine::JsonGrammar::ForObjectSchema(ojson{{"type", "array"}}).has_value());
 }
 
 // Samples like a model with random weights: random logits, masked, then the
@@ -149,7 +149,7 @@ TEST(DecodePolicy, NamedToolOnRandomLogitsAlwaysSatisfiesTheSchema) {
     EXPECT_TRUE(call.id.starts_with("call_") && call.id.size() == 29) << call.id;
     auto args = ojson::parse(call.arguments, nullptr, false);
     ASSERT_FALSE(args.is_discarded()) << "seed " << seed << ": " << call.arguments;
-    auto ok = CheckAgainstSchema(args, kWeatherSchema);
+    auto ok = engine::CheckAgainstSchema(args, kWeatherSchema);
     EXPECT_TRUE(ok.has_value()) << "seed " << seed << ": " << (ok ? "" : ok.error().message());
     EXPECT_TRUE(a.content().empty());
   }
@@ -173,7 +173,7 @@ TEST(DecodePolicy, RequiredWithSeveralToolsAndParallelCalls) {
     for (const auto& call : a.tool_calls()) {
       auto args = ojson::parse(call.arguments, nullptr, false);
       ASSERT_FALSE(args.is_discarded()) << call.arguments;
-      EXPECT_TRUE(CheckAgainstSchema(args, call.name == "calculator" ? calc : kWeatherSchema).has_value()) << call.arguments;
+      EXPECT_TRUE(engine::CheckAgainstSchema(args, call.name == "calculator" ? calc : kWeatherSchema).has_value()) << call.arguments;
     }
   }
 }

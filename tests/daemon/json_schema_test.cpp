@@ -10,7 +10,7 @@
 #include <regex>
 
 #include "moeserve/daemon/decode_policy.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/daemon/output_assembler.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 
@@ -21,7 +21,7 @@ using ojson = nlohmann::ordered_json;
 namespace tok = engine::tok;
 
 bool Accepts(const ojson& schema, const std::string& text) {
-  auto g = JsonGrammar::ForObjectSchema(schema);
+  auto g = engine::JsonGrammar::ForObjectSchema(schema);
   EXPECT_TRUE(g.has_value()) << schema.dump() << ": " << (g ? "" : g.error().message());
   if (!g) return false;
   for (unsigned char c : text)
@@ -35,7 +35,7 @@ bool AcceptsValue(const std::string& value_schema, const std::string& value) {
   const std::string text = "{\"v\":" + value + "}";
   const bool accepted = Accepts(schema, text);
   // The check agrees with the grammar on every case here.
-  EXPECT_EQ(accepted, CheckAgainstSchema(ojson::parse(text), schema).has_value()) << value_schema << " " << value;
+  EXPECT_EQ(accepted, engine::CheckAgainstSchema(ojson::parse(text), schema).has_value()) << value_schema << " " << value;
   return accepted;
 }
 
@@ -84,7 +84,7 @@ TEST(JsonSchema, RecursionIsBounded) {
   EXPECT_TRUE(Accepts(tree, R"({"name":"a","children":[{"name":"b","children":[{"name":"c","children":[{"name":"d","children":[]}]}]}]})"));
   EXPECT_FALSE(Accepts(tree, R"({"name":"a","children":[{"name":"b","children":[{"name":"c","children":[{"name":"d","children":[{"name":"e"}]}]}]}]})"));
   // A recursion the value can never leave: refused, saying why.
-  auto endless = JsonGrammar::ForObjectSchema(ojson::parse(R"({"type":"object","properties":{"next":{"$ref":"#"}},"required":["next"]})"));
+  auto endless = engine::JsonGrammar::ForObjectSchema(ojson::parse(R"({"type":"object","properties":{"next":{"$ref":"#"}},"required":["next"]})"));
   ASSERT_FALSE(endless.has_value());
   EXPECT_NE(endless.error().message().find("recurses"), std::string::npos) << endless.error().message();
   // Mutual recursion through $defs, bounded the same way.
@@ -118,7 +118,7 @@ TEST(JsonSchema, NumberRanges) {
   EXPECT_TRUE(AcceptsValue(R"({"type":"integer","minimum":1700000000})", "1700000001"));
   EXPECT_FALSE(AcceptsValue(R"({"type":"integer","minimum":1700000000})", "170000000"));
   // No integer in the range: refused.
-  EXPECT_FALSE(JsonGrammar::ForObjectSchema(ojson::parse(R"({"properties":{"v":{"type":"integer","minimum":0.2,"maximum":0.8}}})")).has_value());
+  EXPECT_FALSE(engine::JsonGrammar::ForObjectSchema(ojson::parse(R"({"properties":{"v":{"type":"integer","minimum":0.2,"maximum":0.8}}})")).has_value());
 }
 
 TEST(JsonSchema, StringLengthsAndItemCounts) {
@@ -130,7 +130,7 @@ TEST(JsonSchema, StringLengthsAndItemCounts) {
   EXPECT_FALSE(AcceptsValue(s, R"("abcdef")"));
   // minLength above the byte bound (32 by default) raises it.
   EXPECT_TRUE(AcceptsValue(R"({"type":"string","minLength":40})", "\"" + std::string(40, 'x') + "\""));
-  EXPECT_FALSE(JsonGrammar::ForObjectSchema(ojson::parse(R"({"properties":{"v":{"type":"string","minLength":4,"maxLength":2}}})")).has_value());
+  EXPECT_FALSE(engine::JsonGrammar::ForObjectSchema(ojson::parse(R"({"properties":{"v":{"type":"string","minLength":4,"maxLength":2}}})")).has_value());
   const std::string a = R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})";
   EXPECT_FALSE(AcceptsValue(a, "[1]"));
   EXPECT_TRUE(AcceptsValue(a, "[1,2]"));
@@ -158,18 +158,18 @@ TEST(JsonSchema, StrictRefusesWhatIsNotEnforcedNamingIt) {
            {R"({"type":"object","$defs":{"D":{"type":"string","format":"email"}}})", "$.$defs.D.format"},
        }) {
     const ojson schema = ojson::parse(c.schema);
-    auto strict = JsonGrammar::ForObjectSchema(schema, {}, true);
+    auto strict = engine::JsonGrammar::ForObjectSchema(schema, {}, true);
     ASSERT_FALSE(strict.has_value()) << c.schema;
     EXPECT_NE(strict.error().message().find(c.names), std::string::npos) << strict.error().message();
     // Without strict the keyword is passed over, as before.
-    EXPECT_TRUE(JsonGrammar::ForObjectSchema(schema).has_value()) << c.schema;
+    EXPECT_TRUE(engine::JsonGrammar::ForObjectSchema(schema).has_value()) << c.schema;
   }
   // What agent frameworks emit under strict is accepted.
   const ojson pydantic = ojson::parse(R"({"$defs":{"Unit":{"enum":["c","f"],"title":"Unit","type":"string"}},
     "properties":{"city":{"title":"City","type":"string","minLength":1},"unit":{"$ref":"#/$defs/Unit"},
     "days":{"anyOf":[{"type":"integer","minimum":1,"maximum":14},{"type":"null"}],"default":null,"title":"Days"}},
     "required":["city","unit","days"],"title":"Weather","type":"object","additionalProperties":false})");
-  EXPECT_TRUE(JsonGrammar::ForObjectSchema(pydantic, {}, true).has_value());
+  EXPECT_TRUE(engine::JsonGrammar::ForObjectSchema(pydantic, {}, true).has_value());
 }
 
 // Samples like a model with random weights: random logits, masked, then the
@@ -221,7 +221,7 @@ TEST(JsonSchema, RandomLogitsAlwaysSatisfyTheSchema) {
     if (seed < 3) std::printf("seed %d: %s\n", static_cast<int>(seed), text.c_str());
     auto v = ojson::parse(text, nullptr, false);
     ASSERT_FALSE(v.is_discarded()) << "seed " << seed << ": " << text;
-    auto ok = CheckAgainstSchema(v, schema);
+    auto ok = engine::CheckAgainstSchema(v, schema);
     EXPECT_TRUE(ok.has_value()) << "seed " << seed << ": " << text << ": " << (ok ? "" : ok.error().message());
   }
 }
@@ -258,7 +258,7 @@ TEST(JsonSchema, PatternsAcceptWhatTheRegexMatches) {
   EXPECT_TRUE(AcceptsValue(R"({"type":"string","pattern":"^x{40}$"})", "\"" + std::string(40, 'x') + "\""));
   // Refused: nothing printable matches, non-ASCII, anchors inside '|'.
   for (const char* p : {"^\\n$", "^é$", "^a|b$", "(?<n>a)", "a**"}) {
-    auto g = JsonGrammar::ForObjectSchema(ojson{{"properties", {{"v", {{"type", "string"}, {"pattern", p}}}}}}, {}, true);
+    auto g = engine::JsonGrammar::ForObjectSchema(ojson{{"properties", {{"v", {{"type", "string"}, {"pattern", p}}}}}}, {}, true);
     EXPECT_FALSE(g.has_value()) << p;
   }
 }

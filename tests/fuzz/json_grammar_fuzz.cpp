@@ -13,7 +13,7 @@
 
 #include "fuzz_check.hpp"
 #include "moeserve/common/json_limits.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 
 using namespace moeserve;
 
@@ -24,7 +24,7 @@ constexpr size_t kMaxSampled = 512;
 // The default limits bound a value to far fewer bytes than this.
 constexpr int kMaxCompletionBytes = 1 << 16;
 
-bool AnyAcceptable(const daemon::JsonGrammar& g) {
+bool AnyAcceptable(const engine::JsonGrammar& g) {
   for (int b = 0; b < 256; ++b)
     if (g.CanAccept(static_cast<uint8_t>(b))) return true;
   return false;
@@ -34,7 +34,7 @@ void CheckFinished(const std::string& text, const nlohmann::ordered_json& schema
   auto value = ParseJsonBounded(text, JsonLimits{.max_bytes = 1 << 20, .max_depth = kMaxJsonDepth}, "grammar output");
   FUZZ_CHECK(value.has_value(), "Done() but not JSON: " + text);
   FUZZ_CHECK(value->is_object(), "Done() but not an object: " + text);
-  auto ok = daemon::CheckAgainstSchema(*value, schema);
+  auto ok = engine::CheckAgainstSchema(*value, schema);
   FUZZ_CHECK(ok.has_value(), text + " breaks the schema: " + (ok ? "" : ok.error().message()));
 }
 
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (newline == std::string_view::npos) return 0;
   auto schema = ParseJsonBounded(input.substr(0, newline), JsonLimits{.max_bytes = 1 << 16, .max_depth = 16}, "schema");
   if (!schema) return 0;
-  auto grammar = daemon::JsonGrammar::ForObjectSchema(*schema);
+  auto grammar = engine::JsonGrammar::ForObjectSchema(*schema);
   if (!grammar) return 0;
 
   std::string text;

@@ -10,7 +10,7 @@
 //                false or a function is named), each exactly
 //                <|tool_call|>{"id":"<id>","name":"<name>","arguments":<json>}<|/tool_call|>
 //                with <json> satisfying the function's parameters schema
-//                (JsonGrammar), then <|end|>.
+//                (engine::JsonGrammar), then <|end|>.
 //   kJsonObject  response_format json_object or json_schema: the answer
 //                after the reasoning span is one JSON object (satisfying
 //                `response_schema`), then <|end|>.
@@ -32,7 +32,7 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/daemon/chat_request.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/engine.hpp"
 
 namespace moeserve::daemon {
@@ -48,7 +48,7 @@ struct DecodePolicyOptions {
   // must be enforced (its `strict`); tools carry their own `strict`.
   nlohmann::ordered_json response_schema = nlohmann::ordered_json{{"type", "object"}};
   bool response_strict = false;
-  GrammarLimits limits;
+  engine::GrammarLimits limits;
   uint64_t id_seed = 0;          // tool-call ids come from this seed (same seed, same ids)
 };
 
@@ -91,14 +91,14 @@ class DecodePolicy : public engine::DecodeController {
 
   DecodePolicyOptions options_;
   std::mt19937_64 rng_;
-  std::vector<JsonGrammar> tool_grammars_;     // kMustCall: one per tool, pristine
-  std::optional<JsonGrammar> json_template_;   // kJsonObject, pristine
+  std::vector<engine::JsonGrammar> tool_grammars_;     // kMustCall: one per tool, pristine
+  std::optional<engine::JsonGrammar> json_template_;   // kJsonObject, pristine
   Phase phase_ = Phase::kReasoning;
   int calls_ = 0;
   // literal matching in kCallPrefix / kCallName / kCallClose
   std::vector<std::string> literals_;
   size_t literal_pos_ = 0;
-  std::optional<JsonGrammar> grammar_;  // the active grammar in kCallArgs / kJson
+  std::optional<engine::JsonGrammar> grammar_;  // the active grammar in kCallArgs / kJson
 };
 
 }  // namespace moeserve::daemon

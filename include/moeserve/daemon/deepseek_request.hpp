@@ -15,7 +15,7 @@
 //                         the model its value: a string parameter (string="true")
 //                         as plain text its schema accepts (no quotes, backslashes,
 //                         '<' or control characters), any other as compact JSON of
-//                         its schema (JsonGrammar); the model ends a value with '<',
+//                         its schema (engine::JsonGrammar); the model ends a value with '<',
 //                         the server completes the closing tag, and finally writes
 //                         "\n</｜DSML｜invoke>\n</｜DSML｜function_calls>" and the end
 //                         of sentence: one call
@@ -38,7 +38,7 @@
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/harmony_arguments.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/hf_tokenizer.hpp"
 
@@ -67,7 +67,7 @@ struct DeepseekPrompt {
 
 ApiResult<DeepseekPrompt> RenderDeepseekRequest(const ChatRequest& request,
                                                 const std::shared_ptr<const DeepseekServing>& serving,
-                                                const GrammarLimits& limits);
+                                                const engine::GrammarLimits& limits);
 
 // tool_choice required or named (see the top of this file).
 class DsmlCallController : public engine::DecodeController {
@@ -75,7 +75,7 @@ class DsmlCallController : public engine::DecodeController {
   struct Parameter {
     std::string name;
     bool is_string = false;
-    JsonGrammar grammar;  // {"name": value} of the parameter's schema, fed up to the value
+    engine::JsonGrammar grammar;  // {"name": value} of the parameter's schema, fed up to the value
   };
   struct Choice {
     std::string name;
@@ -96,7 +96,7 @@ class DsmlCallController : public engine::DecodeController {
   std::vector<int> closers_;  // tokens whose bytes begin "</｜DSML｜parameter>"
   const Choice* chosen_ = nullptr;
   size_t parameter_ = 0;
-  std::optional<JsonGrammar> value_;
+  std::optional<engine::JsonGrammar> value_;
   std::string name_written_;
   Phase phase_ = Phase::kReasoning;
   size_t skip_ = 0;      // forced tokens still to come back through OnToken

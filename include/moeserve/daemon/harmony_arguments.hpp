@@ -1,5 +1,5 @@
 // Constrains a gpt-oss tool call's arguments by the function's JSON schema
-// (the same JsonGrammar as moe-dsa-v1's calls), for the calls tool_choice
+// (the same engine::JsonGrammar as moe-dsa-v1's calls), for the calls tool_choice
 // demands: named, or required with one tool (the prompt ends with the call's
 // header, harmony_request.hpp), and required with several (the prompt ends
 // with `to=functions.`: the name is constrained to the tools' names first).
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/hf_tokenizer.hpp"
 
@@ -38,7 +38,7 @@ class TokenByteIndex {
     std::string bytes;
     int id = 0;
     int shared = 0;  // bytes in common with the previous entry
-    // Characters, when the bytes are plain string text (JsonGrammar::PlainTextRoom:
+    // Characters, when the bytes are plain string text (engine::JsonGrammar::PlainTextRoom:
     // from 0x20 up but '"' and '\\', whole valid UTF-8 characters); -1 otherwise.
     int plain_chars = -1;
   };
@@ -52,17 +52,17 @@ class TokenByteIndex {
 };
 
 // The text tokens whose bytes `grammar` accepts from its state (ids below vocab).
-std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const JsonGrammar& grammar, int vocab);
+std::vector<int> TokensAcceptedBy(const TokenByteIndex& index, const engine::JsonGrammar& grammar, int vocab);
 // Feeds a token's bytes; false when the grammar refuses one (the grammar is then unusable).
-bool FeedTokenBytes(JsonGrammar& grammar, const std::string& bytes);
+bool FeedTokenBytes(engine::JsonGrammar& grammar, const std::string& bytes);
 // Sets every logit not in `allowed` to -infinity.
 void MaskAllBut(std::span<float> logits, const std::vector<int>& allowed);
 
 class HarmonyArgumentsController : public engine::DecodeController {
  public:
   // A call already opened: `grammar` is the function's parameters
-  // (JsonGrammar::ForObjectSchema); `call_token` is <|call|>.
-  HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index, JsonGrammar grammar, int call_token);
+  // (engine::JsonGrammar::ForObjectSchema); `call_token` is <|call|>.
+  HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index, engine::JsonGrammar grammar, int call_token);
 
   // tool_choice required with several tools: the prompt ends with
   // `commentary to=functions.`, so the name comes first: one of `choices`
@@ -70,7 +70,7 @@ class HarmonyArgumentsController : public engine::DecodeController {
   // and that function's arguments follow.
   struct Choice {
     std::string name;
-    JsonGrammar grammar;
+    engine::JsonGrammar grammar;
   };
   HarmonyArgumentsController(std::shared_ptr<const TokenByteIndex> index, std::vector<Choice> choices,
                              std::vector<int> header_tail, int call_token);
@@ -89,7 +89,7 @@ class HarmonyArgumentsController : public engine::DecodeController {
   std::vector<Choice> choices_;   // while the name is written
   std::string name_written_;
   std::vector<int> header_tail_;
-  std::optional<JsonGrammar> grammar_;  // the arguments' grammar, once the function is known
+  std::optional<engine::JsonGrammar> grammar_;  // the arguments' grammar, once the function is known
   int call_token_;
   int skip_ = 0;          // forced tokens to come back through OnToken, not arguments
   bool done_ = false;     // the arguments are complete

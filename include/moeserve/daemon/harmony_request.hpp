@@ -10,7 +10,7 @@
 //   required, several     the prompt ends with `<|channel|>commentary to=functions.`:
 //                         the model writes the name (constrained to the tools'),
 //                         the server the rest of the header, the model the arguments
-// Tool schemas are checked as for moe-dsa-v1 (JsonGrammar: unsatisfiable
+// Tool schemas are checked as for moe-dsa-v1 (engine::JsonGrammar: unsatisfiable
 // schemas, and with strict unsupported keywords, are a 400); the arguments of
 // the calls tool_choice demands are constrained by them (harmony_arguments.hpp),
 // and so are the calls the model opens itself under `auto` (harmony_structure.hpp).
@@ -30,7 +30,7 @@
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/harmony_arguments.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/harmony.hpp"
 #include "moeserve/engine/hf_tokenizer.hpp"
 
@@ -58,6 +58,6 @@ struct HarmonyPrompt {
 };
 
 ApiResult<HarmonyPrompt> RenderHarmonyRequest(const ChatRequest& request, ReasoningEffort effort,
-                                              const HarmonyServing& serving, const GrammarLimits& limits);
+                                              const HarmonyServing& serving, const engine::GrammarLimits& limits);
 
 }  // namespace moeserve::daemon

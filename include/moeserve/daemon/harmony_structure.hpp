@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "moeserve/daemon/harmony_arguments.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/harmony.hpp"
 
@@ -52,7 +52,7 @@ struct HarmonyStructureOptions {
   // The functions the model may call (tool_choice auto), with their arguments' grammars.
   std::vector<HarmonyArgumentsController::Choice> functions;
   // response_format: the final answer's grammar.
-  std::optional<JsonGrammar> response;
+  std::optional<engine::JsonGrammar> response;
 };
 
 class HarmonyStructureController : public engine::DecodeController {
@@ -91,7 +91,7 @@ class HarmonyStructureController : public engine::DecodeController {
   std::vector<int> written_;        // kHeader: the header's units so far
   std::vector<size_t> live_;        // kHeader: the paths `written_` is a prefix of
   Body body_ = Body::kFreeText;
-  std::optional<JsonGrammar> grammar_;  // kJsonFinal, kCall
+  std::optional<engine::JsonGrammar> grammar_;  // kJsonFinal, kCall
   int terminator_ = -1;             // forced when the grammar is done
 };
 

@@ -9,7 +9,7 @@
 //                         model writes one of the tools' names (the server the
 //                         whole name when only one may be called), the server
 //                         `", "arguments": `, the model the arguments constrained
-//                         by the function's schema (JsonGrammar, compact), and
+//                         by the function's schema (engine::JsonGrammar, compact), and
 //                         the server "}\n</tool_call>" and <|im_end|>: one call
 //   response_format       after the reasoning span the server writes "\n\n"; the
 //                         answer is one JSON object of the schema, then <|im_end|>
@@ -28,7 +28,7 @@
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/harmony_arguments.hpp"
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/hf_tokenizer.hpp"
 
@@ -55,7 +55,7 @@ struct Qwen3Prompt {
 };
 
 ApiResult<Qwen3Prompt> RenderQwen3Request(const ChatRequest& request, const Qwen3Serving& serving,
-                                          const GrammarLimits& limits);
+                                          const engine::GrammarLimits& limits);
 
 // After the reasoning span, the server writes `prefix`; with `choices`, the
 // model writes one choice's name and '"' (the server writes it when there is
@@ -67,11 +67,11 @@ class Qwen3ConstrainedController : public engine::DecodeController {
  public:
   struct Choice {
     std::string name;
-    JsonGrammar grammar;  // the function's parameters
+    engine::JsonGrammar grammar;  // the function's parameters
   };
   Qwen3ConstrainedController(std::shared_ptr<const TokenByteIndex> index, int end_think, std::vector<int> masked,
                              std::vector<int> prefix, std::vector<Choice> choices, std::vector<int> after_name,
-                             std::optional<JsonGrammar> value, std::vector<int> suffix);
+                             std::optional<engine::JsonGrammar> value, std::vector<int> suffix);
   void Mask(std::span<float> logits) override;
   std::vector<int> OnToken(int token) override;
 
@@ -83,7 +83,7 @@ class Qwen3ConstrainedController : public engine::DecodeController {
   std::vector<int> masked_, prefix_, after_name_, suffix_;
   std::vector<Choice> choices_;
   std::string name_written_;
-  std::optional<JsonGrammar> grammar_;
+  std::optional<engine::JsonGrammar> grammar_;
   Phase phase_ = Phase::kReasoning;
   size_t skip_ = 0;      // forced tokens still to come back through OnToken
   bool broken_ = false;  // a refused token was emitted anyway (forced by the engine): no more constraint

@@ -1,4 +1,4 @@
-#include "moeserve/daemon/json_pattern.hpp"
+#include "moeserve/engine/json_pattern.hpp"
 
 #include <algorithm>
 #include <bitset>
@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-namespace moeserve::daemon {
+namespace moeserve::engine {
 
 namespace {
 
@@ -472,4 +472,4 @@ bool PatternDfa::Matches(std::string_view s) const {
   return Accepting(state);
 }
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve::engine

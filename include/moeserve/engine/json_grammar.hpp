@@ -47,7 +47,7 @@
 
 #include "moeserve/common/status.hpp"
 
-namespace moeserve::daemon {
+namespace moeserve::engine {
 
 struct GrammarLimits {
   int max_string_bytes = 32;
@@ -116,4 +116,4 @@ Status CheckAgainstSchema(const nlohmann::ordered_json& value, const nlohmann::o
 // error names the keyword and its path ("$.properties.when.format").
 Status CheckSchemaSupported(const nlohmann::ordered_json& schema);
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve::engine

@@ -22,7 +22,7 @@
 
 #include "moeserve/common/status.hpp"
 
-namespace moeserve::daemon {
+namespace moeserve::engine {
 
 class PatternDfa {
  public:
@@ -50,4 +50,4 @@ class PatternDfa {
   std::vector<int> bytes_to_accept_;
 };
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve::engine

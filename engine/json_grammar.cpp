@@ -1,13 +1,13 @@
-#include "moeserve/daemon/json_grammar.hpp"
+#include "moeserve/engine/json_grammar.hpp"
 
-#include "moeserve/daemon/json_pattern.hpp"
+#include "moeserve/engine/json_pattern.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 
-namespace moeserve::daemon {
+namespace moeserve::engine {
 
 using ojson = nlohmann::ordered_json;
 
@@ -1159,4 +1159,4 @@ Status CheckAgainstSchema(const ojson& value, const ojson& schema, const std::st
 
 Status CheckSchemaSupported(const ojson& schema) { return StrictChecker(schema).Check(schema, "$"); }
 
-}  // namespace moeserve::daemon
+}  // namespace moeserve::engine
