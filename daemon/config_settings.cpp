@@ -169,7 +169,7 @@ constexpr SettingSpec kSettings[] = {
      "prompt tokens per step while other sequences decode",
      Field<&DaemonConfig::prefill_chunk_tokens>},
     {"prefill_chunk_tokens_idle", kInteger, "2048", "1 to 1048576",
-     "prompt tokens per step while none does",
+     "prompt tokens per step while none does (gpt-oss: at most 512)",
      Field<&DaemonConfig::prefill_chunk_tokens_idle>},
     {"cache_tokens", kInteger, "65536", "16 to 2^40",
      "KV pool size in tokens",
