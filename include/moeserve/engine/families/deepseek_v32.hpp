@@ -57,9 +57,10 @@ bool IsModelDir(const std::string& dir);
 // result holds the converted checkpoint in memory as one safetensors image,
 // each tensor converted straight into its place (peak: the image, plus one
 // expert's fp32 values when requantising); what was skipped (MTP),
-// dequantised and requantised is said in `warnings`. Its tokenizer is a
-// placeholder of the right vocabulary size: the moe-dsa-v1 chat engine does
-// not serve this family (Engine::Create refuses it).
+// dequantised and requantised is said in `warnings`. Its `tokenizer` member
+// only carries the vocabulary size (the forward needs nothing else); text
+// goes through the checkpoint's own tokenizer.json, which the daemon's
+// DeepSeek-V3.2 chat format loads (daemon/deepseek_request.cpp).
 Result<ModelDir> OpenDir(const std::string& dir, std::optional<ExpertFormat> experts = std::nullopt);
 
 // The same checks, but nothing converted yet: the ModelDir's `source`
