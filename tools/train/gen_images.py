@@ -40,7 +40,9 @@ centre is in the cell, the code letter of a shape whose centre is in it
 
 The answers use the tiny agent's own formats (gen_data.py): a sum is its calc
 task (`Compute A+B with calculator.`, the call, `Result C.`, `The answer is
-C.`); the other kinds are its plain task (`Reply X, no tool needed.`, X).
+C.`); the other kinds are its plain task (`Reply X, no tool needed.`, X),
+whose reasoning first names what is asked (`Asked: colour.`) and, for a
+count, numbers each shape's caption code in reading order (plain_reasoning).
 """
 
 import argparse
@@ -75,39 +77,60 @@ SHAPES = ["circle", "square", "triangle"]
 BACKGROUNDS = {"train": [(255, 255, 255), (240, 240, 235), (225, 235, 245), (245, 235, 225)],
                "eval": [(250, 250, 240), (235, 245, 235)]}
 
-# Train phrasings: each core sentence alone and after each lead-in, so that the
-# model keys on what is asked (a number, a sum, a shape, a colour, how many),
-# not on one wording. The eval sentences appear nowhere in the train split.
+# Train phrasings: a small grammar (a frame per way of asking, with the thing
+# asked about and where it is as slots), each sentence alone and after each
+# lead-in, so that the model keys on the words that say what is asked (a
+# number, a sum, a shape, a colour, how many) across many wordings rather than
+# on a few whole sentences. A tiny model trained from nothing knows no word it
+# never read, so the grammar's words are ordinary ones; the eval split's
+# sentences are whole sentences it never writes (the grammar's output is
+# filtered against them, and a test checks the splits are disjoint).
 TRAIN_LEADS = ["", "Look at the image. ", "Quick question: ", "Here is a picture. ", "Please answer: "]
-TRAIN_CORES = {
-    "read": ["What number is shown?", "Which number is in the picture?", "Read the number in the image.",
-             "What number do you see?", "Tell me the number in this image.", "What is the number drawn here?",
-             "Which value is written in the picture?", "What digits does the image show?"],
-    "sum": ["Add the two numbers in the picture.", "What is the sum of the numbers shown?",
-            "Use the calculator to add the numbers in the image.", "Sum the two numbers you see.",
-            "Add up the two values drawn here.", "What do the two numbers in the image make together?",
-            "Compute the sum of the pictured numbers.", "What is the total of the two numbers written here?"],
-    "shape": ["What shape is this?", "Which shape is drawn?", "Name the shape in the image.",
-              "What is the figure in the picture?", "Which form is pictured?", "What kind of figure is drawn?",
-              "Tell me the shape you see.", "What object is shown here?"],
-    "colour": ["What colour is the shape?", "Which colour is the shape in the picture?",
-               "Tell me the colour of the shape.", "What colour is the figure drawn here?",
-               "Which colour does the pictured object have?", "Name the colour of the form.",
-               "What is the colour of the thing in the image?", "In which colour is the shape drawn?"],
-    "count": ["How many shapes are there?", "Count the shapes in the image.", "How many shapes do you see?",
-              "How many figures are in the picture?", "Count the figures drawn here.",
-              "What is the number of shapes shown?", "How many objects are pictured?",
-              "Tell me the count of shapes in this image."],
+THINGS = ["shape", "figure", "object", "thing", "form", "item"]
+PLACES = ["shown", "drawn", "written", "pictured", "painted", "here", "in the picture", "in the image",
+          "in this image", "on this picture", "drawn here", "shown here", "written here", "painted here"]
+FRAMES = {
+    "read": ["What number is {p}?", "Which number is {p}?", "Read the number {p}.", "Read out the number {p}.",
+             "Which digits are {p}?", "What digits are {p}?", "What value is {p}?", "Tell me the number {p}.",
+             "What is the number {p}?"],
+    "sum": ["Add the two numbers {p}.", "What is the sum of the two numbers {p}?", "Sum the two values {p}.",
+            "Total the two numbers {p}.", "What do the two numbers {p} add up to?",
+            "What do the two values {p} make together?", "Compute the total of the two values {p}.",
+            "Use the calculator to add the numbers {p}."],
+    "shape": ["What {t} is {p}?", "Which {t} is {p}?", "Name the {t} {p}.", "What kind of {t} is {p}?",
+              "Identify the {t} {p}.", "What type of {t} is {p}?", "Tell me the {t} {p}.", "What is the {t} {p}?"],
+    "colour": ["What colour is the {t} {p}?", "Which colour is the {t} {p}?", "Name the colour of the {t} {p}.",
+               "Name the {t}'s colour.", "Tell me the colour of the {t} {p}.", "In which colour is the {t} {p}?",
+               "In what colour is the {t} {p}?", "What is the colour of the {t} {p}?"],
+    "count": ["How many {t}s are {p}?", "Count the {t}s {p}.", "What is the number of {t}s {p}?",
+              "Tell me how many {t}s are {p}.", "How many {t}s do you see?", "Give the count of {t}s {p}.",
+              "What is the count of {t}s {p}?", "How many {t}s can you find {p}?"],
 }
+EVAL_PHRASES = {
+    "read": ["Which digits are written here?", "Please read out the number on this picture."],
+    "sum": ["Total the two values in this image.", "What do the two numbers pictured add up to?"],
+    "shape": ["What kind of shape is pictured?", "Identify the figure drawn here."],
+    "colour": ["In what colour is the figure painted?", "Name the figure's colour."],
+    "count": ["What is the number of figures pictured?", "Tell me how many figures are drawn."],
+}
+
+
+def grammar(kind):
+    """Every sentence the train grammar writes for a kind (American spelling of
+    colour too), less the eval split's sentences, in a fixed order."""
+    out = []
+    for frame in FRAMES[kind]:
+        for t in THINGS if "{t}" in frame else [""]:
+            for p in PLACES if "{p}" in frame else [""]:
+                s = frame.format(t=t, p=p)
+                out += [s, s.replace("colour", "color")] if "colour" in s else [s]
+    held = {e for phrases in EVAL_PHRASES.values() for e in phrases}
+    return [s for s in dict.fromkeys(out) if s not in held]
+
+
 PHRASES = {
-    "train": {k: [lead + core for lead in TRAIN_LEADS for core in cores] for k, cores in TRAIN_CORES.items()},
-    "eval": {
-        "read": ["Which digits are written here?", "Please read out the number on this picture."],
-        "sum": ["Total the two values in this image.", "What do the two numbers pictured add up to?"],
-        "shape": ["What kind of shape is pictured?", "Identify the figure drawn here."],
-        "colour": ["In what colour is the figure painted?", "Name the figure's colour."],
-        "count": ["What is the number of figures pictured?", "Tell me how many figures are drawn."],
-    },
+    "train": {k: [lead + core for lead in TRAIN_LEADS for core in grammar(k)] for k in FRAMES},
+    "eval": EVAL_PHRASES,
 }
 
 CELL = 16  # pixels per image token along each side (patch 8, merge 2)
@@ -260,8 +283,26 @@ def conversation(task, call_id="call_" + "0" * 24):
     if task["expect"]["calls"]:
         messages.append({"role": "assistant", "reasoning_content": f"Result {value}.", "content": f"The answer is {value}."})
     else:
-        messages.append({"role": "assistant", "reasoning_content": f"Reply {value}, no tool needed.", "content": value})
+        messages.append({"role": "assistant", "reasoning_content": plain_reasoning(task), "content": value})
     return messages
+
+
+# What a plain task's reasoning names first: the decision of what is asked is
+# one short word, made before anything is read off the picture (the answer's
+# first byte had to make both decisions at once).
+ASKED = {"read": "number", "shape": "shape", "colour": "colour", "count": "count"}
+
+
+def plain_reasoning(task):
+    """`Asked: K.`, for a count each shape's caption code numbered in reading
+    order (`1 B, 2 D.`: counting becomes one step at a time, each a copy and an
+    increment), then the tiny agent's plain-task line `Reply X, no tool needed.`."""
+    kind, value = task["kind"], task["expect"]["answer"]
+    steps = ""
+    if kind == "count":
+        codes = "".join(task["cells"]).replace(" ", "")
+        steps = ", ".join(f"{i} {code}" for i, code in enumerate(codes, 1)) + ". "
+    return f"Asked: {ASKED[kind]}. {steps}Reply {value}, no tool needed."
 
 
 def generate(split, seed, count, png_dir=None, kind=None):

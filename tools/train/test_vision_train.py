@@ -70,6 +70,19 @@ class GenImagesTest(unittest.TestCase):
                 self.assertEqual(int(t["expect"]["answer"]), int(a) + int(b))
         self.assertEqual({t["kind"] for t in train}, set(gen_images.KINDS))
 
+    def test_train_grammar_never_writes_an_eval_sentence(self):
+        train = {s for phrases in gen_images.PHRASES["train"].values() for s in phrases}
+        held = [s for phrases in gen_images.PHRASES["eval"].values() for s in phrases]
+        self.assertEqual(len(held), 10)
+        for s in held:
+            self.assertNotIn(s, train)
+            for lead in gen_images.TRAIN_LEADS:
+                self.assertNotIn(lead + s, train)
+        # The grammar is wide: hundreds of sentences per kind, both spellings of colour.
+        for kind, phrases in gen_images.PHRASES["train"].items():
+            self.assertGreater(len(phrases), 500, kind)
+        self.assertTrue(any("color" in s for s in gen_images.PHRASES["train"]["colour"]))
+
 
 class CaptionTest(unittest.TestCase):
     def test_captions_name_what_each_cell_holds(self):
@@ -101,6 +114,19 @@ class CaptionTest(unittest.TestCase):
         task, _ = g.task("shape")
         msgs = gen_images.conversation(task)
         self.assertEqual(msgs[-1]["content"], task["expect"]["answer"])
+        self.assertEqual(msgs[-1]["reasoning_content"], f"Asked: shape. Reply {task['expect']['answer']}, no tool needed.")
+
+    def test_count_reasoning_numbers_each_shape_in_reading_order(self):
+        g = gen_images.Generator("train", 7)
+        seen = set()
+        for _ in range(30):
+            task, _ = g.task("count")
+            n = int(task["expect"]["answer"])
+            seen.add(n)
+            codes = "".join(task["cells"]).replace(" ", "")
+            want = "Asked: count. " + ", ".join(f"{i + 1} {codes[i]}" for i in range(n)) + f". Reply {n}, no tool needed."
+            self.assertEqual(gen_images.conversation(task)[-1]["reasoning_content"], want)
+        self.assertEqual(seen, {1, 2, 3, 4, 5})
 
 
 class VisionTrainingTest(unittest.TestCase):

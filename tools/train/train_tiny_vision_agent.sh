@@ -29,12 +29,20 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$RUN"
 start=$(date +%s)
 
-$PY tools/train/train_vision.py --base "$BASE" --stage tower --steps "${TOWER_STEPS:-2400}" --batch 32 --lr 3e-3 \
-  --warmup 50 --eval-every 200 --eval-count 128 --seed 1 --out "$RUN/tower" > "$RUN/tower.out"
-grep '^eval' "$RUN/tower.out" | tail -n 1
+# TOWER_INIT=weights.pt takes the tower stage's output from an earlier run
+# (that stage reads no question, so a change to the chat data leaves it valid).
+if [[ -n ${TOWER_INIT:-} ]]; then
+  mkdir -p "$RUN/tower"
+  cp "$TOWER_INIT" "$RUN/tower/weights.pt"
+  [[ -e $(dirname "$TOWER_INIT")/train_log.json ]] && cp "$(dirname "$TOWER_INIT")/train_log.json" "$RUN/tower/"
+else
+  $PY tools/train/train_vision.py --base "$BASE" --stage tower --steps "${TOWER_STEPS:-2400}" --batch 32 --lr 3e-3 \
+    --warmup 50 --eval-every 200 --eval-count 128 --seed 1 --out "$RUN/tower" > "$RUN/tower.out"
+  grep '^eval' "$RUN/tower.out" | tail -n 1
+fi
 
 $PY tools/train/train_vision.py --base "$BASE" --stage full --init "$RUN/tower/weights.pt" --first-turn \
-  --steps "${FULL_STEPS:-300}" --batch 8 --text-batch 3 --lr 1e-3 --lm-lr 6e-4 --warmup 10 --eval-every 50 \
+  --steps "${FULL_STEPS:-500}" --batch 8 --text-batch 3 --lr 1e-3 --lm-lr 6e-4 --warmup 10 --eval-every 100 \
   --eval-count 60 --seed 2 --out "$RUN/full" > "$RUN/full.out"
 grep '^eval' "$RUN/full.out" | tail -n 1
 echo "train_tiny_vision_agent: trained in $(( $(date +%s) - start )) s"
