@@ -41,8 +41,9 @@ centre is in the cell, the code letter of a shape whose centre is in it
 The answers use the tiny agent's own formats (gen_data.py): a sum is its calc
 task (`Compute A+B with calculator.`, the call, `Result C.`, `The answer is
 C.`); the other kinds are its plain task (`Reply X, no tool needed.`, X),
-whose reasoning first names what is asked (`Asked: colour.`) and, for a
-count, numbers each shape's caption code in reading order (plain_reasoning).
+whose reasoning first names what is asked (`Asked: colour.`), then copies
+what it needs off the picture (plain_reasoning: a shape's caption code, or a
+count's running total cell by cell).
 """
 
 import argparse
@@ -287,21 +288,32 @@ def conversation(task, call_id="call_" + "0" * 24):
     return messages
 
 
-# What a plain task's reasoning names first: the decision of what is asked is
-# one short word, made before anything is read off the picture (the answer's
-# first byte had to make both decisions at once).
+# What a plain task's reasoning writes before the tiny agent's plain-task line:
+# first what is asked, one short word decided from the question alone; then
+# what the picture holds, each a step the language model takes by copying:
+# - shape, colour: `Code G.`, the caption code of the one shape (the tower
+#   writes it into the shape's cell), so that naming the shape or colour is a
+#   look-up of the token just written rather than a search and a look-up at once;
+# - count: `Cells 000112223333...`, one digit per caption cell in the tower's
+#   order, the number of shapes up to and including that cell. Each digit reads
+#   one cell at a fixed distance back and adds one or nothing to the digit
+#   before it; the last one is the answer. (Numbering the shapes instead, `1 B,
+#   2 D.`, had the model repeat the last shape: nothing told it where it was.)
 ASKED = {"read": "number", "shape": "shape", "colour": "colour", "count": "count"}
 
 
 def plain_reasoning(task):
-    """`Asked: K.`, for a count each shape's caption code numbered in reading
-    order (`1 B, 2 D.`: counting becomes one step at a time, each a copy and an
-    increment), then the tiny agent's plain-task line `Reply X, no tool needed.`."""
     kind, value = task["kind"], task["expect"]["answer"]
+    caption = "".join(task["cells"])
     steps = ""
-    if kind == "count":
-        codes = "".join(task["cells"]).replace(" ", "")
-        steps = ", ".join(f"{i} {code}" for i, code in enumerate(codes, 1)) + ". "
+    if kind in ("shape", "colour"):
+        steps = f"Code {caption.strip()}. "
+    elif kind == "count":
+        running, digits = 0, []
+        for cell in caption:
+            running += cell != " "
+            digits.append(str(running))
+        steps = "Cells " + "".join(digits) + ". "
     return f"Asked: {ASKED[kind]}. {steps}Reply {value}, no tool needed."
 
 

@@ -114,19 +114,33 @@ class CaptionTest(unittest.TestCase):
         task, _ = g.task("shape")
         msgs = gen_images.conversation(task)
         self.assertEqual(msgs[-1]["content"], task["expect"]["answer"])
-        self.assertEqual(msgs[-1]["reasoning_content"], f"Asked: shape. Reply {task['expect']['answer']}, no tool needed.")
 
-    def test_count_reasoning_numbers_each_shape_in_reading_order(self):
+    def test_count_reasoning_keeps_a_running_total_per_cell(self):
         g = gen_images.Generator("train", 7)
         seen = set()
         for _ in range(30):
             task, _ = g.task("count")
             n = int(task["expect"]["answer"])
             seen.add(n)
-            codes = "".join(task["cells"]).replace(" ", "")
-            want = "Asked: count. " + ", ".join(f"{i + 1} {codes[i]}" for i in range(n)) + f". Reply {n}, no tool needed."
-            self.assertEqual(gen_images.conversation(task)[-1]["reasoning_content"], want)
+            reasoning = gen_images.conversation(task)[-1]["reasoning_content"]
+            digits = reasoning.split("Cells ")[1].split(".")[0]
+            self.assertTrue(reasoning.startswith("Asked: count. Cells "))
+            self.assertTrue(reasoning.endswith(f". Reply {n}, no tool needed."))
+            self.assertEqual(len(digits), 24)
+            self.assertEqual(int(digits[-1]), n)
+            # Each digit adds one exactly where the caption holds a shape.
+            caption = "".join(task["cells"])
+            steps = [int(d) - int(p) for p, d in zip("0" + digits, digits)]
+            self.assertEqual(steps, [int(c != " ") for c in caption])
         self.assertEqual(seen, {1, 2, 3, 4, 5})
+
+    def test_shape_and_colour_reasoning_copies_the_code(self):
+        g = gen_images.Generator("train", 9)
+        for kind in ("shape", "colour"):
+            task, _ = g.task(kind)
+            (code,) = "".join(task["cells"]).replace(" ", "")
+            self.assertEqual(gen_images.conversation(task)[-1]["reasoning_content"],
+                             f"Asked: {kind}. Code {code}. Reply {task['expect']['answer']}, no tool needed.")
 
 
 class VisionTrainingTest(unittest.TestCase):
