@@ -20,7 +20,8 @@ Kinds:
           from the image).
 - shape:  one filled shape (circle, square, triangle) -> its name.
 - colour: one filled shape -> its colour's name.
-- count:  1 to 5 shapes of one kind -> how many.
+- count:  1 to 5 shapes of one kind -> how many (captioned with the count in
+          each shape's cell: the tower counts, the language model copies).
 
 Held out: the eval split uses phrasings the train split never writes, numbers
 from 500 to 999 (train: 0 to 499), and background shades of its own; the
@@ -42,8 +43,8 @@ The answers use the tiny agent's own formats (gen_data.py): a sum is its calc
 task (`Compute A+B with calculator.`, the call, `Result C.`, `The answer is
 C.`); the other kinds are its plain task (`Reply X, no tool needed.`, X),
 whose reasoning first names what is asked (`Asked: colour.`), then copies
-what it needs off the picture (plain_reasoning: a shape's caption code, or a
-count's running total cell by cell).
+what it needs off the picture (plain_reasoning: the caption code of a shape, or
+the count the tower writes into each shape's cell).
 """
 
 import argparse
@@ -255,6 +256,10 @@ class Generator:
         for cell in cells:
             colour = self.rng.choice([k for k in COLOURS if k != "black"])
             c.shape(kind, 10 + cell * 19, self.rng.randint(12, SIZE[1] - 12), 8, colour)
+        # A picture of several shapes is captioned with how many there are, in
+        # each shape's cell: the tower's attention sees every cell at once and
+        # counts; the language model then copies a digit, as it reads numbers.
+        c.marks = [(x, y, str(n)) for x, y, _ in c.marks]
         return c, [], str(n)
 
     def task(self, kind):
@@ -289,31 +294,21 @@ def conversation(task, call_id="call_" + "0" * 24):
 
 
 # What a plain task's reasoning writes before the tiny agent's plain-task line:
-# first what is asked, one short word decided from the question alone; then
-# what the picture holds, each a step the language model takes by copying:
-# - shape, colour: `Code G.`, the caption code of the one shape (the tower
-#   writes it into the shape's cell), so that naming the shape or colour is a
-#   look-up of the token just written rather than a search and a look-up at once;
-# - count: `Cells 000112223333...`, one digit per caption cell in the tower's
-#   order, the number of shapes up to and including that cell. Each digit reads
-#   one cell at a fixed distance back and adds one or nothing to the digit
-#   before it; the last one is the answer. (Numbering the shapes instead, `1 B,
-#   2 D.`, had the model repeat the last shape: nothing told it where it was.)
+# first what is asked, one short word decided from the question alone; then,
+# for a shape, a colour or a count, `Code X.`: the one caption character of the
+# picture (a shape's code, or the count the tower wrote into each shape's cell),
+# copied before it is named, so that naming it is a look-up of the token just
+# written rather than a search and a look-up in one step. (Writing the count
+# out in the reasoning, shape by shape or as a running total per cell, had the
+# model lose its place: the copy it needs is by position, which this model's
+# short rotary dimensions place poorly; a copy by content it does well.)
 ASKED = {"read": "number", "shape": "shape", "colour": "colour", "count": "count"}
 
 
 def plain_reasoning(task):
     kind, value = task["kind"], task["expect"]["answer"]
-    caption = "".join(task["cells"])
-    steps = ""
-    if kind in ("shape", "colour"):
-        steps = f"Code {caption.strip()}. "
-    elif kind == "count":
-        running, digits = 0, []
-        for cell in caption:
-            running += cell != " "
-            digits.append(str(running))
-        steps = "Cells " + "".join(digits) + ". "
+    code = "".join(task["cells"]).replace(" ", "")[:1]
+    steps = f"Code {code}. " if kind in ("shape", "colour", "count") else ""
     return f"Asked: {ASKED[kind]}. {steps}Reply {value}, no tool needed."
 
 
