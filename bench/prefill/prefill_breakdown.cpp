@@ -17,11 +17,14 @@
 //
 // Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 2048]
 //                      [--kernels fast|reference] [--bf16-activations] [--no-ceilings]
-//                      [--per-chunk] [--repeat N] [--preset NAME]
+//                      [--per-chunk] [--repeat N] [--preset NAME] [--sequences N]
 // --repeat N: each prefill N times; the breakdown of the median run, then
 // every run's tokens/s and share of the bound.
 // --bf16-activations: the prefill GEMMs with BF16-rounded activations
 // (ModelOptions::bf16_activations).
+// --sequences N (N >= 2): for each length T, N prompts of T tokens prefilled
+// together as the engine's step lays them out and one after another, in
+// --repeat alternating rounds (3 unless given); multi_sequence.hpp.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +38,8 @@
 
 #include "../roofline/peaks.hpp"
 #include "gpt_oss_prefill.hpp"
+#include "multi_sequence.hpp"
+#include "prefill_bound.hpp"
 #include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
@@ -64,31 +69,8 @@ std::vector<int> ParseList(const char* s) {
   return v;
 }
 
-struct Ceilings {
-  double fma = 0, dot = 0, bw = 0;  // FLOP/s, FLOP/s, bytes/s
-};
-
-// The bound of the work as it ran: each part's work at its own ceiling.
-// dot_products: the projections, experts and attention ran as BF16 dot
-// products (their ceiling is then the BF16 dot peak; the indexer and the
-// delta rule stay fp32 FMAs; glue is bound by read bandwidth).
-double BoundSeconds(const me::ForwardProfile& p, const Ceilings& c, bool dot_products) {
-  double bound_s = 0;
-  for (int i = 0; i < me::kProfileParts; ++i) {
-    const auto part = static_cast<me::ProfilePart>(i);
-    double work = 0;
-    for (int r = 0; r < me::kProfileRows; ++r) work += part == me::ProfilePart::kGlue ? p.bytes[r][i] : p.flops[r][i];
-    if (part == me::ProfilePart::kGlue) {
-      bound_s += work / c.bw;
-      continue;
-    }
-    const bool dot = dot_products && c.dot > 0 &&
-                     (part == me::ProfilePart::kProjections || part == me::ProfilePart::kExperts ||
-                      part == me::ProfilePart::kAttention);
-    bound_s += work / (dot ? c.dot : c.fma);
-  }
-  return bound_s;
-}
+using mb::BoundSeconds;
+using mb::Ceilings;
 
 void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const Ceilings& c, bool dot_products) {
   std::printf("%-6s %-12s %9s %6s %9s %9s %8s %8s  %s\n", "kind", "part", "ms", "share", "GFLOP", "GFLOP/s",
@@ -145,8 +127,8 @@ void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const C
 int main(int argc, char** argv) {
   std::string model_path, preset = "small";
   std::vector<int> lengths = {512, 4096};
-  bool per_chunk = false, chunk_given = false;
-  int chunk = 2048, repeat = 1;
+  bool per_chunk = false, chunk_given = false, repeat_given = false;
+  int chunk = 2048, repeat = 1, sequences = 0;
   bool reference = false, ceilings = true, bf16act = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -157,19 +139,29 @@ int main(int argc, char** argv) {
     else if (a == "--no-ceilings") ceilings = false;
     else if (a == "--bf16-activations") bf16act = true;
     else if (a == "--per-chunk") per_chunk = true;
-    else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]);
+    else if (a == "--repeat" && i + 1 < argc) repeat = std::atoi(argv[++i]), repeat_given = true;
+    else if (a == "--sequences" && i + 1 < argc) sequences = std::atoi(argv[++i]);
     else if (a == "--preset" && i + 1 < argc) preset = argv[++i];
     else {
       std::fprintf(stderr, "usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 2048] "
                            "[--kernels fast|reference] [--bf16-activations] [--no-ceilings] [--per-chunk] "
-                           "[--repeat N] [--preset tiny|small|...]\n");
+                           "[--repeat N] [--preset tiny|small|...] [--sequences N]\n");
       return 2;
     }
   }
-  if (chunk < 1 || repeat < 1 || lengths.empty()) {
+  if (chunk < 1 || repeat < 1 || lengths.empty() || *std::min_element(lengths.begin(), lengths.end()) < 1) {
     std::fprintf(stderr, "bench_prefill: --chunk, --repeat and --tokens must be positive\n");
     return 2;
   }
+  if (sequences != 0 && (sequences < 2 || sequences > 256)) {
+    std::fprintf(stderr, "bench_prefill: --sequences must be from 2 to 256 (got %d)\n", sequences);
+    return 2;
+  }
+  if (sequences != 0 && per_chunk) {
+    std::fprintf(stderr, "bench_prefill: --sequences and --per-chunk time different things; give one\n");
+    return 2;
+  }
+  if (sequences != 0 && !repeat_given) repeat = 3;
   // Other families load through the registry; gpt-oss has its own run
   // (gpt_oss_prefill.hpp: whole prefills against the bound of their work).
   if (!model_path.empty()) {
@@ -179,6 +171,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     const std::string name = (*family)->name;
+    if (name == "gpt-oss" && sequences != 0) {
+      std::fprintf(stderr, "bench_prefill: --sequences takes a moe-dsa-v1 model (the part timers it holds to the "
+                           "bound); %s is gpt-oss\n", model_path.c_str());
+      return 2;
+    }
     if (name == "gpt-oss")
       return mb::RunGptOssPrefill({model_path, lengths, chunk_given ? chunk : 0, repeat, reference, bf16act, ceilings});
     if (name != "moe-dsa-v1") {
@@ -251,6 +248,18 @@ int main(int argc, char** argv) {
       if (!(*model)->Forward(wp, std::span(&seg, 1), &logits)) return 1;
       me::ReleaseBlocks(wp, wc);
       warm = true;
+    }
+    if (sequences != 0) {
+      mb::MultiSequenceArgs ms;
+      ms.tokens = L;
+      ms.sequences = sequences;
+      ms.chunk = chunk;
+      ms.rounds = repeat;
+      ms.vocab = V;
+      ms.ceilings = c;
+      ms.dot_products = bf16act && ks.isa == mk::Isa::kAvx512;
+      if (int rc = mb::RunMultiSequencePrefill(**model, ms); rc != 0) return rc;
+      continue;
     }
     // --repeat: the same prefill again from an empty cache; the breakdown is
     // the run of median time's (a shared machine's busy moments move single
