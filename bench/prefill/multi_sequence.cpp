@@ -155,6 +155,15 @@ int RunMultiSequencePrefill(const engine::FamilyModel& model, const MultiSequenc
   std::printf(", one by one %.1f tokens/s in %d passes", am, alone.passes);
   if (bounded) std::printf(" (%.1f%%)", 100.0 * Median(alone_share));
   std::printf("; together / one by one = %.2fx\n", tm / am);
+  // Where the time went, by part (the last round's runs): which part of the
+  // forward pass gains or loses from the wider passes.
+  static const char* kParts[me::kProfileParts] = {"projections", "experts", "attention", "indexer", "delta_rule", "glue"};
+  std::printf("last round by part, ms together / one by one:");
+  for (int i = 0; i < me::kProfileParts; ++i) {
+    double ts = 0, as = 0;
+    for (int row = 0; row < me::kProfileRows; ++row) ts += together.profile.seconds[row][i], as += alone.profile.seconds[row][i];
+    std::printf(" %s %.0f / %.0f%s", kParts[i], ts * 1e3, as * 1e3, i + 1 < me::kProfileParts ? ";" : "\n");
+  }
   std::printf("last-row logits, together against one by one: max |diff| / max |logit| = %.2g\n",
               MaxRelativeDiff(together.last_logits, alone.last_logits));
   return 0;

@@ -1,0 +1,280 @@
+// Decode through the engine at several batch sizes, each against the two
+// bounds of its step measured in the same run: the bytes the step must read
+// over the machine's read bandwidth, and the work of its tokens over the
+// fp32 FMA peak. Says which one binds each batch size.
+//
+//   bench_batch_curve [--model DIR | --preset small] [--batch 1,8,32,64]
+//                     [--prompt 32] [--decode 16] [--reps 2]
+//
+// Each run submits `batch` greedy requests of `prompt` random tokens and
+// `decode` completion tokens (prefix cache off, the prefill budget covering
+// every prompt): the first step prefills them all, the later steps decode,
+// one token per sequence. Decode tokens/s is the tokens emitted after each
+// sequence's first over those steps' time.
+//
+// Bytes a decode step must read: the weights every token reads (dense and
+// shared, as the engine holds them: BF16 matrices as BF16, fp32 vectors),
+// one embedding row per sequence, every routed expert the step's tokens
+// touched (counted from the engine's expert_tokens metric, step by step,
+// at the bytes of one expert), and each sequence's cached rows. Recurrent
+// (DeltaNet) state is not counted. Work per decoded token: the logical
+// FLOPs of one profiled decode step of the model at batch 1 after `prompt`
+// tokens (ForwardProfile; attention over a longer context adds little at
+// these lengths).
+//
+// Ceilings: the read bandwidth's median pass, measured before and after each
+// batch size (the higher kept: a probe that lands in a busy moment would
+// flatter every fraction), and the fp32 FMA peak at start and end.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "../roofline/peaks.hpp"
+#include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/model.hpp"
+#include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/model_gen.hpp"
+#include "moeserve/engine/tensor_layout.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/read_bandwidth.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
+
+namespace me = moeserve::engine;
+namespace mk = moeserve::kernels;
+namespace mb = moeserve::bench;
+
+namespace {
+
+std::vector<int> Prompt(int n, uint64_t seed) {
+  std::vector<int> p;
+  uint64_t s = seed * 2654435761u + 1;
+  while (static_cast<int>(p.size()) < n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p.push_back(static_cast<int>((s >> 33) % 95) + 32);  // printable bytes
+  }
+  return p;
+}
+
+// Bytes one decoded token's step reads outside the routed experts, and one
+// routed expert's bytes (all its tensors in one layer), as the engine holds
+// them in memory (the same accounting as moe-run's roofline).
+struct WeightBytes {
+  double shared = 0;      // every non-routed tensor, the embedding excluded
+  double embed_row = 0;   // one embedding row, per sequence
+  double expert = 0;      // one routed expert of one layer
+};
+
+WeightBytes CountWeights(const me::ModelConfig& cfg, int moe_layers) {
+  WeightBytes w;
+  double routed = 0;
+  for (const me::TensorSpec& t : me::ExpectedTensors(cfg)) {
+    double n = 1;
+    for (auto d : t.shape) n *= static_cast<double>(d);
+    if (t.name == "embed.weight") w.embed_row = 4.0 * cfg.hidden_size;
+    else if (t.routed_expert) routed += (t.cls == me::TensorClass::kBf16Experts ? 2.0 : 1.0) * n;
+    else if (t.cls == me::TensorClass::kBf16 && t.name.find("conv1d") == std::string::npos) w.shared += 2.0 * n;
+    else w.shared += 4.0 * n;
+  }
+  if (moe_layers > 0) w.expert = routed / (static_cast<double>(moe_layers) * cfg.moe.num_experts);
+  return w;
+}
+
+// Logical FLOPs of one decoded token: a profiled forward pass of one token
+// after `prompt` tokens, at batch 1.
+double DecodeFlopsPerToken(const me::ModelDir& dir, int prompt) {
+  auto model = me::Model::Load(dir);
+  if (!model) {
+    std::fprintf(stderr, "bench_batch_curve: load: %s\n", model.error().ToString().c_str());
+    std::exit(1);
+  }
+  constexpr int kBlock = 16;
+  me::KvPool pool((prompt + 1 + kBlock - 1) / kBlock + 1, kBlock, (*model)->cache_floats_per_token());
+  me::SequenceCache cache = (*model)->NewSequence();
+  const std::vector<int> tokens = Prompt(prompt + 1, 99);
+  std::vector<float> logits;
+  me::ForwardProfile profile;
+  me::ForwardTrace trace;
+  trace.record_dsa = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int start = pass == 0 ? 0 : prompt, n = pass == 0 ? prompt : 1;
+    if (auto st = me::EnsureBlocks(pool, cache, start + n); !st) std::exit(1);
+    trace.profile = pass == 0 ? nullptr : &profile;
+    me::ForwardSegment seg{&cache, std::span<const int>(tokens.data() + start, static_cast<size_t>(n)), false};
+    if (auto st = (*model)->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
+      std::fprintf(stderr, "bench_batch_curve: forward: %s\n", st.error().ToString().c_str());
+      std::exit(1);
+    }
+  }
+  double f = 0;
+  for (int r = 0; r < me::kProfileRows; ++r)
+    for (int i = 0; i < me::kProfileParts; ++i) f += profile.flops[r][i];
+  return f;
+}
+
+struct DecodeRun {
+  double tokens_per_s = 0;
+  double bytes_per_step = 0;       // mean over the decode steps
+  double experts_per_layer = 0;    // routed experts a step touched, mean per MoE layer
+};
+
+DecodeRun Run(const me::ModelDir& dir, const WeightBytes& w, size_t cache_bytes_per_token, int moe_layers, int batch,
+              int prompt, int decode) {
+  me::EngineOptions o;
+  o.prefill_chunk_tokens = batch * prompt;
+  o.prefill_chunk_tokens_idle = batch * prompt;
+  o.max_running = batch;
+  o.cache_tokens = std::max<int64_t>(int64_t{1} << 14, int64_t{batch} * (prompt + decode + 32));
+  o.prefix_cache = false;
+  auto engine = me::Engine::Create(dir, o);
+  if (!engine) {
+    std::fprintf(stderr, "bench_batch_curve: %s\n", engine.error().ToString().c_str());
+    std::exit(1);
+  }
+  for (int b = 0; b < batch; ++b) {
+    me::GenerationRequest r;
+    r.prompt = Prompt(prompt, static_cast<uint64_t>(b + 1));
+    r.max_tokens = decode;
+    r.sampling.temperature = 0.0f;
+    r.stop_tokens = {-1};  // every sequence decodes `decode` tokens
+    if (!(*engine)->Submit(r)) std::exit(1);
+  }
+  (*engine)->Step();  // the prefill of every prompt, and each one's first token
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::vector<uint64_t>> before = (*engine)->Metrics().expert_tokens;
+  long long decoded = 0;
+  int steps = 0;
+  double bytes = 0, touched = 0, seconds = 0;
+  while ((*engine)->HasWork()) {
+    const auto t0 = Clock::now();
+    int emitted = 0;
+    for (const me::TokenEvent& e : (*engine)->Step()) emitted += e.token >= 0;
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    // Outside the timed step: which experts this step's tokens reached.
+    std::vector<std::vector<uint64_t>> after = (*engine)->Metrics().expert_tokens;
+    int step_experts = 0;
+    for (size_t l = 0; l < after.size(); ++l)
+      for (size_t e = 0; e < after[l].size(); ++e) step_experts += after[l][e] != before[l][e];
+    before = std::move(after);
+    if (emitted == 0) continue;
+    ++steps;
+    decoded += emitted;
+    touched += step_experts;
+    // Each sequence reads its cached rows: the prompt, and one more per step.
+    const double context = prompt + steps;
+    bytes += w.shared + emitted * w.embed_row + step_experts * w.expert +
+             static_cast<double>(emitted) * context * static_cast<double>(cache_bytes_per_token);
+  }
+  DecodeRun r;
+  r.tokens_per_s = static_cast<double>(decoded) / seconds;
+  r.bytes_per_step = steps > 0 ? bytes / steps : 0;
+  r.experts_per_layer = steps > 0 && moe_layers > 0 ? touched / steps / moe_layers : 0;
+  return r;
+}
+
+double MedianBandwidth() { return mk::MeasureReadBandwidth(512, 0.5, 6).median_bytes_per_s; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model, preset = "small";
+  std::vector<int> batches = {1, 8, 32, 64};
+  int prompt = 32, decode = 16, reps = 2;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_batch_curve: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    const std::string v = argv[++i];
+    if (a == "--model") model = v;
+    else if (a == "--preset") preset = v;
+    else if (a == "--prompt") prompt = std::atoi(v.c_str());
+    else if (a == "--decode") decode = std::atoi(v.c_str());
+    else if (a == "--reps") reps = std::atoi(v.c_str());
+    else if (a == "--batch") {
+      batches.clear();
+      std::stringstream ss(v);
+      for (std::string x; std::getline(ss, x, ',');) batches.push_back(std::atoi(x.c_str()));
+    } else {
+      std::fprintf(stderr, "bench_batch_curve: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (prompt < 1 || decode < 2 || reps < 1 || batches.empty() || *std::min_element(batches.begin(), batches.end()) < 1 ||
+      *std::max_element(batches.begin(), batches.end()) > 1024) {
+    std::fprintf(stderr, "usage: bench_batch_curve [--model DIR | --preset NAME] [--batch 1,8,32,64 (1 to 1024)] "
+                         "[--prompt N>=1] [--decode N>=2] [--reps N>=1]\n");
+    return 2;
+  }
+  std::filesystem::path tmp;
+  if (model.empty()) {
+    auto cfg = me::PresetConfig(preset);
+    if (!cfg) return std::fprintf(stderr, "bench_batch_curve: preset: %s\n", cfg.error().ToString().c_str()), 2;
+    tmp = std::filesystem::temp_directory_path() / ("bench_batch_curve_" + preset + "_" + std::to_string(getpid()));
+    me::ModelGenOptions go;
+    go.config = *cfg;
+    go.seed = 1;
+    if (auto st = me::GenerateModel(go, tmp.string()); !st)
+      return std::fprintf(stderr, "bench_batch_curve: generate: %s\n", st.error().ToString().c_str()), 1;
+    model = tmp.string();
+  }
+  auto dir = me::OpenModelDir(model);
+  if (!dir) return std::fprintf(stderr, "bench_batch_curve: %s\n", dir.error().ToString().c_str()), 1;
+  const int threads = mk::DefaultThreadPool().size();
+  const bool avx512 = mk::IsaSupported(mk::Isa::kAvx512);
+  const double peak_start = mb::FmaPeak(threads, avx512);
+  size_t cache_bytes_per_token = 0;
+  int moe_layers = 0;
+  {
+    auto m = me::Model::Load(*dir);
+    if (!m) return std::fprintf(stderr, "bench_batch_curve: load: %s\n", m.error().ToString().c_str()), 1;
+    cache_bytes_per_token = (*m)->cache_floats_per_token() * sizeof(float);
+    for (int e : (*m)->ExpertCounts()) moe_layers += e > 0;
+  }
+  const WeightBytes w = CountWeights(dir->config, moe_layers);
+  const double flops = DecodeFlopsPerToken(*dir, prompt);
+  std::printf("bench_batch_curve: %s, %d threads; %d-token prompts, %d decoded tokens each, median of %d runs\n",
+              model.c_str(), threads, prompt, decode, reps);
+  std::printf("a step reads %.1f MB of dense and shared weights, %.3f MB per routed expert touched (%d per token of %d, "
+              "%d MoE layers), %.1f KB per cached row; a decoded token is %.1f MFLOP\n",
+              w.shared / 1e6, w.expert / 1e6, dir->config.moe.experts_per_token, dir->config.moe.num_experts, moe_layers,
+              cache_bytes_per_token / 1e3, flops / 1e6);
+  struct Row {
+    int batch;
+    double tps, bytes, experts, bw;
+  };
+  std::vector<Row> rows;
+  for (int batch : batches) {
+    const double bw_before = MedianBandwidth();
+    std::vector<DecodeRun> runs;
+    for (int r = 0; r < reps; ++r) runs.push_back(Run(*dir, w, cache_bytes_per_token, moe_layers, batch, prompt, decode));
+    const double bw = std::max(bw_before, MedianBandwidth());
+    std::sort(runs.begin(), runs.end(), [](const DecodeRun& a, const DecodeRun& b) { return a.tokens_per_s < b.tokens_per_s; });
+    const DecodeRun& m = runs[runs.size() / 2];
+    rows.push_back({batch, m.tokens_per_s, m.bytes_per_step, m.experts_per_layer, bw});
+  }
+  const double peak = std::max(peak_start, mb::FmaPeak(threads, avx512));
+  std::printf("fp32 FMA peak %.1f GFLOP/s (higher of start %.1f and end): compute bound %.1f tokens/s at any batch\n",
+              peak / 1e9, peak_start / 1e9, peak / flops);
+  std::printf("%5s %11s %8s %8s %9s %11s %12s %12s %8s %8s\n", "batch", "tok/s", "per seq", "experts", "MB/step",
+              "median GB/s", "memory bound", "compute bnd", "binds", "reached");
+  for (const Row& r : rows) {
+    const double memory_bound = r.bw / r.bytes * r.batch;  // steps/s x tokens a step
+    const double compute_bound = peak / flops;
+    const bool memory_binds = memory_bound < compute_bound;
+    std::printf("%5d %11.1f %8.1f %8.1f %9.1f %11.2f %12.1f %12.1f %8s %7.1f%%\n", r.batch, r.tps, r.tps / r.batch,
+                r.experts, r.bytes / 1e6, r.bw / 1e9, memory_bound, compute_bound, memory_binds ? "memory" : "compute",
+                100.0 * r.tps / std::min(memory_bound, compute_bound));
+  }
+  std::printf("(experts: routed experts a decode step touched, mean per MoE layer; memory bound: median read bandwidth "
+              "of the passes around that batch / bytes a step reads x batch)\n");
+  if (!tmp.empty()) std::filesystem::remove_all(tmp);
+  return 0;
+}
