@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "moeserve/engine/sampler.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 #include "families/moe_dsa_v1/family.hpp"
+#include "image_embedder.hpp"
 #include "prefix_cache.hpp"
 
 namespace moeserve::engine {
@@ -34,9 +36,13 @@ struct Sequence {
   int64_t public_at = 0;    // block-aligned end of the public prefix, kept for every tenant (0: none)
   SequenceCache cache;
   // The vision tower's rows of each image of req.images ([tokens, hidden]),
-  // computed when a prefill chunk first reaches the image and dropped once
-  // the prompt is prefilled (model.md 14.5).
+  // taken from the tower's job when a prefill chunk reaches the image and
+  // dropped once the prompt is prefilled (model.md 14.5).
   std::vector<std::vector<float>> image_rows;
+  // Per image, its job on the tower thread (queued at admission for every
+  // image the prefix cache did not cover; empty once its rows are taken).
+  // Destroying the sequence drops the jobs it still has.
+  std::vector<ImageEmbedder::Job> tower_jobs;
   std::mt19937_64 rng;
   std::unique_ptr<ReasoningTracker> reasoning;  // the family's reading of the chat format
   SequenceUsage usage;
@@ -57,8 +63,15 @@ struct Engine::Impl {
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<PrefixCache> prefix;
   int max_context = 0;
+  // The vision tower's thread (null for a model without a tower).
+  std::unique_ptr<ImageEmbedder> tower;
 
   mutable std::mutex mu;  // guards the fields below and the metrics
+  // Set by Submit, Cancel, PinPrefix and a finished tower job, cleared when
+  // a step takes its inputs: a step that found only sequences waiting for
+  // the tower sleeps on step_cv until it is set.
+  bool step_news = false;
+  std::condition_variable step_cv;
   SequenceId next_id = 1;
   std::deque<std::unique_ptr<Sequence>> waiting;
   std::set<SequenceId> cancels;
@@ -72,17 +85,30 @@ struct Engine::Impl {
   EngineMetrics metrics;
 
   std::vector<std::unique_ptr<Sequence>> running;  // Step thread only
+  int tower_waits = 0;  // Step thread only: sequences the last Advance skipped for want of a tower result
 
   int64_t BlocksFor(int64_t tokens) const { return (tokens + options.block_tokens - 1) / options.block_tokens; }
 
   // The phases of Step(); each appends its events.
   void CancelAndAdmit(std::vector<TokenEvent>& events);
-  void Advance(std::vector<TokenEvent>& events);
+  // True when it ran a forward pass.
+  bool Advance(std::vector<TokenEvent>& events);
+  // Sleeps until step_news: called when a step ran nothing because every
+  // sequence waits for the tower.
+  void WaitForNews();
+  // Flags step_news and wakes a sleeping step.
+  void Notify();
   // True when the sequence may run: blocks for its whole length are held.
   // False: the pool is full, it waits (and holds nothing).
   bool Admit(Sequence& s);
+  // Queues the tower jobs of the images that s still has to prefill.
+  void QueueImages(Sequence& s);
+  // The prompt position before which every image's rows are in hand for a
+  // chunk of s starting at `start` (takes finished jobs' rows); the tower's
+  // error when a job failed.
+  Result<int64_t> ImagesReadyUntil(Sequence& s, int64_t start);
   // The rows of the image tokens in prompt positions [start, end) of s, as
-  // RowEmbeddings relative to start; runs the tower for images not yet embedded.
+  // RowEmbeddings relative to start (ImagesReadyUntil made sure they are in hand).
   Status ImageRows(Sequence& s, int64_t start, int64_t end, std::vector<RowEmbedding>& out);
   // Emits the sequence's next token(s); true when it finished.
   bool Emit(Sequence& s, std::span<float> logits, std::vector<TokenEvent>& events);
@@ -93,7 +119,11 @@ struct Engine::Impl {
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Engine::~Engine() = default;
+// The tower's thread first: its on_done wakes this engine's step, so it must
+// be joined while the rest of Impl is alive. Queued jobs never run.
+Engine::~Engine() {
+  if (impl_ && impl_->tower) impl_->tower->Stop();
+}
 
 ModelOptions ModelOptionsFor(const EngineOptions& options) {
   ModelOptions mo;
@@ -158,6 +188,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
   impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes, 4096, std::clamp(options.prefix_pin_share, 0.0, 1.0));
   impl->model = std::move(parts.model);
   impl->layer_graph = dynamic_cast<const Model*>(impl->model.get());
+  if (impl->model->vision()) {
+    Impl* m = impl.get();
+    impl->tower = std::make_unique<ImageEmbedder>(
+        [m](const ImageInput& image) { return m->model->EmbedImage(image); }, [m] { m->Notify(); });
+  }
   impl->chat = std::move(parts.chat);
   // The group (ExpertGroup, Model::SetGroup) is formed on the layer graph:
   // a family with its own forward pass holds every expert or refuses the slice.
@@ -234,18 +269,37 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   SequenceId id = seq->id;
   impl_->waiting.push_back(std::move(seq));
   impl_->metrics.waiting = static_cast<int>(impl_->waiting.size());
+  impl_->step_news = true;
+  impl_->step_cv.notify_all();
   return id;
 }
 
 void Engine::Cancel(SequenceId id) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->cancels.insert(id);
+  impl_->step_news = true;
+  impl_->step_cv.notify_all();
 }
 
 void Engine::PinPrefix(uint64_t key, std::vector<int> tokens, double seconds) {
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->pin_updates.push_back({key, std::move(tokens), seconds > 0 ? now + seconds : 0});
+  impl_->step_news = true;
+  impl_->step_cv.notify_all();
+}
+
+void Engine::Impl::Notify() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    step_news = true;
+  }
+  step_cv.notify_all();
+}
+
+void Engine::Impl::WaitForNews() {
+  std::unique_lock<std::mutex> lock(mu);
+  step_cv.wait(lock, [&] { return step_news; });
 }
 
 bool Engine::HasWork() const {
@@ -265,15 +319,25 @@ EngineMetrics Engine::Metrics() const {
 std::vector<TokenEvent> Engine::Step() {
   Impl& m = *impl_;
   std::vector<TokenEvent> events;
+  bool ran = false;
   try {
     m.CancelAndAdmit(events);
-    m.Advance(events);
+    ran = m.Advance(events);
   } catch (...) {
     const std::string what = "engine step failed: " + ExceptionText(std::current_exception());
     for (auto& sp : m.running) m.FailSequence(*sp, what, events);
     m.running.clear();
+    m.tower_waits = 0;
   }
   m.PublishMetrics();
+  // Every sequence waits for the tower: sleep until it answers (or a
+  // submission, cancel or pin arrives) rather than have the caller spin.
+  if (!ran && events.empty() && m.tower_waits > 0) {
+    try {
+      m.WaitForNews();
+    } catch (...) {  // the caller steps again: nothing is lost
+    }
+  }
   return events;
 }
 
@@ -337,6 +401,7 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
     taken_cancels.swap(cancels);
     taken.swap(waiting);
     pins.swap(pin_updates);
+    step_news = false;
   }
   {
     // Round-robin across tenants (FairShareOrder), not first come first served.
@@ -363,7 +428,10 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
     bool admitted = false;
     try {
       admitted = Admit(s);
-      if (admitted) running.push_back(std::move(taken.front()));
+      if (admitted) {
+        QueueImages(s);  // before the move: a throw here fails s, which Admit made hold blocks
+        running.push_back(std::move(taken.front()));
+      }
     } catch (...) {
       FailSequence(s, "admitting the sequence failed: " + ExceptionText(std::current_exception()), events);
       taken.pop_front();
@@ -389,7 +457,7 @@ void Engine::Impl::CancelAndAdmit(std::vector<TokenEvent>& events) {
 //    to the prefill budget. A chunk stops at the block boundary where the
 //    prefix cache snapshots DeltaNet state. 3. Prefix snapshots, then
 //    sampling for sequences whose known tokens are all computed.
-void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
+bool Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   std::vector<ForwardSegment> segments;
   std::vector<Sequence*> owners;
   // Per segment, the rows its image tokens take (alive until Forward returns).
@@ -404,19 +472,36 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   const int family_cap = model->idle_prefill_rows();
   const int idle = family_cap > 0 ? std::min(options.prefill_chunk_tokens_idle, family_cap) : options.prefill_chunk_tokens_idle;
   int prefill_budget = decoding ? options.prefill_chunk_tokens : std::max(options.prefill_chunk_tokens, idle);
+  tower_waits = 0;
   for (auto& sp : running) {
     Sequence& s = *sp;
     int64_t start = s.cache.length;
     int64_t end = static_cast<int64_t>(s.tokens.size());
+    const bool reads_images = !s.req.images.empty() && start < s.prompt_len;
     if (end - start > 1 || start < s.prompt_len) {  // prefill (or a run of forced tokens)
       if (prefill_budget <= 0) continue;
       end = std::min<int64_t>(end, start + prefill_budget);
       if (options.prefix_cache && start < s.snapshot_at && end > s.snapshot_at) end = s.snapshot_at;
       if (options.prefix_cache && start < s.public_at && end > s.public_at) end = s.public_at;
+      // The chunk ends before the first image whose rows the tower has not
+      // given back yet; with nothing before it, the sequence sits this step out.
+      if (reads_images) {
+        Result<int64_t> ready = ImagesReadyUntil(s, start);
+        if (!ready) {
+          FailSequence(s, "the vision tower failed: " + ready.error().ToString(), events);
+          failed.insert(&s);
+          continue;
+        }
+        end = std::min(end, *ready);
+        if (end <= start) {
+          ++tower_waits;
+          continue;
+        }
+      }
       prefill_budget -= static_cast<int>(end - start);
     }
     std::vector<RowEmbedding> rows;
-    if (!s.req.images.empty() && start < s.prompt_len) {
+    if (reads_images) {
       if (auto st = ImageRows(s, start, end, rows); !st) {
         FailSequence(s, "the vision tower failed: " + st.error().ToString(), events);
         failed.insert(&s);
@@ -430,7 +515,7 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   }
   if (!failed.empty())
     std::erase_if(running, [&](std::unique_ptr<Sequence>& s) { return failed.count(s.get()) > 0; });
-  if (segments.empty()) return;
+  if (segments.empty()) return false;
   std::vector<float> logits;
   std::vector<std::vector<uint64_t>> expert_counts(metrics.expert_tokens.size());
   for (size_t i = 0; i < expert_counts.size(); ++i) expert_counts[i].assign(metrics.expert_tokens[i].size(), 0);
@@ -469,7 +554,10 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
           log::Warn("engine: prefix snapshot not cached: " + ExceptionText(std::current_exception()));
         }
       }
-      if (s.cache.length >= s.prompt_len && !s.image_rows.empty()) s.image_rows = {};  // the prompt is in the cache
+      if (s.cache.length >= s.prompt_len && !s.image_rows.empty()) {  // the prompt is in the cache
+        s.image_rows = {};
+        s.tower_jobs.clear();
+      }
       if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
       std::span<float> row(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
       try {
@@ -484,21 +572,43 @@ void Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   std::lock_guard<std::mutex> lock(mu);
   for (size_t i = 0; i < expert_counts.size(); ++i)
     for (size_t e = 0; e < expert_counts[i].size(); ++e) metrics.expert_tokens[i][e] += expert_counts[i][e];
+  return true;
+}
+
+void Engine::Impl::QueueImages(Sequence& s) {
+  if (s.req.images.empty()) return;
+  if (!tower) throw std::logic_error("a sequence with images on an engine without a vision tower");
+  s.image_rows.assign(s.req.images.size(), {});
+  s.tower_jobs.resize(s.req.images.size());
+  for (size_t k = 0; k < s.req.images.size(); ++k) {
+    const ImageSpan& span = s.req.images[k];
+    if (span.offset + span.tokens > s.cache.length) s.tower_jobs[k] = tower->Enqueue(span.image);
+  }
+}
+
+Result<int64_t> Engine::Impl::ImagesReadyUntil(Sequence& s, int64_t start) {
+  for (size_t k = 0; k < s.req.images.size(); ++k) {
+    const ImageSpan& span = s.req.images[k];
+    if (span.offset + span.tokens <= start || !s.image_rows[k].empty()) continue;  // prefilled, or in hand
+    ImageEmbedder::Job& job = s.tower_jobs[k];
+    if (!job) return Fail(Error::Internal("image " + std::to_string(k) + " was never queued for the tower"));
+    if (!job.ready()) return std::max(start, span.offset);
+    MOE_ASSIGN_OR_RETURN(std::vector<float> rows, job.Take());
+    if (rows.empty() || rows.size() % static_cast<size_t>(span.tokens) != 0)
+      return Fail(Error::Internal("image " + std::to_string(k) + ": the tower gave " + std::to_string(rows.size()) +
+                                  " floats for " + std::to_string(span.tokens) + " tokens"));
+    s.image_rows[k] = std::move(rows);
+  }
+  return std::numeric_limits<int64_t>::max();
 }
 
 Status Engine::Impl::ImageRows(Sequence& s, int64_t start, int64_t end, std::vector<RowEmbedding>& out) {
-  s.image_rows.resize(s.req.images.size());
   for (size_t k = 0; k < s.req.images.size(); ++k) {
     const ImageSpan& span = s.req.images[k];
     const int64_t lo = std::max(start, span.offset), hi = std::min(end, span.offset + span.tokens);
     if (lo >= hi) continue;  // this chunk does not reach the image
-    if (s.image_rows[k].empty()) {
-      MOE_ASSIGN_OR_RETURN(s.image_rows[k], model->EmbedImage(span.image));
-      if (s.image_rows[k].empty() || s.image_rows[k].size() % static_cast<size_t>(span.tokens) != 0)
-        return Fail(Error::Internal("image " + std::to_string(k) + ": the tower gave " +
-                                    std::to_string(s.image_rows[k].size()) + " floats for " +
-                                    std::to_string(span.tokens) + " tokens"));
-    }
+    if (s.image_rows[k].empty())
+      return Fail(Error::Internal("image " + std::to_string(k) + ": a chunk reached it before its rows were ready"));
     const size_t D = s.image_rows[k].size() / static_cast<size_t>(span.tokens);  // the model's hidden size
     for (int64_t p = lo; p < hi; ++p)
       out.push_back({static_cast<int>(p - start), &s.image_rows[k][static_cast<size_t>(p - span.offset) * D]});

@@ -16,6 +16,16 @@
 // blocks, its DeltaNet state copies (per entry, often far larger than the
 // blocks) and its bookkeeping all count; least recently used entries go first.
 //
+// Images (GenerationRequest::images) are embedded by the vision tower on a
+// thread of its own, queued when their sequence is admitted (only those the
+// prefix cache did not cover). A sequence's prefill stops before the first
+// image whose rows are not back yet and waits there; the other sequences
+// keep running. When every sequence waits for the tower, Step sleeps until
+// the tower answers or Submit, Cancel or PinPrefix is called, so a loop of
+// `while (HasWork()) Step()` does not spin. A cancelled or finished
+// sequence's queued images are never embedded; the destructor waits for the
+// one embedding that may be running and runs no queued one.
+//
 // Errors during a step are values, never exceptions: a sequence that cannot
 // go on (its decode controller threw, forced a token outside the vocabulary,
 // or its forward pass failed) finishes with FinishReason::kError and the
@@ -243,6 +253,7 @@ class Engine : public StepEngine {
   void Cancel(SequenceId id) override;
   // One scheduler step; returns the tokens emitted and finishes reported.
   // Does not throw: failures become kError events (see the top of this file).
+  // Sleeps when every sequence waits for the vision tower (see the top).
   std::vector<TokenEvent> Step() override;
   bool HasWork() const override;
 
