@@ -20,7 +20,6 @@ struct ImageEmbedder::Core {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Slot>> queue;
-  bool running = false;
   bool stopping = false;
 };
 
@@ -58,11 +57,6 @@ void ImageEmbedder::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-int ImageEmbedder::pending() const {
-  std::lock_guard lock(core_->mu);
-  return static_cast<int>(core_->queue.size()) + (core_->running ? 1 : 0);
-}
-
 void ImageEmbedder::Loop() {
   Core& core = *core_;
   std::unique_lock lock(core.mu);
@@ -72,7 +66,6 @@ void ImageEmbedder::Loop() {
     std::shared_ptr<Slot> slot = std::move(core.queue.front());
     core.queue.pop_front();
     slot->state = Slot::State::kRunning;
-    core.running = true;
     lock.unlock();
     std::optional<Result<std::vector<float>>> rows;
     try {
@@ -81,7 +74,6 @@ void ImageEmbedder::Loop() {
       rows = Fail(Error::Internal(ExceptionText(std::current_exception())));
     }
     lock.lock();
-    core.running = false;
     if (slot->state != Slot::State::kRunning) {  // dropped while it ran: nobody reads it
       lock.unlock();
       rows.reset();  // freed outside the lock

@@ -10,15 +10,16 @@
 // cancelled) drops a queued job before it runs, and a running job's result
 // is discarded when it comes back. Stop() (and the destructor) drops every
 // queued job, waits for the running one (the tower cannot be interrupted)
-// and joins the thread; handles outlive it safely and never become ready.
+// and joins the thread; handles may outlive it (a dropped job's never
+// becomes ready).
 //
 // The thread starts with the first Enqueue, so an engine that never sees an
 // image never starts it.
 //
-// Thread safety: Enqueue, Stop and the Job calls may be called from any
-// thread; one Job handle from one thread at a time. `tower` runs on the
-// worker thread, `on_done` there too, after a result is stored and with no
-// lock of this class held.
+// Thread safety: Enqueue and the Job calls may be called from any thread
+// (one Job handle from one thread at a time); Stop from the owner's.
+// `tower` runs on the worker thread, `on_done` there too, after a result is
+// stored and with no lock of this class held.
 #pragma once
 
 #include <condition_variable>
@@ -75,10 +76,9 @@ class ImageEmbedder {
   // Queues the image (its pixels are shared, not copied). After Stop the job
   // is dropped at once: the handle never becomes ready.
   Job Enqueue(ImageInput image);
-  // Drops queued jobs, waits for the running one, joins. Idempotent.
+  // Drops queued jobs, waits for the running one, joins. Idempotent; from
+  // the owner's thread.
   void Stop();
-  // Jobs queued or running now.
-  int pending() const;
 
  private:
   void Loop();
