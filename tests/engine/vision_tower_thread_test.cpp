@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "moeserve/engine/engine.hpp"
@@ -34,6 +35,10 @@ struct Gate {
   bool open = false;
   int calls = 0;                  // EmbedImage calls begun
   bool ran_on_step_thread = false;  // a call came from the thread that calls Step
+  // Set: the tower fails with this message instead of embedding (throws it
+  // with `throws`).
+  std::string fail_with;
+  bool throws = false;
   std::thread::id step_thread = std::this_thread::get_id();
 
   void Open() {
@@ -82,6 +87,10 @@ class GatedTower : public FamilyModel {
         gate_->ran_on_step_thread = true;
       else
         gate_->cv.wait(lock, [&] { return gate_->open; });
+      if (!gate_->fail_with.empty()) {
+        if (gate_->throws) throw std::runtime_error(gate_->fail_with);
+        return Fail(Error::Io(gate_->fail_with));
+      }
     }
     return real_->EmbedImage(image);
   }
@@ -343,6 +352,35 @@ TEST(VisionTowerThread, AStepWithOnlyTowerWorkSleepsUntilTheTowerOrACancel) {
   driver2.join();
   EXPECT_EQ(out[*c].finish, FinishReason::kCancelled);
   gate2->Open();  // the tower's running call returns to nobody
+}
+
+// A tower that fails (an error, or an exception) fails only its own
+// sequence, with the tower's message; the sequence decoding beside it goes on.
+TEST(VisionTowerThread, ATowerFailureFailsOnlyItsSequence) {
+  for (bool throws : {false, true}) {
+    SCOPED_TRACE(throws ? "the tower throws" : "the tower returns an error");
+    EngineOptions o;
+    o.prefix_cache = false;
+    auto gate = std::make_shared<Gate>();
+    gate->open = true;
+    gate->fail_with = "pixels unreadable";
+    gate->throws = throws;
+    auto e = MakeGated(o, gate);
+    ASSERT_TRUE(e);
+    std::map<SequenceId, Outcome> out;
+    auto a = e->Submit(TextRequest(8));
+    ASSERT_TRUE(a);
+    Record(out, e->Step());
+    auto b = e->Submit(ImageRequest(Pattern(90, 60, 2)));
+    ASSERT_TRUE(b);
+    Drain(*e, out);
+    EXPECT_EQ(out[*b].finish, FinishReason::kError);
+    EXPECT_EQ(out[*b].error.rfind("the vision tower failed: ", 0), 0u) << out[*b].error;
+    EXPECT_NE(out[*b].error.find("pixels unreadable"), std::string::npos) << out[*b].error;
+    EXPECT_EQ(out[*a].finish, FinishReason::kLength) << out[*a].error;
+    EXPECT_EQ(out[*a].tokens.size(), 8u);
+    EXPECT_EQ(e->Metrics().cache_usage_ratio, 0.0);
+  }
 }
 
 // Destroying the engine while its tower holds one image and has another

@@ -56,7 +56,9 @@ class Scheduler {
 
   void Start();
   // Stops the loop after the current step; sequences still in flight get no
-  // more events (call CancelAll and wait for InFlight() == 0 first).
+  // more events (call CancelAll and wait for InFlight() == 0 first). A step
+  // in which every sequence waits for the vision tower sleeps in the engine
+  // until the tower answers or a Cancel arrives: CancelAll ends it at once.
   void Stop();
 
   // Errors are Engine::Submit's (kInvalidArgument, kResourceExhausted), or
