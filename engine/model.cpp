@@ -6,6 +6,7 @@
 #include "layers.hpp"
 #include "forward_plan.hpp"
 #include "moe_parallel.hpp"
+#include "scratch_heap.hpp"
 #include "moeserve/kernels/comm/exchange.hpp"
 #include "moeserve/kernels/comm/communicator.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
@@ -36,6 +37,7 @@ void Model::set_options(const ModelOptions& o) {
 }
 
 Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptions& options) {
+  KeepScratchInHeap();
   std::unique_ptr<Model> model(new Model());
   model->config_ = dir.config;
   model->set_options(options);

@@ -18,6 +18,7 @@
 #include "moeserve/engine/safetensors.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+#include "scratch_heap.hpp"
 
 namespace moeserve::engine {
 
@@ -200,6 +201,7 @@ void AddBias(float* y, const float* b, size_t n, size_t width) {
 GptOssModel::~GptOssModel() = default;
 
 Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir, kernels::Isa isa, bool bf16_activations) {
+  KeepScratchInHeap();
   namespace fs = std::filesystem;
   std::ifstream in(fs::path(dir) / "config.json", std::ios::binary);
   if (!in) return Fail(Error::NotFound(dir + "/config.json: cannot open"));

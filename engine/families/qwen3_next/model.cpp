@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "layers.hpp"
+#include "scratch_heap.hpp"
 #include "weights.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/engine/dtype.hpp"
@@ -164,6 +165,7 @@ DeltaRows DeltaRowMap(const Config& c) {
 Model::~Model() = default;
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const ModelOptions& options) {
+  KeepScratchInHeap();
   std::unique_ptr<Model> m(new Model());
   MOE_ASSIGN_OR_RETURN(m->config_, LoadConfig(dir));
   const Config& c = m->config_;
