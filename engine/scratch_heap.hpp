@@ -14,6 +14,8 @@ namespace moeserve::engine {
 // smaller blocks the dynamic threshold kept in the heap. Sets the mmap
 // threshold to glibc's largest (32 MiB: larger blocks are still mapped and
 // unmapped; none of the scratch here is that large) and stops trimming.
+// Both at once: setting either switches off glibc's dynamic adjustment of
+// the other, and either alone ran slower than neither (measured).
 // Called by the model loaders; once per process, from any thread.
 void KeepScratchInHeap();
 
