@@ -17,6 +17,7 @@
 
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/model_gen.hpp"
+#include "moeserve/engine/vision.hpp"
 
 namespace moeserve::engine::testing_util {
 
@@ -130,6 +131,20 @@ inline std::vector<int> TestPrompt(int n, uint64_t seed = 5) {
     p.push_back(r < 256 ? (r % 95) + 32 : 256 + (r % 12));
   }
   return p;
+}
+
+// A w x h RGB picture of pseudo-random pixels: a different seed gives a
+// different image (and content hash) of the same size.
+inline ImageInput Pattern(uint32_t w, uint32_t h, uint64_t seed) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+  for (auto& b : rgb) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    b = static_cast<uint8_t>(s >> 56);
+  }
+  auto in = MakeImageInput(w, h, std::move(rgb));
+  EXPECT_TRUE(in);
+  return *in;
 }
 
 }  // namespace moeserve::engine::testing_util

@@ -125,18 +125,6 @@ const VisionConfig& Vision() {
   return v;
 }
 
-ImageInput Pattern(uint32_t w, uint32_t h, uint64_t seed) {
-  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
-  for (auto& b : rgb) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    b = static_cast<uint8_t>(s >> 56);
-  }
-  auto in = MakeImageInput(w, h, std::move(rgb));
-  EXPECT_TRUE(in);
-  return *in;
-}
-
 // Text only; never stops before max_tokens (no stop token can be sampled).
 GenerationRequest TextRequest(int max_tokens) {
   GenerationRequest r;
