@@ -237,9 +237,11 @@ TEST_F(ResponsesForward, AResponseOfTheOtherReplicaIsReachedThroughItsOwner) {
   EXPECT_GT(next.Json()["usage"]["input_tokens"].get<int>(), first.Json()["usage"]["input_tokens"].get<int>());
   // Streamed through b too.
   auto streamed = Http(B, "POST", "/v1/responses",
-                       json{{"input", "more"}, {"previous_response_id", id}, {"max_output_tokens", 6}, {"stream", true}}.dump());
+                       json{{"input", "more"}, {"previous_response_id", id}, {"max_output_tokens", 6}, {"stream", true},
+                            {"temperature", 0}}.dump());
   ASSERT_EQ(streamed.status, 200) << streamed.body;
   // Six tokens cut the answer short: the stream ends with response.incomplete.
+  // (Greedy: a sampled end-of-turn token within six would end it complete.)
   EXPECT_NE(streamed.body.find("event: response.incomplete"), std::string::npos) << streamed.body.substr(0, 400);
   // Read and deleted through b; gone on a.
   auto got = Http(B, "GET", "/v1/responses/" + id);
