@@ -94,7 +94,7 @@ def first_turn(ids, mask):
 
 
 def render_vision(model, task):
-    """(ids, mask, offsets of the first placeholder of each image)."""
+    """(ids, mask, the offset of each image's first image token in ids)."""
     found = []
     count = image_token_count(model)
     ids, mask = chat.render(gen_images.conversation(task), gen_data.TOOLS, image_tokens=lambda part: count,
