@@ -10,6 +10,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "moeserve/common/log.hpp"
+#include "moeserve/operator/vault_paths.hpp"
 
 namespace moeserve::op {
 
@@ -134,6 +135,8 @@ std::string ListenUri(const std::string& addr) {
 Operator::Operator(KubeClient& client, OperatorOptions options)
     : client_(client), options_(std::move(options)), queue_(options_.rate_limits), metrics_(std::make_unique<Metrics>()) {
   events_ = std::make_unique<EventRecorder>(client_, "moe-operator");
+  // The hook keys' Vault prefix is no MoEDeployment's to name: the webhook refuses it too.
+  options_.webhook.reserved_vault_prefix = options_.hook_secrets.vault_prefix;
   auto enqueue = [this](const json& o) {
     queue_.Add(ObjectKey(o));
     metrics_->depth.Set(static_cast<double>(queue_.Len()));
@@ -164,6 +167,12 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
                                                metrics_->depth.Set(static_cast<double>(queue_.Len()));
                                              });
   if (!options_.reconciler.quota) options_.reconciler.quota = quota_->Check();
+  if (!options_.reconciler.vault_path_allowed)
+    options_.reconciler.vault_path_allowed = [q = quota_.get(), reserved = options_.hook_secrets.vault_prefix](
+                                                 const json& md, const std::string& field, const std::string& path) {
+      const std::string ns = md["metadata"].value("namespace", "");
+      return CheckDeploymentVaultPath(md, field, path, q->policies().List(ns), reserved);
+    };
   if (!options_.reconciler.budgeting)
     options_.reconciler.budgeting = [q = quota_.get()](const json& md) { return q->BudgetingOf(md); };
   // Children: only what this operator manages, mapped back to their owner.
@@ -198,12 +207,11 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   }
   informers_.push_back(quota_->TakeInformer());
   reconciler_ = std::make_unique<MoEDeploymentReconciler>(client_, caches, events_.get(), options_.reconciler);
-  // Hook secrets are read as the deployments' are: a Secret marked usable, or Vault.
-  SecretSource* hook_secrets = options_.reconciler.secret_source;
-  if (!hook_secrets) {
-    hook_secret_source_ = std::make_unique<KubernetesSecretSource>(client_);
-    hook_secrets = hook_secret_source_.get();
-  }
+  // Hook keys are the platform's: read from the operator's namespace, or
+  // from Vault as the operator itself, never as a tenant's namespace.
+  options_.hook_secrets.operator_namespace = options_.webhook.operator_namespace;
+  hook_secret_source_ = std::make_unique<HookSecretSource>(client_, options_.hook_vault, options_.hook_secrets);
+  SecretSource* hook_secrets = hook_secret_source_.get();
   // Budget records live where the webhook's Secret does: the operator's own namespace.
   options_.usage_sync.record_namespace = options_.webhook.operator_namespace;
   usage_sync_ = std::make_unique<UsageSync>(

@@ -363,8 +363,19 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
     return std::nullopt;
   };
 
+  // A Vault path the platform does not let this deployment name (the hook
+  // keys' reserved prefix, outside its QuotaPolicy's allowed prefixes) is
+  // never read: nothing from it may reach the tenant's own Secret.
+  auto path_refused = [&](const SecretReference& ref, const char* field) {
+    if (ref.vault_path.empty() || !options_.vault_path_allowed) return false;
+    Status allowed = options_.vault_path_allowed(md, field, ref.vault_path);
+    if (allowed) return false;
+    refuse("VaultPathNotAllowed", allowed.error().message(), false);
+    return true;
+  };
+
   // Object-store credentials, for the puller.
-  if (!spec.model_credentials.empty())
+  if (!spec.model_credentials.empty() && !path_refused(spec.model_credentials, "spec.model.credentials.vault.path"))
     if (auto credentials = fetch(spec.model_credentials))
       for (const auto& [k, v] : *credentials) state.data[kObjectStorePrefix + k] = v;
 
@@ -372,7 +383,7 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
   // the operator's admin key first, then tenant -> key from apiKeys.
   const std::string admin_hash = Sha256Hex(operator_keys.at(kAdminKeyKey));
   json file = {{"keys", json::array({{{"sha256", admin_hash}, {"tenant", kAdminTenant}, {"role", "admin"}}})}};
-  if (!spec.api_keys.empty()) {
+  if (!spec.api_keys.empty() && !path_refused(spec.api_keys, "spec.endpoint.apiKeys.vault.path")) {
     // A keys Secret (or Vault secret) that is gone revokes every key it held:
     // deleting it is how a tenant takes its keys away, so its last copy is
     // never kept (state.keys stays kFresh: the admin key alone).

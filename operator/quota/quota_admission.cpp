@@ -1,5 +1,7 @@
 #include "moeserve/operator/quota_admission.hpp"
 
+#include "moeserve/operator/vault_paths.hpp"
+
 namespace moeserve::op {
 namespace {
 
@@ -83,6 +85,11 @@ json QuotaAdmission::Decide(const AdmissionRequest& r) const {
   if (spec)
     if (Status allowed = CheckScheduling(spec->node_selector, spec->tolerations, spec->affinity, scheduling_); !allowed)
       spec = Fail(allowed.error());
+  // The Vault paths it would have copied into its own Secret: judged against
+  // the policy that governs it, read live like the rest.
+  if (spec)
+    if (Status paths = CheckDeploymentVaultPaths(object, *spec, objects->policies, reserved_vault_prefix_); !paths)
+      spec = Fail(paths.error());
   if (!spec) {
     // An object stored before a field was refused (spec.cache.hostPath, a
     // GPU in spec.resources) must still lose its finalizer and labels: an

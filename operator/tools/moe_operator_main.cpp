@@ -10,7 +10,8 @@
 //                [--allow-affinity=true|false]
 //                [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]
 //                [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]
-//                [--vault-allow-insecure-http]
+//                [--vault-allow-insecure-http] [--vault-max-answer-bytes N]
+//                [--hook-vault-prefix PATH] [--hook-vault-role ROLE]
 //                [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]
 //                [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]
 //                [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]
@@ -25,6 +26,10 @@
 // (development only) replaces the per-namespace Kubernetes login. An
 // http:// Vault address is refused at start unless
 // --vault-allow-insecure-http (development only) is given.
+// Budget hooks' keys are the platform's: Secrets in --operator-namespace, or
+// Vault paths under --hook-vault-prefix read as the operator's own role
+// --hook-vault-role (hook_secret_source.hpp); no MoEDeployment may name a
+// path under that prefix.
 #include <unistd.h>
 
 #include <csignal>
@@ -40,6 +45,7 @@
 #include "moeserve/common/shutdown_signals.hpp"
 #include "moeserve/operator/operator.hpp"
 #include "moeserve/operator/vault_integration.hpp"
+#include "moeserve/operator/vault_paths.hpp"
 
 namespace {
 
@@ -54,7 +60,8 @@ int Usage(const std::string& why) {
                "       [--allow-affinity=true|false]\n"
                "       [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]\n"
                "       [--vault-service-account NAME] [--vault-audience AUD] [--vault-resync-seconds S]\n"
-               "       [--vault-allow-insecure-http]\n"
+               "       [--vault-allow-insecure-http] [--vault-max-answer-bytes N]\n"
+               "       [--hook-vault-prefix PATH] [--hook-vault-role ROLE]\n"
                "       [--operator-namespace NS] [--webhook-addr HOST:PORT|:PORT|0] [--webhook-service NAME]\n"
                "       [--webhook-secret NAME] [--webhook-config NAME] [--webhook-manage-certs=true|false]\n"
                "       [--webhook-cert-lifetime-seconds S] [--webhook-check-seconds S]\n"
@@ -75,6 +82,7 @@ int main(int argc, char** argv) {
   op::OperatorOptions options;
   op::VaultConfig vault_config = op::VaultConfigFromEnvironment();
   op::VaultAuthOptions vault_auth;
+  std::string hook_vault_prefix;
   options.webhook.addr = ":9443";
   if (const char* pod_ns = std::getenv("POD_NAMESPACE"); pod_ns && *pod_ns) options.webhook.operator_namespace = pod_ns;
   char host[256] = {0};
@@ -122,6 +130,9 @@ int main(int argc, char** argv) {
       else if (a == "--vault-audience") vault_auth.audience = value;
       else if (a == "--vault-resync-seconds") options.reconciler.vault_resync = Seconds(value);
       else if (a == "--vault-allow-insecure-http") vault_config.allow_insecure_http = value.empty() || value == "true";
+      else if (a == "--vault-max-answer-bytes") vault_config.max_answer_bytes = std::stoull(value);
+      else if (a == "--hook-vault-prefix") hook_vault_prefix = value;
+      else if (a == "--hook-vault-role") options.hook_secrets.vault_role = value;
       else if (a == "--operator-namespace") options.webhook.operator_namespace = value;
       else if (a == "--webhook-addr") options.webhook.addr = value;
       else if (a == "--webhook-service") options.webhook.service = value;
@@ -149,6 +160,13 @@ int main(int argc, char** argv) {
   if (options.reconciler.vault_resync.count() <= 0) return Usage("--vault-resync-seconds must be positive");
   if (vault_auth.service_account.empty() || vault_auth.auth_mount.empty())
     return Usage("--vault-service-account and --vault-auth-mount must not be empty");
+  if (vault_config.max_answer_bytes < 1024) return Usage("--vault-max-answer-bytes must be at least 1024");
+  if (options.hook_secrets.vault_role.empty()) return Usage("--hook-vault-role must not be empty");
+  if (!hook_vault_prefix.empty()) {
+    auto prefix = op::CanonicalVaultPath(hook_vault_prefix, "--hook-vault-prefix");
+    if (!prefix) return Usage(prefix.error().message());
+    options.hook_secrets.vault_prefix = *prefix;
+  }
   if (options.webhook.cert_lifetime.count() < 3) return Usage("--webhook-cert-lifetime-seconds must be at least 3");
   if (options.webhook.check_interval.count() <= 0) return Usage("--webhook-check-seconds must be positive");
   if (options.leader_elect && options.election.renew_deadline >= options.election.lease_duration)
@@ -193,6 +211,7 @@ int main(int argc, char** argv) {
     vault = std::make_unique<op::VaultIntegration>(**client, vault_config, vault_auth);
     options.reconciler.secret_source = vault->secret_source();
     options.reconciler.cleanup = vault->cleanup();
+    options.hook_vault = vault->vault_source();
     log::Info("moe-operator: reading vault: references from " + vault_config.address + " (auth mount " +
               vault_auth.auth_mount + ", service account " + vault_auth.service_account + ")");
   }

@@ -94,7 +94,7 @@ Result<VaultClient::Response> VaultClient::CallOnce(const std::string& method, c
   // Vault's API asks for this header on every request (request forgery protection).
   call.headers.push_back("X-Vault-Request: true");
   if (method == "POST") call.body = body;
-  call.max_answer_bytes = SIZE_MAX;
+  call.max_answer_bytes = config_.max_answer_bytes;
   http_client::CurlPolicy policy;
   policy.timeout = policy.connect_timeout = config_.request_timeout;
   // Vault answers directly; a redirect (standby forwarding) is not followed
@@ -104,6 +104,10 @@ Result<VaultClient::Response> VaultClient::CallOnce(const std::string& method, c
   policy.proxy = http_client::Proxy::kFromEnvironment;
   policy.ca_file = config_.ca_cert;
   const http_client::CurlAnswer answer = http_client::CurlFetch(call, policy);
+  if (answer.too_large)
+    return Fail(Error::ResourceExhausted("Vault " + what + ": the answer is larger than " +
+                                         std::to_string(config_.max_answer_bytes) +
+                                         " bytes (--vault-max-answer-bytes); not read further"));
   if (answer.code == CURLE_OPERATION_TIMEDOUT)
     return Fail(Error::Timeout("Vault " + what + ": no answer within " +
                                std::to_string(config_.request_timeout.count()) + " ms"));

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "moeserve/common/log.hpp"
+#include "moeserve/operator/vault_paths.hpp"
 
 namespace moeserve::op {
 namespace {
@@ -22,21 +23,22 @@ std::string VaultRoleOf(const std::string& ns, const std::string& role) { return
 
 Result<std::map<std::string, std::string>> VaultSecretSource::Fetch(const std::string& ns, const SecretReference& ref) {
   if (ref.vault_path.empty()) return Fail(Error::InvalidArgument("not a Vault reference"));
+  // What is read is the path the platform's prefix checks judged (vault_paths.hpp).
+  MOE_ASSIGN_OR_RETURN(const std::string path, CanonicalVaultPath(ref.vault_path, "vault.path"));
   const std::string role = VaultRoleOf(ns, ref.vault_role);
   for (int attempt = 0;; ++attempt) {
     auto token = sessions_.Token(ns, role);
     if (!token) return Fail(token.error());
-    auto secret = vault_.ReadKv(*token, ref.vault_path);
+    auto secret = vault_.ReadKv(*token, path);
     if (secret) {
       std::lock_guard lock(mu_);
-      int64_t& seen = versions_[ns + "\n" + role + "\n" + ref.vault_path];
+      int64_t& seen = versions_[ns + "\n" + role + "\n" + path];
       if (seen != secret->version)
-        log::Info("vault: " + ref.vault_path + " for namespace " + ns + " is at version " +
-                  std::to_string(secret->version));
+        log::Info("vault: " + path + " for namespace " + ns + " is at version " + std::to_string(secret->version));
       seen = secret->version;
       for (const auto& [key, value] : secret->data)
         if (!SecretKeyName(key))
-          return Fail(Error::InvalidArgument("Vault read " + ref.vault_path + ": key \"" + key.substr(0, 64) +
+          return Fail(Error::InvalidArgument("Vault read " + path + ": key \"" + key.substr(0, 64) +
                                              "\" is not a valid Secret key ([-._a-zA-Z0-9]+)"));
       return std::move(secret->data);
     }

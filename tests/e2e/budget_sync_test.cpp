@@ -185,12 +185,15 @@ class BudgetSyncTest : public ::testing::Test {
     // The tenant's namespace, and the operator's, which holds the budget record.
     for (const char* ns : {kNs, "moeserve-system"})
       ASSERT_TRUE(server_.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}}));
-    for (auto [name, data] : {std::pair<std::string, json>{"keys", {{"acme", "sk-acme-1"}, {"globex", "sk-globex-1"}}},
-                              {"hook", {{"secret", kHookSecret}}}})
-      ASSERT_TRUE(server_.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
-                                             {"metadata", {{"name", name}, {"namespace", kNs},
-                                                           {"labels", {{op::kUsableLabel, "true"}}}}},
-                                             {"stringData", data}}));
+    ASSERT_TRUE(server_.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                           {"metadata", {{"name", "keys"}, {"namespace", kNs},
+                                                         {"labels", {{op::kUsableLabel, "true"}}}}},
+                                           {"stringData", {{"acme", "sk-acme-1"}, {"globex", "sk-globex-1"}}}}));
+    // The hook's key is the platform's: in the operator's namespace, given to this one.
+    ASSERT_TRUE(server_.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                           {"metadata", {{"name", "hook"}, {"namespace", "moeserve-system"},
+                                                         {"labels", {{op::kHookNamespaceLabel, kNs}}}}},
+                                           {"stringData", {{"secret", kHookSecret}}}}));
     port_ = test_support::FreeLoopbackPort();
     ASSERT_TRUE(server_.Create("quotapolicies.moeserve.io", Policy(receiver_.url())));
     for (const char* md : {"alpha", "beta"}) ASSERT_TRUE(server_.Create("moedeployments.moeserve.io", Deployment(md, port_)));

@@ -183,6 +183,16 @@ void FakeVault::SetDelay(std::chrono::milliseconds delay) {
   delay_ = delay;
 }
 
+void FakeVault::PadAnswer(const std::string& mount, const std::string& path, size_t bytes) {
+  std::lock_guard lock(mu_);
+  padded_[mount + "/data/" + path] = bytes;
+}
+
+size_t FakeVault::PaddingSent() const {
+  std::lock_guard lock(mu_);
+  return padding_sent_;
+}
+
 FakeVault::Token* FakeVault::Live(const std::string& token) {
   auto it = tokens_.find(token);
   if (it == tokens_.end() || it->second.revoked || Now() >= it->second.expires) return nullptr;
@@ -249,7 +259,24 @@ void FakeVault::Handle(const HttpRequest& request, HttpResponseWriter& writer) {
     requests_.push_back({request.method, request.path, request.Header("x-vault-namespace"),
                          !request.Header("x-vault-token").empty(), reply.status});
   }
-  writer.Send(reply.status, "application/json", reply.body.is_null() ? "" : reply.body.dump());
+  if (reply.padding == 0) {
+    writer.Send(reply.status, "application/json", reply.body.is_null() ? "" : reply.body.dump());
+    return;
+  }
+  // The answer with data.data.padding = "xxx...", streamed around a marker.
+  reply.body["data"]["data"]["padding"] = "@PADDING@";
+  const std::string text = reply.body.dump();
+  const size_t at = text.find("@PADDING@");
+  if (!writer.BeginStream(reply.status, "application/json") || !writer.WriteChunk(text.substr(0, at))) return;
+  const std::string chunk(64 << 10, 'x');
+  for (size_t left = reply.padding; left > 0;) {
+    const size_t n = std::min(left, chunk.size());
+    if (!writer.WriteChunk(chunk.substr(0, n))) return;  // the client hung up
+    left -= n;
+    std::lock_guard lock(mu_);
+    padding_sent_ += n;
+  }
+  if (writer.WriteChunk(text.substr(at + 9))) writer.EndStream();
 }
 
 FakeVault::Reply FakeVault::Route(const HttpRequest& request) {
@@ -386,7 +413,8 @@ FakeVault::Reply FakeVault::ReadKv(const std::string& token, const std::string& 
     return {404, body};
   }
   body["data"] = {{"data", v.data}, {"metadata", metadata}};
-  return {200, body};
+  const auto pad = padded_.find(api_path);
+  return {200, body, pad == padded_.end() ? 0 : pad->second};
 }
 
 }  // namespace moeserve::fakes

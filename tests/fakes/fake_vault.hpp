@@ -24,7 +24,9 @@
 // really expire: TTL and max TTL run on a clock the test moves with Advance().
 //
 // Faults: the next n requests answered with a given status (5xx retries),
-// every response delayed (timeouts). Everything asked is recorded.
+// every response delayed (timeouts), a KV read answered with a huge body
+// (PadAnswer: streamed in chunks, never held in memory, so a test can send
+// far more than any client should read). Everything asked is recorded.
 //
 // Thread safety: every public method may be called from any thread.
 #pragma once
@@ -81,6 +83,13 @@ class FakeVault {
   // The next `count` requests are answered `status` with `{"errors":[text]}`.
   void FailNext(int count, int status, const std::string& text);
   void SetDelay(std::chrono::milliseconds delay);
+  // Reads of <mount>/data/<path> that Vault would answer 200 carry an extra
+  // key `padding` of `bytes` characters, streamed (chunked) until sent or
+  // the client hangs up. 0 turns it off.
+  void PadAnswer(const std::string& mount, const std::string& path, size_t bytes);
+  // Padding bytes written to the socket so far (a client that stops reading
+  // makes this stop short of what PadAnswer asked).
+  size_t PaddingSent() const;
 
   bool TokenValid(const std::string& token) const;
   std::vector<FakeVaultRequest> Requests() const;
@@ -105,6 +114,7 @@ class FakeVault {
   struct Reply {
     int status = 200;
     nlohmann::json body;  // null: no body (204)
+    size_t padding = 0;   // PadAnswer's bytes to stream inside data.data
   };
 
   void Handle(const HttpRequest& request, HttpResponseWriter& writer);
@@ -130,6 +140,8 @@ class FakeVault {
   int fail_count_ = 0, fail_status_ = 0;
   std::string fail_text_;
   std::chrono::milliseconds delay_{0};
+  std::map<std::string, size_t> padded_;  // "<mount>/data/<path>" -> bytes
+  size_t padding_sent_ = 0;
   std::vector<FakeVaultRequest> requests_;
 };
 

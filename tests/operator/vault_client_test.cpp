@@ -176,6 +176,34 @@ TEST_F(VaultClientTest, DeletedAndDestroyedVersionsAreNotFound) {
   EXPECT_EQ(data.error().message().find("sk-acme"), std::string::npos);
 }
 
+TEST_F(VaultClientTest, AnAnswerPastTheCapIsRefusedWithoutReadingItAll) {
+  // 64 MiB streamed by the double (never held there), against the 1 MiB default.
+  constexpr size_t kPadding = size_t{64} << 20;
+  world.vault.PadAnswer("secret", "team-a/keys", kPadding);
+  auto data = source.Fetch("team-a", VaultRef("secret/data/team-a/keys"));
+  ASSERT_FALSE(data) << "read " << data->at("padding").size() << " bytes of padding";
+  EXPECT_EQ(data.error().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(data.error().message().find("Vault read secret/data/team-a/keys: the answer is larger than 1048576 bytes "
+                                        "(--vault-max-answer-bytes); not read further"),
+            std::string::npos)
+      << data.error().message();
+  // The transfer stopped there: not retried, and the double could not send it all.
+  EXPECT_EQ(world.vault.Count("GET", "/v1/secret/data/team-a/keys"), 1u);
+  EXPECT_LT(world.vault.PaddingSent(), kPadding);
+
+  // The cap is configurable: 4 MiB reads a 2 MiB answer.
+  world.vault.PadAnswer("secret", "team-a/keys", size_t{2} << 20);
+  VaultConfig config = world.Config();
+  config.max_answer_bytes = size_t{4} << 20;
+  VaultClient roomy(config);
+  VaultSessions roomy_sessions(roomy, *client, world.Auth());
+  VaultSecretSource roomy_source(roomy, roomy_sessions);
+  auto padded = roomy_source.Fetch("team-a", VaultRef("secret/data/team-a/keys"));
+  ASSERT_TRUE(padded) << padded.error().ToString();
+  EXPECT_EQ(padded->at("padding").size(), size_t{2} << 20);
+  EXPECT_EQ(padded->at("acme"), "sk-acme-1");
+}
+
 TEST_F(VaultClientTest, AKeyThatCannotBeASecretKeyIsRefused) {
   world.vault.Put("secret", "team-a/keys", {{"acme corp/x", "sk-acme-2"}});
   auto data = source.Fetch("team-a", VaultRef("secret/data/team-a/keys"));

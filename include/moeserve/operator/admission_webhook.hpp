@@ -54,6 +54,9 @@ struct WebhookOptions {
   bool manage_certs = true;                     // --webhook-manage-certs
   std::chrono::seconds cert_lifetime{std::chrono::hours(24 * 365)};
   std::chrono::milliseconds check_interval{std::chrono::seconds(10)};
+  // The hook keys' Vault prefix (--hook-vault-prefix, canonical): the
+  // webhook refuses a MoEDeployment naming a path under it.
+  std::string reserved_vault_prefix;
   // Writes the Secret. Any replica may make or renew it, so this client has
   // no leader write fence; null: the operator's client.
   KubeClient* cert_client = nullptr;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "moeserve/operator/hook_secret_source.hpp"
 #include "moeserve/operator/informer.hpp"
 #include "moeserve/operator/kube_client.hpp"
 #include "moeserve/operator/leader_election.hpp"
@@ -39,6 +40,13 @@ struct OperatorOptions {
   WebhookOptions webhook;
   // Budgets: the usage sync runs while leading (interval 0: off).
   UsageSyncOptions usage_sync;
+  // Its hooks' keys (hook_secret_source.hpp): Secrets in the operator's
+  // namespace (webhook.operator_namespace), Vault paths under
+  // hook_secrets.vault_prefix through hook_vault (VaultIntegration::vault_source();
+  // null: Vault off) as the operator's own role. MoEDeployments may name
+  // nothing under that prefix.
+  SecretSource* hook_vault = nullptr;
+  HookSecretOptions hook_secrets;
   // spec.autoscaling: the autoscaler runs while leading (interval 0: off).
   AutoscalerOptions autoscaler;
 };

@@ -14,7 +14,9 @@
 // Everything else (DELETE, other resources) is allowed. A body that cannot
 // be read is answered 400 with the reason, a spec that cannot be read or
 // that the operator refuses (a device in spec.resources, a scheduling field
-// past the platform's allow-list) is refused with 400 naming the field (an
+// past the platform's allow-list, a Vault path under the hook keys' reserved
+// prefix or outside the QuotaPolicy's spec.vault.allowedPathPrefixes,
+// vault_paths.hpp) is refused with 400 naming the field (an
 // UPDATE that leaves such a stored spec unchanged passes, so finalizers can
 // still go), and a scale of an object the cache has not seen yet
 // with 503 (the API server retries or applies failurePolicy).
@@ -54,8 +56,12 @@ using NamespaceReader = std::function<Result<NamespaceObjects>(const std::string
 class QuotaAdmission {
  public:
   QuotaAdmission(const ObjectCache& policies, const ObjectCache& moedeployments, NamespaceReader live = {},
-                 SchedulingPolicy scheduling = {})
-      : policies_(policies), moedeployments_(moedeployments), live_(std::move(live)), scheduling_(std::move(scheduling)) {}
+                 SchedulingPolicy scheduling = {}, std::string reserved_vault_prefix = "")
+      : policies_(policies),
+        moedeployments_(moedeployments),
+        live_(std::move(live)),
+        scheduling_(std::move(scheduling)),
+        reserved_vault_prefix_(std::move(reserved_vault_prefix)) {}
 
   QuotaEvaluation Evaluate(const json& md, const MoEDeploymentSpec& spec) const;
   QuotaDecision Check(const json& md, const MoEDeploymentSpec& spec) const { return Evaluate(md, spec).decision; }
@@ -69,6 +75,8 @@ class QuotaAdmission {
   const ObjectCache& moedeployments_;
   NamespaceReader live_;
   SchedulingPolicy scheduling_;  // what the webhook lets a spec ask of the scheduler
+  // Hook keys' Vault prefix (--hook-vault-prefix), never a MoEDeployment's to name.
+  std::string reserved_vault_prefix_;
 };
 
 }  // namespace moeserve::op

@@ -102,6 +102,13 @@ struct MoEDeploymentReconcilerOptions {
   // from its QuotaPolicy cache); unset: no budgets in the daemons' config.
   std::function<MoEDeploymentSpec::Budgeting(const json& moedeployment)> budgeting;
   PlatformConfig platform;                // daemon image, node cache, pod defaults
+  // Whether a deployment may name a Vault path in `field`
+  // (spec.model.credentials.vault.path, spec.endpoint.apiKeys.vault.path);
+  // a refused path is never read (SecretsSynced=False, reason
+  // VaultPathNotAllowed). moe-operator: CheckDeploymentVaultPath over its
+  // QuotaPolicy cache and --hook-vault-prefix (vault_paths.hpp). Unset:
+  // Vault's own policies alone decide.
+  std::function<Status(const json& moedeployment, const std::string& field, const std::string& path)> vault_path_allowed;
   // Secrets are not watched (referenced ones, and the deployment's own,
   // which is read back and put right): every deployment is reconciled again
   // this often.

@@ -16,7 +16,8 @@
 // folded to one line), and a code that says what a caller does next:
 // 400 kInvalidArgument, 403 kPermissionDenied, 404 kNotFound, 429/5xx
 // (sealed, standby, overloaded) and transport failures kUnavailable, a passed
-// deadline kTimeout. 5xx, 429, transport failures and timeouts are retried
+// deadline kTimeout, an answer past max_answer_bytes kResourceExhausted (not
+// retried: the transfer stops there, and asking again gets the same answer). 5xx, 429, transport failures and timeouts are retried
 // with exponential backoff (attempts, backoff_initial doubling) before they
 // are returned. No message ever holds a token or a secret's value.
 //
@@ -43,6 +44,10 @@ struct VaultConfig {
   int attempts = 3;  // per call, for retryable failures
   std::chrono::milliseconds backoff_initial{200};
   bool allow_insecure_http = false;  // development only: accept an http:// address
+  // The largest answer read (moe-operator --vault-max-answer-bytes): a KV
+  // answer is a few keys; a huge one (a misused path, a hostile proxy) is
+  // refused at this size instead of growing the operator's memory.
+  size_t max_answer_bytes = size_t{1} << 20;
 };
 
 // Whether `config.address` may be used: https://, or http:// with

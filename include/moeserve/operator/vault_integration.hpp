@@ -30,6 +30,9 @@ class VaultIntegration {
         cleanup_(sessions_) {}
 
   SecretSource* secret_source() { return &routing_; }
+  // Vault paths alone, as (namespace, role) log in: what HookSecretSource
+  // reads hook keys through, with the operator's namespace and hook role.
+  SecretSource* vault_source() { return &vault_source_; }
   CleanupHook* cleanup() { return &cleanup_; }
   VaultSessions& sessions() { return sessions_; }
   VaultClient& client() { return vault_; }
