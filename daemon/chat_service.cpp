@@ -239,24 +239,80 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
 
 }  // namespace
 
+void ChatService::Fail(HttpExchange& exchange, Clock::time_point received, const ApiError& e) {
+  metrics_.RequestFinished(e.status, std::chrono::duration<double>(Clock::now() - received).count());
+  ReplyError(exchange, e);
+}
+
+ApiResult<std::shared_ptr<ChatService::EarlyAdmission>> ChatService::AdmitBeforeImages(
+    const Principal& who, std::optional<ReasoningEffort> effort) {
+  auto early = std::make_shared<EarlyAdmission>();
+  early->tier = std::string(ReasoningEffortName(effort.value_or(facts_.default_effort)));
+  auto admission = budget_.Admit(who, early->tier);
+  if (!admission) return ApiFail(admission.error());
+  early->admission = std::move(*admission);
+  // A slot of the tenant's concurrency, at no cost yet (its size is known once its images are).
+  auto slot = budget_.Reserve(who, early->admission.tier, 0, 0);
+  if (!slot) return ApiFail(slot.error());
+  early->slot = std::move(*slot);
+  return early;
+}
+
+ApiResult<void> ChatService::RunImageWork(const Principal& who, std::function<void()> job) {
+  if (!facts_.image_work) {
+    job();
+    return {};
+  }
+  return facts_.image_work->Submit(who.tenant, std::move(job));
+}
+
 void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::string& body, const Principal& who,
-                         Clock::time_point received, const StoredImages* stored) {
-  auto fail = [&](const ApiError& e) {
-    metrics_.RequestFinished(e.status, std::chrono::duration<double>(Clock::now() - received).count());
-    ReplyError(*exchange, e);
-  };
+                         Clock::time_point received, const StoredImages* stored,
+                         std::shared_ptr<EarlyAdmission> admitted) {
   auto req = ParseChatRequest(body);
-  if (!req) return fail(req.error());
-  // Fetched and decoded once, before the tiers are decided (a downgrade
-  // prepares the request again).
-  auto images = PrepareImages(req->images, facts_.images, facts_.vision ? &*facts_.vision : nullptr,
-                              facts_.max_context, stored);
-  if (!images) return fail(images.error());
+  if (!req) return Fail(*exchange, received, req.error());
+  const engine::VisionConfig* vision = facts_.vision ? &*facts_.vision : nullptr;
+  // The parts checked; nothing fetched or decoded yet.
+  auto plan = PlanImages(req->images, facts_.images, vision, stored);
+  if (!plan) return Fail(*exchange, received, plan.error());
+  if (plan->needs_work() && !admitted) {
+    // Admitted before the work, which then runs on an image worker.
+    if (!req->model.empty() && req->model != facts_.model_name)
+      return Fail(*exchange, received, ApiError::ModelNotFound(req->model));
+    auto early = AdmitBeforeImages(who, req->reasoning_effort);
+    if (!early) return Fail(*exchange, received, early.error());
+    auto request = std::make_shared<ChatRequest>(std::move(*req));
+    auto planned = std::make_shared<ImagePlan>(std::move(*plan));
+    auto queued = RunImageWork(who, [this, exchange, request, planned, who, received, early = *early] {
+      if (exchange->client_gone()) return;  // nothing to fetch or decode for
+      auto images = LoadImages(std::move(*planned), facts_.images, facts_.vision ? &*facts_.vision : nullptr,
+                               facts_.max_context, facts_.image_work);
+      if (!images) return Fail(*exchange, received, images.error());
+      Serve(exchange, *request, *images, who, received, early);
+    });
+    if (!queued) return Fail(*exchange, received, queued.error());
+    return;
+  }
+  // Kept images only (or the caller's worker already runs this).
+  auto images = LoadImages(std::move(*plan), facts_.images, vision, facts_.max_context, facts_.image_work);
+  if (!images) return Fail(*exchange, received, images.error());
+  Serve(exchange, *req, *images, who, received, std::move(admitted));
+}
+
+void ChatService::Serve(std::shared_ptr<HttpExchange> exchange, ChatRequest& request,
+                        const std::vector<PreparedImage>& images_in, const Principal& who, Clock::time_point received,
+                        std::shared_ptr<EarlyAdmission> admitted) {
+  auto fail = [&](const ApiError& e) { Fail(*exchange, received, e); };
+  ChatRequest* req = &request;
+  const std::vector<PreparedImage>* images = &images_in;
   auto prepared = Prepare(*req, facts_, *images);
   if (!prepared) return fail(prepared.error());
   // The tenant's tiers, budgets and rate limits; checked on a valid request
-  // only, at the tier it would run at.
-  auto admission = budget_.Admit(who, prepared->tier);
+  // only, at the tier it would run at (unless the request was admitted
+  // before its images were fetched or decoded, at this tier).
+  ApiResult<BudgetService::Admission> admission =
+      admitted && admitted->tier == prepared->tier ? ApiResult<BudgetService::Admission>(admitted->admission)
+                                                   : budget_.Admit(who, prepared->tier);
   if (!admission) return fail(admission.error());
   if (admission->downgraded) {
     // A spent `downgrade` budget: served at low, whatever was asked; the
@@ -265,6 +321,8 @@ void ChatService::Handle(std::shared_ptr<HttpExchange> exchange, const std::stri
     prepared = Prepare(*req, facts_, *images);
     if (!prepared) return fail(prepared.error());
   }
+  // The early slot makes way for the real reservation.
+  if (admitted) admitted->slot.reset();
   // The worst case held against `block` budgets and a slot of the tenant's
   // concurrency, until the charge is committed.
   auto reservation = budget_.Reserve(who, prepared->tier, static_cast<int64_t>(prepared->generation.prompt.size()),

@@ -240,6 +240,25 @@ constexpr SettingSpec kSettings[] = {
     {"image_fetch_timeout_seconds", kNumber, "10", "0.1 to 600",
      "the whole fetch of one image URL",
      Field<&DaemonConfig::images, &ImageUrlPolicy::fetch_timeout_seconds>},
+    {"image_fetch_request_timeout_seconds", kNumber, "20", "0.1 to 3600",
+     "every fetch of one request together (each also within `image_fetch_timeout_seconds`); a request past it is "
+     "refused (400) naming it",
+     Field<&DaemonConfig::images, &ImageUrlPolicy::fetch_request_timeout_seconds>},
+    // Image work (image_work.hpp): off the HTTP threads, after admission.
+    {"image_workers", kInteger, "4", "1 to 256",
+     "threads that fetch and decode requests' images (a request's images are one job, run after its admission)",
+     Field<&DaemonConfig::image_work, &ImageWorkSettings::workers>},
+    {"image_tenant_max_in_flight", kInteger, "2", "1 to 4096",
+     "one tenant's requests whose images are being fetched or decoded, or wait for a worker; more are refused (429 "
+     "`too_many_image_requests`)",
+     Field<&DaemonConfig::image_work, &ImageWorkSettings::tenant_max_in_flight>},
+    {"image_max_queued", kInteger, "64", "0 to 65536",
+     "requests waiting for an image worker, every tenant's; more are refused (503 `image_workers_busy`)",
+     Field<&DaemonConfig::image_work, &ImageWorkSettings::max_queued>},
+    {"image_decoded_cache_bytes", kInteger, "268435456", "0 to 2^40",
+     "decoded pixels of images kept by tenant and content hash (least recently used out first), so that a "
+     "continued session or response does not decode its kept images again; 0 keeps none",
+     Field<&DaemonConfig::image_work, &ImageWorkSettings::decoded_cache_bytes>},
     // Usage, budgets and hooks (the sections pricing, budgets, hooks aside).
     {"state_dir", kText, "none", "a directory",
      "durable state: the ledger `usage.sqlite3` and sessions `sessions.sqlite3` in it; created if missing",

@@ -20,6 +20,7 @@
 #include "moeserve/daemon/chat_service.hpp"
 #include "moeserve/daemon/expert_parallel.hpp"
 #include "moeserve/daemon/http_server.hpp"
+#include "moeserve/daemon/image_work.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/responses/response_service.hpp"
 #include "moeserve/daemon/scheduler.hpp"
@@ -62,6 +63,9 @@ struct Daemon::Impl {
   std::unique_ptr<SessionService> sessions;
   // The Responses API: stored in the sessions' database, so after them.
   std::unique_ptr<ResponseService> responses;
+  // Image fetches and decodes (image_work.hpp): after everything its jobs
+  // call into, so it is stopped (its queued jobs run, its workers joined) first.
+  std::unique_ptr<ImageWork> image_work;
   // Expert parallelism (MOE_NUM_NODES > 1): rank 0 leads, the others follow.
   // After the engine, so that it stops (and goes) first.
   std::unique_ptr<ExpertParallel> ep;
@@ -582,6 +586,7 @@ Status Daemon::Start() {
   o.max_connections = static_cast<size_t>(c.max_connections);
   o.header_timeout_seconds = c.header_timeout_seconds;
   o.max_stream_buffer_bytes = c.max_stream_buffer_bytes;
+  impl->image_work = std::make_unique<ImageWork>(config.image_work, &impl->metrics.registry());
   o.tls_cert_file = c.tls_cert_file;
   o.tls_key_file = c.tls_key_file;
   HttpServerHooks hooks;
@@ -706,6 +711,7 @@ Status Daemon::LoadModel() {
       engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
       auto pieces = engine::RenderDeepseekChat({system}, {});
       if (!pieces) return Fail(pieces.error().WithContext("rendering public_system_prompt"));
+  facts.image_work = m.image_work.get();
       auto ids = engine::EncodeChatPieces(*facts.deepseek->tokenizer, *pieces);
       if (!ids) return Fail(ids.error().WithContext("rendering public_system_prompt"));
       facts.public_prefix = std::move(*ids);

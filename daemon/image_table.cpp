@@ -128,6 +128,23 @@ Result<int64_t> OwnerImageBytes(sqlite3* db, const std::string& owner) {
   return s.Int(0);
 }
 
+Result<int64_t> ResponseImageBytes(sqlite3* db, const std::string* tenant) {
+  // Owners are told apart by the table their id is a key of.
+  const char* by_tenant =
+      "SELECT coalesce(sum(i.size), 0) FROM images i WHERE i.tenant = ? AND EXISTS "
+      "(SELECT 1 FROM image_refs r JOIN responses p ON p.id = r.owner WHERE r.tenant = i.tenant AND r.hash = i.hash)";
+  const char* everyone =
+      "SELECT coalesce(sum(i.size), 0) FROM images i WHERE EXISTS "
+      "(SELECT 1 FROM image_refs r JOIN responses p ON p.id = r.owner WHERE r.tenant = i.tenant AND r.hash = i.hash) "
+      "AND NOT EXISTS "
+      "(SELECT 1 FROM image_refs r JOIN sessions s ON s.id = r.owner WHERE r.tenant = i.tenant AND r.hash = i.hash)";
+  Stmt s(db, tenant ? by_tenant : everyone);
+  if (!s.ok()) return 0;  // no responses table: no response keeps anything
+  if (tenant) s.Bind(1, *tenant);
+  if (s.Step() != SQLITE_ROW) return std::unexpected(IoError(db, "summing the stored responses' image bytes").error());
+  return s.Int(0);
+}
+
 Result<int64_t> ImageFileCount(sqlite3* db) {
   Stmt s(db, "SELECT count(*) FROM images");
   if (!s.ok() || s.Step() != SQLITE_ROW) return std::unexpected(IoError(db, "counting images").error());

@@ -56,4 +56,12 @@ Result<int64_t> OwnerImageBytes(sqlite3* db, const std::string& owner);
 // Files stored over all tenants (tests, metrics).
 Result<int64_t> ImageFileCount(sqlite3* db);
 
+// Encoded bytes of the files stored responses keep (responses/response_store.hpp),
+// each file once however many responses name it: a continuation names the
+// files of the response it continues, and they stay while it does, so they
+// count for as long as any response names them. `tenant` null: every
+// tenant's, leaving out the files a session also names (a session's bytes
+// already count those). Nothing stored (no responses table yet): 0.
+Result<int64_t> ResponseImageBytes(sqlite3* db, const std::string* tenant);
+
 }  // namespace moeserve::daemon

@@ -270,7 +270,7 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
   // The pixels of the images the history's entries name, decoded from the
   // tenant's stored files.
   ApiResult<StoredImages> KeptImages(const std::vector<SessionEntry>& history, const std::string& tenant,
-                                     const ImageLimits& limits) {
+                                     const ImageLimits& limits, ImageWork* work) {
     std::vector<std::string> hashes;
     for (const auto& e : history)
       for (const auto& image : e.images)
@@ -280,7 +280,7 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
     auto files = store.ImageFiles(tenant, hashes);
     if (!files) return ApiFail(ApiError::Internal("The session store could not be read: " + files.error().message()));
     for (const auto& f : *files) {
-      auto input = DecodeStoredImage(f, limits);
+      auto input = ReplayStoredImage(f, tenant, limits, work);
       if (!input) return ApiFail(ApiError::Internal("A kept image of the session could not be replayed: " +
                                                     input.error().message()));
       out.emplace(f.hash, std::move(*input));
@@ -328,6 +328,24 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
   void Delete(const std::string& id, HttpExchange& ex, const Principal& who);
   void Turn(const std::string& id, const std::string& body, std::shared_ptr<HttpExchange> ex, const Principal& who,
             Clock::time_point received);
+  // A turn once parsed against its history and admitted: its images fetched
+  // and decoded, the kept ones replayed (on an image worker when there are
+  // any: chat_service.hpp AdmitBeforeImages), then run. It owns the
+  // session's busy mark from here on.
+  struct TurnState {
+    std::string id;
+    std::shared_ptr<HttpExchange> ex;
+    Principal who;
+    Clock::time_point received;
+    SessionRecord rec;
+    std::vector<SessionEntry> all, history;
+    std::vector<engine::ChatMessage> history_messages;
+    ojson whole;
+    ChatRequest request;
+    ImagePartPlan plan;
+    std::shared_ptr<ChatService::EarlyAdmission> admitted;  // null: no image work, admitted by ChatService
+  };
+  void TurnAdmitted(ChatService& chat_service, TurnState st);
   void Summarize(const std::string& session_id, const Principal& who, int64_t summary_seq,
                  std::vector<SessionEntry> replaced);
   void SweepLoop();
@@ -491,14 +509,69 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
     e.param = TurnParam(e.param, history_messages.size());
     return ReplyError(*ex, e);
   }
+  // The turn's image parts checked, nothing fetched or decoded: a turn with
+  // image work (new images, or kept ones to replay) is admitted first, and
+  // that work runs on an image worker.
+  const ServingFacts& facts = chat_service->facts();
+  const size_t first_new = history_messages.size();
+  auto plan = PlanImageParts(whole["messages"], first_new, facts.images, facts.vision ? &*facts.vision : nullptr,
+                             [&](const std::string& p) { return TurnParam(p, first_new); });
+  if (!plan) return ReplyError(*ex, plan.error());
+  const bool kept_images =
+      std::any_of(history.begin(), history.end(), [](const SessionEntry& e) { return !e.images.empty(); });
+  const bool image_work = !plan->found.empty() || kept_images;
+  TurnState st{id,       ex,
+               who,      received,
+               std::move(*rec), std::move(*all),
+               std::move(history), std::move(history_messages),
+               std::move(whole), std::move(*request),
+               std::move(*plan), nullptr};
+  if (!image_work) {
+    handed_over = true;
+    return TurnAdmitted(*chat_service, std::move(st));
+  }
+  auto early = chat_service->AdmitBeforeImages(who, st.request.reasoning_effort);
+  if (!early) return ReplyError(*ex, early.error());
+  st.admitted = std::move(*early);
+  auto shared = std::make_shared<TurnState>(std::move(st));
+  auto queued = chat_service->RunImageWork(
+      who, [self, chat_service, shared] { self->TurnAdmitted(*chat_service, std::move(*shared)); });
+  if (!queued) return ReplyError(*ex, queued.error());
+  handed_over = true;
+}
+
+void SessionService::Impl::TurnAdmitted(ChatService& chat, TurnState st) {
+  ChatService* chat_service = &chat;
+  const std::string& id = st.id;
+  std::shared_ptr<HttpExchange>& ex = st.ex;
+  const Principal& who = st.who;
+  const Clock::time_point received = st.received;
+  SessionRecord* rec = &st.rec;
+  std::vector<SessionEntry>* all = &st.all;
+  std::vector<SessionEntry>& history = st.history;
+  std::vector<engine::ChatMessage>& history_messages = st.history_messages;
+  ojson& whole = st.whole;
+  ChatRequest* request = &st.request;
+  bool handed_over = false;
+  auto self = shared_from_this();
+  struct Guard {
+    Impl* impl;
+    const std::string& id;
+    bool& handed_over;
+    ~Guard() {
+      if (!handed_over) impl->Release(id);
+    }
+  } guard{this, id, handed_over};
+
   const ServingFacts& facts = chat_service->facts();
   const engine::VisionConfig* vision = facts.vision ? &*facts.vision : nullptr;
   // The turn's images decoded once and named by hash from here on; the
-  // history's kept ones decoded from the store.
-  auto interned = InternImageParts(whole["messages"], history_messages.size(), facts.images, vision,
-                                   [&](const std::string& p) { return TurnParam(p, history_messages.size()); });
+  // history's kept ones replayed from the decoded-image cache, or decoded
+  // from the store.
+  auto interned = InternImageParts(whole["messages"], std::move(st.plan), facts.images, vision, facts.image_work,
+                                   who.tenant);
   if (!interned) return ReplyError(*ex, interned.error());
-  auto kept = KeptImages(history, who.tenant, facts.images.limits);
+  auto kept = KeptImages(history, who.tenant, facts.images.limits, facts.image_work);
   if (!kept) return ReplyError(*ex, kept.error());
   StoredImages images = std::move(*kept);
   std::vector<engine::ChatMessage> incoming_messages(
@@ -626,7 +699,7 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
   auto capture = std::make_shared<SessionTurnExchange>(ex, std::move(on_answer), std::move(on_end));
   handed_over = true;
   chat_service->Handle(capture, whole.dump(-1, ' ', false, ojson::error_handler_t::replace), who, received,
-                       &images);
+                       &images, std::move(st.admitted));
 }
 
 // The model's summary: a low-tier generation from the fixed prompt, after

@@ -356,7 +356,10 @@ Result<int64_t> SessionStore::TotalBytes() const {
   // its volume, so the global cap counts them too; no table, nothing stored.
   Stmt r(db_, "SELECT coalesce(sum(bytes), 0) FROM responses");
   if (r.ok() && r.Step() == SQLITE_ROW) total += r.Int(0);
-  return total;
+  // Their image files count once each while a response names them (a
+  // session's bytes already count the files it names).
+  MOE_ASSIGN_OR_RETURN(int64_t images, ResponseImageBytes(db_, nullptr));
+  return total + images;
 }
 
 Result<int64_t> SessionStore::Count() const {

@@ -34,7 +34,10 @@ size_t Collect(char* data, size_t size, size_t n, void* user) {
 
 }  // namespace
 
-Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& policy, size_t index) {
+Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& policy, size_t index,
+                                  double timeout_seconds, const char* timeout_setting) {
+  const double timeout = timeout_seconds > 0 ? timeout_seconds : policy.fetch_timeout_seconds;
+  const std::string setting = timeout_seconds > 0 ? timeout_setting : "image_fetch_timeout_seconds";
   const std::string who = "image " + std::to_string(index);
   const GuardedTarget target = ResolveGuardedTarget(
       url, /*allow_http=*/true, policy.allow_private_addresses, who,
@@ -53,7 +56,7 @@ Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& 
   curl_policy.max_redirects = 0;
   curl_policy.proxy = http_client::Proxy::kNever;
   curl_policy.user_agent = "moeserve-images/1";
-  curl_policy.timeout = std::chrono::milliseconds(static_cast<long>(policy.fetch_timeout_seconds * 1000));
+  curl_policy.timeout = std::chrono::milliseconds(std::max(1L, static_cast<long>(timeout * 1000)));
   curl.Prepare(curl_policy);
   CURL* c = curl.get();
   GuardedSocket guard(c, target, policy.allow_private_addresses);
@@ -76,7 +79,7 @@ Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& 
                                   std::to_string(policy.limits.max_bytes) + " bytes (image_max_bytes)"));
   if (rc == CURLE_OPERATION_TIMEDOUT)
     return Fail(Error::InvalidArgument(where + ": no whole answer within " +
-                                  std::to_string(policy.fetch_timeout_seconds) + " s (image_fetch_timeout_seconds)"));
+                                  std::to_string(timeout) + " s (" + setting + ")"));
   if (rc != CURLE_OK) return Fail(Error::InvalidArgument(where + ": fetch failed: " + curl_easy_strerror(rc)));
   const long status = curl.ResponseCode();
   if (status != 200)

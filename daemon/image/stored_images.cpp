@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+
+#include "moeserve/daemon/image_prompt.hpp"
 
 namespace moeserve::daemon {
 
@@ -40,29 +43,27 @@ std::optional<std::string> StoredImageHash(std::string_view url) {
   return std::string(hash);
 }
 
-ApiResult<std::vector<InternedImage>> InternImageParts(ojson& messages, size_t first_new, const ImageUrlPolicy& policy,
-                                                       const engine::VisionConfig* vision, const ParamMapper& param_of) {
-  struct Found {
-    size_t message, part, text_offset;
-    ojson* url;
-    std::string param;
-  };
-  std::vector<Found> found;
+ApiResult<ImagePartPlan> PlanImageParts(const ojson& messages, size_t first_new, const ImageUrlPolicy& policy,
+                                        const engine::VisionConfig* vision, const ParamMapper& param_of) {
+  ImagePartPlan plan;
+  std::vector<const ojson*> urls;
   for (size_t i = first_new; i < messages.size(); ++i) {
     auto content = messages[i].find("content");
     if (content == messages[i].end() || !content->is_array()) continue;
     size_t text = 0;
     for (size_t k = 0; k < content->size(); ++k) {
-      ojson& part = (*content)[k];
+      const ojson& part = (*content)[k];
       if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
         text += part["text"].get_ref<const std::string&>().size();
-      if (ojson* url = PartUrl(part))
-        found.push_back({i, k, text, url,
-                         param_of("messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "].image_url.url")});
+      if (const ojson* url = PartUrl(part)) {
+        plan.found.push_back(
+            {i, k, text, param_of("messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "].image_url.url"), {}});
+        urls.push_back(url);
+      }
     }
   }
-  std::vector<InternedImage> out;
-  if (found.empty()) return out;
+  auto& found = plan.found;
+  if (found.empty()) return plan;
   if (found.size() > static_cast<size_t>(policy.max_per_request))
     return ApiFail(ApiError::InvalidRequest(
         "the new messages hold " + std::to_string(found.size()) + " images, over the limit of " +
@@ -70,41 +71,49 @@ ApiResult<std::vector<InternedImage>> InternImageParts(ojson& messages, size_t f
             "turns do not count)",
         found[policy.max_per_request].param));
   // Every URL checked before anything is fetched or decoded, as for the chat endpoint.
-  std::vector<ImageUrlSource> sources;
   for (size_t i = 0; i < found.size(); ++i) {
-    auto source = ParseImageUrl(found[i].url->get_ref<const std::string&>(), policy, i);
+    auto source = ParseImageUrl(urls[i]->get_ref<const std::string&>(), policy, i);
     if (!source) return ApiFail(ApiError::InvalidRequest(source.error().message(), found[i].param));
-    sources.push_back(std::move(*source));
+    found[i].source = std::move(*source);
   }
   if (!vision)
     return ApiFail(ApiError::InvalidRequest(
         "'" + found[0].param + "': this model reads text only (it has no vision tower); send text parts",
         found[0].param));
+  return plan;
+}
+
+ApiResult<std::vector<InternedImage>> InternImageParts(ojson& messages, ImagePartPlan plan, const ImageUrlPolicy& policy,
+                                                       const engine::VisionConfig* vision, ImageWork* work,
+                                                       const std::string& tenant) {
+  std::vector<InternedImage> out;
+  auto& found = plan.found;
+  if (found.empty()) return out;
+  if (!vision) return ApiFail(ApiError::Internal("images planned for a model without a vision tower"));
+  const auto fetch_deadline = std::chrono::steady_clock::now() +
+                              std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  std::chrono::duration<double>(policy.fetch_request_timeout_seconds));
   for (size_t i = 0; i < found.size(); ++i) {
-    std::string bytes = std::move(sources[i].bytes);
-    if (!sources[i].remote_url.empty()) {
-      auto fetched = FetchImageUrl(sources[i].remote_url, policy, i);
-      if (!fetched) return ApiFail(ApiError::InvalidRequest(fetched.error().message(), found[i].param));
-      bytes = std::move(*fetched);
-    }
-    auto decoded = DecodeImage(bytes, policy.limits, i);
-    if (!decoded) return ApiFail(ApiError::InvalidRequest(decoded.error().message(), found[i].param));
-    auto tokens = engine::ImageSpanTokens(*vision, decoded->width, decoded->height);
+    auto loaded = LoadImageSource(std::move(found[i].source), policy, i, fetch_deadline, work);
+    if (!loaded) return ApiFail(ApiError::InvalidRequest(loaded.error().message(), found[i].param));
+    DecodedImage& decoded = loaded->decoded;
+    auto tokens = engine::ImageSpanTokens(*vision, decoded.width, decoded.height);
     if (!tokens)
       return ApiFail(
           ApiError::InvalidRequest("image " + std::to_string(i) + ": " + tokens.error().message(), found[i].param));
     InternedImage image;
-    image.file.width = decoded->width;
-    image.file.height = decoded->height;
-    auto input = engine::MakeImageInput(decoded->width, decoded->height, std::move(decoded->rgb));
+    image.file.width = decoded.width;
+    image.file.height = decoded.height;
+    auto input = engine::MakeImageInput(decoded.width, decoded.height, std::move(decoded.rgb));
     if (!input) return ApiFail(ApiError::Internal("image " + std::to_string(i) + ": " + input.error().message()));
     image.file.hash = input->content_hash;
-    image.file.bytes = std::move(bytes);
+    image.file.bytes = std::move(loaded->bytes);
     image.file.span_tokens = *tokens;
     image.input = std::move(*input);
     image.message = found[i].message;
     image.text_offset = found[i].text_offset;
-    *found[i].url = StoredImageUrl(image.file.hash);
+    messages[found[i].message]["content"][found[i].part]["image_url"]["url"] = StoredImageUrl(image.file.hash);
+    if (work) work->Keep(tenant, image.input);
     out.push_back(std::move(image));
   }
   return out;
@@ -134,6 +143,19 @@ Result<engine::ImageInput> DecodeStoredImage(const StoredImageFile& file, const 
     return Fail(Error::Internal("stored image " + file.hash.substr(0, 16) + " no longer decodes: " +
                                 decoded.error().message()));
   return engine::MakeImageInput(decoded->width, decoded->height, std::move(decoded->rgb));
+}
+
+Result<engine::ImageInput> ReplayStoredImage(const StoredImageFile& file, const std::string& tenant,
+                                             const ImageLimits& limits, ImageWork* work) {
+  if (work) {
+    if (auto cached = work->Cached(tenant, file.hash)) return std::move(*cached);
+    work->CountDecode();
+  }
+  MOE_ASSIGN_OR_RETURN(engine::ImageInput input, DecodeStoredImage(file, limits));
+  if (input.content_hash != file.hash)
+    return Fail(Error::Internal("stored image " + file.hash.substr(0, 16) + " decodes to other pixels"));
+  if (work) work->Keep(tenant, input);
+  return input;
 }
 
 }  // namespace moeserve::daemon

@@ -149,46 +149,77 @@ void ResponseService::Create(const HttpHead& head, std::string body, std::shared
     }
     history = std::move((*previous)->conversation);
   }
-  auto images = RequestImages(*req, history, chat->facts(), who.tenant);
+  // The new image parts checked, nothing fetched or decoded: a request with
+  // image work (new images, or the previous response's to replay) is
+  // admitted first, and that work runs on an image worker.
+  const ServingFacts& facts = chat->facts();
+  const size_t before = (req->instructions ? 1 : 0) + history.size();  // chat messages ahead of the new input
+  auto plan = PlanImageParts(req->messages, 0, facts.images, facts.vision ? &*facts.vision : nullptr,
+                             [before](const std::string& p) {
+                               // The chat body's index, which RenameChatError maps back to the input's.
+                               const size_t close = p.find(']');
+                               const size_t k = std::stoul(p.substr(9, close - 9));
+                               return "messages[" + std::to_string(before + k) + p.substr(close);
+                             });
+  if (!plan) return ReplyError(*exchange, RenameChatError(plan.error(), *req, history.size()));
+  const bool image_work = !plan->found.empty() || !StoredImageHashesIn(history).empty();
+  Creation c{std::move(*req), std::move(history), std::move(*plan), std::move(exchange), who, received, audit_run, nullptr};
+  if (!image_work) return CreateAdmitted(*chat, std::move(c));
+  std::optional<ReasoningEffort> effort;
+  if (c.req.effort) effort = ParseReasoningEffort(*c.req.effort);
+  auto early = chat->AdmitBeforeImages(who, effort);
+  if (!early) return ReplyError(*c.exchange, early.error());
+  c.admitted = std::move(*early);
+  auto shared = std::make_shared<Creation>(std::move(c));
+  auto queued = chat->RunImageWork(who, [this, chat, shared] {
+    if (shared->exchange->client_gone()) return;
+    CreateAdmitted(*chat, std::move(*shared));
+  });
+  if (!queued) return ReplyError(*shared->exchange, queued.error());
+}
+
+void ResponseService::CreateAdmitted(ChatService& chat_service, Creation c) {
+  ChatService* chat = &chat_service;
+  auto& req = c.req;
+  auto& history = c.history;
+  auto& exchange = c.exchange;
+  const Principal& who = c.who;
+  const auto received = c.received;
+  const RunExchange& audit_run = c.audit_run;
+  auto images = RequestImages(req, history, std::move(c.plan), chat->facts(), who.tenant);
   if (!images) return ReplyError(*exchange, images.error());
-  const std::string chat_body = Dump(ChatBodyFor(*req, history));
+  const std::string chat_body = Dump(ChatBodyFor(req, history));
   const std::string id = "resp_" + settings_.replica + "_" + NewItemId("");
   const double created_at = UnixNow();
-  ojson shell = ResponseShell(id, static_cast<int64_t>(created_at), chat->facts().model_name, *req, "in_progress");
-  if (req->background) {
-    return Background(std::move(*req), std::move(history), std::move(shell), chat_body, std::move(exchange), who,
-                      received, audit_run, std::move(*images));
+  ojson shell = ResponseShell(id, static_cast<int64_t>(created_at), chat->facts().model_name, req, "in_progress");
+  if (req.background) {
+    return Background(std::move(req), std::move(history), std::move(shell), chat_body, std::move(exchange), who,
+                      received, audit_run, std::move(*images), std::move(c.admitted));
   }
-  const bool store = req->store;
-  ResponseExchange::Context context{std::move(*req), std::move(history), shell};
+  const bool store = req.store;
+  ResponseExchange::Context context{std::move(req), std::move(history), shell};
   auto kept = std::make_shared<const ResponseImages>(std::move(*images));
   auto on_answer = [this, store, id, created_at, tenant = who.tenant, kept](ojson response, ojson conversation,
                                                                             ResponseExchange::Release release,
                                                                             ResponseExchange::Refuse refuse) {
     if (!store) return release();
     StoredResponse row{id,       tenant,       created_at,     response["status"], std::move(response),
-                       std::move(conversation), kept->files, kept->new_bytes};
+                       std::move(conversation), kept->files};
     store_->Put(std::move(row), [release, refuse](const Status& st) {
       if (st) release();
       else refuse(StoreError(st.error()));
     });
   };
   auto translated = std::make_shared<ResponseExchange>(exchange, std::move(context), std::move(on_answer), nullptr);
-  chat->Handle(translated, chat_body, who, received, &kept->pixels);
+  chat->Handle(translated, chat_body, who, received, &kept->pixels, std::move(c.admitted));
 }
 
 ApiResult<ResponseService::ResponseImages> ResponseService::RequestImages(ResponsesRequest& req, const ojson& history,
-                                                                          const ServingFacts& facts,
+                                                                          ImagePartPlan plan, const ServingFacts& facts,
                                                                           const std::string& tenant) const {
   ResponseImages out;
-  const size_t before = (req.instructions ? 1 : 0) + history.size();  // chat messages ahead of the new input
-  auto interned = InternImageParts(req.messages, 0, facts.images, facts.vision ? &*facts.vision : nullptr,
-                                   [before](const std::string& p) {
-                                     // The chat body's index, which RenameChatError maps back to the input's.
-                                     const size_t close = p.find(']');
-                                     const size_t k = std::stoul(p.substr(9, close - 9));
-                                     return "messages[" + std::to_string(before + k) + p.substr(close);
-                                   });
+  auto interned = InternImageParts(req.messages, std::move(plan), facts.images, facts.vision ? &*facts.vision : nullptr,
+                                   facts.image_work, tenant);
   if (!interned) return ApiFail(RenameChatError(interned.error(), req, history.size()));
   const std::vector<std::string> hashes = StoredImageHashesIn(history);
   if (!hashes.empty()) {
@@ -197,7 +228,7 @@ ApiResult<ResponseService::ResponseImages> ResponseService::RequestImages(Respon
     if (files->size() != hashes.size())
       return ApiFail(ApiError::Internal("An image of the previous response is missing from the store"));
     for (auto& f : *files) {
-      auto input = DecodeStoredImage(f, facts.images.limits);
+      auto input = ReplayStoredImage(f, tenant, facts.images.limits, facts.image_work);
       if (!input)
         return ApiFail(ApiError::Internal("An image of the previous response could not be replayed: " +
                                           input.error().message()));
@@ -207,7 +238,6 @@ ApiResult<ResponseService::ResponseImages> ResponseService::RequestImages(Respon
   }
   for (auto& image : *interned) {
     if (!out.pixels.emplace(image.file.hash, image.input).second) continue;  // the history's, or sent twice
-    out.new_bytes += static_cast<int64_t>(image.file.bytes.size());
     out.files.push_back(std::move(image.file));
   }
   return out;
@@ -215,7 +245,8 @@ ApiResult<ResponseService::ResponseImages> ResponseService::RequestImages(Respon
 
 void ResponseService::Background(ResponsesRequest req, ojson history, ojson shell, std::string chat_body,
                                  std::shared_ptr<HttpExchange> exchange, const Principal& who,
-                                 Clock::time_point received, const RunExchange& audit_run, ResponseImages images) {
+                                 Clock::time_point received, const RunExchange& audit_run, ResponseImages images,
+                                 std::shared_ptr<ChatService::EarlyAdmission> admitted) {
   auto kept = std::make_shared<const ResponseImages>(std::move(images));
   const std::string id = shell["id"];
   auto run = std::make_shared<Run>();
@@ -224,7 +255,7 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
   run->created_at = UnixNow();
   // Stored before it runs, so that a GET right after this answer finds it.
   if (auto st = WaitFor([&](SessionStore::Done done) {
-        store_->Put({id, who.tenant, run->created_at, "in_progress", shell, ojson::array(), {}, 0}, std::move(done));
+        store_->Put({id, who.tenant, run->created_at, "in_progress", shell, ojson::array(), {}}, std::move(done));
       });
       !st) {
     return ReplyError(*exchange, StoreError(st.error()));
@@ -251,7 +282,7 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
     const std::string status = response["status"];
     const bool completed = conversation.is_array() && !conversation.empty();
     store_->Put({id, run->tenant, run->created_at, status, std::move(response), std::move(conversation),
-                 completed ? kept->files : std::vector<StoredImageFile>(), completed ? kept->new_bytes : 0},
+                 completed ? kept->files : std::vector<StoredImageFile>()},
                 [id, then](const Status& st) {
                   if (!st) log::Warn("responses: background response " + id + " could not be stored: " + st.error().message());
                   then(st);
@@ -277,7 +308,8 @@ void ResponseService::Background(ResponsesRequest req, ojson history, ojson shel
     std::lock_guard lock(runs_mu_);
     runs_[id] = run;
   }
-  chat_.load()->Handle(audit_run ? audit_run(run->exchange) : run->exchange, chat_body, who, received, &kept->pixels);
+  chat_.load()->Handle(audit_run ? audit_run(run->exchange) : run->exchange, chat_body, who, received, &kept->pixels,
+                       std::move(admitted));
   in_handle->store(false);
   if (refused->has_value()) {
     {
@@ -362,7 +394,7 @@ void ResponseService::Cancel(const HttpHead& head, std::string body, std::shared
       ojson cancelled = run->shell;
       cancelled["status"] = "cancelled";
       const std::string text = Dump(cancelled);
-      store_->Put({id, run->tenant, run->created_at, "cancelled", std::move(cancelled), ojson::array(), {}, 0},
+      store_->Put({id, run->tenant, run->created_at, "cancelled", std::move(cancelled), ojson::array(), {}},
                   [exchange, text](const Status& st) {
                     if (!st) return ReplyError(*exchange, StoreError(st.error()));
                     ReplyJson(*exchange, 200, text);

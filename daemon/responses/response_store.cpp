@@ -57,62 +57,95 @@ Result<std::unique_ptr<ResponseStore>> ResponseStore::Open(SessionStore& session
   return store;
 }
 
+namespace {
+
+// What `tenant`'s stored responses take: their rows, and each image file any
+// of them names once (image_table.hpp ResponseImageBytes).
+Result<int64_t> TenantUsage(sqlite3* db, const std::string& tenant) {
+  Statement rows(db, "SELECT coalesce(sum(bytes), 0) FROM responses WHERE tenant = ?");
+  if (rows.rc != SQLITE_OK) return Fail(Sql(db, "reading the tenant's usage"));
+  rows.Text(1, tenant);
+  if (sqlite3_step(rows.s) != SQLITE_ROW) return Fail(Sql(db, "reading the tenant's usage"));
+  MOE_ASSIGN_OR_RETURN(int64_t images, ResponseImageBytes(db, &tenant));
+  return sqlite3_column_int64(rows.s, 0) + images;
+}
+
+// Every tenant's sessions and responses together, images included.
+Result<int64_t> EveryonesUsage(sqlite3* db) {
+  Statement all(db,
+                "SELECT (SELECT coalesce(sum(bytes), 0) FROM sessions) + "
+                "(SELECT coalesce(sum(bytes), 0) FROM responses)");
+  if (all.rc != SQLITE_OK) return Fail(Sql(db, "reading the stored total"));
+  if (sqlite3_step(all.s) != SQLITE_ROW) return Fail(Sql(db, "reading the stored total"));
+  MOE_ASSIGN_OR_RETURN(int64_t images, ResponseImageBytes(db, nullptr));
+  return sqlite3_column_int64(all.s, 0) + images;
+}
+
+Status WriteRow(sqlite3* db, const StoredResponse& r) {
+  const std::string response = Dump(r.response), conversation = Dump(r.conversation);
+  // The row's own text; its images are counted as files (TenantUsage).
+  const int64_t bytes = static_cast<int64_t>(response.size() + conversation.size());
+  Statement s(db,
+              "INSERT OR REPLACE INTO responses(id, tenant, created_at, status, response, conversation, bytes) "
+              "VALUES(?,?,?,?,?,?,?)");
+  if (s.rc != SQLITE_OK) return Fail(Sql(db, "storing " + r.id));
+  s.Text(1, r.id);
+  s.Text(2, r.tenant);
+  sqlite3_bind_double(s.s, 3, r.created_at);
+  s.Text(4, r.status);
+  s.Text(5, response);
+  s.Text(6, conversation);
+  sqlite3_bind_int64(s.s, 7, bytes);
+  if (sqlite3_step(s.s) != SQLITE_DONE) return Fail(Sql(db, "storing " + r.id));
+  Statement drop(db, "DELETE FROM image_refs WHERE owner = ?");
+  if (drop.rc != SQLITE_OK) return Fail(Sql(db, "replacing the image references of " + r.id));
+  drop.Text(1, r.id);
+  if (sqlite3_step(drop.s) != SQLITE_DONE) return Fail(Sql(db, "replacing the image references of " + r.id));
+  // The files the conversation names, again (a file an earlier response kept
+  // may have been deleted with it meanwhile), then this row's references; a
+  // file it does not name is not kept (it could not be replayed from it).
+  std::vector<StoredImageFile> named;
+  std::vector<ImageRef> refs;
+  for (const std::string& hash : StoredImageHashesIn(r.conversation)) {
+    auto f = std::find_if(r.images.begin(), r.images.end(), [&](const StoredImageFile& x) { return x.hash == hash; });
+    if (f == r.images.end()) continue;
+    named.push_back(*f);
+    refs.push_back({0, static_cast<int64_t>(refs.size()), 0, hash, f->width, f->height, f->span_tokens});
+  }
+  MOE_TRY(PutImageFiles(db, r.tenant, named));
+  MOE_TRY(AddImageRefs(db, r.id, r.tenant, refs));
+  // A replaced row may have named files no row names now.
+  return CollectUnreferencedImages(db);
+}
+
+}  // namespace
+
 void ResponseStore::Put(StoredResponse r, Done done) {
   sessions_.Write(
       [r = std::move(r), quota = quota_, total = total_](sqlite3* db) -> Status {
-        const std::string response = Dump(r.response), conversation = Dump(r.conversation);
-        const int64_t bytes = static_cast<int64_t>(response.size() + conversation.size()) + r.image_bytes;
-        // What the tenant stores besides this row (a replaced row counts once).
-        Statement used(db, "SELECT coalesce(sum(bytes), 0) FROM responses WHERE tenant = ? AND id <> ?");
-        if (used.rc != SQLITE_OK) return Fail(Sql(db, "reading the tenant's usage"));
-        used.Text(1, r.tenant);
-        used.Text(2, r.id);
-        if (sqlite3_step(used.s) != SQLITE_ROW) return Fail(Sql(db, "reading the tenant's usage"));
-        const int64_t stored = sqlite3_column_int64(used.s, 0);
-        if (stored + bytes > quota) {
-          return Fail(Error::ResourceExhausted("tenant '" + r.tenant + "' stores " + std::to_string(stored) +
-                                               " bytes of responses; this one adds " + std::to_string(bytes) +
-                                               " and the quota is " + std::to_string(quota) + " bytes"));
+        // Written first, then measured: what the tenant and everyone store
+        // afterwards, each file once, is what the quotas bound. Past one, the
+        // job fails and its savepoint (session_store.hpp) undoes the write.
+        // A write that adds nothing (a row replaced by a smaller one) is
+        // never refused.
+        MOE_ASSIGN_OR_RETURN(const int64_t tenant_before, TenantUsage(db, r.tenant));
+        MOE_ASSIGN_OR_RETURN(const int64_t everyone_before, EveryonesUsage(db));
+        MOE_TRY(WriteRow(db, r));
+        MOE_ASSIGN_OR_RETURN(const int64_t tenant_after, TenantUsage(db, r.tenant));
+        if (tenant_after > quota && tenant_after > tenant_before) {
+          return Fail(Error::ResourceExhausted(
+              "tenant '" + r.tenant + "' stores " + std::to_string(tenant_before) +
+              " bytes of responses and the images they keep; with this one it would store " +
+              std::to_string(tenant_after) + " and the quota is " + std::to_string(quota) + " bytes"));
         }
-        // Every tenant's sessions and responses together (this row once).
-        Statement all(db,
-                      "SELECT (SELECT coalesce(sum(bytes), 0) FROM sessions) + "
-                      "(SELECT coalesce(sum(bytes), 0) FROM responses WHERE id <> ?)");
-        if (all.rc != SQLITE_OK) return Fail(Sql(db, "reading the stored total"));
-        all.Text(1, r.id);
-        if (sqlite3_step(all.s) != SQLITE_ROW) return Fail(Sql(db, "reading the stored total"));
-        const int64_t everyone = sqlite3_column_int64(all.s, 0);
-        if (everyone + bytes > total) {
-          return Fail(Error::OutOfRange("every tenant's sessions and responses take " + std::to_string(everyone) +
-                                         " bytes; this response adds " + std::to_string(bytes) +
+        MOE_ASSIGN_OR_RETURN(const int64_t everyone_after, EveryonesUsage(db));
+        if (everyone_after > total && everyone_after > everyone_before) {
+          return Fail(Error::OutOfRange("every tenant's sessions and responses (images included) take " +
+                                         std::to_string(everyone_before) + " bytes; with this response they would take " +
+                                         std::to_string(everyone_after) +
                                          " and the global cap (session_total_quota_bytes) is " + std::to_string(total)));
         }
-        Statement s(db,
-                    "INSERT OR REPLACE INTO responses(id, tenant, created_at, status, response, conversation, bytes) "
-                    "VALUES(?,?,?,?,?,?,?)");
-        if (s.rc != SQLITE_OK) return Fail(Sql(db, "storing " + r.id));
-        s.Text(1, r.id);
-        s.Text(2, r.tenant);
-        sqlite3_bind_double(s.s, 3, r.created_at);
-        s.Text(4, r.status);
-        s.Text(5, response);
-        s.Text(6, conversation);
-        sqlite3_bind_int64(s.s, 7, bytes);
-        if (sqlite3_step(s.s) != SQLITE_DONE) return Fail(Sql(db, "storing " + r.id));
-        // The files again (a file an earlier response kept may have been
-        // deleted with it meanwhile), then this row's references.
-        MOE_TRY(PutImageFiles(db, r.tenant, r.images));
-        Statement drop(db, "DELETE FROM image_refs WHERE owner = ?");
-        if (drop.rc != SQLITE_OK) return Fail(Sql(db, "replacing the image references of " + r.id));
-        drop.Text(1, r.id);
-        if (sqlite3_step(drop.s) != SQLITE_DONE) return Fail(Sql(db, "replacing the image references of " + r.id));
-        std::vector<ImageRef> refs;
-        for (const std::string& hash : StoredImageHashesIn(r.conversation)) {
-          auto f = std::find_if(r.images.begin(), r.images.end(), [&](const StoredImageFile& x) { return x.hash == hash; });
-          if (f == r.images.end()) continue;  // not kept with this row: it cannot be replayed from it either
-          refs.push_back({0, static_cast<int64_t>(refs.size()), 0, hash, f->width, f->height, f->span_tokens});
-        }
-        return AddImageRefs(db, r.id, r.tenant, refs);
+        return Ok();
       },
       std::move(done));
 }

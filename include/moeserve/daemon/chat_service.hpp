@@ -16,6 +16,8 @@
 #include "moeserve/daemon/harmony_request.hpp"
 #include "moeserve/daemon/http_exchange.hpp"
 #include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image_prompt.hpp"
+#include "moeserve/daemon/image_work.hpp"
 #include "moeserve/daemon/stored_images.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/deepseek_request.hpp"
@@ -49,6 +51,9 @@ struct ServingFacts {
   // the model's tower (absent: the model reads text only).
   ImageUrlPolicy images;
   std::optional<engine::VisionConfig> vision;
+  // The image workers and decoded-image cache (image_work.hpp); null: image
+  // work runs on the calling thread, uncached (tests).
+  ImageWork* image_work = nullptr;
 };
 
 class ChatService {
@@ -67,12 +72,42 @@ class ChatService {
   // stored response) names by StoredImageUrl (stored_images.hpp), read only
   // during the call; null for a client's own request, whose body can then
   // name no stored image.
+  //
+  // A request whose images must be fetched or decoded is admitted first
+  // (AdmitBeforeImages), and only then are they, on an image worker
+  // (RunImageWork); the HTTP thread returns at once. `admitted`: the
+  // admission a caller (a session turn, a Responses request) got before its
+  // own image work; the request is then not admitted again.
+  struct EarlyAdmission;
   void Handle(std::shared_ptr<HttpExchange> exchange, const std::string& body, const Principal& who,
-              Clock::time_point received, const StoredImages* stored = nullptr);
+              Clock::time_point received, const StoredImages* stored = nullptr,
+              std::shared_ptr<EarlyAdmission> admitted = nullptr);
+
+  // The tenant's admission (tiers, spent budgets, rate limits: BudgetService
+  // Admit) at `effort` (null: the default), and a slot of its concurrency
+  // (max_concurrent_per_tenant), taken before any of a request's images is
+  // fetched or decoded: a tenant past a limit is refused without costing
+  // the daemon a fetch or a decode. The slot is held until the request is
+  // reserved at its real size (or ends).
+  struct EarlyAdmission {
+    std::string tier;  // asked for
+    BudgetService::Admission admission;
+    std::unique_ptr<BudgetService::Reservation> slot;
+  };
+  ApiResult<std::shared_ptr<EarlyAdmission>> AdmitBeforeImages(const Principal& who,
+                                                              std::optional<ReasoningEffort> effort);
+  // Runs `job` on an image worker for the tenant (or refuses it: its share
+  // of the workers taken, the queue full); inline without workers.
+  ApiResult<void> RunImageWork(const Principal& who, std::function<void()> job);
 
   const ServingFacts& facts() const { return facts_; }
 
  private:
+  void Fail(HttpExchange& exchange, Clock::time_point received, const ApiError& e);
+  // After the images are ready: render, admit (unless `admitted`), reserve, submit.
+  void Serve(std::shared_ptr<HttpExchange> exchange, ChatRequest& req, const std::vector<PreparedImage>& images,
+             const Principal& who, Clock::time_point received, std::shared_ptr<EarlyAdmission> admitted);
+
   Scheduler& scheduler_;
   DaemonMetrics& metrics_;
   BudgetService& budget_;

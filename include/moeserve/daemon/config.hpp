@@ -21,6 +21,7 @@
 #include "moeserve/common/status.hpp"
 #include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image_work.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/audit_log.hpp"
 #include "moeserve/daemon/http_server.hpp"
@@ -78,6 +79,7 @@ struct DaemonConfig {
   // value) may hold. A bound keeps a poorly sampling model from running on.
   int constrained_max_string_bytes = 256;
   ImageUrlPolicy images;  // image parts: limits, allowed URL hosts (image_decode.hpp)
+  ImageWorkSettings image_work;  // image workers and decoded-image cache (image_work.hpp)
   // Budgets and the usage ledger (budget_service.hpp).
   std::string state_dir;
   std::string ledger_path;

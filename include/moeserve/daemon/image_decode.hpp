@@ -61,6 +61,8 @@ struct ImageUrlPolicy {
   // lets a fetch connect to loopback, link-local and private addresses.
   bool allow_private_addresses = false;
   double fetch_timeout_seconds = 10;  // image_fetch_timeout_seconds
+  // image_fetch_request_timeout_seconds: every fetch of one request together.
+  double fetch_request_timeout_seconds = 20;
 };
 
 // Parses image_url_allowed_hosts: comma-separated host names or IP literals
@@ -87,7 +89,11 @@ Result<ImageUrlSource> ParseImageUrl(std::string_view url, const ImageUrlPolicy&
 // could reach (loopback, link-local and private ones only with
 // allow_private_addresses), no redirects, no proxy, at most
 // limits.max_bytes, within fetch_timeout_seconds, answered 200. Blocks the
-// calling thread for up to the timeout.
-Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& policy, size_t index);
+// calling thread for up to the timeout. `timeout_seconds` > 0 replaces the
+// timeout (what is left of a request's image_fetch_request_timeout_seconds),
+// and `timeout_setting` is then the setting its error names.
+Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& policy, size_t index,
+                                  double timeout_seconds = 0,
+                                  const char* timeout_setting = "image_fetch_timeout_seconds");
 
 }  // namespace moeserve

@@ -15,16 +15,19 @@
 //   5. the images' tokens alone filling the context window
 //      (context_length_exceeded); the whole prompt is checked later, as for text.
 //
-// Thread safety: free functions over values; FetchImageUrl may block for up
-// to image_fetch_timeout_seconds per remote part.
+// Thread safety: free functions over values; LoadImages may block for up to
+// image_fetch_request_timeout_seconds (its fetches) plus its decodes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/chat_request.hpp"
 #include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image_work.hpp"
 #include "moeserve/daemon/stored_images.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/vision.hpp"
@@ -38,15 +41,48 @@ struct PreparedImage {
   int64_t span_tokens = 0;  // ImageSpanTokens: what the image costs in the context and in usage
 };
 
+// A request's image parts checked (steps 1-3 above), nothing fetched or
+// decoded yet: what admission sees before any of that work is done.
+struct ImagePlan {
+  std::vector<ImagePart> parts;
+  // Per part: a kept conversation's pixels (`stored`), or what its URL names.
+  std::vector<std::optional<engine::ImageInput>> kept;
+  std::vector<ImageUrlSource> sources;
+  // Some part must be fetched or decoded (it is not a kept image).
+  bool needs_work() const;
+};
+
 // `vision` null: the model reads text only. `stored`: the pixels of a kept
 // conversation's images (stored_images.hpp), which parts name by
 // StoredImageUrl; they are neither fetched nor decoded again and do not
 // count against image_max_per_request (they did in the request that sent
 // them), but their tokens count against the context. Without it, or for a
 // hash it lacks, such a URL is refused like any unknown scheme.
+ApiResult<ImagePlan> PlanImages(const std::vector<ImagePart>& parts, const ImageUrlPolicy& policy,
+                                const engine::VisionConfig* vision, const StoredImages* stored = nullptr);
+
+// Steps 4 and 5: the plan's URLs fetched (each within
+// image_fetch_timeout_seconds, all of them within
+// image_fetch_request_timeout_seconds) and its files decoded. Blocks for as
+// long: the daemon runs it on an image worker (image_work.hpp), which
+// `work` (may be null) counts the fetches and decodes of.
+ApiResult<std::vector<PreparedImage>> LoadImages(ImagePlan plan, const ImageUrlPolicy& policy,
+                                                 const engine::VisionConfig* vision, int max_context,
+                                                 ImageWork* work = nullptr);
+
+// PlanImages, then LoadImages.
 ApiResult<std::vector<PreparedImage>> PrepareImages(const std::vector<ImagePart>& parts, const ImageUrlPolicy& policy,
                                                     const engine::VisionConfig* vision, int max_context,
                                                     const StoredImages* stored = nullptr);
+
+// Fetches (when remote) and decodes one image part's file within the
+// request's fetch deadline: the bytes as fetched, and their pixels.
+struct LoadedImage {
+  std::string bytes;
+  DecodedImage decoded;
+};
+Result<LoadedImage> LoadImageSource(ImageUrlSource source, const ImageUrlPolicy& policy, size_t index,
+                                    std::chrono::steady_clock::time_point fetch_deadline, ImageWork* work);
 
 // Adds each image to its message (engine::ChatImage), for
 // RenderChatWithImages to render as its span in place.

@@ -31,6 +31,7 @@
 
 #include "moeserve/daemon/api_error.hpp"
 #include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image_work.hpp"
 #include "moeserve/engine/vision.hpp"
 
 namespace moeserve::daemon {
@@ -73,10 +74,28 @@ struct InternedImage {
 // not a data: or allowed http(s) URL, a StoredImageUrl included; a model
 // without a vision tower; decode and fetch failures. Parts that are not well
 // formed image_url parts are left for the chat request parser to refuse.
+//
+// The URLs are checked by PlanImageParts (nothing fetched or decoded: what a
+// request is admitted on), then fetched and decoded by InternImageParts,
+// which blocks (image_prompt.hpp LoadImageSource; the daemon calls it on an
+// image worker) and keeps each image's pixels in `work`'s decoded-image
+// cache for `tenant`, so that replaying the conversation later decodes
+// nothing.
 using ParamMapper = std::function<std::string(const std::string&)>;
-ApiResult<std::vector<InternedImage>> InternImageParts(nlohmann::ordered_json& messages, size_t first_new,
-                                                       const ImageUrlPolicy& policy,
-                                                       const engine::VisionConfig* vision, const ParamMapper& param_of);
+struct ImagePartPlan {
+  struct Found {
+    size_t message, part, text_offset;
+    std::string param;
+    ImageUrlSource source;
+  };
+  std::vector<Found> found;
+};
+ApiResult<ImagePartPlan> PlanImageParts(const nlohmann::ordered_json& messages, size_t first_new,
+                                        const ImageUrlPolicy& policy, const engine::VisionConfig* vision,
+                                        const ParamMapper& param_of);
+ApiResult<std::vector<InternedImage>> InternImageParts(nlohmann::ordered_json& messages, ImagePartPlan plan,
+                                                       const ImageUrlPolicy& policy, const engine::VisionConfig* vision,
+                                                       ImageWork* work, const std::string& tenant);
 
 // Every StoredImageUrl hash in messages (in order, each once).
 std::vector<std::string> StoredImageHashesIn(const nlohmann::ordered_json& messages);
@@ -84,5 +103,10 @@ std::vector<std::string> StoredImageHashesIn(const nlohmann::ordered_json& messa
 // A stored file decoded again into the pixels a prompt carries. An error
 // (a file that no longer decodes under the current limits) names the hash.
 Result<engine::ImageInput> DecodeStoredImage(const StoredImageFile& file, const ImageLimits& limits);
+// The pixels of a kept image of `tenant`: `work`'s decoded-image cache's
+// when it holds them, else the file decoded again (DecodeStoredImage, counted)
+// and kept there. `work` may be null (no cache).
+Result<engine::ImageInput> ReplayStoredImage(const StoredImageFile& file, const std::string& tenant,
+                                             const ImageLimits& limits, ImageWork* work);
 
 }  // namespace moeserve::daemon

@@ -89,13 +89,29 @@ class ResponseService {
   struct ResponseImages {
     StoredImages pixels;                 // by hash: what the chat body names
     std::vector<StoredImageFile> files;  // what the stored row keeps, each once
-    int64_t new_bytes = 0;               // files this request sent
   };
+  // Fetches and decodes (on an image worker: it blocks); the history's kept
+  // images come from the decoded-image cache where it holds them.
   ApiResult<ResponseImages> RequestImages(ResponsesRequest& req, const nlohmann::ordered_json& history,
-                                          const ServingFacts& facts, const std::string& tenant) const;
+                                          ImagePartPlan plan, const ServingFacts& facts,
+                                          const std::string& tenant) const;
+  // Create once the request is admitted (`admitted` null: it has no image
+  // work, and ChatService admits it as any other).
+  struct Creation {
+    ResponsesRequest req;
+    nlohmann::ordered_json history;
+    ImagePartPlan plan;
+    std::shared_ptr<HttpExchange> exchange;
+    Principal who;
+    Clock::time_point received;
+    RunExchange audit_run;
+    std::shared_ptr<ChatService::EarlyAdmission> admitted;
+  };
+  void CreateAdmitted(ChatService& chat, Creation c);
   void Background(ResponsesRequest req, nlohmann::ordered_json history, nlohmann::ordered_json shell,
                   std::string chat_body, std::shared_ptr<HttpExchange> exchange, const Principal& who,
-                  Clock::time_point received, const RunExchange& audit_run, ResponseImages images);
+                  Clock::time_point received, const RunExchange& audit_run, ResponseImages images,
+                  std::shared_ptr<ChatService::EarlyAdmission> admitted);
 
   SessionSettings settings_;
   std::unique_ptr<ResponseStore> store_;

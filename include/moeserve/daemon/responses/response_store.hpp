@@ -35,9 +35,9 @@ struct StoredResponse {
   nlohmann::ordered_json response;     // the object GET returns
   nlohmann::ordered_json conversation; // chat messages, instructions excluded
   // The image files the conversation names (stored_images.hpp): kept once
-  // per tenant and hash, referenced by this row until it is deleted.
+  // per tenant and hash, referenced by this row until it is deleted. They
+  // count against the quotas once per tenant while any row names them.
   std::vector<StoredImageFile> images;
-  int64_t image_bytes = 0;  // of those, the bytes this response sent new (its quota share)
 };
 
 class ResponseStore {
@@ -52,7 +52,9 @@ class ResponseStore {
   using Done = SessionStore::Done;
   // Inserts or replaces the row (a background response moves from
   // in_progress to its end). Fails with ResourceExhausted past the tenant's
-  // quota, OutOfRange past the global cap.
+  // quota, OutOfRange past the global cap, and stores nothing then. Both
+  // count every byte kept: the rows, and each image file any row names (a
+  // continuation's, which the response it continues sent, included) once.
   void Put(StoredResponse r, Done done);
   // Fails with NotFound when the tenant has no such response.
   void Delete(std::string tenant, std::string id, Done done);
