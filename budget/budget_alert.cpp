@@ -28,6 +28,8 @@ std::string AlertBody(const ThresholdCrossing& c, const BudgetPolicy& policy, Ho
                        std::string(PeriodAdjective(c.budget->period)) + " budget of " + Usd(c.budget->limit_usd) + " (threshold " + pct + ", period from " +
                        Iso8601Utc(c.period_start) + "; policy " + policy.policy_name + ", deployment " +
                        policy.deployment_name + ", action " + std::string(BudgetActionName(c.budget->action)) + ")";
+    if (c.refused_usd)
+      text += "; the budget refused a request that could have cost up to " + Usd(*c.refused_usd);
     return nlohmann::json{{"text", text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   nlohmann::json by_tier = nlohmann::json::object();
@@ -44,6 +46,7 @@ std::string AlertBody(const ThresholdCrossing& c, const BudgetPolicy& policy, Ho
                          {"tokens", TokensJson(c.spend.tokens)},
                          {"by_tier", std::move(by_tier)},
                          {"at", Iso8601Utc(c.at)}};
+  if (c.refused_usd) body["refused_usd"] = *c.refused_usd;
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

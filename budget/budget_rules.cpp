@@ -8,6 +8,10 @@ bool ThresholdReached(double spent_usd, double threshold, double limit_usd) {
 
 bool LimitReached(double spent_usd, double limit_usd) { return ThresholdReached(spent_usd, 1.0, limit_usd); }
 
+bool RefusalReachesLimit(double refused_usd, double limit_usd) { return FitsWithinLimit(refused_usd, limit_usd); }
+
+bool IsLimitThreshold(double threshold) { return threshold >= 1.0 - kSpendTolerance; }
+
 bool FitsWithinLimit(double usd, double limit_usd) { return usd <= limit_usd + kSpendTolerance; }
 
 }  // namespace moeserve

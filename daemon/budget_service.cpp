@@ -142,6 +142,9 @@ ApiResult<std::unique_ptr<BudgetService::Reservation>> BudgetService::Reserve(co
     if (FitsWithinLimit(spent + held.usd + worst, b->limit_usd)) continue;
     const std::string name(PeriodAdjective(b->period));
     const double held_usd = held.usd;
+    // Spend stops short of the limit here, so this refusal is the budget's
+    // 100% for alerting (budget_rules.hpp); the ledger fires it once a period.
+    if (RefusalReachesLimit(worst, b->limit_usd)) ledger_->Refused(who.tenant, b->period, worst);
     if (held.requests == 0) held_.erase(who.tenant);  // `held` is gone from here on
     return ApiFail(ApiError{403, "permission_error", "budget_exceeded",
                             "Tenant " + who.tenant + " has spent " + Usd(spent) + " of its " + name + " budget of " +
@@ -195,7 +198,20 @@ ApiResult<nlohmann::json> BudgetService::Usage(const Principal& who) const {
                       {"reasoning", r.tokens.reasoning}}},
                     {"cost_usd", r.cost_usd}});
   }
-  return nlohmann::json{{"object", "list"}, {"ledger_id", ledger_->ledger_id()}, {"data", std::move(data)}};
+  auto refusals = ledger_->Refusals(who.admin ? std::nullopt : std::optional<std::string>(who.tenant));
+  if (!refusals) return ApiFail(ApiError::Internal("The usage ledger could not be read: " + refusals.error().message()));
+  nlohmann::json refused = nlohmann::json::array();
+  for (const auto& r : *refusals) {
+    refused.push_back({{"tenant", r.tenant},
+                       {"period", PeriodName(r.period)},
+                       {"period_start", Iso8601Utc(r.period_start)},
+                       {"refused_usd", r.refused_usd},
+                       {"at", Iso8601Utc(r.at)}});
+  }
+  return nlohmann::json{{"object", "list"},
+                        {"ledger_id", ledger_->ledger_id()},
+                        {"data", std::move(data)},
+                        {"refusals", std::move(refused)}};
 }
 
 double BudgetService::EffectiveSpentUsd(const std::string& tenant, BudgetPeriod period, int64_t period_start) const {

@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <future>
 
 #include "moeserve/budget/budget_alert.hpp"
@@ -29,6 +30,9 @@ CREATE TABLE IF NOT EXISTS outbox(
   attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at REAL NOT NULL, state TEXT NOT NULL DEFAULT 'pending',
   last_error TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);
+CREATE TABLE IF NOT EXISTS refusals(
+  tenant TEXT NOT NULL, period TEXT NOT NULL, period_start INTEGER NOT NULL, refused_usd REAL NOT NULL,
+  at INTEGER NOT NULL, PRIMARY KEY(tenant, period, period_start)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 )sql";
 
@@ -105,6 +109,10 @@ Status UsageLedger::Init() {
     if (!a.ok()) return Fail(DbError(db_, "reading alerts"));
     a.Bind(1, std::string(PeriodName(p))).Bind(2, start);
     while (a.Step() == SQLITE_ROW) fired_.insert({a.Text(0), p, start, a.Real(1)});
+    Stmt r(db_, "SELECT tenant FROM refusals WHERE period = ? AND period_start = ?");
+    if (!r.ok()) return Fail(DbError(db_, "reading refusals"));
+    r.Bind(1, std::string(PeriodName(p))).Bind(2, start);
+    while (r.Step() == SQLITE_ROW) refused_.insert({r.Text(0), p, start});
   }
   return Ok();
 }
@@ -125,6 +133,40 @@ Status UsageLedger::ChargeAndWait(ChargeRecord record) {
   auto future = promise->get_future();
   Charge(std::move(record), [promise](const Status& st) { promise->set_value(st); });
   return future.get();
+}
+
+void UsageLedger::Refused(const std::string& tenant, BudgetPeriod period, double refused_usd) {
+  const int64_t now = static_cast<int64_t>(options_.clock());
+  const SpendKey key{tenant, period, PeriodStart(period, now)};
+  {
+    std::lock_guard lock(state_mu_);
+    if (!refused_.insert(key).second) return;  // recorded, or queued
+  }
+  Pending p;
+  p.record.tenant = tenant;
+  p.refusal = RefusalRow{tenant, period, std::get<2>(key), refused_usd, now};
+  if (writer_.Push(std::move(p))) return;
+  std::lock_guard lock(state_mu_);
+  refused_.erase(key);  // closed: nothing recorded
+}
+
+Result<std::vector<RefusalRow>> UsageLedger::Refusals(const std::optional<std::string>& tenant) const {
+  const int64_t now = static_cast<int64_t>(options_.clock());
+  std::lock_guard lock(db_mu_);
+  std::vector<RefusalRow> out;
+  for (BudgetPeriod p : kAllPeriods) {
+    Stmt q(db_, tenant ? "SELECT tenant, refused_usd, at, period_start FROM refusals WHERE period = ? AND period_start = ? "
+                         "AND tenant = ? ORDER BY tenant"
+                       : "SELECT tenant, refused_usd, at, period_start FROM refusals WHERE period = ? AND period_start = ? "
+                         "ORDER BY tenant");
+    if (!q.ok()) return Fail(DbError(db_, "reading refusals"));
+    q.Bind(1, std::string(PeriodName(p))).Bind(2, PeriodStart(p, now));
+    if (tenant) q.Bind(3, *tenant);
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) out.push_back({q.Text(0), p, q.Int(3), q.Real(1), q.Int(2)});
+    if (rc != SQLITE_DONE) return Fail(DbError(db_, "reading refusals"));
+  }
+  return out;
 }
 
 void UsageLedger::SetAlertListener(std::function<void()> listener) {
@@ -156,8 +198,13 @@ void UsageLedger::WriteBatch(std::vector<Pending>& batch) {
       const int64_t now = static_cast<int64_t>(options_.clock());
       std::erase_if(spend_, [&](const auto& e) { return std::get<2>(e.first) < PeriodStart(std::get<1>(e.first), now); });
       std::erase_if(fired_, [&](const AlertKey& k) { return std::get<2>(k) < PeriodStart(std::get<1>(k), now); });
+      std::erase_if(refused_, [&](const SpendKey& k) { return std::get<2>(k) < PeriodStart(std::get<1>(k), now); });
       stats_.commits += 1;
-      stats_.charges += batch.size();
+      stats_.charges += static_cast<uint64_t>(std::count_if(batch.begin(), batch.end(), [](const Pending& p) { return !p.refusal; }));
+    } else {
+      // Not recorded: the next refusal of the period tries again.
+      for (const auto& p : batch)
+        if (p.refusal) refused_.erase({p.refusal->tenant, p.refusal->period, p.refusal->period_start});
     }
     on_alert = alert_listener_;
     on_commit = commit_listener_;
@@ -188,8 +235,11 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
                    "input = input + ?5, cached_input = cached_input + ?6, output = output + ?7, "
                    "reasoning = reasoning + ?8, cost_usd = cost_usd + ?9");
   if (!upsert.ok()) return rollback(DbError(db_, "preparing the usage update"));
+  Stmt refusal(db_, "INSERT OR IGNORE INTO refusals(tenant, period, period_start, refused_usd, at) VALUES(?, ?, ?, ?, ?)");
+  if (!refusal.ok()) return rollback(DbError(db_, "preparing the refusal insert"));
   HourlyUsageWriter hourly(db_);  // the same transaction, so the hours add up to the periods
   std::set<std::string> tenants;
+  std::map<SpendKey, double> refused;  // this batch's refusals -> the refused amount
   {
     std::lock_guard lock(state_mu_);
     for (const auto& p : batch) {
@@ -203,6 +253,16 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
     }
   }
   for (const auto& p : batch) {
+    if (p.refusal) {
+      const RefusalRow& f = *p.refusal;
+      refusal.Bind(1, f.tenant).Bind(2, std::string(PeriodName(f.period))).Bind(3, f.period_start);
+      refusal.Bind(4, f.refused_usd).Bind(5, f.at);
+      if (refusal.Step() != SQLITE_DONE) return rollback(DbError(db_, "recording a refusal"));
+      refusal.Reset();
+      refused.emplace(SpendKey{f.tenant, f.period, f.period_start}, f.refused_usd);
+      tenants.insert(f.tenant);
+      continue;
+    }
     const ChargeRecord& r = p.record;
     const double cost = policy.Cost(r.tier, r.tokens);
     costs.emplace_back(r, cost);
@@ -232,9 +292,14 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
     for (const Budget* b : policy.BudgetsFor(tenant)) {
       const int64_t start = PeriodStart(b->period, now);
       const PeriodSpend& s = spend[{tenant, b->period, start}];
+      // A refusal by this `block` budget reaches its 100% threshold (budget_rules.hpp).
+      const auto refusal_of = refused.find({tenant, b->period, start});
+      const bool refused_here = refusal_of != refused.end() && b->action == BudgetAction::kBlock;
       for (double t : b->thresholds) {
         AlertKey key{tenant, b->period, start, t};
-        if (!ThresholdReached(s.spent_usd, t, b->limit_usd) || fired.contains(key)) continue;
+        const bool by_spend = ThresholdReached(s.spent_usd, t, b->limit_usd);
+        const bool by_refusal = !by_spend && refused_here && IsLimitThreshold(t);
+        if ((!by_spend && !by_refusal) || fired.contains(key)) continue;
         {
           std::lock_guard lock(state_mu_);
           if (fired_.contains(key)) continue;
@@ -242,7 +307,8 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
         alert.Bind(1, tenant).Bind(2, std::string(PeriodName(b->period))).Bind(3, start).Bind(4, t).Bind(5, now);
         if (alert.Step() != SQLITE_DONE) return rollback(DbError(db_, "recording an alert"));
         alert.Reset();
-        ThresholdCrossing c{tenant, b, start, t, s, now};
+        const ThresholdCrossing c{tenant, b, start, t, s, now,
+                                  by_refusal ? std::optional<double>(refusal_of->second) : std::nullopt};
         for (const HookConfig& h : policy.hooks) {
           outbox.Bind(1, RandomId("dlv_")).Bind(2, h.name).Bind(3, AlertBody(c, policy, h.format));
           outbox.Bind(4, now_exact).Bind(5, now_exact);
@@ -251,7 +317,8 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
         }
         fired.insert(key);
         log::Info("budget: tenant " + tenant + " reached " + std::to_string(static_cast<int>(t * 100 + 0.5)) +
-                  "% of its " + std::string(PeriodName(b->period)) + " budget");
+                  "% of its " + std::string(PeriodName(b->period)) + " budget" +
+                  (by_refusal ? " (a request was refused)" : ""));
       }
     }
   }

@@ -48,13 +48,15 @@ bool ParseTokens(const nlohmann::json& j, TokenCounts& t) {
 nlohmann::json CrossingJson(const AlertRecord& a) {
   nlohmann::json by_tier = nlohmann::json::object();
   for (const auto& [tier, v] : a.spend.by_tier) by_tier[tier] = {{"tokens", TokensJson(v.first)}, {"costUSD", v.second}};
-  return {{"spentUSD", a.spend.spent_usd},
-          {"tokens", TokensJson(a.spend.tokens)},
-          {"byTier", by_tier},
-          {"budgetUSD", a.budget_usd},
-          {"action", std::string(BudgetActionName(a.action))},
-          {"deployment", a.deployment},
-          {"formats", a.formats}};
+  nlohmann::json c = {{"spentUSD", a.spend.spent_usd},
+                      {"tokens", TokensJson(a.spend.tokens)},
+                      {"byTier", by_tier},
+                      {"budgetUSD", a.budget_usd},
+                      {"action", std::string(BudgetActionName(a.action))},
+                      {"deployment", a.deployment},
+                      {"formats", a.formats}};
+  if (a.refused_usd) c["refusedUSD"] = *a.refused_usd;
+  return c;
 }
 
 // The crossing of an undelivered alert; false when any field is missing or of the wrong type.
@@ -68,6 +70,10 @@ bool ParseCrossing(const nlohmann::json& c, AlertRecord& a) {
     return false;
   a.spend.spent_usd = spent.get<double>();
   a.budget_usd = budget.get<double>();
+  if (c.contains("refusedUSD")) {
+    if (!c["refusedUSD"].is_number()) return false;
+    a.refused_usd = c["refusedUSD"].get<double>();
+  }
   bool known_action = false;
   for (BudgetAction candidate : {BudgetAction::kAlert, BudgetAction::kDowngrade, BudgetAction::kBlock})
     if (BudgetActionName(candidate) == action.get<std::string>()) a.action = candidate, known_action = true;
@@ -134,7 +140,7 @@ std::string AlertBodyOf(const AlertRecord& a, const std::string& policy_name, Ho
   BudgetPolicy policy;
   policy.policy_name = policy_name;
   policy.deployment_name = a.deployment;
-  const ThresholdCrossing c{a.tenant, &budget, a.period_start, a.threshold, a.spend, a.fired_at};
+  const ThresholdCrossing c{a.tenant, &budget, a.period_start, a.threshold, a.spend, a.fired_at, a.refused_usd};
   return AlertBody(c, policy, format);
 }
 
@@ -211,17 +217,24 @@ std::vector<AlertRecord> ParseStatusAlerts(const nlohmann::json& alerts) {
 }
 
 std::vector<AlertRecord> NewAlerts(const UsageTotals& totals, const BudgetPolicy& policy,
-                                   const std::vector<AlertRecord>& known, int64_t now) {
+                                   const std::vector<AlertRecord>& known, int64_t now, const RefusalMap& refusals) {
   std::set<HookFormat> formats;
   for (const auto& h : policy.hooks) formats.insert(h.format);
   std::vector<AlertRecord> out;
-  for (const auto& [tenant, period, start] : totals.Periods()) {
+  std::set<std::tuple<std::string, BudgetPeriod, int64_t>> periods;
+  for (const auto& p : totals.Periods()) periods.insert(p);
+  for (const auto& [key, usd] : refusals) periods.insert(key);  // a refusal may come before any charge is read
+  for (const auto& [tenant, period, start] : periods) {
     if (start != PeriodStart(period, now)) continue;
     const PeriodSpend spend = totals.Spend(tenant, period, start);
+    const auto refusal = refusals.find({tenant, period, start});
     for (const Budget* b : policy.BudgetsFor(tenant)) {
       if (b->period != period) continue;
       for (double threshold : b->thresholds) {
-        if (!ThresholdReached(spend.spent_usd, threshold, b->limit_usd)) continue;
+        const bool by_spend = ThresholdReached(spend.spent_usd, threshold, b->limit_usd);
+        const bool by_refusal = !by_spend && refusal != refusals.end() && b->action == BudgetAction::kBlock &&
+                                IsLimitThreshold(threshold);
+        if (!by_spend && !by_refusal) continue;
         AlertRecord a;
         a.tenant = tenant;
         a.period = period;
@@ -234,6 +247,7 @@ std::vector<AlertRecord> NewAlerts(const UsageTotals& totals, const BudgetPolicy
         a.spend = spend;
         a.budget_usd = b->limit_usd;
         a.action = b->action;
+        if (by_refusal) a.refused_usd = refusal->second;
         a.deployment = policy.deployment_name;
         for (HookFormat f : formats) a.formats.push_back(FormatName(f));
         if (formats.empty()) a.delivered = true;  // no hook to tell: recorded, nothing to send

@@ -255,6 +255,7 @@ Status UsageSync::SyncPolicy(const json& policy) {
     return ParseUsageReading(body);
   });
   std::vector<const Pod*> read;
+  RefusalMap refusals;  // from every pod read: any one's refusal reaches the 100% threshold
   uint64_t failed = 0;
   for (size_t i = 0; i < pods.size(); ++i) {
     if (!readings[i]) {
@@ -263,6 +264,7 @@ Status UsageSync::SyncPolicy(const json& policy) {
       continue;
     }
     record.totals.Fold(pods[i].key, *readings[i]);
+    refusals.insert(readings[i]->refusals.begin(), readings[i]->refusals.end());
     read.push_back(&pods[i]);
   }
   const int64_t now = NowUnix();
@@ -272,7 +274,7 @@ Status UsageSync::SyncPolicy(const json& policy) {
   const json& status = Field(policy, "status");
   std::vector<AlertRecord> known = record.alerts;
   for (auto& a : ParseStatusAlerts(Field(status, "alerts"))) known.push_back(std::move(a));
-  std::vector<AlertRecord> fresh = NewAlerts(record.totals, budget, known, now);
+  std::vector<AlertRecord> fresh = NewAlerts(record.totals, budget, known, now, refusals);
   for (auto& a : fresh) record.alerts.push_back(std::move(a));
   std::erase_if(record.alerts, [now](const AlertRecord& a) {
     return a.period_start != PeriodStart(a.period, now) && (a.delivered || a.abandoned);

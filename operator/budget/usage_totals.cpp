@@ -117,6 +117,32 @@ Result<UsageRows> ParseCompactRows(const nlohmann::json& list, const std::string
   return rows;
 }
 
+// "refusals" of GET /v1/usage: [{tenant, period, period_start, refused_usd, at}]
+// (absent from a daemon older than the rule: none).
+Result<RefusalMap> ParseRefusals(const nlohmann::json& list, const std::string& where) {
+  RefusalMap out;
+  if (list.is_null()) return out;
+  if (!list.is_array()) return Fail(Error::InvalidArgument(where + ": must be a list"));
+  if (list.size() > kMaxRows) return Fail(Error::InvalidArgument(where + ": more than " + std::to_string(kMaxRows) + " rows"));
+  size_t i = 0;
+  for (const auto& r : list) {
+    const std::string at = where + "[" + std::to_string(i++) + "]";
+    if (!r.is_object()) return Fail(Error::InvalidArgument(at + ": must be an object"));
+    const nlohmann::json tenant = r.value("tenant", nlohmann::json()), usd = r.value("refused_usd", nlohmann::json());
+    if (!tenant.is_string() || tenant.get<std::string>().empty())
+      return Fail(Error::InvalidArgument(at + ".tenant: must be a non-empty string"));
+    auto period = ParsePeriod(r.value("period", nlohmann::json()).is_string() ? r["period"].get<std::string>() : "");
+    if (!period) return Fail(Error::InvalidArgument(at + ".period: must be day or month"));
+    auto start = ParseIso8601Utc(r.value("period_start", nlohmann::json()).is_string() ? r["period_start"].get<std::string>() : "");
+    if (!start || PeriodStart(*period, *start) != *start)
+      return Fail(Error::InvalidArgument(at + ".period_start: must be the UTC start of a " + std::string(PeriodName(*period))));
+    if (!usd.is_number() || !std::isfinite(usd.get<double>()) || usd.get<double>() < 0)
+      return Fail(Error::InvalidArgument(at + ".refused_usd: must be a number >= 0"));
+    out.emplace(std::tuple{tenant.get<std::string>(), *period, *start}, usd.get<double>());
+  }
+  return out;
+}
+
 nlohmann::json RowsJson(const UsageRows& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [k, a] : rows) out.push_back(RowJson(k, a));
@@ -142,6 +168,7 @@ Result<UsageReading> ParseUsageReading(const nlohmann::json& body) {
     return Fail(Error::InvalidArgument("usage.ledger_id: must be a non-empty string (a daemon older than the usage sync?)"));
   r.ledger_id = body["ledger_id"].get<std::string>();
   MOE_ASSIGN_OR_RETURN(r.rows, ParseRows(body.value("data", nlohmann::json()), "usage.data"));
+  MOE_ASSIGN_OR_RETURN(r.refusals, ParseRefusals(body.value("refusals", nlohmann::json()), "usage.refusals"));
   return r;
 }
 

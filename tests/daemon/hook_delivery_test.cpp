@@ -3,8 +3,10 @@
 // with the same id and body each attempt and a signature that openssl's own
 // HMAC verifies; deliveries pending when the ledger closed go out after it
 // opens again; loopback, link-local (metadata) and private addresses, plain
-// http and redirects are refused unless allowed; Slack format; and a
-// standalone daemon fires its configured hook.
+// http and redirects are refused unless allowed; Slack format; a
+// standalone daemon fires its configured hook; and a `block` budget that
+// refuses a request before spend reaches 100% fires its 100% alert once,
+// with the refused amount.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
@@ -365,6 +367,66 @@ TEST(HookDelivery, AStandaloneDaemonFiresItsConfiguredHook) {
   EXPECT_EQ(thresholds, (std::set<double>{0.5, 0.8, 1.0}));
   auto m = Http(PortOf(*d), "GET", "/metrics");
   EXPECT_NE(m.body.find("moe_alert_deliveries_total{result=\"delivered\"} 3"), std::string::npos) << m.body;
+  d->Shutdown(1);
+}
+
+// Admission refuses once spend plus the next request's worst case would pass
+// the limit, so spend stops short of 100%: the refusal is what fires the
+// 100% alert (budget_rules.hpp RefusalReachesLimit), once a period.
+TEST(HookDelivery, ABlockBudgetsRefusalFiresItsHundredPercentAlertOnceWithTheRefusedAmount) {
+  Receiver rx([](int) { return Status(200); });
+  const std::string secret_file = ::testing::TempDir() + "/moe_hook_secret_refusal_" + std::to_string(::getpid());
+  std::ofstream(secret_file) << kSecret << "\n";
+  // $0.001 a completion token, prompts free: spend is a whole number of
+  // tenths of a cent, served only while it fits the $0.0105, so it can never
+  // reach 100% by itself. max_tokens 3: a worst case of $0.003.
+  auto parsed = ParseDaemonConfigYaml(
+      "pricing:\n  low: {input: 0, output: 1000, reasoning: 1000}\n"
+      "budgets:\n  - {tenant: '*', period: day, limitUSD: 0.0105, action: block}\n"
+      "hooks:\n  - {name: sre, url: '" + rx.url() + "', secretFile: '" + secret_file +
+          "', allowHTTP: true, allowPrivateAddresses: true}\n"
+      "hook_retry_initial_seconds: 0.05\n",
+      "daemon.yaml", TestConfig());
+  ASSERT_TRUE(parsed) << parsed.error().ToString();
+  auto d = StartDaemon(*parsed);
+  ASSERT_TRUE(d);
+  const json ask = {{"messages", UserTurn("hello")}, {"max_tokens", 3}};
+  HttpResponse r = Chat(PortOf(*d), ask);
+  for (int i = 0; i < 20 && r.status == 200; ++i) r = Chat(PortOf(*d), ask);
+  ASSERT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(r.Json()["error"]["code"], "budget_exceeded");
+  auto hundred = [&] {
+    std::vector<json> out;
+    for (const auto& g : rx.got())
+      if (json b = json::parse(g.body); b["threshold"] == 1.0) out.push_back(b);
+    return out;
+  };
+  for (int i = 0; i < 500 && hundred().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(hundred().size(), 1u) << "the refusal did not fire the 100% alert";
+  const json b = hundred()[0];
+  EXPECT_EQ(b["type"], "budget.threshold");
+  EXPECT_EQ(b["tenant"], "default");
+  EXPECT_NEAR(b["refused_usd"].get<double>(), 0.003, 1e-9);
+  EXPECT_LT(b["spent_usd"].get<double>(), b["budget_usd"].get<double>());  // fired by the refusal, not by spend
+  EXPECT_GE(b["spent_usd"].get<double>(), 0.0075);
+  // More refusals in the period fire nothing more; the lower thresholds say nothing of a refusal.
+  EXPECT_EQ(Chat(PortOf(*d), ask).status, 403);
+  EXPECT_EQ(Chat(PortOf(*d), ask).status, 403);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(hundred().size(), 1u);
+  std::set<double> thresholds;
+  for (const auto& g : rx.got()) {
+    json body = json::parse(g.body);
+    EXPECT_TRUE(thresholds.insert(body["threshold"].get<double>()).second) << "fired twice: " << g.body;
+    if (body["threshold"] != 1.0) EXPECT_FALSE(body.contains("refused_usd")) << g.body;
+  }
+  EXPECT_TRUE(thresholds.contains(0.5));
+  // GET /v1/usage lists the period's refusal (what an operator fires from).
+  const json usage = Http(PortOf(*d), "GET", "/v1/usage").Json();
+  ASSERT_EQ(usage["refusals"].size(), 1u) << usage.dump();
+  EXPECT_EQ(usage["refusals"][0]["tenant"], "default");
+  EXPECT_EQ(usage["refusals"][0]["period"], "day");
+  EXPECT_NEAR(usage["refusals"][0]["refused_usd"].get<double>(), 0.003, 1e-9);
   d->Shutdown(1);
 }
 

@@ -15,7 +15,10 @@
 //  - a pod replaced without its ledger (in-memory, new ledger id) between
 //    two reads: nothing of the old pod's spend is lost, nothing counted
 //    twice; the replacement restores the global spend from the ConfigMap's
-//    spend.json before any sync reaches it.
+//    spend.json before any sync reaches it;
+//  - a request refused at 80% (its worst case would pass the limit) fires
+//    the 100% alert once, with the refused amount, though the summed spend
+//    never reaches 100%.
 #include <gtest/gtest.h>
 
 #include <curl/curl.h>
@@ -467,6 +470,38 @@ TEST_F(BudgetSyncTest, HooksFireOnceOnCombinedSpendBlockAppliesEverywhereAndRese
   EXPECT_TRUE(StatusShows("globex", expected)) << StatusSpend("globex") << " vs " << expected;
   EXPECT_TRUE(StatusShows("acme", truth));
   EXPECT_EQ(receiver_.got().size(), 3u);  // two operator restarts, no alert repeated
+}
+
+// Admission refuses a request whose worst case would pass the limit, so a
+// tenant's spend can stop short of 100% for good: the daemon reports the
+// refusal in GET /v1/usage and the operator fires the 100% alert from it.
+TEST_F(BudgetSyncTest, ARefusalShortOfTheLimitFiresTheHundredPercentAlertOnce) {
+  ASSERT_NO_FATAL_FAILURE(SpendUntil("acme", "sk-acme-1", 0.8 * kLimit));
+  const double truth = Truth("acme");
+  ASSERT_TRUE(WaitFor([&] { return Delivered("acme") == std::vector<double>{0.5, 0.8}; })) << PolicyStatus().dump();
+  ASSERT_NO_FATAL_FAILURE(WaitSyncs(2));  // every daemon has the summed spend
+  // max_tokens 5: a worst case of $5 on top of $8 spent passes the $10.
+  json big = {{"model", pods_[1].deployment},
+              {"messages", json::array({{{"role", "user"}, {"content", "hello there"}}})},
+              {"max_tokens", 5}};
+  Reply r = Call("POST", Url(pods_[1]) + "/v1/chat/completions", "sk-acme-1", big.dump());
+  ASSERT_EQ(r.status, 403) << r.body.dump();
+  EXPECT_EQ(r.body["error"].value("code", ""), "budget_exceeded");
+  ASSERT_TRUE(WaitFor([&] { return Delivered("acme") == std::vector<double>{0.5, 0.8, 1.0}; })) << PolicyStatus().dump();
+  std::vector<json> hundred;
+  for (const auto& d : receiver_.got())
+    if (json b = json::parse(d.body); b["threshold"] == 1.0) hundred.push_back(b);
+  ASSERT_EQ(hundred.size(), 1u);
+  EXPECT_EQ(hundred[0]["tenant"], "acme");
+  EXPECT_EQ(hundred[0]["deployment"], "alpha,beta");
+  EXPECT_NEAR(hundred[0]["refused_usd"].get<double>(), 5.0, 1e-9);
+  EXPECT_NEAR(hundred[0]["spent_usd"].get<double>(), truth, 1e-9);  // spend stayed short of 100%
+  // Another refusal, on another deployment, repeats nothing.
+  big["model"] = pods_[2].deployment;
+  EXPECT_EQ(Call("POST", Url(pods_[2]) + "/v1/chat/completions", "sk-acme-1", big.dump()).status, 403);
+  ASSERT_NO_FATAL_FAILURE(WaitSyncs(3));
+  EXPECT_EQ(receiver_.thresholds(), (std::vector<double>{0.5, 0.8, 1.0}));
+  EXPECT_TRUE(StatusShows("acme", truth));
 }
 
 }  // namespace

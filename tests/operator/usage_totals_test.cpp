@@ -26,7 +26,7 @@ UsageAmount Usd(double usd, int64_t output = 0, int64_t requests = 0) {
 }
 
 UsageReading Reading(const std::string& ledger, std::vector<std::pair<UsageKey, UsageAmount>> rows) {
-  UsageReading r{ledger, {}};
+  UsageReading r{ledger, {}, {}};
   for (auto& [k, a] : rows) r.rows[k] = a;
   return r;
 }
@@ -233,6 +233,59 @@ TEST(BudgetRecord, TheConfigMapRoundTripsAndSpendSaysWhatCameFromEachPod) {
   auto refused = ParseBudgetRecord(no_crossing);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message().find("alerts.json[1].crossing"), std::string::npos) << refused.error().message();
+}
+
+// A `block` budget's refusal reaches its 100% threshold (budget_rules.hpp):
+// the daemon lists it in GET /v1/usage, and the operator fires 1.0 from it
+// once, with the refused amount kept in the record for every retry's body.
+TEST(BudgetRecord, ARefusalReportedByADaemonFiresTheHundredPercentThresholdOnce) {
+  const nlohmann::json body = {
+      {"object", "list"},
+      {"ledger_id", "L1"},
+      {"data", nlohmann::json::array({{{"tenant", "acme"}, {"tier", "low"}, {"period", "day"},
+                                       {"period_start", Iso8601Utc(kDay)}, {"requests", 8},
+                                       {"tokens", {{"input", 0}, {"cached_input", 0}, {"output", 8}, {"reasoning", 0}}},
+                                       {"cost_usd", 8.0}}})},
+      {"refusals", nlohmann::json::array({{{"tenant", "acme"}, {"period", "day"}, {"period_start", Iso8601Utc(kDay)},
+                                           {"refused_usd", 5.0}, {"at", Iso8601Utc(kNow)}}})}};
+  auto reading = ParseUsageReading(body);
+  ASSERT_TRUE(reading) << reading.error().ToString();
+  ASSERT_EQ(reading->refusals.size(), 1u);
+  UsageTotals t;
+  t.Fold("ns/a-r0-0", *reading);
+  // Without the refusal, $8 of $10 reaches 50% and 80% only.
+  EXPECT_EQ(NewAlerts(t, Policy(), {}, kNow).size(), 2u);
+  auto fired = NewAlerts(t, Policy(), {}, kNow, reading->refusals);
+  ASSERT_EQ(fired.size(), 3u);
+  EXPECT_DOUBLE_EQ(fired[2].threshold, 1.0);
+  ASSERT_TRUE(fired[2].refused_usd);
+  EXPECT_DOUBLE_EQ(*fired[2].refused_usd, 5.0);
+  EXPECT_FALSE(fired[0].refused_usd);
+  const auto json_body = nlohmann::json::parse(AlertBodyOf(fired[2], "team-a", HookFormat::kJson));
+  EXPECT_DOUBLE_EQ(json_body["refused_usd"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(json_body["spent_usd"].get<double>(), 8.0);
+  EXPECT_FALSE(nlohmann::json::parse(AlertBodyOf(fired[0], "team-a", HookFormat::kJson)).contains("refused_usd"));
+  EXPECT_NE(AlertBodyOf(fired[2], "team-a", HookFormat::kSlack).find("refused a request that could have cost up to $5.00"),
+            std::string::npos);
+  // The record keeps the refused amount: a retry posts the same bytes.
+  BudgetRecord r;
+  r.totals = t;
+  r.alerts = fired;
+  auto back = ParseBudgetRecord(BudgetRecordData(r, "team-a", 1, kNow));
+  ASSERT_TRUE(back) << back.error().ToString();
+  EXPECT_EQ(AlertBodyOf(back->alerts[2], "team-a", HookFormat::kJson), AlertBodyOf(fired[2], "team-a", HookFormat::kJson));
+  // Reported again at every sync of the period: decided once.
+  EXPECT_TRUE(NewAlerts(t, Policy(), fired, kNow, reading->refusals).empty());
+  // An `alert` budget refuses nothing: a refusal listed for it fires nothing.
+  BudgetPolicy alert_only = Policy();
+  alert_only.budgets[0].action = BudgetAction::kAlert;
+  EXPECT_EQ(NewAlerts(t, alert_only, {}, kNow, reading->refusals).size(), 2u);
+  // A malformed refusal is refused, naming it.
+  nlohmann::json bad = body;
+  bad["refusals"][0]["refused_usd"] = "five";
+  auto refused = ParseUsageReading(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("usage.refusals[0].refused_usd"), std::string::npos) << refused.error().message();
 }
 
 }  // namespace

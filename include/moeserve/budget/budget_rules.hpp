@@ -28,6 +28,18 @@ bool ThresholdReached(double spent_usd, double threshold, double limit_usd);
 // requests and a downgrading one moves them to the low tier from here on.
 bool LimitReached(double spent_usd, double limit_usd);
 
+// Whether a `block` budget's refusal of a request whose worst case is
+// `refused_usd` reaches the budget's 100% threshold for alerting. Admission
+// refuses once spend plus the next request's worst case would pass the
+// limit, so spend alone stops short of 100% and the alert SREs page on would
+// never fire; the refusal is that moment instead. A request whose worst case
+// alone is past the whole limit does not count: no budget state could serve
+// it (the client must lower max_tokens), so it says nothing about spend.
+bool RefusalReachesLimit(double refused_usd, double limit_usd);
+
+// Whether `threshold` is a budget's 100% threshold (the one a refusal reaches).
+bool IsLimitThreshold(double threshold);
+
 // Whether a spend of `usd` (spent, held by requests in flight and the worst
 // case of a new one) still fits within `limit_usd`.
 bool FitsWithinLimit(double usd, double limit_usd);

@@ -17,6 +17,8 @@
 // requests can no longer end past the limit together. It also counts the
 // tenant's requests in flight against max_concurrent_per_tenant (429
 // too_many_concurrent_requests past it), so one tenant cannot fill the queue.
+// A refusal by a `block` budget here reaches that budget's 100% threshold
+// for alerting (UsageLedger::Refused, budget_rules.hpp RefusalReachesLimit).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once

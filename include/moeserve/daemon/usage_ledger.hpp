@@ -21,6 +21,13 @@
 // decides, so concurrent requests that cross together fire once, and a
 // restart neither forgets a fired threshold nor fires it again.
 //
+// Refusals: Refused() records the first request a `block` budget refused in
+// a period (table `refusals`, same writer); it reaches that budget's 100%
+// threshold for alerting (budget_rules.hpp RefusalReachesLimit), fired as
+// above with the refused amount in the body. GET /v1/usage lists the current
+// periods' refusals, so that under an operator, which fires the hooks, the
+// operator fires it too.
+//
 // An empty path keeps the database in memory (nothing survives a restart).
 //
 // Thread safety: every method may be called from any thread; `done`
@@ -67,6 +74,15 @@ struct UsageRow {
   double cost_usd = 0;
 };
 
+// The first request a `block` budget refused in a period.
+struct RefusalRow {
+  std::string tenant;
+  BudgetPeriod period = BudgetPeriod::kDay;
+  int64_t period_start = 0;
+  double refused_usd = 0;  // the refused request's worst case
+  int64_t at = 0;          // unix seconds
+};
+
 struct OutboxEntry {
   std::string id;    // X-MoE-Delivery
   std::string hook;  // HookConfig::name
@@ -97,6 +113,13 @@ class UsageLedger {
   void Charge(ChargeRecord record, Done done);
   // Charge and wait for the commit (tests, tools).
   Status ChargeAndWait(ChargeRecord record);
+  // A `block` budget of `period` refused a request of `tenant` whose worst
+  // case was `refused_usd` (the caller has checked RefusalReachesLimit). The
+  // first of each period is recorded and reaches the budget's 100%
+  // threshold; the rest cost a set lookup, so refusals at any rate queue nothing.
+  void Refused(const std::string& tenant, BudgetPeriod period, double refused_usd);
+  // The current periods' refusals, every tenant's or one's.
+  Result<std::vector<RefusalRow>> Refusals(const std::optional<std::string>& tenant) const;
   // Runs after each commit that fired a threshold (the outbox wakes up).
   void SetAlertListener(std::function<void()> listener);
   // Runs after each commit with the batch's records and their costs (metrics).
@@ -129,8 +152,9 @@ class UsageLedger {
   using SpendKey = std::tuple<std::string, BudgetPeriod, int64_t>;  // tenant, period, start
   using AlertKey = std::tuple<std::string, BudgetPeriod, int64_t, double>;
   struct Pending {
-    ChargeRecord record;
+    ChargeRecord record;  // a refusal: only the tenant
     Done done;
+    std::optional<RefusalRow> refusal;  // set: a refusal, not a charge
   };
   explicit UsageLedger(Options options) : options_(std::move(options)) {}
   Status Init();
@@ -147,6 +171,7 @@ class UsageLedger {
   mutable std::mutex state_mu_;  // the committed spend and fired thresholds of current periods
   std::map<SpendKey, PeriodSpend> spend_;
   std::set<AlertKey> fired_;
+  std::set<SpendKey> refused_;  // refusals of current periods, recorded or queued
   std::function<void()> alert_listener_;
   std::function<void(const std::vector<std::pair<ChargeRecord, double>>&)> commit_listener_;
   LedgerStats stats_;

@@ -51,6 +51,7 @@ struct AlertRecord {
   BudgetAction action = BudgetAction::kAlert;
   std::string deployment;                 // the payload's "deployment"
   std::vector<std::string> formats;       // "json" / "slack": the hook formats in use when it fired
+  std::optional<double> refused_usd;      // reached by a refusal (budget_rules.hpp): the refused worst case
   std::vector<std::string> delivered_to;  // hooks that answered 2xx
 };
 
@@ -81,9 +82,12 @@ std::vector<AlertRecord> ParseStatusAlerts(const nlohmann::json& alerts);
 
 // The alerts `totals` call for under `policy` that `known` does not hold,
 // with their crossings and fresh delivery ids; policy.deployment_name is
-// what the payload's "deployment" says.
+// what the payload's "deployment" says. A refusal a daemon reported (the
+// readings' `refusals`) reaches the 100% threshold of the tenant's `block`
+// budgets of that period even where the summed spend stops short of it.
 std::vector<AlertRecord> NewAlerts(const UsageTotals& totals, const BudgetPolicy& policy,
-                                   const std::vector<AlertRecord>& known, int64_t now);
+                                   const std::vector<AlertRecord>& known, int64_t now,
+                                   const RefusalMap& refusals = {});
 
 // The global spend to hand `pod` (nullopt pod: the ConfigMap's copy, for every pod).
 GlobalSpend SpendFor(const UsageTotals& totals, const std::string& policy, int64_t replicas, int64_t now,

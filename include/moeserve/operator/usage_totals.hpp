@@ -49,10 +49,16 @@ struct UsageAmount {
 using UsageKey = std::tuple<std::string, std::string, BudgetPeriod, int64_t>;
 using UsageRows = std::map<UsageKey, UsageAmount>;
 
+// (tenant, period, period start) -> the worst case of the first request a
+// `block` budget refused in that period (GET /v1/usage "refusals"): it
+// reaches the budget's 100% threshold for alerting (budget_rules.hpp).
+using RefusalMap = std::map<std::tuple<std::string, BudgetPeriod, int64_t>, double>;
+
 // One daemon's GET /v1/usage.
 struct UsageReading {
   std::string ledger_id;
   UsageRows rows;
+  RefusalMap refusals;  // not folded into the totals: the daemon lists them all period long
 };
 // The body of GET /v1/usage (an admin key's: every tenant); errors name the row.
 Result<UsageReading> ParseUsageReading(const nlohmann::json& body);
