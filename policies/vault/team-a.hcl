@@ -11,8 +11,10 @@
 # policy grants (the secret at kv/team-a/object-store is read as
 # GET /v1/kv/data/team-a/object-store).
 #
-# The operator itself needs no Vault policy and no role of its own: it never
-# reads Vault with its own identity. The role binding (run once per team):
+# The operator reads Vault with its own identity only for budget hooks'
+# signing keys (moeserve-hooks.hcl), which no team's policy may cover:
+# a team that read them could forge its cost alerts. The role binding (run
+# once per team):
 #
 #   vault policy write team-a policies/vault/team-a.hcl
 #   vault write auth/kubernetes/role/team-a \

@@ -1,6 +1,8 @@
 // policies/vault: the team policy grants read, and only read, on the team's
-// own KV v2 paths: every Vault path the team's example objects name is
-// readable, another team's is not, and nothing reaches sys/ or auth/.
+// own KV v2 paths: every Vault path the team's example MoEDeployments name
+// is readable, another team's is not, nothing reaches sys/ or auth/, and no
+// hook signing key is readable (those are the platform's: the
+// moeserve-hooks policy alone reads them, and reads nothing else).
 // Vault's path matching: a trailing `*` is a prefix match, `+` one segment.
 #include <gtest/gtest.h>
 
@@ -65,33 +67,66 @@ void VaultPaths(const json& node, std::vector<std::string>& out) {
   }
 }
 
-TEST(VaultPolicy, TeamReadsItsOwnPathsOnly) {
-  std::ifstream in(std::filesystem::path(SourceDir()) / "policies" / "vault" / "team-a.hcl");
+std::vector<PathRule> LoadPolicy(const std::string& name) {
+  std::ifstream in(std::filesystem::path(SourceDir()) / "policies" / "vault" / name);
   std::stringstream ss;
   ss << in.rdbuf();
-  const auto rules = ParsePolicy(ss.str());
+  return ParsePolicy(ss.str());
+}
+
+// The Vault paths team-a's example objects name: its MoEDeployments'
+// (`deployments`), and its QuotaPolicies' hook keys (`hooks`).
+void TeamAExamplePaths(std::vector<std::string>& deployments, std::vector<std::string>& hooks) {
+  for (const auto& file : {std::string("policies/quota/team.yaml"), std::string("examples/quotapolicy.yaml"),
+                           std::string("examples/moedeployment.yaml")}) {
+    auto docs = fakes::LoadYamlFile(SourceDir() + "/" + file);
+    ASSERT_TRUE(docs) << file << ": " << docs.error().ToString();
+    for (const auto& d : *docs)
+      if (d.is_object() && d["metadata"].value("namespace", "") == "team-a")
+        VaultPaths(d["spec"], d.value("kind", "") == "QuotaPolicy" ? hooks : deployments);
+  }
+}
+
+TEST(VaultPolicy, TeamReadsItsOwnPathsOnly) {
+  const auto rules = LoadPolicy("team-a.hcl");
   ASSERT_FALSE(rules.empty()) << "no path rule parsed";
   for (const auto& r : rules) {
     EXPECT_EQ(r.capabilities, std::vector<std::string>{"read"}) << r.glob << ": a team needs read only";
     EXPECT_EQ(r.glob.rfind("kv/data/team-a/", 0), 0u) << r.glob << " is outside team-a's KV v2 data";
   }
 
-  // Every Vault path named by team-a's example objects.
-  std::vector<std::string> paths;
-  for (const auto& file : {std::string("policies/quota/team.yaml"), std::string("examples/quotapolicy.yaml"),
-                           std::string("examples/moedeployment.yaml")}) {
-    auto docs = fakes::LoadYamlFile(SourceDir() + "/" + file);
-    ASSERT_TRUE(docs) << file << ": " << docs.error().ToString();
-    for (const auto& d : *docs)
-      if (d.is_object() && d["metadata"].value("namespace", "") == "team-a") VaultPaths(d["spec"], paths);
-  }
-  ASSERT_FALSE(paths.empty());
+  // Every Vault path named by team-a's example MoEDeployments (they may
+  // name none); none of its hooks' keys.
+  std::vector<std::string> paths, hooks;
+  ASSERT_NO_FATAL_FAILURE(TeamAExamplePaths(paths, hooks));
+  ASSERT_FALSE(hooks.empty());
   for (const auto& p : paths) EXPECT_TRUE(Readable(rules, p)) << p << " is named by team-a but not readable";
+  EXPECT_TRUE(Readable(rules, "kv/data/team-a/object-store"));
+  for (const auto& p : hooks) EXPECT_FALSE(Readable(rules, p)) << p << " is a hook's signing key, readable by team-a";
 
   for (const char* other : {"kv/data/team-b/object-store", "kv/data/team-a", "kv/metadata/team-a/hook",
                             "sys/policies/acl/team-a", "auth/token/create", "kv/data/team-ab/x"})
     EXPECT_FALSE(Readable(rules, other)) << other << " must not be readable by team-a";
   EXPECT_TRUE(Readable(rules, "kv/data/team-a/nested/deeper")) << "the matcher itself must work";
+}
+
+TEST(VaultPolicy, TheHookRoleReadsHookKeysOnly) {
+  const auto rules = LoadPolicy("moeserve-hooks.hcl");
+  ASSERT_FALSE(rules.empty()) << "no path rule parsed";
+  for (const auto& r : rules) {
+    EXPECT_EQ(r.capabilities, std::vector<std::string>{"read"}) << r.glob;
+    EXPECT_EQ(r.glob.rfind("kv/data/moeserve-hooks/", 0), 0u) << r.glob << " is outside the hook keys' prefix";
+  }
+  std::vector<std::string> deployments, hooks;
+  ASSERT_NO_FATAL_FAILURE(TeamAExamplePaths(deployments, hooks));
+  ASSERT_FALSE(hooks.empty());
+  for (const auto& p : hooks) {
+    EXPECT_EQ(p.rfind("kv/data/moeserve-hooks/team-a/", 0), 0u) << p << ": a team-a hook's key belongs under its folder";
+    EXPECT_TRUE(Readable(rules, p)) << p;
+  }
+  for (const char* other : {"kv/data/team-a/object-store", "kv/data/moeserve-hooks", "kv/data/moeserve-hooks-x/y",
+                            "kv/metadata/moeserve-hooks/team-a/hook", "sys/policies/acl/moeserve-hooks"})
+    EXPECT_FALSE(Readable(rules, other)) << other << " must not be readable by the hook role";
 }
 
 }  // namespace
