@@ -211,7 +211,8 @@ void UsageLedger::WriteBatch(std::vector<Pending>& batch) {
   }
   if (!st) log::Error("usage ledger: a batch of " + std::to_string(batch.size()) + " charges was not committed: " +
                       st.error().message());
-  if (st && on_commit) on_commit(costs);
+  // A batch of refusals only charged nothing: the commit metrics count charging commits.
+  if (st && on_commit && !costs.empty()) on_commit(costs);
   for (auto& p : batch) {
     if (p.done) p.done(st);
   }

@@ -122,7 +122,8 @@ class UsageLedger {
   Result<std::vector<RefusalRow>> Refusals(const std::optional<std::string>& tenant) const;
   // Runs after each commit that fired a threshold (the outbox wakes up).
   void SetAlertListener(std::function<void()> listener);
-  // Runs after each commit with the batch's records and their costs (metrics).
+  // Runs after each commit that charged, with the batch's records and their
+  // costs (metrics); a batch of refusals only charged nothing and is not reported.
   void SetCommitListener(std::function<void(const std::vector<std::pair<ChargeRecord, double>>&)> listener);
 
   // Every row, or one tenant's, ordered by tenant, tier, period, start.
