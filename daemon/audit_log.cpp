@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +44,43 @@ Status DropTornTail(int fd, const std::string& path, int64_t& size) {
   return Ok();
 }
 
+double WallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double SteadyNow() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// What rotation needs to know of a file before deleting it.
+struct FileFacts {
+  uint64_t lines = 0;
+  double newest_authenticated = 0;  // unix seconds; 0: no authenticated line
+};
+
+// Reads a rotated file whole (once per rotation of a full audit.log). A line
+// with a tenant whose time cannot be read counts as written when the file
+// was last written: never older than it may be.
+Result<FileFacts> ScanFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Fail(Error::Io("audit log " + path + ": cannot be read"));
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(path, ec);
+  const double written = ec ? WallNow()
+                            : std::chrono::duration<double>(std::chrono::file_clock::to_sys(mtime).time_since_epoch()).count();
+  FileFacts f;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++f.lines;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("tenant") || !j["tenant"].is_string()) continue;
+    double t = j.value("time", nlohmann::json()).is_string() ? ParseMicroTime(j["time"].get<std::string>()) : -1;
+    if (t < 0) t = written;
+    f.newest_authenticated = std::max(f.newest_authenticated, t);
+  }
+  return f;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<AuditLog>> AuditLog::Open(AuditSettings settings) {
@@ -75,12 +113,48 @@ std::string AuditLog::Path(int index) const {
   return index == 0 ? p : p + "." + std::to_string(index);
 }
 
-void AuditLog::Append(std::string line, Done done) {
+void AuditLog::Append(std::string line, Done done, AuditLineKind kind) {
   {
     std::lock_guard lock(mu_);
-    queue_.emplace_back(std::move(line), std::move(done));
+    if (kind != AuditLineKind::kRefusal || !stats_.full) {
+      queue_.emplace_back(std::move(line), std::move(done));
+      cv_.notify_one();
+      return;
+    }
+    // The room left is for the requests in flight; the refusal is counted.
+    ++stats_.dropped_full;
   }
-  cv_.notify_one();
+  if (done) done(Ok());
+}
+
+void AuditLog::AppendUnauthenticated(const std::function<std::string(uint64_t skipped)>& line) {
+  uint64_t skipped;
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.unauthenticated_refusals;
+    const double now = SteadyNow(), rate = settings_.unauthenticated_lines_per_second;
+    if (rate <= 0 || now - last_sample_ < 1.0 / rate) {
+      ++stats_.dropped_sampled;
+      ++skipped_;
+      return;
+    }
+    last_sample_ = now;
+    skipped = skipped_;
+    skipped_ = 0;
+  }
+  Append(line(skipped), nullptr, AuditLineKind::kRefusal);
+}
+
+bool AuditLog::full() const {
+  std::lock_guard lock(mu_);
+  // Past full_until_ the oldest file may go: admit again, and the next
+  // batch's rotation finds out.
+  return stats_.full && WallNow() < full_until_;
+}
+
+AuditStats AuditLog::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
 }
 
 Status AuditLog::WriteBatch(const std::string& bytes) {
@@ -104,7 +178,30 @@ Status AuditLog::WriteBatch(const std::string& bytes) {
 Status AuditLog::RotateIfFull() {
   if (size_ < settings_.max_file_bytes) return Ok();
   std::error_code ec;
-  std::filesystem::remove(Path(settings_.max_files), ec);
+  const std::string oldest = Path(settings_.max_files);
+  if (std::filesystem::exists(oldest)) {
+    {
+      std::lock_guard lock(mu_);
+      if (stats_.full && WallNow() < full_until_) return Ok();  // nothing has aged yet
+    }
+    MOE_ASSIGN_OR_RETURN(FileFacts facts, ScanFile(oldest));
+    const double retention = settings_.retention_hours * 3600;
+    if (retention > 0 && facts.newest_authenticated > 0 && facts.newest_authenticated + retention > WallNow()) {
+      std::lock_guard lock(mu_);
+      if (!stats_.full)
+        log::Warn("audit log " + settings_.dir + " is full: " + oldest + " holds authenticated lines younger than "
+                  "audit_retention_hours; new audited requests are refused (503 audit_log_full) for " +
+                  std::to_string(static_cast<int64_t>(facts.newest_authenticated + retention - WallNow()) + 1) +
+                  " s (raise audit_max_file_bytes or audit_max_files, or lower audit_retention_hours)");
+      stats_.full = true;
+      full_until_ = facts.newest_authenticated + retention;
+      return Ok();
+    }
+    std::filesystem::remove(oldest, ec);
+    if (ec) return Fail(Error::Io("audit log: deleting " + oldest + ": " + ec.message()));
+    std::lock_guard lock(mu_);
+    stats_.dropped_rotated += facts.lines;
+  }
   for (int i = settings_.max_files - 1; i >= 1; --i) {
     if (std::filesystem::exists(Path(i))) std::filesystem::rename(Path(i), Path(i + 1), ec);
     if (ec) return Fail(Error::Io("audit log: rotating " + Path(i) + ": " + ec.message()));
@@ -116,6 +213,11 @@ Status AuditLog::RotateIfFull() {
   ::close(fd_);
   fd_ = fd;
   size_ = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (stats_.full) log::Info("audit log " + settings_.dir + " has room again: new audited requests are admitted");
+    stats_.full = false;
+  }
   return FsyncPath(settings_.dir);
 }
 
@@ -131,6 +233,10 @@ void AuditLog::Run() {
     std::string bytes;
     for (auto& [line, done] : batch) bytes += line + "\n";
     Status st = WriteBatch(bytes);
+    if (!st) {
+      std::lock_guard lock(mu_);
+      stats_.dropped_write_error += batch.size();
+    }
     for (auto& [line, done] : batch)
       if (done) done(st);
     if (st) {

@@ -341,8 +341,14 @@ constexpr SettingSpec kSettings[] = {
      "`audit.log` is rotated past this size",
      Field<&DaemonConfig::audit, &AuditSettings::max_file_bytes>},
     {"audit_max_files", kInteger, "4", "1 to 1000",
-     "rotated audit files kept besides `audit.log` (the oldest is deleted)",
+     "rotated audit files kept besides `audit.log` (the oldest is deleted, unless it holds an authenticated line within `audit_retention_hours`)",
      Field<&DaemonConfig::audit, &AuditSettings::max_files>},
+    {"audit_retention_hours", kNumber, "1", "0 to 87600",
+     "an authenticated audit line is never deleted younger than this; when rotation would have to, new audited requests get 503 `audit_log_full` (0: rotation deletes the oldest file whatever it holds)",
+     Field<&DaemonConfig::audit, &AuditSettings::retention_hours>},
+    {"audit_unauthenticated_lines_per_second", kNumber, "1", "0 to 1000",
+     "audit lines written for requests refused before a key was accepted (a sample; each counts those skipped before it); all are counted in `moe_audit_unauthenticated_refusals_total`",
+     Field<&DaemonConfig::audit, &AuditSettings::unauthenticated_lines_per_second>},
 };
 
 }  // namespace

@@ -227,8 +227,14 @@ void Daemon::Impl::AuditRefusal(const HttpHead& head, const ApiError& e) const {
                          {"session_id", session_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(session_id)},
                          {"refused_at", "head"}};
   // Not waited for: the refusal carries nothing to lose, and the head
-  // stage answers synchronously.
-  audit->Append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), nullptr);
+  // stage answers synchronously. Without a key it is only sampled
+  // (audit_log.hpp): requests nobody is accountable for cannot flush the log.
+  if (who) return audit->Append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), nullptr,
+                                AuditLineKind::kRefusal);
+  audit->AppendUnauthenticated([&line](uint64_t skipped) {
+    line["skipped_refusals"] = skipped;
+    return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  });
 }
 
 std::optional<Principal> Daemon::Impl::Authenticate(const HttpHead& head) const {
@@ -395,6 +401,13 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
   const Route& route = *match.route;
   std::optional<Principal> who;
   if (auto refused = CheckAuth(route, head, who)) return refuse(*refused);
+  if (route.audited && audit && audit->full()) {
+    // Its line could only be written by deleting one still within retention (audit_log.hpp).
+    return refuse(ApiError{503, "server_error", "audit_log_full",
+                           "The audit log is full of lines younger than audit_retention_hours; this daemon takes no "
+                           "new requests until the oldest may be deleted",
+                           "", 60});
+  }
   if (route.admit) {
     if (auto ok = route.admit(head); !ok) return refuse(ok.error());
   }
@@ -473,6 +486,7 @@ void Daemon::Impl::Scrape(HttpExchange& exchange) {
     ep->RefreshMetrics(engine ? &em : nullptr);
   }
   if (server) metrics.UpdateFromHttp(server->stats());
+  if (audit) metrics.UpdateFromAudit(audit->stats());
   if (!config.api_keys_file.empty()) {
     const auto k = keys->State();
     metrics.UpdateApiKeys(k.failures, k.file_sha256, k.refusing);

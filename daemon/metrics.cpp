@@ -138,6 +138,34 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                             .Help("1 while every API key is refused because the keys file stopped loading")
                             .Register(*registry_)
                             .Add({});
+  audit_unauthenticated_ = &BuildCounter()
+                                .Name("moe_audit_unauthenticated_refusals_total")
+                                .Help("Audited requests refused before a key was accepted (the audit log samples them)")
+                                .Register(*registry_)
+                                .Add({});
+  audit_dropped_ = &BuildCounter()
+                        .Name("moe_audit_lines_dropped_total")
+                        .Help("Audit lines not written or deleted, by reason (sampled, full, rotated, write_error)")
+                        .Register(*registry_);
+  audit_full_ = &BuildGauge()
+                     .Name("moe_audit_log_full")
+                     .Help("1 while the audit log is full of lines within retention and new audited requests are refused")
+                     .Register(*registry_)
+                     .Add({});
+}
+
+void DaemonMetrics::UpdateFromAudit(const AuditStats& s) {
+  audit_full_->Set(s.full ? 1 : 0);
+  std::lock_guard lock(mu_);
+  auto advance = [](prometheus::Counter& c, uint64_t now, uint64_t& last) {
+    if (now > last) c.Increment(static_cast<double>(now - last));
+    last = now;
+  };
+  advance(*audit_unauthenticated_, s.unauthenticated_refusals, last_audit_.unauthenticated_refusals);
+  advance(audit_dropped_->Add({{"reason", "sampled"}}), s.dropped_sampled, last_audit_.dropped_sampled);
+  advance(audit_dropped_->Add({{"reason", "full"}}), s.dropped_full, last_audit_.dropped_full);
+  advance(audit_dropped_->Add({{"reason", "rotated"}}), s.dropped_rotated, last_audit_.dropped_rotated);
+  advance(audit_dropped_->Add({{"reason", "write_error"}}), s.dropped_write_error, last_audit_.dropped_write_error);
 }
 
 void DaemonMetrics::UpdateApiKeys(uint64_t reload_failures, const std::string& file_sha256, bool refusing) {

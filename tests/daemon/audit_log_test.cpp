@@ -8,11 +8,19 @@
 //  - audit.log rotates by size into audit.log.1 .. audit.log.N and no
 //    further, and the admin endpoint reads the rotated files in order;
 //  - `moectl audit` prints the lines (JSON lines or a table), filtered by
-//    tenant and time, and refuses a --since that is not a time.
+//    tenant and time, and refuses a --since that is not a time;
+//  - 800 requests without a key cannot flush a tenant's line: they are
+//    counted and sampled, not written line for line;
+//  - rotation never deletes an authenticated line younger than
+//    audit_retention_hours: the log fills, new requests get 503
+//    audit_log_full, refusal lines are dropped and counted; once the lines
+//    have aged, rotation deletes them (counted) and requests are admitted.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <ctime>
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -40,6 +48,13 @@ int Moectl(int port, const std::string& args, std::string& output) {
   while (fgets(buf, sizeof buf, p)) output += buf;
   const int status = ::pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// One sample of /metrics, read with the admin key (-1: not there).
+double Metric(int port, const std::string& sample) {
+  const auto m = Http(port, "GET", "/metrics", "", {{"Authorization", std::string("Bearer ") + kAdminKey}});
+  const size_t at = m.body.find("\n" + sample + " ");
+  return at == std::string::npos ? -1.0 : std::stod(m.body.substr(at + sample.size() + 2));
 }
 
 class AuditLogTest : public ::testing::Test {
@@ -227,7 +242,8 @@ TEST_F(AuditLogTest, SigkillAfterAcknowledgementLosesNoLine) {
 }
 
 TEST_F(AuditLogTest, RotatesBySizeAndMoectlPrintsTheLines) {
-  DaemonProcess d(Flags({"--audit-max-file-bytes", "4096", "--audit-max-files", "2"}));
+  // Retention 0: rotation may delete the oldest file whatever it holds.
+  DaemonProcess d(Flags({"--audit-max-file-bytes", "4096", "--audit-max-files", "2", "--audit-retention-hours", "0"}));
   ASSERT_TRUE(d.WaitReady());
   // Each line is some 350 bytes: 45 requests fill more than three files.
   std::vector<std::string> ids;
@@ -252,6 +268,7 @@ TEST_F(AuditLogTest, RotatesBySizeAndMoectlPrintsTheLines) {
   // Oldest first, across the rotated files: the newest request is last.
   ASSERT_GE(printed.size(), 8u) << output;
   EXPECT_LT(printed.size(), ids.size()) << "the oldest file was rotated away";
+  EXPECT_GE(Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"rotated\"}"), 8.0) << "deleted lines are counted";
   EXPECT_EQ(printed.back(), ids.back());
   for (size_t i = 1; i < printed.size(); ++i) {
     auto at = std::find(ids.begin(), ids.end(), printed[i]);
@@ -275,6 +292,132 @@ TEST_F(AuditLogTest, RotatesBySizeAndMoectlPrintsTheLines) {
   // A tenant's key may not read the audit log.
   auto tenant = Http(d.port(), "GET", "/v1/admin/audit", "", {{"Authorization", std::string("Bearer ") + kTenantKey}});
   EXPECT_EQ(tenant.status, 403);
+}
+
+// The attack as reported: keyless POSTs at a high rate rotated a tenant's
+// line away. Now they are counted and sampled; the tenant's line stays.
+TEST_F(AuditLogTest, KeylessRequestsCannotFlushATenantsLine) {
+  DaemonProcess d(Flags({"--audit-max-file-bytes", "4096", "--audit-max-files", "1"}));
+  ASSERT_TRUE(d.WaitReady());
+  auto asked = Ask(d.port(), "who asked this");
+  ASSERT_EQ(asked.status, 200) << asked.body;
+  const std::string id = asked.headers["x-request-id"];
+  const std::string body = json{{"messages", UserTurn("x")}}.dump();
+  constexpr int kKeyless = 800;
+  for (int i = 0; i < kKeyless; ++i)
+    ASSERT_EQ(Http(d.port(), "POST", "/v1/chat/completions", body, i % 2 ? std::map<std::string, std::string>{}
+                   : std::map<std::string, std::string>{{"Authorization", "Bearer sk-wrong-key-000000000"}}).status, 401);
+  ASSERT_EQ(Metric(d.port(), "moe_audit_unauthenticated_refusals_total"), kKeyless);
+  // Every line written is on disk once the sampled lines are counted (they are not waited for).
+  std::vector<json> lines;
+  for (int i = 0; i < 500; ++i) {
+    lines = AuditLines();
+    if (lines.size() - 1 + Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"sampled\"}") == kKeyless) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::any_of(lines.begin(), lines.end(), [&](const json& l) { return l["request_id"] == id; }))
+      << "the tenant's line was flushed by keyless requests";
+  int sampled = 0;
+  uint64_t skipped = 0;
+  for (const auto& l : lines) {
+    if (!l["tenant"].is_null()) continue;
+    ++sampled;
+    EXPECT_EQ(l["status"], 401);
+    skipped += l["skipped_refusals"].get<uint64_t>();
+  }
+  EXPECT_GE(sampled, 1);
+  EXPECT_LT(sampled, kKeyless / 10) << "keyless refusals written line for line";
+  EXPECT_EQ(Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"sampled\"}"), kKeyless - sampled);
+  EXPECT_LE(skipped, static_cast<uint64_t>(kKeyless - sampled));  // those after the last sample are in no line yet
+  EXPECT_EQ(Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"rotated\"}"), 0.0);
+}
+
+// audit.log and one rotated file of 4 KiB, an hour's retention: once both
+// hold only authenticated lines of the last hour, rotation would have to
+// delete one, so the daemon refuses new audited requests instead.
+TEST_F(AuditLogTest, RetentionRefusesNewRequestsRatherThanDeleteAnAuthenticatedLine) {
+  DaemonProcess d(Flags({"--audit-max-file-bytes", "4096", "--audit-max-files", "1", "--audit-retention-hours", "1"}));
+  ASSERT_TRUE(d.WaitReady());
+  std::vector<std::string> served;
+  HttpResponse r;
+  for (int i = 0; i < 60; ++i) {  // some 12 lines a file
+    r = Ask(d.port(), "fill " + std::to_string(i));
+    if (r.status != 200) break;
+    served.push_back(r.headers["x-request-id"]);
+  }
+  ASSERT_EQ(r.status, 503) << "never refused after " << served.size() << " requests: " << r.body;
+  EXPECT_EQ(r.Json()["error"]["code"], "audit_log_full");
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("audit_retention_hours"), std::string::npos);
+  EXPECT_GE(served.size(), 16u);
+  EXPECT_EQ(Metric(d.port(), "moe_audit_log_full"), 1.0);
+  // Refusals while full (the 503's own, one without a key): counted, not written.
+  const double full_drops = Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"full\"}");
+  EXPECT_GE(full_drops, 1.0);
+  ASSERT_EQ(Chat(d.port(), {{"messages", UserTurn("x")}}).status, 401);
+  EXPECT_EQ(Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"full\"}"), full_drops + 1);
+  EXPECT_EQ(Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"rotated\"}"), 0.0);
+  // Every served request's line is still there, and the volume stays bounded.
+  std::set<std::string> logged;
+  for (const auto& l : AuditLines())
+    if (l["request_id"].is_string()) logged.insert(l["request_id"].get<std::string>());
+  for (const auto& id : served) EXPECT_TRUE(logged.contains(id)) << id << " was deleted";
+  for (const auto& e : std::filesystem::directory_iterator(dir_ / "state" / "audit"))
+    EXPECT_LT(std::filesystem::file_size(e.path()), 4096u + 1024u) << e.path();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "state" / "audit" / "audit.log.2"));
+}
+
+// The same rule on the log alone, with lines whose times the test writes:
+// lines past retention rotate away (counted); lines within it fill the log;
+// once they age past it, the next line's rotation deletes them and the log
+// takes refusals again.
+TEST(AuditLogRetention, FullUntilTheOldestAuthenticatedLineAgesPastRetention) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("audit-retention-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  AuditSettings s;
+  s.dir = dir.string();
+  s.max_file_bytes = 4096;
+  s.max_files = 1;
+  s.retention_hours = 1;
+  auto log = AuditLog::Open(s);
+  ASSERT_TRUE(log) << log.error().ToString();
+  auto at = [](double seconds_ago) {
+    const auto t = std::chrono::system_clock::now() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                          std::chrono::duration<double>(seconds_ago));
+    const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&tt));
+    return std::string(buf);
+  };
+  // A write returns once its line is on disk, before the writer rotates:
+  // a later write's return says the earlier rotation has run.
+  auto write = [&](double seconds_ago) {
+    std::promise<Status> p;
+    (*log)->Append(json{{"time", at(seconds_ago)}, {"tenant", "acme"}, {"pad", std::string(200, 'x')}}.dump(),
+                   [&](const Status& st) { p.set_value(st); });
+    return p.get_future().get();
+  };
+  for (int i = 0; i < 60; ++i) ASSERT_TRUE(write(2 * 3600));  // two hours old: past retention
+  EXPECT_GT((*log)->stats().dropped_rotated, 0u);
+  EXPECT_FALSE((*log)->full());
+  // Lines that pass retention in 3 s fill both files.
+  for (int i = 0; i < 60 && !(*log)->full(); ++i) ASSERT_TRUE(write(3600 - 3));
+  ASSERT_TRUE((*log)->full());
+  const uint64_t rotated = (*log)->stats().dropped_rotated;
+  std::promise<Status> refused;
+  (*log)->Append("{\"tenant\":\"acme\"}", [&](const Status& st) { refused.set_value(st); }, AuditLineKind::kRefusal);
+  ASSERT_TRUE(refused.get_future().get());
+  EXPECT_EQ((*log)->stats().dropped_full, 1u);
+  // A line of a request already admitted is still written while full, and deletes nothing.
+  ASSERT_TRUE(write(0));
+  ASSERT_TRUE(write(0));
+  EXPECT_EQ((*log)->stats().dropped_rotated, rotated);
+  EXPECT_TRUE((*log)->stats().full);
+  for (int i = 0; i < 100 && (*log)->full(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE((*log)->full()) << "still full after the lines passed retention";
+  ASSERT_TRUE(write(0));  // its rotation deletes the aged file
+  ASSERT_TRUE(write(0));
+  EXPECT_GT((*log)->stats().dropped_rotated, rotated);
+  EXPECT_FALSE((*log)->stats().full);
 }
 
 }  // namespace

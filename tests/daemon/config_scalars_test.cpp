@@ -104,6 +104,8 @@ audit_dir: /var/lib/moeserve/audit  # text audit_dir
 audit_log_content: false  # bool audit_log_content
 audit_max_file_bytes: 1048576  # int audit_max_file_bytes
 audit_max_files: 4  # int audit_max_files
+audit_retention_hours: 1.0  # num audit_retention_hours
+audit_unauthenticated_lines_per_second: 1.0  # num audit_unauthenticated_lines_per_second
 pricing:
   low:
     input: 0.2  # num pricing.low.input

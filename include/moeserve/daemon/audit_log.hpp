@@ -13,14 +13,32 @@
 // after a batch it becomes audit.log.1 (the older ones move up by one, the
 // oldest past max_files is deleted), and a new audit.log starts.
 //
+// Who asked what cannot be flushed away by requests without a key:
+//  - Requests refused before a key was accepted (no key, a wrong key) are
+//    counted, and written only as a sample: at most
+//    unauthenticated_lines_per_second lines, each saying how many such
+//    refusals went unwritten since the previous one ("skipped_refusals").
+//  - An authenticated line (a "tenant") is never deleted before it is
+//    retention_hours old: rotation deletes the oldest file only when it holds
+//    none younger. When it does, the log is full: lines of requests already
+//    admitted are still written (audit.log grows past max_file_bytes by
+//    at most what the requests in flight write), refusal lines are dropped,
+//    and full() tells the daemon to refuse new audited requests (503
+//    audit_log_full) until the oldest file's newest authenticated line has
+//    aged past retention. A warning is logged when it fills and when it clears.
+//  - Every line not written or deleted is counted by reason (stats()).
+//
 // Settings (audit_*; the daemon's YAML keys and flags):
 //   audit_dir: ""               # default <state_dir>/audit; neither: no audit log
 //   audit_log_content: false    # also log the request's messages and the answer's text
 //   audit_max_file_bytes: 16777216   # rotate audit.log past this size
 //   audit_max_files: 4          # rotated files kept besides audit.log
+//   audit_retention_hours: 1    # authenticated lines kept at least this long; 0: rotation deletes any
+//   audit_unauthenticated_lines_per_second: 1   # sampled lines of keyless refusals; 0: none
 //
-// The defaults bound the log at 80 MiB: it shares the state volume (1 GiB
-// by default under the operator) with the usage ledger and the sessions.
+// The defaults bound the log at 80 MiB (plus the lines of requests in flight
+// when it is full): it shares the state volume (1 GiB by default under the
+// operator) with the usage ledger and the sessions.
 //
 // Thread safety: Append may be called from any thread. ReadAuditLog reads
 // files only and may run beside a writer (it ignores a partial last line).
@@ -47,7 +65,24 @@ struct AuditSettings {
   bool log_content = false;
   int64_t max_file_bytes = int64_t{16} << 20;
   int max_files = 4;
+  double retention_hours = 1;
+  double unauthenticated_lines_per_second = 1;
 };
+
+// Running totals (the daemon's moe_audit_* metrics).
+struct AuditStats {
+  uint64_t unauthenticated_refusals = 0;  // refused before a key was accepted, written or not
+  uint64_t dropped_sampled = 0;      // of those, not written (past the sampling rate)
+  uint64_t dropped_full = 0;         // refusal lines not written while the log was full
+  uint64_t dropped_rotated = 0;      // lines deleted with the oldest file by rotation
+  uint64_t dropped_write_error = 0;  // lines whose write failed (their requests got an error)
+  bool full = false;
+};
+
+// What a line is: a request admitted (written even when the log is full:
+// its answer waits for it) or a refusal from the request's head (dropped,
+// and counted, while the log is full).
+enum class AuditLineKind { kRequest, kRefusal };
 
 class AuditLog {
  public:
@@ -58,7 +93,15 @@ class AuditLog {
 
   // Queues `line` (one JSON object, no newline); `done` (may be empty) runs
   // on the writer thread once the line is on disk, or with the error.
-  void Append(std::string line, Done done);
+  void Append(std::string line, Done done, AuditLineKind kind = AuditLineKind::kRequest);
+  // A request refused before a key was accepted: counted; written, as
+  // line(skipped) with the number of such refusals not written since the
+  // previous sample, at most unauthenticated_lines_per_second.
+  void AppendUnauthenticated(const std::function<std::string(uint64_t skipped)>& line);
+  // Whether new audited requests must be refused: the oldest file holds
+  // authenticated lines within retention and audit.log is past its size.
+  bool full() const;
+  AuditStats stats() const;
 
   const AuditSettings& settings() const { return settings_; }
 
@@ -72,7 +115,11 @@ class AuditLog {
   AuditSettings settings_;
   int fd_ = -1;
   int64_t size_ = 0;
-  std::mutex mu_;
+  mutable std::mutex mu_;  // the queue, the stats and the full state
+  AuditStats stats_;
+  double full_until_ = 0;      // while full: when the oldest file's authenticated lines pass retention (unix s)
+  double last_sample_ = -1e18;  // steady seconds of the last unauthenticated line written
+  uint64_t skipped_ = 0;       // unauthenticated refusals not written since it
   std::condition_variable cv_;
   std::deque<std::pair<std::string, Done>> queue_;
   bool stop_ = false;

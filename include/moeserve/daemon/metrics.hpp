@@ -24,6 +24,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "moeserve/daemon/audit_log.hpp"
 #include "moeserve/daemon/http_server.hpp"
 #include "moeserve/engine/engine.hpp"
 
@@ -58,6 +59,9 @@ class DaemonMetrics {
   // load (a running total), the SHA-256 of the version in force, and whether
   // every key is being refused because the file stopped loading.
   void UpdateApiKeys(uint64_t reload_failures, const std::string& file_sha256, bool refusing);
+  // The audit log's refusals without a key, lines dropped by reason and
+  // whether it is full (audit_log.hpp; running totals).
+  void UpdateFromAudit(const AuditStats& s);
   // Text exposition format 0.0.4.
   std::string Scrape();
 
@@ -97,6 +101,9 @@ class DaemonMetrics {
   prometheus::Counter* api_keys_reload_failures_;
   prometheus::Family<prometheus::Gauge>* api_keys_file_info_;
   prometheus::Gauge* api_keys_refusing_;
+  prometheus::Counter* audit_unauthenticated_;
+  prometheus::Family<prometheus::Counter>* audit_dropped_;
+  prometheus::Gauge* audit_full_;
 
   std::mutex mu_;  // guards the last-seen engine totals
   std::vector<std::vector<uint64_t>> last_expert_tokens_;
@@ -104,6 +111,7 @@ class DaemonMetrics {
   HttpServerStats last_http_;
   uint64_t last_api_keys_failures_ = 0;
   std::string api_keys_sha256_;  // the label of the file-info sample in place
+  AuditStats last_audit_;
 };
 
 }  // namespace moeserve::daemon
