@@ -136,7 +136,7 @@ class ImageHost {
 };
 
 // A chat message with a text part and one image part per URL.
-inline json ImageChatMessages(const std::vector<std::string>& urls, const std::string& text = "What is this?") {
+inline json ImageChatMessages(const std::vector<std::string>& urls, const std::string& text = "What is in the picture?") {
   json content = json::array({{{"type", "text"}, {"text", text}}});
   for (const auto& u : urls) content.push_back({{"type", "image_url"}, {"image_url", {{"url", u}}}});
   return json::array({{{"role", "user"}, {"content", content}}});

@@ -20,53 +20,20 @@
 #include <fstream>
 #include <thread>
 
-#include "../support/test_images.hpp"
 #include "daemon_harness.hpp"
 #include "daemon_process.hpp"
+#include "image_serving.hpp"
 #include "moeserve/common/base64.hpp"
 #include "moeserve/engine/vision.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {
 
-const std::string& VisionModelDir() {
-  static std::string dir = [] {
-    std::string d = ::testing::TempDir() + "/moe_session_images_model_" + std::to_string(::getpid());
-    std::filesystem::remove_all(d);
-    engine::ModelGenOptions o;
-    o.config = *engine::PresetConfig("tiny");
-    o.config.vision = engine::TinyVisionConfig();
-    o.seed = 7;
-    auto st = engine::GenerateModel(o, d);
-    if (!st) ADD_FAILURE() << st.error().ToString();
-    return d;
-  }();
-  return dir;
-}
-
 std::string Png(uint32_t w, uint32_t h, uint8_t tint = 0) {
   auto rgb = test_support::Gradient(w, h);
   rgb[0] = static_cast<uint8_t>(rgb[0] ^ tint);  // another picture of the same size
   return test_support::EncodePng(w, h, rgb);
 }
-// Pixels that do not compress: the file's size then dominates what a turn stores.
-std::string NoisyPng(uint32_t w, uint32_t h, uint32_t seed) {
-  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& v : rgb) {
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    v = static_cast<uint8_t>(x);
-  }
-  return test_support::EncodePng(w, h, rgb);
-}
-std::string DataUrl(const std::string& png) { return "data:image/png;base64," + Base64Encode(png); }
-
-json ImageMessage(const std::vector<std::string>& urls, const std::string& text = "What is in the picture?") {
-  json content = json::array({{{"type", "text"}, {"text", text}}});
-  for (const auto& u : urls) content.push_back({{"type", "image_url"}, {"image_url", {{"url", u}}}});
-  return json::array({{{"role", "user"}, {"content", content}}});
-}
-
 int64_t Span(uint32_t w, uint32_t h) { return *engine::ImageSpanTokens(engine::TinyVisionConfig(), w, h); }
 
 std::string HashOf(const std::string& png) {
@@ -133,7 +100,7 @@ TEST(SessionImages, KeptOnceReplayedIsolatedAndDeleted) {
   const int64_t span = Span(64, 48);
   const std::string id = NewSession(s.port, kAlice);
 
-  auto first = Turn(s.port, id, ImageMessage({DataUrl(picture)}), kAlice);
+  auto first = Turn(s.port, id, ImageChatMessages({PngDataUrl(picture)}), kAlice);
   ASSERT_EQ(first.status, 200) << first.body;
   EXPECT_EQ(first.Json()["usage"]["prompt_tokens_details"]["image_tokens"], span) << first.body;
   const int64_t first_prompt = first.Json()["usage"]["prompt_tokens"];
@@ -157,7 +124,7 @@ TEST(SessionImages, KeptOnceReplayedIsolatedAndDeleted) {
 
   // The same picture again: one file, the session grows by the reference only.
   const int64_t bytes_before_third = Http(s.port, "GET", "/v1/sessions/" + id, "", kAlice).Json()["bytes"];
-  auto third = Turn(s.port, id, ImageMessage({DataUrl(picture)}, "Same one?"), kAlice);
+  auto third = Turn(s.port, id, ImageChatMessages({PngDataUrl(picture)}, "Same one?"), kAlice);
   ASSERT_EQ(third.status, 200) << third.body;
   EXPECT_EQ(third.Json()["usage"]["prompt_tokens_details"]["image_tokens"], 2 * span);
   const int64_t bytes_after_third = Http(s.port, "GET", "/v1/sessions/" + id, "", kAlice).Json()["bytes"];
@@ -168,17 +135,17 @@ TEST(SessionImages, KeptOnceReplayedIsolatedAndDeleted) {
   // Another tenant cannot name it: not in a session turn, not on the stateless endpoint.
   const std::string bobs = NewSession(s.port, kBob);
   const std::string named = "moe-stored-image:sha256:" + hash;
-  auto stolen = Turn(s.port, bobs, ImageMessage({named}), kBob);
+  auto stolen = Turn(s.port, bobs, ImageChatMessages({named}), kBob);
   EXPECT_EQ(stolen.status, 400) << stolen.body;
   EXPECT_EQ(stolen.Json()["error"]["param"], "messages[0].content[1].image_url.url") << stolen.body;
   EXPECT_NE(stolen.body.find("must be a data: URL or an http(s) URL"), std::string::npos) << stolen.body;
-  auto stateless = Chat(s.port, json{{"model", "tiny"}, {"messages", ImageMessage({named})}, {"max_tokens", 4}}, kBob);
+  auto stateless = Chat(s.port, json{{"model", "tiny"}, {"messages", ImageChatMessages({named})}, {"max_tokens", 4}}, kBob);
   EXPECT_EQ(stateless.status, 400) << stateless.body;
   // Nor the owner, outside the session that keeps it.
-  auto own = Chat(s.port, json{{"model", "tiny"}, {"messages", ImageMessage({named})}, {"max_tokens", 4}}, kAlice);
+  auto own = Chat(s.port, json{{"model", "tiny"}, {"messages", ImageChatMessages({named})}, {"max_tokens", 4}}, kAlice);
   EXPECT_EQ(own.status, 400) << own.body;
   // The same picture sent by the other tenant is its own copy.
-  auto bobs_turn = Turn(s.port, bobs, ImageMessage({DataUrl(picture)}), kBob);
+  auto bobs_turn = Turn(s.port, bobs, ImageChatMessages({PngDataUrl(picture)}), kBob);
   ASSERT_EQ(bobs_turn.status, 200) << bobs_turn.body;
   EXPECT_EQ(ImageRows(s.db), (std::map<std::string, int64_t>{{"alice", 1}, {"bob", 1}}));
 
@@ -200,17 +167,17 @@ TEST(SessionImages, LimitsApplyPerTurnAndPerSession) {
   });
   ASSERT_TRUE(s.daemon);
   const std::string id = NewSession(s.port, kAlice);
-  auto over = Turn(s.port, id, ImageMessage({DataUrl(a), DataUrl(b), DataUrl(c)}), kAlice);
+  auto over = Turn(s.port, id, ImageChatMessages({PngDataUrl(a), PngDataUrl(b), PngDataUrl(c)}), kAlice);
   EXPECT_EQ(over.status, 400) << over.body;
   EXPECT_NE(over.body.find("(image_max_per_request"), std::string::npos) << over.body;
   EXPECT_EQ(over.Json()["error"]["param"], "messages[0].content[3].image_url.url");
-  auto two = Turn(s.port, id, ImageMessage({DataUrl(a), DataUrl(b)}), kAlice);
+  auto two = Turn(s.port, id, ImageChatMessages({PngDataUrl(a), PngDataUrl(b)}), kAlice);
   ASSERT_EQ(two.status, 200) << two.body;
   // Kept images do not count against the per-request limit: two kept plus one new.
-  auto again = Turn(s.port, id, ImageMessage({DataUrl(a)}, "The first again"), kAlice);
+  auto again = Turn(s.port, id, ImageChatMessages({PngDataUrl(a)}, "The first again"), kAlice);
   ASSERT_EQ(again.status, 200) << again.body;
   EXPECT_EQ(again.Json()["usage"]["prompt_tokens_details"]["image_tokens"], 3 * Span(40, 24));
-  auto third = Turn(s.port, id, ImageMessage({DataUrl(c)}), kAlice);
+  auto third = Turn(s.port, id, ImageChatMessages({PngDataUrl(c)}), kAlice);
   EXPECT_EQ(third.status, 400) << third.body;
   EXPECT_NE(third.body.find("(session_image_max_bytes)"), std::string::npos) << third.body;
   EXPECT_EQ(ImageRows(s.db), (std::map<std::string, int64_t>{{"alice", 2}}));
@@ -221,7 +188,7 @@ TEST(SessionImages, ExpiredSessionsTakeTheirImagesWithThem) {
   auto s = Serve("expiry", [](DaemonConfig& cfg) { cfg.sessions.idle_seconds = 1; });
   ASSERT_TRUE(s.daemon);
   const std::string id = NewSession(s.port, kAlice);
-  auto turn = Turn(s.port, id, ImageMessage({DataUrl(Png(40, 24, 4))}), kAlice);
+  auto turn = Turn(s.port, id, ImageChatMessages({PngDataUrl(Png(40, 24, 4))}), kAlice);
   ASSERT_EQ(turn.status, 200) << turn.body;
   ASSERT_EQ(ImageRows(s.db), (std::map<std::string, int64_t>{{"alice", 1}}));
   // The sweeper deletes the idle session (every quarter of the idle time); its file goes with it.
@@ -241,7 +208,7 @@ TEST(SessionImages, ResponsesChainsReplayTheirImages) {
   json input = json::array({{{"role", "user"},
                              {"content", json::array({{{"type", "input_text"}, {"text", "Read this"}},
                                                       {{"type", "input_image"},
-                                                       {"image_url", DataUrl(picture)},
+                                                       {"image_url", PngDataUrl(picture)},
                                                        {"detail", "auto"}}})}}});
   auto first = Http(s.port, "POST", "/v1/responses",
                     json{{"model", "tiny"}, {"input", input}, {"max_output_tokens", 4}}.dump(), kAlice);
@@ -290,7 +257,7 @@ TEST(SessionImages, AKilledDaemonReplaysAcknowledgedImages) {
     auto created = Http(d.port(), "POST", "/v1/sessions", json{{"system", "terse"}}.dump());
     ASSERT_EQ(created.status, 200) << created.body;
     id = created.Json()["id"];
-    auto turn = Turn(d.port(), id, ImageMessage({DataUrl(picture)}), {});
+    auto turn = Turn(d.port(), id, ImageChatMessages({PngDataUrl(picture)}), {});
     ASSERT_EQ(turn.status, 200) << turn.body;
     d.Kill();  // SIGKILL right after the acknowledged turn
   }
