@@ -1,5 +1,7 @@
 #include "moeserve/operator/informer.hpp"
 
+#include <algorithm>
+
 #include "moeserve/common/log.hpp"
 
 namespace moeserve::op {
@@ -54,6 +56,14 @@ void Notify(const std::string& what, F&& handler) {
 
 }  // namespace
 
+bool Informer::Wanted(const json& object) const {
+  if (options_.namespaces.empty() || !resource_.namespaced) return true;
+  const json meta = object.value("metadata", json::object());
+  const json ns = meta.is_object() ? meta.value("namespace", json()) : json();
+  return ns.is_string() &&
+         std::find(options_.namespaces.begin(), options_.namespaces.end(), ns.get<std::string>()) != options_.namespaces.end();
+}
+
 Status Informer::ListAndReplace() {
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
@@ -61,6 +71,7 @@ Status Informer::ListAndReplace() {
   MOE_ASSIGN_OR_RETURN(json list, client_.ListAll(resource_, ns_, list_options));
   std::map<std::string, json> fresh;
   for (auto& item : list["items"]) {
+    if (!Wanted(item)) continue;
     // Lists carry kind/apiVersion on the list, not on items; handlers want them.
     item["kind"] = resource_.kind;
     item["apiVersion"] = resource_.ApiVersion();
@@ -122,6 +133,11 @@ void Informer::Run() {
         return;
       }
       delivered++;
+      if (!Wanted(object)) {
+        std::lock_guard lock(mu_);
+        rv_ = rv;
+        return;
+      }
       const std::string key = ObjectKey(object);
       auto old = cache_.Get(key);
       if (type == "DELETED") {

@@ -50,6 +50,12 @@ Status CheckTenantResources(const json& resources) {
 
 }  // namespace
 
+bool GpuTaintKey(const std::string& key) {
+  for (const auto& vendor : kGpuVendors)
+    if (key == vendor.resource) return true;
+  return false;
+}
+
 bool TenantResourceName(const std::string& name) {
   return name == "cpu" || name == "memory" || name == "ephemeral-storage";
 }
@@ -140,6 +146,15 @@ bool Contains(const json& have, const json& want) {
 
 
 
+bool IsAdminSecretOf(const json& secret, const json& md) {
+  if (!secret.is_object() || !secret.contains("metadata") || !secret["metadata"].is_object()) return false;
+  const json labels = secret["metadata"].value("labels", json::object());
+  const std::string uid = md["metadata"].value("uid", "");
+  return labels.is_object() && !uid.empty() && labels.value(kOwnerUidLabel, json()) == json(uid) &&
+         labels.value(kOwnerNamespaceLabel, json()) == md["metadata"].value("namespace", json()) &&
+         labels.value(kOwnerNameLabel, json()) == md["metadata"].value("name", json());
+}
+
 namespace desired {
 
 std::string Name(const json& md) { return md["metadata"].value("name", ""); }
@@ -170,6 +185,13 @@ std::string SessionReplicaName(int replica) { return "r" + std::to_string(replic
 std::string ConfigMapName(const json& md) { return Name(md) + "-config"; }
 std::string SecretName(const json& md) { return Name(md) + "-secrets"; }
 std::string CacheClaimName(const json& md) { return Name(md) + "-cache"; }
+
+std::string AdminSecretName(const json& md) {
+  // As CacheVolumeName: the first dot after the prefix ends the namespace.
+  const std::string readable = "moeserve-admin." + Namespace(md) + "." + Name(md);
+  if (readable.size() <= 253) return readable;
+  return "moeserve-admin.sha-" + Sha256Hex(Namespace(md) + "/" + Name(md)).substr(0, 40);
+}
 
 std::string CacheVolumeName(const json& md) {
   // A namespace has no dots, so the first dot after the prefix ends it: two
@@ -281,6 +303,18 @@ json Secret(const json& md, const std::map<std::string, std::string>& data) {
   for (const auto& [k, v] : data) encoded[k] = Base64Encode(v);
   secret["data"] = encoded;
   return secret;
+}
+
+json AdminSecret(const json& md, const std::string& operator_namespace, const std::string& admin_key) {
+  json labels = Labels(md, "admin-key");
+  labels[kOwnerNamespaceLabel] = Namespace(md);
+  labels[kOwnerNameLabel] = Name(md);
+  labels[kOwnerUidLabel] = md["metadata"].value("uid", "");
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"type", "Opaque"},
+          {"metadata", {{"name", AdminSecretName(md)}, {"namespace", operator_namespace}, {"labels", labels}}},
+          {"data", {{kAdminKeyKey, Base64Encode(admin_key)}}}};
 }
 
 json GroupSelector(const json& md, int replica) {
@@ -466,6 +500,14 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
                     {{"name", "tmp"}, {"mountPath", kTmpDir}}})},
   };
 
+  // No device requested: no device visible, whatever the image's ENV says
+  // (the runtimes read these to pick devices; a pod's env overrides the
+  // image's). The puller never requests one.
+  for (const auto& vendor : kGpuVendors) {
+    puller["env"].push_back(env(vendor.visible_devices_env, vendor.none));
+    if (DeviceUnits(resources) == 0) container["env"].push_back(env(vendor.visible_devices_env, vendor.none));
+  }
+
   // Multi-node groups: the rendezvous port, this pod's address for the
   // collectives, and the group's secret (a file, never an environment value).
   if (spec.nodes_per_replica > 1) {
@@ -575,6 +617,17 @@ json CacheVolume(const json& md, const PlatformConfig& platform) {
 
 json CacheClaim(const json& md, const PlatformConfig& platform) {
   const std::string capacity = std::to_string(platform.cache_capacity_gi) + "Gi";
+  if (!platform.cache_storage_class.empty())
+    // The class's volume, whichever it binds: made by its provisioner, or
+    // one made in advance (a claimRef naming this claim picks it exactly).
+    return {{"apiVersion", "v1"},
+            {"kind", "PersistentVolumeClaim"},
+            {"metadata", Metadata(md, CacheClaimName(md), "cache")},
+            {"spec",
+             {{"accessModes", json::array({"ReadWriteOnce"})},
+              {"storageClassName", platform.cache_storage_class},
+              {"volumeMode", "Filesystem"},
+              {"resources", {{"requests", {{"storage", capacity}}}}}}}};
   return {{"apiVersion", "v1"},
           {"kind", "PersistentVolumeClaim"},
           {"metadata", Metadata(md, CacheClaimName(md), "cache")},

@@ -135,6 +135,10 @@ std::string ListenUri(const std::string& addr) {
 Operator::Operator(KubeClient& client, OperatorOptions options)
     : client_(client), options_(std::move(options)), queue_(options_.rate_limits), metrics_(std::make_unique<Metrics>()) {
   events_ = std::make_unique<EventRecorder>(client_, "moe-operator");
+  // --watch-namespace: every informer (MoEDeployments, QuotaPolicies,
+  // children) keeps only those namespaces, so nothing here reads a Secret
+  // or a pod elsewhere (the chart grants both there alone).
+  options_.informer.namespaces = options_.watch_namespaces;
   // The hook keys' Vault prefix is no MoEDeployment's to name: the webhook refuses it too.
   options_.webhook.reserved_vault_prefix = options_.hook_secrets.vault_prefix;
   auto enqueue = [this](const json& o) {
@@ -192,7 +196,9 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
                                  &resources::kPodDisruptionBudget,
                                  &resources::kPersistentVolumeClaim, &resources::kPersistentVolume,
                                  &resources::kNetworkPolicy}) {
-    // PersistentVolumes are cluster-scoped: watched everywhere, mapped back by their owner labels.
+    // PersistentVolumes are cluster-scoped: watched everywhere, mapped back
+    // by their owner labels; not at all when a storage class provides them.
+    if (ref == &resources::kPersistentVolume && !options_.reconciler.platform.cache_storage_class.empty()) continue;
     const std::string ns = ref->namespaced ? options_.watch_namespace : "";
     auto informer = std::make_unique<Informer>(client_, *ref, ns, child_options, child_handlers);
     ObjectCache* cache = &informer->mutable_cache();
@@ -206,6 +212,8 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
     informers_.push_back(std::move(informer));
   }
   informers_.push_back(quota_->TakeInformer());
+  // Admin keys live where the webhook's Secret does: the operator's own namespace.
+  options_.reconciler.operator_namespace = options_.webhook.operator_namespace;
   reconciler_ = std::make_unique<MoEDeploymentReconciler>(client_, caches, events_.get(), options_.reconciler);
   // Hook keys are the platform's: read from the operator's namespace, or
   // from Vault as the operator itself, never as a tenant's namespace.

@@ -107,9 +107,11 @@ std::string ReasonFor(const Error& error, const SecretReference& ref) {
 // The last good api-keys.yaml less every tenant entry the current keys no
 // longer hold (same tenant, same key hash): while a malformed keys Secret
 // keeps the last good file serving, a key removed in the same edit is gone.
-// `fresh` (the admin key alone) when the last file cannot be read.
+// `fresh` (the admin key alone) when the last file cannot be read. `held`
+// null: every tenant entry of the last file stays (the keys could not be
+// read now). The admin entry is always `fresh`'s.
 std::string KeysStillHeld(const std::string& last_good, const std::string& fresh,
-                          const std::set<std::pair<std::string, std::string>>& held) {
+                          const std::set<std::pair<std::string, std::string>>* held) {
   const json last = json::parse(last_good, nullptr, false);
   const json admin_only = json::parse(fresh, nullptr, false);
   if (!last.is_object() || !last.value("keys", json()).is_array() || !admin_only.is_object()) return fresh;
@@ -117,7 +119,8 @@ std::string KeysStillHeld(const std::string& last_good, const std::string& fresh
   for (const auto& entry : last["keys"]) {
     if (!entry.is_object() || entry.value("role", json()) != json("user")) continue;
     const json tenant = entry.value("tenant", json()), hash = entry.value("sha256", json());
-    if (tenant.is_string() && hash.is_string() && held.contains({tenant.get<std::string>(), hash.get<std::string>()}))
+    if (tenant.is_string() && hash.is_string() &&
+        (!held || held->contains({tenant.get<std::string>(), hash.get<std::string>()})))
       kept["keys"].push_back(entry);
   }
   return kept.dump(2) + "\n";
@@ -194,6 +197,15 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
   // 5. Quota: admitted or not, as options_.quota decides (moe-operator's is
   //    DecideQuota over its caches, the webhook's function; unset: admitted).
   QuotaDecision quota = options_.quota ? options_.quota(md, *spec) : QuotaDecision{};
+  if (quota.forbidden) {
+    // What the policy forbids never runs: not even the groups made before
+    // the policy said so (they would go on running the forbidden image).
+    MoEDeploymentSpec none;
+    none.replicas = 0;
+    MOE_TRY(RemoveSurplusGroups(md, none));
+    MOE_TRY(WriteStatus(md, nullptr, {}, {}, {}, quota.reason + ": " + quota.message));
+    return ReconcileResult{};
+  }
   if (options_.budgeting) spec->budgeting = options_.budgeting(md);
 
   // 6. Config and secrets (the operator's own keys read back, never
@@ -209,13 +221,18 @@ Result<ReconcileResult> MoEDeploymentReconciler::Reconcile(const std::string& ke
                            OwnedByUid(*existing_secret, md["metadata"].value("uid", ""));
   if (keep_secret) {
     json kept = existing_secret->value("data", json::object());
+    kept.erase(kAdminKeyKey);  // a plain admin key left by an older operator never stays
     // Except revoked keys: a key the tenant removed (or whose Secret is gone)
     // never lives on in the last good copy.
     if (secrets.keys == SecretsState::Keys::kFresh) {
       kept[kApiKeysKey] = Base64Encode(secrets.data.at(kApiKeysKey));
-    } else if (secrets.keys == SecretsState::Keys::kMalformed) {
+    } else {
+      // The tenant entries as decided above, the admin entry always the
+      // current key's: a key rotated meanwhile is never shut out.
       const std::string last = kept.value(kApiKeysKey, json("")).is_string() ? Base64Decode(kept[kApiKeysKey].get<std::string>()) : "";
-      kept[kApiKeysKey] = Base64Encode(KeysStillHeld(last, secrets.data.at(kApiKeysKey), secrets.keys_held));
+      kept[kApiKeysKey] = Base64Encode(KeysStillHeld(
+          last, secrets.data.at(kApiKeysKey),
+          secrets.keys == SecretsState::Keys::kMalformed ? &secrets.keys_held : nullptr));
     }
     secret["data"] = kept;
   }
@@ -280,8 +297,10 @@ Result<ReconcileResult> MoEDeploymentReconciler::Finalize(json md) {
   auto mine = std::find(finalizers.begin(), finalizers.end(), kFinalizer);
   if (mine == finalizers.end()) return ReconcileResult{};
   if (options_.cleanup) MOE_TRY(options_.cleanup->Cleanup(md));
-  // The cache volume is cluster-scoped: no owner reference can take it.
+  // The cache volume is cluster-scoped, the admin key's Secret in another
+  // namespace: no owner reference can take either.
   MOE_TRY(DeleteCacheVolume(md));
+  MOE_TRY(DeleteAdminSecret(md));
   finalizers.erase(mine);
   md["metadata"]["finalizers"] = finalizers;
   auto updated = client_.Update(resources::kMoEDeployment, md);
@@ -324,7 +343,8 @@ Result<std::map<std::string, std::string>> MoEDeploymentReconciler::OperatorKeys
   json data = json::object();
   if (secret && OwnedByUid(*secret, md["metadata"].value("uid", ""))) data = secret->value("data", json::object());
   std::map<std::string, std::string> keys;
-  for (const char* name : {kAdminKeyKey, kMetricsTokenKey, kGroupSecretKey}) {
+  MOE_ASSIGN_OR_RETURN(keys[kAdminKeyKey], AdminKey(md));
+  for (const char* name : {kMetricsTokenKey, kGroupSecretKey}) {
     std::string value;
     if (data.is_object() && data.contains(name) && data[name].is_string())
       value = Base64Decode(data[name].get<std::string>());
@@ -336,10 +356,59 @@ Result<std::map<std::string, std::string>> MoEDeploymentReconciler::OperatorKeys
   return keys;
 }
 
+Result<std::string> MoEDeploymentReconciler::AdminKey(const json& md) {
+  const std::string& ns = options_.operator_namespace;
+  const std::string name = desired::AdminSecretName(md);
+  auto live = client_.Get(resources::kSecret, ns, name);
+  if (!live && live.error().code() != ErrorCode::kNotFound) return Fail(live.error());
+  auto remember = [&](json secret) {
+    secret["kind"] = resources::kSecret.kind;
+    secret["apiVersion"] = resources::kSecret.ApiVersion();
+    if (secret["metadata"].is_object()) secret["metadata"].erase("managedFields");
+    caches_.secrets->Upsert(secret);  // where the usage sync finds the key
+  };
+  if (live && IsAdminSecretOf(*live, md)) {
+    const json data = live->value("data", json::object());
+    const std::string key =
+        data.is_object() && data.value(kAdminKeyKey, json()).is_string() ? Base64Decode(data[kAdminKeyKey].get<std::string>()) : "";
+    if (!key.empty()) {
+      remember(*live);
+      return key;
+    }
+  }
+  // None yet, or one left by an earlier deployment of the same name (another
+  // uid): a fresh key, never one made for someone else.
+  MOE_ASSIGN_OR_RETURN(std::string key, RandomToken());
+  const json want = desired::AdminSecret(md, ns, key);
+  Result<json> written = live ? client_.Update(resources::kSecret, Overlay(*live, want)) : client_.Create(resources::kSecret, ns, want);
+  if (!written) {
+    if (written.error().code() == ErrorCode::kNotFound && !live)
+      return Fail(Error::Unavailable("cannot keep the admin key of " + Namespace(md) + "/" + Name(md) + " in Secret " +
+                                     ns + "/" + name + ": " + written.error().message() +
+                                     " (is --operator-namespace the operator's own namespace?)"));
+    return Fail(written.error());  // a conflict: the next reconcile reads it again
+  }
+  remember(*written);
+  return key;
+}
+
+Status MoEDeploymentReconciler::DeleteAdminSecret(const json& md) {
+  const std::string& ns = options_.operator_namespace;
+  const std::string name = desired::AdminSecretName(md);
+  auto live = client_.Get(resources::kSecret, ns, name);
+  if (!live) return live.error().code() == ErrorCode::kNotFound ? Ok() : Fail(live.error());
+  if (!IsAdminSecretOf(*live, md)) return Ok();  // not this deployment's
+  auto deleted = client_.Delete(resources::kSecret, ns, name, "Background", PreconditionsOf(*live));
+  if (!deleted && deleted.error().code() != ErrorCode::kNotFound) return Fail(deleted.error());
+  caches_.secrets->Remove(ns + "/" + name);
+  return Ok();
+}
+
 MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
     const json& md, const MoEDeploymentSpec& spec, const std::map<std::string, std::string>& operator_keys) {
   SecretsState state;
   state.data = operator_keys;
+  state.data.erase(kAdminKeyKey);  // the tenant's namespace gets its hash alone
   std::vector<std::string> problems;
   bool may_pass = false, forbidden = false;
   auto refuse = [&](const std::string& reason, const std::string& message, bool passing) {
@@ -440,6 +509,13 @@ MoEDeploymentReconciler::SecretsState MoEDeploymentReconciler::GatherSecrets(
 }
 
 Status MoEDeploymentReconciler::EnsureCache(const json& md) {
+  if (!options_.platform.cache_storage_class.empty()) {
+    // The storage class provides the volume: only the claim is ours.
+    const json want_claim = desired::CacheClaim(md, options_.platform);
+    if (!caches_.claims->Get(ObjectKey(want_claim)))
+      MOE_TRY(Apply(resources::kPersistentVolumeClaim, caches_.claims, md, want_claim));
+    return Ok();
+  }
   const json want_volume = desired::CacheVolume(md, options_.platform);
   const std::string volume_name = Name(want_volume);
   auto volume = caches_.volumes->Get(volume_name);
@@ -467,6 +543,8 @@ Status MoEDeploymentReconciler::EnsureCache(const json& md) {
 }
 
 Status MoEDeploymentReconciler::DeleteCacheVolume(const json& md) {
+  // A storage class's volume follows its reclaim policy once the claim goes.
+  if (!options_.platform.cache_storage_class.empty()) return Ok();
   const std::string volume_name = desired::CacheVolumeName(md);
   std::optional<json> volume = caches_.volumes->Get(volume_name);
   if (!volume) {

@@ -168,17 +168,24 @@ std::vector<UsageSync::Pod> UsageSync::PodsOf(const json& md, std::vector<std::s
   const std::string ns = NamespaceOf(md), name = NameOf(md), uid = UidOf(md);
   auto spec = ParseMoEDeploymentSpec(Field(md, "spec"));
   if (!spec) return pods;
-  // The operator's admin key, from the Secret it made for this deployment.
+  // The operator's admin key, from the Secret it keeps for this deployment
+  // in its own namespace (the tenant's holds only the key's hash); the
+  // serving certificate from the deployment's own Secret.
   auto secret = caches_.secrets->Get(ns + "/" + desired::SecretName(md));
   if (!secret || ControllerUid(*secret, "MoEDeployment", name) != uid) {
     problems.push_back("MoEDeployment " + name + ": no Secret " + desired::SecretName(md) + " of its own yet");
     return pods;
   }
-  const json& data = Field(*secret, "data");
+  auto admin = caches_.secrets->Get(options_.record_namespace + "/" + desired::AdminSecretName(md));
+  if (!admin || !IsAdminSecretOf(*admin, md)) {
+    problems.push_back("MoEDeployment " + name + ": no admin key in Secret " + options_.record_namespace + "/" +
+                       desired::AdminSecretName(md) + " yet");
+    return pods;
+  }
   DaemonEndpoint endpoint;
-  endpoint.admin_key = Base64Decode(Str(data, kAdminKeyKey));
+  endpoint.admin_key = Base64Decode(Str(Field(*admin, "data"), kAdminKeyKey));
   if (endpoint.admin_key.empty()) return pods;
-  if (!spec->tls_secret.empty()) endpoint.ca_pem = Base64Decode(Str(data, kTlsCertKey));
+  if (!spec->tls_secret.empty()) endpoint.ca_pem = Base64Decode(Str(Field(*secret, "data"), kTlsCertKey));
   ListOptions list;
   list.label_selector = "app.kubernetes.io/instance=" + name + ",app.kubernetes.io/component=daemon";
   auto listed = client_.List(resources::kPod, ns, list);

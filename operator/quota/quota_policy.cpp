@@ -56,7 +56,53 @@ const json* FindPolicy(const std::vector<json>& policies, const std::string& ns,
 
 std::string ReferencedPolicy(const json& md) { return Str(Field(Field(md, "spec"), "quotaPolicyRef"), "name"); }
 
+// A pod that requests no GPU has no business on a GPU node: tolerating a GPU
+// vendor's taint would let it share the node (and, were its devices not
+// pinned to none, open them). The violation, when it does.
+std::optional<QuotaViolation> GpuTolerationsWithoutGpus(const MoEDeploymentSpec& spec) {
+  // Per rendered pod (a deployment scaled to zero still asks for its GPUs).
+  if (desired::DeviceUnits(desired::ServerResources(spec)) > 0 || !spec.tolerations.is_array()) return std::nullopt;
+  std::vector<std::string> keys;
+  std::string first;
+  for (size_t i = 0; i < spec.tolerations.size(); ++i) {
+    const json& t = spec.tolerations[i];
+    if (!t.is_object() || !t.value("key", json()).is_string()) continue;
+    const std::string key = t["key"].get<std::string>();
+    if (!GpuTaintKey(key)) continue;
+    if (keys.empty()) first = "spec.tolerations[" + std::to_string(i) + "].key";
+    keys.push_back(key);
+  }
+  if (keys.empty()) return std::nullopt;
+  return QuotaViolation{"spec.tolerations", 0, ListText(keys),
+                        first + ": " + keys[0] +
+                            " tolerates GPU nodes, but this MoEDeployment requests no GPU "
+                            "(spec.parallelism.gpusPerNode is 0); only a QuotaPolicy with "
+                            "limits.allowGPUTolerationsWithoutGPUs: true allows that"};
+}
+
+// What no group may run at all, as opposed to a sum past a limit (which
+// holds the groups there are): an image outside the list, GPU nodes
+// without GPUs.
+bool Forbidden(const std::vector<QuotaViolation>& violations) {
+  for (const auto& v : violations)
+    if (v.limit == "limits.allowedImages" || v.limit == "spec.tolerations") return true;
+  return false;
+}
+
 }  // namespace
+
+bool ImageAllowed(const std::string& image, const std::string& entry) {
+  if (entry.empty()) return false;
+  // A digest: the image must be pinned to it (any repository, or the one named).
+  if (entry.rfind("sha256:", 0) == 0) return image.size() > entry.size() && image.ends_with("@" + entry);
+  if (entry.find("@sha256:") != std::string::npos) return image == entry;
+  // A prefix ends at a boundary: "registry.internal" is not "registry.internal.evil.example",
+  // nor is "team/app" "team/app-debug".
+  if (image.rfind(entry, 0) != 0) return false;
+  if (image.size() == entry.size()) return true;
+  const char last = entry.back(), next = image[entry.size()];
+  return last == '/' || last == ':' || last == '@' || next == '/' || next == ':' || next == '@';
+}
 
 Result<QuotaLimits> ParseQuotaLimits(const json& policy) {
   const json spec = policy.is_object() ? policy.value("spec", json::object()) : json::object();
@@ -68,6 +114,11 @@ Result<QuotaLimits> ParseQuotaLimits(const json& policy) {
   MOE_ASSIGN_OR_RETURN(out.max_context_tokens, OptionalInt(limits, "maxContextTokens"));
   MOE_ASSIGN_OR_RETURN(out.allowed_tiers, OptionalStrings(limits, "allowedTiers"));
   MOE_ASSIGN_OR_RETURN(out.allowed_images, OptionalStrings(limits, "allowedImages"));
+  if (limits.contains("allowGPUTolerationsWithoutGPUs") && !limits["allowGPUTolerationsWithoutGPUs"].is_null()) {
+    if (!limits["allowGPUTolerationsWithoutGPUs"].is_boolean())
+      return Fail(Error::InvalidArgument("spec.limits.allowGPUTolerationsWithoutGPUs: not a boolean"));
+    out.allow_gpu_tolerations_without_gpus = limits["allowGPUTolerationsWithoutGPUs"].get<bool>();
+  }
   return out;
 }
 
@@ -106,10 +157,15 @@ QuotaEvaluation DecideQuota(const json& md, const MoEDeploymentSpec& spec, const
   auto refuse = [&](std::string reason, QuotaViolation v) {
     e.decision = {false, std::move(reason), v.message};
     e.violations.push_back(std::move(v));
+    e.decision.forbidden = Forbidden(e.violations);
     return e;
   };
+  const QuotaDemand own = DemandOf(spec);
+  const std::optional<QuotaViolation> gpu_nodes = GpuTolerationsWithoutGpus(spec);
   if (e.policy.empty()) {
     if (in_namespace.empty()) {
+      // No policy to allow it: GPU nodes without GPUs are refused everywhere.
+      if (gpu_nodes) return refuse("GPUTolerationsWithoutGPUs", *gpu_nodes);
       e.decision = {true, "NoQuotaPolicy", "namespace " + ns + " has no QuotaPolicy"};
       return e;
     }
@@ -130,7 +186,6 @@ QuotaEvaluation DecideQuota(const json& md, const MoEDeploymentSpec& spec, const
                                          "QuotaPolicy " + e.policy + ": " + limits.error().message()});
 
   // The namespace's total: this deployment and the ones before it under the same policy.
-  const QuotaDemand own = DemandOf(spec);
   e.namespace_gpus = own.gpus;
   e.namespace_replicas = own.replicas;
   for (const auto& other : deployments) {
@@ -169,11 +224,16 @@ QuotaEvaluation DecideQuota(const json& md, const MoEDeploymentSpec& spec, const
   }
   if (limits->allowed_images) {
     bool allowed = false;
-    for (const auto& prefix : *limits->allowed_images) allowed = allowed || own.image.rfind(prefix, 0) == 0;
+    for (const auto& entry : *limits->allowed_images) allowed = allowed || ImageAllowed(own.image, entry);
     if (!allowed)
       e.violations.push_back({"limits.allowedImages", 0, own.image,
                               who + "limits.allowedImages is " + ListText(*limits->allowed_images) +
-                                  " (prefixes); spec.image is " + own.image});
+                                  " (prefixes and digests); spec.image is " + own.image});
+  }
+  if (gpu_nodes && !limits->allow_gpu_tolerations_without_gpus) {
+    QuotaViolation v = *gpu_nodes;
+    v.message = who + v.message;
+    e.violations.push_back(std::move(v));
   }
 
   if (e.violations.empty()) {
@@ -187,6 +247,7 @@ QuotaEvaluation DecideQuota(const json& md, const MoEDeploymentSpec& spec, const
   std::string message;
   for (const auto& v : e.violations) message += (message.empty() ? "" : "; ") + v.message.substr(message.empty() ? 0 : who.size());
   e.decision = {false, "QuotaExceeded", message};
+  e.decision.forbidden = Forbidden(e.violations);
   return e;
 }
 

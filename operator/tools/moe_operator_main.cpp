@@ -51,11 +51,12 @@ namespace {
 
 int Usage(const std::string& why) {
   std::cerr << "moe-operator: " << why << "\n"
-            << "usage: moe-operator [--kubeconfig PATH] [--namespace NS|all] [--leader-elect]\n"
+            << "usage: moe-operator [--kubeconfig PATH] [--namespace NS|all] [--watch-namespace NS]... [--leader-elect]\n"
                "       [--leader-election-namespace NS] [--leader-election-id NAME] [--identity ID]\n"
                "       [--lease-duration S] [--renew-deadline S] [--retry-period S]\n"
                "       [--metrics-addr HOST:PORT|:PORT|0] [--health-addr HOST:PORT|:PORT|0] [--workers N]\n"
                "       [--daemon-image IMAGE] [--cache-root DIR] [--shared-cache] [--cache-capacity-gi N]\n"
+               "       [--cache-storage-class NAME]\n"
                "       [--run-as-user UID] [--allowed-toleration-keys K,K] [--allowed-node-selector-keys K,K|*]\n"
                "       [--allow-affinity=true|false]\n"
                "       [--vault-addr URL] [--vault-cacert PATH] [--vault-namespace NS] [--vault-auth-mount MOUNT]\n"
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
       }
       if (a == "--kubeconfig") kubeconfig = value;
       else if (a == "--namespace") ns = value;
+      else if (a == "--watch-namespace") options.watch_namespaces.push_back(value);
       else if (a == "--leader-elect") options.leader_elect = value.empty() || value == "true";
       else if (a == "--leader-election-namespace") election_ns = value;
       else if (a == "--leader-election-id") options.election.lease_name = value;
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
       else if (a == "--cache-root") options.reconciler.platform.cache_root = value;
       else if (a == "--shared-cache") options.reconciler.platform.shared_cache = value.empty() || value == "true";
       else if (a == "--cache-capacity-gi") options.reconciler.platform.cache_capacity_gi = std::stoll(value);
+      else if (a == "--cache-storage-class") options.reconciler.platform.cache_storage_class = value;
       else if (a == "--run-as-user") options.reconciler.platform.run_as_user = std::stoll(value);
       else if (a == "--allowed-toleration-keys") options.reconciler.platform.scheduling.toleration_keys = op::ParseKeyList(value);
       else if (a == "--allowed-node-selector-keys")
@@ -157,6 +160,10 @@ int main(int argc, char** argv) {
   if (platform.cache_root.empty() || platform.cache_root[0] != '/') return Usage("--cache-root must be an absolute path");
   if (platform.run_as_user <= 0) return Usage("--run-as-user must be a non-root user id (> 0)");
   if (platform.cache_capacity_gi <= 0) return Usage("--cache-capacity-gi must be positive");
+  for (const auto& watched : options.watch_namespaces)
+    if (watched.empty() || watched == "all") return Usage("--watch-namespace must name a namespace");
+  if (!options.watch_namespaces.empty() && ns != "all")
+    return Usage("--watch-namespace and --namespace " + ns + " exclude each other; name the namespaces with --watch-namespace");
   if (options.reconciler.vault_resync.count() <= 0) return Usage("--vault-resync-seconds must be positive");
   if (vault_auth.service_account.empty() || vault_auth.auth_mount.empty())
     return Usage("--vault-service-account and --vault-auth-mount must not be empty");
@@ -246,7 +253,13 @@ int main(int argc, char** argv) {
     }
   });
   log::Info("moe-operator " + options.election.identity + " watching " +
-            (options.watch_namespace.empty() ? std::string("all namespaces") : "namespace " + options.watch_namespace) +
+            (!options.watch_namespaces.empty()
+                 ? "namespaces " + [&] {
+                     std::string names;
+                     for (const auto& n : options.watch_namespaces) names += (names.empty() ? "" : ",") + n;
+                     return names;
+                   }()
+                 : options.watch_namespace.empty() ? std::string("all namespaces") : "namespace " + options.watch_namespace) +
             " on " + config->server);
   auto ran = oper.Run();
   WakeShutdownWaiter();

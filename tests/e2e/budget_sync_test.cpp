@@ -215,8 +215,9 @@ class BudgetSyncTest : public ::testing::Test {
           return false;
       return true;
     }));
-    for (const char* md : {"alpha", "beta"}) {  // each deployment has an admin key of its own
-      auto secret = server_.Get("secrets", kNs, std::string(md) + "-secrets");
+    for (const char* md : {"alpha", "beta"}) {  // each deployment has an admin key of its own, in the operator's namespace
+      auto secret = server_.Get("secrets", "moeserve-system", "moeserve-admin." + std::string(kNs) + "." + md);
+      ASSERT_TRUE(secret) << "no admin key for " << md;
       admin_keys_[md] = Base64Decode((*secret)["data"][op::kAdminKeyKey].get<std::string>());
     }
     for (size_t i = 0; i < pods_.size(); ++i) {

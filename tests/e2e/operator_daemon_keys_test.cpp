@@ -1,7 +1,8 @@
 // What the operator writes into a deployment's Secret is what the daemon
 // reads: api-keys.yaml parses with the daemon's own parser and admits the
-// operator's admin key as admin and each tenant key as that tenant (never
-// as admin); the metrics token is one line. And the directory the serve
+// operator's admin key (kept in the operator's namespace) as admin and each
+// tenant key as that tenant (never as admin), and no value of the tenant's
+// Secret as admin; the metrics token is one line. And the directory the serve
 // config names is the one `moe-daemon pull` (verified) fills.
 #include <gtest/gtest.h>
 
@@ -51,7 +52,8 @@ TEST(OperatorDaemonContract, SecretKeysAreWhatTheDaemonAuthenticates) {
   // The operator reads QuotaPolicies too (its caches sync before it works).
   ASSERT_TRUE(server.RegisterCrdFile(std::string(MOESERVE_SOURCE_DIR_DEFAULT) + "/crds/moeserve.io_quotapolicies.yaml"));
   ASSERT_GT(server.Start(0), 0);
-  ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}}));
+  for (const char* ns : {"team-a", "moeserve-system"})  // the tenant's, and the operator's own
+    ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}}));
   ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
                                         {"metadata", {{"name", "keys"}, {"namespace", "team-a"},
                                                       {"labels", {{op::kUsableLabel, "true"}}}}},
@@ -74,9 +76,14 @@ TEST(OperatorDaemonContract, SecretKeysAreWhatTheDaemonAuthenticates) {
   });
   auto secret = server.Get("secrets", "team-a", "m-secrets");
   auto cm = server.Get("configmaps", "team-a", "m-config");
+  auto md_now = server.Get("moedeployments.moeserve.io", "team-a", "m");
+  ASSERT_TRUE(md_now);
+  auto admin_secret = server.Get("secrets", "moeserve-system", op::desired::AdminSecretName(*md_now));
   oper.RequestStop();
   runner.join();
   ASSERT_TRUE(written);
+  ASSERT_TRUE(admin_secret) << "no admin key in the operator's namespace";
+  const std::string admin_key = Base64Decode((*admin_secret)["data"].value(op::kAdminKeyKey, ""));
 
   // The Secret volume's files, where the serve config says they are (moved to a temp dir).
   TempDir dir;
@@ -94,7 +101,7 @@ TEST(OperatorDaemonContract, SecretKeysAreWhatTheDaemonAuthenticates) {
   auto keys = daemon::ApiKeys::LoadFile(cfg->api_keys_file);
   ASSERT_TRUE(keys) << keys.error().ToString();
   EXPECT_EQ(keys->size(), 3u);
-  auto admin = keys->Authenticate("Bearer " + data["admin-key"]);
+  auto admin = keys->Authenticate("Bearer " + admin_key);
   ASSERT_TRUE(admin);
   EXPECT_TRUE(admin->admin);
   EXPECT_EQ(admin->tenant, op::kAdminTenant);
@@ -104,6 +111,11 @@ TEST(OperatorDaemonContract, SecretKeysAreWhatTheDaemonAuthenticates) {
   EXPECT_FALSE(acme->admin);
   EXPECT_FALSE(keys->Authenticate("Bearer " + data["metrics-token"])) << "the metrics token is not an API key";
   EXPECT_FALSE(keys->Authenticate("Bearer sk-guess"));
+  // Nothing a tenant can read in its namespace is an admin credential.
+  for (const auto& [k, v] : data) {
+    auto as = keys->Authenticate("Bearer " + v);
+    EXPECT_FALSE(as && as->admin) << "the tenant's Secret holds an admin key in " << k;
+  }
   EXPECT_EQ(data["metrics-token"].find('\n'), std::string::npos);
   EXPECT_FALSE(data["metrics-token"].empty());
 }

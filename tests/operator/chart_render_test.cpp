@@ -90,7 +90,7 @@ TEST(ChartRender, EveryValueIsDocumentedAndUsed) {
 }
 
 TEST(ChartRender, MissingValuesAndOtherTemplateSyntaxAreErrors) {
-  const json values = {{"a", {{"b", "x"}}}, {"on", true}};
+  const json values = {{"a", {{"b", "x"}}}, {"on", true}, {"n", 3}, {"none", json::array()}, {"ns", {"x", "y"}}};
   const json chart = {{"appVersion", "1"}};
   auto ok = RenderTemplate("v: {{ .Values.a.b }} ns: {{ .Release.Namespace }}\n", values, {}, chart);
   ASSERT_TRUE(ok) << ok.error().ToString();
@@ -100,10 +100,21 @@ TEST(ChartRender, MissingValuesAndOtherTemplateSyntaxAreErrors) {
   EXPECT_FALSE(RenderTemplate("v: {{ toYaml .Values.a }}\n", values, {}, chart));
   EXPECT_FALSE(RenderTemplate("v: {{ .Values.a.b | quote }}\n", values, {}, chart));
   EXPECT_FALSE(RenderTemplate("{{- if .Values.on }}\nv: 1\n", values, {}, chart)) << "if without end";
-  EXPECT_FALSE(RenderTemplate("{{- if .Values.a.b }}\nv: 1\n{{- end }}\n", values, {}, chart)) << "not a boolean";
+  EXPECT_FALSE(RenderTemplate("{{- if .Values.n }}\nv: 1\n{{- end }}\n", values, {}, chart)) << "a number is no truth";
   auto off = RenderTemplate("a: 1\n{{- if .Values.on }}\nb: 2\n{{- else }}\nc: 3\n{{- end }}\n", values, {}, chart);
   ASSERT_TRUE(off);
   EXPECT_EQ(*off, "a: 1\nb: 2\n");
+  // Helm's truth of strings and lists, and range over a list.
+  auto lists = RenderTemplate("{{- if .Values.none }}\nempty: true\n{{- else }}\nempty: false\n{{- end }}\n"
+                              "{{- if .Values.a.b }}\nb: set\n{{- end }}\n"
+                              "{{- range .Values.ns }}\n- {{ . }} in {{ $.Release.Namespace }}\n{{- end }}\n",
+                              values, {}, chart);
+  ASSERT_TRUE(lists) << lists.error().ToString();
+  EXPECT_EQ(*lists, "empty: false\nb: set\n- x in moeserve-system\n- y in moeserve-system\n");
+  EXPECT_FALSE(RenderTemplate("{{- range .Values.ns }}\n- {{ .Release.Namespace }}\n{{- end }}\n", values, {}, chart))
+      << "helm's dot is the element inside range";
+  EXPECT_FALSE(RenderTemplate("{{- range .Values.a.b }}\n- {{ . }}\n{{- end }}\n", values, {}, chart)) << "not a list";
+  EXPECT_FALSE(RenderTemplate("{{- range .Values.ns }}\n- {{ . }}\n", values, {}, chart)) << "range without end";
 }
 
 TEST(ChartRender, CrdsAreTheSameBytesAsTheSourceOfTruth) {
@@ -139,7 +150,8 @@ TEST(ChartRender, RbacRulesAndCrdsHoldNoTemplateExpressions) {
     rbac_files++;
     EXPECT_EQ(text.find("{{"), std::string::npos) << e.path().filename() << " must be plain YAML";
   }
-  EXPECT_EQ(rbac_files, 4) << "operator ClusterRole and Role, moeserve-tenant, moeserve-admin";
+  EXPECT_EQ(rbac_files, 6) << "operator ClusterRoles (its own, tenant namespaces' objects, cache volumes) and Role, "
+                               "moeserve-tenant, moeserve-admin";
   for (const auto& e : std::filesystem::directory_iterator(ChartDir() / "crds"))
     EXPECT_EQ(ReadText(e.path()).find("{{"), std::string::npos) << e.path().filename();
 }

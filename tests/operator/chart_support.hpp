@@ -5,9 +5,12 @@
 // `{{ .Values.a.b }}` (a scalar from the values; a missing key or a map is an
 // error, never an empty string), `{{ .Release.Namespace }}`,
 // `{{ .Release.Name }}`, `{{ .Chart.Version }}`, `{{ .Chart.AppVersion }}`,
-// and whole-line `{{- if .Values.x }}`, `{{- else }}`, `{{- end }}` (the
-// value must be a boolean). Anything else between braces is an error, so a
-// template that helm would render differently fails here instead.
+// whole-line `{{- if .Values.x }}`, `{{- else }}`, `{{- end }}` (the value a
+// boolean, or a string or list, true when not empty, as helm has it), and
+// whole-line `{{- range .Values.list }}` ... `{{- end }}` over a list of
+// scalars, inside which only `{{ . }}` and `{{ $.Release.Namespace }}` (and
+// the other `$.` forms) are known. Anything else between braces is an
+// error, so a template that helm would render differently fails here instead.
 //
 // RuleAllows is RBAC's rule matching (apiGroups, resources with
 // "resource/subresource", verbs, resourceNames, "*"). InstallChart applies a
@@ -83,9 +86,23 @@ inline Result<nlohmann::json> LoadValues() {
   return docs[0];
 }
 
+// Helm's truth of a value an `if` tests: a boolean, or a string or list
+// (true when not empty). Anything else is an error here, so that no value
+// is tested by accident.
+inline Result<bool> Truth(const nlohmann::json& v, const std::string& where) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();  // json::empty() is false for any string
+  if (v.is_array()) return !v.empty();
+  return Fail(Error::InvalidArgument(where + "if on a value that is not a boolean, a string or a list"));
+}
+
 inline Result<std::string> RenderTemplate(const std::string& text, const nlohmann::json& values, const Release& release,
-                                          const nlohmann::json& chart, std::vector<std::string>* used = nullptr) {
+                                          const nlohmann::json& chart, std::vector<std::string>* used = nullptr,
+                                          const nlohmann::json* dot = nullptr) {
   static const std::regex kControl(R"(^\s*\{\{-?\s*(if\s+\.Values\.([A-Za-z0-9_.]+)|else|end)\s*-?\}\}\s*$)");
+  static const std::regex kRange(R"(^\s*\{\{-?\s*range\s+\.Values\.([A-Za-z0-9_.]+)\s*-?\}\}\s*$)");
+  static const std::regex kOpens(R"(^\s*\{\{-?\s*(if|range)\s.*\}\}\s*$)");
+  static const std::regex kEnds(R"(^\s*\{\{-?\s*end\s*-?\}\}\s*$)");
   static const std::regex kExpr(R"(\{\{-?\s*([^}]*?)\s*-?\}\})");
   std::string out;
   std::vector<bool> emitting;  // one per open if: whether its current branch is emitted
@@ -101,6 +118,33 @@ inline Result<std::string> RenderTemplate(const std::string& text, const nlohman
     ++number;
     const std::string where = "line " + std::to_string(number) + ": ";
     std::smatch m;
+    if (std::regex_match(line, m, kRange)) {
+      // `{{- range .Values.list }}` ... `{{- end }}`: the body once per
+      // element, where `{{ . }}` is the element and `{{ $.Release.* }}` the
+      // release (helm's `.` is the element inside).
+      if (dot) return Fail(Error::InvalidArgument(where + "range inside range"));
+      const std::string key = m[1].str();
+      std::string body;
+      int depth = 1;
+      while (depth > 0 && std::getline(lines, line)) {
+        ++number;
+        if (std::regex_match(line, kOpens)) depth++;
+        else if (std::regex_match(line, kEnds)) depth--;
+        if (depth > 0) body += line + "\n";
+      }
+      if (depth > 0) return Fail(Error::InvalidArgument(where + "range without end"));
+      MOE_ASSIGN_OR_RETURN(auto list, ValueAt(values, key));
+      if (!list.is_array()) return Fail(Error::InvalidArgument(where + "range over a value that is not a list"));
+      if (used) used->push_back(key);
+      if (!active()) continue;
+      for (const auto& element : list) {
+        if (element.is_object() || element.is_array() || element.is_null())
+          return Fail(Error::InvalidArgument(where + "range over a list of other than scalars"));
+        MOE_ASSIGN_OR_RETURN(auto rendered, RenderTemplate(body, values, release, chart, used, &element));
+        out += rendered;
+      }
+      continue;
+    }
     if (std::regex_match(line, m, kControl)) {
       const std::string what = m[1].str();
       if (what == "end") {
@@ -110,10 +154,11 @@ inline Result<std::string> RenderTemplate(const std::string& text, const nlohman
         if (emitting.empty()) return Fail(Error::InvalidArgument(where + "else without if"));
         emitting.back() = !emitting.back();
       } else {
+        if (dot) return Fail(Error::InvalidArgument(where + ".Values inside range (helm's dot is the element there)"));
         MOE_ASSIGN_OR_RETURN(auto v, ValueAt(values, m[2].str()));
-        if (!v.is_boolean()) return Fail(Error::InvalidArgument(where + "if on a value that is not a boolean"));
+        MOE_ASSIGN_OR_RETURN(bool on, Truth(v, where));
         if (used) used->push_back(m[2].str());
-        emitting.push_back(v.get<bool>());
+        emitting.push_back(on);
       }
       continue;
     }
@@ -122,8 +167,21 @@ inline Result<std::string> RenderTemplate(const std::string& text, const nlohman
     for (std::sregex_iterator it(line.begin(), line.end(), kExpr), end; it != end; ++it) {
       rendered.append(begin, line.cbegin() + it->position());
       begin = line.cbegin() + it->position() + it->length();
-      const std::string expr = (*it)[1].str();
+      std::string expr = (*it)[1].str();
       nlohmann::json v;
+      if (dot) {
+        // Inside range: the element, or the root through `$`.
+        if (expr == ".") {
+          v = *dot;
+          rendered += v.is_string() ? v.get<std::string>() : v.dump();
+          continue;
+        }
+        if (expr.rfind("$.", 0) != 0)
+          return Fail(Error::InvalidArgument(where + "{{ " + expr + " }} inside range (write $" + expr + ")"));
+        expr = expr.substr(1);
+      } else if (expr.rfind("$.", 0) == 0) {
+        expr = expr.substr(1);
+      }
       if (expr == ".Release.Namespace") v = release.ns;
       else if (expr == ".Release.Name") v = release.name;
       else if (expr == ".Chart.Version") v = chart.value("version", "");
@@ -176,19 +234,27 @@ inline Result<RenderedChart> RenderChart(const nlohmann::json& values, const Rel
 }
 
 // What `helm install -n <ns>` does, with the real kubectl against the API
-// double: the chart's crds/ first, then every rendered template into the
-// release namespace (which must exist). The output of the failing step, or "".
+// double: the chart's crds/ first, then every rendered object into the
+// release namespace (which must exist), or into the namespace it names
+// itself (the RoleBindings of operator.watchNamespaces). The output of the
+// failing step, or "".
 inline std::string InstallChart(const Kubectl& kubectl, const RenderedChart& chart, const Release& release) {
   auto crds = kubectl("apply -f " + (ChartDir() / "crds").string());
   if (crds.rc != 0) return "kubectl apply crds: " + crds.output;
-  std::string all;
-  for (const auto& [name, text] : chart.files) all += "---\n# " + name + "\n" + text;
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("moe-chart-" + std::to_string(getpid()) + "-" + release.ns + ".yaml");
-  std::ofstream(path) << all;
-  auto applied = kubectl("apply -n " + release.ns + " -f " + path.string());
-  std::filesystem::remove(path);
-  if (applied.rc != 0) return "kubectl apply templates: " + applied.output;
+  std::map<std::string, std::string> by_namespace;  // documents (JSON is YAML) per namespace
+  for (const auto& o : chart.objects) {
+    const nlohmann::json meta = o.value("metadata", nlohmann::json::object());
+    const std::string ns = meta.value("namespace", nlohmann::json("")).is_string() ? meta.value("namespace", "") : "";
+    by_namespace[ns.empty() ? release.ns : ns] += "---\n" + o.dump(2) + "\n";
+  }
+  for (const auto& [ns, documents] : by_namespace) {
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("moe-chart-" + std::to_string(getpid()) + "-" + release.ns + "-" + ns + ".yaml");
+    std::ofstream(path) << documents;
+    auto applied = kubectl("apply -n " + ns + " -f " + path.string());
+    std::filesystem::remove(path);
+    if (applied.rc != 0) return "kubectl apply templates (" + ns + "): " + applied.output;
+  }
   return "";
 }
 
@@ -224,6 +290,46 @@ inline bool RoleAllows(const nlohmann::json& role, const std::string& verb, cons
   for (const auto& rule : role.value("rules", nlohmann::json::array()))
     if (RuleAllows(rule, verb, group, resource, subresource, name)) return true;
   return false;
+}
+
+// A role the chart grants moe-operator's ServiceAccount, and where: through
+// a ClusterRoleBinding (ns "", every namespace and cluster-scoped objects)
+// or a RoleBinding (its namespace only; a Role, or a ClusterRole bound there).
+struct BoundRole {
+  nlohmann::json role;
+  std::string ns;
+  std::string label;  // "ClusterRole x", "Role x in ns", "ClusterRole x in ns"
+};
+
+inline std::vector<BoundRole> OperatorRoles(const RenderedChart& chart, const std::string& release_ns,
+                                            const std::string& service_account = "moeserve-operator") {
+  std::vector<BoundRole> out;
+  auto namespace_of = [&](const nlohmann::json& o) {
+    const std::string ns = o["metadata"].value("namespace", nlohmann::json("")).is_string() ? o["metadata"].value("namespace", "") : "";
+    return ns.empty() ? release_ns : ns;
+  };
+  for (const auto& b : chart.objects) {
+    const std::string kind = b.value("kind", "");
+    if (kind != "ClusterRoleBinding" && kind != "RoleBinding") continue;
+    bool ours = false;
+    for (const auto& subject : b.value("subjects", nlohmann::json::array()))
+      ours = ours || (subject.value("kind", "") == "ServiceAccount" && subject.value("name", "") == service_account &&
+                      subject.value("namespace", "") == release_ns);
+    if (!ours) continue;
+    const std::string ref_kind = b["roleRef"].value("kind", ""), ref_name = b["roleRef"].value("name", "");
+    nlohmann::json role = FindObject(chart.objects, ref_kind, ref_name);
+    EXPECT_TRUE(role.is_object()) << kind << " " << b["metadata"].value("name", "") << " binds a missing " << ref_kind
+                                  << " " << ref_name;
+    if (!role.is_object()) continue;
+    if (kind == "ClusterRoleBinding") {
+      out.push_back({role, "", "ClusterRole " + ref_name});
+    } else {
+      const std::string ns = namespace_of(b);
+      if (ref_kind == "Role" && namespace_of(role) != ns) continue;  // a Role binds only in its own namespace
+      out.push_back({role, ns, ref_kind + " " + ref_name + " in " + ns});
+    }
+  }
+  return out;
 }
 
 // A port nothing listens on now, for the webhook (tests never use fixed ports).

@@ -1,10 +1,11 @@
 // Keys, attacked as a tenant would: before, a MoEDeployment without apiKeys
 // ran a daemon that served anyone on 0.0.0.0 (and /metrics, with tenant
 // names, to anyone). Now every deployment has an operator-generated admin
-// key and metrics token in its Secret, kept stable across reconciles and
-// operator restarts; api-keys.yaml always lists the admin key (as a hash),
-// the serve config always names the keys and the metrics token, and the
-// tenant's container never sees the admin key in plain text.
+// key (in a Secret of the operator's own namespace) and metrics token (in
+// its Secret), kept stable across reconciles and operator restarts;
+// api-keys.yaml always lists the admin key (as a hash), the serve config
+// always names the keys and the metrics token, and nothing in the tenant's
+// namespace holds the admin key in plain text.
 #include <gtest/gtest.h>
 
 #include "moeserve/common/base64.hpp"
@@ -36,15 +37,18 @@ TEST(Keys, EveryDeploymentHasAnAdminKeyAndMetricsTokenThatStay) {
   {
     auto client = cluster.Client();
     RunningOperator running(*client, {});
-    ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "open-secrets").count(kAdminKeyKey) == 1; }));
-    ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "other-secrets").count(kAdminKeyKey) == 1; }));
+    ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "open-secrets").count(kApiKeysKey) == 1; }));
+    ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "other-secrets").count(kApiKeysKey) == 1; }));
     ASSERT_TRUE(WaitFor([&] { return server.List("statefulsets.apps", "team-a").size() == 2; }));
     first = SecretData(server, "team-a", "open-secrets");
+    EXPECT_EQ(first.count(kAdminKeyKey), 0u) << "the admin key is in the tenant's namespace";
+    first[kAdminKeyKey] = AdminKeyOf(server, "team-a", "open");
     EXPECT_TRUE(IsHexToken(first[kAdminKeyKey])) << first[kAdminKeyKey];
     EXPECT_TRUE(IsHexToken(first[kMetricsTokenKey])) << first[kMetricsTokenKey];
     EXPECT_NE(first[kAdminKeyKey], first[kMetricsTokenKey]);
     // Per deployment: another deployment's keys are its own.
     auto other = SecretData(server, "team-a", "other-secrets");
+    other[kAdminKeyKey] = AdminKeyOf(server, "team-a", "other");
     EXPECT_NE(other[kAdminKeyKey], first[kAdminKeyKey]);
     EXPECT_NE(other[kMetricsTokenKey], first[kMetricsTokenKey]);
 
@@ -80,7 +84,7 @@ TEST(Keys, EveryDeploymentHasAnAdminKeyAndMetricsTokenThatStay) {
       ASSERT_TRUE(WaitFor([&] { return running.op.reconciles() > before; }));
     }
     std::this_thread::sleep_for(200ms);
-    EXPECT_EQ(SecretData(server, "team-a", "open-secrets")[kAdminKeyKey], first[kAdminKeyKey]);
+    EXPECT_EQ(AdminKeyOf(server, "team-a", "open"), first[kAdminKeyKey]);
   }
   // Nor does a new operator process, which reads them back.
   auto client = cluster.Client();
@@ -88,7 +92,7 @@ TEST(Keys, EveryDeploymentHasAnAdminKeyAndMetricsTokenThatStay) {
   ASSERT_TRUE(WaitFor([&] { return again.op.reconciles() >= 2; }));
   std::this_thread::sleep_for(300ms);
   auto after = SecretData(server, "team-a", "open-secrets");
-  EXPECT_EQ(after[kAdminKeyKey], first[kAdminKeyKey]);
+  EXPECT_EQ(AdminKeyOf(server, "team-a", "open"), first[kAdminKeyKey]);
   EXPECT_EQ(after[kMetricsTokenKey], first[kMetricsTokenKey]);
   EXPECT_EQ(after[kApiKeysKey], first[kApiKeysKey]);
 }
@@ -109,6 +113,7 @@ TEST(Keys, TenantKeysJoinTheAdminKeyAndBadOnesAreRefused) {
   RunningOperator running(*client, options);
   ASSERT_TRUE(WaitFor([&] { return SecretData(server, "team-a", "m-secrets").count(kApiKeysKey) == 1; }));
   auto data = SecretData(server, "team-a", "m-secrets");
+  data[kAdminKeyKey] = AdminKeyOf(server, "team-a", "m");
   json file = json::parse(data[kApiKeysKey]);
   ASSERT_EQ(file["keys"].size(), 3u) << file.dump();
   EXPECT_EQ(file["keys"][0]["role"], "admin");
@@ -123,7 +128,7 @@ TEST(Keys, TenantKeysJoinTheAdminKeyAndBadOnesAreRefused) {
       << ConditionOf(server, "team-a", "m", "SecretsSynced").dump();
   EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-pretend-admin")), std::string::npos);
   EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey], data[kApiKeysKey]);
-  EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kAdminKeyKey], data[kAdminKeyKey]);
+  EXPECT_EQ(AdminKeyOf(server, "team-a", "m"), data[kAdminKeyKey]);
 }
 
 TEST(Keys, AnAdminKeyPlantedBeforehandIsNotTrusted) {
@@ -137,9 +142,10 @@ TEST(Keys, AnAdminKeyPlantedBeforehandIsNotTrusted) {
   ASSERT_TRUE(server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "m", 1, 1)));
   auto client = cluster.Client();
   RunningOperator running(*client, {});
-  ASSERT_TRUE(WaitFor([&] { return IsHexToken(SecretData(server, "team-a", "m-secrets")[kAdminKeyKey]); }));
+  ASSERT_TRUE(WaitFor([&] { return IsHexToken(SecretData(server, "team-a", "m-secrets")[kMetricsTokenKey]); }));
   auto data = SecretData(server, "team-a", "m-secrets");
   EXPECT_NE(data[kMetricsTokenKey], "known-too");
+  EXPECT_EQ(data.count(kAdminKeyKey), 0u);
   EXPECT_EQ(data[kApiKeysKey].find(Sha256Hex("known-to-the-tenant")), std::string::npos);
 }
 
@@ -158,7 +164,7 @@ TEST(Keys, APlantedSecretIsNotKeptAsTheLastGoodOne) {
   auto client = cluster.Client();
   RunningOperator running(*client, {});
   ASSERT_TRUE(WaitFor([&] { return ConditionOf(server, "team-a", "m", "SecretsSynced").value("reason", "") == "SecretNotFound"; }));
-  ASSERT_TRUE(WaitFor([&] { return IsHexToken(SecretData(server, "team-a", "m-secrets")[kAdminKeyKey]); }));
+  ASSERT_TRUE(WaitFor([&] { return IsHexToken(SecretData(server, "team-a", "m-secrets")[kMetricsTokenKey]); }));
   EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find("known-to-the-tenant"), std::string::npos);
 }
 
@@ -188,7 +194,8 @@ TEST(Keys, DeletingTheKeysSecretRevokesItsKeysAndKeepsTheOperatorsOwn) {
   ASSERT_TRUE(WaitFor([&] {
     return SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex("sk-acme")) != std::string::npos;
   }));
-  const auto before = SecretData(server, "team-a", "m-secrets");
+  auto before = SecretData(server, "team-a", "m-secrets");
+  before[kAdminKeyKey] = AdminKeyOf(server, "team-a", "m");
 
   // 1. The keys Secret is deleted: its keys go, the admin key and metrics token stay.
   ASSERT_TRUE(server.Delete("secrets", "team-a", "keys"));
@@ -199,7 +206,7 @@ TEST(Keys, DeletingTheKeysSecretRevokesItsKeysAndKeepsTheOperatorsOwn) {
   json file = json::parse(after[kApiKeysKey]);
   ASSERT_EQ(file["keys"].size(), 1u) << file.dump();
   EXPECT_EQ(file["keys"][0], (json{{"sha256", Sha256Hex(before.at(kAdminKeyKey))}, {"tenant", kAdminTenant}, {"role", "admin"}}));
-  EXPECT_EQ(after[kAdminKeyKey], before.at(kAdminKeyKey));
+  EXPECT_EQ(AdminKeyOf(server, "team-a", "m"), before.at(kAdminKeyKey));
   EXPECT_EQ(after[kMetricsTokenKey], before.at(kMetricsTokenKey));
   EXPECT_TRUE(WaitFor([&] { return ConditionOf(server, "team-a", "m", "SecretsSynced").value("reason", "") == "SecretNotFound"; }));
   const json synced = ConditionOf(server, "team-a", "m", "SecretsSynced");
@@ -223,7 +230,7 @@ TEST(Keys, DeletingTheKeysSecretRevokesItsKeysAndKeepsTheOperatorsOwn) {
   after = SecretData(server, "team-a", "m-secrets");
   EXPECT_EQ(after[std::string(kObjectStorePrefix) + "AWS_ACCESS_KEY_ID"], "AKIA-1");
   EXPECT_EQ(json::parse(after[kApiKeysKey])["keys"].size(), 1u);
-  EXPECT_EQ(after[kAdminKeyKey], before.at(kAdminKeyKey));
+  EXPECT_EQ(AdminKeyOf(server, "team-a", "m"), before.at(kAdminKeyKey));
 }
 
 // A key removed in the same edit that breaks the keys Secret (an empty
@@ -277,6 +284,70 @@ TEST(Keys, ARemovedKeyStaysRemovedWhateverElseFails) {
   EXPECT_NE(file().find(Sha256Hex("sk-initech")), std::string::npos);
   EXPECT_TRUE(WaitFor([&] { return ConditionOf(server, "team-a", "m", "SecretsSynced").value("reason", "") == "SecretNotFound"; }));
   EXPECT_EQ(SecretData(server, "team-a", "m-secrets")[std::string(kObjectStorePrefix) + "AWS_ACCESS_KEY_ID"], "AKIA-1");
+}
+
+// The admin key, attacked as a tenant would: it used to sit in plain text in
+// the tenant's <name>-secrets, so anyone who could read that Secret (every
+// tenant with `get secrets`, which the tenant role grants) could call the
+// daemon's admin endpoints (set the global spend, read every tenant's usage)
+// with the operator's own key. Now the tenant's namespace holds only its
+// hash (api-keys.yaml); the key is in a Secret of the operator's namespace,
+// made for this deployment's uid alone and deleted with it. A key an older
+// operator left in the tenant's Secret is dropped and replaced.
+TEST(Keys, ReadingTheTenantsSecretDoesNotGiveTheAdminKey) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
+  FakeCluster cluster;
+  auto& server = cluster.server;
+  // As an older operator left it: the plain admin key in the deployment's own Secret.
+  auto md = server.Create("moedeployments.moeserve.io", MoEDeploymentManifest("team-a", "m", 1, 1));
+  ASSERT_TRUE(md);
+  const std::string leaked = "admin-key-an-older-operator-left-in-the-tenants-namespace";
+  const json old_keys = {{"keys", json::array({{{"sha256", Sha256Hex(leaked)}, {"tenant", kAdminTenant}, {"role", "admin"}}})}};
+  ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                        {"metadata", {{"name", "m-secrets"}, {"namespace", "team-a"},
+                                                      {"labels", {{"app.kubernetes.io/managed-by", kManagedBy}}},
+                                                      {"ownerReferences", json::array({desired::OwnerReference(*md)})}}},
+                                        {"stringData", {{kAdminKeyKey, leaked}, {kApiKeysKey, old_keys.dump()}}}}));
+  // A Secret of the same name in the operator's namespace, made for another
+  // deployment of that name (another uid): its key is not this one's.
+  const std::string stale = "admin-key-of-an-earlier-deployment-of-the-same-name";
+  json stale_secret = desired::AdminSecret(*md, "moeserve-system", stale);
+  stale_secret["metadata"]["labels"][kOwnerUidLabel] = "uid-of-an-earlier-deployment";
+  ASSERT_TRUE(server.Create("secrets", stale_secret));
+
+  auto client = cluster.Client();
+  RunningOperator running(*client, {});
+  ASSERT_TRUE(WaitFor([&] {
+    return IsHexToken(AdminKeyOf(server, "team-a", "m")) &&
+           SecretData(server, "team-a", "m-secrets")[kApiKeysKey].find(Sha256Hex(AdminKeyOf(server, "team-a", "m"))) !=
+               std::string::npos;
+  })) << "no admin key of this deployment's own in the operator's namespace";
+  const std::string admin_key = AdminKeyOf(server, "team-a", "m");
+  EXPECT_NE(admin_key, leaked);
+  EXPECT_NE(admin_key, stale);
+
+  // What a tenant reads: no value is, or holds, the admin key; the leaked
+  // and the stale keys no longer open the daemon.
+  Kubectl kubectl(server);
+  auto got = kubectl("get secret m-secrets -n team-a -o json");
+  ASSERT_EQ(got.rc, 0) << got.output;
+  const json tenant_view = json::parse(got.output, nullptr, false);
+  ASSERT_TRUE(tenant_view.is_object()) << got.output;
+  EXPECT_FALSE(tenant_view["data"].contains(kAdminKeyKey)) << got.output;
+  for (const auto& [k, v] : tenant_view["data"].items())
+    EXPECT_EQ(Base64Decode(v.get<std::string>()).find(admin_key), std::string::npos) << k << " holds the admin key";
+  const json file = json::parse(Base64Decode(tenant_view["data"][kApiKeysKey].get<std::string>()));
+  ASSERT_EQ(file["keys"].size(), 1u) << file.dump();
+  EXPECT_EQ(file["keys"][0], (json{{"sha256", Sha256Hex(admin_key)}, {"tenant", kAdminTenant}, {"role", "admin"}}));
+
+  // The key's Secret is this deployment's, by uid, and goes with it.
+  auto admin_secret = server.Get("secrets", "moeserve-system", desired::AdminSecretName(*md));
+  ASSERT_TRUE(admin_secret);
+  EXPECT_EQ((*admin_secret)["metadata"]["labels"].value(kOwnerUidLabel, ""), (*md)["metadata"].value("uid", ""));
+  ASSERT_TRUE(server.Delete("moedeployments.moeserve.io", "team-a", "m"));
+  ASSERT_TRUE(WaitFor([&] { return !server.Get("moedeployments.moeserve.io", "team-a", "m"); }));
+  EXPECT_FALSE(server.Get("secrets", "moeserve-system", desired::AdminSecretName(*md)))
+      << "the admin key outlived its deployment";
 }
 
 }  // namespace

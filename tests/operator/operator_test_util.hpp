@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "fake_apiserver.hpp"
+#include "moeserve/common/base64.hpp"
 #include "moeserve/operator/kube_client.hpp"
 #include "moeserve/operator/operator.hpp"
 
@@ -84,7 +85,9 @@ class FakeCluster {
       EXPECT_TRUE(s) << s.error().ToString();
     }
     EXPECT_GT(server.Start(0), 0);
-    (void)server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}});
+    // The tenant's namespace, and the operator's own (admin keys, budget records).
+    for (const char* ns : {"team-a", "moeserve-system"})
+      (void)server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
   }
   std::unique_ptr<KubeClient> Client(const std::string& user_agent = "moe-operator/test") {
     KubeConfig c;
@@ -98,6 +101,15 @@ class FakeCluster {
   }
   fakes::FakeApiServer server;
 };
+
+// The operator's admin key for deployment ns/name, from its Secret in the
+// operator's namespace; "" when there is none.
+inline std::string AdminKeyOf(fakes::FakeApiServer& server, const std::string& ns, const std::string& name,
+                              const std::string& operator_namespace = "moeserve-system") {
+  auto secret = server.Get("secrets", operator_namespace, "moeserve-admin." + ns + "." + name);
+  if (!secret || !(*secret)["data"].contains("admin-key")) return "";
+  return Base64Decode((*secret)["data"]["admin-key"].get<std::string>());
+}
 
 // An operator on its own thread.
 class RunningOperator {

@@ -66,7 +66,7 @@ TEST(QuotaPolicy, ReplicasContextTiersAndImagesEachNameLimitRequestAndAllowed) {
   EXPECT_EQ(e.violations[2].message,
             "QuotaPolicy team-a: limits.allowedTiers is [low, medium]; spec.engine.thinking configures [high]");
   EXPECT_EQ(e.violations[3].message,
-            "QuotaPolicy team-a: limits.allowedImages is [registry.internal/moeserve/] (prefixes); spec.image is "
+            "QuotaPolicy team-a: limits.allowedImages is [registry.internal/moeserve/] (prefixes and digests); spec.image is "
             "docker.io/someone/daemon:1");
   // One message, the policy named once.
   EXPECT_EQ(e.decision.message.find("QuotaPolicy team-a"), e.decision.message.rfind("QuotaPolicy team-a"));

@@ -13,9 +13,11 @@
 // delete, so the conflict path reads it again), scaled up and down with
 // kubectl through the webhook, deleted through the finalizer, and a restart
 // that finds a deletion pending and its cache volume already gone.
-// Every request the operator made is then checked against the chart's
-// ClusterRole and Role: a call no rule grants is missing, a granted
-// (group, resource, verb) no call used is spare. Both fail the test.
+// Every request the operator made is then checked against the roles the
+// chart binds to the operator's ServiceAccount (ClusterRoles through
+// ClusterRoleBindings, the Role in its namespace): a call no rule grants is
+// missing, a granted (group, resource, verb) no call used is spare. Both
+// fail the test.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -100,7 +102,7 @@ bool Restored(fakes::FakeApiServer& server, const std::string& resource, const s
 
 struct Grant {
   std::string group, resource, verb;
-  bool namespaced_role = false;  // from the Role in the operator's namespace
+  std::string role;  // the bound role it comes from (BoundRole::label)
   auto operator<=>(const Grant&) const = default;
 };
 
@@ -115,8 +117,8 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
   ASSERT_TRUE(HaveKubectl()) << "kubectl is not installed (scripts/setup installs it)";
   FakeCluster cluster;
   auto& server = cluster.server;
-  ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
-                                           {"metadata", {{"name", kOperatorNamespace}}}}));
+  (void)server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
+                                           {"metadata", {{"name", kOperatorNamespace}}}});  // FakeCluster may have made it
 
   // Vault: team-a's role binds its moeserve-vault ServiceAccount to its paths.
   fakes::FakeVault vault(server.url());
@@ -138,10 +140,8 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
   SetValue(*values, "vault.allowInsecureHttp", true);  // the double speaks plain http on loopback
   auto chart = RenderChart(*values, {.name = "moeserve", .ns = kOperatorNamespace});
   ASSERT_TRUE(chart) << chart.error().ToString();
-  const json cluster_role = FindObject(chart->objects, "ClusterRole", "moeserve-operator");
-  const json role = FindObject(chart->objects, "Role", "moeserve-operator");
-  ASSERT_TRUE(cluster_role.is_object());
-  ASSERT_TRUE(role.is_object());
+  const std::vector<BoundRole> bound = OperatorRoles(*chart, kOperatorNamespace);
+  ASSERT_FALSE(bound.empty());
   Kubectl kubectl(server);
   ASSERT_EQ(InstallChart(kubectl, *chart, {.name = "moeserve", .ns = kOperatorNamespace}), "");
 
@@ -204,6 +204,16 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
     for (const auto& [resource, name] : children) Drift(server, resource, name);
     for (const auto& [resource, name] : children)
       EXPECT_TRUE(WaitFor([&] { return Restored(server, resource, name); })) << resource << " " << name;
+    // The admin key's Secret in the operator's namespace, as if left by an
+    // earlier deployment of the same name (another uid): replaced.
+    const std::string ultra_uid = (*server.Get("moedeployments.moeserve.io", "team-a", "ultra"))["metadata"]["uid"];
+    ASSERT_TRUE(server.Mutate("secrets", kOperatorNamespace, "moeserve-admin.team-a.ultra",
+                              [](json& o) { o["metadata"]["labels"]["moeserve.io/owner-uid"] = "an-earlier-uid"; }));
+    Drift(server, "services", "ultra");  // a watched change brings the reconcile (Secrets are not watched)
+    EXPECT_TRUE(WaitFor([&] {
+      auto s = server.Get("secrets", kOperatorNamespace, "moeserve-admin.team-a.ultra");
+      return s && (*s)["metadata"]["labels"].value("moeserve.io/owner-uid", "") == ultra_uid;
+    }));
 
     // 3. A new revision rolls the group. Pod requests are held back 700 ms, and
     //    a pod changes right after the operator listed it, so its delete
@@ -289,34 +299,36 @@ TEST(RbacOperator, ChartGrantsExactlyTheCallsTheOperatorMakes) {
   std::set<Grant> used;
   std::set<std::string> missing;
   for (const auto& c : calls) {
-    const bool by_role = c.ns == kOperatorNamespace && RoleAllows(role, c.verb, c.group, c.resource, c.subresource, c.name);
-    const bool by_cluster_role = RoleAllows(cluster_role, c.verb, c.group, c.resource, c.subresource, c.name);
+    // A namespace's own bindings first (the Role in the operator's
+    // namespace), then the cluster-wide ones.
+    const BoundRole* by = nullptr;
+    for (int pass = 0; pass < 2 && !by; ++pass)
+      for (const auto& b : bound)
+        if ((pass == 0 ? !b.ns.empty() && b.ns == c.ns : b.ns.empty()) &&
+            RoleAllows(b.role, c.verb, c.group, c.resource, c.subresource, c.name)) {
+          by = &b;
+          break;
+        }
     const std::string resource = c.subresource.empty() ? c.resource : c.resource + "/" + c.subresource;
-    if (by_role) used.insert({c.group, resource, c.verb, true});
-    else if (by_cluster_role) used.insert({c.group, resource, c.verb, false});
+    if (by) used.insert({c.group, resource, c.verb, by->label});
     else missing.insert(Describe(c));
   }
   for (const auto& m : missing) ADD_FAILURE() << "the chart does not grant a call the operator made: " << m;
 
-  // Every (group, resource, verb) a rule grants, with resourceNames kept as
-  // they narrow a grant but cannot justify one alone.
-  auto expand = [](const json& r, bool namespaced_role) {
-    std::vector<Grant> out;
-    for (const auto& rule : r.value("rules", json::array()))
+  // Every (group, resource, verb) a bound role grants, with resourceNames
+  // kept as they narrow a grant but cannot justify one alone.
+  for (const auto& b : bound)
+    for (const auto& rule : b.role.value("rules", json::array()))
       for (const auto& g : rule.value("apiGroups", json::array()))
         for (const auto& res : rule.value("resources", json::array()))
-          for (const auto& v : rule.value("verbs", json::array()))
-            out.push_back({g.get<std::string>(), res.get<std::string>(), v.get<std::string>(), namespaced_role});
-    return out;
-  };
-  for (const auto& [r, namespaced] : {std::pair{cluster_role, false}, std::pair{role, true}})
-    for (const auto& g : expand(r, namespaced)) {
-      EXPECT_NE(g.verb, "*") << "a wildcard verb is never least privilege";
-      EXPECT_NE(g.resource, "*") << "a wildcard resource is never least privilege";
-      EXPECT_TRUE(used.count(g)) << "spare grant in the " << (namespaced ? "Role" : "ClusterRole") << ": "
-                                 << g.verb << " " << (g.group.empty() ? "core" : g.group) << "/" << g.resource
-                                 << " (no call of the scenario needed it)";
-    }
+          for (const auto& v : rule.value("verbs", json::array())) {
+            const Grant grant{g.get<std::string>(), res.get<std::string>(), v.get<std::string>(), b.label};
+            EXPECT_NE(grant.verb, "*") << "a wildcard verb is never least privilege";
+            EXPECT_NE(grant.resource, "*") << "a wildcard resource is never least privilege";
+            EXPECT_TRUE(used.count(grant)) << "spare grant in " << b.label << ": " << grant.verb << " "
+                                           << (grant.group.empty() ? "core" : grant.group) << "/" << grant.resource
+                                           << " (no call of the scenario needed it)";
+          }
   if (HasFailure()) {
     std::set<std::string> seen;
     for (const auto& c : calls) seen.insert(Describe({c.verb, c.group, "", c.resource, c.subresource,

@@ -9,6 +9,8 @@
 // RBAC's rule matching.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "chart_support.hpp"
 #include "operator_test_util.hpp"
 
@@ -140,8 +142,10 @@ TEST(RbacOperatorRole, SecretsByNameOnlyNoListWatchOrDelete) {
   ASSERT_TRUE(values) << values.error().ToString();
   auto chart = RenderChart(*values);
   ASSERT_TRUE(chart) << chart.error().ToString();
-  const json role = FindObject(chart->objects, "ClusterRole", "moeserve-operator");
+  const json role = FindObject(chart->objects, "ClusterRole", "moeserve-operator-tenant-objects");
   ASSERT_TRUE(role.is_object());
+  EXPECT_FALSE(RoleAllows(FindObject(chart->objects, "ClusterRole", "moeserve-operator"), "get", "", "secrets", "", "x"))
+      << "Secrets are granted only through moeserve-operator-tenant-objects, whose binding decides where";
   for (const char* verb : {"list", "watch", "delete", "deletecollection", "patch"}) {
     EXPECT_FALSE(RoleAllows(role, verb, "", "secrets")) << verb << " secrets, cluster-wide";
     EXPECT_FALSE(RoleAllows(role, verb, "", "secrets", "", "any")) << verb << " secrets by name";
@@ -150,6 +154,53 @@ TEST(RbacOperatorRole, SecretsByNameOnlyNoListWatchOrDelete) {
   const json own = FindObject(chart->objects, "Role", "moeserve-operator");
   ASSERT_TRUE(own.is_object());
   for (const char* verb : {"list", "watch"}) EXPECT_FALSE(RoleAllows(own, verb, "", "secrets")) << verb << " (Role)";
+}
+
+// operator.watchNamespaces: the operator's grants on Secrets and pods were
+// cluster-wide whatever it watched, so its token could read every Secret and
+// delete any pod of the cluster. With the namespaces listed, those grants
+// are RoleBindings there alone, the Deployment passes --watch-namespace for
+// each, and with cache.storageClassName no PersistentVolume grant is bound.
+// By default they stay cluster-wide (documented in docs/operations.md).
+TEST(RbacOperatorRole, WatchNamespacesBindSecretsAndPodsThereAlone) {
+  auto values = LoadValues();
+  ASSERT_TRUE(values) << values.error().ToString();
+  auto grants_anywhere = [](const std::vector<BoundRole>& bound, const std::string& ns, const std::string& verb,
+                            const std::string& resource) {
+    for (const auto& b : bound)
+      if ((b.ns.empty() || b.ns == ns) && RoleAllows(b.role, verb, "", resource, "", "x")) return true;
+    return false;
+  };
+  {
+    auto chart = RenderChart(*values);
+    ASSERT_TRUE(chart) << chart.error().ToString();
+    const auto bound = OperatorRoles(*chart, "moeserve-system");
+    EXPECT_TRUE(grants_anywhere(bound, "any-namespace", "get", "secrets")) << "the default stays cluster-wide";
+    EXPECT_TRUE(grants_anywhere(bound, "", "create", "persistentvolumes"));
+  }
+  SetValue(*values, "operator.watchNamespaces", json::array({"team-a", "team-b"}));
+  SetValue(*values, "cache.storageClassName", "local-path");
+  auto chart = RenderChart(*values);
+  ASSERT_TRUE(chart) << chart.error().ToString();
+  const auto bound = OperatorRoles(*chart, "moeserve-system");
+  for (const std::string ns : {"team-a", "team-b"}) {
+    SCOPED_TRACE(ns);
+    for (const char* verb : {"get", "create", "update"}) EXPECT_TRUE(grants_anywhere(bound, ns, verb, "secrets")) << verb;
+    for (const char* verb : {"get", "list", "delete"}) EXPECT_TRUE(grants_anywhere(bound, ns, verb, "pods")) << verb;
+  }
+  for (const char* verb : {"get", "create", "update"})
+    EXPECT_FALSE(grants_anywhere(bound, "team-c", verb, "secrets")) << verb << " secrets outside the watched namespaces";
+  for (const char* verb : {"get", "list", "delete"})
+    EXPECT_FALSE(grants_anywhere(bound, "team-c", verb, "pods")) << verb << " pods outside the watched namespaces";
+  for (const char* verb : {"get", "list", "watch", "create", "delete"})
+    EXPECT_FALSE(grants_anywhere(bound, "", verb, "persistentvolumes")) << verb << " persistentvolumes";
+  const json deployment = FindObject(chart->objects, "Deployment", "moeserve-operator");
+  ASSERT_TRUE(deployment.is_object());
+  std::set<std::string> args;
+  for (const auto& a : deployment["spec"]["template"]["spec"]["containers"][0]["args"]) args.insert(a.get<std::string>());
+  EXPECT_TRUE(args.count("--watch-namespace=team-a") && args.count("--watch-namespace=team-b")) << json(args).dump();
+  EXPECT_TRUE(args.count("--cache-storage-class=local-path")) << json(args).dump();
+  for (const auto& a : args) EXPECT_NE(a.rfind("--namespace=", 0), 0u) << a;
 }
 
 }  // namespace

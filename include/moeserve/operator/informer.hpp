@@ -68,6 +68,10 @@ struct InformerOptions {
   // reads them (controller-runtime's TransformStripManagedFields).
   bool strip_managed_fields = true;
   int64_t list_page_size = 500;  // client-go's page size
+  // Namespaced objects outside these namespaces are left out of the cache
+  // and the handlers (moe-operator --watch-namespace, given more than once:
+  // the operator lists across the cluster but acts only there). Empty: all.
+  std::vector<std::string> namespaces;
 };
 
 class Informer {
@@ -94,6 +98,7 @@ class Informer {
  private:
   void Run();
   Status ListAndReplace();
+  bool Wanted(const json& object) const;  // within options_.namespaces
   void SleepFor(std::chrono::milliseconds d);
 
   KubeClient& client_;

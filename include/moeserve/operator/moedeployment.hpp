@@ -24,6 +24,10 @@ inline constexpr char kUsableLabel[] = "moeserve.io/usable";
 // reference to a namespaced MoEDeployment.
 inline constexpr char kOwnerNamespaceLabel[] = "moeserve.io/owner-namespace";
 inline constexpr char kOwnerNameLabel[] = "moeserve.io/owner-name";
+// On objects kept for a MoEDeployment outside its namespace (its admin key's
+// Secret in the operator's namespace): the deployment's uid, so that a
+// deployment deleted and made again under the same name never inherits one.
+inline constexpr char kOwnerUidLabel[] = "moeserve.io/owner-uid";
 // The storage class of the cache volumes: no provisioner has it, so only the
 // claim each volume is bound to in advance can ever use it.
 inline constexpr char kCacheStorageClass[] = "moeserve-node-cache";
@@ -37,8 +41,11 @@ inline constexpr char kTmpDir[] = "/tmp";
 inline constexpr char kStateDir[] = "/var/lib/moeserve";
 // ConfigMap <policy>-budget's spend.json, mounted (optional) for a daemon that starts.
 inline constexpr char kBudgetDir[] = "/etc/moeserve/budget";
-// Keys of the deployment's Secret.
+// The operator's admin key: plain text only in the operator's own namespace
+// (desired::AdminSecret); the tenant's namespace holds its SHA-256 alone,
+// in api-keys.yaml, which is all the daemon needs to verify it.
 inline constexpr char kAdminKeyKey[] = "admin-key";
+// Keys of the deployment's Secret.
 inline constexpr char kMetricsTokenKey[] = "metrics-token";
 // The expert-parallel group's shared secret: it authenticates the ranks to
 // rank 0's rendezvous store (mounted only in multi-node groups).
@@ -54,6 +61,27 @@ inline constexpr char kObjectStorePrefix[] = "object-store.";
 // The daemon's tenant for the operator's own admin key.
 inline constexpr char kAdminTenant[] = "moeserve-admin";
 
+// The GPU vendors the platform knows (the default toleration allow-list's
+// keys): each one's device resource, which is also the taint its GPU nodes
+// carry, and the variable its container runtime reads to pick the devices a
+// container sees, with the value that shows none. A pod that requests no
+// device gets every one of these pinned, so an image whose ENV says `all`
+// opens nothing.
+struct GpuVendor {
+  const char* resource;
+  const char* visible_devices_env;
+  const char* none;
+};
+inline constexpr GpuVendor kGpuVendors[] = {
+    // nvidia-container-runtime: "void" exposes neither GPUs nor driver
+    // capabilities (as runc would).
+    {"nvidia.com/gpu", "NVIDIA_VISIBLE_DEVICES", "void"},
+    // amd-container-runtime: an empty list injects no GPU.
+    {"amd.com/gpu", "AMD_VISIBLE_DEVICES", ""},
+};
+// Whether a toleration key is a known GPU vendor's taint.
+bool GpuTaintKey(const std::string& key);
+
 // What the platform decides, never a tenant: operator flags.
 struct PlatformConfig {
   // Runs `moe-daemon pull` in each pod's init container: the only writer of the cache.
@@ -65,6 +93,12 @@ struct PlatformConfig {
   // Capacity recorded on each cache volume and claim (hostPath does not
   // enforce it; spec.cache.sizeLimitGi bounds what the puller keeps).
   int64_t cache_capacity_gi = 16384;
+  // moe-operator --cache-storage-class: the cache claims ask this storage
+  // class for their volume (a provisioner's, or volumes made in advance with
+  // it), and the operator makes and deletes no PersistentVolume, so it needs
+  // no cluster-wide grant on them. "": the operator makes a hostPath volume
+  // per MoEDeployment at cache_root.
+  std::string cache_storage_class;
   // The daemon's user and group; never root.
   int64_t run_as_user = 65532;
   // Requests and limits a container gets where the spec sets none.
@@ -142,6 +176,9 @@ std::string GroupName(const json& md, int replica);  // <name>-r<replica>
 std::string SessionReplicaName(int replica);
 std::string ConfigMapName(const json& md);            // <name>-config
 std::string SecretName(const json& md);               // <name>-secrets
+// The Secret holding the operator's admin key for `md`, in the operator's
+// namespace: moeserve-admin.<namespace>.<name> (a digest when too long).
+std::string AdminSecretName(const json& md);
 std::string CacheClaimName(const json& md);           // <name>-cache
 // Cluster-scoped: moeserve-cache-<namespace>-<name>, or a digest when that is too long.
 std::string CacheVolumeName(const json& md);
@@ -155,6 +192,10 @@ std::string ModelDirectory(const MoEDeploymentSpec& spec);
 
 json ConfigMap(const json& md, const MoEDeploymentSpec& spec);
 json Secret(const json& md, const std::map<std::string, std::string>& data);
+// The admin key's Secret in `operator_namespace`. No owner reference (none
+// crosses namespaces): labelled with the deployment's namespace, name and
+// uid, and deleted under its finalizer.
+json AdminSecret(const json& md, const std::string& operator_namespace, const std::string& admin_key);
 json GroupService(const json& md, const MoEDeploymentSpec& spec, int replica);
 // The serving container's requests and limits: spec.resources with the
 // platform's defaults, plus parallelism.gpusPerNode as nvidia.com/gpu. The
@@ -185,6 +226,10 @@ json NetworkPolicy(const json& md, const MoEDeploymentSpec& spec, int replica);
 json EndpointService(const json& md, const MoEDeploymentSpec& spec);
 std::string ConfigHash(const json& config_map, const json& secret);
 }  // namespace desired
+
+// Whether `secret` is the admin key's Secret the operator made for this very
+// deployment (namespace, name and uid labels all match).
+bool IsAdminSecretOf(const json& secret, const json& md);
 
 // True when every field of `want` is in `have` with the same value (lists
 // element by element): fields the server added (defaults, clusterIP,

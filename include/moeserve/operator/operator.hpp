@@ -27,6 +27,9 @@ namespace moeserve::op {
 
 struct OperatorOptions {
   std::string watch_namespace;  // "" = all namespaces
+  // Several namespaces (moe-operator --watch-namespace, repeated): listed
+  // across the cluster, acted on only there. Empty: as watch_namespace says.
+  std::vector<std::string> watch_namespaces;
   int workers = 4;
   bool leader_elect = false;
   LeaderElectionOptions election;

@@ -39,8 +39,18 @@ inline constexpr char kDefaultQuotaPolicy[] = "default";
 // spec.limits; an unset limit does not limit.
 struct QuotaLimits {
   std::optional<int64_t> max_gpus, max_replicas, max_context_tokens;
-  std::optional<std::vector<std::string>> allowed_tiers, allowed_images;  // images: prefixes
+  std::optional<std::vector<std::string>> allowed_tiers;
+  // images: registry or repository prefixes, matched up to a boundary ("/",
+  // ":" or "@"), or digests ("sha256:<hex>", or "<repository>@sha256:<hex>")
+  // the image must be pinned to (ImageAllowed).
+  std::optional<std::vector<std::string>> allowed_images;
+  // limits.allowGPUTolerationsWithoutGPUs: a MoEDeployment that requests no
+  // GPU may still tolerate a GPU vendor's taint (kGpuVendors).
+  bool allow_gpu_tolerations_without_gpus = false;
 };
+
+// Whether `image` is one an allowedImages entry allows.
+bool ImageAllowed(const std::string& image, const std::string& entry);
 
 // Reads spec.limits of a QuotaPolicy object. Errors (InvalidArgument) name the field.
 Result<QuotaLimits> ParseQuotaLimits(const json& policy);
@@ -59,7 +69,8 @@ QuotaDemand DemandOf(const MoEDeploymentSpec& spec);
 // (GPUs and replicas: the namespace total; context: the deployment's own);
 // `detail` names what a set-valued limit refused (tiers, image).
 struct QuotaViolation {
-  std::string limit;  // "limits.maxGPUs", "limits.allowedImages", "quotaPolicyRef"
+  // "limits.maxGPUs", "limits.allowedImages", "quotaPolicyRef", "spec.tolerations"
+  std::string limit;
   int64_t requested = 0;
   std::string detail;
   std::string message;

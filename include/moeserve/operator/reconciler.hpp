@@ -11,7 +11,8 @@
 // passes DecideQuota over its caches, the function its webhook uses; unset,
 // every deployment is admitted). A deployment not admitted is held: it keeps
 // the groups it has, gets no new ones, rolls none, and reports
-// QuotaAdmitted=False and phase QuotaExceeded.
+// QuotaAdmitted=False and phase QuotaExceeded; one forbidden (an image or
+// GPU-node tolerations its policy does not allow) runs no group at all.
 //
 // Thread safety: Reconcile may run on several workers at once for different
 // keys; the work queue never hands one key to two workers.
@@ -76,6 +77,11 @@ struct QuotaDecision {
   bool admitted = true;
   std::string reason = "NoQuotaEnforcement";
   std::string message = "quota enforcement is not enabled in this operator";
+  // Not admitted for what may not run at all (an image outside
+  // limits.allowedImages, GPU-node tolerations without GPUs), as opposed to
+  // a sum past a limit: the reconciler then runs no group, not even the
+  // ones it has (a policy tightened takes effect).
+  bool forbidden = false;
 };
 using QuotaCheck = std::function<QuotaDecision(const json& moedeployment, const MoEDeploymentSpec& spec)>;
 
@@ -109,6 +115,10 @@ struct MoEDeploymentReconcilerOptions {
   // QuotaPolicy cache and --hook-vault-prefix (vault_paths.hpp). Unset:
   // Vault's own policies alone decide.
   std::function<Status(const json& moedeployment, const std::string& field, const std::string& path)> vault_path_allowed;
+  // The operator's own namespace (moe-operator --operator-namespace): where
+  // each deployment's admin key is kept in plain text, out of its tenants'
+  // reach (desired::AdminSecret).
+  std::string operator_namespace = "moeserve-system";
   // Secrets are not watched (referenced ones, and the deployment's own,
   // which is read back and put right): every deployment is reconciled again
   // this often.
@@ -146,7 +156,8 @@ class MoEDeploymentReconciler : public Reconciler {
     //  kMalformed: the keys were read but refused; the last good file keeps
     //          only the entries the current keys still hold (keys_held);
     //  kUnreachable: the keys could not be read (Vault sealed, the API
-    //          server failing); the last good file stays.
+    //          server failing); the last good file's tenant entries stay.
+    // The admin entry is always the current admin key's.
     enum class Keys { kFresh, kMalformed, kUnreachable } keys = Keys::kFresh;
     std::set<std::pair<std::string, std::string>> keys_held;  // (tenant, sha256) of the current keys
     std::string reason = "Synced", message;
@@ -158,9 +169,14 @@ class MoEDeploymentReconciler : public Reconciler {
   // The deployment's own Secret, read live (the operator holds no list or
   // watch on Secrets; caches_.secrets keeps what was last read or written).
   Result<std::optional<json>> OwnSecret(const json& md);
-  // The admin key and metrics token: read back from the deployment's Secret,
-  // generated only when it has none.
+  // The admin key (AdminKey), and the metrics token and group secret read
+  // back from the deployment's Secret, generated only when it has none.
   Result<std::map<std::string, std::string>> OperatorKeys(const json& md, const std::optional<json>& secret);
+  // The admin key, read back from its Secret in the operator's namespace;
+  // generated (and that Secret written) only when there is none for this
+  // deployment's uid. Tenants see its hash alone.
+  Result<std::string> AdminKey(const json& md);
+  Status DeleteAdminSecret(const json& md);
   SecretsState GatherSecrets(const json& md, const MoEDeploymentSpec& spec,
                              const std::map<std::string, std::string>& operator_keys);
   // The cache volume and its claim: created when missing, never updated
