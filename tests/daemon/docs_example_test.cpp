@@ -144,10 +144,13 @@ TEST(DocsExample, TwoTenantsBudgetsAndAHookRunAsWritten) {
   EXPECT_NE(out.find("tier_not_allowed"), std::string::npos) << out;
   EXPECT_NE(out.find("\n200\n"), std::string::npos) << "beta's first low request is answered\n" << out;
   EXPECT_NE(out.find("budget_exceeded"), std::string::npos) << "beta's next request is blocked\n" << out;
-  // The receiver printed the one delivery: beta's day budget at 50%.
-  EXPECT_EQ(Count(out, R"("type":"budget.threshold")"), 1u) << out;
-  EXPECT_EQ(Count(out, R"("tenant":"beta")"), 1u) << out;
+  // The receiver printed the two deliveries: beta's day budget at 50%, and
+  // at 100% by the refusal (spend stays short of it), with the refused amount.
+  EXPECT_EQ(Count(out, R"("type":"budget.threshold")"), 2u) << out;
+  EXPECT_EQ(Count(out, R"("tenant":"beta")"), 2u) << out;
   EXPECT_NE(out.find(R"("threshold":0.5)"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"("threshold":1.0)"), std::string::npos) << out;
+  EXPECT_EQ(Count(out, R"("refused_usd":)"), 1u) << out;
   EXPECT_NE(out.find(R"("policy":"standalone")"), std::string::npos) << out;
   // The month rows, per tenant.
   static const std::regex spent(R"((acme|beta) spent ([0-9.e-]+) USD this month)");
