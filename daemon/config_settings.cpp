@@ -252,7 +252,7 @@ constexpr SettingSpec kSettings[] = {
      "one tenant's requests whose images are being fetched or decoded, or wait for a worker; more are refused (429 "
      "`too_many_image_requests`)",
      Field<&DaemonConfig::image_work, &ImageWorkSettings::tenant_max_in_flight>},
-    {"image_max_queued", kInteger, "64", "0 to 65536",
+    {"image_max_queued", kInteger, "64", "1 to 65536",
      "requests waiting for an image worker, every tenant's; more are refused (503 `image_workers_busy`)",
      Field<&DaemonConfig::image_work, &ImageWorkSettings::max_queued>},
     {"image_decoded_cache_bytes", kInteger, "268435456", "0 to 2^40",
