@@ -586,6 +586,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   if (session_db.empty() && !config.state_dir.empty()) session_db = (std::filesystem::path(config.state_dir) / "sessions.sqlite3").string();
   MOE_ASSIGN_OR_RETURN(impl->sessions, SessionService::Create(config.sessions, session_db, *impl->budget));
   MOE_ASSIGN_OR_RETURN(impl->responses, ResponseService::Create(config.sessions, impl->sessions->store()));
+  impl->image_work = std::make_unique<ImageWork>(config.image_work, &impl->metrics.registry());
   impl->config = std::move(config);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
@@ -600,7 +601,6 @@ Status Daemon::Start() {
   o.max_connections = static_cast<size_t>(c.max_connections);
   o.header_timeout_seconds = c.header_timeout_seconds;
   o.max_stream_buffer_bytes = c.max_stream_buffer_bytes;
-  impl->image_work = std::make_unique<ImageWork>(config.image_work, &impl->metrics.registry());
   o.tls_cert_file = c.tls_cert_file;
   o.tls_key_file = c.tls_key_file;
   HttpServerHooks hooks;
@@ -711,6 +711,7 @@ Status Daemon::LoadModel() {
   facts.default_effort = m.config.default_reasoning_effort;
   facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
   facts.images = m.config.images;
+  facts.image_work = m.image_work.get();
   // Only moe-dsa-v1 has a vision tower (and the moe-dsa-v1 config it is read from).
   if (family_name == "moe-dsa-v1") facts.vision = m.engine->config().vision;
   std::shared_ptr<const SessionModel> session_model;
@@ -725,7 +726,6 @@ Status Daemon::LoadModel() {
       engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
       auto pieces = engine::RenderDeepseekChat({system}, {});
       if (!pieces) return Fail(pieces.error().WithContext("rendering public_system_prompt"));
-  facts.image_work = m.image_work.get();
       auto ids = engine::EncodeChatPieces(*facts.deepseek->tokenizer, *pieces);
       if (!ids) return Fail(ids.error().WithContext("rendering public_system_prompt"));
       facts.public_prefix = std::move(*ids);
