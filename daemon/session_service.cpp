@@ -531,12 +531,12 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
     return TurnAdmitted(*chat_service, std::move(st));
   }
   auto early = chat_service->AdmitBeforeImages(who, st.request.reasoning_effort);
-  if (!early) return ReplyError(*ex, early.error());
+  if (!early) return chat_service->Refuse(*ex, received, early.error());
   st.admitted = std::move(*early);
   auto shared = std::make_shared<TurnState>(std::move(st));
   auto queued = chat_service->RunImageWork(
       who, [self, chat_service, shared] { self->TurnAdmitted(*chat_service, std::move(*shared)); });
-  if (!queued) return ReplyError(*ex, queued.error());
+  if (!queued) return chat_service->Refuse(*ex, received, queued.error());
   handed_over = true;
 }
 

@@ -168,14 +168,14 @@ void ResponseService::Create(const HttpHead& head, std::string body, std::shared
   std::optional<ReasoningEffort> effort;
   if (c.req.effort) effort = ParseReasoningEffort(*c.req.effort);
   auto early = chat->AdmitBeforeImages(who, effort);
-  if (!early) return ReplyError(*c.exchange, early.error());
+  if (!early) return chat->Refuse(*c.exchange, received, early.error());
   c.admitted = std::move(*early);
   auto shared = std::make_shared<Creation>(std::move(c));
   auto queued = chat->RunImageWork(who, [this, chat, shared] {
     if (shared->exchange->client_gone()) return;
     CreateAdmitted(*chat, std::move(*shared));
   });
-  if (!queued) return ReplyError(*shared->exchange, queued.error());
+  if (!queued) return chat->Refuse(*shared->exchange, received, queued.error());
 }
 
 void ResponseService::CreateAdmitted(ChatService& chat_service, Creation c) {

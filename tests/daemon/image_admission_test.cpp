@@ -4,7 +4,8 @@
 //  - A tenant over its requestsPerMinute sends requests naming images on an
 //    allowed host (the chat endpoint, the Responses API, a session turn):
 //    each is 429, and the host never receives a request (admission came
-//    first; nothing was fetched or decoded for a refused request).
+//    first; nothing was fetched or decoded for a refused request), and
+//    each refusal counts in moe_requests_total.
 //  - A response with an image, then one continuing it with
 //    previous_response_id, then a session turn with an image and a text-only
 //    turn after it: moe_image_decodes_total counts one decode per new image
@@ -67,6 +68,9 @@ TEST(ImageAdmission, ARateLimitedTenantsImagesAreNeverFetched) {
                    json{{"messages", ImageChatMessages({host.Url(4)})}, {"max_tokens", 2}}.dump(), kAlice);
   EXPECT_EQ(turn.status, 429) << turn.body;
   EXPECT_EQ(host.requests(), 0) << "a refused request's images were fetched";
+  // Each refusal is counted as the chat path counts its own.
+  const std::string scrape = Http(port, "GET", "/metrics", "", kAdmin).body;
+  EXPECT_NE(scrape.find("\nmoe_requests_total{status=\"429\"} 3\n"), std::string::npos) << scrape.substr(0, 2000);
   d->Shutdown(1);
   std::filesystem::remove_all(c.state_dir);
 }

@@ -99,6 +99,9 @@ class ChatService {
   // Runs `job` on an image worker for the tenant (or refuses it: its share
   // of the workers taken, the queue full); inline without workers.
   ApiResult<void> RunImageWork(const Principal& who, std::function<void()> job);
+  // Answers a request refused by either (sessions, responses), counted in
+  // moe_requests_total as Handle's own refusals are.
+  void Refuse(HttpExchange& exchange, Clock::time_point received, const ApiError& e) { Fail(exchange, received, e); }
 
   const ServingFacts& facts() const { return facts_; }
 
