@@ -15,6 +15,7 @@
 #include "moeserve/budget/global_spend.hpp"
 #include "moeserve/budget/usage_period.hpp"
 #include "moeserve/operator/budget_record.hpp"
+#include "moeserve/operator/hook_secret_source.hpp"
 #include "moeserve/operator/usage_sync.hpp"
 #include "operator_test_util.hpp"
 
@@ -110,8 +111,9 @@ class BudgetState : public ::testing::Test {
     (void)server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kOperatorNs}}}});  // FakeCluster may have made it
     ASSERT_GT(daemon_.port(), 0);
     ASSERT_TRUE(server.Create("secrets", {{"apiVersion", "v1"}, {"kind", "Secret"},
-                                          {"metadata", {{"name", "hook"}, {"namespace", kNs},
-                                                        {"labels", {{kUsableLabel, "true"}}}}},
+                                          // The hook's key is the platform's: in the operator's namespace, given to kNs.
+                                          {"metadata", {{"name", "hook"}, {"namespace", kOperatorNs},
+                                                        {"labels", {{kHookNamespaceLabel, kNs}}}}},
                                           {"stringData", {{"secret", "hook-secret-0123456789abcdef0123456789"}}}}));
     ASSERT_TRUE(server.Create(
         "quotapolicies.moeserve.io",
