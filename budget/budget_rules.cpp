@@ -8,7 +8,9 @@ bool ThresholdReached(double spent_usd, double threshold, double limit_usd) {
 
 bool LimitReached(double spent_usd, double limit_usd) { return ThresholdReached(spent_usd, 1.0, limit_usd); }
 
-bool RefusalReachesLimit(double refused_usd, double limit_usd) { return FitsWithinLimit(refused_usd, limit_usd); }
+bool RefusalReachesLimit(double spent_usd, double refused_usd, double limit_usd) {
+  return refused_usd > 0 && FitsWithinLimit(refused_usd, limit_usd) && !FitsWithinLimit(spent_usd + refused_usd, limit_usd);
+}
 
 bool IsLimitThreshold(double threshold) { return threshold >= 1.0 - kSpendTolerance; }
 

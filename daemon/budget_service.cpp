@@ -144,7 +144,7 @@ ApiResult<std::unique_ptr<BudgetService::Reservation>> BudgetService::Reserve(co
     const double held_usd = held.usd;
     // Spend stops short of the limit here, so this refusal is the budget's
     // 100% for alerting (budget_rules.hpp); the ledger fires it once a period.
-    if (RefusalReachesLimit(worst, b->limit_usd)) ledger_->Refused(who.tenant, b->period, worst);
+    if (RefusalReachesLimit(spent, worst, b->limit_usd)) ledger_->Refused(who.tenant, b->period, worst);
     if (held.requests == 0) held_.erase(who.tenant);  // `held` is gone from here on
     return ApiFail(ApiError{403, "permission_error", "budget_exceeded",
                             "Tenant " + who.tenant + " has spent " + Usd(spent) + " of its " + name + " budget of " +

@@ -31,6 +31,18 @@ TEST(BudgetRules, ThresholdReachedCountsAFloatSumThatLandsJustUnder) {
   EXPECT_FALSE(ThresholdReached(0.0, 0.5, 10.0));
 }
 
+TEST(BudgetRules, OnlyARefusalThatSpendCausesReachesTheLimitForAlerting) {
+  // $9.60 spent of $10, a request of up to $0.50: spend is why it is refused.
+  EXPECT_TRUE(RefusalReachesLimit(9.6, 0.5, 10.0));
+  // $1 spent: a $0.50 request refused only because requests in flight hold
+  // the rest of the room is concurrency, not a spent budget.
+  EXPECT_FALSE(RefusalReachesLimit(1.0, 0.5, 10.0));
+  // A request larger than the whole budget says nothing about spend.
+  EXPECT_FALSE(RefusalReachesLimit(9.6, 12.0, 10.0));
+  // The daemon's zero-cost early slot (a request with images) reports no amount.
+  EXPECT_FALSE(RefusalReachesLimit(10.5, 0.0, 10.0));
+}
+
 TEST(BudgetRules, LimitReachedIsTheFullThreshold) {
   EXPECT_TRUE(LimitReached(TenDimes(), 1.0));
   EXPECT_TRUE(LimitReached(1.5, 1.0));

@@ -29,13 +29,20 @@ bool ThresholdReached(double spent_usd, double threshold, double limit_usd);
 bool LimitReached(double spent_usd, double limit_usd);
 
 // Whether a `block` budget's refusal of a request whose worst case is
-// `refused_usd` reaches the budget's 100% threshold for alerting. Admission
-// refuses once spend plus the next request's worst case would pass the
-// limit, so spend alone stops short of 100% and the alert SREs page on would
-// never fire; the refusal is that moment instead. A request whose worst case
-// alone is past the whole limit does not count: no budget state could serve
-// it (the client must lower max_tokens), so it says nothing about spend.
-bool RefusalReachesLimit(double refused_usd, double limit_usd);
+// `refused_usd`, at a spend of `spent_usd`, reaches the budget's 100%
+// threshold for alerting. Admission refuses once spend plus the next
+// request's worst case would pass the limit, so spend alone stops short of
+// 100% and the alert SREs page on would never fire; the refusal is that
+// moment instead. Only a refusal that spend itself causes counts:
+//  - the request must fit the limit on its own (one whose worst case alone
+//    is past the whole limit says nothing about spend: the client must lower
+//    max_tokens);
+//  - spend plus the request must pass the limit (a refusal made only by the
+//    worst cases held for requests in flight, at 10% spend say, is
+//    concurrency, not an exhausted budget: it must not page anyone);
+//  - the request must cost something (the daemon's early, zero-cost slot
+//    for a request with images is no amount to report).
+bool RefusalReachesLimit(double spent_usd, double refused_usd, double limit_usd);
 
 // Whether `threshold` is a budget's 100% threshold (the one a refusal reaches).
 bool IsLimitThreshold(double threshold);
