@@ -141,6 +141,8 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
   options_.informer.namespaces = options_.watch_namespaces;
   // The hook keys' Vault prefix is no MoEDeployment's to name: the webhook refuses it too.
   options_.webhook.reserved_vault_prefix = options_.hook_secrets.vault_prefix;
+  // Nor is the role the hook keys are read with (Vault's binding refuses it too).
+  options_.webhook.reserved_vault_role = options_.hook_secrets.vault_role;
   auto enqueue = [this](const json& o) {
     queue_.Add(ObjectKey(o));
     metrics_->depth.Set(static_cast<double>(queue_.Len()));
@@ -172,9 +174,11 @@ Operator::Operator(KubeClient& client, OperatorOptions options)
                                              });
   if (!options_.reconciler.quota) options_.reconciler.quota = quota_->Check();
   if (!options_.reconciler.vault_path_allowed)
-    options_.reconciler.vault_path_allowed = [q = quota_.get(), reserved = options_.hook_secrets.vault_prefix](
-                                                 const json& md, const std::string& field, const std::string& path) {
+    options_.reconciler.vault_path_allowed = [q = quota_.get(), reserved = options_.hook_secrets.vault_prefix,
+                                              hook_role = options_.hook_secrets.vault_role](
+                                                 const json& md, const std::string& field, const std::string& path) -> Status {
       const std::string ns = md["metadata"].value("namespace", "");
+      MOE_TRY(CheckDeploymentVaultRole(md, hook_role));
       return CheckDeploymentVaultPath(md, field, path, q->policies().List(ns), reserved);
     };
   if (!options_.reconciler.budgeting)

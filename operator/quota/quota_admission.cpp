@@ -90,6 +90,8 @@ json QuotaAdmission::Decide(const AdmissionRequest& r) const {
   if (spec)
     if (Status paths = CheckDeploymentVaultPaths(object, *spec, objects->policies, reserved_vault_prefix_); !paths)
       spec = Fail(paths.error());
+  if (spec && (!spec->model_credentials.vault_path.empty() || !spec->api_keys.vault_path.empty()))
+    if (Status role = CheckDeploymentVaultRole(object, reserved_vault_role_); !role) spec = Fail(role.error());
   if (!spec) {
     // An object stored before a field was refused (spec.cache.hostPath, a
     // GPU in spec.resources) must still lose its finalizer and labels: an

@@ -55,7 +55,7 @@ QuotaController::QuotaController(KubeClient& client, const std::string& watch_na
         for (auto& p : policies["items"]) out.policies.push_back(std::move(p));
         for (auto& d : deployments["items"]) out.deployments.push_back(std::move(d));
         return out;
-      }, std::move(scheduling), webhook_options_.reserved_vault_prefix);
+      }, std::move(scheduling), webhook_options_.reserved_vault_prefix, webhook_options_.reserved_vault_role);
   admission_ = std::make_unique<QuotaAdmission>(informer_->cache(), moedeployments_);
   reconciler_ = std::make_unique<QuotaPolicyReconciler>(client_, informer_->mutable_cache(), moedeployments_, *admission_);
 }

@@ -116,6 +116,23 @@ Status CheckDeploymentVaultPaths(const json& md, const MoEDeploymentSpec& spec, 
   return Ok();
 }
 
+Status CheckDeploymentVaultRole(const json& md, const std::string& reserved_role) {
+  if (reserved_role.empty()) return Ok();
+  const json& meta = md.value("metadata", json::object());
+  const std::string ns = meta.is_object() ? meta.value("namespace", "") : "";
+  std::string role;
+  const json spec = md.value("spec", json::object());
+  if (spec.is_object() && spec.contains("vault") && spec["vault"].is_object() && spec["vault"].contains("role") &&
+      spec["vault"]["role"].is_string())
+    role = spec["vault"]["role"].get<std::string>();
+  const bool named = !role.empty();
+  if (role.empty()) role = ns;  // the namespace's own role by default (VaultRoleOf)
+  if (role != reserved_role) return Ok();
+  return Fail(Error::PermissionDenied(
+      std::string(named ? "spec.vault.role: " : "spec.vault.role (unset, so the namespace's name): ") + role +
+      " is the role moe-operator reads hook keys with (--hook-vault-role); no MoEDeployment may log in to Vault as it"));
+}
+
 Result<std::string> CheckHookVaultPath(const std::string& path, const std::string& hook_prefix, const std::string& ns) {
   if (hook_prefix.empty())
     return Fail(Error::PermissionDenied("a hook's secret.vault.path needs moe-operator --hook-vault-prefix (the Vault "

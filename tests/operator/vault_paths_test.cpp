@@ -137,5 +137,20 @@ TEST(VaultPaths, AHooksPathMustLieUnderItsOwnNamespacesPlace) {
   EXPECT_NE(unconfigured.error().message().find("--hook-vault-prefix"), std::string::npos);
 }
 
+TEST(VaultPaths, NoDeploymentLogsInAsTheHookRole) {
+  json md = {{"metadata", {{"name", "m"}, {"namespace", "team-a"}}}, {"spec", {{"vault", {{"role", "moeserve-hooks"}}}}}};
+  Status named = CheckDeploymentVaultRole(md, "moeserve-hooks");
+  ASSERT_FALSE(named);
+  EXPECT_EQ(named.error().code(), ErrorCode::kPermissionDenied);
+  EXPECT_NE(named.error().message().find("spec.vault.role: moeserve-hooks is the role"), std::string::npos)
+      << named.error().message();
+  // Unset: the namespace's name is the role, so a namespace of that name cannot use it either.
+  json by_namespace = {{"metadata", {{"name", "m"}, {"namespace", "moeserve-hooks"}}}, {"spec", json::object()}};
+  EXPECT_FALSE(CheckDeploymentVaultRole(by_namespace, "moeserve-hooks"));
+  md["spec"]["vault"]["role"] = "team-a-models";
+  EXPECT_TRUE(CheckDeploymentVaultRole(md, "moeserve-hooks"));
+  EXPECT_TRUE(CheckDeploymentVaultRole(by_namespace, ""));  // no hook role configured
+}
+
 }  // namespace
 }  // namespace moeserve::op

@@ -1,7 +1,8 @@
 // The quota webhook refuses Vault paths a MoEDeployment may not name, as
 // kubectl prints it: a path under the hook keys' reserved prefix (however
 // spelled), and one outside the governing QuotaPolicy's
-// spec.vault.allowedPathPrefixes; a path inside is admitted. The real
+// spec.vault.allowedPathPrefixes, and a login as the role hook keys are read
+// with (spec.vault.role); a path inside is admitted. The real
 // kubectl talks to the API double, which calls the operator's webhook.
 #include "operator_test_util.hpp"
 #include "quota_webhook_support.hpp"
@@ -86,6 +87,25 @@ TEST_F(VaultWebhook, KubectlApplyOfAForbiddenVaultPathIsRefusedNamingTheField) {
   auto own = kubectl_->Apply("own", VaultDeploymentYaml("own", "secret/data/team-a/s3"));
   ASSERT_EQ(own.rc, 0) << own.output;
   EXPECT_TRUE(cluster_.server.Get(kMd, "team-a", "own"));
+}
+
+TEST_F(VaultWebhook, KubectlApplyNamingTheHookRoleIsRefusedNamingTheField) {
+  auto policy = kubectl_->Apply("policy", PolicyYaml("team-a", 64, 8) +
+                                              "  vault:\n    allowedPathPrefixes: [secret/data/team-a/]\n");
+  ASSERT_EQ(policy.rc, 0) << policy.output;
+  // An allowed path, but read as the role the operator reads hook keys with.
+  std::string yaml = VaultDeploymentYaml("as-hooks", "secret/data/team-a/s3") + "  vault: {role: moeserve-hooks}\n";
+  auto as_hooks = kubectl_->Apply("as-hooks", yaml);
+  EXPECT_NE(as_hooks.rc, 0);
+  EXPECT_NE(as_hooks.output.find("spec.vault.role: moeserve-hooks is the role moe-operator reads hook keys with"),
+            std::string::npos)
+      << as_hooks.output;
+  EXPECT_FALSE(cluster_.server.Get(kMd, "team-a", "as-hooks"));
+  // Its own role is fine.
+  auto own = kubectl_->Apply("own-role", VaultDeploymentYaml("own-role", "secret/data/team-a/s3") +
+                                             "  vault: {role: team-a-models}\n");
+  ASSERT_EQ(own.rc, 0) << own.output;
+  EXPECT_TRUE(cluster_.server.Get(kMd, "team-a", "own-role"));
 }
 
 }  // namespace

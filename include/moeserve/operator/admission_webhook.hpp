@@ -57,6 +57,8 @@ struct WebhookOptions {
   // The hook keys' Vault prefix (--hook-vault-prefix, canonical): the
   // webhook refuses a MoEDeployment naming a path under it.
   std::string reserved_vault_prefix;
+  // The role hook keys are read with (--hook-vault-role): no MoEDeployment's spec.vault.role.
+  std::string reserved_vault_role;
   // Writes the Secret. Any replica may make or renew it, so this client has
   // no leader write fence; null: the operator's client.
   KubeClient* cert_client = nullptr;

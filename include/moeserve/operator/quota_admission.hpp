@@ -56,12 +56,14 @@ using NamespaceReader = std::function<Result<NamespaceObjects>(const std::string
 class QuotaAdmission {
  public:
   QuotaAdmission(const ObjectCache& policies, const ObjectCache& moedeployments, NamespaceReader live = {},
-                 SchedulingPolicy scheduling = {}, std::string reserved_vault_prefix = "")
+                 SchedulingPolicy scheduling = {}, std::string reserved_vault_prefix = "",
+                 std::string reserved_vault_role = "")
       : policies_(policies),
         moedeployments_(moedeployments),
         live_(std::move(live)),
         scheduling_(std::move(scheduling)),
-        reserved_vault_prefix_(std::move(reserved_vault_prefix)) {}
+        reserved_vault_prefix_(std::move(reserved_vault_prefix)),
+        reserved_vault_role_(std::move(reserved_vault_role)) {}
 
   QuotaEvaluation Evaluate(const json& md, const MoEDeploymentSpec& spec) const;
   QuotaDecision Check(const json& md, const MoEDeploymentSpec& spec) const { return Evaluate(md, spec).decision; }
@@ -77,6 +79,8 @@ class QuotaAdmission {
   SchedulingPolicy scheduling_;  // what the webhook lets a spec ask of the scheduler
   // Hook keys' Vault prefix (--hook-vault-prefix), never a MoEDeployment's to name.
   std::string reserved_vault_prefix_;
+  // The role hook keys are read with (--hook-vault-role), never a MoEDeployment's.
+  std::string reserved_vault_role_;
 };
 
 }  // namespace moeserve::op

@@ -56,6 +56,14 @@ Status CheckDeploymentVaultPath(const json& md, const std::string& field, const 
 Status CheckDeploymentVaultPaths(const json& md, const MoEDeploymentSpec& spec, const std::vector<json>& policies,
                                  const std::string& reserved_prefix);
 
+// Whether `md` may log in to Vault as the role it names (spec.vault.role,
+// or its namespace's name when unset): never as `reserved_role`, the role
+// the operator reads hook keys with (--hook-vault-role; "" = none). Vault's
+// own binding of that role to the operator's ServiceAccount refuses such a
+// login too; this refusal names the field before any login is tried.
+// kPermissionDenied naming spec.vault.role.
+Status CheckDeploymentVaultRole(const json& md, const std::string& reserved_role);
+
 // Where the hooks of QuotaPolicies in namespace `ns` keep their keys:
 // `<hook_prefix>/<ns>`. A hook's path must lie below it, so one namespace's
 // policy cannot sign with another's key. `path` is returned canonical.
