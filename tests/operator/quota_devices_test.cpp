@@ -6,13 +6,12 @@
 // each naming the field. And what quota counts is what the rendered
 // StatefulSets request, for every shape of spec.
 #include "moeserve/operator/quota_policy.hpp"
-#include "operator_test_util.hpp"
-#include "quota_webhook_support.hpp"
+#include "webhook_kubectl_fixture.hpp"
 
 namespace moeserve::op::testing {
 namespace {
 
-const std::string kVwc = "validatingwebhookconfigurations.admissionregistration.k8s.io";
+const std::string& kVwc = kValidatingWebhookConfigurations;
 const std::string kMd = "moedeployments.moeserve.io";
 const std::string kCrd = "customresourcedefinitions.apiextensions.k8s.io";
 
@@ -87,39 +86,21 @@ std::string AttackYaml(const std::string& name, const std::string& device) {
          "      \"" + device + "\": \"8\"\n  quotaPolicyRef: {name: team-a}\n";
 }
 
-class QuotaDevicesKubectl : public ::testing::Test {
+class QuotaDevicesKubectl : public WebhookKubectlTest {
  protected:
   void SetUp() override {
     if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
     (void)cluster_.server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
                                                       {"metadata", {{"name", "moeserve-system"}}}});  // FakeCluster may have made it
-    client_ = cluster_.Client();
-    OperatorOptions options;
-    options.workers = 2;
-    options.webhook.addr = "127.0.0.1:0";
-    options.webhook.operator_namespace = "moeserve-system";
-    options.webhook.check_interval = 200ms;
-    op_ = std::make_unique<RunningOperator>(*client_, options);
-    ASSERT_TRUE(WaitFor([&] {
-      auto* w = op_->op.quota().webhook();
-      return w && w->port() > 0 && !w->ServedCertificate().empty();
-    }));
-    cluster_.server.admission().MapService("moeserve-system", "moeserve-webhook", {op_->op.quota().webhook()->port()});
-    kubectl_ = std::make_unique<Kubectl>(cluster_.server);
-    ASSERT_TRUE(cluster_.server.Create(kVwc, QuotaWebhookConfiguration("Fail")));
-    ASSERT_TRUE(WaitFor([&] {
-      auto vwc = cluster_.server.Get(kVwc, "", "moeserve-quota");
-      return vwc && (*vwc)["webhooks"][0]["clientConfig"].contains("caBundle");
-    }));
+    StartOperator();
+    if (HasFatalFailure()) return;
+    InstallWebhook();
     auto policy = kubectl_->Apply("policy", PolicyYaml("team-a", 0, 4));
     ASSERT_EQ(policy.rc, 0) << policy.output;
     ASSERT_TRUE(WaitFor([&] {
       auto p = cluster_.server.Get("quotapolicies.moeserve.io", "team-a", "team-a");
       return p && p->value("status", json::object()).contains("conditions");
     }));
-  }
-  void TearDown() override {
-    if (op_) op_->Stop();
   }
   // The schema as it was before spec.resources was closed: any field kept.
   void ServeTheOldSchema() {
@@ -134,10 +115,6 @@ class QuotaDevicesKubectl : public ::testing::Test {
     return static_cast<size_t>(total);
   }
 
-  FakeCluster cluster_;
-  std::unique_ptr<KubeClient> client_;
-  std::unique_ptr<RunningOperator> op_;
-  std::unique_ptr<Kubectl> kubectl_;
 };
 
 TEST_F(QuotaDevicesKubectl, TheCrdRefusesADeviceInResources) {

@@ -4,46 +4,21 @@
 // checked as kubectl prints them. Objects that get in anyway (webhook down
 // with failurePolicy Ignore, a policy tightened later) are held by the
 // reconciler at QuotaAdmitted=False, phase QuotaExceeded, with no new groups.
-#include "operator_test_util.hpp"
-#include "quota_webhook_support.hpp"
+#include "webhook_kubectl_fixture.hpp"
 
 namespace moeserve::op::testing {
 namespace {
 
-const std::string kVwc = "validatingwebhookconfigurations.admissionregistration.k8s.io";
+const std::string& kVwc = kValidatingWebhookConfigurations;
 const std::string kMd = "moedeployments.moeserve.io";
 
-class QuotaWebhook : public ::testing::Test {
+class QuotaWebhook : public WebhookKubectlTest {
  protected:
   void SetUp() override {
     if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
     (void)cluster_.server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
                                                       {"metadata", {{"name", "moeserve-system"}}}});  // FakeCluster may have made it
-    client_ = cluster_.Client();
-    OperatorOptions options;
-    options.workers = 2;
-    options.webhook.addr = "127.0.0.1:0";
-    options.webhook.operator_namespace = "moeserve-system";
-    options.webhook.check_interval = 200ms;
-    op_ = std::make_unique<RunningOperator>(*client_, options);
-    ASSERT_TRUE(WaitFor([&] {
-      auto* w = op_->op.quota().webhook();
-      return w && w->port() > 0 && !w->ServedCertificate().empty();
-    }));
-    port_ = op_->op.quota().webhook()->port();
-    cluster_.server.admission().MapService("moeserve-system", "moeserve-webhook", {port_});
-    kubectl_ = std::make_unique<Kubectl>(cluster_.server);
-  }
-  void TearDown() override {
-    if (op_) op_->Stop();
-  }
-  // Installs the configuration and waits for the leader to write the CA bundle into it.
-  void InstallWebhook(const std::string& failure_policy) {
-    ASSERT_TRUE(cluster_.server.Create(kVwc, QuotaWebhookConfiguration(failure_policy)));
-    ASSERT_TRUE(WaitFor([&] {
-      auto vwc = cluster_.server.Get(kVwc, "", "moeserve-quota");
-      return vwc && (*vwc)["webhooks"][0]["clientConfig"].contains("caBundle");
-    })) << "the leader never wrote the CA bundle";
+    StartOperator();
   }
   // Applies a policy and waits until the operator has judged with it.
   void ApplyPolicy(int max_gpus, int max_replicas) {
@@ -60,11 +35,6 @@ class QuotaWebhook : public ::testing::Test {
     return ConditionOf(cluster_.server, "team-a", name, type);
   }
 
-  FakeCluster cluster_;
-  std::unique_ptr<KubeClient> client_;
-  std::unique_ptr<RunningOperator> op_;
-  std::unique_ptr<Kubectl> kubectl_;
-  int port_ = 0;
 };
 
 TEST_F(QuotaWebhook, KubectlApplyAndScaleAreRefusedPastThePolicyWithTheMessage) {

@@ -7,13 +7,12 @@
 // field, and an object that got in without the webhook is held by the
 // reconciler (Ready=False, InvalidSpec) with its groups removed.
 #include "moeserve/operator/scheduling_policy.hpp"
-#include "operator_test_util.hpp"
-#include "quota_webhook_support.hpp"
+#include "webhook_kubectl_fixture.hpp"
 
 namespace moeserve::op::testing {
 namespace {
 
-const std::string kVwc = "validatingwebhookconfigurations.admissionregistration.k8s.io";
+const std::string& kVwc = kValidatingWebhookConfigurations;
 const std::string kMd = "moedeployments.moeserve.io";
 
 std::string Yaml(const std::string& name, const std::string& scheduling) {
@@ -22,37 +21,17 @@ std::string Yaml(const std::string& name, const std::string& scheduling) {
          "  parallelism: {nodesPerReplica: 1, gpusPerNode: 1}\n  replicas: 1\n" + scheduling;
 }
 
-class Scheduling : public ::testing::Test {
+class Scheduling : public WebhookKubectlTest {
  protected:
   void Start(SchedulingPolicy policy) {
     if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
     (void)cluster_.server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"},
                                                       {"metadata", {{"name", "moeserve-system"}}}});  // FakeCluster may have made it
-    client_ = cluster_.Client();
     OperatorOptions options;
-    options.workers = 2;
-    options.webhook.addr = "127.0.0.1:0";
-    options.webhook.operator_namespace = "moeserve-system";
-    options.webhook.check_interval = 200ms;
     options.reconciler.platform.scheduling = std::move(policy);
-    op_ = std::make_unique<RunningOperator>(*client_, options);
-    ASSERT_TRUE(WaitFor([&] {
-      auto* w = op_->op.quota().webhook();
-      return w && w->port() > 0 && !w->ServedCertificate().empty();
-    }));
-    cluster_.server.admission().MapService("moeserve-system", "moeserve-webhook", {op_->op.quota().webhook()->port()});
-    kubectl_ = std::make_unique<Kubectl>(cluster_.server);
+    StartOperator(options);
+    if (HasFatalFailure()) return;
     InstallWebhook();
-  }
-  void InstallWebhook() {
-    ASSERT_TRUE(cluster_.server.Create(kVwc, QuotaWebhookConfiguration("Fail")));
-    ASSERT_TRUE(WaitFor([&] {
-      auto vwc = cluster_.server.Get(kVwc, "", "moeserve-quota");
-      return vwc && (*vwc)["webhooks"][0]["clientConfig"].contains("caBundle");
-    }));
-  }
-  void TearDown() override {
-    if (op_) op_->Stop();
   }
   // kubectl apply is refused by the webhook with `message`, and nothing is stored.
   void ExpectRefused(const std::string& scheduling, const std::string& message) {
@@ -71,10 +50,6 @@ class Scheduling : public ::testing::Test {
     EXPECT_TRUE(WaitFor([&] { return cluster_.server.Get("statefulsets.apps", "team-a", name + "-r0").has_value(); }));
   }
 
-  FakeCluster cluster_;
-  std::unique_ptr<KubeClient> client_;
-  std::unique_ptr<RunningOperator> op_;
-  std::unique_ptr<Kubectl> kubectl_;
 };
 
 TEST_F(Scheduling, ControlPlaneTolerationsAndAffinityAreRefusedByDefault) {

@@ -15,13 +15,12 @@
 // groups of a forbidden image are removed.
 #include "moeserve/operator/moedeployment.hpp"
 #include "moeserve/operator/quota_policy.hpp"
-#include "operator_test_util.hpp"
-#include "quota_webhook_support.hpp"
+#include "webhook_kubectl_fixture.hpp"
 
 namespace moeserve::op::testing {
 namespace {
 
-const std::string kVwc = "validatingwebhookconfigurations.admissionregistration.k8s.io";
+const std::string& kVwc = kValidatingWebhookConfigurations;
 const std::string kMd = "moedeployments.moeserve.io";
 const std::string kDigest = "sha256:" + std::string(64, 'a');
 
@@ -45,31 +44,13 @@ std::map<std::string, std::string> Env(const json& container) {
   return out;
 }
 
-class TenantPods : public ::testing::Test {
+class TenantPods : public WebhookKubectlTest {
  protected:
   void SetUp() override {
     if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
-    client_ = cluster_.Client();
-    OperatorOptions options;
-    options.workers = 2;
-    options.webhook.addr = "127.0.0.1:0";
-    options.webhook.operator_namespace = "moeserve-system";
-    options.webhook.check_interval = 200ms;
-    op_ = std::make_unique<RunningOperator>(*client_, options);
-    ASSERT_TRUE(WaitFor([&] {
-      auto* w = op_->op.quota().webhook();
-      return w && w->port() > 0 && !w->ServedCertificate().empty();
-    }));
-    cluster_.server.admission().MapService("moeserve-system", "moeserve-webhook", {op_->op.quota().webhook()->port()});
-    kubectl_ = std::make_unique<Kubectl>(cluster_.server);
-    ASSERT_TRUE(cluster_.server.Create(kVwc, QuotaWebhookConfiguration("Fail")));
-    ASSERT_TRUE(WaitFor([&] {
-      auto vwc = cluster_.server.Get(kVwc, "", "moeserve-quota");
-      return vwc && (*vwc)["webhooks"][0]["clientConfig"].contains("caBundle");
-    }));
-  }
-  void TearDown() override {
-    if (op_) op_->Stop();
+    StartOperator();
+    if (HasFatalFailure()) return;
+    InstallWebhook();
   }
   void ExpectRefused(const std::string& name, const std::string& yaml, const std::string& message) {
     SCOPED_TRACE(yaml);
@@ -99,10 +80,6 @@ class TenantPods : public ::testing::Test {
         << "a group of a forbidden spec still runs";
   }
 
-  FakeCluster cluster_;
-  std::unique_ptr<KubeClient> client_;
-  std::unique_ptr<RunningOperator> op_;
-  std::unique_ptr<Kubectl> kubectl_;
 };
 
 TEST_F(TenantPods, GpuLessPodsSeeNoDeviceAndStayOffGpuNodes) {

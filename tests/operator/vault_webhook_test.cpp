@@ -4,13 +4,11 @@
 // spec.vault.allowedPathPrefixes, and a login as the role hook keys are read
 // with (spec.vault.role); a path inside is admitted. The real
 // kubectl talks to the API double, which calls the operator's webhook.
-#include "operator_test_util.hpp"
-#include "quota_webhook_support.hpp"
+#include "webhook_kubectl_fixture.hpp"
 
 namespace moeserve::op::testing {
 namespace {
 
-const std::string kVwc = "validatingwebhookconfigurations.admissionregistration.k8s.io";
 const std::string kMd = "moedeployments.moeserve.io";
 
 // One replica group of 8 GPUs under QuotaPolicy team-a, its object-store credentials from Vault.
@@ -21,38 +19,16 @@ std::string VaultDeploymentYaml(const std::string& name, const std::string& cred
          "  parallelism: {nodesPerReplica: 1, gpusPerNode: 8}\n  replicas: 1\n  quotaPolicyRef: {name: team-a}\n";
 }
 
-class VaultWebhook : public ::testing::Test {
+class VaultWebhook : public WebhookKubectlTest {
  protected:
   void SetUp() override {
     if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed";
-    client_ = cluster_.Client();
     OperatorOptions options;
-    options.workers = 2;
-    options.webhook.addr = "127.0.0.1:0";
-    options.webhook.operator_namespace = "moeserve-system";
-    options.webhook.check_interval = 200ms;
     options.hook_secrets.vault_prefix = "secret/data/moeserve-hooks";
-    op_ = std::make_unique<RunningOperator>(*client_, options);
-    ASSERT_TRUE(WaitFor([&] {
-      auto* w = op_->op.quota().webhook();
-      return w && w->port() > 0 && !w->ServedCertificate().empty();
-    }));
-    cluster_.server.admission().MapService("moeserve-system", "moeserve-webhook", {op_->op.quota().webhook()->port()});
-    kubectl_ = std::make_unique<Kubectl>(cluster_.server);
-    ASSERT_TRUE(cluster_.server.Create(kVwc, QuotaWebhookConfiguration("Fail")));
-    ASSERT_TRUE(WaitFor([&] {
-      auto vwc = cluster_.server.Get(kVwc, "", "moeserve-quota");
-      return vwc && (*vwc)["webhooks"][0]["clientConfig"].contains("caBundle");
-    })) << "the leader never wrote the CA bundle";
+    StartOperator(options);
+    if (HasFatalFailure()) return;
+    InstallWebhook();
   }
-  void TearDown() override {
-    if (op_) op_->Stop();
-  }
-
-  FakeCluster cluster_;
-  std::unique_ptr<KubeClient> client_;
-  std::unique_ptr<RunningOperator> op_;
-  std::unique_ptr<Kubectl> kubectl_;
 };
 
 TEST_F(VaultWebhook, KubectlApplyOfAForbiddenVaultPathIsRefusedNamingTheField) {
