@@ -232,6 +232,16 @@ struct SessionService::Impl : std::enable_shared_from_this<SessionService::Impl>
     std::lock_guard lock(busy_mu);
     busy.erase(id);
   }
+  // Releases a session's busy mark when its turn ends before the turn's
+  // exchange has taken it over (handed_over), on any early return.
+  struct BusyGuard {
+    Impl* impl;
+    const std::string& id;
+    bool& handed_over;
+    ~BusyGuard() {
+      if (!handed_over) impl->Release(id);
+    }
+  };
 
   // The session for `who`, or 404 (unknown, another tenant's, or idle past the
   // limit).
@@ -476,14 +486,7 @@ void SessionService::Impl::Turn(const std::string& id, const std::string& body, 
   // on_end), or here on an early error.
   bool handed_over = false;
   auto self = shared_from_this();
-  struct Guard {
-    Impl* impl;
-    const std::string& id;
-    bool& handed_over;
-    ~Guard() {
-      if (!handed_over) impl->Release(id);
-    }
-  } guard{this, id, handed_over};
+  BusyGuard guard{this, id, handed_over};
 
   auto rec = Load(id, who);
   if (!rec) return ReplyError(*ex, rec.error());
@@ -554,14 +557,7 @@ void SessionService::Impl::TurnAdmitted(ChatService& chat, TurnState st) {
   ChatRequest* request = &st.request;
   bool handed_over = false;
   auto self = shared_from_this();
-  struct Guard {
-    Impl* impl;
-    const std::string& id;
-    bool& handed_over;
-    ~Guard() {
-      if (!handed_over) impl->Release(id);
-    }
-  } guard{this, id, handed_over};
+  BusyGuard guard{this, id, handed_over};
 
   const ServingFacts& facts = chat_service->facts();
   const engine::VisionConfig* vision = facts.vision ? &*facts.vision : nullptr;
