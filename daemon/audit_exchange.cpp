@@ -78,13 +78,17 @@ AuditExchange::~AuditExchange() {
   // Never answered (a non-streamed answer to a client that hung up is
   // dropped): logged as 499, nothing to hold back.
   std::lock_guard lock(mu_);
-  if (!logged_) log_->Append(LineLocked(streaming_ ? stream_status_ : 499), nullptr);
+  if (!logged_) Log(LineLocked(streaming_ ? stream_status_ : 499), nullptr);
 }
 
 void AuditExchange::NoteCompletion(const CompletionNote& note) {
   std::lock_guard lock(mu_);
   note_ = note;
   noted_ = true;
+}
+
+void AuditExchange::Log(std::string line, AuditLog::Done done) {
+  log_->Append(std::move(line), std::move(done), AuditLineKind::kRequest, context_.tenant);
 }
 
 std::string AuditExchange::LineLocked(int status) const {
@@ -140,7 +144,7 @@ void AuditExchange::Reply(HttpResponse response) {
     line = LineLocked(response.status);
   }
   response.headers.emplace_back("X-Request-Id", request_id_);
-  log_->Append(std::move(line), [self = shared_from_this(), response = std::move(response)](const Status& st) mutable {
+  Log(std::move(line), [self = shared_from_this(), response = std::move(response)](const Status& st) mutable {
     if (!st) {
       log::Error(st.error().ToString());
       HttpResponse failed = ErrorResponse(AuditFailure(st));
@@ -205,10 +209,10 @@ HttpExchange::WriteResult AuditExchange::Write(std::string data) {
       std::lock_guard lock(mu_);
       done_held_ = false;
     }
-    log_->Append(std::move(line), nullptr);
+    Log(std::move(line), nullptr);
     return WriteResult::kClientGone;
   }
-  log_->Append(std::move(line), [self = shared_from_this(), data = std::move(data)](const Status& st) mutable {
+  Log(std::move(line), [self = shared_from_this(), data = std::move(data)](const Status& st) mutable {
     bool end;
     {
       std::lock_guard lock(self->mu_);
@@ -240,7 +244,7 @@ void AuditExchange::EndStream() {
       line = LineLocked(stream_status_);
     }
   }
-  if (!line.empty()) log_->Append(std::move(line), nullptr);
+  if (!line.empty()) Log(std::move(line), nullptr);
   client_->EndStream();
 }
 

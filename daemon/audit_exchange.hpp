@@ -60,6 +60,9 @@ class AuditExchange : public HttpExchange, public std::enable_shared_from_this<A
 
  private:
   std::string LineLocked(int status) const;
+  // Queues the request's line as its tenant's (its bytes count towards the
+  // tenant's share of the audit log: audit_log.hpp).
+  void Log(std::string line, AuditLog::Done done);
   void NoteStreamEvent(const std::string& data);  // under mu_
 
   std::shared_ptr<HttpExchange> client_;

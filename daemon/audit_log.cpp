@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -107,6 +108,8 @@ Result<std::unique_ptr<AuditLog>> AuditLog::Open(AuditSettings settings) {
   if (log->fd_ < 0) return Fail(IoError("open", path));
   MOE_TRY(DropTornTail(log->fd_, path, log->size_));
   MOE_TRY(FsyncPath(log->settings_.dir));  // the file's name survives a crash too
+  log->audit_log_bytes_ = log->size_;
+  MOE_TRY(log->LoadRetained());
   log->writer_ = std::thread([raw = log.get()] { raw->Run(); });
   return log;
 }
@@ -126,11 +129,11 @@ std::string AuditLog::Path(int index) const {
   return index == 0 ? p : p + "." + std::to_string(index);
 }
 
-void AuditLog::Append(std::string line, Done done, AuditLineKind kind) {
+void AuditLog::Append(std::string line, Done done, AuditLineKind kind, std::string tenant) {
   {
     std::lock_guard lock(mu_);
     if (kind != AuditLineKind::kRefusal || !stats_.full) {
-      queue_.emplace_back(std::move(line), std::move(done));
+      queue_.push_back(Queued{std::move(line), std::move(done), std::move(tenant)});
       cv_.notify_one();
       return;
     }
@@ -165,9 +168,63 @@ bool AuditLog::full() const {
   return stats_.full && WallNow() < full_until_;
 }
 
+bool AuditLog::RefusesTenant(const std::string& tenant) const {
+  std::lock_guard lock(mu_);
+  const double now = WallNow();
+  if (!stats_.full || now >= full_until_) return false;
+  if (audit_log_bytes_.load() >= 2 * settings_.max_file_bytes) return true;  // the reserve is spent
+  const double bound = static_cast<double>(settings_.max_file_bytes) * (settings_.max_files + 1);
+  return static_cast<double>(RetainedLocked(tenant, now)) >= settings_.tenant_max_share * bound;
+}
+
+int64_t AuditLog::RetainedBytes(const std::string& tenant) const {
+  std::lock_guard lock(mu_);
+  return RetainedLocked(tenant, WallNow());
+}
+
+int64_t AuditLog::RetainedLocked(const std::string& tenant, double now) const {
+  auto it = retained_.find(tenant);
+  if (it == retained_.end()) return 0;
+  const int64_t first = static_cast<int64_t>(std::floor((now - settings_.retention_hours * 3600) / 60));
+  int64_t bytes = 0;
+  for (auto m = it->second.lower_bound(first); m != it->second.end(); ++m) bytes += m->second;
+  return bytes;
+}
+
+void AuditLog::CountRetained(const std::string& tenant, double time, int64_t bytes) {
+  if (tenant.empty() || settings_.retention_hours <= 0) return;
+  auto& minutes = retained_[tenant];
+  minutes[static_cast<int64_t>(std::floor(time / 60))] += bytes;
+  // Minutes past retention no longer hold the log: forget them.
+  const int64_t first = static_cast<int64_t>(std::floor((WallNow() - settings_.retention_hours * 3600) / 60));
+  minutes.erase(minutes.begin(), minutes.lower_bound(first));
+}
+
+Status AuditLog::LoadRetained() {
+  if (settings_.retention_hours <= 0) return Ok();
+  const double since = WallNow() - settings_.retention_hours * 3600;
+  std::lock_guard lock(mu_);
+  for (int i = settings_.max_files; i >= 0; --i) {
+    const std::string path = Path(i);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object() || !j.value("tenant", nlohmann::json()).is_string()) continue;
+      const double t = j.value("time", nlohmann::json()).is_string() ? ParseMicroTime(j["time"].get<std::string>()) : -1;
+      if (t >= since) CountRetained(j["tenant"].get<std::string>(), t, static_cast<int64_t>(line.size()) + 1);
+    }
+    if (in.bad()) return Fail(Error::Io("audit log " + path + ": cannot be read"));
+  }
+  return Ok();
+}
+
 AuditStats AuditLog::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  AuditStats s = stats_;
+  s.reserve_spent = s.full && audit_log_bytes_.load() >= 2 * settings_.max_file_bytes;
+  return s;
 }
 
 Status AuditLog::WriteBatch(const std::string& bytes) {
@@ -226,6 +283,7 @@ Status AuditLog::RotateIfFull() {
   ::close(fd_);
   fd_ = fd;
   size_ = 0;
+  audit_log_bytes_ = 0;
   {
     std::lock_guard lock(mu_);
     if (stats_.full) log::Info("audit log " + settings_.dir + " has room again: new audited requests are admitted");
@@ -236,7 +294,7 @@ Status AuditLog::RotateIfFull() {
 
 void AuditLog::Run() {
   for (;;) {
-    std::deque<std::pair<std::string, Done>> batch;
+    std::deque<Queued> batch;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -244,14 +302,20 @@ void AuditLog::Run() {
       batch.swap(queue_);
     }
     std::string bytes;
-    for (auto& [line, done] : batch) bytes += line + "\n";
+    for (const auto& q : batch) bytes += q.line + "\n";
     Status st = WriteBatch(bytes);
-    if (!st) {
+    {
       std::lock_guard lock(mu_);
-      stats_.dropped_write_error += batch.size();
+      if (!st) {
+        stats_.dropped_write_error += batch.size();
+      } else {
+        const double now = WallNow();
+        for (const auto& q : batch) CountRetained(q.tenant, now, static_cast<int64_t>(q.line.size()) + 1);
+      }
+      audit_log_bytes_ = size_;
     }
-    for (auto& [line, done] : batch)
-      if (done) done(st);
+    for (auto& q : batch)
+      if (q.done) q.done(st);
     if (st) {
       if (Status r = RotateIfFull(); !r) {
         // Lines still go to the full file; the next batch tries again.

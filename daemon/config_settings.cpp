@@ -349,6 +349,9 @@ constexpr SettingSpec kSettings[] = {
     {"audit_unauthenticated_lines_per_second", kNumber, "1", "0 to 1000",
      "audit lines written for requests refused before a key was accepted (a sample; each counts those skipped before it); all are counted in `moe_audit_unauthenticated_refusals_total`",
      Field<&DaemonConfig::audit, &AuditSettings::unauthenticated_lines_per_second>},
+    {"audit_tenant_max_share", kNumber, "0.5", "0.01 to 1",
+     "while the audit log is full, a tenant whose lines within `audit_retention_hours` hold this share of its bound (`audit_max_file_bytes` x (`audit_max_files` + 1)) gets 503 `audit_log_full`; the other tenants are served on until `audit.log` has grown a reserve of `audit_max_file_bytes`",
+     Field<&DaemonConfig::audit, &AuditSettings::tenant_max_share>},
 };
 
 }  // namespace

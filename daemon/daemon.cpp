@@ -230,7 +230,7 @@ void Daemon::Impl::AuditRefusal(const HttpHead& head, const ApiError& e) const {
   // stage answers synchronously. Without a key it is only sampled
   // (audit_log.hpp): requests nobody is accountable for cannot flush the log.
   if (who) return audit->Append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), nullptr,
-                                AuditLineKind::kRefusal);
+                                AuditLineKind::kRefusal, who->tenant);
   audit->AppendUnauthenticated([&line](uint64_t skipped) {
     line["skipped_refusals"] = skipped;
     return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -401,11 +401,15 @@ HttpAdmission Daemon::Impl::Admit(const HttpHead& head) {
   const Route& route = *match.route;
   std::optional<Principal> who;
   if (auto refused = CheckAuth(route, head, who)) return refuse(*refused);
-  if (route.audited && audit && audit->full()) {
-    // Its line could only be written by deleting one still within retention (audit_log.hpp).
+  const std::string audited_tenant = who ? who->tenant : "";
+  if (route.audited && audit && audit->RefusesTenant(audited_tenant)) {
+    // Its line could only be written by deleting one still within retention
+    // (audit_log.hpp); the tenants that did not fill it are still served.
     return refuse(ApiError{503, "server_error", "audit_log_full",
-                           "The audit log is full of lines younger than audit_retention_hours; this daemon takes no "
-                           "new requests until the oldest may be deleted",
+                           "The audit log is full of lines younger than audit_retention_hours and tenant " +
+                               audited_tenant + " holds " + std::to_string(audit->RetainedBytes(audited_tenant)) +
+                               " bytes of them (audit_tenant_max_share), or its reserve is spent; this daemon takes "
+                               "no new requests of this tenant until the oldest may be deleted",
                            "", 60});
   }
   if (route.admit) {

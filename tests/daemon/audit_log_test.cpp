@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "daemon_process.hpp"
+#include "moeserve/common/rfc3339.hpp"
 #include "moeserve/common/sha256.hpp"
 
 namespace moeserve::daemon::testing {
@@ -366,6 +367,55 @@ TEST_F(AuditLogTest, RetentionRefusesNewRequestsRatherThanDeleteAnAuthenticatedL
   EXPECT_FALSE(std::filesystem::exists(dir_ / "state" / "audit" / "audit.log.2"));
 }
 
+// One tenant floods the log with requests it gets refused (400s are still
+// its authenticated lines): once the log is full, that tenant is refused,
+// and another tenant, which holds little of the log, is still served and
+// its lines written, until audit.log has used up its reserve.
+TEST_F(AuditLogTest, AFloodingTenantFillsTheLogForItselfNotItsNeighbours) {
+  constexpr const char* kBetaKey = "sk-audit-beta-key-0123456789abcd";
+  std::ofstream(dir_ / "keys.yaml") << "keys:\n  - {key: " << kTenantKey << ", tenant: acme}\n  - {key: " << kBetaKey
+                                     << ", tenant: beta}\n  - {key: " << kAdminKey << ", tenant: ops, role: admin}\n";
+  DaemonProcess d(Flags({"--audit-max-file-bytes", "4096", "--audit-max-files", "1", "--audit-retention-hours", "1"}));
+  ASSERT_TRUE(d.WaitReady());
+  const std::map<std::string, std::string> acme = {{"Authorization", std::string("Bearer ") + kTenantKey}};
+  const std::map<std::string, std::string> beta = {{"Authorization", std::string("Bearer ") + kBetaKey}};
+  auto served = Chat(d.port(), {{"messages", UserTurn("beta before")}, {"max_tokens", 4}}, beta);
+  ASSERT_EQ(served.status, 200) << served.body;
+  HttpResponse r;
+  int flood = 0;
+  for (; flood < 400; ++flood) {  // some 20 lines a file
+    r = Http(d.port(), "POST", "/v1/chat/completions", R"({"messages": 5})", acme);
+    if (r.status != 400) break;
+  }
+  ASSERT_EQ(r.status, 503) << "acme never refused after " << flood << " bad requests: " << r.body;
+  EXPECT_EQ(r.Json()["error"]["code"], "audit_log_full");
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("tenant acme holds"), std::string::npos) << r.body;
+  EXPECT_EQ(Metric(d.port(), "moe_audit_log_full"), 1.0);
+  // beta is served on, its lines written, while acme stays refused.
+  std::vector<std::string> beta_ids;
+  for (int i = 0; i < 3; ++i) {
+    auto b = Chat(d.port(), {{"messages", UserTurn("beta " + std::to_string(i))}, {"max_tokens", 4}}, beta);
+    ASSERT_EQ(b.status, 200) << "beta was shut out by acme's flood: " << b.body;
+    beta_ids.push_back(b.headers["x-request-id"]);
+    EXPECT_EQ(Http(d.port(), "POST", "/v1/chat/completions", R"({"messages": 5})", acme).status, 503);
+  }
+  std::set<std::string> logged;
+  for (const auto& l : AuditLines())
+    if (l["request_id"].is_string()) logged.insert(l["request_id"].get<std::string>());
+  for (const auto& id : beta_ids) EXPECT_TRUE(logged.contains(id)) << id << " not in the audit log";
+  EXPECT_TRUE(logged.contains(served.headers["x-request-id"])) << "beta's first line was deleted";
+  EXPECT_EQ(Metric(d.port(), "moe_audit_lines_dropped_total{reason=\"rotated\"}"), 0.0);
+  // The reserve bounds what the others may add: beta too is refused at last, and audit.log stays within it.
+  HttpResponse b;
+  int more = 0;
+  for (; more < 200; ++more) {
+    b = Chat(d.port(), {{"messages", UserTurn("beta more")}, {"max_tokens", 4}}, beta);
+    if (b.status != 200) break;
+  }
+  ASSERT_EQ(b.status, 503) << "beta never refused after " << more << " more requests";
+  EXPECT_LT(std::filesystem::file_size(dir_ / "state" / "audit" / "audit.log"), 2 * 4096u + 1024u);
+}
+
 // The same rule on the log alone, with lines whose times the test writes:
 // lines past retention rotate away (counted); lines within it fill the log;
 // once they age past it, the next line's rotation deletes them and the log
@@ -418,6 +468,46 @@ TEST(AuditLogRetention, FullUntilTheOldestAuthenticatedLineAgesPastRetention) {
   ASSERT_TRUE(write(0));
   EXPECT_GT((*log)->stats().dropped_rotated, rotated);
   EXPECT_FALSE((*log)->stats().full);
+}
+
+// The tenant rule on the log alone: while full, only a tenant holding
+// tenant_max_share of the bound is refused, until the reserve is spent;
+// what a tenant holds is read back from the files when the log is reopened.
+TEST(AuditLogRetention, WhileFullOnlyTheTenantHoldingItsShareIsRefused) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("audit-share-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  AuditSettings s;
+  s.dir = dir.string();
+  s.max_file_bytes = 4096;
+  s.max_files = 1;
+  s.retention_hours = 1;
+  s.tenant_max_share = 0.5;
+  auto log = AuditLog::Open(s);
+  ASSERT_TRUE(log) << log.error().ToString();
+  auto write = [&](AuditLog& l, const std::string& tenant) {
+    std::promise<Status> p;
+    l.Append(json{{"time", NowMicroTime()}, {"tenant", tenant}, {"pad", std::string(200, 'x')}}.dump(),
+             [&](const Status& st) { p.set_value(st); }, AuditLineKind::kRequest, tenant);
+    return p.get_future().get();
+  };
+  ASSERT_TRUE(write(**log, "beta"));
+  for (int i = 0; i < 80 && !(*log)->full(); ++i) ASSERT_TRUE(write(**log, "acme"));
+  ASSERT_TRUE((*log)->full());
+  EXPECT_GE((*log)->RetainedBytes("acme"), 4096);
+  EXPECT_TRUE((*log)->RefusesTenant("acme"));
+  EXPECT_FALSE((*log)->RefusesTenant("beta"));
+  EXPECT_FALSE((*log)->stats().reserve_spent);
+  // Many small tenants, none near its share, use up the reserve: then every tenant is refused.
+  for (int i = 0; i < 60 && !(*log)->RefusesTenant("gamma"); ++i) ASSERT_TRUE(write(**log, "t" + std::to_string(i)));
+  EXPECT_TRUE((*log)->RefusesTenant("gamma")) << "the reserve never ran out";
+  EXPECT_TRUE((*log)->stats().reserve_spent);
+  EXPECT_GE(std::filesystem::file_size(dir / "audit.log"), 2 * 4096u);
+  const int64_t acme_bytes = (*log)->RetainedBytes("acme");
+  log->reset();
+  auto reopened = AuditLog::Open(s);
+  ASSERT_TRUE(reopened) << reopened.error().ToString();
+  EXPECT_EQ((*reopened)->RetainedBytes("acme"), acme_bytes);
+  EXPECT_GT((*reopened)->RetainedBytes("beta"), 0);
 }
 
 }  // namespace

@@ -26,6 +26,16 @@
 //    and full() tells the daemon to refuse new audited requests (503
 //    audit_log_full) until the oldest file's newest authenticated line has
 //    aged past retention. A warning is logged when it fills and when it clears.
+//  - One tenant cannot make the log full for everyone: each tenant's bytes
+//    of lines younger than retention are kept (from the files at Open, then
+//    as lines are written). While the log is full, only a tenant holding at
+//    least tenant_max_share of the log's bound (max_file_bytes x
+//    (max_files + 1)) is refused (RefusesTenant); the others are still
+//    served, their lines going on in audit.log, until audit.log has grown a
+//    reserve of max_file_bytes past its rotation size: then every tenant is
+//    refused until the oldest file may go. A tenant flooding the log with
+//    requests (refused ones count: a 400 is still an authenticated line)
+//    so shuts out itself, not its neighbours.
 //  - Every line not written or deleted is counted by reason (stats()).
 //
 // Settings (audit_*; the daemon's YAML keys and flags):
@@ -35,19 +45,23 @@
 //   audit_max_files: 4          # rotated files kept besides audit.log
 //   audit_retention_hours: 1    # authenticated lines kept at least this long; 0: rotation deletes any
 //   audit_unauthenticated_lines_per_second: 1   # sampled lines of keyless refusals; 0: none
+//   audit_tenant_max_share: 0.5 # while full, a tenant holding this share of the bound is refused
 //
-// The defaults bound the log at 80 MiB (plus the lines of requests in flight
-// when it is full): it shares the state volume (1 GiB by default under the
+// The defaults bound the log at 96 MiB (80 MiB, a reserve of one file for
+// the tenants the full log still serves, plus the lines of requests in
+// flight): it shares the state volume (1 GiB by default under the
 // operator) with the usage ledger and the sessions.
 //
 // Thread safety: Append may be called from any thread. ReadAuditLog reads
 // files only and may run beside a writer (it ignores a partial last line).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,6 +81,7 @@ struct AuditSettings {
   int max_files = 4;
   double retention_hours = 1;
   double unauthenticated_lines_per_second = 1;
+  double tenant_max_share = 0.5;
 };
 
 // Running totals (the daemon's moe_audit_* metrics).
@@ -77,6 +92,7 @@ struct AuditStats {
   uint64_t dropped_rotated = 0;      // lines deleted with the oldest file by rotation
   uint64_t dropped_write_error = 0;  // lines whose write failed (their requests got an error)
   bool full = false;
+  bool reserve_spent = false;        // full, and audit.log has grown its reserve: every tenant is refused
 };
 
 // What a line is: a request admitted (written even when the log is full:
@@ -93,7 +109,9 @@ class AuditLog {
 
   // Queues `line` (one JSON object, no newline); `done` (may be empty) runs
   // on the writer thread once the line is on disk, or with the error.
-  void Append(std::string line, Done done, AuditLineKind kind = AuditLineKind::kRequest);
+  // `tenant` ("" for none) is whose line it is: its bytes count towards the
+  // tenant's share of the log (RefusesTenant).
+  void Append(std::string line, Done done, AuditLineKind kind = AuditLineKind::kRequest, std::string tenant = "");
   // A request refused before a key was accepted: counted; written, as
   // line(skipped) with the number of such refusals not written since the
   // previous sample, at most unauthenticated_lines_per_second.
@@ -101,6 +119,13 @@ class AuditLog {
   // Whether new audited requests must be refused: the oldest file holds
   // authenticated lines within retention and audit.log is past its size.
   bool full() const;
+  // Whether a new audited request of `tenant` must be refused (503
+  // audit_log_full): the log is full and either the tenant holds at least
+  // tenant_max_share of its bound in lines within retention, or audit.log
+  // has used up its reserve.
+  bool RefusesTenant(const std::string& tenant) const;
+  // The bytes of `tenant`'s lines younger than retention (what its share is judged by).
+  int64_t RetainedBytes(const std::string& tenant) const;
   AuditStats stats() const;
 
   const AuditSettings& settings() const { return settings_; }
@@ -111,6 +136,9 @@ class AuditLog {
   Status WriteBatch(const std::string& bytes);
   Status RotateIfFull();
   std::string Path(int index) const;
+  void CountRetained(const std::string& tenant, double time, int64_t bytes);  // mu_ held
+  int64_t RetainedLocked(const std::string& tenant, double now) const;       // mu_ held
+  Status LoadRetained();  // the lines within retention of the files already there
 
   AuditSettings settings_;
   int fd_ = -1;
@@ -121,7 +149,16 @@ class AuditLog {
   double last_sample_ = -1e18;  // steady seconds of the last unauthenticated line written
   uint64_t skipped_ = 0;       // unauthenticated refusals not written since it
   std::condition_variable cv_;
-  std::deque<std::pair<std::string, Done>> queue_;
+  struct Queued {
+    std::string line;
+    Done done;
+    std::string tenant;
+  };
+  std::deque<Queued> queue_;
+  std::atomic<int64_t> audit_log_bytes_{0};  // audit.log's size, for RefusesTenant
+  // tenant -> minute (unix s / 60) -> bytes of its lines written in it;
+  // minutes older than retention are dropped as they are passed.
+  std::map<std::string, std::map<int64_t, int64_t>> retained_;
   bool stop_ = false;
   std::thread writer_;
 };
