@@ -77,6 +77,11 @@ image_max_per_request: 4  # int image_max_per_request
 image_url_allowed_hosts: images.example.com  # text image_url_allowed_hosts
 image_url_allow_private_addresses: false  # bool image_url_allow_private_addresses
 image_fetch_timeout_seconds: 5.0  # num image_fetch_timeout_seconds
+image_fetch_request_timeout_seconds: 20.0  # num image_fetch_request_timeout_seconds
+image_workers: 4  # int image_workers
+image_tenant_max_in_flight: 2  # int image_tenant_max_in_flight
+image_max_queued: 64  # int image_max_queued
+image_decoded_cache_bytes: 268435456  # int image_decoded_cache_bytes
 state_dir: /var/lib/moeserve  # text state_dir
 ledger_path: /var/lib/moeserve/usage.sqlite3  # text ledger_path
 policy_name: team-a  # text policy_name
@@ -106,6 +111,7 @@ audit_max_file_bytes: 1048576  # int audit_max_file_bytes
 audit_max_files: 4  # int audit_max_files
 audit_retention_hours: 1.0  # num audit_retention_hours
 audit_unauthenticated_lines_per_second: 1.0  # num audit_unauthenticated_lines_per_second
+audit_tenant_max_share: 0.5  # num audit_tenant_max_share
 pricing:
   low:
     input: 0.2  # num pricing.low.input
