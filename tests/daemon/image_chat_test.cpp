@@ -14,26 +14,12 @@
 
 #include "../support/test_images.hpp"
 #include "daemon_harness.hpp"
+#include "image_serving.hpp"
 #include "moeserve/common/base64.hpp"
 #include "moeserve/engine/vision.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {
-
-const std::string& VisionModelDir() {
-  static std::string dir = [] {
-    std::string d = ::testing::TempDir() + "/moe_daemon_vision_" + std::to_string(::getpid());
-    std::filesystem::remove_all(d);
-    engine::ModelGenOptions o;
-    o.config = *engine::PresetConfig("tiny");
-    o.config.vision = engine::TinyVisionConfig();
-    o.seed = 5;
-    auto st = engine::GenerateModel(o, d);
-    if (!st) ADD_FAILURE() << st.error().ToString();
-    return d;
-  }();
-  return dir;
-}
 
 std::string PngUrl(uint32_t w, uint32_t h) {
   return "data:image/png;base64," + Base64Encode(test_support::EncodePng(w, h, test_support::Gradient(w, h)));
