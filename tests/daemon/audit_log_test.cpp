@@ -416,18 +416,25 @@ TEST_F(AuditLogTest, AFloodingTenantFillsTheLogForItselfNotItsNeighbours) {
   EXPECT_LT(std::filesystem::file_size(dir_ / "state" / "audit" / "audit.log"), 2 * 4096u + 1024u);
 }
 
-// The same rule on the log alone, with lines whose times the test writes:
-// lines past retention rotate away (counted); lines within it fill the log;
-// once they age past it, the next line's rotation deletes them and the log
-// takes refusals again.
-TEST(AuditLogRetention, FullUntilTheOldestAuthenticatedLineAgesPastRetention) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / ("audit-retention-" + std::to_string(::getpid()));
+// A log of audit.log and one rotated file of 4 KiB, an hour's retention,
+// in a fresh directory named `name`.
+AuditSettings SmallRetainedLog(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / (name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   AuditSettings s;
   s.dir = dir.string();
   s.max_file_bytes = 4096;
   s.max_files = 1;
   s.retention_hours = 1;
+  return s;
+}
+
+// The same rule on the log alone, with lines whose times the test writes:
+// lines past retention rotate away (counted); lines within it fill the log;
+// once they age past it, the next line's rotation deletes them and the log
+// takes refusals again.
+TEST(AuditLogRetention, FullUntilTheOldestAuthenticatedLineAgesPastRetention) {
+  const AuditSettings s = SmallRetainedLog("audit-retention");
   auto log = AuditLog::Open(s);
   ASSERT_TRUE(log) << log.error().ToString();
   auto at = [](double seconds_ago) {
@@ -474,14 +481,9 @@ TEST(AuditLogRetention, FullUntilTheOldestAuthenticatedLineAgesPastRetention) {
 // tenant_max_share of the bound is refused, until the reserve is spent;
 // what a tenant holds is read back from the files when the log is reopened.
 TEST(AuditLogRetention, WhileFullOnlyTheTenantHoldingItsShareIsRefused) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / ("audit-share-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  AuditSettings s;
-  s.dir = dir.string();
-  s.max_file_bytes = 4096;
-  s.max_files = 1;
-  s.retention_hours = 1;
+  AuditSettings s = SmallRetainedLog("audit-share");
   s.tenant_max_share = 0.5;
+  const std::filesystem::path dir = s.dir;
   auto log = AuditLog::Open(s);
   ASSERT_TRUE(log) << log.error().ToString();
   auto write = [&](AuditLog& l, const std::string& tenant) {
