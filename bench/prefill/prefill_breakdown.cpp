@@ -216,18 +216,21 @@ int main(int argc, char** argv) {
   }
   const int threads = mk::DefaultThreadPool().size();
   Ceilings c;
+  size_t bw_mib = 0;  // the probe's array (kernels::ProbeArrayMiB)
   if (ceilings) {
     c.fma = mb::FmaPeak(threads, mk::IsaSupported(mk::Isa::kAvx512));
     c.dot = mb::Bf16DotPeak(threads);
-    c.bw = mk::MeasureReadBandwidth(128, 1.0, 12).best_bytes_per_s;
+    const mk::ReadBandwidth r = mk::MeasureReadBandwidth(mk::ProbeArrayMiB(), 1.0, 12);
+    c.bw = r.best_bytes_per_s;
+    bw_mib = r.array_bytes >> 20;
   }
   const mk::KernelSet& ks = reference ? mk::Kernels(mk::Isa::kReference)
                             : bf16act  ? mk::KernelsWithBf16Activations(mk::BestIsa())
                                        : mk::Kernels(mk::BestIsa());
   std::printf("bench_prefill: %s, %d threads, kernels %s (%s, %s); chunks of %d tokens\n", model_path.c_str(), threads,
               mk::IsaName(ks.isa), ks.matmul_mxfp4.name, ks.matmul_bf16.name, chunk);
-  std::printf("ceilings: fp32 FMA peak %.1f GFLOP/s, BF16 dot peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n", c.fma / 1e9,
-              c.dot / 1e9, c.bw / 1e9);
+  std::printf("ceilings: fp32 FMA peak %.1f GFLOP/s, BF16 dot peak %.1f GFLOP/s, read bandwidth %.1f GB/s (best pass "
+              "over %zu MiB)\n", c.fma / 1e9, c.dot / 1e9, c.bw / 1e9, bw_mib);
   const int V = dir->config.vocab_size;
   // One untimed chunk first: the first pass pays for page faults on the
   // weights and the kernels' scratch, which would land on the first layer.

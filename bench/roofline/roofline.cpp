@@ -1,7 +1,9 @@
 // This machine's ceilings and the kernels' fraction of them:
 //  - read bandwidth: kernels::MeasureReadBandwidth (a vectorised sum over an
-//    array far larger than the caches, 128 MiB by default: 4x the L3 here, on
-//    every core at once), the best pass before or after the kernels. A pass
+//    array far larger than the caches, on every core at once; its size is
+//    kernels::ProbeArrayMiB(), at least 4x the last-level cache and 256 MiB,
+//    the size bench_batch_curve, bench_prefill and moe-run --read-bw auto
+//    use too), the best pass before or after the kernels. A pass
 //    then lasts a few milliseconds, as the kernels' timed runs do: on a
 //    machine whose bandwidth moves from moment to moment, the best of many
 //    short runs is compared with the best of many short passes (with 1 GiB
@@ -11,7 +13,8 @@
 //  then the MXFP4 matmul at batch 1 (vs bandwidth) and batch 512 (vs FMA
 //  peak) at flagship-like shapes, and the F32 and BF16 matvecs (vs bandwidth).
 // Usage: bench_roofline [--ceilings] [--mib N]
-//   --ceilings prints only "read_bw_GBps=... fma_peak_GFLOPs=..." (for scripts/bench).
+//   --ceilings prints only "read_bw_GBps=... fma_peak_GFLOPs=... read_bw_array_MiB=..." (for scripts/bench).
+//   --mib N: another probe size than ProbeArrayMiB() (the output says which).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -100,7 +103,7 @@ std::string LoadAverage() {
 
 int main(int argc, char** argv) {
   bool ceilings_only = false;
-  size_t mib = 128;
+  size_t mib = mk::ProbeArrayMiB();
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--ceilings")) ceilings_only = true;
     else if (!std::strcmp(argv[i], "--mib") && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
@@ -119,8 +122,10 @@ int main(int argc, char** argv) {
   if (ceilings_only) {
     // The BF16 dot-product peak (vdpbf16ps; 0 without avx512_bf16): the
     // ceiling of the BF16 GEMM rows.
-    std::printf("read_bw_GBps=%.2f read_bw_mean_GBps=%.2f fma_peak_GFLOPs=%.2f bf16_dot_peak_GFLOPs=%.2f threads=%d\n",
-                bw / 1e9, before.mean_bytes_per_s / 1e9, peak / 1e9, mb::Bf16DotPeak(threads) / 1e9, threads);
+    std::printf("read_bw_GBps=%.2f read_bw_mean_GBps=%.2f fma_peak_GFLOPs=%.2f bf16_dot_peak_GFLOPs=%.2f threads=%d "
+                "read_bw_array_MiB=%zu\n",
+                bw / 1e9, before.mean_bytes_per_s / 1e9, peak / 1e9, mb::Bf16DotPeak(threads) / 1e9, threads,
+                before.array_bytes >> 20);
     return 0;
   }
   struct Row {
@@ -230,10 +235,10 @@ int main(int argc, char** argv) {
   const double peak_after = FmaPeak(threads, avx512);
   const double ceiling_peak = std::max(peak, peak_after);
   std::printf("ceilings (%d threads, %s): read bandwidth %.2f GB/s (best pass of %.2f before and %.2f after the "
-              "kernels; mean over all passes %.2f / %.2f GB/s; %zu MiB array), fp32 FMA peak %.1f GFLOP/s (the higher of "
+              "kernels; mean over all passes %.2f / %.2f GB/s; passes over %zu MiB), fp32 FMA peak %.1f GFLOP/s (the higher of "
               "%.1f before and %.1f after)\n",
               threads, avx512 ? "avx512" : "avx2", ceiling_bw / 1e9, bw / 1e9, after.best_bytes_per_s / 1e9,
-              before.mean_bytes_per_s / 1e9, after.mean_bytes_per_s / 1e9, mib, ceiling_peak / 1e9, peak / 1e9, peak_after / 1e9);
+              before.mean_bytes_per_s / 1e9, after.mean_bytes_per_s / 1e9, before.array_bytes >> 20, ceiling_peak / 1e9, peak / 1e9, peak_after / 1e9);
   std::printf("loadavg before: %s; after: %s\n", load_before.c_str(), LoadAverage().c_str());
   std::printf("memory-bound rows: best run against the best probe pass interleaved with the runs; median against median "
               "and mean against mean in the same window\n");

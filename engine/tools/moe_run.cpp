@@ -39,7 +39,9 @@
 // With --read-bw (the machine's read bandwidth, as bench_roofline measures
 // it) it also prints decode speed as a fraction of the memory roofline:
 // read bandwidth / bytes of weights read per decoded token. "auto" measures
-// it with passes over a 256 MiB array before the prompt, between decode steps
+// it with passes over an array of kernels::ProbeArrayMiB() (at least 4x the
+// last-level cache and 256 MiB, as bench_roofline's; the output says which
+// size) before the prompt, between decode steps
 // (one pass every 8 steps, its time not counted as decode) and after the last
 // token, so that on a shared machine, whose bandwidth moves from one second to
 // the next, the ceiling and the decode meet the same conditions; it compares
@@ -245,7 +247,7 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::unique_ptr<kernels::ReadBandwidthProbe> probe;
   if (read_bw_auto) {
-    probe = std::make_unique<kernels::ReadBandwidthProbe>(256);
+    probe = std::make_unique<kernels::ReadBandwidthProbe>(kernels::ProbeArrayMiB());
     for (int i = 0; i < 8; ++i) probe->Pass();
   }
   // config.json's end tokens only (GptOssIdsOnlyChat): the ids compare with the reference's greedy loop.
@@ -268,8 +270,8 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
   if (read_bw_auto) {
     for (int i = 0; i < 8; ++i) probe->Pass();
     read_bw = probe->result().best_bytes_per_s / 1e9;
-    std::printf("read bandwidth, best of %d passes before and after decode: %.2f GB/s\n", probe->result().passes,
-                read_bw);
+    std::printf("read bandwidth, best of %d passes over %zu MiB before and after decode: %.2f GB/s\n",
+                probe->result().passes, probe->result().array_bytes >> 20, read_bw);
   }
   if (read_bw > 0 && decode_tps > 0) {
     const double roof = read_bw * 1e9 / bytes;
@@ -454,7 +456,7 @@ int main(int argc, char** argv) {
     while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds);
   };
   if (read_bw_auto) {
-    probe = std::make_unique<kernels::ReadBandwidthProbe>(256);
+    probe = std::make_unique<kernels::ReadBandwidthProbe>(kernels::ProbeArrayMiB());
     probe_for(0.5);
   }
   auto t_loaded = std::chrono::steady_clock::now();

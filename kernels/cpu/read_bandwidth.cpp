@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <new>
+#include <string>
 
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -127,6 +131,70 @@ double MedianOf(std::vector<double> values) {
   if (values.empty()) return 0.0;
   std::nth_element(values.begin(), values.begin() + static_cast<long>(values.size() / 2), values.end());
   return values[values.size() / 2];
+}
+
+namespace {
+
+// The first line of a small sysfs file, blanks trimmed; empty when unreadable.
+std::string ReadLine(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string s;
+  if (!in || !std::getline(in, s)) return "";
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t b = 0;
+  while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  return s.substr(b);
+}
+
+// "32768K", "480M", "1G" or a byte count; 0 for anything else.
+size_t ParseCacheSize(const std::string& s) {
+  size_t i = 0, v = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+    if (v > (SIZE_MAX - 9) / 10) return 0;
+    v = v * 10 + static_cast<size_t>(s[i++] - '0');
+  }
+  if (i == 0) return 0;
+  size_t unit = 1;
+  if (i < s.size()) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s[i++])));
+    if (c == 'K') unit = size_t{1} << 10;
+    else if (c == 'M') unit = size_t{1} << 20;
+    else if (c == 'G') unit = size_t{1} << 30;
+    else return 0;
+    if (i < s.size() && (s[i] == 'B' || s[i] == 'b')) ++i;  // "32768KB"
+  }
+  if (i != s.size() || v > SIZE_MAX / unit) return 0;
+  return v * unit;
+}
+
+}  // namespace
+
+size_t LastLevelCacheBytes(const std::string& cpu_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::directory_iterator it(fs::path(cpu_dir) / "cache", ec);
+  if (ec) return 0;
+  int best_level = 0;
+  size_t best = 0;
+  for (const fs::directory_entry& e : it) {
+    if (e.path().filename().string().rfind("index", 0) != 0) continue;
+    if (ReadLine(e.path() / "type") == "Instruction") continue;
+    const std::string level_text = ReadLine(e.path() / "level");
+    if (level_text.empty() || level_text.size() > 2 ||
+        !std::all_of(level_text.begin(), level_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const int level = std::stoi(level_text);
+    const size_t size = ParseCacheSize(ReadLine(e.path() / "size"));
+    if (size == 0) continue;
+    if (level > best_level || (level == best_level && size > best)) best_level = level, best = size;
+  }
+  return best;
+}
+
+size_t ProbeArrayMiB(const std::string& cpu_dir) {
+  constexpr size_t kFloorMiB = 256, kTimesLlc = 4, kMiB = size_t{1} << 20;
+  const size_t llc = LastLevelCacheBytes(cpu_dir);
+  return std::max(kFloorMiB, (llc / kMiB + (llc % kMiB != 0)) * kTimesLlc);
 }
 
 ReadBandwidth MeasureReadBandwidth(size_t mib, double seconds, int min_passes) {

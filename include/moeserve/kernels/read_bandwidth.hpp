@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace moeserve::kernels {
@@ -52,6 +53,18 @@ class ReadBandwidthProbe {
 
 // The middle value (the upper middle of an even count); 0 for none.
 double MedianOf(std::vector<double> values);
+
+// The size of the highest-level data or unified cache one CPU sees, from
+// CPU_DIR/cache/index*/{level,type,size} (sysfs: "32768K", "480M" or bytes);
+// 0 when none can be read.
+size_t LastLevelCacheBytes(const std::string& cpu_dir = "/sys/devices/system/cpu/cpu0");
+
+// The array size, in MiB, every read-bandwidth probe uses (bench_roofline,
+// bench_batch_curve, bench_prefill, moe-run --read-bw auto): a ceiling is
+// honest only from an array several times larger than the last-level cache,
+// so at least 4x LastLevelCacheBytes(cpu_dir), rounded up to a whole MiB,
+// and never under 256 MiB (the floor, too, where no cache size is readable).
+size_t ProbeArrayMiB(const std::string& cpu_dir = "/sys/devices/system/cpu/cpu0");
 
 // Passes over a fresh array of `mib` MiB until `seconds` have passed (at
 // least `min_passes`).
