@@ -83,6 +83,9 @@ Result<std::vector<float>> Model::EmbedImage(const ImageInput& image) const {
 
 size_t Model::resident_weight_bytes() const { return ResidentWeightBytes(*weights_); }
 size_t Model::routed_expert_bytes() const { return RoutedExpertBytes(*weights_); }
+DecodeWeightBytes Model::decode_weight_bytes() const {
+  return DecodeReadBytes(*weights_, config_.moe.experts_per_token);
+}
 
 ExpertParallelStats Model::expert_parallel_stats() const {
   std::lock_guard<std::mutex> lock(ep_mu_);

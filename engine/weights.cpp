@@ -262,4 +262,44 @@ size_t RoutedExpertBytes(const ModelWeights& w) {
   return total;
 }
 
+void AddMatrix(const Matrix& m, double* bytes, double* weights) {
+  if (m.bytes() == 0) return;
+  *bytes += static_cast<double>(m.bytes());
+  *weights += static_cast<double>(m.rows) * static_cast<double>(m.cols);
+}
+
+DecodeWeightBytes DecodeReadBytes(const ModelWeights& w, int experts_per_token) {
+  const auto vec = [](const std::vector<float>& v) { return static_cast<double>(v.size() * sizeof(float)); };
+  DecodeWeightBytes d;
+  d.experts_per_token = experts_per_token;
+  if (w.embed.rows > 0) d.embed_row = static_cast<double>(w.embed.bytes()) / w.embed.rows;
+  AddMatrix(w.head, &d.dense, &d.dense_weights);
+  d.dense += vec(w.norm);
+  double routed = 0, routed_weights = 0;
+  for (const LayerWeights& l : w.layers) {
+    d.dense += vec(l.attn_norm) + vec(l.ffn_norm) + vec(l.q_norm) + vec(l.kv_norm) + vec(l.idx_k_norm_w) +
+               vec(l.idx_k_norm_b) + vec(l.A_log) + vec(l.dt_bias) + vec(l.o_norm) + vec(l.gate_bias);
+    for (const Matrix* m : {&l.wq_a, &l.wq_b, &l.wkv_a, &l.wo, &l.wg, &l.idx_wq_b, &l.idx_wk, &l.idx_weights_proj,
+                            &l.q_proj, &l.k_proj, &l.v_proj, &l.a_proj, &l.b_proj, &l.g_proj, &l.o_proj, &l.q_conv,
+                            &l.k_conv, &l.v_conv, &l.w1, &l.w3, &l.w2, &l.gate, &l.shared_w1, &l.shared_w3, &l.shared_w2,
+                            &l.shared_gate})
+      AddMatrix(*m, &d.dense, &d.dense_weights);
+    if (l.wkv_b.rows > 0) {
+      const double n = static_cast<double>(l.wkv_b.rows) * l.wkv_b.cols;
+      d.dense += (l.wkv_b_bf16 ? 2.0 : 4.0) * n;
+      d.dense_weights += n;
+    }
+    if (l.moe && l.w13.experts > 0) {
+      ++d.moe_layers;
+      routed += static_cast<double>(l.w13.bytes() + l.w2e.bytes()) / l.w13.experts;
+      routed_weights += (static_cast<double>(l.w13.rows) * l.w13.cols + static_cast<double>(l.w2e.rows) * l.w2e.cols);
+    }
+  }
+  if (d.moe_layers > 0) {
+    d.expert = routed / d.moe_layers;
+    d.expert_weights = routed_weights / d.moe_layers;
+  }
+  return d;
+}
+
 }  // namespace moeserve::engine

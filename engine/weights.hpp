@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "moeserve/common/status.hpp"
+#include "moeserve/engine/family.hpp"
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/safetensors.hpp"
 #include "moeserve/engine/tensor_source.hpp"
@@ -111,5 +112,13 @@ size_t ResidentWeightBytes(const ModelWeights& weights);
 // Of those, the routed experts' (w13 and w2 of every MoE layer): the part
 // expert parallelism divides among the ranks.
 size_t RoutedExpertBytes(const ModelWeights& weights);
+// What a decode step reads of them (family.hpp): every matrix and vector of
+// the layers, the final norm and the head; one embedding row; one routed
+// expert (w13 and w2, mean over the MoE layers). wkv_b counts once, as the
+// absorbed form reads it (W_uk^T and W_uv, BF16 when the checkpoint holds
+// BF16); the vision tower is not a decode step's.
+DecodeWeightBytes DecodeReadBytes(const ModelWeights& weights, int experts_per_token);
+// Bytes and multiplied elements of a matrix (added into *bytes, *weights).
+void AddMatrix(const Matrix& m, double* bytes, double* weights);
 
 }  // namespace moeserve::engine

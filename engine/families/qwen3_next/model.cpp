@@ -305,6 +305,16 @@ SequenceCache Model::NewSequence() const {
   return cache;
 }
 
+DecodeWeightBytes Model::decode_weight_bytes() const {
+  DecodeWeightBytes d = DecodeReadBytes(*weights_, shared_config_.moe.experts_per_token);
+  for (const auto& a : attention_) {
+    if (!a) continue;
+    for (const Matrix* m : {&a->q, &a->gate, &a->k, &a->v, &a->o}) AddMatrix(*m, &d.dense, &d.dense_weights);
+    d.dense += static_cast<double>((a->q_norm.size() + a->k_norm.size()) * sizeof(float));
+  }
+  return d;
+}
+
 std::vector<int> Model::ExpertCounts() const {
   std::vector<int> counts(static_cast<size_t>(config_.num_layers), 0);
   for (int i = 0; i < config_.num_layers; ++i)

@@ -41,6 +41,9 @@ class Model final : public FamilyModel {
                  ForwardTrace* trace = nullptr,
                  std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const override;
   std::vector<int> ExpertCounts() const override;
+  // The shared graph's accounting (weights.hpp DecodeReadBytes) plus the
+  // gated attention layers' own weights.
+  DecodeWeightBytes decode_weight_bytes() const override;
   const Config& config() const { return config_; }
 
  private:

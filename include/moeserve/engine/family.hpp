@@ -53,6 +53,27 @@ struct ForwardSegment {
   std::span<const RowEmbedding> embeddings;  // ascending indices; only for a family with a vision tower
 };
 
+// What one decode step reads of the weights as the model holds them in
+// memory (BF16 matrices as BF16, fp32 ones and vectors as fp32, routed
+// experts packed): the memory roofline's numerator (bench_batch_curve,
+// moe-run). A step of B sequences reads `dense` once, B embedding rows, and
+// each routed expert its tokens reached once; recurrent state and cached
+// rows are not weights and are not counted here. `*_weights` count the
+// matrix elements a token multiplies (2 FLOPs each), for a compute bound
+// where the family has no ForwardProfile.
+struct DecodeWeightBytes {
+  double dense = 0;      // every tensor outside the routed experts and the embedding: attention,
+                         // dense FFNs, shared experts, routers, norms, biases, the LM head
+  double embed_row = 0;  // one row of the embedding, per sequence
+  double expert = 0;     // one routed expert of one MoE layer (all its tensors), mean over the MoE layers
+  int moe_layers = 0;
+  int experts_per_token = 0;  // routed experts a token reaches per MoE layer
+  double dense_weights = 0;   // matrix elements of `dense` that a token's products multiply
+  double expert_weights = 0;  // the same for one routed expert
+  // Bytes one decoded token reads alone (batch 1).
+  double PerToken() const { return dense + embed_row + static_cast<double>(moe_layers) * experts_per_token * expert; }
+};
+
 // The forward pass the engine drives. Immutable after loading; Forward is
 // called from one thread at a time per KvPool.
 class FamilyModel {
@@ -76,6 +97,9 @@ class FamilyModel {
   // Experts per layer (0 for a layer without MoE): the shape of the engine's
   // expert_tokens metric.
   virtual std::vector<int> ExpertCounts() const = 0;
+  // The decode step's weight bytes (DecodeWeightBytes); all zero where the
+  // family does not say.
+  virtual DecodeWeightBytes decode_weight_bytes() const { return {}; }
   // Prompt rows the engine prefills in one step when nothing decodes at most
   // (0: EngineOptions::prefill_chunk_tokens_idle decides alone; never below
   // prefill_chunk_tokens). A family whose larger calls are no faster caps it.

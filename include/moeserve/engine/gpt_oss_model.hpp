@@ -67,6 +67,10 @@ class GptOssModel final : public FamilyModel {
   // layer, the output head (the memory roofline's numerator).
   size_t weight_bytes() const;
   size_t active_weight_bytes_per_token() const;
+  // The same split for a batched step (family.hpp): dense (every matrix,
+  // norm and bias outside the experts, the head), one BF16 embedding row,
+  // one expert of one layer (its MXFP4 matrices and biases).
+  DecodeWeightBytes decode_weight_bytes() const override;
 
   int vocab_size() const override { return cfg_.vocab; }
   int64_t max_position() const override { return cfg_.max_position; }

@@ -175,6 +175,8 @@ class Model final : public FamilyModel {
   // Of those, the routed experts' bytes: under expert parallelism this
   // rank's slice, 1/world of the model's.
   size_t routed_expert_bytes() const;
+  // What a decode step reads of them (family.hpp; weights.hpp DecodeReadBytes).
+  DecodeWeightBytes decode_weight_bytes() const override;
   // Expert parallelism: this rank, the world size (1 without), and the stats.
   int ep_rank() const { return ep_rank_; }
   int ep_world() const { return ep_world_; }
