@@ -738,3 +738,303 @@ MOESERVE_ATTENTION_VARIANTS(avx512, Isa::kAvx512)
 }  // namespace cpu
 
 }  // namespace moeserve::kernels
+
+// ---- Grouped-query attention with sinks (gpt-oss) ----
+
+namespace moeserve::kernels {
+
+void GqaSinkAttentionRef(const GqaSinkShape& sh, int queries, const float* q, const float* const* rows,
+                         const int* first, const int* last, float* out) {
+  const size_t H = static_cast<size_t>(sh.heads), d = static_cast<size_t>(sh.head_dim);
+  const size_t rep = H / static_cast<size_t>(sh.kv_heads), qd = H * d;
+  std::vector<float> scores;
+  for (int i = 0; i < queries; ++i)
+    for (size_t h = 0; h < H; ++h) {
+      const float* qh = q + static_cast<size_t>(i) * qd + h * d;
+      const size_t kh = h / rep;
+      const int lo = first[i], hi = last[i];
+      scores.assign(static_cast<size_t>(hi + 1 - lo), 0.0f);
+      float mx = sh.sinks[h];
+      for (int j = lo; j <= hi; ++j) {
+        const float* kj = rows[j] + sh.key_offset + kh * d;
+        float s = 0;
+        for (size_t e = 0; e < d; ++e) s += qh[e] * kj[e];
+        scores[static_cast<size_t>(j - lo)] = s * sh.scale;
+        mx = std::max(mx, scores[static_cast<size_t>(j - lo)]);
+      }
+      // The sink is one more logit in the denominator, with no value.
+      double denom = std::exp(static_cast<double>(sh.sinks[h]) - mx);
+      for (float& s : scores) denom += (s = static_cast<float>(std::exp(static_cast<double>(s) - mx)));
+      float* oh = out + static_cast<size_t>(i) * qd + h * d;
+      std::fill_n(oh, d, 0.0f);
+      for (int j = lo; j <= hi; ++j) {
+        const float p = static_cast<float>(scores[static_cast<size_t>(j - lo)] / denom);
+        const float* vj = rows[j] + sh.value_offset + kh * d;
+        for (size_t e = 0; e < d; ++e) oh[e] += p * vj[e];
+      }
+    }
+}
+
+namespace {
+
+// The tiled form. A task: key/value head g and queries [i0, i0 + nrows).
+// Its query vectors (row r, head g * rep + u) are the lanes m = r * rep + u,
+// padded to a multiple of 16 (padding lanes see no key). Per tile of up to
+// 64 keys: scores st[key][lane], masked to each lane's key range, the
+// running maxima, the weights and the running sums per lane, then the
+// accumulators acc[e][lane] rescaled and the weighted values added.
+constexpr int kGqaTileKeys = 64;
+constexpr int kGqaLanes = 16;
+constexpr int kGqaTaskVectors = 64;  // query vectors per task (rows x heads of a group)
+
+struct GqaScratch {
+  std::vector<float> qt, acc, st, mrun, l, corr;
+  std::vector<int> lo, hi;
+  std::vector<float> zeros;
+  const float* kp[kGqaTileKeys + 4];
+  const float* vp[kGqaTileKeys + 4];
+};
+
+void GqaScoresGeneric(const float* qt, int M, int d, const float* const* kp, int nk, float* st) {
+  for (int jj = 0; jj < nk; ++jj) {
+    float* s = st + static_cast<size_t>(jj) * M;
+    std::fill_n(s, M, 0.0f);
+    for (int e = 0; e < d; ++e) {
+      const float kv = kp[jj][e];
+      const float* qe = qt + static_cast<size_t>(e) * M;
+      for (int m = 0; m < M; ++m) s[m] += qe[m] * kv;
+    }
+  }
+}
+
+// Masks, running maxima, weights and sums of one tile (keys j0 + jj).
+void GqaSoftmaxGeneric(GqaScratch& w, int M, int j0, int nk) {
+  for (int m = 0; m < M; ++m) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int jj = 0; jj < nk; ++jj) {
+      float& s = w.st[static_cast<size_t>(jj) * M + m];
+      const int j = j0 + jj;
+      if (j < w.lo[m] || j > w.hi[m]) s = -std::numeric_limits<float>::infinity();
+      mx = std::max(mx, s);
+    }
+    const float mnew = std::max(w.mrun[m], mx);
+    w.corr[m] = std::exp(w.mrun[m] - mnew);
+    float sum = 0;
+    for (int jj = 0; jj < nk; ++jj) {
+      float& s = w.st[static_cast<size_t>(jj) * M + m];
+      sum += (s = std::exp(s - mnew));
+    }
+    w.l[m] = w.l[m] * w.corr[m] + sum;
+    w.mrun[m] = mnew;
+  }
+}
+
+void GqaValuesGeneric(GqaScratch& w, int M, int d, size_t voff, int nk) {
+  for (int e = 0; e < d; ++e) {
+    float* a = w.acc.data() + static_cast<size_t>(e) * M;
+    for (int m = 0; m < M; ++m) a[m] *= w.corr[m];
+    for (int jj = 0; jj < nk; ++jj) {
+      const float vv = w.vp[jj][voff + static_cast<size_t>(e)];
+      const float* p = w.st.data() + static_cast<size_t>(jj) * M;
+      for (int m = 0; m < M; ++m) a[m] += p[m] * vv;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// Scores of 4 keys against NB blocks of 16 lanes (4 x NB accumulators).
+template <int NB>
+__attribute__((target("avx512f"))) void GqaScores4Avx512(const float* qt, int M, int d, const float* const* kp,
+                                                          float* st) {
+  __m512 acc[4][NB];
+  for (int k = 0; k < 4; ++k)
+    for (int b = 0; b < NB; ++b) acc[k][b] = _mm512_setzero_ps();
+  for (int e = 0; e < d; ++e) {
+    __m512 qv[NB];
+    for (int b = 0; b < NB; ++b) qv[b] = _mm512_loadu_ps(qt + static_cast<size_t>(e) * M + b * kGqaLanes);
+    for (int k = 0; k < 4; ++k) {
+      const __m512 kb = _mm512_set1_ps(kp[k][e]);
+      for (int b = 0; b < NB; ++b) acc[k][b] = _mm512_fmadd_ps(qv[b], kb, acc[k][b]);
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    for (int b = 0; b < NB; ++b) _mm512_storeu_ps(st + static_cast<size_t>(k) * M + b * kGqaLanes, acc[k][b]);
+}
+
+// Keys padded to a multiple of 4 (kp's padding points at zeros).
+__attribute__((target("avx512f"))) void GqaScoresAvx512(const float* qt, int M, int d, const float* const* kp, int nk,
+                                                         float* st) {
+  for (int jj = 0; jj < nk; jj += 4)
+    for (int m0 = 0; m0 < M; m0 += 4 * kGqaLanes) {
+      const int nb = std::min(4, (M - m0) / kGqaLanes);
+      const float* q0 = qt + m0;
+      float* s0 = st + static_cast<size_t>(jj) * M + m0;
+      switch (nb) {
+        case 4: GqaScores4Avx512<4>(q0, M, d, kp + jj, s0); break;
+        case 3: GqaScores4Avx512<3>(q0, M, d, kp + jj, s0); break;
+        case 2: GqaScores4Avx512<2>(q0, M, d, kp + jj, s0); break;
+        default: GqaScores4Avx512<1>(q0, M, d, kp + jj, s0); break;
+      }
+    }
+}
+
+__attribute__((target("avx512f"))) void GqaSoftmaxAvx512(GqaScratch& w, int M, int j0, int nk) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int m = 0; m < M; m += kGqaLanes) {
+    const __m512i lo = _mm512_loadu_si512(w.lo.data() + m), hi = _mm512_loadu_si512(w.hi.data() + m);
+    __m512 mx = ninf;
+    for (int jj = 0; jj < nk; ++jj) {
+      float* s = w.st.data() + static_cast<size_t>(jj) * M + m;
+      const __m512i j = _mm512_set1_epi32(j0 + jj);
+      const __mmask16 in = _mm512_cmpge_epi32_mask(j, lo) & _mm512_cmple_epi32_mask(j, hi);
+      const __m512 v = _mm512_mask_mov_ps(ninf, in, _mm512_loadu_ps(s));
+      _mm512_storeu_ps(s, v);
+      mx = _mm512_max_ps(mx, v);
+    }
+    const __m512 mold = _mm512_loadu_ps(w.mrun.data() + m);
+    const __m512 mnew = _mm512_max_ps(mold, mx);
+    const __m512 corr = simd::Exp512(_mm512_sub_ps(mold, mnew));
+    __m512 sum = _mm512_setzero_ps();
+    for (int jj = 0; jj < nk; ++jj) {
+      float* s = w.st.data() + static_cast<size_t>(jj) * M + m;
+      const __m512 p = simd::Exp512(_mm512_sub_ps(_mm512_loadu_ps(s), mnew));
+      _mm512_storeu_ps(s, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    _mm512_storeu_ps(w.corr.data() + m, corr);
+    _mm512_storeu_ps(w.l.data() + m, _mm512_fmadd_ps(_mm512_loadu_ps(w.l.data() + m), corr, sum));
+    _mm512_storeu_ps(w.mrun.data() + m, mnew);
+  }
+}
+
+// acc[e .. e + 4) x NB lane blocks, rescaled, plus the tile's weighted values.
+template <int NB>
+__attribute__((target("avx512f"))) void GqaValues4Avx512(GqaScratch& w, int M, int e, int m0, size_t voff, int nk) {
+  __m512 acc[4][NB], corr[NB];
+  for (int b = 0; b < NB; ++b) corr[b] = _mm512_loadu_ps(w.corr.data() + m0 + b * kGqaLanes);
+  for (int k = 0; k < 4; ++k)
+    for (int b = 0; b < NB; ++b)
+      acc[k][b] = _mm512_mul_ps(_mm512_loadu_ps(w.acc.data() + static_cast<size_t>(e + k) * M + m0 + b * kGqaLanes),
+                                corr[b]);
+  for (int jj = 0; jj < nk; ++jj) {
+    __m512 p[NB];
+    for (int b = 0; b < NB; ++b) p[b] = _mm512_loadu_ps(w.st.data() + static_cast<size_t>(jj) * M + m0 + b * kGqaLanes);
+    const float* v = w.vp[jj] + voff + e;
+    for (int k = 0; k < 4; ++k) {
+      const __m512 vb = _mm512_set1_ps(v[k]);
+      for (int b = 0; b < NB; ++b) acc[k][b] = _mm512_fmadd_ps(p[b], vb, acc[k][b]);
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    for (int b = 0; b < NB; ++b)
+      _mm512_storeu_ps(w.acc.data() + static_cast<size_t>(e + k) * M + m0 + b * kGqaLanes, acc[k][b]);
+}
+
+// d a multiple of 4.
+__attribute__((target("avx512f"))) void GqaValuesAvx512(GqaScratch& w, int M, int d, size_t voff, int nk) {
+  for (int m0 = 0; m0 < M; m0 += 4 * kGqaLanes) {
+    const int nb = std::min(4, (M - m0) / kGqaLanes);
+    for (int e = 0; e < d; e += 4) switch (nb) {
+        case 4: GqaValues4Avx512<4>(w, M, e, m0, voff, nk); break;
+        case 3: GqaValues4Avx512<3>(w, M, e, m0, voff, nk); break;
+        case 2: GqaValues4Avx512<2>(w, M, e, m0, voff, nk); break;
+        default: GqaValues4Avx512<1>(w, M, e, m0, voff, nk); break;
+      }
+  }
+}
+#endif
+
+void GqaSinkTask(const GqaSinkShape& sh, const float* q, const float* const* rows, const int* first, const int* last,
+                 float* out, int g, int i0, int nrows, bool avx512) {
+  thread_local GqaScratch w;
+  const int d = sh.head_dim, rep = sh.heads / sh.kv_heads;
+  const size_t qd = static_cast<size_t>(sh.heads) * static_cast<size_t>(d);
+  const int used = nrows * rep;
+  const int M = (used + kGqaLanes - 1) / kGqaLanes * kGqaLanes;
+  w.qt.assign(static_cast<size_t>(d) * M, 0.0f);
+  w.acc.assign(static_cast<size_t>(d) * M, 0.0f);
+  w.st.resize(static_cast<size_t>(kGqaTileKeys + 4) * M);
+  w.mrun.assign(static_cast<size_t>(M), 0.0f);
+  w.l.assign(static_cast<size_t>(M), 1.0f);
+  w.corr.assign(static_cast<size_t>(M), 1.0f);
+  w.lo.assign(static_cast<size_t>(M), 1);
+  w.hi.assign(static_cast<size_t>(M), 0);  // padding lanes: an empty range
+  if (w.zeros.size() < static_cast<size_t>(d)) w.zeros.assign(static_cast<size_t>(d), 0.0f);
+  int lo = std::numeric_limits<int>::max(), hi = -1;
+  for (int m = 0; m < used; ++m) {
+    const int r = m / rep, h = g * rep + m % rep;
+    const float* qv = q + static_cast<size_t>(i0 + r) * qd + static_cast<size_t>(h) * d;
+    for (int e = 0; e < d; ++e) w.qt[static_cast<size_t>(e) * M + m] = qv[e] * sh.scale;
+    // The sink starts each lane's softmax: running maximum, sum e^0 = 1.
+    w.mrun[static_cast<size_t>(m)] = sh.sinks[h];
+    w.lo[static_cast<size_t>(m)] = first[i0 + r];
+    w.hi[static_cast<size_t>(m)] = last[i0 + r];
+    lo = std::min(lo, first[i0 + r]);
+    hi = std::max(hi, last[i0 + r]);
+  }
+  const size_t koff = sh.key_offset + static_cast<size_t>(g) * d;
+  const size_t voff = sh.value_offset + static_cast<size_t>(g) * d;
+#if defined(__x86_64__)
+  const bool wide = avx512 && d % 4 == 0;
+#else
+  const bool wide = false;
+  (void)avx512;
+#endif
+  for (int j0 = lo; j0 <= hi; j0 += kGqaTileKeys) {
+    const int nk = std::min(kGqaTileKeys, hi + 1 - j0);
+    for (int jj = 0; jj < nk; ++jj) {
+      w.kp[jj] = rows[j0 + jj] + koff;
+      w.vp[jj] = rows[j0 + jj];
+      if (jj + kRowsAhead < nk) {
+        PrefetchFloats(rows[j0 + jj + kRowsAhead] + koff, d);
+        PrefetchFloats(rows[j0 + jj + kRowsAhead] + voff, d);
+      }
+    }
+    const int nk4 = (nk + 3) / 4 * 4;
+    for (int jj = nk; jj < nk4; ++jj) w.kp[jj] = w.zeros.data();
+#if defined(__x86_64__)
+    if (wide) {
+      GqaScoresAvx512(w.qt.data(), M, d, w.kp, nk4, w.st.data());
+      GqaSoftmaxAvx512(w, M, j0, nk);
+      GqaValuesAvx512(w, M, d, voff, nk);
+      continue;
+    }
+#endif
+    GqaScoresGeneric(w.qt.data(), M, d, w.kp, nk, w.st.data());
+    GqaSoftmaxGeneric(w, M, j0, nk);
+    GqaValuesGeneric(w, M, d, voff, nk);
+  }
+  for (int m = 0; m < used; ++m) {
+    const int r = m / rep, h = g * rep + m % rep;
+    float* o = out + static_cast<size_t>(i0 + r) * qd + static_cast<size_t>(h) * d;
+    const float inv = 1.0f / w.l[static_cast<size_t>(m)];
+    for (int e = 0; e < d; ++e) o[e] = w.acc[static_cast<size_t>(e) * M + m] * inv;
+  }
+}
+
+}  // namespace
+
+void GqaSinkAttention(const GqaSinkShape& sh, int queries, const float* q, const float* const* rows, const int* first,
+                      const int* last, float* out, Isa isa) {
+  if (queries <= 0) return;
+  const size_t qd = static_cast<size_t>(sh.heads) * static_cast<size_t>(sh.head_dim);
+  if (isa == Isa::kReference) {
+    DefaultThreadPool().ParallelFor(static_cast<size_t>(queries), [&](size_t i) {
+      GqaSinkAttentionRef(sh, 1, q + i * qd, rows, first + i, last + i, out + i * qd);
+    });
+    return;
+  }
+  const int rep = sh.heads / sh.kv_heads;
+  const int block = std::max(1, kGqaTaskVectors / rep);
+  const int blocks = (queries + block - 1) / block;
+  const bool avx512 = isa == Isa::kAvx512;
+  // The last blocks first: under a causal mask they read the most keys.
+  DefaultThreadPool().ParallelFor(static_cast<size_t>(blocks) * sh.kv_heads, [&](size_t t) {
+    const int b = blocks - 1 - static_cast<int>(t / static_cast<size_t>(sh.kv_heads));
+    const int g = static_cast<int>(t % static_cast<size_t>(sh.kv_heads));
+    const int i0 = b * block;
+    GqaSinkTask(sh, q, rows, first, last, out, g, i0, std::min(block, queries - i0), avx512);
+  });
+}
+
+}  // namespace moeserve::kernels

@@ -19,8 +19,9 @@
 
 #include <cstddef>
 
-
 namespace moeserve::kernels {
+
+enum class Isa;  // cpu_kernels.hpp
 
 struct MlaDecodeShape {
   int heads;
@@ -65,6 +66,40 @@ void IndexerScoresRef(const float* iq, const float* w, int heads, int dim, const
 // query, which left the per-query form bound by re-reading the cache.
 void IndexerScoresBatchRef(const float* iq, const float* w, int queries, int heads, int dim, const float* const* rows,
                            size_t offset, const int* n, float* scores, size_t ld);
+
+// Grouped-query attention with a sink logit per head, causal or banded (the
+// gpt-oss layers): heads / kv_heads query heads share each cached key/value
+// head. A cache row (one token) holds this layer's keys [kv_heads, head_dim]
+// at key_offset floats and its values at value_offset.
+struct GqaSinkShape {
+  int heads;
+  int kv_heads;
+  int head_dim;
+  float scale;         // on q . k
+  const float* sinks;  // [heads]: one more logit in each head's softmax denominator, with no value
+  size_t key_offset;
+  size_t value_offset;
+};
+
+// For query i < queries and head h: p = softmax over the keys j in
+// [first[i], last[i]] (first[i] <= last[i]) of scale * q[i, h] . k_j, the
+// sink sinks[h] one more term of its denominator; out[i, h] = sum_j p_j v_j.
+// rows[j] is the cache row of sequence position j; q, out [queries, heads,
+// head_dim]. The reference takes each (query, head) alone, its
+// exponentials and denominator in double, single-threaded.
+void GqaSinkAttentionRef(const GqaSinkShape& shape, int queries, const float* q, const float* const* rows,
+                         const int* first, const int* last, float* out);
+
+// The same on an Isa's kernels, over the kernel thread pool:
+// Isa::kReference runs the reference per query in parallel; the others run
+// a tiled online-softmax form (flash attention): a task takes one key/value
+// head and a block of consecutive queries (all of their heads sharing it),
+// reads each key and value row once per block for all of them, in tiles
+// of 64 keys, with the queries' heads as the vector lanes (AVX-512 where
+// the Isa is kAvx512; plain loops otherwise). It differs from the
+// reference by fp32 summation order and a float exponential (within 2 ulp).
+void GqaSinkAttention(const GqaSinkShape& shape, int queries, const float* q, const float* const* rows,
+                      const int* first, const int* last, float* out, Isa isa);
 
 // The k (<= n) indices with the largest scores, ties to the lower index
 // (-0 and +0 tie), written in ascending order. O(n): a radix select of the
