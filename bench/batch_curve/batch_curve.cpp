@@ -6,6 +6,14 @@
 //   bench_batch_curve [--model DIR | --preset small] [--batch 1,8,32,64]
 //                     [--prompt 32] [--decode 16] [--reps 2]
 //
+// DIR is a model directory of any family the engine serves (the registry,
+// family_registry.hpp, picks it: moe-dsa-v1, gpt-oss, DeepSeek-V3.2,
+// Qwen3-Next); --preset generates a moe-dsa-v1 model (moe-model-gen's
+// presets) in a temporary directory. The runs are on token ids: gpt-oss is
+// loaded as moe-run --prompt-ids loads it (no harmony, no tokenizer needed).
+// make_models.py beside this file writes small random checkpoints of the
+// three Hugging Face families.
+//
 // One engine serves every run (an untimed round at the largest batch
 // first). Each run submits `batch` greedy requests of `prompt` random tokens and
 // `decode` completion tokens (prefix cache off, the prefill budget covering
@@ -13,20 +21,26 @@
 // one token per sequence. Decode tokens/s is the tokens emitted after each
 // sequence's first over those steps' time.
 //
-// Bytes a decode step must read: the weights every token reads (dense and
-// shared, as the engine holds them: BF16 matrices as BF16, fp32 vectors),
-// one embedding row per sequence, every routed expert the step's tokens
-// touched (counted from the engine's expert_tokens metric, step by step,
-// at the bytes of one expert), and each sequence's cached rows. Recurrent
-// (DeltaNet) state is not counted. Work per decoded token: the logical
-// FLOPs of one profiled decode step of the model at batch 1 after `prompt`
-// tokens (ForwardProfile; attention over a longer context adds little at
-// these lengths).
+// Bytes a decode step must read, from the loaded model
+// (FamilyModel::decode_weight_bytes, the same accounting for every family):
+// the weights every token reads (dense and shared, as the engine holds
+// them: BF16 matrices as BF16, fp32 vectors), one embedding row per
+// sequence, every routed expert the step's tokens touched (counted from the
+// engine's expert_tokens metric, step by step, at the bytes of one expert),
+// and each sequence's cached rows (every layer's, FamilyModel::
+// cache_floats_per_token; gpt-oss's banded layers read at most their window
+// of them). Recurrent (DeltaNet) state is not counted. Work per decoded
+// token: the logical FLOPs of one profiled decode step of the model at batch
+// 1 after `prompt` tokens (ForwardProfile; attention over a longer context
+// adds little at these lengths); for a family whose forward fills no
+// profile (gpt-oss), 2 FLOPs per weight its products multiply (attention
+// not counted: the output says so).
 //
-// Ceilings: the read bandwidth's median pass over 256 MiB, measured before
-// and after each batch size (the higher kept: a probe that lands in a busy
-// moment would flatter every fraction), and the fp32 FMA peak at start,
-// before each batch size and at the end (the highest kept).
+// Ceilings: the read bandwidth's median pass over kernels::ProbeArrayMiB()
+// (at least 4x the last-level cache and 256 MiB, bench_roofline's size),
+// measured before and after each batch size (the higher kept: a probe that
+// lands in a busy moment would flatter every fraction), and the fp32 FMA
+// peak at start, before each batch size and at the end (the highest kept).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,11 +53,12 @@
 
 #include "../roofline/peaks.hpp"
 #include "moeserve/engine/engine.hpp"
+#include "moeserve/engine/family_registry.hpp"
+#include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
-#include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/model_gen.hpp"
-#include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/read_bandwidth.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -54,52 +69,25 @@ namespace mb = moeserve::bench;
 
 namespace {
 
-std::vector<int> Prompt(int n, uint64_t seed) {
+// Printable bytes (ids 32-126), or any id below `vocab` when it is smaller.
+std::vector<int> Prompt(int n, uint64_t seed, int vocab) {
   std::vector<int> p;
   uint64_t s = seed * 2654435761u + 1;
   while (static_cast<int>(p.size()) < n) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
-    p.push_back(static_cast<int>((s >> 33) % 95) + 32);  // printable bytes
+    p.push_back(vocab > 127 ? static_cast<int>((s >> 33) % 95) + 32 : static_cast<int>((s >> 33) % vocab));
   }
   return p;
 }
 
-// Bytes one decoded token's step reads outside the routed experts, and one
-// routed expert's bytes (all its tensors in one layer), as the engine holds
-// them in memory (the same accounting as moe-run's roofline).
-struct WeightBytes {
-  double shared = 0;      // every non-routed tensor, the embedding excluded
-  double embed_row = 0;   // one embedding row, per sequence
-  double expert = 0;      // one routed expert of one layer
-};
-
-WeightBytes CountWeights(const me::ModelConfig& cfg, int moe_layers) {
-  WeightBytes w;
-  double routed = 0;
-  for (const me::TensorSpec& t : me::ExpectedTensors(cfg)) {
-    double n = 1;
-    for (auto d : t.shape) n *= static_cast<double>(d);
-    if (t.name == "embed.weight") w.embed_row = 4.0 * cfg.hidden_size;
-    else if (t.routed_expert) routed += (t.cls == me::TensorClass::kBf16Experts ? 2.0 : 1.0) * n;
-    else if (t.cls == me::TensorClass::kBf16 && t.name.find("conv1d") == std::string::npos) w.shared += 2.0 * n;
-    else w.shared += 4.0 * n;
-  }
-  if (moe_layers > 0) w.expert = routed / (static_cast<double>(moe_layers) * cfg.moe.num_experts);
-  return w;
-}
-
 // Logical FLOPs of one decoded token: a profiled forward pass of one token
-// after `prompt` tokens, at batch 1.
-double DecodeFlopsPerToken(const me::ModelDir& dir, int prompt) {
-  auto model = me::Model::Load(dir);
-  if (!model) {
-    std::fprintf(stderr, "bench_batch_curve: load: %s\n", model.error().ToString().c_str());
-    std::exit(1);
-  }
+// after `prompt` tokens, at batch 1, on the engine's model (its own KvPool;
+// nothing else runs meanwhile). 0 when the family fills no profile.
+double DecodeFlopsPerToken(const me::FamilyModel& model, int prompt) {
   constexpr int kBlock = 16;
-  me::KvPool pool((prompt + 1 + kBlock - 1) / kBlock + 1, kBlock, (*model)->cache_floats_per_token());
-  me::SequenceCache cache = (*model)->NewSequence();
-  const std::vector<int> tokens = Prompt(prompt + 1, 99);
+  me::KvPool pool((prompt + 1 + kBlock - 1) / kBlock + 1, kBlock, model.cache_floats_per_token());
+  me::SequenceCache cache = model.NewSequence();
+  const std::vector<int> tokens = Prompt(prompt + 1, 99, model.vocab_size());
   std::vector<float> logits;
   me::ForwardProfile profile;
   me::ForwardTrace trace;
@@ -109,7 +97,7 @@ double DecodeFlopsPerToken(const me::ModelDir& dir, int prompt) {
     if (auto st = me::EnsureBlocks(pool, cache, start + n); !st) std::exit(1);
     trace.profile = pass == 0 ? nullptr : &profile;
     me::ForwardSegment seg{&cache, std::span<const int>(tokens.data() + start, static_cast<size_t>(n)), false};
-    if (auto st = (*model)->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
+    if (auto st = model.Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
       std::fprintf(stderr, "bench_batch_curve: forward: %s\n", st.error().ToString().c_str());
       std::exit(1);
     }
@@ -126,11 +114,12 @@ struct DecodeRun {
   double experts_per_layer = 0;    // routed experts a step touched, mean per MoE layer
 };
 
-DecodeRun Run(me::Engine& engine, const WeightBytes& w, size_t cache_bytes_per_token, int moe_layers, int batch,
-              int prompt, int decode) {
+DecodeRun Run(me::Engine& engine, const me::DecodeWeightBytes& w, size_t cache_bytes_per_token, int batch, int prompt,
+              int decode) {
+  const int moe_layers = w.moe_layers;
   for (int b = 0; b < batch; ++b) {
     me::GenerationRequest r;
-    r.prompt = Prompt(prompt, static_cast<uint64_t>(b + 1));
+    r.prompt = Prompt(prompt, static_cast<uint64_t>(b + 1), engine.family_model().vocab_size());
     r.max_tokens = decode;
     r.sampling.temperature = 0.0f;
     r.stop_tokens = {-1};  // every sequence decodes `decode` tokens
@@ -159,7 +148,7 @@ DecodeRun Run(me::Engine& engine, const WeightBytes& w, size_t cache_bytes_per_t
     touched += step_experts;
     // Each sequence reads its cached rows: the prompt, and one more per step.
     const double context = prompt + steps;
-    bytes += w.shared + emitted * w.embed_row + step_experts * w.expert +
+    bytes += w.dense + emitted * w.embed_row + step_experts * w.expert +
              static_cast<double>(emitted) * context * static_cast<double>(cache_bytes_per_token);
   }
   DecodeRun r;
@@ -169,8 +158,22 @@ DecodeRun Run(me::Engine& engine, const WeightBytes& w, size_t cache_bytes_per_t
   return r;
 }
 
-// The probe's median pass over 256 MiB (moe-run's --read-bw auto array).
-double MedianBandwidth() { return mk::MeasureReadBandwidth(256, 0.5, 8).median_bytes_per_s; }
+// The probe's median pass over kernels::ProbeArrayMiB() (bench_roofline's
+// and moe-run --read-bw auto's array).
+double MedianBandwidth() { return mk::MeasureReadBandwidth(mk::ProbeArrayMiB(), 0.5, 8).median_bytes_per_s; }
+
+// DIR's model in the engine, as the registry loads it; gpt-oss on token ids
+// (GptOssIdsOnlyChat, as moe-run --prompt-ids: no tokenizer needed).
+moeserve::Result<std::unique_ptr<me::Engine>> OpenEngine(const std::string& dir, const std::string& family,
+                                                         const me::EngineOptions& o) {
+  if (family != "gpt-oss") return me::Engine::Open(dir, o);
+  auto model = me::GptOssModel::Load(dir, mk::BestIsa());
+  if (!model) return moeserve::Fail(model.error());
+  me::FamilyParts parts;
+  parts.chat = me::GptOssIdsOnlyChat((*model)->config());
+  parts.model = std::move(*model);
+  return me::Engine::Create(std::move(parts), o);
+}
 
 }  // namespace
 
@@ -217,34 +220,14 @@ int main(int argc, char** argv) {
       return std::fprintf(stderr, "bench_batch_curve: generate: %s\n", st.error().ToString().c_str()), 1;
     model = tmp.string();
   }
-  auto dir = me::OpenModelDir(model);
-  if (!dir) return std::fprintf(stderr, "bench_batch_curve: %s\n", dir.error().ToString().c_str()), 1;
+  auto family = me::FindFamily(model);
+  if (!family) return std::fprintf(stderr, "bench_batch_curve: %s\n", family.error().ToString().c_str()), 1;
+  const std::string family_name = (*family)->name;
   const int threads = mk::DefaultThreadPool().size();
   const bool avx512 = mk::IsaSupported(mk::Isa::kAvx512);
   // The FMA peak is measured before every batch size and at the end, the
   // highest kept: a pass that shares a core with another process reads half.
   double peak = mb::FmaPeak(threads, avx512);
-  size_t cache_bytes_per_token = 0;
-  int moe_layers = 0;
-  {
-    auto m = me::Model::Load(*dir);
-    if (!m) return std::fprintf(stderr, "bench_batch_curve: load: %s\n", m.error().ToString().c_str()), 1;
-    cache_bytes_per_token = (*m)->cache_floats_per_token() * sizeof(float);
-    for (int e : (*m)->ExpertCounts()) moe_layers += e > 0;
-  }
-  const WeightBytes w = CountWeights(dir->config, moe_layers);
-  const double flops = DecodeFlopsPerToken(*dir, prompt);
-  std::printf("bench_batch_curve: %s, %d threads; %d-token prompts, %d decoded tokens each, median of %d runs\n",
-              model.c_str(), threads, prompt, decode, reps);
-  std::printf("a step reads %.1f MB of dense and shared weights, %.3f MB per routed expert touched (%d per token of %d, "
-              "%d MoE layers), %.1f KB per cached row; a decoded token is %.1f MFLOP\n",
-              w.shared / 1e6, w.expert / 1e6, dir->config.moe.experts_per_token, dir->config.moe.num_experts, moe_layers,
-              cache_bytes_per_token / 1e3, flops / 1e6);
-  struct Row {
-    int batch;
-    double tps, bytes, experts, bw;
-  };
-  std::vector<Row> rows;
   // One engine for every batch size (loaded once), sized for the largest;
   // an untimed round at the largest batch first, so every expert's pages
   // are in memory before any step is timed.
@@ -255,14 +238,43 @@ int main(int argc, char** argv) {
   o.max_running = most;
   o.cache_tokens = std::max<int64_t>(int64_t{1} << 14, int64_t{most} * (prompt + decode + 32));
   o.prefix_cache = false;  // every round prefills its prompts in full
-  auto engine = me::Engine::Create(*dir, o);
+  auto engine = OpenEngine(model, family_name, o);
   if (!engine) return std::fprintf(stderr, "bench_batch_curve: %s\n", engine.error().ToString().c_str()), 1;
-  Run(**engine, w, cache_bytes_per_token, moe_layers, most, prompt, decode);
+  const me::FamilyModel& fm = (*engine)->family_model();
+  const me::DecodeWeightBytes w = fm.decode_weight_bytes();
+  if (w.dense <= 0)
+    return std::fprintf(stderr, "bench_batch_curve: the %s family reports no decode weight bytes "
+                                "(FamilyModel::decode_weight_bytes)\n", family_name.c_str()), 1;
+  const size_t cache_bytes_per_token = fm.cache_floats_per_token() * sizeof(float);
+  double flops = DecodeFlopsPerToken(fm, prompt);
+  const bool profiled = flops > 0;
+  if (!profiled)
+    flops = 2.0 * (w.dense_weights + static_cast<double>(w.moe_layers) * w.experts_per_token * w.expert_weights);
+  int expert_count = 0;
+  for (int e : fm.ExpertCounts()) expert_count = std::max(expert_count, e);
+  const size_t probe_mib = mk::ProbeArrayMiB();
+  std::printf("bench_batch_curve: %s (family %s), %d threads; %d-token prompts, %d decoded tokens each, median of %d "
+              "runs\n", model.c_str(), family_name.c_str(), threads, prompt, decode, reps);
+  std::printf("a step reads %.1f MB of dense and shared weights, %.2f KB of embedding per sequence, %.3f MB per routed "
+              "expert touched (%d per token of %d, %d MoE layers), %.1f KB per cached row; a token alone reads "
+              "%.1f MB of weights; a decoded token is %.1f MFLOP (%s)\n",
+              w.dense / 1e6, w.embed_row / 1e3, w.expert / 1e6, w.experts_per_token, expert_count, w.moe_layers,
+              cache_bytes_per_token / 1e3, w.PerToken() / 1e6, flops / 1e6,
+              profiled ? "profiled decode step" : "2 per multiplied weight; this family's forward has no profile, "
+                                                  "attention not counted");
+  std::printf("read bandwidth probe: median pass over %zu MiB (kernels::ProbeArrayMiB: at least 4x the %.1f MiB "
+              "last-level cache, at least 256 MiB)\n", probe_mib, mk::LastLevelCacheBytes() / 1048576.0);
+  struct Row {
+    int batch;
+    double tps, bytes, experts, bw;
+  };
+  std::vector<Row> rows;
+  Run(**engine, w, cache_bytes_per_token, most, prompt, decode);
   for (int batch : batches) {
     peak = std::max(peak, mb::FmaPeak(threads, avx512));
     const double bw_before = MedianBandwidth();
     std::vector<DecodeRun> runs;
-    for (int r = 0; r < reps; ++r) runs.push_back(Run(**engine, w, cache_bytes_per_token, moe_layers, batch, prompt, decode));
+    for (int r = 0; r < reps; ++r) runs.push_back(Run(**engine, w, cache_bytes_per_token, batch, prompt, decode));
     const double bw = std::max(bw_before, MedianBandwidth());
     std::sort(runs.begin(), runs.end(), [](const DecodeRun& a, const DecodeRun& b) { return a.tokens_per_s < b.tokens_per_s; });
     const DecodeRun& m = runs[runs.size() / 2];
@@ -282,7 +294,7 @@ int main(int argc, char** argv) {
                 100.0 * r.tps / std::min(memory_bound, compute_bound));
   }
   std::printf("(experts: routed experts a decode step touched, mean per MoE layer; memory bound: median read bandwidth "
-              "of the passes around that batch / bytes a step reads x batch)\n");
+              "of the passes over %zu MiB around that batch / bytes a step reads x batch)\n", probe_mib);
   if (!tmp.empty()) std::filesystem::remove_all(tmp);
   return 0;
 }

@@ -63,7 +63,6 @@
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
-#include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 #include "moeserve/kernels/read_bandwidth.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -258,7 +257,10 @@ int RunGptOss(const std::string& dir, const std::vector<int>& prompt, int max_to
   if (print_ids) return PrintIds(out), 0;
   std::printf("generated %zu tokens after a prompt of %zu:\n", out.size(), prompt.size());
   PrintIds(out);
-  const double bytes = static_cast<double>(model->active_weight_bytes_per_token());
+  // FamilyModel::decode_weight_bytes, as for every family: the dense
+  // matrices, norms and biases, the head, one embedding row and
+  // experts_per_token experts per layer.
+  const double bytes = model->decode_weight_bytes().PerToken();
   const double decode_tps = one.decoded > 0 ? one.decoded / one.decode_s : 0.0;
   std::printf("load %.1f s; weights held %.2f GB; peak resident memory %.2f GB\n", load_s,
               static_cast<double>(model->weight_bytes()) / 1e9, PeakRssBytes() / 1e9);
@@ -538,22 +540,12 @@ int main(int argc, char** argv) {
               usage.completion_tokens, secs(t0, t_loaded));
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (kernels: %s)\n", usage.prompt_tokens / prefill_s,
               usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0, kernels.c_str());
-  // Weights one decoded token reads, as the engine holds them in memory:
+  // Weights one decoded token reads, as the engine holds them in memory
+  // (FamilyModel::decode_weight_bytes, bench_batch_curve's accounting):
   // BF16 matrices as BF16 (the conv weights widened to fp32), F32
   // vectors, one embedding row, and of the routed experts only
-  // experts_per_token of num_experts (MXFP4 blocks + scales, or BF16).
-  const ModelConfig& cfg = dir->config;
-  double bytes = 0;
-  for (const TensorSpec& t : ExpectedTensors(cfg)) {
-    double n = 1;
-    for (auto d : t.shape) n *= static_cast<double>(d);
-    if (t.name == "embed.weight") bytes += 4.0 * cfg.hidden_size;
-    else if (t.routed_expert)
-      bytes += (t.cls == TensorClass::kBf16Experts ? 2.0 : 1.0) * n * cfg.moe.experts_per_token / cfg.moe.num_experts;
-    else if (t.cls == TensorClass::kBf16 && t.name.find("conv1d") == std::string::npos)
-      bytes += 2.0 * n;
-    else bytes += 4.0 * n;
-  }
+  // experts_per_token per MoE layer (MXFP4 blocks + scales, or BF16).
+  const double bytes = (*engine)->family_model().decode_weight_bytes().PerToken();
   double decode_tps = usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0;
   if (usage.completion_tokens > 1 && decode_s > 0) {
     // Where decode's time went: parallel regions on the kernel pool, or work
