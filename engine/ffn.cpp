@@ -19,7 +19,9 @@ void Linear(const Matrix& W, const float* X, int n, float* Y, const kernels::Ker
 }
 
 void LinearMany(std::initializer_list<LinearJob> jobs, int n, const kernels::KernelSet& k) {
-  bool batched = n < 8;
+  // A decode step's projections (up to kSmallBatchMaxRows rows) share one
+  // parallel pass when every matrix is BF16.
+  bool batched = static_cast<size_t>(n) <= kernels::kSmallBatchMaxRows;
   for (const LinearJob& j : jobs) batched = batched && j.W->bf16 != nullptr;
   if (!batched) {
     for (const LinearJob& j : jobs) Linear(*j.W, j.X, n, j.Y, k);
@@ -66,10 +68,11 @@ void ExpertMatmul(const ExpertStack& stack, int first, const ExpertRows& r, cons
                 static_cast<size_t>(r.ne), out);
 }
 
-// One product of every expert in `work` when each has fewer than
-// kMxfp4GemmMinRows (8) rows, the bound of both formats' matrix-vector
-// kernels (decode): one parallel pass for all of them (the *_many kernels)
-// instead of one hand-off per expert.
+// One product of every expert in `work` when each has at most
+// kSmallBatchMaxRows (64) rows, the bound of both formats' decode kernels
+// (a batched decode step): one parallel pass for all of them (the *_many
+// kernels), each expert's weights read once for all its rows, instead of one
+// hand-off per expert.
 template <class In, class Out>
 void ExpertMatVecs(const ExpertStack& stack, int first, std::vector<ExpertRows>& work, In in, Out out,
                    const kernels::KernelSet& k) {
@@ -81,13 +84,17 @@ void ExpertMatVecs(const ExpertStack& stack, int first, std::vector<ExpertRows>&
   }
   const size_t rows = static_cast<size_t>(stack.rows), cols = static_cast<size_t>(stack.cols);
   // The BF16 pass takes one row count for all its jobs: one pass per count
-  // (a single one in single-sequence decode, where every expert has 1 row).
+  // present (a single one in single-sequence decode, where every expert has
+  // 1 row).
   std::vector<kernels::Bf16MatVecJob> jobs;
-  for (size_t ne = 1; ne < kernels::kMxfp4GemmMinRows; ++ne) {
+  std::vector<bool> present(kernels::kSmallBatchMaxRows + 1, false);
+  for (const ExpertRows& r : work) present[static_cast<size_t>(r.ne)] = true;
+  for (size_t ne = 1; ne <= kernels::kSmallBatchMaxRows; ++ne) {
+    if (!present[ne]) continue;
     jobs.clear();
     for (ExpertRows& r : work)
       if (static_cast<size_t>(r.ne) == ne) jobs.push_back({stack.expert_bf16(r.e - first), rows, cols, in(r), out(r)});
-    if (!jobs.empty()) k.matvec_bf16_many(jobs, ne);
+    k.matvec_bf16_many(jobs, ne);
   }
 }
 
@@ -102,7 +109,8 @@ void SwiGluRows(ExpertRows& r, int I, const kernels::KernelSet& k) {
 }  // namespace
 
 // The experts' gate/up products, SwiGLU, then their down products.
-// Decode: each product one pass over all experts (ExpertMatVecs). Prefill:
+// Decode (every expert at most kSmallBatchMaxRows rows): each product one
+// pass over all experts (ExpertMatVecs). Prefill:
 // the experts side by side on the pool, each one's products and SwiGLU on
 // one thread, largest first; an expert with more than its thread's share of
 // the rows runs alone first, the pool splitting its columns. (One expert
@@ -116,7 +124,7 @@ void RunExperts(const LayerWeights& w, std::vector<ExpertRows>& work, int D, int
     r.h13.resize(static_cast<size_t>(r.ne) * 2 * I);
     r.act.resize(static_cast<size_t>(r.ne) * I);
     r.ye.resize(static_cast<size_t>(r.ne) * D);
-    all_matvec = all_matvec && static_cast<size_t>(r.ne) < kernels::kMxfp4GemmMinRows;
+    all_matvec = all_matvec && static_cast<size_t>(r.ne) <= kernels::kSmallBatchMaxRows;
     total += static_cast<size_t>(r.ne);
   }
   const int first = w.first_expert;

@@ -3,7 +3,10 @@
 // kept to few iterations), F32 matmul, RMSNorm; on AVX-512, the prefill GEMMs
 // with BF16-rounded activations (matmul_*_bf16act) beside the fp32 ones; the
 // chunked gated delta rule for one head. Counters: bytes/s (weights +
-// activations read) and FLOP/s.
+// activations read) and FLOP/s. `decode_rows/...` runs the products a
+// batched decode step makes (1 to 64 activation rows, weights cold: cycled
+// through copies larger than the last-level cache), for MXFP4 (the routed
+// experts) and BF16 (the dense projections) weights.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -81,6 +84,36 @@ void BM_Bf16MatMul(benchmark::State& st, mk::Isa isa, size_t out, size_t in, siz
   for (auto _ : st) {
     if (bf16act) k.matmul_bf16_bf16act(w.data(), out, in, x.data(), n, y.data());
     else k.matmul_bf16(w.data(), out, in, x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetCounters(st, 2.0 * static_cast<double>(out * in) + 4.0 * static_cast<double>(n * in), mb::MatMulFlops(out, in, n));
+}
+
+// A batched decode step's product: n rows against weights read from memory
+// (copies cycled so that none is in cache when it is used again).
+void BM_DecodeRowsMxfp4(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
+  const size_t copies = mb::ColdCopies(mb::Mxfp4Bytes(out, in, 0));
+  std::vector<mb::Mxfp4Matrix> ms;
+  for (size_t c = 0; c < copies; ++c) ms.push_back(mb::RandomMxfp4(out, in, static_cast<uint32_t>(c + 1)));
+  std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
+  size_t next = 0;
+  const mk::KernelSet& k = mk::Kernels(isa);
+  for (auto _ : st) {
+    k.matmul_mxfp4(ms[next++ % copies].view(), x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));
+}
+
+void BM_DecodeRowsBf16(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
+  const size_t copies = mb::ColdCopies(2.0 * static_cast<double>(out * in));
+  std::vector<std::vector<uint16_t>> ws;
+  for (size_t c = 0; c < copies; ++c) ws.push_back(RandomBf16(out * in, static_cast<uint32_t>(c + 7)));
+  std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
+  size_t next = 0;
+  const mk::KernelSet& k = mk::Kernels(isa);
+  for (auto _ : st) {
+    k.matmul_bf16(ws[next++ % copies].data(), out, in, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, 2.0 * static_cast<double>(out * in) + 4.0 * static_cast<double>(n * in), mb::MatMulFlops(out, in, n));
@@ -214,6 +247,25 @@ int Register() {
   for (mk::Isa isa : mk::SupportedIsas()) {
     if (isa == mk::Isa::kReference) continue;  // the ground truth for tests, not a serving path
     const std::string v = mk::IsaName(isa);
+    // Batched decode: the small preset's expert (768 x 1024) and gpt-oss-20b's
+    // expert down projection (2880 x 2880) in MXFP4; projections of 1024 x
+    // 1024 and gpt-oss's 4096 x 2880 query projection in BF16.
+    if (isa != mk::Isa::kScalar)
+      for (size_t n : {size_t{1}, size_t{2}, size_t{4}, size_t{8}, size_t{16}, size_t{32}, size_t{64}}) {
+        const std::string rows = "/n" + std::to_string(n);
+        for (const auto& s : {mb::MatShape{"768x1024", 768, 1024}, mb::MatShape{"2880x2880", 2880, 2880}})
+          benchmark::RegisterBenchmark(("decode_rows_mxfp4/" + v + "/" + s.name + rows).c_str(), BM_DecodeRowsMxfp4, isa,
+                                       s.out, s.in, n)
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.2)
+              ->UseRealTime();
+        for (const auto& s : {mb::MatShape{"1024x1024", 1024, 1024}, mb::MatShape{"4096x2880", 4096, 2880}})
+          benchmark::RegisterBenchmark(("decode_rows_bf16/" + v + "/" + s.name + rows).c_str(), BM_DecodeRowsBf16, isa,
+                                       s.out, s.in, n)
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.2)
+              ->UseRealTime();
+      }
     for (const auto& s : mb::kMxfp4Shapes) {
       benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/" + s.name + "/n1").c_str(), BM_Mxfp4MatMul, isa, s.out, s.in,
                                    size_t{1})

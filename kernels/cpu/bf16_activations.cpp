@@ -105,7 +105,7 @@ MOESERVE_BF16ACT_ROUNDING(avx2, Isa::kAvx2)
 
 void matmul_mxfp4_bf16act_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
   if (w.out == 0 || n == 0) return;
-  if (n < kMxfp4GemmMinRows || !CpuHasAvx512Bf16() || w.in == 0) {
+  if (n < kGemmMinRows || !CpuHasAvx512Bf16() || w.in == 0) {
     const std::vector<float> r = Rounded(X, n * w.in);
     return Kernels(Isa::kAvx512).matmul_mxfp4(w, r.data(), n, Y);
   }
@@ -118,7 +118,7 @@ void matmul_mxfp4_bf16act_avx512(const Mxfp4PackedView& w, const float* X, size_
 
 void matmul_bf16_bf16act_avx512(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
   if (out == 0 || n == 0) return;
-  if (n < kMxfp4GemmMinRows || !CpuHasAvx512Bf16() || in == 0) {
+  if (n < kGemmMinRows || !CpuHasAvx512Bf16() || in == 0) {
     const std::vector<float> r = Rounded(X, n * in);
     return Kernels(Isa::kAvx512).matmul_bf16(W, out, in, r.data(), n, Y);
   }

@@ -120,6 +120,96 @@ __attribute__((target("avx512f,avx512bw,fma"))) void RowsBf16Avx512(const uint16
     y[o] = _mm512_reduce_add_ps(_mm512_add_ps(e, d));
   }
 }
+
+// Several activation rows at once (a batched decode step): W rows o and
+// o + 1 (WR of them) against activation rows [0, MR) of xs (stride in32), each
+// pair's sums exactly as RowsBf16Avx512 forms them (even and odd lanes in two
+// accumulators over 32-element steps, then one reduce of their sum), so a
+// row's result is the same bits whatever rows run beside it. Each 64-byte
+// load of W is widened once and used by MR rows: 4 MR accumulators, 2 WR
+// widened vectors and the two activation vectors fill the 32 registers at
+// MR = 6, WR = 2 (24 FMAs per 2 loads of W).
+template <size_t WR, size_t MR>
+__attribute__((target("avx512f,avx512bw,fma"), always_inline)) inline void StepTileBf16(
+    const uint16_t* W, size_t in, const float* xs, size_t in32, size_t o, size_t k, __mmask32 valid,
+    __m512 (&e)[WR][MR], __m512 (&d)[WR][MR]) {
+  const __m512i odd = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 we[WR], wo[WR];
+#pragma GCC unroll 2
+  for (size_t r = 0; r < WR; ++r) {
+    const __m512i v = _mm512_maskz_loadu_epi16(valid, W + (o + r) * in + k);
+    we[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    wo[r] = _mm512_castsi512_ps(_mm512_and_si512(v, odd));
+  }
+#pragma GCC unroll 6
+  for (size_t i = 0; i < MR; ++i) {
+    const __m512 xe = _mm512_loadu_ps(xs + i * in32 + k), xo = _mm512_loadu_ps(xs + i * in32 + k + 16);
+#pragma GCC unroll 2
+    for (size_t r = 0; r < WR; ++r) {
+      e[r][i] = _mm512_fmadd_ps(we[r], xe, e[r][i]);
+      d[r][i] = _mm512_fmadd_ps(wo[r], xo, d[r][i]);
+    }
+  }
+}
+
+template <size_t WR, size_t MR>
+__attribute__((target("avx512f,avx512bw,fma"))) inline void TileBf16Avx512(const uint16_t* W, size_t in,
+                                                                           const float* xs, size_t in32, size_t o,
+                                                                           float* Y, size_t ldy) {
+  constexpr size_t kAhead = 2048;  // bytes, as RowsBf16Avx512
+  const size_t full = in / 32 * 32;
+  __m512 e[WR][MR], d[WR][MR];
+#pragma GCC unroll 2
+  for (size_t r = 0; r < WR; ++r)
+#pragma GCC unroll 6
+    for (size_t i = 0; i < MR; ++i) e[r][i] = d[r][i] = _mm512_setzero_ps();
+  size_t k = 0;
+  for (; k < full; k += 32) {
+#pragma GCC unroll 2
+    for (size_t r = 0; r < WR; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(W + (o + r) * in + k) + kAhead, _MM_HINT_T1);
+    StepTileBf16<WR, MR>(W, in, xs, in32, o, k, ~__mmask32{0}, e, d);
+  }
+  if (k < in) StepTileBf16<WR, MR>(W, in, xs, in32, o, k, static_cast<__mmask32>((uint64_t{1} << (in - full)) - 1), e, d);
+#pragma GCC unroll 2
+  for (size_t r = 0; r < WR; ++r)
+#pragma GCC unroll 6
+    for (size_t i = 0; i < MR; ++i) Y[i * ldy + o + r] = _mm512_reduce_add_ps(_mm512_add_ps(e[r][i], d[r][i]));
+}
+
+template <size_t WR>
+__attribute__((target("avx512f,avx512bw,fma"))) void TileRowsBf16Avx512(size_t mr, const uint16_t* W, size_t in,
+                                                                         const float* xs, size_t in32, size_t o,
+                                                                         float* Y, size_t ldy) {
+  switch (mr) {
+    case 1: return TileBf16Avx512<WR, 1>(W, in, xs, in32, o, Y, ldy);
+    case 2: return TileBf16Avx512<WR, 2>(W, in, xs, in32, o, Y, ldy);
+    case 3: return TileBf16Avx512<WR, 3>(W, in, xs, in32, o, Y, ldy);
+    case 4: return TileBf16Avx512<WR, 4>(W, in, xs, in32, o, Y, ldy);
+    case 5: return TileBf16Avx512<WR, 5>(W, in, xs, in32, o, Y, ldy);
+    default: return TileBf16Avx512<WR, 6>(W, in, xs, in32, o, Y, ldy);
+  }
+}
+
+// Rows [o0, o1) of Y = W x for n activation rows (xs de-interleaved as for
+// RowsBf16Avx512, row stride in32): each pair of W rows is read once (from
+// memory, then L1) for all n rows, in tiles of 6. One row alone takes
+// RowsBf16Avx512 (four streams for a memory-bound product); its results are
+// the same bits as these tiles'.
+__attribute__((target("avx512f,avx512bw,fma"))) void BlockBf16Avx512(const uint16_t* W, size_t in, const float* xs,
+                                                                     size_t n, size_t o0, size_t o1, float* Y,
+                                                                     size_t out) {
+  const size_t in32 = (in + 31) / 32 * 32;
+  if (n == 1) return RowsBf16Avx512(W, in, xs, o0, o1, Y);
+  constexpr size_t kMR = 6;
+  size_t o = o0;
+  for (; o + 2 <= o1; o += 2)
+    for (size_t t = 0; t < n; t += kMR)
+      TileRowsBf16Avx512<2>(n - t < kMR ? n - t : kMR, W, in, xs + t * in32, in32, o, Y + t * out, out);
+  if (o < o1)
+    for (size_t t = 0; t < n; t += kMR)
+      TileRowsBf16Avx512<1>(n - t < kMR ? n - t : kMR, W, in, xs + t * in32, in32, o, Y + t * out, out);
+}
 #endif
 
 using DotFn = float (*)(const uint16_t*, const float*, size_t);
@@ -146,14 +236,15 @@ void MatVecBf16ManyRef(std::span<const Bf16MatVecJob> jobs, size_t n) {
 
 namespace {
 
-// Below this many rows matmul_bf16 runs the multi-row matrix-vector kernel
-// (W read from memory once, each 256 KiB task's rows then from L2 for every
-// row of X); from it on, W is widened to fp32 for the GEMM, which writes and
-// reads W again at twice its size and so pays only when the rows are many.
-// A batched decode step of 8-16 sequences sits between the two: on
-// gpt-oss-20b's shapes widening at 8 rows made a step of 8 sequences slower
-// than 8 single steps.
-constexpr size_t kBf16WidenMinRows = 32;
+// Up to kSmallBatchMaxRows rows (a batched decode step) matmul_bf16 runs the
+// multi-row matrix-vector kernels: W read from memory once, each pair of its
+// rows widened once in registers for tiles of 6 activation rows. From here
+// on (prefill), W is widened to fp32 for the GEMM, which writes and reads W
+// again at twice its size and so pays only when the rows are many. (Before
+// the row tiles, widening at 8 rows made a gpt-oss-20b-shaped step of 8
+// sequences slower than 8 single steps, and the per-row kernel from 8 to 31
+// rows re-read each task's W from L2 once per row.)
+constexpr size_t kBf16WidenMinRows = kSmallBatchMaxRows + 1;
 
 // matmul_bf16 for one Isa (not kReference).
 void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y, Isa isa) {
@@ -231,9 +322,7 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, Isa isa) {
     const RangeTask* task = tasks.data();
     auto run = [&](size_t i) {
       const Bf16MatVecJob& jb = jobs[task[i].job];
-      const size_t b = task[i].begin, e = task[i].end, in32 = (jb.in + 31) / 32 * 32;
-      for (size_t t = 0; t < n; ++t)
-        RowsBf16Avx512(jb.W, jb.in, xs_all + off[task[i].job] + t * in32, b, e, jb.Y + t * jb.out);
+      BlockBf16Avx512(jb.W, jb.in, xs_all + off[task[i].job], n, task[i].begin, task[i].end, jb.Y, jb.out);
     };
     if (work * static_cast<double>(n) < 65536.0) {
       for (size_t i = 0; i < tasks.size(); ++i) run(i);

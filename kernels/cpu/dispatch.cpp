@@ -333,8 +333,11 @@ void MatMulBf16Bf16From(const uint16_t* W, size_t out, size_t in, const float* X
   (n >= kBf16ActMinRows ? k.matmul_bf16_bf16act : k.matmul_bf16)(W, out, in, X, n, Y);
 }
 
-// KernelsBatchInvariant: products in blocks of kRowBlock rows, each block by
-// the set's matrix-vector kernels.
+// KernelsBatchInvariant: products in blocks of rows, each block by kernels
+// whose result for a row does not depend on the others: the F32 matrix-vector
+// kernels (blocks of kGemmMinRows - 1 rows), and the MXFP4 and BF16 row tiles
+// (blocks of kSmallBatchMaxRows rows, which the set's own matmul_mxfp4 and
+// matvec_bf16_many run that way).
 constexpr size_t kRowBlock = kGemmMinRows - 1;
 
 template <int i>
@@ -346,24 +349,26 @@ void MatMulF32Rows(const float* W, size_t out, size_t in, const float* X, size_t
 template <int i>
 void MatMulBf16Rows(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
   const KernelSet& k = kSets[i];
-  if (n < kGemmMinRows) return k.matmul_bf16(W, out, in, X, n, Y);
+  if (n <= kSmallBatchMaxRows) return k.matmul_bf16(W, out, in, X, n, Y);
   // Whole blocks as one pass (the jobs share n), then the rest.
   std::vector<Bf16MatVecJob> jobs;
-  const size_t full = n / kRowBlock;
-  for (size_t b = 0; b < full; ++b) jobs.push_back({W, out, in, X + b * kRowBlock * in, Y + b * kRowBlock * out});
-  k.matvec_bf16_many(jobs, kRowBlock);
-  if (const size_t rest = n - full * kRowBlock; rest > 0)
-    k.matmul_bf16(W, out, in, X + full * kRowBlock * in, rest, Y + full * kRowBlock * out);
+  const size_t full = n / kSmallBatchMaxRows;
+  for (size_t b = 0; b < full; ++b)
+    jobs.push_back({W, out, in, X + b * kSmallBatchMaxRows * in, Y + b * kSmallBatchMaxRows * out});
+  k.matvec_bf16_many(jobs, kSmallBatchMaxRows);
+  if (const size_t rest = n - full * kSmallBatchMaxRows; rest > 0)
+    k.matmul_bf16(W, out, in, X + full * kSmallBatchMaxRows * in, rest, Y + full * kSmallBatchMaxRows * out);
 }
 
 template <int i>
 void MatMulMxfp4Rows(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
   const KernelSet& k = kSets[i];
-  if (n < kGemmMinRows) return k.matmul_mxfp4(w, X, n, Y);
+  if (n <= kSmallBatchMaxRows) return k.matmul_mxfp4(w, X, n, Y);
   if (w.out == 0) return;
   if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
   std::vector<Mxfp4MatVecJob> jobs;
-  for (size_t t = 0; t < n; t += kRowBlock) jobs.push_back({w, X + t * w.in, std::min(kRowBlock, n - t), Y + t * w.out});
+  for (size_t t = 0; t < n; t += kSmallBatchMaxRows)
+    jobs.push_back({w, X + t * w.in, std::min(kSmallBatchMaxRows, n - t), Y + t * w.out});
   k.matvec_mxfp4_many(jobs);
 }
 

@@ -104,13 +104,14 @@ inline void Tile(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, 
   for (size_t i = 0; i < MR; ++i) _mm512_mask_storeu_ps(Y + (t0 + i) * w.out + g * 16, valid, y[i]);
 }
 
-// A tile of m < M rows.
+// A tile of m < M rows (the first of its group when prefetch is set: a
+// batch of fewer rows than a tile has no other).
 template <int P, size_t M>
 inline void TailTile(size_t m, const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g, size_t t0,
-                     size_t b0, size_t b1, __m512i lut, __mmask16 valid) {
+                     size_t b0, size_t b1, __m512i lut, __mmask16 valid, const uint8_t* prefetch) {
   if constexpr (M > 1) {
-    if (m == M - 1) return Tile<P, M - 1>(w, x, Y, g, t0, b0, b1, lut, valid, nullptr);
-    TailTile<P, M - 1>(m, w, x, Y, g, t0, b0, b1, lut, valid);
+    if (m == M - 1) return Tile<P, M - 1>(w, x, Y, g, t0, b0, b1, lut, valid, prefetch);
+    TailTile<P, M - 1>(m, w, x, Y, g, t0, b0, b1, lut, valid, prefetch);
   }
 }
 
@@ -135,7 +136,7 @@ void GemmQ(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t
           Tile<P, MR>(w, x, Y, g, t, k0, k1, lut, valid, next);
           next = nullptr;
         }
-        if (t < r1) TailTile<P, MR>(r1 - t, w, x, Y, g, t, k0, k1, lut, valid);
+        if (t < r1) TailTile<P, MR>(r1 - t, w, x, Y, g, t, k0, k1, lut, valid, next);
       }
     }
   }

@@ -290,9 +290,14 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, i
   // Workers must not name the thread_locals (theirs are other vectors).
   const RangeTask* task = tasks.data();
   const Mxfp4Activations* const* act = acts.data();
+  // One row: the matrix-vector kernel (four streams of codes per thread).
+  // More: the row tiles, which decode each line of codes once for up to 6
+  // rows (AVX-512; elsewhere the matrix-vector kernel again). Both give each
+  // row the same bits.
   auto run = [&](size_t i) {
     const Mxfp4MatVecJob& jb = jobs[task[i].job];
-    k.mxfp4_matvec(jb.w, *act[task[i].job], jb.Y, task[i].begin, task[i].end, 0, jb.w.in / 32);
+    (jb.n == 1 ? k.mxfp4_matvec : k.mxfp4_matvec_rows)(jb.w, *act[task[i].job], jb.Y, task[i].begin, task[i].end, 0,
+                                                       jb.w.in / 32);
   };
   if (threads == 1 || work < 65536.0) {
     for (size_t i = 0; i < tasks.size(); ++i) run(i);

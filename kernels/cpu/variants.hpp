@@ -21,9 +21,11 @@ enum class Isa;  // cpu_kernels.hpp (not included: see above)
 
 namespace moeserve::kernels::cpu {
 
-// Below this many activation rows the MXFP4/F32 matmuls run as matrix-vector
-// products (no weight packing); at or above it, as a packed GEMM.
-inline constexpr size_t kGemmMinRows = kMxfp4GemmMinRows;
+// Below this many activation rows the F32 matmuls run as matrix-vector
+// products (no weight packing), and the BF16-activation products round and
+// call their set's fp32 ones; at or above it, as a packed GEMM. (The MXFP4
+// and BF16 products switch at kSmallBatchMaxRows instead: mxfp4_packed.hpp.)
+inline constexpr size_t kGemmMinRows = 8;
 
 // How far ahead of the codes being multiplied the MXFP4 matrix-vector
 // kernels prefetch. One sequential stream per core does not keep enough

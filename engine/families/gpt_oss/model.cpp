@@ -442,8 +442,9 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
       }
     }
     // Per expert: its rows gathered, gate_up (+ bias), the clamped SwiGLU over
-    // interleaved gate/up columns, down (+ bias). Experts with few rows share
-    // one parallel pass of matrix-vector products per projection.
+    // interleaved gate/up columns, down (+ bias). Experts with up to
+    // kSmallBatchMaxRows rows (a decode step) share one parallel pass of the
+    // row-tiled products per projection.
     std::vector<std::vector<float>> xin(E), gu(E), act(E), y(E);
     std::vector<kernels::Mxfp4MatVecJob> jobs;
     for (size_t e = 0; e < E; ++e) {
@@ -452,7 +453,7 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
       xin[e].resize(ne * hd);
       for (size_t r = 0; r < ne; ++r) std::copy_n(t.data() + rows_of[e][r] * hd, hd, xin[e].data() + r * hd);
       gu[e].resize(ne * 2 * I);
-      if (ne < kernels::kMxfp4GemmMinRows)
+      if (ne <= kernels::kSmallBatchMaxRows)
         jobs.push_back({L.gate_up.matrix(e), xin[e].data(), ne, gu[e].data()});
       else
         k.matmul_mxfp4(L.gate_up.matrix(e), xin[e].data(), ne, gu[e].data());
@@ -471,7 +472,7 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
           act[e][r * I + i] = g / (1.0f + std::exp(-c.swiglu_alpha * g)) * (u + 1.0f);
         }
       y[e].resize(ne * hd);
-      if (ne < kernels::kMxfp4GemmMinRows)
+      if (ne <= kernels::kSmallBatchMaxRows)
         jobs.push_back({L.down.matrix(e), act[e].data(), ne, y[e].data()});
       else
         k.matmul_mxfp4(L.down.matrix(e), act[e].data(), ne, y[e].data());

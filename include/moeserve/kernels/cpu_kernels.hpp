@@ -208,14 +208,16 @@ const KernelSet& KernelsWithBf16Activations(Isa isa);
 
 // The set for isa made batch-invariant (EngineOptions::deterministic): a
 // row's results do not depend on the other rows of the call. The products
-// (matmul_f32, matmul_bf16, matmul_mxfp4) never take the GEMM path: from
-// kGemmMinRows rows up they run the set's matrix-vector kernels on blocks of
-// kGemmMinRows - 1 rows (whose per-row sums do not depend on the block's other
-// rows: MXFP4 quantises each row on its own), the MXFP4 and BF16 blocks as
-// one parallel pass (matvec_*_many). silu_mul and sigmoid_mul run every
-// element on the vector path, padding the tail, so an element's result does
-// not depend on where a row starts in a batch. Slower for batches (weights
-// are read once per block of rows), the same bits for one row as the set's
+// (matmul_f32, matmul_bf16, matmul_mxfp4) never take the GEMM path: the
+// MXFP4 and BF16 ones run the set's row-tiled decode kernels on blocks of
+// kSmallBatchMaxRows rows (mxfp4_packed.hpp; what the set's own products do
+// up to that many rows: each row's sums do not depend on the others, and
+// MXFP4 quantises each row on its own), the blocks as one parallel pass
+// (matvec_*_many); the F32 one its matrix-vector kernel on blocks of 7 rows.
+// silu_mul and sigmoid_mul run every element on the vector path, padding the
+// tail, so an element's result does not depend on where a row starts in a
+// batch. Slower for prefill batches (weights are read once per block of
+// rows), as fast for decode batches, the same bits for one row as the set's
 // own. Names: "<family>_<isa>+rows". Refuses an unsupported isa as Kernels().
 const KernelSet& KernelsBatchInvariant(Isa isa);
 

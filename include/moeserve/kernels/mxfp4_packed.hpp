@@ -51,9 +51,16 @@ namespace moeserve::kernels {
 class ThreadPool;  // thread_pool.hpp
 
 inline constexpr size_t kMxfp4PackRows = 16;
-// Activation rows at which the products switch from the integer
-// matrix-vector form to the fp32 GEMM.
-inline constexpr size_t kMxfp4GemmMinRows = 8;
+// The most activation rows of a batched decode step's products: up to this
+// many, the MXFP4 and BF16 products read each weight once for all the rows
+// with row-tiled kernels whose result for a row does not depend on the rows
+// beside it (a batched step gives each sequence the bits it gets alone).
+// More rows (prefill) run the GEMMs.
+inline constexpr size_t kSmallBatchMaxRows = 64;
+// Activation rows at which the MXFP4 products switch from the integer form
+// (the matrix-vector kernel for one row, the row tiles for more) to the fp32
+// GEMM.
+inline constexpr size_t kMxfp4GemmMinRows = kSmallBatchMaxRows + 1;
 
 inline size_t Mxfp4PackedGroups(size_t out) { return (out + kMxfp4PackRows - 1) / kMxfp4PackRows; }
 inline size_t Mxfp4PackedCodeBytes(size_t out, size_t in) { return Mxfp4PackedGroups(out) * (in / 32) * 256; }
