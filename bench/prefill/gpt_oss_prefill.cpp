@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <random>
 
 #include "../roofline/peaks.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::bench {
@@ -67,6 +69,10 @@ int RunGptOssPrefill(const GptOssPrefillArgs& args) {
     std::mt19937 rng(7);
     std::vector<int> prompt(static_cast<size_t>(L));
     for (int& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab));
+    me::ForwardProfile profile;
+    me::ForwardTrace trace;
+    trace.record_dsa = false;
+    trace.profile = &profile;
     auto prefill = [&](int upto) -> bool {
       me::SequenceCache cache = model->NewSequence();
       for (int p = 0; p < upto; p += a.chunk) {
@@ -74,7 +80,7 @@ int RunGptOssPrefill(const GptOssPrefillArgs& args) {
         if (auto st = me::EnsureBlocks(pool, cache, p + n); !st)
           return std::fprintf(stderr, "bench_prefill: blocks: %s\n", st.error().ToString().c_str()), false;
         me::ForwardSegment seg{&cache, std::span<const int>(prompt.data() + p, static_cast<size_t>(n)), false};
-        if (auto st = model->Forward(pool, std::span(&seg, 1), &logits); !st)
+        if (auto st = model->Forward(pool, std::span(&seg, 1), &logits, &trace); !st)
           return std::fprintf(stderr, "bench_prefill: forward: %s\n", st.error().ToString().c_str()), false;
       }
       me::ReleaseBlocks(pool, cache);
@@ -83,6 +89,7 @@ int RunGptOssPrefill(const GptOssPrefillArgs& args) {
     // One untimed chunk first: page faults on the weights and the scratch.
     if (!warm && !prefill(std::min(a.chunk, L))) return 1;
     warm = true;
+    profile = me::ForwardProfile{};
     std::vector<double> seconds;
     for (int r = 0; r < a.repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -101,6 +108,27 @@ int RunGptOssPrefill(const GptOssPrefillArgs& args) {
       std::printf("; fp32 bound %.1f tokens/s", fma / (flops / L));
       if (dot > 0) std::printf(", BF16 bound %.1f tokens/s", dot / (flops / L));
       std::printf("; reached %.1f%% of the %s bound", 100.0 * flops / median / bound, dot_bound ? "BF16" : "fp32");
+    }
+    std::printf("\n");
+    // The forward's own part timers, summed over the runs (layers in row 0,
+    // the head in row 3).
+    const double total = std::accumulate(seconds.begin(), seconds.end(), 0.0);
+    const auto part = [&](int row, me::ProfilePart p) { return profile.seconds[row][static_cast<int>(p)]; };
+    const struct {
+      const char* name;
+      double s, flops;
+    } parts[] = {
+        {"projections", part(0, me::ProfilePart::kProjections), profile.flops[0][0]},
+        {"attention", part(0, me::ProfilePart::kAttention), profile.flops[0][2]},
+        {"experts", part(0, me::ProfilePart::kExperts), profile.flops[0][1]},
+        {"glue", part(0, me::ProfilePart::kGlue), 0},
+        {"head", part(3, me::ProfilePart::kProjections), profile.flops[3][0]},
+    };
+    std::printf("by part, ms per token (share; GFLOP/s):");
+    for (const auto& pt : parts) {
+      std::printf(" %s %.2f (%.0f%%", pt.name, 1e3 * pt.s / (static_cast<double>(L) * a.repeat), 100.0 * pt.s / total);
+      if (pt.flops > 0 && pt.s > 0) std::printf("; %.1f", pt.flops / pt.s / 1e9);
+      std::printf(")");
     }
     std::printf("\n");
   }

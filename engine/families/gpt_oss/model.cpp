@@ -17,7 +17,9 @@
 #include "moeserve/engine/gpt_oss_model.hpp"
 #include "moeserve/engine/safetensors.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
+#include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+#include "layers.hpp"
 #include "scratch_heap.hpp"
 
 namespace moeserve::engine {
@@ -308,11 +310,14 @@ std::vector<int> GptOssModel::ExpertCounts() const { return std::vector<int>(sta
 // projection is one product over all rows (matrix-vector kernels for one
 // row, GEMMs for more), keys and values go to each row's slot of its
 // sequence's blocks, attention runs per (row, head) in parallel against the
-// row's own sequence, and each expert takes the rows routed to it in one
-// product. A prefill chunk is a segment of many rows; a decode step one row.
+// row's own sequence (kernels::GqaSinkAttention: per segment, its queries in
+// blocks against each key/value head), and each expert takes the rows routed
+// to it in one product. A prefill chunk is a segment of many rows; a decode
+// step one row. trace->profile, when given, gets the time of each part
+// (layers in row 0, the head in row 3: ForwardProfile's mla and model rows).
 Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
                             ForwardTrace* trace, std::vector<std::vector<uint64_t>>* expert_tokens) const {
-  (void)trace;  // no per-part profile for this family yet
+  PartClock clock(trace ? trace->profile : nullptr, 0);
   const GptOssConfig& c = cfg_;
   const kernels::KernelSet& k = *kernels_;
   logits->clear();
@@ -336,23 +341,35 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
     n += seg.tokens.size();
   }
   if (n == 0) return Ok();
-  const size_t hd = c.hidden, d = c.head_dim, H = c.heads, KV = c.kv_heads, rep = H / KV, I = c.intermediate;
+  const size_t hd = c.hidden, d = c.head_dim, H = c.heads, KV = c.kv_heads, I = c.intermediate;
   const size_t kvd = KV * d, qd = H * d, E = c.experts, K = c.experts_per_token;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  // Each row's segment and position; its key/value row in the pool.
-  std::vector<size_t> seg_of(n);
+  // Each row's position and its key/value row in the pool.
   std::vector<int> position(n);
   std::vector<int> tokens(n);
   std::vector<float*> row_of(n);
   for (size_t s = 0, r = 0; s < segments.size(); ++s)
     for (size_t i = 0; i < segments[s].tokens.size(); ++i, ++r) {
       const SequenceCache& cache = *segments[s].cache;
-      seg_of[r] = s;
       position[r] = static_cast<int>(cache.length) + static_cast<int>(i);
       tokens[r] = segments[s].tokens[i];
       const size_t p = static_cast<size_t>(position[r]);
       row_of[r] = pool.TokenRow(cache.blocks[p / bt], static_cast<int>(p % bt));
     }
+  // Each segment's first row in the batch, and its cache rows by position
+  // (the attention's keys and values).
+  std::vector<size_t> seg_row0(segments.size() + 1, 0);
+  std::vector<std::vector<const float*>> seg_rows(segments.size());
+  for (size_t s = 0; s < segments.size(); ++s) {
+    seg_row0[s + 1] = seg_row0[s] + segments[s].tokens.size();
+    const SequenceCache& cache = *segments[s].cache;
+    const size_t len = static_cast<size_t>(cache.length) + segments[s].tokens.size();
+    seg_rows[s].resize(len);
+    for (size_t p = 0; p < len; ++p)
+      seg_rows[s][p] = pool.TokenRow(cache.blocks[p / bt], static_cast<int>(p % bt));
+  }
+  std::vector<int> first_full(n, 0), first_banded(n);
+  for (size_t i = 0; i < n; ++i) first_banded[i] = std::max(0, position[i] - c.sliding_window + 1);
   const RopeTable rope(c, position);
   const size_t half = d / 2;
   std::vector<float> x(n * hd), t(n * hd), q(n * qd), kk(n * kvd), vv(n * kvd), o(n * qd), a(n * hd);
@@ -365,9 +382,11 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
     const Weights::Layer& L = w_->layers[li];
     const size_t layer_off = static_cast<size_t>(li) * 2 * kvd;  // keys, then values
     norm_rows(L.in_norm);
+    clock.Mark(ProfilePart::kGlue);
     L.wq.Apply(k, t.data(), n, q.data());
     L.wk.Apply(k, t.data(), n, kk.data());
     L.wv.Apply(k, t.data(), n, vv.data());
+    clock.Mark(ProfilePart::kProjections, 2.0 * static_cast<double>(n) * hd * (qd + 2 * kvd));
     AddBias(q.data(), L.bq.data(), n, qd);
     AddBias(kk.data(), L.bk.data(), n, kvd);
     AddBias(vv.data(), L.bv.data(), n, kvd);
@@ -379,47 +398,32 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
       std::copy_n(kk.data() + i * kvd, kvd, row_of[i] + layer_off);
       std::copy_n(vv.data() + i * kvd, kvd, row_of[i] + layer_off + kvd);
     }
+    clock.Mark(ProfilePart::kGlue);
     // Banded layers see the last sliding_window positions, the query's own included.
     const bool banded = c.sliding[li];
-    kernels::DefaultThreadPool().ParallelFor(n * H, [&](size_t job) {
-      const size_t i = job / H, h = job % H;
-      const SequenceCache& cache = *segments[seg_of[i]].cache;
-      const int pos = position[i];
-      const int first = banded ? std::max(0, pos - c.sliding_window + 1) : 0;
-      const float* qh = q.data() + i * qd + h * d;
-      const size_t kh = h / rep;
-      auto key_row = [&](int j) {
-        return pool.TokenRow(cache.blocks[static_cast<size_t>(j) / bt], static_cast<int>(static_cast<size_t>(j) % bt)) +
-               layer_off;
-      };
-      std::vector<float> scores(static_cast<size_t>(pos + 1 - first));
-      float mx = L.sinks[h];
-      for (int j = first; j <= pos; ++j) {
-        const float* kj = key_row(j) + kh * d;
-        float s = 0;
-        for (size_t e = 0; e < d; ++e) s += qh[e] * kj[e];
-        scores[j - first] = s * scale;
-        mx = std::max(mx, scores[j - first]);
-      }
-      // The sink is one more logit in the denominator, with no value.
-      double denom = std::exp(static_cast<double>(L.sinks[h]) - mx);
-      for (float& s : scores) denom += (s = static_cast<float>(std::exp(static_cast<double>(s) - mx)));
-      float* oh = o.data() + i * qd + h * d;
-      std::fill_n(oh, d, 0.0f);
-      for (int j = first; j <= pos; ++j) {
-        const float p = static_cast<float>(scores[j - first] / denom);
-        const float* vj = key_row(j) + kvd + kh * d;
-        for (size_t e = 0; e < d; ++e) oh[e] += p * vj[e];
-      }
-    });
+    const kernels::GqaSinkShape shape{c.heads, c.kv_heads, c.head_dim, scale, L.sinks.data(), layer_off,
+                                      layer_off + kvd};
+    double keys_read = 0;
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const size_t r0 = seg_row0[s], rn = seg_row0[s + 1] - r0;
+      const int* first = (banded ? first_banded : first_full).data() + r0;
+      kernels::GqaSinkAttention(shape, static_cast<int>(rn), q.data() + r0 * qd, seg_rows[s].data(), first,
+                                position.data() + r0, o.data() + r0 * qd, k.isa);
+      if (clock.on())
+        for (size_t i = r0; i < r0 + rn; ++i) keys_read += position[i] + 1 - first[i - r0];
+    }
+    clock.Mark(ProfilePart::kAttention, 4.0 * static_cast<double>(qd) * keys_read);
     L.wo.Apply(k, o.data(), n, a.data());
+    clock.Mark(ProfilePart::kProjections, 2.0 * static_cast<double>(n) * qd * hd);
     AddBias(a.data(), L.bo.data(), n, hd);
     for (size_t i = 0; i < n * hd; ++i) x[i] += a[i];
     // MoE: top-k of the biased router logits (ties to the lower index, as
     // torch.topk), softmax over the chosen logits only; each expert then takes
     // the rows routed to it.
     norm_rows(L.post_norm);
+    clock.Mark(ProfilePart::kGlue);
     L.router.Apply(k, t.data(), n, router.data());
+    clock.Mark(ProfilePart::kProjections, 2.0 * static_cast<double>(n) * hd * E);
     AddBias(router.data(), L.router_b.data(), n, E);
     std::vector<std::vector<size_t>> rows_of(E);
     std::vector<std::vector<float>> weight_of(E);
@@ -441,6 +445,7 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
         weight_of[idx[j]].push_back(static_cast<float>(wts[j] / wsum));
       }
     }
+    clock.Mark(ProfilePart::kGlue);
     // Per expert: its rows gathered, gate_up (+ bias), the clamped SwiGLU over
     // interleaved gate/up columns, down (+ bias). Experts with up to
     // kSmallBatchMaxRows rows (a decode step) share one parallel pass of the
@@ -478,6 +483,7 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
         k.matmul_mxfp4(L.down.matrix(e), act[e].data(), ne, y[e].data());
     }
     if (!jobs.empty()) k.matvec_mxfp4_many(jobs);
+    clock.Mark(ProfilePart::kExperts, 2.0 * static_cast<double>(n) * K * 3 * hd * I);
     std::fill(moe.begin(), moe.end(), 0.0f);
     for (size_t e = 0; e < E; ++e)
       for (size_t r = 0; r < rows_of[e].size(); ++r) {
@@ -488,7 +494,9 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
         for (size_t i = 0; i < hd; ++i) dst[i] += wj * (src[i] + bias[i]);
       }
     for (size_t i = 0; i < n * hd; ++i) x[i] += moe[i];
+    clock.Mark(ProfilePart::kGlue);
   }
+  PartClock head_clock(trace ? trace->profile : nullptr, 3);
   for (ForwardSegment& seg : segments) seg.cache->length += static_cast<int64_t>(seg.tokens.size());
   // Logits: every row of an all_logits segment, else its last.
   std::vector<size_t> out_rows;
@@ -502,6 +510,7 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
     k.rms_norm(x.data() + out_rows[i] * hd, w_->norm.data(), c.rms_eps, hd, normed.data() + i * hd);
   logits->resize(out_rows.size() * static_cast<size_t>(c.vocab));
   (c.tie_embeddings ? w_->embed : w_->head).Apply(k, normed.data(), out_rows.size(), logits->data());
+  head_clock.Mark(ProfilePart::kProjections, 2.0 * static_cast<double>(out_rows.size()) * hd * c.vocab);
   return Ok();
 }
 
