@@ -90,30 +90,44 @@ void BM_Bf16MatMul(benchmark::State& st, mk::Isa isa, size_t out, size_t in, siz
 }
 
 // A batched decode step's product: n rows against weights read from memory
-// (copies cycled so that none is in cache when it is used again).
+// (copies cycled so that none is in cache when it is used again; made once
+// per shape for every row count, each a byte copy of the first).
+template <class M>
+const std::vector<M>& ColdSet(size_t out, size_t in, double bytes, M (*make)(size_t, size_t)) {
+  static std::vector<M> set;
+  static size_t so = 0, si = 0;
+  if (so != out || si != in || set.empty()) {
+    set.clear();
+    set.push_back(make(out, in));
+    for (size_t c = 1, copies = mb::ColdCopies(bytes); c < copies; ++c) set.push_back(set.front());
+    so = out;
+    si = in;
+  }
+  return set;
+}
+
+mb::Mxfp4Matrix MakeMxfp4(size_t out, size_t in) { return mb::RandomMxfp4(out, in, 1); }
+std::vector<uint16_t> MakeBf16(size_t out, size_t in) { return RandomBf16(out * in, 7); }
+
 void BM_DecodeRowsMxfp4(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
-  const size_t copies = mb::ColdCopies(mb::Mxfp4Bytes(out, in, 0));
-  std::vector<mb::Mxfp4Matrix> ms;
-  for (size_t c = 0; c < copies; ++c) ms.push_back(mb::RandomMxfp4(out, in, static_cast<uint32_t>(c + 1)));
+  const std::vector<mb::Mxfp4Matrix>& ms = ColdSet(out, in, mb::Mxfp4Bytes(out, in, 0), MakeMxfp4);
   std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
   size_t next = 0;
   const mk::KernelSet& k = mk::Kernels(isa);
   for (auto _ : st) {
-    k.matmul_mxfp4(ms[next++ % copies].view(), x.data(), n, y.data());
+    k.matmul_mxfp4(ms[next++ % ms.size()].view(), x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));
 }
 
 void BM_DecodeRowsBf16(benchmark::State& st, mk::Isa isa, size_t out, size_t in, size_t n) {
-  const size_t copies = mb::ColdCopies(2.0 * static_cast<double>(out * in));
-  std::vector<std::vector<uint16_t>> ws;
-  for (size_t c = 0; c < copies; ++c) ws.push_back(RandomBf16(out * in, static_cast<uint32_t>(c + 7)));
+  const std::vector<std::vector<uint16_t>>& ws = ColdSet(out, in, 2.0 * static_cast<double>(out * in), MakeBf16);
   std::vector<float> x = mb::RandomFloats(n * in), y(n * out);
   size_t next = 0;
   const mk::KernelSet& k = mk::Kernels(isa);
   for (auto _ : st) {
-    k.matmul_bf16(ws[next++ % copies].data(), out, in, x.data(), n, y.data());
+    k.matmul_bf16(ws[next++ % ws.size()].data(), out, in, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, 2.0 * static_cast<double>(out * in) + 4.0 * static_cast<double>(n * in), mb::MatMulFlops(out, in, n));
@@ -250,22 +264,23 @@ int Register() {
     // Batched decode: the small preset's expert (768 x 1024) and gpt-oss-20b's
     // expert down projection (2880 x 2880) in MXFP4; projections of 1024 x
     // 1024 and gpt-oss's 4096 x 2880 query projection in BF16.
-    if (isa != mk::Isa::kScalar)
-      for (size_t n : {size_t{1}, size_t{2}, size_t{4}, size_t{8}, size_t{16}, size_t{32}, size_t{64}}) {
-        const std::string rows = "/n" + std::to_string(n);
-        for (const auto& s : {mb::MatShape{"768x1024", 768, 1024}, mb::MatShape{"2880x2880", 2880, 2880}})
-          benchmark::RegisterBenchmark(("decode_rows_mxfp4/" + v + "/" + s.name + rows).c_str(), BM_DecodeRowsMxfp4, isa,
-                                       s.out, s.in, n)
+    constexpr size_t kDecodeRows[] = {1, 2, 4, 8, 16, 32, 64};
+    if (isa != mk::Isa::kScalar) {
+      for (const auto& s : {mb::MatShape{"768x1024", 768, 1024}, mb::MatShape{"2880x2880", 2880, 2880}})
+        for (size_t n : kDecodeRows)
+          benchmark::RegisterBenchmark(("decode_rows_mxfp4/" + v + "/" + s.name + "/n" + std::to_string(n)).c_str(),
+                                       BM_DecodeRowsMxfp4, isa, s.out, s.in, n)
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2)
               ->UseRealTime();
-        for (const auto& s : {mb::MatShape{"1024x1024", 1024, 1024}, mb::MatShape{"4096x2880", 4096, 2880}})
-          benchmark::RegisterBenchmark(("decode_rows_bf16/" + v + "/" + s.name + rows).c_str(), BM_DecodeRowsBf16, isa,
-                                       s.out, s.in, n)
+      for (const auto& s : {mb::MatShape{"1024x1024", 1024, 1024}, mb::MatShape{"4096x2880", 4096, 2880}})
+        for (size_t n : kDecodeRows)
+          benchmark::RegisterBenchmark(("decode_rows_bf16/" + v + "/" + s.name + "/n" + std::to_string(n)).c_str(),
+                                       BM_DecodeRowsBf16, isa, s.out, s.in, n)
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2)
               ->UseRealTime();
-      }
+    }
     for (const auto& s : mb::kMxfp4Shapes) {
       benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/" + s.name + "/n1").c_str(), BM_Mxfp4MatMul, isa, s.out, s.in,
                                    size_t{1})

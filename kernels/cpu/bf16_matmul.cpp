@@ -57,158 +57,110 @@ __attribute__((target("avx2,fma"))) float DotBf16Avx2(const uint16_t* w, const f
   return s;
 }
 
-__attribute__((target("avx512f,avx512bw,fma"))) inline void StepBf16(const uint16_t* row, __mmask32 valid, __m512 xe,
-                                                                       __m512 xo, __m512& ae, __m512& ao) {
-  const __m512i v = _mm512_maskz_loadu_epi16(valid, row);
-  ae = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, ae);
-  ao = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))), xo,
-                       ao);
-}
-
-// Rows [o0, o1) of Y = W x for one activation row, four rows at a time.
-// A 32-element step of a row is one 64-byte load: shifting each 32-bit lane
-// left by 16 gives the even elements as fp32 and masking off its low half the
-// odd ones, so x is passed de-interleaved per 32 (xs: 16 even, then 16 odd;
-// zero-padded to in32). The four rows are a quarter of the range apart (four
-// memory streams, each prefetched 2 KiB ahead): on the EPYC here that read
-// ~47 GB/s on average against ~40 for four adjacent rows. The prefetches go
-// to L2, as the MXFP4 kernels' do (variants.hpp): cold 4096 x 4096, median
-// 37.1 GB/s against 23.9 into L1 (1024 x 1024: 29.4 against 24.8).
-__attribute__((target("avx512f,avx512bw,fma"))) void RowsBf16Avx512(const uint16_t* W, size_t in, const float* xs,
-                                                                     size_t o0, size_t o1, float* y) {
-  constexpr size_t kAhead = 2048;  // bytes
-  const size_t full = in / 32 * 32;
-  const __mmask32 all = ~__mmask32{0};
-  const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (in - full)) - 1);
-  const size_t q = (o1 - o0) / 4;
-  for (size_t o = o0; o < o0 + q; ++o) {
-    const uint16_t* r0 = W + o * in;
-    const uint16_t* r1 = r0 + q * in;
-    const uint16_t* r2 = r1 + q * in;
-    const uint16_t* r3 = r2 + q * in;
-    __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, d0 = e0, d1 = e0, d2 = e0, d3 = e0;
-    size_t k = 0;
-    for (; k < full; k += 32) {
-      const __m512 xe = _mm512_loadu_ps(xs + k), xo = _mm512_loadu_ps(xs + k + 16);
-      _mm_prefetch(reinterpret_cast<const char*>(r0 + k) + kAhead, _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(r1 + k) + kAhead, _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(r2 + k) + kAhead, _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(r3 + k) + kAhead, _MM_HINT_T1);
-      StepBf16(r0 + k, all, xe, xo, e0, d0);
-      StepBf16(r1 + k, all, xe, xo, e1, d1);
-      StepBf16(r2 + k, all, xe, xo, e2, d2);
-      StepBf16(r3 + k, all, xe, xo, e3, d3);
-    }
-    if (k < in) {
-      const __m512 xe = _mm512_loadu_ps(xs + k), xo = _mm512_loadu_ps(xs + k + 16);
-      StepBf16(r0 + k, tail, xe, xo, e0, d0);
-      StepBf16(r1 + k, tail, xe, xo, e1, d1);
-      StepBf16(r2 + k, tail, xe, xo, e2, d2);
-      StepBf16(r3 + k, tail, xe, xo, e3, d3);
-    }
-    y[o] = _mm512_reduce_add_ps(_mm512_add_ps(e0, d0));
-    y[o + q] = _mm512_reduce_add_ps(_mm512_add_ps(e1, d1));
-    y[o + 2 * q] = _mm512_reduce_add_ps(_mm512_add_ps(e2, d2));
-    y[o + 3 * q] = _mm512_reduce_add_ps(_mm512_add_ps(e3, d3));
-  }
-  for (size_t o = o0 + 4 * q; o < o1; ++o) {
-    const uint16_t* r = W + o * in;
-    __m512 e = _mm512_setzero_ps(), d = e;
-    size_t k = 0;
-    for (; k < full; k += 32) StepBf16(r + k, all, _mm512_loadu_ps(xs + k), _mm512_loadu_ps(xs + k + 16), e, d);
-    if (k < in) StepBf16(r + k, tail, _mm512_loadu_ps(xs + k), _mm512_loadu_ps(xs + k + 16), e, d);
-    y[o] = _mm512_reduce_add_ps(_mm512_add_ps(e, d));
-  }
-}
-
-// Several activation rows at once (a batched decode step): W rows o and
-// o + 1 (WR of them) against activation rows [0, MR) of xs (stride in32), each
-// pair's sums exactly as RowsBf16Avx512 forms them (even and odd lanes in two
-// accumulators over 32-element steps, then one reduce of their sum), so a
-// row's result is the same bits whatever rows run beside it. Each 64-byte
-// load of W is widened once and used by MR rows: 4 MR accumulators, 2 WR
-// widened vectors and the two activation vectors fill the 32 registers at
-// MR = 6, WR = 2 (24 FMAs per 2 loads of W).
+// Y = W x for several activation rows at once, AVX-512. A 32-element step of
+// a W row is one 64-byte load: shifting each 32-bit lane left by 16 gives the
+// even elements as fp32 and masking off its low half the odd ones, so x is
+// passed de-interleaved per 32 (16 even, then 16 odd; zero-padded to a
+// multiple of 32; rows ldx floats apart). Each (W row, x row) pair sums in
+// one accumulator, even then odd lanes per step, then one reduce: the same
+// bits whatever tile the pair is computed in, so a row's result does not
+// depend on the rows beside it.
+//
+// A tile is WR W rows x MR x rows: each load of W is widened once and used
+// by MR rows, each x load by WR rows. At WR = MR = 4: 16 accumulators, 8
+// widened vectors and 2 of x within the 32 registers, 32 FMAs per 4 loads
+// of W and 8 of x. The W rows are a quarter of the task's range apart (four
+// memory streams, each prefetched 2 KiB ahead, to L2): for one x row (the
+// memory-bound single-sequence decode) that read ~47 GB/s on average against
+// ~40 for four adjacent rows on the EPYC here, and into L2 37.1 GB/s
+// against 23.9 into L1 (cold 4096 x 4096, medians).
 template <size_t WR, size_t MR>
 __attribute__((target("avx512f,avx512bw,fma"), always_inline)) inline void StepTileBf16(
-    const uint16_t* W, size_t in, const float* xs, size_t in32, size_t o, size_t k, __mmask32 valid,
-    __m512 (&e)[WR][MR], __m512 (&d)[WR][MR]) {
+    const uint16_t* const (&w)[WR], size_t k, __mmask32 valid, const float* xs, size_t ldx, __m512 (&acc)[WR][MR]) {
   const __m512i odd = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 we[WR], wo[WR];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (size_t r = 0; r < WR; ++r) {
-    const __m512i v = _mm512_maskz_loadu_epi16(valid, W + (o + r) * in + k);
+    const __m512i v = _mm512_maskz_loadu_epi16(valid, w[r] + k);
     we[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     wo[r] = _mm512_castsi512_ps(_mm512_and_si512(v, odd));
   }
-#pragma GCC unroll 6
+#pragma GCC unroll 4
   for (size_t i = 0; i < MR; ++i) {
-    const __m512 xe = _mm512_loadu_ps(xs + i * in32 + k), xo = _mm512_loadu_ps(xs + i * in32 + k + 16);
-#pragma GCC unroll 2
+    const __m512 xe = _mm512_loadu_ps(xs + i * ldx + k), xo = _mm512_loadu_ps(xs + i * ldx + k + 16);
+#pragma GCC unroll 4
     for (size_t r = 0; r < WR; ++r) {
-      e[r][i] = _mm512_fmadd_ps(we[r], xe, e[r][i]);
-      d[r][i] = _mm512_fmadd_ps(wo[r], xo, d[r][i]);
+      acc[r][i] = _mm512_fmadd_ps(we[r], xe, acc[r][i]);
+      acc[r][i] = _mm512_fmadd_ps(wo[r], xo, acc[r][i]);
     }
   }
 }
 
+// y[r][i * ldy] = W row w[r] . x row i, for r < WR, i < MR.
 template <size_t WR, size_t MR>
-__attribute__((target("avx512f,avx512bw,fma"))) inline void TileBf16Avx512(const uint16_t* W, size_t in,
-                                                                           const float* xs, size_t in32, size_t o,
-                                                                           float* Y, size_t ldy) {
-  constexpr size_t kAhead = 2048;  // bytes, as RowsBf16Avx512
+__attribute__((target("avx512f,avx512bw,fma"))) inline void TileBf16Avx512(const uint16_t* const (&w)[WR], size_t in,
+                                                                           const float* xs, size_t ldx,
+                                                                           float* const (&y)[WR], size_t ldy) {
+  constexpr size_t kAhead = 2048;  // bytes
   const size_t full = in / 32 * 32;
-  __m512 e[WR][MR], d[WR][MR];
-#pragma GCC unroll 2
+  __m512 acc[WR][MR];
+#pragma GCC unroll 4
   for (size_t r = 0; r < WR; ++r)
-#pragma GCC unroll 6
-    for (size_t i = 0; i < MR; ++i) e[r][i] = d[r][i] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (size_t i = 0; i < MR; ++i) acc[r][i] = _mm512_setzero_ps();
   size_t k = 0;
   for (; k < full; k += 32) {
-#pragma GCC unroll 2
-    for (size_t r = 0; r < WR; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(W + (o + r) * in + k) + kAhead, _MM_HINT_T1);
-    StepTileBf16<WR, MR>(W, in, xs, in32, o, k, ~__mmask32{0}, e, d);
+#pragma GCC unroll 4
+    for (size_t r = 0; r < WR; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + k) + kAhead, _MM_HINT_T1);
+    StepTileBf16<WR, MR>(w, k, ~__mmask32{0}, xs, ldx, acc);
   }
-  if (k < in) StepTileBf16<WR, MR>(W, in, xs, in32, o, k, static_cast<__mmask32>((uint64_t{1} << (in - full)) - 1), e, d);
-#pragma GCC unroll 2
+  if (k < in) StepTileBf16<WR, MR>(w, k, static_cast<__mmask32>((uint64_t{1} << (in - full)) - 1), xs, ldx, acc);
+#pragma GCC unroll 4
   for (size_t r = 0; r < WR; ++r)
-#pragma GCC unroll 6
-    for (size_t i = 0; i < MR; ++i) Y[i * ldy + o + r] = _mm512_reduce_add_ps(_mm512_add_ps(e[r][i], d[r][i]));
+#pragma GCC unroll 4
+    for (size_t i = 0; i < MR; ++i) y[r][i * ldy] = _mm512_reduce_add_ps(acc[r][i]);
 }
 
+constexpr size_t kTileRowsBf16 = 4;  // MR
+
+// Every x row in tiles of kTileRowsBf16 (the last one shorter).
 template <size_t WR>
-__attribute__((target("avx512f,avx512bw,fma"))) void TileRowsBf16Avx512(size_t mr, const uint16_t* W, size_t in,
-                                                                         const float* xs, size_t in32, size_t o,
-                                                                         float* Y, size_t ldy) {
-  switch (mr) {
-    case 1: return TileBf16Avx512<WR, 1>(W, in, xs, in32, o, Y, ldy);
-    case 2: return TileBf16Avx512<WR, 2>(W, in, xs, in32, o, Y, ldy);
-    case 3: return TileBf16Avx512<WR, 3>(W, in, xs, in32, o, Y, ldy);
-    case 4: return TileBf16Avx512<WR, 4>(W, in, xs, in32, o, Y, ldy);
-    case 5: return TileBf16Avx512<WR, 5>(W, in, xs, in32, o, Y, ldy);
-    default: return TileBf16Avx512<WR, 6>(W, in, xs, in32, o, Y, ldy);
+__attribute__((target("avx512f,avx512bw,fma"))) void TileColumnBf16Avx512(const uint16_t* const (&w)[WR], size_t in,
+                                                                           const float* xs, size_t ldx, size_t n,
+                                                                           float* const (&y)[WR], size_t ldy) {
+  size_t t = 0;
+  for (; t + kTileRowsBf16 <= n; t += kTileRowsBf16) {
+    float* yt[WR];
+    for (size_t r = 0; r < WR; ++r) yt[r] = y[r] + t * ldy;
+    TileBf16Avx512<WR, kTileRowsBf16>(w, in, xs + t * ldx, ldx, yt, ldy);
+  }
+  if (t == n) return;
+  float* yt[WR];
+  for (size_t r = 0; r < WR; ++r) yt[r] = y[r] + t * ldy;
+  switch (n - t) {
+    case 1: return TileBf16Avx512<WR, 1>(w, in, xs + t * ldx, ldx, yt, ldy);
+    case 2: return TileBf16Avx512<WR, 2>(w, in, xs + t * ldx, ldx, yt, ldy);
+    default: return TileBf16Avx512<WR, 3>(w, in, xs + t * ldx, ldx, yt, ldy);
   }
 }
 
-// Rows [o0, o1) of Y = W x for n activation rows (xs de-interleaved as for
-// RowsBf16Avx512, row stride in32): each pair of W rows is read once (from
-// memory, then L1) for all n rows, in tiles of 6. One row alone takes
-// RowsBf16Avx512 (four streams for a memory-bound product); its results are
-// the same bits as these tiles'.
+// Rows [o0, o1) of Y [n, out] = X W^T: four W rows a quarter of the range
+// apart at a time, each read from memory once for all n x rows (then from
+// L1 for the later tiles of x rows), then the rows left over one by one.
 __attribute__((target("avx512f,avx512bw,fma"))) void BlockBf16Avx512(const uint16_t* W, size_t in, const float* xs,
-                                                                     size_t n, size_t o0, size_t o1, float* Y,
-                                                                     size_t out) {
-  const size_t in32 = (in + 31) / 32 * 32;
-  if (n == 1) return RowsBf16Avx512(W, in, xs, o0, o1, Y);
-  constexpr size_t kMR = 6;
-  size_t o = o0;
-  for (; o + 2 <= o1; o += 2)
-    for (size_t t = 0; t < n; t += kMR)
-      TileRowsBf16Avx512<2>(n - t < kMR ? n - t : kMR, W, in, xs + t * in32, in32, o, Y + t * out, out);
-  if (o < o1)
-    for (size_t t = 0; t < n; t += kMR)
-      TileRowsBf16Avx512<1>(n - t < kMR ? n - t : kMR, W, in, xs + t * in32, in32, o, Y + t * out, out);
+                                                                     size_t ldx, size_t n, size_t o0, size_t o1,
+                                                                     float* Y, size_t out) {
+  const size_t q = (o1 - o0) / 4;
+  for (size_t o = o0; o < o0 + q; ++o) {
+    const uint16_t* const w[4] = {W + o * in, W + (o + q) * in, W + (o + 2 * q) * in, W + (o + 3 * q) * in};
+    float* const y[4] = {Y + o, Y + o + q, Y + o + 2 * q, Y + o + 3 * q};
+    TileColumnBf16Avx512<4>(w, in, xs, ldx, n, y, out);
+  }
+  for (size_t o = o0 + 4 * q; o < o1; ++o) {
+    const uint16_t* const w[1] = {W + o * in};
+    float* const y[1] = {Y + o};
+    TileColumnBf16Avx512<1>(w, in, xs, ldx, n, y, out);
+  }
 }
 #endif
 
@@ -237,8 +189,8 @@ void MatVecBf16ManyRef(std::span<const Bf16MatVecJob> jobs, size_t n) {
 namespace {
 
 // Up to kSmallBatchMaxRows rows (a batched decode step) matmul_bf16 runs the
-// multi-row matrix-vector kernels: W read from memory once, each pair of its
-// rows widened once in registers for tiles of 6 activation rows. From here
+// multi-row matrix-vector kernels: W read from memory once, each load of it
+// widened once in registers for a tile of 4 activation rows. From here
 // on (prefill), W is widened to fp32 for the GEMM, which writes and reads W
 // again at twice its size and so pays only when the rows are many. (Before
 // the row tiles, widening at 8 rows made a gpt-oss-20b-shaped step of 8
@@ -287,11 +239,14 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, Isa isa) {
   SplitTailTasks(tasks, work, [&](size_t j) { return static_cast<double>(jobs[j].in); }, kTailChunk);
 #if defined(__x86_64__)
   if (isa == Isa::kAvx512) {
-    // x de-interleaved per 32 for RowsBf16Avx512, once per job and row of X.
+    // x de-interleaved per 32 for BlockBf16Avx512, once per job and row of X,
+    // rows 64 bytes more than a multiple of 32 floats apart: at a multiple of
+    // 4 KiB the rows of a tile alias the same L1 sets.
     thread_local std::vector<float> split;
     thread_local std::vector<size_t> offsets;
     // Jobs with the same input (a layer's projections of x) share one copy.
     thread_local std::vector<char> owner;  // whether job j fills its copy
+    const auto ld_of = [](size_t in) { return (in + 31) / 32 * 32 + 16; };
     offsets.assign(jobs.size(), 0);
     owner.assign(jobs.size(), 1);
     size_t total = 0;
@@ -303,16 +258,16 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, Isa isa) {
         }
       if (!owner[j]) continue;
       offsets[j] = total;
-      total += n * ((jobs[j].in + 31) / 32 * 32);
+      total += n * ld_of(jobs[j].in);
     }
     split.assign(total, 0.0f);
     for (size_t j = 0; j < jobs.size(); ++j) {
       if (!owner[j]) continue;
-      const size_t in = jobs[j].in, in32 = (in + 31) / 32 * 32;
+      const size_t in = jobs[j].in, ldx = ld_of(in);
       float* xs = split.data() + offsets[j];
       for (size_t t = 0; t < n; ++t) {
         const float* x = jobs[j].X + t * in;
-        float* d = xs + t * in32;
+        float* d = xs + t * ldx;
         for (size_t i = 0; i < in; i += 2) d[i / 32 * 32 + i % 32 / 2] = x[i];
         for (size_t i = 1; i < in; i += 2) d[i / 32 * 32 + 16 + i % 32 / 2] = x[i];
       }
@@ -322,7 +277,8 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, Isa isa) {
     const RangeTask* task = tasks.data();
     auto run = [&](size_t i) {
       const Bf16MatVecJob& jb = jobs[task[i].job];
-      BlockBf16Avx512(jb.W, jb.in, xs_all + off[task[i].job], n, task[i].begin, task[i].end, jb.Y, jb.out);
+      BlockBf16Avx512(jb.W, jb.in, xs_all + off[task[i].job], ld_of(jb.in), n, task[i].begin, task[i].end, jb.Y,
+                      jb.out);
     };
     if (work * static_cast<double>(n) < 65536.0) {
       for (size_t i = 0; i < tasks.size(); ++i) run(i);
