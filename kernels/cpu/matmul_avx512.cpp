@@ -301,9 +301,66 @@ void mxfp4_gemm_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float
   Gemm(pack, w.out, w.in, X, n, Y, o_begin, o_end);
 }
 
+// The F32 products of up to kSmallBatchMaxRows rows: WR adjacent W rows x MR
+// x rows, one accumulator per (W row, x row) pair over 16-element steps
+// (the last one masked), then its horizontal sum; the same operations for a
+// pair whatever the tile, so a row's result does not depend on the rows
+// beside it. Each W load serves MR rows and each x load WR rows: at WR = 4,
+// MR = 6, 24 accumulators, 4 W vectors and one of x in the 32 registers.
+namespace {
+
+constexpr size_t kF32TileRows = 6;
+
+template <size_t WR, size_t MR>
+inline void F32Tile(const float* W, size_t in, const float* X, float* Y, size_t ldy) {
+  const size_t kv = in / 16 * 16;
+  __m512 acc[WR][MR];
+#pragma GCC unroll 4
+  for (size_t r = 0; r < WR; ++r)
+#pragma GCC unroll 6
+    for (size_t i = 0; i < MR; ++i) acc[r][i] = _mm512_setzero_ps();
+  const auto step = [&](size_t k, __mmask16 m) __attribute__((always_inline)) {
+    __m512 w[WR];
+#pragma GCC unroll 4
+    for (size_t r = 0; r < WR; ++r) w[r] = _mm512_maskz_loadu_ps(m, W + r * in + k);
+#pragma GCC unroll 6
+    for (size_t i = 0; i < MR; ++i) {
+      const __m512 x = _mm512_maskz_loadu_ps(m, X + i * in + k);
+#pragma GCC unroll 4
+      for (size_t r = 0; r < WR; ++r) acc[r][i] = _mm512_fmadd_ps(w[r], x, acc[r][i]);
+    }
+  };
+  size_t k = 0;
+  for (; k < kv; k += 16) step(k, static_cast<__mmask16>(0xFFFF));
+  if (k < in) step(k, LaneMask(in - kv));
+#pragma GCC unroll 4
+  for (size_t r = 0; r < WR; ++r)
+#pragma GCC unroll 6
+    for (size_t i = 0; i < MR; ++i) Y[i * ldy + r] = HSum(acc[r][i]);
+}
+
+// W rows [0, WR) against all n x rows, in tiles of kF32TileRows.
+template <size_t WR>
+void F32TileColumn(const float* W, size_t in, const float* X, size_t n, float* Y, size_t ldy) {
+  size_t t = 0;
+  for (; t + kF32TileRows <= n; t += kF32TileRows) F32Tile<WR, kF32TileRows>(W, in, X + t * in, Y + t * ldy, ldy);
+  const float* x = X + t * in;
+  float* y = Y + t * ldy;
+  switch (n - t) {
+    case 0: return;
+    case 1: return F32Tile<WR, 1>(W, in, x, y, ldy);
+    case 2: return F32Tile<WR, 2>(W, in, x, y, ldy);
+    case 3: return F32Tile<WR, 3>(W, in, x, y, ldy);
+    case 4: return F32Tile<WR, 4>(W, in, x, y, ldy);
+    default: return F32Tile<WR, 5>(W, in, x, y, ldy);
+  }
+}
+
+}  // namespace
+
 void f32_matmul_cols_avx512(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin,
                             size_t o_end) {
-  if (n >= kGemmMinRows) {
+  if (n > kSmallBatchMaxRows) {
     auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
       for (size_t c = 0; c < kNR; ++c) {
         if (c >= nr) {
@@ -317,45 +374,11 @@ void f32_matmul_cols_avx512(const float* W, size_t out, size_t in, const float* 
     Gemm(pack, out, in, X, n, Y, o_begin, o_end);
     return;
   }
-  const size_t kv = in / 16 * 16;
-  const __mmask16 tail = LaneMask(in - kv);
+  // Up to kSmallBatchMaxRows rows (decode): four W rows at a time against
+  // tiles of kF32TileRows x rows (F32Tile), then the rows left over.
   size_t o = o_begin;
-  for (; o + 4 <= o_end; o += 4)
-    for (size_t t = 0; t < n; ++t) {
-      const float* x = X + t * in;
-      const float* w = W + o * in;
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      size_t k = 0;
-      for (; k < kv; k += 16) {
-        const __m512 xv = _mm512_loadu_ps(x + k);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), xv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + in + k), xv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + 2 * in + k), xv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + 3 * in + k), xv, a3);
-      }
-      if (k < in) {
-        const __m512 xv = _mm512_maskz_loadu_ps(tail, x + k);
-        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + k), xv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + in + k), xv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + 2 * in + k), xv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + 3 * in + k), xv, a3);
-      }
-      float* y = Y + t * out + o;
-      y[0] = HSum(a0);
-      y[1] = HSum(a1);
-      y[2] = HSum(a2);
-      y[3] = HSum(a3);
-    }
-  for (; o < o_end; ++o)
-    for (size_t t = 0; t < n; ++t) {
-      const float* x = X + t * in;
-      const float* w = W + o * in;
-      __m512 a = _mm512_setzero_ps();
-      size_t k = 0;
-      for (; k < kv; k += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a);
-      if (k < in) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + k), _mm512_maskz_loadu_ps(tail, x + k), a);
-      Y[t * out + o] = HSum(a);
-    }
+  for (; o + 4 <= o_end; o += 4) F32TileColumn<4>(W + o * in, in, X, n, Y + o, out);
+  for (; o < o_end; ++o) F32TileColumn<1>(W + o * in, in, X, n, Y + o, out);
 }
 
 void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float* y) {

@@ -8,6 +8,9 @@
 // of rows and a partial last MXFP4 group; BF16 inputs not a multiple of 32
 // the masked last step. (Before the row tiles, 8-64 MXFP4 rows and 32-64
 // BF16 rows ran the fp32 GEMMs, whose sums differ from the single row's.)
+// The AVX-512 set's F32 product has the same tiles (matmul_avx512.cpp); the
+// other sets' F32 products take their GEMM from 8 rows and are not checked
+// for it here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +22,7 @@
 #include "each_variant.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
@@ -97,6 +101,22 @@ TEST(DecodeRows, Mxfp4RowsEqualEachRowAloneBitForBit) {
         ExpectRowsAsAlone(k.matmul_mxfp4.name, n, out, Y, ref, 1e-5 * amax + 1e-5,
                           [&](size_t t, float* y) { k.matmul_mxfp4(w, &X[t * in], 1, y); });
       });
+    }
+  }
+}
+
+TEST(DecodeRows, F32RowsEqualEachRowAloneBitForBitOnAvx512) {
+  if (!IsaSupported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512: the F32 row tiles are AVX-512 only";
+  const KernelSet& k = Kernels(Isa::kAvx512);
+  for (auto [out, in] : {std::pair<size_t, size_t>{131, 515}, {64, 1024}, {3, 17}}) {
+    const std::vector<float> W = Normal(out * in, 5);
+    for (size_t n : kRowCounts) {
+      const std::vector<float> X = Normal(n * in, static_cast<uint32_t>(n + 7));
+      std::vector<float> ref(n * out), Y(n * out, NAN);
+      MatMulF32Ref(W.data(), out, in, X.data(), n, ref.data());
+      k.matmul_f32(W.data(), out, in, X.data(), n, Y.data());
+      ExpectRowsAsAlone(k.matmul_f32.name, n, out, Y, ref, 1e-4 * std::sqrt(static_cast<double>(in)) + 1e-5,
+                        [&](size_t t, float* y) { k.matmul_f32(W.data(), out, in, &X[t * in], 1, y); });
     }
   }
 }
