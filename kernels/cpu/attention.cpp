@@ -785,7 +785,7 @@ namespace {
 // accumulators acc[e][lane] rescaled and the weighted values added.
 constexpr int kGqaTileKeys = 64;
 constexpr int kGqaLanes = 16;
-constexpr int kGqaTaskVectors = 64;  // query vectors per task (rows x heads of a group)
+constexpr int kGqaTaskVectors = 128;  // query vectors per task (rows x heads of a group)
 
 struct GqaScratch {
   std::vector<float> qt, acc, st, mrun, l, corr;
@@ -980,15 +980,22 @@ void GqaSinkTask(const GqaSinkShape& sh, const float* q, const float* const* row
   const bool wide = false;
   (void)avx512;
 #endif
+  for (int j = lo, end = std::min(hi + 1, lo + kGqaTileKeys); j < end; ++j) {
+    PrefetchFloats(rows[j] + koff, d);
+    PrefetchFloats(rows[j] + voff, d);
+  }
   for (int j0 = lo; j0 <= hi; j0 += kGqaTileKeys) {
     const int nk = std::min(kGqaTileKeys, hi + 1 - j0);
     for (int jj = 0; jj < nk; ++jj) {
       w.kp[jj] = rows[j0 + jj] + koff;
       w.vp[jj] = rows[j0 + jj];
-      if (jj + kRowsAhead < nk) {
-        PrefetchFloats(rows[j0 + jj + kRowsAhead] + koff, d);
-        PrefetchFloats(rows[j0 + jj + kRowsAhead] + voff, d);
-      }
+    }
+    // The next tile's keys and values, while this one computes: rows lie a
+    // whole token's cache row apart, beyond the hardware prefetchers' reach,
+    // and a long context's rows are out of the caches.
+    for (int j = j0 + kGqaTileKeys, end = std::min(hi + 1, j0 + 2 * kGqaTileKeys); j < end; ++j) {
+      PrefetchFloats(rows[j] + koff, d);
+      PrefetchFloats(rows[j] + voff, d);
     }
     const int nk4 = (nk + 3) / 4 * 4;
     for (int jj = nk; jj < nk4; ++jj) w.kp[jj] = w.zeros.data();

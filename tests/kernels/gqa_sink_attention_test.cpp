@@ -103,7 +103,7 @@ TEST(GqaSinkAttention, GptOssShapesCausalAndBanded) {
   Check({64, 8, 64, 0, 1, 0}, 1);       // the first token: its own key only
   Check({64, 8, 64, 300, 1, 0}, 2);     // decode over 301 keys
   Check({64, 8, 64, 300, 1, 128}, 3);   // decode, banded
-  Check({64, 8, 64, 0, 77, 0}, 4);      // a first chunk, blocks of 8 queries and a tail
+  Check({64, 8, 64, 0, 77, 0}, 4);      // a first chunk: blocks of 16 queries and a tail
   Check({64, 8, 64, 150, 70, 0}, 5);    // a later chunk
   Check({64, 8, 64, 150, 70, 128}, 6);  // banded: ranges start inside tiles
   Check({64, 8, 64, 0, 200, 128}, 7);   // banded from the start
@@ -112,7 +112,7 @@ TEST(GqaSinkAttention, GptOssShapesCausalAndBanded) {
 TEST(GqaSinkAttention, OddShapes) {
   Check({6, 2, 12, 5, 19, 0}, 11);   // 3 heads a group: lanes padded
   Check({6, 2, 12, 40, 33, 7}, 12);  // a narrow band
-  Check({3, 3, 8, 70, 66, 0}, 13);   // one head a group: 64-query blocks
+  Check({3, 3, 8, 70, 300, 0}, 13);  // one head a group: blocks of 128 queries and a tail
   Check({4, 1, 10, 20, 9, 0}, 14);   // head size not a multiple of 4: the plain loops
   Check({4, 2, 16, 0, 3, 1}, 15);    // window 1: each query its own key only
   Check({8, 1, 4, 130, 5, 64}, 16);  // 8 heads a group, tiny heads
