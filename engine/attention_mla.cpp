@@ -214,7 +214,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   clock.Mark(ProfilePart::kGlue);
   // 4. Attention per query over its sequence's cache (causal; DSA-restricted).
   std::vector<float> o(static_cast<size_t>(n) * H * vd, 0.0f);
-  for (const SegmentRows& seg : ctx.segments) {
+  const auto attend = [&](const SegmentRows& seg) {
     const int64_t ctx_len = seg.pos0 + seg.n;
     // One token: absorbed unless the expanded form was asked for; more: as
     // resolved at load (kAuto: absorbed with the fast kernels, each query
@@ -332,7 +332,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         clock.Mark(ProfilePart::kAttention);
         r += nr;
       }
-      continue;
+      return;
     }
     for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
       const int64_t pos = seg.pos0 + (r - seg.row0);
@@ -355,6 +355,18 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       }
       clock.Mark(ProfilePart::kAttention, 2.0 * H * static_cast<double>(keys.size()) * (qk + vd));
     }
+  };
+  // A decode step (one query a sequence) attends for every sequence in one
+  // parallel pass, each sequence's kernels running inline on its thread
+  // (one hand-off per layer instead of one or more per sequence; a
+  // sequence's result is the same bits on any thread). With a profile or a
+  // DSA trace, which record in order, one sequence after another.
+  bool one_query_each = ctx.segments.size() > 1 && !clock.on() && !(ctx.trace && ctx.trace->record_dsa);
+  for (const SegmentRows& seg : ctx.segments) one_query_each = one_query_each && seg.n == 1;
+  if (one_query_each) {
+    kernels::DefaultThreadPool().ParallelFor(ctx.segments.size(), [&](size_t i) { attend(ctx.segments[i]); });
+  } else {
+    for (const SegmentRows& seg : ctx.segments) attend(seg);
   }
 
   // 5. Output gate and projection: out = wo(o * sigmoid(wg x)).

@@ -36,19 +36,35 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   // The L2 norm's weights as an RMSNorm (step 3): dk^-0.5, and for q the
   // scale dk^-0.5 on top.
   const std::vector<float> k_norm_w(static_cast<size_t>(dk), qscale), q_norm_w(static_cast<size_t>(dk), qscale * qscale);
+  // Per sequence: its state, its form, its gates.
+  struct SegmentWork {
+    const SegmentRows* seg;
+    bool chunked;
+    std::vector<float> beta, g;  // [Hd, T]
+  };
+  std::vector<SegmentWork> work;
+  work.reserve(ctx.segments.size());
+  bool all_single = true;
   for (const SegmentRows& seg : ctx.segments) {
-    DeltaLayerState& st = seg.cache->delta[static_cast<size_t>(ctx.layer)];
-    const int T = seg.n;
     // Deterministic: recurrent always (the chunked form sums in another
     // order, and its chunks depend on how the prompt was split).
     const bool chunked = !ctx.options.deterministic && (ctx.options.delta_form == DeltaForm::kChunked ||
-                                                        (ctx.options.delta_form == DeltaForm::kAuto && T > 1));
-    std::vector<float> beta(static_cast<size_t>(T) * Hd), g(beta.size());
-    // Steps 2-4 touch only the head's own channels (q and k: dk each, v: dv)
-    // and state, so each head runs them whole, in parallel with the others:
-    // a decode step then has no serial stretch between the projections and
-    // the output norm.
-    auto head = [&](size_t hs) {
+                                                        (ctx.options.delta_form == DeltaForm::kAuto && seg.n > 1));
+    work.push_back({&seg, chunked, std::vector<float>(static_cast<size_t>(seg.n) * Hd),
+                    std::vector<float>(static_cast<size_t>(seg.n) * Hd)});
+    all_single = all_single && seg.n == 1;
+  }
+  // Steps 2-4 touch only the head's own channels (q and k: dk each, v: dv)
+  // and state, so each head of each sequence runs them whole, in parallel
+  // with the others: a decode step then has no serial stretch between the
+  // projections and the output norm.
+  auto head = [&](SegmentWork& sw, size_t hs) {
+      const SegmentRows& seg = *sw.seg;
+      DeltaLayerState& st = seg.cache->delta[static_cast<size_t>(ctx.layer)];
+      const int T = seg.n;
+      const bool chunked = sw.chunked;
+      std::vector<float>& beta = sw.beta;
+      std::vector<float>& g = sw.g;
       const int h = static_cast<int>(hs);
       // The head's q | k | v after the conv, [T, Wh]: its own rows, so the
       // conv writes and the delta rule reads a buffer that stays in cache
@@ -104,15 +120,22 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
                                        std::max(1, ctx.options.delta_chunk));
       else
         ctx.kernels.delta_rule_recurrent(qh, kh, vh, beta_h, g_h, T, dk, dv, Wh, Wh, S, oh, Cv);
-    };
-    // Heads share nothing, so the result does not depend on how they are
-    // spread over the threads.
-    kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(Hd), head);
-    // Logical work, as the recurrent form does it per token and head: the
-    // decay (dk dv), k^T S, the rank-1 update and q^T S (2 dk dv each), plus
-    // the convs (2 K per channel).
-    clock.Mark(ProfilePart::kDeltaRule, static_cast<double>(T) * (7.0 * Hd * dk * dv + 2.0 * K * C));
+  };
+  // Heads and sequences share nothing, so the result does not depend on how
+  // they are spread over the threads. A decode step (one token a sequence)
+  // runs every (sequence, head) pair in one parallel pass: one hand-off per
+  // layer, not one per sequence.
+  kernels::ThreadPool& pool = kernels::DefaultThreadPool();
+  const size_t heads = static_cast<size_t>(Hd);
+  if (all_single && work.size() > 1) {
+    pool.ParallelFor(work.size() * heads, [&](size_t j) { head(work[j / heads], j % heads); });
+  } else {
+    for (SegmentWork& sw : work) pool.ParallelFor(heads, [&](size_t h) { head(sw, h); });
   }
+  // Logical work, as the recurrent form does it per token and head: the
+  // decay (dk dv), k^T S, the rank-1 update and q^T S (2 dk dv each), plus
+  // the convs (2 K per channel).
+  clock.Mark(ProfilePart::kDeltaRule, static_cast<double>(n) * (7.0 * Hd * dk * dv + 2.0 * K * C));
 
   // 5. Gated RMSNorm per head, then the output projection.
   const float eps = static_cast<float>(d.norm_eps);

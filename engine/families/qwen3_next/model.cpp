@@ -365,11 +365,25 @@ void GatedAttention(const Config& c, const AttentionWeights& a, KvPool& pool, st
   ScratchFloats o(q.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   double flops = 0;
-  for (const SegmentRows& s : segs) {
+  // Every (row, head) of every segment in one parallel pass: a decode step
+  // of many sequences hands off once per layer, not once per sequence. Each
+  // job's result does not depend on where it runs.
+  std::vector<std::vector<const float*>> seg_rows(segs.size());
+  std::vector<size_t> first_job(segs.size() + 1, 0);
+  for (size_t si = 0; si < segs.size(); ++si) {
+    const SegmentRows& s = segs[si];
     const int64_t last = s.pos0 + s.n;
-    std::vector<const float*> rows(static_cast<size_t>(last));
-    for (int64_t p = 0; p < last; ++p) rows[static_cast<size_t>(p)] = CacheRow(pool, *s.cache, p, offset);
-    kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(s.n) * H, [&](size_t job) {
+    seg_rows[si].resize(static_cast<size_t>(last));
+    for (int64_t p = 0; p < last; ++p) seg_rows[si][static_cast<size_t>(p)] = CacheRow(pool, *s.cache, p, offset);
+    first_job[si + 1] = first_job[si] + static_cast<size_t>(s.n) * H;
+    for (int j = 0; j < s.n; ++j) flops += 4.0 * H * hd * static_cast<double>(s.pos0 + j + 1);
+  }
+  kernels::DefaultThreadPool().ParallelFor(first_job.back(), [&](size_t all_job) {
+      const size_t si = static_cast<size_t>(std::upper_bound(first_job.begin(), first_job.end(), all_job) -
+                                            first_job.begin()) - 1;
+      const SegmentRows& s = segs[si];
+      const std::vector<const float*>& rows = seg_rows[si];
+      const size_t job = all_job - first_job[si];
       const int j = static_cast<int>(job / H), h = static_cast<int>(job % H);
       const int t = s.row0 + j, kvh = h / group;
       const int64_t visible = s.pos0 + j + 1;
@@ -394,9 +408,7 @@ void GatedAttention(const Config& c, const AttentionWeights& a, KvPool& pool, st
       }
       const float* gh = &gate[static_cast<size_t>(t) * qd + static_cast<size_t>(h) * hd];
       for (int i = 0; i < hd; ++i) oh[i] *= kernels::Sigmoid(gh[i]);
-    });
-    for (int j = 0; j < s.n; ++j) flops += 4.0 * H * hd * static_cast<double>(s.pos0 + j + 1);
-  }
+  });
   clock.Mark(ProfilePart::kAttention, flops);
   Linear(a.o, o.data(), n, out, k);
   clock.Mark(ProfilePart::kProjections, LinearFlops({&a.o}, n));
