@@ -145,21 +145,29 @@ __attribute__((target("avx512f,avx512bw,fma"))) void TileColumnBf16Avx512(const 
 }
 
 // Rows [o0, o1) of Y [n, out] = X W^T: four W rows a quarter of the range
-// apart at a time, each read from memory once for all n x rows (then from
-// L1 for the later tiles of x rows), then the rows left over one by one.
+// apart at a time, then the rows left over one by one. The x rows go in
+// tiles of kTileRowsBf16, each tile (4 x in floats, in L1) against every W
+// row of the range: W is read from memory by the first tile and from L2
+// (a task's 256 KiB) by the others, so a step reads 4 lines of W from L2
+// and 8 of x from L1 for its 32 FMAs.
 __attribute__((target("avx512f,avx512bw,fma"))) void BlockBf16Avx512(const uint16_t* W, size_t in, const float* xs,
                                                                      size_t ldx, size_t n, size_t o0, size_t o1,
                                                                      float* Y, size_t out) {
   const size_t q = (o1 - o0) / 4;
-  for (size_t o = o0; o < o0 + q; ++o) {
-    const uint16_t* const w[4] = {W + o * in, W + (o + q) * in, W + (o + 2 * q) * in, W + (o + 3 * q) * in};
-    float* const y[4] = {Y + o, Y + o + q, Y + o + 2 * q, Y + o + 3 * q};
-    TileColumnBf16Avx512<4>(w, in, xs, ldx, n, y, out);
-  }
-  for (size_t o = o0 + 4 * q; o < o1; ++o) {
-    const uint16_t* const w[1] = {W + o * in};
-    float* const y[1] = {Y + o};
-    TileColumnBf16Avx512<1>(w, in, xs, ldx, n, y, out);
+  for (size_t t = 0; t < n; t += kTileRowsBf16) {
+    const size_t mr = n - t < kTileRowsBf16 ? n - t : kTileRowsBf16;
+    const float* xt = xs + t * ldx;
+    float* yt = Y + t * out;
+    for (size_t o = o0; o < o0 + q; ++o) {
+      const uint16_t* const w[4] = {W + o * in, W + (o + q) * in, W + (o + 2 * q) * in, W + (o + 3 * q) * in};
+      float* const y[4] = {yt + o, yt + o + q, yt + o + 2 * q, yt + o + 3 * q};
+      TileColumnBf16Avx512<4>(w, in, xt, ldx, mr, y, out);
+    }
+    for (size_t o = o0 + 4 * q; o < o1; ++o) {
+      const uint16_t* const w[1] = {W + o * in};
+      float* const y[1] = {yt + o};
+      TileColumnBf16Avx512<1>(w, in, xt, ldx, mr, y, out);
+    }
   }
 }
 #endif
