@@ -230,11 +230,14 @@ void MatVecBf16Many(std::span<const Bf16MatVecJob> jobs, size_t n, Isa isa) {
   // Memory-bound: each task reads a contiguous run of one job's rows once for
   // all n activations; all jobs' tasks share one parallel-for, and little
   // work runs on the calling thread alone (a hand-off costs more than its read).
-  // Tasks of about 256 KiB of weights (whole rows, a multiple of 4 for the
-  // kernel's four streams): each task start costs its streams a prefetch
+  // Tasks of about 2 MiB of weights (whole rows, a multiple of 4 for the
+  // kernel's four streams; SplitTailTasks splits the last ones so that the
+  // threads finish together): each task start costs its streams a prefetch
   // ramp. A small-preset DeltaNet layer's six projections, cold, interleaved
-  // runs: 26.6 GB/s with 64-row (128 KiB) tasks, 27.3-28.7 with 256 KiB.
-  constexpr size_t kTaskBytes = 256 << 10, kTailChunk = 16;
+  // runs: 26.6 GB/s with 64-row (128 KiB) tasks, 27.3-28.7 with 256 KiB;
+  // 4096 x 4096 at one row (bench_roofline, 3 alternating runs, quiet):
+  // 53.6 / 42.8 / 46.4 GB/s with 256 KiB, 58.3 / 51.0 / 57.5 with 2 MiB.
+  constexpr size_t kTaskBytes = 2048 << 10, kTailChunk = 16;
   thread_local std::vector<RangeTask> tasks;
   tasks.clear();
   double work = 0;
