@@ -1,11 +1,14 @@
 // bench_prefill on a gpt-oss checkpoint directory (config.json model_type
 // "gpt_oss"), the model alone (no tokenizer needed), its kernels chosen as
 // the engine's family load chooses them (the reference kernels stay fp32).
-// gpt-oss's forward has no per-part timers, so this times whole prefills and
-// holds them to the bound of their logical work: every product (attention
+// It times whole prefills and holds them to the bound of their logical
+// work: every product (attention
 // and expert projections, the router, attention's scores and weighted sums
 // over the keys each layer reads, the head on each chunk's last row) at the
-// fp32 FMA peak, or at the BF16 dot-product peak with --bf16-activations.
+// fp32 FMA peak, or at the BF16 dot-product peak with --bf16-activations;
+// then the forward's own part timers (ForwardTrace::profile) summed over the
+// timed runs: ms per token, share and GFLOP/s of the projections, attention,
+// experts, glue and the head.
 #pragma once
 
 #include <string>
