@@ -293,18 +293,16 @@ Status UsageLedger::CommitBatch(std::vector<Pending>& batch, std::map<SpendKey, 
     for (const Budget* b : policy.BudgetsFor(tenant)) {
       const int64_t start = PeriodStart(b->period, now);
       const PeriodSpend& s = spend[{tenant, b->period, start}];
-      // A refusal by this `block` budget reaches its 100% threshold (budget_rules.hpp).
+      // A refusal in this period fires a `block` budget's 100% threshold (ThresholdsToFire).
       const auto refusal_of = refused.find({tenant, b->period, start});
-      const bool refused_here = refusal_of != refused.end() && b->action == BudgetAction::kBlock;
-      for (double t : b->thresholds) {
-        AlertKey key{tenant, b->period, start, t};
-        const bool by_spend = ThresholdReached(s.spent_usd, t, b->limit_usd);
-        const bool by_refusal = !by_spend && refused_here && IsLimitThreshold(t);
-        if ((!by_spend && !by_refusal) || fired.contains(key)) continue;
-        {
-          std::lock_guard lock(state_mu_);
-          if (fired_.contains(key)) continue;
-        }
+      const bool refused_here = refusal_of != refused.end();
+      auto already_fired = [&](double t) {
+        const AlertKey key{tenant, b->period, start, t};
+        std::lock_guard lock(state_mu_);
+        return fired.contains(key) || fired_.contains(key);
+      };
+      for (const auto& [t, by_refusal] : ThresholdsToFire(*b, s.spent_usd, refused_here, already_fired)) {
+        const AlertKey key{tenant, b->period, start, t};
         alert.Bind(1, tenant).Bind(2, std::string(PeriodName(b->period))).Bind(3, start).Bind(4, t).Bind(5, now);
         if (alert.Step() != SQLITE_DONE) return rollback(DbError(db_, "recording an alert"));
         alert.Reset();

@@ -230,18 +230,22 @@ std::vector<AlertRecord> NewAlerts(const UsageTotals& totals, const BudgetPolicy
     const auto refusal = refusals.find({tenant, period, start});
     for (const Budget* b : policy.BudgetsFor(tenant)) {
       if (b->period != period) continue;
-      for (double threshold : b->thresholds) {
-        const bool by_spend = ThresholdReached(spend.spent_usd, threshold, b->limit_usd);
-        const bool by_refusal = !by_spend && refusal != refusals.end() && b->action == BudgetAction::kBlock &&
-                                IsLimitThreshold(threshold);
-        if (!by_spend && !by_refusal) continue;
+      auto already_fired = [&](double threshold) {
+        AlertRecord probe;
+        probe.tenant = tenant;
+        probe.period = period;
+        probe.period_start = start;
+        probe.threshold = threshold;
+        auto same = [&](const AlertRecord& k) { return SameAlert(k, probe); };
+        return std::any_of(known.begin(), known.end(), same) || std::any_of(out.begin(), out.end(), same);
+      };
+      for (const auto& [threshold, by_refusal] :
+           ThresholdsToFire(*b, spend.spent_usd, refusal != refusals.end(), already_fired)) {
         AlertRecord a;
         a.tenant = tenant;
         a.period = period;
         a.period_start = start;
         a.threshold = threshold;
-        auto same = [&](const AlertRecord& k) { return SameAlert(k, a); };
-        if (std::any_of(known.begin(), known.end(), same) || std::any_of(out.begin(), out.end(), same)) continue;
         a.fired_at = now;
         a.delivery_id = NewDeliveryId();
         a.spend = spend;

@@ -1,10 +1,12 @@
 // budget.rules: the budget decisions every side takes alike (threshold
-// reached, limit reached, fits within the limit), the room they leave for a
-// float sum, and the default thresholds: a budget that names none gets them,
-// and the QuotaPolicy CRD states the same default.
+// reached, limit reached, fits within the limit, which thresholds fire once
+// per period), the room they leave for a float sum, and the default
+// thresholds: a budget that names none gets them, and the QuotaPolicy CRD
+// states the same default.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <set>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -54,6 +56,72 @@ TEST(BudgetRules, FitsWithinLimitAllowsExactlyTheLimit) {
   EXPECT_TRUE(FitsWithinLimit(1.0, 1.0));
   EXPECT_TRUE(FitsWithinLimit(0.1 + 0.2, 0.3));  // 0.30000000000000004
   EXPECT_FALSE(FitsWithinLimit(1.01, 1.0));
+}
+
+std::vector<double> Thresholds(const std::vector<FiringThreshold>& f) {
+  std::vector<double> out;
+  for (const auto& x : f) out.push_back(x.threshold);
+  return out;
+}
+
+Budget TenDollars(BudgetAction action) {
+  Budget b;
+  b.limit_usd = 10;
+  b.thresholds = {0.5, 0.8, 1.0};
+  b.action = action;
+  return b;
+}
+
+TEST(BudgetRules, ThresholdsFireOncePerPeriodAsSpendReachesThem) {
+  const Budget b = TenDollars(BudgetAction::kAlert);
+  std::set<double> fired;  // what this period has fired so far
+  auto already = [&](double t) { return fired.contains(t); };
+  auto fire = [&](double spent) {
+    auto f = ThresholdsToFire(b, spent, false, already);
+    for (const auto& x : f) {
+      EXPECT_FALSE(x.by_refusal) << x.threshold;
+      fired.insert(x.threshold);
+    }
+    return Thresholds(f);
+  };
+  EXPECT_EQ(fire(4.99), std::vector<double>{});
+  EXPECT_EQ(fire(5.0), std::vector<double>{0.5});
+  EXPECT_EQ(fire(6.0), std::vector<double>{});  // 50% already fired this period
+  EXPECT_EQ(fire(TenDimes() * 10), (std::vector<double>{0.8, 1.0}));  // a float sum a hair under $10
+  EXPECT_EQ(fire(20.0), std::vector<double>{});
+  // No record of what fired (nullptr): everything reached fires.
+  EXPECT_EQ(Thresholds(ThresholdsToFire(b, 8.0, false, nullptr)), (std::vector<double>{0.5, 0.8}));
+}
+
+TEST(BudgetRules, ARefusalFiresOnlyABlockingBudgetsFullThreshold) {
+  // $9.60 of $10 spent, a refusal in the period: the blocking budget's 100%
+  // fires by the refusal, 50% and 80% by spend.
+  auto f = ThresholdsToFire(TenDollars(BudgetAction::kBlock), 9.6, true, nullptr);
+  ASSERT_EQ(Thresholds(f), (std::vector<double>{0.5, 0.8, 1.0}));
+  EXPECT_FALSE(f[0].by_refusal);
+  EXPECT_FALSE(f[1].by_refusal);
+  EXPECT_TRUE(f[2].by_refusal);
+  // Reached by spend, the full threshold is not a refusal's.
+  f = ThresholdsToFire(TenDollars(BudgetAction::kBlock), 10.0, true, nullptr);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_FALSE(f[2].by_refusal);
+  // An alerting or downgrading budget does not refuse: nothing fires by refusal.
+  for (BudgetAction a : {BudgetAction::kAlert, BudgetAction::kDowngrade})
+    EXPECT_EQ(Thresholds(ThresholdsToFire(TenDollars(a), 9.6, true, nullptr)), (std::vector<double>{0.5, 0.8}))
+        << BudgetActionName(a);
+  // Without a refusal the blocking budget stops at what spend reached.
+  EXPECT_EQ(Thresholds(ThresholdsToFire(TenDollars(BudgetAction::kBlock), 9.6, false, nullptr)),
+            (std::vector<double>{0.5, 0.8}));
+  // Already fired by refusal earlier in the period: not again.
+  EXPECT_EQ(Thresholds(ThresholdsToFire(TenDollars(BudgetAction::kBlock), 9.6, true,
+                                        [](double t) { return t == 1.0; })),
+            (std::vector<double>{0.5, 0.8}));
+}
+
+TEST(BudgetRules, AThresholdListedTwiceFiresOnce) {
+  Budget b = TenDollars(BudgetAction::kAlert);
+  b.thresholds = {0.5, 0.5, 1.0};
+  EXPECT_EQ(Thresholds(ThresholdsToFire(b, 10.0, false, nullptr)), (std::vector<double>{0.5, 1.0}));
 }
 
 TEST(BudgetRules, ABudgetThatNamesNoThresholdsGetsTheDefaults) {

@@ -11,8 +11,12 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <vector>
 
 namespace moeserve {
+
+struct Budget;  // budget_policy.hpp, which includes this header for kDefaultThresholds
 
 inline constexpr double kSpendTolerance = 1e-9;
 
@@ -46,6 +50,24 @@ bool RefusalReachesLimit(double spent_usd, double refused_usd, double limit_usd)
 
 // Whether `threshold` is a budget's 100% threshold (the one a refusal reaches).
 bool IsLimitThreshold(double threshold);
+
+// One threshold of a budget that fires now.
+struct FiringThreshold {
+  double threshold = 0;
+  // Reached by a refusal of this `block` budget (RefusalReachesLimit), not by
+  // spend: the alert carries the refused request's worst case.
+  bool by_refusal = false;
+};
+
+// The thresholds of `budget` that fire at a spend of `spent_usd` in one
+// period: those reached by spend, or, for a `block` budget whose period saw a
+// refusal that reaches its limit (`refused_in_period`), its 100% threshold;
+// less those `already_fired` says fired in this period (each fires once per
+// period). The daemon's ledger and the operator's usage sync both fire
+// through this, each with its own record of what already fired. Ascending
+// as the budget lists them; a threshold listed twice fires once.
+std::vector<FiringThreshold> ThresholdsToFire(const Budget& budget, double spent_usd, bool refused_in_period,
+                                              const std::function<bool(double threshold)>& already_fired);
 
 // Whether a spend of `usd` (spent, held by requests in flight and the worst
 // case of a new one) still fits within `limit_usd`.
