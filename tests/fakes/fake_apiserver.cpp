@@ -14,6 +14,7 @@
 #include "moeserve/common/rfc3339.hpp"
 #include "openapi_schema.hpp"
 #include "patches.hpp"
+#include "protobuf_objects.hpp"
 #include "yaml_json.hpp"
 
 namespace moeserve::fakes {
@@ -69,6 +70,97 @@ std::string HumanDuration(int64_t seconds) {
   return s(hours / 24 / 365) + "y";
 }
 
+
+// kube-apiserver's table columns for the built-in kinds a person watches
+// while pods run (its printers in pkg/printers/internalversion); a column
+// with "compute" is worked out by BuiltinCell, the rest by jsonPath.
+json BuiltinPrinterColumns(const ResourceType& type) {
+  const json age = {{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}};
+  auto computed = [](const char* name, const char* what, int priority = 0) {
+    return json{{"name", name}, {"type", "string"}, {"compute", what}, {"priority", priority}};
+  };
+  if (type.group.empty() && type.plural == "pods")
+    return json::array({computed("Ready", "pod-ready"), computed("Status", "pod-status"),
+                        computed("Restarts", "pod-restarts"), age,
+                        {{"name", "IP"}, {"type", "string"}, {"jsonPath", ".status.podIP"}, {"priority", 1}},
+                        {{"name", "Node"}, {"type", "string"}, {"jsonPath", ".spec.nodeName"}, {"priority", 1}}});
+  if (type.group == "apps" && type.plural == "statefulsets")
+    return json::array({computed("Ready", "sts-ready"), age});
+  if (type.group.empty() && type.plural == "services")
+    return json::array({{{"name", "Type"}, {"type", "string"}, {"jsonPath", ".spec.type"}},
+                        {{"name", "Cluster-IP"}, {"type", "string"}, {"jsonPath", ".spec.clusterIP"}},
+                        computed("Port(s)", "svc-ports"), age});
+  if (type.group.empty() && type.plural == "endpoints") return json::array({computed("Endpoints", "ep-addresses"), age});
+  return json::array({age});
+}
+
+// kubectl's pod STATUS: the first init container not done, else the last
+// main container's waiting or terminated reason, else the phase.
+std::string PodStatusText(const json& pod) {
+  const json status = pod.value("status", json::object());
+  std::string reason = status.value("reason", status.value("phase", "Pending"));
+  const json inits = status.value("initContainerStatuses", json::array());
+  const size_t init_total = pod["spec"].value("initContainers", json::array()).size();
+  bool initializing = false;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    const json state = inits[i].value("state", json::object());
+    if (state.contains("terminated") && state["terminated"].value("exitCode", 0) == 0) continue;
+    initializing = true;
+    if (state.contains("terminated")) {
+      const std::string r = state["terminated"].value("reason", "");
+      reason = "Init:" + (r.empty() ? "ExitCode:" + std::to_string(state["terminated"].value("exitCode", 0)) : r);
+    } else if (state.contains("waiting") && state["waiting"].value("reason", "") != "PodInitializing") {
+      reason = "Init:" + state["waiting"].value("reason", "");
+    } else {
+      reason = "Init:" + std::to_string(i) + "/" + std::to_string(init_total);
+    }
+    break;
+  }
+  if (!initializing) {
+    for (const auto& c : status.value("containerStatuses", json::array())) {
+      const json state = c.value("state", json::object());
+      if (state.contains("waiting") && !state["waiting"].value("reason", "").empty())
+        reason = state["waiting"]["reason"];
+      else if (state.contains("terminated"))
+        reason = state["terminated"].value("reason", "Error");
+    }
+  }
+  if (pod["metadata"].contains("deletionTimestamp")) reason = "Terminating";
+  return reason;
+}
+
+json BuiltinCell(const ResourceType&, const std::string& what, const json& object) {
+  const json status = object.value("status", json::object());
+  if (what == "pod-ready") {
+    const json cs = status.value("containerStatuses", json::array());
+    int ready = 0;
+    for (const auto& c : cs) ready += c.value("ready", false) ? 1 : 0;
+    return std::to_string(ready) + "/" + std::to_string(object["spec"].value("containers", json::array()).size());
+  }
+  if (what == "pod-status") return PodStatusText(object);
+  if (what == "pod-restarts") {
+    int restarts = 0;
+    for (const auto& c : status.value("containerStatuses", json::array())) restarts += c.value("restartCount", 0);
+    return std::to_string(restarts);
+  }
+  if (what == "sts-ready")
+    return std::to_string(status.value("readyReplicas", 0)) + "/" + std::to_string(object["spec"].value("replicas", 1));
+  if (what == "svc-ports") {
+    std::string out;
+    for (const auto& p : object["spec"].value("ports", json::array()))
+      out += (out.empty() ? "" : ",") + std::to_string(p.value("port", 0)) + "/" + p.value("protocol", "TCP");
+    return out.empty() ? "<none>" : out;
+  }
+  if (what == "ep-addresses") {
+    std::string out;
+    for (const auto& subset : object.value("subsets", json::array()))
+      for (const auto& a : subset.value("addresses", json::array()))
+        for (const auto& p : subset.value("ports", json::array()))
+          out += (out.empty() ? "" : ",") + a.value("ip", "") + ":" + std::to_string(p.value("port", 0));
+    return out.empty() ? "<none>" : out;
+  }
+  return "";
+}
 
 json StatusBody(int code, const std::string& reason, const std::string& message, json details = nullptr) {
   json s = {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()}, {"status", "Failure"},
@@ -311,6 +403,8 @@ FakeApiServer::FakeApiServer(FakeApiServerOptions options)
       Builtin("", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", true, true, false,
               {"pvc"}),
       Builtin("", "events", "event", "Event", true, false, false, {"ev"}),
+      // Written by the pod runner's endpoints controller (pod_runner.hpp).
+      Builtin("", "endpoints", "endpoints", "Endpoints", true, false, false, {"ep"}),
       Builtin("", "serviceaccounts", "serviceaccount", "ServiceAccount", true, false, false, {"sa"}),
       Builtin("apps", "statefulsets", "statefulset", "StatefulSet", true, true, true, {"sts"}),
       Builtin("apps", "deployments", "deployment", "Deployment", true, true, true, {"deploy"}),
@@ -1233,6 +1327,19 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
   r.content_type = hr.Header("content-type");
   r.accept = hr.Header("accept");
   r.user_agent = hr.Header("user-agent");
+  // kubectl's typed commands (create namespace, create secret, ...) send
+  // protobuf and do not retry as JSON on a 415: read what they send.
+  if ((r.method == "POST" || r.method == "PUT") && IsKubernetesProtobuf(r.content_type)) {
+    auto decoded = DecodeKubernetesProtobuf(r.body);
+    if (!decoded) {
+      record.status = 415;
+      std::lock_guard lock(mu_);
+      requests_.push_back(record);
+      return send(Failure(415, "UnsupportedMediaType", decoded.error().message()));
+    }
+    r.body = decoded->dump();
+    r.content_type = "application/json";
+  }
   {
     std::lock_guard lock(mu_);
     if (rest.size() >= 3 && rest[0] == "namespaces") {
@@ -1296,6 +1403,21 @@ void FakeApiServer::Handle(const HttpRequest& hr, HttpResponseWriter& writer) {
     const std::string now_rv = it == store.end() ? "" : it->second["metadata"].value("resourceVersion", "");
     if (now_rv == judged_rv || judged_rv == "-") break;
   }
+  if (r.method == "GET" && r.type->plural == "pods" && r.type->group.empty() && r.subresource == "log") {
+    PodLogReader reader;
+    {
+      std::lock_guard lock(mu_);
+      reader = log_reader_;
+      record.status = 200;
+      requests_.push_back(record);
+    }
+    auto text = reader ? reader(r.ns, r.name, r.Query("container"), r.Query("previous") == "true")
+                       : Result<std::string>(Fail(Error::NotFound("no pod runner serves logs on this API server")));
+    if (!text) return send(Failure(text.error().code() == ErrorCode::kNotFound ? 404 : 400,
+                                   text.error().code() == ErrorCode::kNotFound ? "NotFound" : "BadRequest",
+                                   text.error().message()));
+    return writer.Send(200, "text/plain", *text);
+  }
   {
     std::lock_guard lock(mu_);
     o = Dispatch(r);
@@ -1322,8 +1444,7 @@ json FakeApiServer::ToTable(const ResourceType& type, const std::vector<json>& o
   json columns = json::array({{{"name", "Name"}, {"type", "string"}, {"format", "name"},
                                {"description", "Name must be unique within a namespace."}, {"priority", 0}}});
   json printer = type.printer_columns;
-  if (printer.empty() || !type.custom)
-    printer = json::array({{{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}}});
+  if (printer.empty() || !type.custom) printer = BuiltinPrinterColumns(type);
   for (const auto& c : printer)
     columns.push_back({{"name", c.value("name", "")}, {"type", c.value("type", "string") == "date" ? "date" : c.value("type", "string")},
                        {"format", c.value("format", "")}, {"description", c.value("description", "")},
@@ -1333,7 +1454,7 @@ json FakeApiServer::ToTable(const ResourceType& type, const std::vector<json>& o
   for (const auto& object : objects) {
     json cells = json::array({object["metadata"].value("name", "")});
     for (const auto& c : printer) {
-      json v = EvalJsonPath(object, c.value("jsonPath", ""));
+      json v = c.contains("compute") ? BuiltinCell(type, c["compute"], object) : EvalJsonPath(object, c.value("jsonPath", ""));
       if (c.value("type", "") == "date" && v.is_string())
         cells.push_back(HumanDuration(now - ParseRfc3339(v.get<std::string>())));
       else if (v.is_array()) {
@@ -1566,6 +1687,11 @@ Status FakeApiServer::Delete(const std::string& resource, const std::string& ns,
   Outcome o = DoDelete(r);
   if (o.code >= 300) return Fail(Error::InvalidArgument(o.body.value("message", "delete failed")));
   return Ok();
+}
+
+void FakeApiServer::SetPodLogReader(PodLogReader reader) {
+  std::lock_guard lock(mu_);
+  log_reader_ = std::move(reader);
 }
 
 void FakeApiServer::SetFaults(const FakeFaults& faults) {

@@ -11,14 +11,17 @@
 // resourceVersion; 410 Gone for a resourceVersion older than the kept
 // history; status and scale subresources; deletionTimestamp with finalizers;
 // background garbage collection through ownerReferences; Table responses
-// from CRD printer columns; CRDs registered by POSTing them (or from files)
+// from CRD printer columns (and kube-apiserver's columns for pods,
+// StatefulSets, Services and Endpoints); CRDs registered by POSTing them (or from files)
 // with defaulting, pruning and validation against their OpenAPI schema.
 //
 // What it does not: authentication/authorisation (any bearer token passes;
 // the last one seen is recorded), mutating admission webhooks (validating
-// ones are called: admission.hpp), protobuf, HTTP/2, TLS,
+// ones are called: admission.hpp), protobuf beyond the built-in kinds
+// kubectl's create commands send (protobuf_objects.hpp), HTTP/2, TLS,
 // pagination (limit is ignored; every list is complete), and controllers (a
-// test plays the kubelet and StatefulSet controller through Mutate()).
+// test plays the kubelet and StatefulSet controller through Mutate(), or
+// starts a PodRunner: pod_runner.hpp).
 //
 // Faults for tests: every nth write answered 409, watches dropped after n
 // events (alternately ended cleanly and cut), every nth watch answered 410,
@@ -124,6 +127,12 @@ class FakeApiServer {
                                 const std::function<void(nlohmann::json&)>& mutate, bool status = false);
   Status Delete(const std::string& resource, const std::string& ns, const std::string& name);
 
+  // What GET pods/<name>/log answers (kubectl logs): the pod runner's
+  // container logs. Unset: 404.
+  using PodLogReader = std::function<Result<std::string>(const std::string& ns, const std::string& pod,
+                                                         const std::string& container, bool previous)>;
+  void SetPodLogReader(PodLogReader reader);
+
   void SetFaults(const FakeFaults& faults);
   // Forgets watch history so that every resourceVersion given so far is 410 Gone.
   void CompactHistory();
@@ -205,6 +214,7 @@ class FakeApiServer {
   std::vector<WriteRecord> writes_;
   std::vector<RequestRecord> requests_;
   std::string last_token_;
+  PodLogReader log_reader_;
   TokenApi token_api_;  // locked after mu_ when both are held
   WebhookAdmission admission_;  // never called with mu_ held
   std::atomic<size_t> watch_requests_{0};
