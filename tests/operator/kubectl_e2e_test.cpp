@@ -1,4 +1,4 @@
-// The real kubectl against the API double: apply -f examples/, get with the
+// The real kubectl against the API double: apply -k examples/, get with the
 // CRD's printer columns, describe, delete, and an invalid MoEDeployment
 // refused by the CRD schema with the apiserver's message.
 #include <gtest/gtest.h>
@@ -65,7 +65,7 @@ TEST_F(KubectlE2E, ApplyGetDescribeDelete) {
   ASSERT_EQ(crds.rc, 0) << crds.output;
   EXPECT_NE(crds.output.find("moedeployments.moeserve.io created"), std::string::npos) << crds.output;
 
-  auto apply = Kubectl("apply -f " + SourceDir() + "/examples/");
+  auto apply = Kubectl("apply -k " + SourceDir() + "/examples/");
   ASSERT_EQ(apply.rc, 0) << apply.output;
   EXPECT_NE(apply.output.find("moedeployment.moeserve.io/ultra created"), std::string::npos) << apply.output;
   EXPECT_NE(apply.output.find("quotapolicy.moeserve.io/team-a created"), std::string::npos) << apply.output;
@@ -79,7 +79,7 @@ TEST_F(KubectlE2E, ApplyGetDescribeDelete) {
   EXPECT_FALSE((*stored)["spec"]["vault"].contains("serviceAccount"));
 
   // A second apply with nothing changed is unchanged.
-  auto again = Kubectl("apply -f " + SourceDir() + "/examples/");
+  auto again = Kubectl("apply -k " + SourceDir() + "/examples/");
   ASSERT_EQ(again.rc, 0) << again.output;
   EXPECT_NE(again.output.find("moedeployment.moeserve.io/ultra unchanged"), std::string::npos) << again.output;
 
