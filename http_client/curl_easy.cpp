@@ -1,6 +1,11 @@
 #include "moeserve/http_client/curl_easy.hpp"
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <mutex>
+
+#include "moeserve/http_client/url_parts.hpp"
 
 namespace moeserve::http_client {
 
@@ -27,7 +32,33 @@ size_t Collect(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// Whether the transfer now connecting is to one of the guard's allowed
+// hosts: the URL it is connecting for (after any redirect) is the one
+// libcurl reports as effective at this point.
+bool ToAllowedHost(CURL* curl, const AddressGuard& guard) {
+  if (guard.allowed_hosts.empty()) return false;
+  char* url = nullptr;
+  if (curl_easy_getinfo(curl, CURLINFO_EFFECTIVE_URL, &url) != CURLE_OK || !url) return false;
+  const auto parts = ParseUrl(url);
+  return parts && std::find(guard.allowed_hosts.begin(), guard.allowed_hosts.end(), parts->host) !=
+                      guard.allowed_hosts.end();
+}
+
 }  // namespace
+
+// libcurl opens every socket of a guarded transfer through here: the last
+// word on where it connects, made on the address it resolved.
+curl_socket_t CurlEasy::OpenGuardedSocket(void* clientp, curlsocktype purpose, curl_sockaddr* address) {
+  auto* state = static_cast<GuardState*>(clientp);
+  const bool allowed = purpose == CURLSOCKTYPE_IPCXN &&
+                       (IsPublicAddress(&address->addr) || ToAllowedHost(state->curl, state->guard));
+  if (!allowed) {
+    const std::string text = AddressText(&address->addr);
+    state->refused.push_back(text.empty() ? "a socket of family " + std::to_string(address->family) : text);
+    return CURL_SOCKET_BAD;
+  }
+  return ::socket(address->family, address->socktype, address->protocol);
+}
 
 CurlStringList::~CurlStringList() { curl_slist_free_all(list_); }
 
@@ -48,6 +79,7 @@ CurlEasy::~CurlEasy() {
 void CurlEasy::Prepare(const CurlPolicy& p) {
   curl_easy_reset(curl_);
   errbuf_[0] = '\0';
+  guard_ = GuardState{curl_, p.guard, {}};
   curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, errbuf_);
   if (p.timeout.count() > 0) curl_easy_setopt(curl_, CURLOPT_TIMEOUT_MS, static_cast<long>(p.timeout.count()));
@@ -64,7 +96,11 @@ void CurlEasy::Prepare(const CurlPolicy& p) {
     if (!p.redirect_protocols.empty())
       curl_easy_setopt(curl_, CURLOPT_REDIR_PROTOCOLS_STR, p.redirect_protocols.c_str());
   }
-  if (p.proxy == Proxy::kNever) curl_easy_setopt(curl_, CURLOPT_PROXY, "");
+  if (p.proxy == Proxy::kNever || p.guard.public_only) curl_easy_setopt(curl_, CURLOPT_PROXY, "");
+  if (p.guard.public_only) {
+    curl_easy_setopt(curl_, CURLOPT_OPENSOCKETFUNCTION, &CurlEasy::OpenGuardedSocket);
+    curl_easy_setopt(curl_, CURLOPT_OPENSOCKETDATA, &guard_);
+  }
   if (!p.ca_file.empty()) curl_easy_setopt(curl_, CURLOPT_CAINFO, p.ca_file.c_str());
   if (!p.ca_pem.empty()) {
     curl_blob ca{const_cast<char*>(p.ca_pem.data()), p.ca_pem.size(), CURL_BLOB_COPY};
@@ -76,7 +112,10 @@ void CurlEasy::Prepare(const CurlPolicy& p) {
   if (!p.user_agent.empty()) curl_easy_setopt(curl_, CURLOPT_USERAGENT, p.user_agent.c_str());
 }
 
-CURLcode CurlEasy::Perform() { return curl_easy_perform(curl_); }
+CURLcode CurlEasy::Perform() {
+  guard_.refused.clear();
+  return curl_easy_perform(curl_);
+}
 
 long CurlEasy::ResponseCode() const {
   long code = 0;
@@ -109,6 +148,7 @@ CurlAnswer CurlFetch(const CurlCall& call, const CurlPolicy& policy) {
   a.code = easy.Perform();
   a.status = easy.ResponseCode();
   a.too_large = sink.too_large;
+  a.refused_addresses = easy.RefusedAddresses();
   if (a.code != CURLE_OK) {
     a.error = curl_easy_strerror(a.code);
     a.detail = easy.ErrorDetail();

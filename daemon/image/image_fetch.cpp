@@ -1,17 +1,17 @@
-// Fetching an http(s) image URL on an allowed host, under the hooks' address
-// policy (budget/hook_sender.hpp): the host is checked against
-// image_url_allowed_hosts as libcurl parses it (the name really connected
-// to), resolved, pinned to an address hooks could reach, and every socket
-// is checked again; no redirects, no proxy, a timeout and a byte cap.
+// Fetching an http(s) image URL on an allowed host, under http_client's
+// address guard as hooks are (address_guard.hpp): the host is checked
+// against image_url_allowed_hosts as libcurl parses it (the name really
+// connected to), and every socket the fetch opens is checked on the address
+// it connects to; no redirects, no proxy, a timeout and a byte cap.
 #include <curl/curl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 
-#include "moeserve/budget/hook_sender.hpp"
 #include "moeserve/daemon/image_decode.hpp"
 #include "moeserve/http_client/curl_easy.hpp"
+#include "moeserve/http_client/url_parts.hpp"
 
 namespace moeserve {
 namespace {
@@ -39,12 +39,12 @@ Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& 
   const double timeout = timeout_seconds > 0 ? timeout_seconds : policy.fetch_timeout_seconds;
   const std::string setting = timeout_seconds > 0 ? timeout_setting : "image_fetch_timeout_seconds";
   const std::string who = "image " + std::to_string(index);
-  const GuardedTarget target = ResolveGuardedTarget(
-      url, /*allow_http=*/true, policy.allow_private_addresses, who,
-      "loopback, link-local and private addresses need image_url_allow_private_addresses");
-  if (!target.ok) return Fail(Error::InvalidArgument(target.error));
-  std::string host = target.host;
-  std::transform(host.begin(), host.end(), host.begin(), [](unsigned char c) { return std::tolower(c); });
+  const auto url_parts = http_client::ParseUrl(url);
+  if (!url_parts) return Fail(Error::InvalidArgument(who + ": the URL does not parse"));
+  if (url_parts->scheme != "http" && url_parts->scheme != "https")
+    return Fail(Error::InvalidArgument(who + " (" + url_parts->host.substr(0, 128) + "): scheme " +
+                                       url_parts->scheme.substr(0, 16) + " is not allowed"));
+  const std::string& host = url_parts->host;
   const std::string listed = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   if (std::find(policy.allowed_hosts.begin(), policy.allowed_hosts.end(), listed) == policy.allowed_hosts.end())
     return Fail(Error::InvalidArgument(who + ": host '" + listed.substr(0, 128) + "' is not in image_url_allowed_hosts"));
@@ -57,9 +57,9 @@ Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& 
   curl_policy.proxy = http_client::Proxy::kNever;
   curl_policy.user_agent = "moeserve-images/1";
   curl_policy.timeout = std::chrono::milliseconds(std::max(1L, static_cast<long>(timeout * 1000)));
+  curl_policy.guard.public_only = !policy.allow_private_addresses;
   curl.Prepare(curl_policy);
   CURL* c = curl.get();
-  GuardedSocket guard(c, target, policy.allow_private_addresses);
   Sink sink;
   sink.max_bytes = policy.limits.max_bytes;
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
@@ -70,10 +70,13 @@ Result<std::string> FetchImageUrl(const std::string& url, const ImageUrlPolicy& 
   curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(policy.limits.max_bytes));
   const CURLcode rc = curl.Perform();
   const std::string where = who + " (" + host.substr(0, 128) + ")";
-  if (guard.refused())
-    return Fail(Error::InvalidArgument(where + ": refused to connect to " + guard.refused_address() +
-                                  " (loopback, link-local and private addresses need "
-                                  "image_url_allow_private_addresses)"));
+  if (rc != CURLE_OK && !curl.RefusedAddresses().empty()) {
+    std::string refused;
+    for (const std::string& a : curl.RefusedAddresses()) refused += (refused.empty() ? "" : ", ") + a;
+    return Fail(Error::InvalidArgument(where + ": refused to connect to " + refused +
+                                       " (loopback, link-local and private addresses need "
+                                       "image_url_allow_private_addresses)"));
+  }
   if (sink.too_large || rc == CURLE_FILESIZE_EXCEEDED)
     return Fail(Error::InvalidArgument(where + ": the answer is over the limit of " +
                                   std::to_string(policy.limits.max_bytes) + " bytes (image_max_bytes)"));

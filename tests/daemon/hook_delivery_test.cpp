@@ -21,6 +21,7 @@
 #include "moeserve/daemon/hook_outbox.hpp"
 #include "moeserve/daemon/http_server.hpp"
 #include "moeserve/daemon/usage_ledger.hpp"
+#include "moeserve/http_client/address_guard.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {
@@ -230,6 +231,8 @@ sockaddr_storage Addr(const char* text) {
   return ss;
 }
 
+// The rule itself is http_client's guard (http_client.address_guard tests
+// every range at connect time); here each range is refused to a hook.
 TEST(HookDelivery, AddressesHooksMayNotReachUnlessAllowed) {
   for (const char* refused : {"127.0.0.1", "127.8.9.10", "169.254.169.254", "10.1.2.3", "172.16.0.1", "172.31.255.255",
                               "192.168.1.1", "100.64.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "::1", "::",
@@ -242,13 +245,19 @@ TEST(HookDelivery, AddressesHooksMayNotReachUnlessAllowed) {
                               "2002:a9fe:a9fe::1", "2002:7f00:1::", "2002:808:808::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2",
                               "2001::1"}) {
     auto a = Addr(refused);
-    EXPECT_FALSE(HookAddressAllowed(reinterpret_cast<sockaddr*>(&a), false)) << refused;
-    EXPECT_TRUE(HookAddressAllowed(reinterpret_cast<sockaddr*>(&a), true)) << refused;
+    EXPECT_FALSE(http_client::IsPublicAddress(reinterpret_cast<sockaddr*>(&a))) << refused;
+    // Sent to it: refused when the socket is opened, before any packet.
+    const std::string host = std::string(refused).find(':') != std::string::npos ? "[" + std::string(refused) + "]" : refused;
+    HookConfig h = LocalHook("http://" + host + ":9/hook");
+    h.allow_private_addresses = false;
+    const auto r = SendHook(h, "dlv_range", "{}", 2);
+    EXPECT_TRUE(r.refused) << refused << ": " << r.error;
+    EXPECT_NE(r.error.find("allowPrivateAddresses"), std::string::npos) << r.error;
   }
   for (const char* allowed : {"8.8.8.8", "172.32.0.1", "192.169.0.1", "2001:4860:4860::8888", "::ffff:8.8.8.8",
                               "64:ff9b::808:808", "2001:1::1", "2003::1"}) {
     auto a = Addr(allowed);
-    EXPECT_TRUE(HookAddressAllowed(reinterpret_cast<sockaddr*>(&a), false)) << allowed;
+    EXPECT_TRUE(http_client::IsPublicAddress(reinterpret_cast<sockaddr*>(&a))) << allowed;
   }
 }
 

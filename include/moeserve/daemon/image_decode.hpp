@@ -70,8 +70,8 @@ struct ImageUrlPolicy {
 Result<std::vector<std::string>> ParseImageHostList(std::string_view value);
 
 // What an image_url names: the encoded bytes of a data: URL, or an http(s)
-// URL on an allowed host, left for the caller to fetch with the same address
-// checks as hooks.
+// URL on an allowed host, left for the caller to fetch under the same
+// address guard as hooks.
 struct ImageUrlSource {
   std::string bytes;       // set for data: URLs
   ImageFormat format = ImageFormat::kPng;
@@ -83,10 +83,10 @@ struct ImageUrlSource {
 // length before decoding), and checks http(s) URLs against allowed_hosts.
 Result<ImageUrlSource> ParseImageUrl(std::string_view url, const ImageUrlPolicy& policy, size_t index);
 
-// GETs an allowed http(s) image URL (ParseImageUrl's remote_url) under the
-// hooks' address policy (budget/hook_sender.hpp): the host as libcurl parses
-// it must be in allowed_hosts, every address connected to must be one a hook
-// could reach (loopback, link-local and private ones only with
+// GETs an allowed http(s) image URL (ParseImageUrl's remote_url) under
+// http_client's address guard, as hooks are (address_guard.hpp): the host as
+// libcurl parses it must be in allowed_hosts, every address connected to
+// must be public (loopback, link-local and private ones only with
 // allow_private_addresses), no redirects, no proxy, at most
 // limits.max_bytes, within fetch_timeout_seconds, answered 200. Blocks the
 // calling thread for up to the timeout. `timeout_seconds` > 0 replaces the

@@ -5,7 +5,8 @@
 //
 // A CurlPolicy says what one transfer may do: how long it may take, which
 // schemes it may speak, whether and where it follows redirects, whether a
-// proxy from the environment applies, and which certificates it trusts.
+// proxy from the environment applies, which certificates it trusts, and
+// which addresses it may connect to (`guard`, address_guard.hpp).
 // CurlEasy::Prepare applies it on a fresh (or reset) handle, together with
 // what every transfer here needs: no signals (the handle is used from worker
 // threads) and an error buffer for messages. A caller then sets only what is
@@ -26,6 +27,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "moeserve/http_client/address_guard.hpp"
 
 namespace moeserve::http_client {
 
@@ -56,6 +59,13 @@ struct CurlPolicy {
   bool verify_host = true;
   bool tcp_keepalive = false;
   std::string user_agent;  // empty: none sent
+  // Checked on every socket the transfer opens (CURLOPT_OPENSOCKETFUNCTION),
+  // on the address libcurl resolved and is about to connect to. A guard that
+  // refuses private addresses also turns any proxy off (a proxy would be
+  // the address checked, and it could connect anywhere). A refused address
+  // fails that connection attempt (libcurl tries the name's next address);
+  // the refused ones are listed by RefusedAddresses and CurlAnswer.
+  AddressGuard guard;
 };
 
 // A libcurl string list (request headers "Name: value", CURLOPT_RESOLVE
@@ -85,16 +95,32 @@ class CurlEasy {
   CURL* get() const { return curl_; }
 
   // Resets every option (the connection cache stays) and applies `policy`.
+  // A caller must not set CURLOPT_OPENSOCKETFUNCTION on a guarded handle.
   void Prepare(const CurlPolicy& policy);
   CURLcode Perform();
+  // The addresses the policy's guard refused to connect to during the last
+  // Perform, in the order tried (text, address_guard.hpp); empty if none.
+  // A failed Perform with refused addresses was stopped by the guard.
+  const std::vector<std::string>& RefusedAddresses() const { return guard_.refused; }
   long ResponseCode() const;
   // What went wrong, for messages: libcurl's error buffer of the last
   // Perform (it names hosts and addresses), "" when it said nothing.
   std::string ErrorDetail() const { return errbuf_; }
 
  private:
+  static curl_socket_t OpenGuardedSocket(void* clientp, curlsocktype purpose, curl_sockaddr* address);
+
+  // What the socket callback reads and writes; its address is the
+  // callback's data, so a CurlEasy is neither copied nor moved.
+  struct GuardState {
+    CURL* curl = nullptr;
+    AddressGuard guard;
+    std::vector<std::string> refused;
+  };
+
   CURL* curl_ = nullptr;
   char errbuf_[CURL_ERROR_SIZE] = {0};
+  GuardState guard_;
 };
 
 // A request that fits in memory, and its answer.
@@ -113,6 +139,7 @@ struct CurlAnswer {
   long status = 0;           // the HTTP status, 0 when none came
   std::string body;
   bool too_large = false;    // the body passed max_answer_bytes (code is CURLE_WRITE_ERROR)
+  std::vector<std::string> refused_addresses;  // CurlEasy::RefusedAddresses of the transfer
 };
 
 // Performs `call` under `policy`; never throws. A failure to start libcurl
