@@ -1,5 +1,6 @@
-// The bf16act families (bf16_activations.hpp): the reference, the variants
-// that round and reuse their set's fp32 products, and the AVX-512 entry that
+// The bf16act families (bf16_activations.hpp): the reference, the composed
+// form that rounds and reuses a set's fp32 products (every registry row
+// without code of its own for them, dispatch.cpp), and the AVX-512 entry that
 // dispatches to the vdpbf16ps GEMM when the CPU has it.
 #include "moeserve/kernels/bf16_activations.hpp"
 
@@ -90,25 +91,21 @@ void MatMulBf16Bf16ActRef(const uint16_t* W, size_t out, size_t in, const float*
 
 namespace cpu {
 
-#define MOESERVE_BF16ACT_ROUNDING(sfx, isa)                                                                     \
-  void matmul_mxfp4_bf16act_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {              \
-    const std::vector<float> r = Rounded(X, n * w.in);                                                          \
-    Kernels(isa).matmul_mxfp4(w, r.data(), n, Y);                                                               \
-  }                                                                                                             \
-  void matmul_bf16_bf16act_##sfx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) { \
-    const std::vector<float> r = Rounded(X, n * in);                                                            \
-    Kernels(isa).matmul_bf16(W, out, in, r.data(), n, Y);                                                       \
-  }
-MOESERVE_BF16ACT_ROUNDING(scalar, Isa::kScalar)
-MOESERVE_BF16ACT_ROUNDING(avx2, Isa::kAvx2)
-#undef MOESERVE_BF16ACT_ROUNDING
+void MatMulMxfp4Bf16ActOver(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k) {
+  const std::vector<float> r = Rounded(X, n * w.in);
+  k.matmul_mxfp4(w, r.data(), n, Y);
+}
+
+void MatMulBf16Bf16ActOver(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
+                           const KernelSet& k) {
+  const std::vector<float> r = Rounded(X, n * in);
+  k.matmul_bf16(W, out, in, r.data(), n, Y);
+}
 
 void matmul_mxfp4_bf16act_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
   if (w.out == 0 || n == 0) return;
-  if (n < kGemmMinRows || !CpuHasAvx512Bf16() || w.in == 0) {
-    const std::vector<float> r = Rounded(X, n * w.in);
-    return Kernels(Isa::kAvx512).matmul_mxfp4(w, r.data(), n, Y);
-  }
+  if (n < kGemmMinRows || !CpuHasAvx512Bf16() || w.in == 0)
+    return MatMulMxfp4Bf16ActOver(w, X, n, Y, Kernels(Isa::kAvx512));
   thread_local Bf16Rows xb;
   xb.Fill(X, n, w.in);
   const uint16_t* data = xb.data.data();  // workers must not name the thread_local
@@ -118,10 +115,8 @@ void matmul_mxfp4_bf16act_avx512(const Mxfp4PackedView& w, const float* X, size_
 
 void matmul_bf16_bf16act_avx512(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
   if (out == 0 || n == 0) return;
-  if (n < kGemmMinRows || !CpuHasAvx512Bf16() || in == 0) {
-    const std::vector<float> r = Rounded(X, n * in);
-    return Kernels(Isa::kAvx512).matmul_bf16(W, out, in, r.data(), n, Y);
-  }
+  if (n < kGemmMinRows || !CpuHasAvx512Bf16() || in == 0)
+    return MatMulBf16Bf16ActOver(W, out, in, X, n, Y, Kernels(Isa::kAvx512));
   thread_local Bf16Rows xb;
   xb.Fill(X, n, in);
   const uint16_t* data = xb.data.data();

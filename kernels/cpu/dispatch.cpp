@@ -20,6 +20,7 @@
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
 #include "moeserve/kernels/gating.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "variants.hpp"
 
@@ -110,9 +111,11 @@ bool DetectAvx512Bf16() {
 }
 
 // ---------------------------------------------------------------------------
-// The kernels each row brings. A family a row leaves empty is filled from its
-// fallback's resolved set (the entry keeps the fallback's name, so a set says
-// which variant it really runs).
+// The kernels each row brings. A family a row leaves empty is, for a row
+// whose products are composed (IsaEntry::composed_products), one of the
+// composed products over the row's own set (below, named for the row);
+// otherwise it is filled from its fallback's resolved set (the entry keeps
+// the fallback's name, so a set says which variant it really runs).
 
 #define MOESERVE_KERNEL(fn) {fn, #fn}
 
@@ -154,9 +157,7 @@ constexpr KernelSet kReferenceKernels = {
 constexpr KernelSet kScalarKernels = {
     .matmul_f32 = {MatMulF32Threaded<f32_matmul_cols_scalar>, "matmul_f32_scalar"},
     .matmul_bf16 = MOESERVE_KERNEL(matmul_bf16_scalar),
-    .matmul_mxfp4 = MOESERVE_KERNEL(matmul_mxfp4_scalar),
     .matvec_bf16_many = MOESERVE_KERNEL(matvec_bf16_many_scalar),
-    .matvec_mxfp4_many = MOESERVE_KERNEL(matvec_mxfp4_many_scalar),
     .headwise_matvec = {HeadwiseMatVecThreaded<f32_matmul_cols_scalar>, "headwise_matvec_scalar"},
     .mla_decode = MOESERVE_KERNEL(mla_decode_scalar),
     .mla_rows = MOESERVE_KERNEL(mla_rows_scalar),
@@ -165,8 +166,6 @@ constexpr KernelSet kScalarKernels = {
     .mxfp4_matvec = MOESERVE_KERNEL(mxfp4_matvec_scalar),
     .mxfp4_gemm = MOESERVE_KERNEL(mxfp4_gemm_scalar),
     .f32_matmul_cols = MOESERVE_KERNEL(f32_matmul_cols_scalar),
-    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_scalar),
-    .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_scalar),
     .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_scalar),
     .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_scalar),
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_scalar),
@@ -178,9 +177,7 @@ constexpr KernelSet kScalarKernels = {
 constexpr KernelSet kAvx2Kernels = {
     .matmul_f32 = {MatMulF32Threaded<f32_matmul_cols_avx2>, "matmul_f32_avx2"},
     .matmul_bf16 = MOESERVE_KERNEL(matmul_bf16_avx2),
-    .matmul_mxfp4 = MOESERVE_KERNEL(matmul_mxfp4_avx2),
     .matvec_bf16_many = MOESERVE_KERNEL(matvec_bf16_many_avx2),
-    .matvec_mxfp4_many = MOESERVE_KERNEL(matvec_mxfp4_many_avx2),
     .headwise_matvec = {HeadwiseMatVecThreaded<f32_matmul_cols_avx2>, "headwise_matvec_avx2"},
     .rms_norm = MOESERVE_KERNEL(rms_norm_avx2),
     .silu_mul = MOESERVE_KERNEL(silu_mul_avx2),
@@ -192,8 +189,6 @@ constexpr KernelSet kAvx2Kernels = {
     .mxfp4_matvec = MOESERVE_KERNEL(mxfp4_matvec_avx2),
     .mxfp4_gemm = MOESERVE_KERNEL(mxfp4_gemm_avx2),
     .f32_matmul_cols = MOESERVE_KERNEL(f32_matmul_cols_avx2),
-    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_avx2),
-    .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_avx2),
     .indexer_scores_batch = MOESERVE_KERNEL(indexer_scores_batch_avx2),
     .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_avx2),
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx2),
@@ -203,9 +198,7 @@ constexpr KernelSet kAvx2Kernels = {
 constexpr KernelSet kAvx512Kernels = {
     .matmul_f32 = {MatMulF32Threaded<f32_matmul_cols_avx512>, "matmul_f32_avx512"},
     .matmul_bf16 = MOESERVE_KERNEL(matmul_bf16_avx512),
-    .matmul_mxfp4 = MOESERVE_KERNEL(matmul_mxfp4_avx512),
     .matvec_bf16_many = MOESERVE_KERNEL(matvec_bf16_many_avx512),
-    .matvec_mxfp4_many = MOESERVE_KERNEL(matvec_mxfp4_many_avx512),
     .headwise_matvec = {HeadwiseMatVecThreaded<f32_matmul_cols_avx512>, "headwise_matvec_avx512"},
     .rms_norm = MOESERVE_KERNEL(rms_norm_avx512),
     .silu_mul = MOESERVE_KERNEL(silu_mul_avx512),
@@ -254,13 +247,20 @@ struct IsaEntry {
   KernelSet kernels;          // its own kernels
   KernelSet bf16act_kernels;  // what its BF16-activation set replaces besides the two products
   IsaExtension extension;     // optional instructions its kernels use when present
+  // Its MXFP4 products (matmul_mxfp4, matvec_mxfp4_many) and BF16-activation
+  // products (matmul_mxfp4_bf16act, matmul_bf16_bf16act), where it names
+  // none of its own, are the shared compositions over its own resolved set
+  // (the building blocks it has or borrows, its fp32 products), named
+  // <family>_<suffix>, and KernelsWithDecodeActivationBits has its
+  // fewer-bit forms. Not the reference, whose products are exact.
+  bool composed_products = true;
 };
 
 // One row per Isa, in order of preference, least preferred first: BestIsa
 // picks the last row this CPU supports.
 constexpr IsaEntry kRegistry[] = {
     {.isa = Isa::kReference, .name = "reference", .suffix = "ref", .fallback = Isa::kReference,
-     .detect = Always, .serving = false, .kernels = kReferenceKernels},
+     .detect = Always, .serving = false, .kernels = kReferenceKernels, .composed_products = false},
     {.isa = Isa::kScalar, .name = "scalar", .suffix = "scalar", .fallback = Isa::kReference,
      .detect = Always, .serving = true, .kernels = kScalarKernels},
     {.isa = Isa::kAvx2, .name = "avx2", .suffix = "avx2", .fallback = Isa::kScalar,
@@ -291,24 +291,117 @@ static_assert(RegistryIsWellFormed(),
               "kRegistry: one row per Isa value in enum order, the reference first, unique names and suffixes, "
               "each fallback an earlier row");
 
-// Each row's set: its own kernels, the rest from its fallback's set.
+// "<family>_<row i's suffix>" as a constant: the name of a composed entry.
+template <size_t N>
+struct Literal {
+  char text[N];
+  constexpr Literal(const char (&s)[N]) { std::copy_n(s, N, text); }
+};
+template <Literal family, int i>
+struct OwnName {
+  static constexpr std::string_view suffix{kRegistry[i].suffix};
+  static constexpr auto kText = [] {
+    std::array<char, sizeof(family.text) + suffix.size() + 1> out{};  // family's NUL makes room for '_'
+    size_t at = 0;
+    for (size_t c = 0; c + 1 < sizeof(family.text); ++c) out[at++] = family.text[c];
+    out[at++] = '_';
+    for (char c : suffix) out[at++] = c;
+    return out;
+  }();
+  static constexpr const char* text = kText.data();
+};
+
+// The composed products of row i (defined below kSets, which they read).
+template <int i>
+void MatMulMxfp4Composed(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
+template <int i>
+void MatVecMxfp4ManyComposed(std::span<const Mxfp4MatVecJob> jobs);
+template <int i>
+void MatMulMxfp4Bf16ActComposed(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
+template <int i>
+void MatMulBf16Bf16ActComposed(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
+
+// Row i's set: its own kernels, its composed products where it has none of
+// its own, the rest from its fallback's set.
+template <int i>
+constexpr void Resolve(std::array<KernelSet, kIsaCount>& sets) {
+  const IsaEntry& e = kRegistry[i];
+  KernelSet s = e.kernels;
+  s.isa = e.isa;
+  if (e.composed_products) {
+    if (!s.matmul_mxfp4.fn) s.matmul_mxfp4 = {MatMulMxfp4Composed<i>, OwnName<"matmul_mxfp4", i>::text};
+    if (!s.matvec_mxfp4_many.fn)
+      s.matvec_mxfp4_many = {MatVecMxfp4ManyComposed<i>, OwnName<"matvec_mxfp4_many", i>::text};
+    if (!s.matmul_mxfp4_bf16act.fn)
+      s.matmul_mxfp4_bf16act = {MatMulMxfp4Bf16ActComposed<i>, OwnName<"matmul_mxfp4_bf16act", i>::text};
+    if (!s.matmul_bf16_bf16act.fn)
+      s.matmul_bf16_bf16act = {MatMulBf16Bf16ActComposed<i>, OwnName<"matmul_bf16_bf16act", i>::text};
+  }
+  if (i > 0) {
+    const KernelSet& from = sets[Index(e.fallback)];
+    ForEachFamily([&](const char*, auto member) {
+      if ((s.*member).fn == nullptr) s.*member = from.*member;
+    });
+  }
+  sets[i] = s;
+}
+
 constexpr std::array<KernelSet, kIsaCount> ResolveSets() {
   std::array<KernelSet, kIsaCount> sets{};
-  for (int i = 0; i < kIsaCount; ++i) {
-    KernelSet s = kRegistry[i].kernels;
-    s.isa = kRegistry[i].isa;
-    if (i > 0) {
-      const KernelSet& from = sets[Index(kRegistry[i].fallback)];
-      ForEachFamily([&](const char*, auto member) {
-        if ((s.*member).fn == nullptr) s.*member = from.*member;
-      });
-    }
-    sets[i] = s;
-  }
+  // In row order: a row's fallback is an earlier row, already resolved.
+  [&]<int... i>(std::integer_sequence<int, i...>) { (Resolve<i>(sets), ...); }(
+      std::make_integer_sequence<int, kIsaCount>{});
   return sets;
 }
 
 constexpr std::array<KernelSet, kIsaCount> kSets = ResolveSets();
+
+template <int i>
+void MatMulMxfp4Composed(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  MatMulMxfp4Over(w, X, n, Y, kSets[i], kMxfp4ActParts);
+}
+template <int i>
+void MatVecMxfp4ManyComposed(std::span<const Mxfp4MatVecJob> jobs) {
+  MatVecMxfp4ManyOver(jobs, kSets[i], kMxfp4ActParts);
+}
+template <int i>
+void MatMulMxfp4Bf16ActComposed(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  MatMulMxfp4Bf16ActOver(w, X, n, Y, kSets[i]);
+}
+template <int i>
+void MatMulBf16Bf16ActComposed(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
+  MatMulBf16Bf16ActOver(W, out, in, X, n, Y, kSets[i]);
+}
+
+// KernelsWithDecodeActivationBits' products of row i: activations of
+// nparts int8 parts at every row count (the integer products, so a row's
+// result never depends on the batch beside it).
+template <int i, int nparts>
+void MatMulMxfp4Parts(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  MatMulMxfp4Over(w, X, n, Y, kSets[i], nparts, kSets[i].mxfp4_matvec_rows.fn);
+}
+template <int i, int nparts>
+void MatMulMxfp4Bf16ActParts(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  if (n >= kBf16ActMinRows) return kSets[i].matmul_mxfp4_bf16act(w, X, n, Y);
+  MatMulMxfp4Parts<i, nparts>(w, X, n, Y);
+}
+template <int i, int nparts>
+void MatVecMxfp4ManyParts(std::span<const Mxfp4MatVecJob> jobs) {
+  MatVecMxfp4ManyOver(jobs, kSets[i], nparts);
+}
+
+// [row][nparts - 1]; empty for a row whose products are not composed.
+constexpr auto kPartsKernels = [] {
+  std::array<std::array<Mxfp4PartsKernels, 2>, kIsaCount> t{};
+  [&]<int... i>(std::integer_sequence<int, i...>) {
+    ((kRegistry[i].composed_products
+          ? (t[i][0] = {MatMulMxfp4Parts<i, 1>, MatMulMxfp4Bf16ActParts<i, 1>, MatVecMxfp4ManyParts<i, 1>},
+             t[i][1] = {MatMulMxfp4Parts<i, 2>, MatMulMxfp4Bf16ActParts<i, 2>, MatVecMxfp4ManyParts<i, 2>}, 0)
+          : 0),
+     ...);
+  }(std::make_integer_sequence<int, kIsaCount>{});
+  return t;
+}();
 
 constexpr bool EverySetIsComplete() {
   bool complete = true;
@@ -553,6 +646,14 @@ const KernelSet& KernelsWithBf16Activations(Isa isa) {
   Kernels(isa);  // refuses what this CPU cannot run
   return Derived().bf16act[Index(isa)];
 }
+
+namespace cpu {
+Mxfp4PartsKernels Mxfp4PartsOf(Isa isa, int nparts) {
+  const int i = Index(isa);
+  if (i < 0 || i >= kIsaCount || nparts < 1 || nparts > 2) return {};
+  return kPartsKernels[i][nparts - 1];
+}
+}  // namespace cpu
 
 const KernelSet& KernelsBatchInvariant(Isa isa) {
   Kernels(isa);  // refuses what this CPU cannot run

@@ -11,32 +11,6 @@
 namespace moeserve::kernels {
 namespace {
 
-template <Isa isa, int nparts>
-void MatMulMxfp4Bf16Parts(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
-  if (n >= kBf16ActMinRows) return Kernels(isa).matmul_mxfp4_bf16act(w, X, n, Y);
-  cpu::MatMulMxfp4Parts<isa, nparts>(w, X, n, Y);
-}
-
-struct PartsEntries {
-  MatMulMxfp4Fn matmul = nullptr, matmul_bf16 = nullptr;
-  MatVecMxfp4ManyFn many = nullptr;
-};
-
-template <Isa isa, int nparts>
-constexpr PartsEntries EntriesFor() {
-  return {cpu::MatMulMxfp4Parts<isa, nparts>, MatMulMxfp4Bf16Parts<isa, nparts>, cpu::MatVecMxfp4ManyParts<isa, nparts>};
-}
-
-template <int nparts>
-PartsEntries Entries(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar: return EntriesFor<Isa::kScalar, nparts>();
-    case Isa::kAvx2: return EntriesFor<Isa::kAvx2, nparts>();
-    case Isa::kAvx512: return EntriesFor<Isa::kAvx512, nparts>();
-    default: return {};  // the reference products stay exact
-  }
-}
-
 // One derived set per (isa, bits, bf16_prefill), with its names.
 struct Derived {
   KernelSet set;
@@ -46,13 +20,15 @@ struct Derived {
 // In place: the entries point at the names stored beside them.
 void Derive(Derived& d, Isa isa, int nparts, bool bf16) {
   d.set = bf16 ? KernelsWithBf16Activations(isa) : Kernels(isa);
-  const PartsEntries e = nparts == 2 ? Entries<2>(isa) : Entries<1>(isa);
+  // The registry's composed products over nparts parts; none for the
+  // reference, whose products stay exact.
+  const cpu::Mxfp4PartsKernels e = cpu::Mxfp4PartsOf(isa, nparts);
   if (e.matmul == nullptr) return;
   const std::string sfx =
       std::string(IsaName(isa)) + (bf16 ? "+bf16act" : "") + "+act" + std::to_string(Mxfp4ActBits(nparts));
   d.matmul_name = "matmul_mxfp4_" + sfx;
   d.many_name = "matvec_mxfp4_many_" + sfx;
-  d.set.matmul_mxfp4 = {bf16 ? e.matmul_bf16 : e.matmul, d.matmul_name.c_str()};
+  d.set.matmul_mxfp4 = {bf16 ? e.matmul_bf16act : e.matmul, d.matmul_name.c_str()};
   d.set.matvec_mxfp4_many = {e.many, d.many_name.c_str()};
 }
 

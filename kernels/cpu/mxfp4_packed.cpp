@@ -205,8 +205,6 @@ void MatVecMxfp4ManyRef(std::span<const Mxfp4MatVecJob> jobs) {
 
 namespace {
 
-void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, int nparts);
-
 // The integer product of many rows: X quantised as the matrix-vector form
 // quantises it (rows split over the pool), then `rows` (a building block
 // computing mxfp4_matvec's results: the set's mxfp4_matvec_rows) on one range
@@ -225,17 +223,21 @@ void MatMulMxfp4Int8(const Mxfp4PackedView& w, const float* X, size_t n, float* 
                    [&](size_t i) { rows(w, x, Y, i * chunk, std::min(groups, (i + 1) * chunk), 0, nb); });
 }
 
+}  // namespace
+
+namespace cpu {
+
 // matmul_mxfp4 with the building blocks of k's Isa, activations of the
 // matrix-vector form split into nparts int8 parts; from kMxfp4GemmMinRows
 // rows on, the fp32 GEMM, or with `int8_rows` the integer product of many
 // rows (MatMulMxfp4Int8).
-void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k, int nparts,
-                 Mxfp4MatVecFn int8_rows = nullptr) {
+void MatMulMxfp4Over(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k, int nparts,
+                     Mxfp4RowsBlock int8_rows) {
   if (w.out == 0 || n == 0) return;
   if (w.in == 0) return std::fill(Y, Y + w.out * n, 0.0f);
   if (n < kMxfp4GemmMinRows) {
     const Mxfp4MatVecJob job{w, X, n, Y};
-    return MatVecMxfp4Many(std::span(&job, 1), k, nparts);
+    return MatVecMxfp4ManyOver(std::span(&job, 1), k, nparts);
   }
   if (int8_rows != nullptr) return MatMulMxfp4Int8(w, X, n, Y, k, nparts, int8_rows);
   ThreadPool& pool = DefaultThreadPool();
@@ -249,7 +251,7 @@ void MatMulMxfp4(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, c
                    [&](size_t i) { k.mxfp4_gemm(w, X, n, Y, i * chunk, std::min(w.out, (i + 1) * chunk)); });
 }
 
-void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, int nparts) {
+void MatVecMxfp4ManyOver(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, int nparts) {
   ThreadPool& pool = DefaultThreadPool();
   const size_t threads = static_cast<size_t>(pool.size());
   thread_local std::vector<Mxfp4ActivationBuffer> buffers;
@@ -306,40 +308,6 @@ void MatVecMxfp4Many(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, i
   }
 }
 
-}  // namespace
-
-namespace cpu {
-#define MOESERVE_MXFP4_VARIANTS(sfx, isa)                                                                  \
-  void matmul_mxfp4_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {                 \
-    MatMulMxfp4(w, X, n, Y, Kernels(isa), kMxfp4ActParts);                                                 \
-  }                                                                                                        \
-  void matvec_mxfp4_many_##sfx(std::span<const Mxfp4MatVecJob> jobs) {                                     \
-    MatVecMxfp4Many(jobs, Kernels(isa), kMxfp4ActParts);                                                   \
-  }
-MOESERVE_MXFP4_VARIANTS(scalar, Isa::kScalar)
-MOESERVE_MXFP4_VARIANTS(avx2, Isa::kAvx2)
-MOESERVE_MXFP4_VARIANTS(avx512, Isa::kAvx512)
-#undef MOESERVE_MXFP4_VARIANTS
-
-// Fewer activation bits: every row count takes the integer products, so a
-// row's result never depends on the batch beside it.
-template <Isa isa, int nparts>
-void MatMulMxfp4Parts(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
-  MatMulMxfp4(w, X, n, Y, Kernels(isa), nparts, Kernels(isa).mxfp4_matvec_rows.fn);
-}
-template <Isa isa, int nparts>
-void MatVecMxfp4ManyParts(std::span<const Mxfp4MatVecJob> jobs) {
-  MatVecMxfp4Many(jobs, Kernels(isa), nparts);
-}
-#define MOESERVE_MXFP4_PARTS(isa)                                                                       \
-  template void MatMulMxfp4Parts<isa, 1>(const Mxfp4PackedView&, const float*, size_t, float*);         \
-  template void MatMulMxfp4Parts<isa, 2>(const Mxfp4PackedView&, const float*, size_t, float*);         \
-  template void MatVecMxfp4ManyParts<isa, 1>(std::span<const Mxfp4MatVecJob>);                          \
-  template void MatVecMxfp4ManyParts<isa, 2>(std::span<const Mxfp4MatVecJob>);
-MOESERVE_MXFP4_PARTS(Isa::kScalar)
-MOESERVE_MXFP4_PARTS(Isa::kAvx2)
-MOESERVE_MXFP4_PARTS(Isa::kAvx512)
-#undef MOESERVE_MXFP4_PARTS
 }  // namespace cpu
 
 }  // namespace moeserve::kernels

@@ -16,7 +16,8 @@
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
-enum class Isa;  // cpu_kernels.hpp (not included: see above)
+enum class Isa;        // cpu_kernels.hpp (not included: see above)
+struct KernelSet;      // cpu_kernels.hpp
 }  // namespace moeserve::kernels
 
 namespace moeserve::kernels::cpu {
@@ -62,24 +63,44 @@ void mxfp4_quantize_scalar(const float* X, size_t n, size_t in, int nparts, int8
                            int32_t* offset);
 void mxfp4_quantize_avx512(const float* X, size_t n, size_t in, int nparts, int8_t* parts, float* scale,
                            int32_t* offset);
-// matmul_mxfp4 / matvec_mxfp4_many of isa's set with the matrix-vector
-// form's activations split into nparts (1 or 2) int8 parts instead of
-// kMxfp4ActParts (mxfp4_packed.cpp; the sets of KernelsWithDecodeActivationBits).
-template <Isa isa, int nparts>
-void MatMulMxfp4Parts(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
-template <Isa isa, int nparts>
-void MatVecMxfp4ManyParts(std::span<const Mxfp4MatVecJob> jobs);
+// The MXFP4 products over a set's building blocks (mxfp4_packed.cpp), shared
+// by every registry row whose products are composed (dispatch.cpp binds
+// them to each row's resolved set; no file keeps a list of Isas): the
+// matrix-vector form's activations quantised into nparts int8 parts (the
+// set's mxfp4_quantize), one row at a time by mxfp4_matvec, several by
+// mxfp4_matvec_rows; from kMxfp4GemmMinRows rows on, the fp32 GEMM
+// (mxfp4_gemm), or with `int8_rows` the integer product of many rows.
+using Mxfp4RowsBlock = void (*)(const Mxfp4PackedView& w, const Mxfp4Activations& x, float* Y, size_t g_begin,
+                               size_t g_end, size_t b_begin, size_t b_end);  // Mxfp4MatVecFn
+void MatMulMxfp4Over(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k, int nparts,
+                     Mxfp4RowsBlock int8_rows = nullptr);
+void MatVecMxfp4ManyOver(std::span<const Mxfp4MatVecJob> jobs, const KernelSet& k, int nparts);
+// The products with BF16-rounded activations of a row without code of its
+// own for them: round, then the set's fp32 product (bf16_activations.cpp).
+void MatMulMxfp4Bf16ActOver(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const KernelSet& k);
+void MatMulBf16Bf16ActOver(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
+                           const KernelSet& k);
+// The MXFP4 products of a row's set over activations of nparts (1 or 2) int8
+// parts instead of kMxfp4ActParts, every row count taking the integer
+// products (the sets of KernelsWithDecodeActivationBits); `matmul_bf16act`
+// takes the row's BF16-activation product from kBf16ActMinRows rows on. All
+// null for a row whose products are not composed (the reference: exact).
+struct Mxfp4PartsKernels {
+  using MatMul = void (*)(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);  // MatMulMxfp4Fn
+  MatMul matmul = nullptr;
+  MatMul matmul_bf16act = nullptr;
+  void (*many)(std::span<const Mxfp4MatVecJob> jobs) = nullptr;  // MatVecMxfp4ManyFn
+};
+Mxfp4PartsKernels Mxfp4PartsOf(Isa isa, int nparts);  // dispatch.cpp, from the registry
 // The scalar set's RMSNorm is the reference (RmsNormRef).
 void rms_norm_avx2(const float* x, const float* w, float eps, size_t d, float* y);
 void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float* y);
 
 // The threaded families' variants, defined beside their reference in the
-// family's file (mxfp4_packed.cpp, bf16_matmul.cpp, gating.cpp, attention.cpp,
-// delta_rule.cpp; the fp32 ones in dispatch.cpp). The scalar set's gates and
+// family's file (bf16_matmul.cpp, gating.cpp, attention.cpp, delta_rule.cpp;
+// the fp32 ones in dispatch.cpp; the MXFP4 products are composed, above). The scalar set's gates and
 // recurrent delta rule are the reference functions.
 #define MOESERVE_DECLARE_THREADED(sfx)                                                                           \
-  void matmul_mxfp4_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);                          \
-  void matvec_mxfp4_many_##sfx(std::span<const Mxfp4MatVecJob> jobs);                                             \
   void matmul_bf16_##sfx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);           \
   void matvec_bf16_many_##sfx(std::span<const Bf16MatVecJob> jobs, size_t n);                                     \
   void mla_decode_##sfx(const MlaDecodeShape& shape, const float* q_abs, const float* q_pe,                       \
@@ -117,16 +138,11 @@ MOESERVE_DECLARE_DELTA_CHUNKED(avx2)
 MOESERVE_DECLARE_DELTA_CHUNKED(avx512)
 #undef MOESERVE_DECLARE_DELTA_CHUNKED
 
-// Products with BF16-rounded activations (bf16_activations.hpp): the scalar
-// and AVX2 variants round and call their set's products; AVX-512 dispatches to
-// the vdpbf16ps GEMM (matmul_bf16dot.cpp) when the CPU has avx512_bf16.
-#define MOESERVE_DECLARE_BF16ACT(sfx)                                                                            \
-  void matmul_mxfp4_bf16act_##sfx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);                  \
-  void matmul_bf16_bf16act_##sfx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
-MOESERVE_DECLARE_BF16ACT(scalar)
-MOESERVE_DECLARE_BF16ACT(avx2)
-MOESERVE_DECLARE_BF16ACT(avx512)
-#undef MOESERVE_DECLARE_BF16ACT
+// Products with BF16-rounded activations (bf16_activations.hpp) of their
+// own: AVX-512 dispatches to the vdpbf16ps GEMM (matmul_bf16dot.cpp) when
+// the CPU has avx512_bf16. Other rows' are composed (MatMul*Bf16ActOver).
+void matmul_mxfp4_bf16act_avx512(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
+void matmul_bf16_bf16act_avx512(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
 // The vdpbf16ps building blocks (matmul_bf16dot.cpp; AVX-512 F/BW + BF16
 // only). X as BF16 rows of stride ldx (even, >= in, zero past in); the
 // GEMMs write columns [o_begin, o_end) of Y (o_begin a multiple of 32 for

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/mxfp4_activation_bits.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 #include "each_variant.hpp"
@@ -152,6 +153,31 @@ TEST(IsaRegistry, EachFamilyIsTheRowsOwnOrItsFallbacks) {
       EXPECT_STREQ(entry.name, (fallback->*member).name) << family;
     });
     EXPECT_EQ(families, 23);
+  }
+}
+
+// The sets derived from a row come from the registry too: every row but the
+// reference (whose products stay exact) has the fewer-activation-bit MXFP4
+// products, named for the row, with and without BF16-activation prefill.
+TEST(IsaRegistry, EveryRowButTheReferenceHasTheFewerBitProducts) {
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    for (bool bf16 : {false, true}) {
+      const KernelSet& plain = bf16 ? KernelsWithBf16Activations(isa) : Kernels(isa);
+      for (int bits : {8, 16}) {
+        const KernelSet& d = KernelsWithDecodeActivationBits(isa, bits, bf16);
+        if (isa == Isa::kReference) {
+          EXPECT_EQ(d.matmul_mxfp4.fn, plain.matmul_mxfp4.fn) << bits;
+          EXPECT_EQ(d.matvec_mxfp4_many.fn, plain.matvec_mxfp4_many.fn) << bits;
+          continue;
+        }
+        const std::string tag = std::string(IsaName(isa)) + (bf16 ? "+bf16act" : "") + "+act" + std::to_string(bits);
+        EXPECT_EQ(std::string(d.matmul_mxfp4.name), "matmul_mxfp4_" + tag);
+        EXPECT_EQ(std::string(d.matvec_mxfp4_many.name), "matvec_mxfp4_many_" + tag);
+        EXPECT_NE(d.matmul_mxfp4.fn, plain.matmul_mxfp4.fn) << tag;
+        EXPECT_NE(d.matvec_mxfp4_many.fn, plain.matvec_mxfp4_many.fn) << tag;
+      }
+    }
   }
 }
 
