@@ -156,6 +156,32 @@ Result<json> StringMessage(const std::string& bytes, const std::string& what, co
   return o;
 }
 
+// rbac.authorization.k8s.io/v1 PolicyRule: five repeated strings.
+Status PolicyRule(const Field& f, json& o) {
+  static const std::map<uint32_t, const char*> names = {
+      {1, "verbs"}, {2, "apiGroups"}, {3, "resources"}, {4, "resourceNames"}, {5, "nonResourceURLs"}};
+  MOE_ASSIGN_OR_RETURN(auto fields, Fields(f.bytes, "rules"));
+  json rule = json::object();
+  for (const auto& g : fields) {
+    auto it = names.find(g.number);
+    if (it == names.end() || g.wire != 2) return Fail(Unknown("rules", g));
+    rule[it->second].push_back(g.bytes);
+  }
+  o["rules"].push_back(rule);
+  return Ok();
+}
+
+Status Subject(const Field& f, json& o) {
+  MOE_ASSIGN_OR_RETURN(json s, StringMessage(f.bytes, "subjects", {{1, "kind"}, {2, "apiGroup"}, {3, "name"}, {4, "namespace"}}));
+  o["subjects"].push_back(s);
+  return Ok();
+}
+
+Status RoleRef(const Field& f, json& o) {
+  MOE_ASSIGN_OR_RETURN(o["roleRef"], StringMessage(f.bytes, "roleRef", {{1, "apiGroup"}, {2, "kind"}, {3, "name"}}));
+  return Ok();
+}
+
 struct Kind {
   std::string api_version;
   std::map<uint32_t, Reader> fields;
@@ -169,18 +195,10 @@ const std::map<std::string, Kind>& Kinds() {
         {{2, MapField("data", true)}, {3, StringField("type")}, {4, MapField("stringData", false)}, {5, BoolField("immutable")}}}},
       {"ConfigMap", {"v1", {{2, MapField("data", false)}, {3, MapField("binaryData", true)}, {4, BoolField("immutable")}}}},
       {"ServiceAccount", {"v1", {{4, BoolField("automountServiceAccountToken")}}}},
-      {"RoleBinding",
-       {"rbac.authorization.k8s.io/v1",
-        {{2,
-          [](const Field& f, json& o) -> Status {
-            MOE_ASSIGN_OR_RETURN(json s, StringMessage(f.bytes, "subjects", {{1, "kind"}, {2, "apiGroup"}, {3, "name"}, {4, "namespace"}}));
-            o["subjects"].push_back(s);
-            return Ok();
-          }},
-         {3, [](const Field& f, json& o) -> Status {
-            MOE_ASSIGN_OR_RETURN(o["roleRef"], StringMessage(f.bytes, "roleRef", {{1, "apiGroup"}, {2, "kind"}, {3, "name"}}));
-            return Ok();
-          }}}}},
+      {"RoleBinding", {"rbac.authorization.k8s.io/v1", {{2, Subject}, {3, RoleRef}}}},
+      {"ClusterRoleBinding", {"rbac.authorization.k8s.io/v1", {{2, Subject}, {3, RoleRef}}}},
+      {"Role", {"rbac.authorization.k8s.io/v1", {{2, PolicyRule}}}},
+      {"ClusterRole", {"rbac.authorization.k8s.io/v1", {{2, PolicyRule}, {3, EmptyMessage("aggregationRule")}}}},
   };
   return kinds;
 }
@@ -217,8 +235,8 @@ Result<json> DecodeKubernetesProtobuf(const std::string& body) {
   auto it = Kinds().find(kind);
   if (it == Kinds().end() || it->second.api_version != api_version)
     return Fail(Error::InvalidArgument("the API double decodes protobuf for Namespace, Secret, ConfigMap, "
-                                       "ServiceAccount and RoleBinding only, not " + api_version + " " + kind +
-                                       "; send it as JSON"));
+                                       "ServiceAccount, Role, ClusterRole, RoleBinding and ClusterRoleBinding only, "
+                                       "not " + api_version + " " + kind + "; send it as JSON"));
   json object = {{"apiVersion", api_version}, {"kind", kind}};
   MOE_ASSIGN_OR_RETURN(auto fields, Fields(raw, kind));
   for (const auto& f : fields) {

@@ -2,7 +2,8 @@
 // stores, for the built-in kinds kubectl sends as protobuf.
 //
 // kubectl's typed commands (`kubectl create namespace`, `create secret`,
-// `create configmap`, `create serviceaccount`, `create rolebinding`) encode
+// `create configmap`, `create serviceaccount`, `create role`, `create
+// clusterrole`, `create rolebinding`, `create clusterrolebinding`) encode
 // their object as `application/vnd.kubernetes.protobuf`: the magic bytes
 // "k8s\0", then a runtime.Unknown message (typeMeta, raw, contentEncoding,
 // contentType) whose raw bytes are the object's generated protobuf message.
@@ -10,7 +11,8 @@
 // protobuf body (it does so only for CBOR), so a server that takes these
 // commands has to read protobuf.
 //
-// Decoded: Namespace, Secret, ConfigMap, ServiceAccount and RoleBinding,
+// Decoded: Namespace, Secret, ConfigMap, ServiceAccount, Role, ClusterRole,
+// RoleBinding and ClusterRoleBinding,
 // with the ObjectMeta fields a client sets (name, generateName, namespace,
 // labels, annotations, finalizers); server-owned ObjectMeta fields a client
 // sends empty are skipped. Anything else (another kind, a field this reader

@@ -9,6 +9,8 @@
 #include "operator_test_util.hpp"
 #include "moeserve/common/base64.hpp"
 
+using nlohmann::json;
+
 namespace moeserve::op::testing {
 namespace {
 
@@ -66,14 +68,39 @@ TEST_F(KubectlProtobufTest, TheOtherKindsOfTheInstallSteps) {
   EXPECT_EQ((*binding)["subjects"][0]["kind"], "Group");
 }
 
+TEST_F(KubectlProtobufTest, RolesAndClusterRoleBindings) {
+  ASSERT_EQ((*kubectl_)("create namespace team-a").rc, 0);
+  auto role = (*kubectl_)("create role reader -n team-a --verb=get,list --resource=pods,configmaps");
+  ASSERT_EQ(role.rc, 0) << role.output;
+  auto stored = server_.Get("roles.rbac.authorization.k8s.io", "team-a", "reader");
+  ASSERT_TRUE(stored);
+  ASSERT_EQ((*stored)["rules"].size(), 1u) << stored->dump();
+  EXPECT_EQ((*stored)["rules"][0]["verbs"], json::array({"get", "list"}));
+  EXPECT_EQ((*stored)["rules"][0]["resources"], json::array({"pods", "configmaps"}));
+
+  auto cr = (*kubectl_)("create clusterrole crd-reader --verb=get --resource=customresourcedefinitions.apiextensions.k8s.io");
+  ASSERT_EQ(cr.rc, 0) << cr.output;
+  auto cluster_role = server_.Get("clusterroles.rbac.authorization.k8s.io", "", "crd-reader");
+  ASSERT_TRUE(cluster_role);
+  EXPECT_EQ((*cluster_role)["rules"][0]["apiGroups"], json::array({"apiextensions.k8s.io"}));
+
+  auto crb = (*kubectl_)("create clusterrolebinding crd-readers --clusterrole=crd-reader --serviceaccount=team-a:robot");
+  ASSERT_EQ(crb.rc, 0) << crb.output;
+  auto binding = server_.Get("clusterrolebindings.rbac.authorization.k8s.io", "", "crd-readers");
+  ASSERT_TRUE(binding);
+  EXPECT_EQ((*binding)["subjects"][0]["kind"], "ServiceAccount");
+  EXPECT_EQ((*binding)["subjects"][0]["namespace"], "team-a");
+  EXPECT_EQ((*binding)["roleRef"]["name"], "crd-reader");
+}
+
 // A kind the decoder does not read: 415 with a Status that names it, as
 // kubectl prints it.
 TEST_F(KubectlProtobufTest, AnotherKindIsRefusedPlainly) {
   ASSERT_EQ((*kubectl_)("create namespace team-a").rc, 0);
   auto deploy = (*kubectl_)("create deployment web -n team-a --image=registry.example/web:1");
   EXPECT_NE(deploy.rc, 0);
-  EXPECT_NE(deploy.output.find("decodes protobuf for Namespace, Secret, ConfigMap, ServiceAccount and RoleBinding only, "
-                               "not apps/v1 Deployment"),
+  EXPECT_NE(deploy.output.find("decodes protobuf for Namespace, Secret, ConfigMap, ServiceAccount, Role, ClusterRole, "
+                               "RoleBinding and ClusterRoleBinding only, not apps/v1 Deployment"),
             std::string::npos)
       << deploy.output;
   bool saw_415 = false;
