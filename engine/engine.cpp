@@ -198,8 +198,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
   // a family with its own forward pass holds every expert or refuses the slice.
   if (options.ep_world > 1 && !impl->layer_graph)
     return Fail(Error::InvalidArgument("expert parallelism is not supported for " + impl->chat->family() +
-                                       " models: only families on the shared layer graph (moe-dsa-v1, deepseek_v32) "
-                                       "split their experts"));
+                                       " models: only families on the shared layer graph (moe-dsa-v1, deepseek_v32, "
+                                       "qwen3_next) split their experts"));
   const int64_t blocks = options.cache_tokens / options.block_tokens;
   try {
     impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());

@@ -82,7 +82,7 @@ struct LayerContext {
   std::span<const SegmentRows> segments;
   int layer;
   size_t cache_offset;                 // this layer's floats within a token row
-  const std::vector<float>& rope_freqs;
+  const std::vector<float>& rope_freqs;  // this layer kind's: MLA/DSA (YaRN) or GQA
   float mla_scale;
   ForwardTrace* trace;
   PartClock& clock;  // this layer's timers (a no-op without a profile)
@@ -148,6 +148,10 @@ void ForRows(int n, Fn&& fn) {
 void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
 // Gated DeltaNet (5.3).
 void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
+// Gated grouped-query attention (LayerKind::kGqa, GqaConfig; attention_gqa.cpp):
+// ctx.rope_freqs are GqaRopeFrequencies, ctx.cache_offset this layer's k | v.
+void GatedGqaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out);
+std::vector<float> GqaRopeFrequencies(const GqaConfig& gqa);
 // Dense SwiGLU (3) and MoE (6).
 // clock: optional timers (PartClock).
 void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k,

@@ -59,11 +59,17 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
   MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(source, dir.config, model->ep_rank_, model->ep_world_));
   model->weights_ = std::make_unique<ModelWeights>(std::move(w));
   const ModelConfig& c = model->config_;
-  // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa)].
+  // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa)],
+  // for each gqa layer [k | v] of every kv head; DeltaNet layers keep state
+  // in the sequence, not in the row.
   size_t off = 0;
   for (int i = 0; i < c.num_layers; ++i) {
     model->layer_offset_.push_back(off);
     if (c.layer_types[i] == LayerKind::kDelta) continue;
+    if (c.layer_types[i] == LayerKind::kGqa) {
+      off += 2 * static_cast<size_t>(c.gqa.num_kv_heads) * static_cast<size_t>(c.gqa.head_dim);
+      continue;
+    }
     off += static_cast<size_t>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
     if (c.layer_types[i] == LayerKind::kDsa) off += static_cast<size_t>(c.dsa.index_head_dim);
   }
@@ -72,6 +78,7 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
     model->rope_freqs_ = RopeFrequencies(c);
     model->mla_scale_ = MlaSoftmaxScale(c);
   }
+  if (c.HasKind(LayerKind::kGqa)) model->gqa_rope_freqs_ = GqaRopeFrequencies(c.gqa);
   return model;
 }
 
@@ -159,8 +166,11 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
   ep.rank_rows.assign(static_cast<size_t>(ep_world_), 0);
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_->layers[static_cast<size_t>(i)];
-    PartClock clock(profile, static_cast<int>(w.kind));
-    LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)], rope_freqs_, mla_scale_, trace, clock};
+    // Profile rows are mla, dsa, delta: gated GQA is timed as attention, in mla's row.
+    PartClock clock(profile, static_cast<int>(w.kind == LayerKind::kGqa ? LayerKind::kMla : w.kind));
+    const bool gqa = w.kind == LayerKind::kGqa;
+    LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)],
+                     gqa ? gqa_rope_freqs_ : rope_freqs_, mla_scale_, trace, clock};
     // h = x + Attn(RMSNorm(x; attn_norm))
     const auto norm_rows = [&](const std::vector<float>& weight) {
       ForRows(N, [&](int t) {
@@ -170,6 +180,7 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
     norm_rows(w.attn_norm);
     clock.Mark(ProfilePart::kGlue, 0, 2 * hidden_bytes);
     if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
+    else if (gqa) GatedGqaAttention(ctx, w, normed.data(), N, branch.data());
     else MlaAttention(ctx, w, normed.data(), N, branch.data());
     const auto add_branch = [&] {
       ForRows(N, [&](int t) {

@@ -16,6 +16,7 @@ std::string_view LayerKindName(LayerKind k) {
     case LayerKind::kMla: return "mla";
     case LayerKind::kDsa: return "dsa";
     case LayerKind::kDelta: return "delta";
+    case LayerKind::kGqa: return "gqa";
   }
   return "?";
 }

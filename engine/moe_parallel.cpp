@@ -4,7 +4,8 @@
 // batch's tokens. Per layer:
 //   1. route every token (replicated: the gate is small, and the per-expert
 //      counts then agree on every rank);
-//   2. shared experts for this rank's token slice, on a helper thread that
+//   2. shared experts (gated, where the family has a shared gate) for this
+//      rank's token slice, on a helper thread that
 //      overlaps the dispatch, the owners' compute and the combine;
 //   3. dispatch: each (token, expert) pair of the slice goes, as the token's
 //      row plus the expert id, to the rank that owns the expert;
@@ -80,6 +81,15 @@ Status MoeFfnParallel(const ModelConfig& cfg, const LayerWeights& w, const float
         LinearMany({{&w.shared_w1, xs, sh1.data()}, {&w.shared_w3, xs, sh3.data()}}, ns, k);
         k.silu_mul(sh1.data(), sh3.data(), sh1.data(), sh1.size());
         Linear(w.shared_w2, sh1.data(), ns, slice.data(), k);
+        if (w.shared_gate.rows == 1) {
+          // A gated shared expert (Qwen3-Next), as MoeFfn: out *= sigmoid(shared_gate x).
+          std::vector<float> sg(static_cast<size_t>(ns));
+          Linear(w.shared_gate, xs, ns, sg.data(), k);
+          for (int t = 0; t < ns; ++t) {
+            const float gt = kernels::Sigmoid(sg[static_cast<size_t>(t)]);
+            for (int j = 0; j < D; ++j) slice[static_cast<size_t>(t) * D + j] *= gt;
+          }
+        }
       } catch (...) {
         shared_error = std::current_exception();
       }

@@ -131,7 +131,15 @@ Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_
     lw.kind = c.layer_types[i];
     MOE_ASSIGN_OR_RETURN(lw.attn_norm, L.Vec(p + "attn_norm.weight"));
     MOE_ASSIGN_OR_RETURN(lw.ffn_norm, L.Vec(p + "ffn_norm.weight"));
-    if (lw.kind != LayerKind::kDelta) {
+    if (lw.kind == LayerKind::kGqa) {
+      MOE_ASSIGN_OR_RETURN(lw.wq, L.Linear(p + "attn.wq.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wg, L.Linear(p + "attn.wg.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wk, L.Linear(p + "attn.wk.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wv, L.Linear(p + "attn.wv.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.q_norm, L.Vec(p + "attn.q_norm.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.k_norm, L.Vec(p + "attn.k_norm.weight"));
+    } else if (lw.kind != LayerKind::kDelta) {
       MOE_ASSIGN_OR_RETURN(lw.wq_a, L.Linear(p + "attn.wq_a.weight"));
       MOE_ASSIGN_OR_RETURN(lw.q_norm, L.Vec(p + "attn.q_norm.weight"));
       MOE_ASSIGN_OR_RETURN(lw.wq_b, L.Linear(p + "attn.wq_b.weight"));
@@ -191,7 +199,10 @@ Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_
       MOE_ASSIGN_OR_RETURN(lw.w2, L.Linear(p + "ffn.w2.weight"));
     } else {
       MOE_ASSIGN_OR_RETURN(lw.gate, L.Linear(p + "ffn.gate.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.gate_bias, L.Vec(p + "ffn.gate.bias"));
+      // The bias only selects experts in sigmoid routing; softmax routing has none.
+      if (c.moe.score_func != "softmax") {
+        MOE_ASSIGN_OR_RETURN(lw.gate_bias, L.Vec(p + "ffn.gate.bias"));
+      }
       MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13", c.expert_format, first_expert, local_experts));
       MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2", c.expert_format, first_expert, local_experts));
       lw.first_expert = first_expert;
@@ -199,6 +210,9 @@ Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_
         MOE_ASSIGN_OR_RETURN(lw.shared_w1, L.Linear(p + "ffn.shared.w1.weight"));
         MOE_ASSIGN_OR_RETURN(lw.shared_w3, L.Linear(p + "ffn.shared.w3.weight"));
         MOE_ASSIGN_OR_RETURN(lw.shared_w2, L.Linear(p + "ffn.shared.w2.weight"));
+        if (c.moe.shared_expert_gate) {
+          MOE_ASSIGN_OR_RETURN(lw.shared_gate, L.Linear(p + "ffn.shared.gate.weight"));
+        }
       }
     }
     w.layers.push_back(std::move(lw));
@@ -237,10 +251,11 @@ size_t ResidentWeightBytes(const ModelWeights& w) {
   size_t total = w.arena->bytes_reserved() + w.embed.w.size() * 4 + w.head.w.size() * 4 + vec(w.norm);
   for (const LayerWeights& l : w.layers) {
     total += vec(l.attn_norm) + vec(l.ffn_norm) + vec(l.w_uk_t) + vec(l.q_norm) + vec(l.kv_norm) + vec(l.idx_k_norm_w) +
-             vec(l.idx_k_norm_b) + vec(l.A_log) + vec(l.dt_bias) + vec(l.o_norm) + vec(l.gate_bias);
+             vec(l.idx_k_norm_b) + vec(l.A_log) + vec(l.dt_bias) + vec(l.o_norm) + vec(l.gate_bias) + vec(l.k_norm);
     for (const Matrix* m : {&l.wq_a, &l.wq_b, &l.wkv_a, &l.wkv_b, &l.wo, &l.wg, &l.idx_wq_b, &l.idx_wk, &l.idx_weights_proj,
                             &l.q_proj, &l.k_proj, &l.v_proj, &l.a_proj, &l.b_proj, &l.g_proj, &l.o_proj, &l.q_conv,
-                            &l.k_conv, &l.v_conv, &l.w1, &l.w3, &l.w2, &l.gate, &l.shared_w1, &l.shared_w3, &l.shared_w2})
+                            &l.k_conv, &l.v_conv, &l.w1, &l.w3, &l.w2, &l.gate, &l.shared_w1, &l.shared_w3, &l.shared_w2,
+                            &l.shared_gate, &l.wq, &l.wk, &l.wv})
       total += m->w.size() * 4;
     total += l.w13.bytes() + l.w2e.bytes();
   }
@@ -278,11 +293,11 @@ DecodeWeightBytes DecodeReadBytes(const ModelWeights& w, int experts_per_token) 
   double routed = 0, routed_weights = 0;
   for (const LayerWeights& l : w.layers) {
     d.dense += vec(l.attn_norm) + vec(l.ffn_norm) + vec(l.q_norm) + vec(l.kv_norm) + vec(l.idx_k_norm_w) +
-               vec(l.idx_k_norm_b) + vec(l.A_log) + vec(l.dt_bias) + vec(l.o_norm) + vec(l.gate_bias);
+               vec(l.idx_k_norm_b) + vec(l.A_log) + vec(l.dt_bias) + vec(l.o_norm) + vec(l.gate_bias) + vec(l.k_norm);
     for (const Matrix* m : {&l.wq_a, &l.wq_b, &l.wkv_a, &l.wo, &l.wg, &l.idx_wq_b, &l.idx_wk, &l.idx_weights_proj,
                             &l.q_proj, &l.k_proj, &l.v_proj, &l.a_proj, &l.b_proj, &l.g_proj, &l.o_proj, &l.q_conv,
                             &l.k_conv, &l.v_conv, &l.w1, &l.w3, &l.w2, &l.gate, &l.shared_w1, &l.shared_w3, &l.shared_w2,
-                            &l.shared_gate})
+                            &l.shared_gate, &l.wq, &l.wk, &l.wv})
       AddMatrix(*m, &d.dense, &d.dense_weights);
     if (l.wkv_b.rows > 0) {
       const double n = static_cast<double>(l.wkv_b.rows) * l.wkv_b.cols;

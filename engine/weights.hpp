@@ -60,6 +60,11 @@ struct LayerWeights {
   const uint16_t* w_uk_t_bf16 = nullptr;
   std::vector<float> w_uk_t;
   std::vector<float> q_norm, kv_norm;
+  // Gated GQA (LayerKind::kGqa): q [H hd, D], k and v [Hkv hd, D]; the
+  // output gate in wg [H hd, D], the output in wo [D, H hd], the per-head q
+  // norm in q_norm [hd] and the k norm in k_norm [hd].
+  Matrix wq, wk, wv;
+  std::vector<float> k_norm;
   // DSA indexer
   Matrix idx_wq_b, idx_wk, idx_weights_proj;
   std::vector<float> idx_k_norm_w, idx_k_norm_b;

@@ -11,114 +11,30 @@
 // and every rank holds exactly half of the routed experts' bytes (the
 // figure moe-run prints on stderr, and the follower daemon's
 // moe_ep_routed_expert_bytes).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <regex>
-#include <sstream>
-#include <thread>
+#include <string>
+#include <vector>
 
 #include "daemon_harness.hpp"
+#include "group_children.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {
 
-using Env = std::vector<std::pair<std::string, std::string>>;
 const std::string kSecret = "deepseek-expert-parallel-secret!";
 // Ids below 1024: valid whether the checkpoint got the npm tokenizer's vocabulary or the writer's 1024.
 const std::string kPrompt = "0,17,400,99,1000,7,7,23,500,61,8,900";
 
-std::string BinaryDir() {
-  const char* bin = std::getenv("MOESERVE_BINARY_DIR");
-  return bin ? bin : MOESERVE_BINARY_DIR_DEFAULT;
-}
-
-// A child process whose stdout and stderr go to files; killed when it goes
-// out of scope still running (a failed assertion leaves nothing behind).
-struct Child {
-  pid_t pid = -1;
-  std::string out, err;
-
-  Child() = default;
-  Child(Child&& o) noexcept : pid(o.pid), out(std::move(o.out)), err(std::move(o.err)) { o.pid = -1; }
-  Child& operator=(Child&&) = delete;
-  ~Child() { Kill(); }
-
-  static Child Spawn(std::vector<std::string> args, const Env& env, const std::string& prefix) {
-    Child c;
-    c.out = prefix + ".out";
-    c.err = prefix + ".err";
-    c.pid = ::fork();
-    if (c.pid == 0) {
-      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-      const int o = ::open(c.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = ::open(c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(args[0].c_str(), argv.data());
-      std::_Exit(127);
-    }
-    return c;
-  }
-  // The exit code, or -1 when it did not end within `wait` (then killed).
-  int Wait(std::chrono::seconds wait) {
-    const auto deadline = std::chrono::steady_clock::now() + wait;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    Kill();
-    return -1;
-  }
-  void Kill() {
-    if (pid <= 0) return;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    pid = -1;
-  }
-  std::string Out() const { return Slurp(out); }
-  std::string Err() const { return Slurp(err); }
-  static std::string Slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-};
-
-Env GroupEnv(int rank, int rendezvous_port) {
-  return {{"MOE_NUM_NODES", "2"},          {"MOE_NODE_RANK", std::to_string(rank)},
-          {"MOE_MASTER_ADDR", "127.0.0.1"}, {"MOE_LOCAL_RANKS", "1"},
-          {"MOE_RENDEZVOUS_PORT", std::to_string(rendezvous_port)},
-          {"MOE_GROUP_SECRET", kSecret},    {"MOE_POD_IP", "127.0.0.1"},
-          {"MOE_GROUP_TIMEOUT_MS", "20000"}};
-}
+Env GroupEnv(int rank, int rendezvous_port) { return testing::GroupEnv(rank, rendezvous_port, kSecret); }
 
 std::vector<std::string> MoeRun(const std::string& model) {
   return {BinaryDir() + "/engine/moe-run", "--model", model, "--prompt-ids", kPrompt, "--print-ids",
           "--max-tokens", "8", "--ignore-eos"};
-}
-
-// "moe-run: ...weights held: A bytes, of which routed experts B bytes" -> B.
-uint64_t RoutedBytes(const std::string& err) {
-  std::smatch m;
-  static const std::regex re("routed experts ([0-9]+) bytes");
-  if (!std::regex_search(err, m, re)) return 0;
-  return std::stoull(m[1]);
 }
 
 std::vector<std::string> Daemon(const std::string& model, int http, const std::string& state) {
@@ -126,17 +42,6 @@ std::vector<std::string> Daemon(const std::string& model, int http, const std::s
   return {BinaryDir() + "/daemon/moe-daemon", "serve", "--model", model, "--port", std::to_string(http),
           "--served-model-name", "ds32", "--threads", "1", "--max-context", "4096", "--ledger-path",
           state + "/usage.sqlite3"};
-}
-
-// Polls until /readyz answers 200 (true) or the process exits or 120 s pass.
-bool WaitReady(int port, Child& c) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Http(port, "GET", "/readyz").status == 200) return true;
-    if (::waitpid(c.pid, nullptr, WNOHANG) == c.pid) return c.pid = -1, false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 std::string Answer(int port) {
@@ -148,15 +53,6 @@ std::string Answer(int port) {
   const auto& msg = j["choices"][0]["message"];
   return msg.value("reasoning_content", std::string()) + "|" +
          (msg["content"].is_string() ? msg["content"].get<std::string>() : "") + "|" + msg.value("tool_calls", json()).dump();
-}
-
-double Metric(int port, const std::string& name) {
-  auto r = Http(port, "GET", "/metrics");
-  std::istringstream in(r.body);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  return -1;
 }
 
 class ExpertParallelDeepseek : public ::testing::Test {

@@ -5,9 +5,11 @@
 // from rank 0) must give the single-process logits within model.md section
 // 10 (1e-4 * max|ref| per row) and identical tokens, on every rank: for the
 // tiny preset, a 32-expert variant, a gate bias that sends most pairs to
-// the last rank's experts, BF16 experts (world 2) and a DeepSeek-V3.2
-// directory as published (world 2). Every rank holds exactly 1/world of
-// the routed experts' bytes.
+// the last rank's experts, BF16 experts (world 2), a DeepSeek-V3.2
+// directory as published (world 2) and a Qwen3-Next one (worlds 2 and 4:
+// gated GQA, DeltaNet, softmax routing, a gated shared expert), loaded
+// through its family as the daemon's followers load it. Every rank holds
+// exactly 1/world of the routed experts' bytes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 
 #include "../support/fork_ranks.hpp"
 #include "../support/loopback.hpp"
+#include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
@@ -84,8 +87,12 @@ int Argmax(const float* row, int V) {
   return best;
 }
 
+// How a rank loads the model: the directory opened (OpenModelDir) and
+// Model::Load, or through its family in the registry (LoadLayerGraph).
+enum class Load { kOpenDir, kFamily };
+
 // One rank (world 0: a plain single process without a group). Returns an exit code.
-int RunRank(const std::string& model_path, int world, int rank, int port, const std::string& out) {
+int RunRank(const std::string& model_path, int world, int rank, int port, const std::string& out, Load load) {
   kernels::RequestDefaultThreadPoolSize(1);
   std::unique_ptr<comm::RendezvousServer> server;
   std::unique_ptr<comm::Communicator> group;
@@ -105,11 +112,16 @@ int RunRank(const std::string& model_path, int world, int rank, int port, const 
     if (!g) return std::fprintf(stderr, "rank %d: %s\n", rank, g.error().message.c_str()), 11;
     group = std::move(*g);
   }
-  auto dir = OpenModelDir(model_path);
-  if (!dir) return 12;
   ModelOptions mo;
   mo.comm = group.get();
-  auto model = Model::Load(*dir, mo);
+  Result<std::unique_ptr<Model>> model = Fail(Error::Internal("not loaded"));
+  if (load == Load::kFamily) {
+    model = LoadLayerGraph(model_path, mo);
+  } else {
+    auto dir = OpenModelDir(model_path);
+    if (!dir) return 12;
+    model = Model::Load(*dir, mo);
+  }
   if (!model) return std::fprintf(stderr, "rank %d: %s\n", rank, model.error().ToString().c_str()), 13;
   const int V = (*model)->config().vocab_size;
   KvPool pool(64, 16, (*model)->cache_floats_per_token());
@@ -190,13 +202,13 @@ void BiasTowardsLastExperts(const std::string& dir, int first, float delta) {
   }
 }
 
-RankOutput RunGroup(const std::string& model, const std::string& tag, int world) {
+RankOutput RunGroup(const std::string& model, const std::string& tag, int world, Load load) {
   const int port = world > 0 ? test_support::FreeLoopbackPort() : 0;
   const int ranks = std::max(world, 1);
   // Paths name the parent's pid (TempPath), so they are fixed before the fork.
   std::vector<std::string> outs;
   for (int r = 0; r < ranks; ++r) outs.push_back(OutPath(tag, world, r));
-  auto codes = test_support::ForkRanks(ranks, [&](int r) { return RunRank(model, world, r, port, outs[static_cast<size_t>(r)]); });
+  auto codes = test_support::ForkRanks(ranks, [&](int r) { return RunRank(model, world, r, port, outs[static_cast<size_t>(r)], load); });
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << tag << " world " << world << " rank " << r;
   RankOutput root = Read(OutPath(tag, world, 0));
   for (int r = 1; r < ranks; ++r) {
@@ -224,13 +236,14 @@ void ExpectSameAsOneProcess(const RankOutput& ref, const RankOutput& got, int V,
   }
 }
 
-void CheckWorlds(const std::string& model, const std::string& tag, int V, std::vector<int> worlds) {
-  RankOutput ref = RunGroup(model, tag, 0);
+void CheckWorlds(const std::string& model, const std::string& tag, int V, std::vector<int> worlds,
+                 Load load = Load::kOpenDir) {
+  RankOutput ref = RunGroup(model, tag, 0, load);
   ASSERT_EQ(ref.tokens.size(), static_cast<size_t>(2 * (kDecode + 1)));
   uint64_t prev_resident = ref.resident;
   ASSERT_GT(ref.routed, 0u);
   for (int W : worlds) {
-    RankOutput got = RunGroup(model, tag, W);
+    RankOutput got = RunGroup(model, tag, W, load);
     ExpectSameAsOneProcess(ref, got, V, tag + " world " + std::to_string(W));
     // Each rank holds exactly its 1/W of the routed experts.
     EXPECT_EQ(got.routed * static_cast<uint64_t>(W), ref.routed) << tag << " world " << W;
@@ -286,6 +299,24 @@ TEST(ExpertParallel, DeepseekV32PublishedLayoutAtWorldSize2) {
   EXPECT_EQ(opened->family, "deepseek_v32");
   const int V = opened->config.vocab_size;
   CheckWorlds(dir, "ds32", V, {2});
+  std::filesystem::remove_all(dir);
+}
+
+// Qwen3-Next as published (tools/reference/families/qwen3_next.py: 8
+// experts, 3 of 4 layers MoE with a sigmoid-gated shared expert, DeltaNet
+// and gated GQA layers), loaded through its family onto the graph.
+TEST(ExpertParallel, Qwen3NextPublishedLayoutAtWorldSizes24) {
+  const char* src = std::getenv("MOESERVE_SOURCE_DIR");
+  const std::string root = src ? src : MOESERVE_SOURCE_DIR_DEFAULT;
+  const std::string dir = ::testing::TempDir() + "/moe_ep_qwen3_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string cmd = "/usr/bin/python3 " + root + "/tools/reference/families/qwen3_next.py write --out " + dir +
+                          " --vocab 512 --layers 4 --seed 5 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto family = FindFamily(dir);
+  ASSERT_TRUE(family) << family.error().ToString();
+  EXPECT_STREQ((*family)->name, "qwen3_next");
+  CheckWorlds(dir, "qwen3", 512, {2, 4}, Load::kFamily);
   std::filesystem::remove_all(dir);
 }
 

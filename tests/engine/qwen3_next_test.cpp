@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "families/qwen3_next/config.hpp"
-#include "families/qwen3_next/model.hpp"
+#include "families/qwen3_next/graph.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/kv_pool.hpp"
@@ -80,7 +80,7 @@ const Fixture& Shared() {
 
 // All logits of the reference's token sequence, prefilled in pieces of
 // `piece` tokens (each piece after the first continues the cached state).
-std::vector<float> EngineLogits(const qwen3_next::Model& m, const std::vector<int>& tokens, int piece) {
+std::vector<float> EngineLogits(const Model& m, const std::vector<int>& tokens, int piece) {
   KvPool pool(64, 16, m.cache_floats_per_token());
   SequenceCache cache = m.NewSequence();
   std::vector<float> all;
@@ -118,7 +118,7 @@ TEST(Qwen3Next, LogitsMatchTheReferenceInEveryForm) {
     ModelOptions o;
     o.kernels = KernelChoice::kReference;
     o.delta_form = form;
-    auto m = qwen3_next::Model::Load(f.model, o);
+    auto m = qwen3_next::LoadModel(f.model, o);
     ASSERT_TRUE(m) << m.error().ToString();
     const std::string name = form == DeltaForm::kChunked ? "chunked" : "recurrent";
     // One prefill; prefill split across calls (7 does not divide the chunk);
@@ -128,7 +128,7 @@ TEST(Qwen3Next, LogitsMatchTheReferenceInEveryForm) {
     ExpectClose(f, EngineLogits(**m, f.tokens, 1), 1e-3, name + ", one token per call");
   }
   // The fast kernels (BF16 weights as stored, fp32 activations).
-  auto fast = qwen3_next::Model::Load(f.model, ModelOptions{});
+  auto fast = qwen3_next::LoadModel(f.model, ModelOptions{});
   ASSERT_TRUE(fast) << fast.error().ToString();
   ExpectClose(f, EngineLogits(**fast, f.tokens, static_cast<int>(f.tokens.size())), 1e-3, "fast kernels");
 }
@@ -242,7 +242,7 @@ TEST(Qwen3Next, MissingOrMisshapenTensorsAreNamed) {
   in.close();
   cfg["linear_value_head_dim"] = 32;
   std::ofstream(bad + "/config.json") << cfg.dump();
-  auto m = qwen3_next::Model::Load(bad, ModelOptions{});
+  auto m = qwen3_next::LoadModel(bad, ModelOptions{});
   ASSERT_FALSE(m);
   EXPECT_NE(m.error().message().find("model.layers.0.linear_attn.in_proj_qkvz.weight"), std::string::npos)
       << m.error().message();

@@ -5,7 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "families/qwen3_next/model.hpp"
+#include "families/qwen3_next/config.hpp"
+#include "families/qwen3_next/graph.hpp"
 #include "moeserve/engine/engine.hpp"
 
 namespace moeserve::engine {
@@ -88,11 +89,12 @@ Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
   if (options.experts && *options.experts != ExpertFormat::kBf16)
     return Fail(Error::InvalidArgument("experts: " + std::string(ExpertFormatName(*options.experts)) +
                                        " requested, but Qwen3-Next models serve their routed experts as published (bf16)"));
-  MOE_ASSIGN_OR_RETURN(auto model, qwen3_next::Model::Load(dir, options));
+  MOE_ASSIGN_OR_RETURN(qwen3_next::Config config, qwen3_next::LoadConfig(dir));
+  MOE_ASSIGN_OR_RETURN(auto model, qwen3_next::LoadModel(dir, config, options));
   MOE_ASSIGN_OR_RETURN(SpecialIds ids, ReadSpecialIds(dir));
   std::vector<int> stops;
   if (ids.im_end >= 0) stops.push_back(ids.im_end);
-  for (int e : model->config().eos_token_ids)
+  for (int e : config.eos_token_ids)
     if (e != ids.im_end) stops.push_back(e);
   for (int s : stops)
     if (s >= model->vocab_size())

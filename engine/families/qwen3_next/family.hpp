@@ -1,5 +1,5 @@
-// The Qwen3-Next family (Hugging Face model_type "qwen3_next"): its layer
-// graph (model.hpp) and the ChatML token stream's hooks: stops at
+// The Qwen3-Next family (Hugging Face model_type "qwen3_next"): its
+// checkpoint mapped onto the shared layer graph (graph.hpp) and the ChatML token stream's hooks: stops at
 // <|im_end|> and the config's eos ids, reasoning between <think> and
 // </think>.
 #pragma once

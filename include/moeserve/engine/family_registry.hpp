@@ -45,7 +45,7 @@ Result<ConfigProbe> ProbeConfig(const std::string& dir);
 Result<const FamilyEntry*> FindFamily(const std::string& dir);
 
 // DIR's model loaded by its family, for a family whose model runs on the
-// shared layer graph (moe-dsa-v1, deepseek_v32): what an expert-parallel
+// shared layer graph (moe-dsa-v1, deepseek_v32, qwen3_next): what an expert-parallel
 // follower runs, loaded exactly as rank 0's engine loads it (same
 // conversion, same options) but holding only options.ep_rank's experts.
 // Other families fail with kInvalidArgument naming the family.

@@ -1,6 +1,7 @@
-// The moe-dsa-v1 forward pass on CPU (model.md sections 3-6), reading top to
-// bottom like the spec: embed, then per layer attention (MLA, DSA or Gated
-// DeltaNet) and FFN (dense SwiGLU or MoE), then the head.
+// The shared layer graph: the moe-dsa-v1 forward pass on CPU (model.md
+// sections 3-6), reading top to bottom like the spec: embed, then per layer
+// attention (MLA, DSA, Gated DeltaNet, or the gated GQA other families map
+// onto it) and FFN (dense SwiGLU or MoE), then the head.
 //
 // Forward() runs a batch of segments: each segment is the next tokens of one
 // sequence (a prefill chunk, or one decode token). Linear layers run over all
@@ -139,7 +140,8 @@ struct ForwardTrace {
 struct ModelWeights;
 
 // The moe-dsa-v1 family's FamilyModel (family.hpp); other families whose
-// checkpoints map onto this layer graph load through it too.
+// checkpoints map onto this layer graph (deepseek_v32, qwen3_next) load
+// through it too, from a ModelDir whose `source` gives the engine's tensors.
 class Model final : public FamilyModel {
  public:
   static Result<std::unique_ptr<Model>> Load(const ModelDir& dir, const ModelOptions& options = {});
@@ -213,6 +215,7 @@ class Model final : public FamilyModel {
   size_t floats_per_token_ = 0;
   std::vector<size_t> layer_offset_;  // each attention layer's offset within a token row
   std::vector<float> rope_freqs_;     // qk_rope_head_dim / 2 YaRN frequencies
+  std::vector<float> gqa_rope_freqs_; // gqa.rotary_dim / 2 frequencies (gated GQA layers)
   float mla_scale_ = 0;
   Status ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
                       std::vector<std::vector<uint64_t>>* expert_tokens, kernels::comm::Communicator* comm) const;

@@ -13,7 +13,9 @@
 
 namespace moeserve::engine {
 
-enum class LayerKind { kMla, kDsa, kDelta };
+// kGqa: gated grouped-query attention with partial rotary (Qwen3-Next's full
+// attention layers, GqaConfig); never in a moe-dsa-v1 config.json.
+enum class LayerKind { kMla, kDsa, kDelta, kGqa };
 std::string_view LayerKindName(LayerKind k);
 
 struct MlaConfig {
@@ -49,6 +51,19 @@ struct DeltaConfig {
   double norm_eps = 1e-5;
 };
 
+// Gated grouped-query attention (LayerKind::kGqa): per-head RMSNorm of q and
+// k, rotary on the first rotary_dim dims of each head (half-split pairs,
+// theta^(-2j / rotary_dim)), causal softmax attention over the cached k and
+// v (head h reads kv head h / (num_heads / num_kv_heads)), the output times
+// sigmoid(gate) elementwise, then wo. A token row keeps k | v of every kv head.
+struct GqaConfig {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;
+  double rope_theta = 10000.0;
+};
+
 struct MoeConfig {
   int num_experts = 0;
   int experts_per_token = 0;
@@ -59,6 +74,10 @@ struct MoeConfig {
   double routed_scaling_factor = 1.0;
   std::string score_func = "sigmoid";  // or "softmax" (families other than moe-dsa-v1)
   bool norm_topk_prob = true;           // softmax: renormalise the picked probabilities
+  // The shared expert's output times sigmoid(shared gate . x) (Qwen3-Next:
+  // ffn.shared.gate.weight [1, D]); its width is then the shared tensors'
+  // own, not num_shared_experts * moe_intermediate_size.
+  bool shared_expert_gate = false;
 };
 
 struct RopeConfig {
@@ -93,15 +112,23 @@ struct ModelConfig {
   MlaConfig mla;
   DsaConfig dsa;
   DeltaConfig delta;
+  GqaConfig gqa;
   MoeConfig moe;
   RopeConfig rope;
   int64_t max_position_embeddings = 0;
   ThinkingBudgets thinking_budgets;
   ExpertFormat expert_format = ExpertFormat::kMxfp4;  // mxfp4 when "quantization" is absent
   std::optional<VisionConfig> vision;                 // the "vision" object: a vision tower (section 14)
+  // Which layers have an MoE FFN, when a family says so layer by layer
+  // (Qwen3-Next's mlp_only_layers and decoder_sparse_step); empty: every
+  // layer from first_dense_layers on.
+  std::vector<bool> moe_layers;
 
   bool HasKind(LayerKind k) const;
-  bool IsMoeLayer(int layer) const { return layer >= first_dense_layers; }
+  bool IsMoeLayer(int layer) const {
+    if (!moe_layers.empty()) return moe_layers[static_cast<size_t>(layer)];
+    return layer >= first_dense_layers;
+  }
   int CountKind(LayerKind k) const;
 
   // The checkpoint's config.json form (inverse of ParseModelConfig).

@@ -1,0 +1,275 @@
+// Qwen3-Next's checkpoint mapped onto the shared layer graph (graph.hpp).
+#include "families/qwen3_next/graph.hpp"
+
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "moeserve/common/log.hpp"
+#include "moeserve/engine/dtype.hpp"
+#include "moeserve/engine/model_dir.hpp"
+#include "moeserve/engine/safetensors.hpp"
+#include "moeserve/engine/tensor_source.hpp"
+#include "moeserve/engine/tokenizer.hpp"
+
+namespace moeserve::engine::qwen3_next {
+
+namespace {
+
+// The rows of the Gated DeltaNet projections, per value head h (of nv,
+// key head h / r): qkvz's per-key-head block is [q (dk) | k (dk) | v (r dv) | z (r dv)].
+struct DeltaRows {
+  std::vector<int> q, k, v, z, b, a, conv_q, conv_k, conv_v;
+};
+DeltaRows DeltaRowMap(const Config& c) {
+  const int nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim, r = nv / nk;
+  const int block = 2 * dk + 2 * r * dv;
+  DeltaRows m;
+  for (int h = 0; h < nv; ++h) {
+    const int g = h / r, j = h % r;
+    for (int i = 0; i < dk; ++i) {
+      m.q.push_back(g * block + i);
+      m.k.push_back(g * block + dk + i);
+      m.conv_q.push_back(g * dk + i);
+      m.conv_k.push_back(nk * dk + g * dk + i);
+    }
+    for (int i = 0; i < dv; ++i) {
+      m.v.push_back(g * block + 2 * dk + j * dv + i);
+      m.z.push_back(g * block + 2 * dk + r * dv + j * dv + i);
+      m.conv_v.push_back(2 * nk * dk + h * dv + i);
+    }
+    m.b.push_back(g * 2 * r + j);
+    m.a.push_back(g * 2 * r + r + j);
+  }
+  return m;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// The published tensors under the engine's names. Each engine name has a
+// recipe that checks its published tensors (dtype, shape; errors name them)
+// and makes the engine's tensor: a view where the layout is the same, a
+// gather of rows, 1 + w for a zero-centred norm, or a stack of experts.
+class PublishedSource final : public TensorSource {
+ public:
+  PublishedSource(const Config& c, Checkpoint checkpoint) : ck_(std::move(checkpoint)) { Plan(c); }
+
+  Result<HeldTensor> Get(const std::string& name) override {
+    const auto it = recipes_.find(name);
+    if (it == recipes_.end()) return Fail(Error::NotFound("tensor '" + name + "' is missing"));
+    return it->second();
+  }
+
+ private:
+  using Recipe = std::function<Result<HeldTensor>()>;
+
+  Result<const TensorView*> Find(const std::string& name, const std::vector<int64_t>& shape) const {
+    const TensorView* t = ck_.Find(name);
+    if (!t) return Fail(Error::NotFound("tensor '" + name + "' is missing"));
+    if (t->dtype != DType::kBF16 && t->dtype != DType::kF32)
+      return Fail(Error::InvalidArgument("tensor '" + name + "': dtype must be BF16 or F32"));
+    if (t->shape != shape)
+      return Fail(Error::InvalidArgument("tensor '" + name + "': shape " + t->ShapeString() + ", expected " +
+                                         ShapeText(shape)));
+    return t;
+  }
+  static HeldTensor Made(const std::string& name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    HeldTensor h;
+    h.bytes = std::move(bytes);
+    h.view.name = name;
+    h.view.dtype = dtype;
+    h.view.shape = std::move(shape);
+    h.view.data = h.bytes.data();
+    h.view.nbytes = h.bytes.size();
+    return h;
+  }
+  // The published tensor as it is.
+  Recipe Same(std::string name, std::vector<int64_t> shape) const {
+    return [this, name, shape]() -> Result<HeldTensor> {
+      MOE_ASSIGN_OR_RETURN(const TensorView* t, Find(name, shape));
+      HeldTensor h;
+      h.view = *t;
+      return h;
+    };
+  }
+  // A zero-centred RMSNorm weight, as the 1 + w it multiplies by (F32).
+  Recipe Norm(std::string name, int64_t n) const {
+    return [this, name, n]() -> Result<HeldTensor> {
+      MOE_ASSIGN_OR_RETURN(const TensorView* t, Find(name, {n}));
+      std::vector<uint8_t> bytes(static_cast<size_t>(n) * 4);
+      for (int64_t i = 0; i < n; ++i) {
+        float x;
+        if (t->dtype == DType::kF32) {
+          std::memcpy(&x, t->data + 4 * i, 4);
+        } else {
+          uint16_t b;
+          std::memcpy(&b, t->data + 2 * i, 2);
+          x = Bf16ToF32(b);
+        }
+        x = 1.0f + x;
+        std::memcpy(bytes.data() + 4 * i, &x, 4);
+      }
+      return Made(name, DType::kF32, {n}, std::move(bytes));
+    };
+  }
+  // Rows `rows` of a [R, C] tensor (shape `full`, its last dimension C), in
+  // that order, in the file's dtype.
+  Recipe Rows(std::string name, std::vector<int64_t> full, std::vector<int> rows) const {
+    return [this, name, full, rows]() -> Result<HeldTensor> {
+      MOE_ASSIGN_OR_RETURN(const TensorView* t, Find(name, full));
+      const size_t row_bytes = static_cast<size_t>(full.back()) * DTypeSize(t->dtype);
+      std::vector<uint8_t> bytes(rows.size() * row_bytes);
+      for (size_t r = 0; r < rows.size(); ++r)
+        std::memcpy(bytes.data() + r * row_bytes, t->data + static_cast<size_t>(rows[r]) * row_bytes, row_bytes);
+      return Made(name, t->dtype, {static_cast<int64_t>(rows.size()), full.back()}, std::move(bytes));
+    };
+  }
+  // Experts e = 0..E-1 of `base`.experts.e.{names}, stacked BF16 [E, rows, cols]
+  // (w13: gate_proj's rows then up_proj's, as the graph's experts hold them).
+  Recipe Experts(std::string base, int E, std::vector<std::string> names, int64_t rows, int64_t cols) const {
+    return [this, base, E, names, rows, cols]() -> Result<HeldTensor> {
+      const size_t part = static_cast<size_t>(rows) * static_cast<size_t>(cols) * 2;
+      std::vector<uint8_t> bytes(part * names.size() * static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e)
+        for (size_t k = 0; k < names.size(); ++k) {
+          const std::string name = base + ".experts." + std::to_string(e) + "." + names[k] + ".weight";
+          MOE_ASSIGN_OR_RETURN(const TensorView* t, Find(name, {rows, cols}));
+          if (t->dtype != DType::kBF16) return Fail(Error::InvalidArgument("tensor '" + name + "': experts must be BF16"));
+          std::memcpy(bytes.data() + (static_cast<size_t>(e) * names.size() + k) * part, t->data, part);
+        }
+      return Made(base + ".experts", DType::kBF16,
+                  {E, rows * static_cast<int64_t>(names.size()), cols}, std::move(bytes));
+    };
+  }
+
+  void Plan(const Config& c) {
+    const int64_t D = c.hidden_size, V = c.vocab_size;
+    auto& R = recipes_;
+    R["embed.weight"] = Same("model.embed_tokens.weight", {V, D});
+    R["head.weight"] = Same(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", {V, D});
+    R["norm.weight"] = Norm("model.norm.weight", D);
+    const DeltaRows rows = DeltaRowMap(c);
+    const int64_t nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim;
+    const int64_t H = c.num_heads, Hkv = c.num_kv_heads, hd = c.head_dim;
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".", e = "layers." + std::to_string(i) + ".";
+      R[e + "attn_norm.weight"] = Norm(p + "input_layernorm.weight", D);
+      R[e + "ffn_norm.weight"] = Norm(p + "post_attention_layernorm.weight", D);
+      if (c.full_attention[static_cast<size_t>(i)]) {
+        std::vector<int> qr, gr;
+        for (int h = 0; h < H; ++h)
+          for (int j = 0; j < hd; ++j) {
+            qr.push_back(static_cast<int>(h * 2 * hd + j));
+            gr.push_back(static_cast<int>(h * 2 * hd + hd + j));
+          }
+        const std::string a = p + "self_attn.";
+        R[e + "attn.wq.weight"] = Rows(a + "q_proj.weight", {2 * H * hd, D}, qr);
+        R[e + "attn.wg.weight"] = Rows(a + "q_proj.weight", {2 * H * hd, D}, gr);
+        R[e + "attn.wk.weight"] = Same(a + "k_proj.weight", {Hkv * hd, D});
+        R[e + "attn.wv.weight"] = Same(a + "v_proj.weight", {Hkv * hd, D});
+        R[e + "attn.wo.weight"] = Same(a + "o_proj.weight", {D, H * hd});
+        R[e + "attn.q_norm.weight"] = Norm(a + "q_norm.weight", hd);
+        R[e + "attn.k_norm.weight"] = Norm(a + "k_norm.weight", hd);
+      } else {
+        const std::string a = p + "linear_attn.";
+        const int64_t qkvz = 2 * nk * dk + 2 * nv * dv, conv = 2 * nk * dk + nv * dv;
+        R[e + "attn.q_proj.weight"] = Rows(a + "in_proj_qkvz.weight", {qkvz, D}, rows.q);
+        R[e + "attn.k_proj.weight"] = Rows(a + "in_proj_qkvz.weight", {qkvz, D}, rows.k);
+        R[e + "attn.v_proj.weight"] = Rows(a + "in_proj_qkvz.weight", {qkvz, D}, rows.v);
+        R[e + "attn.g_proj.weight"] = Rows(a + "in_proj_qkvz.weight", {qkvz, D}, rows.z);
+        R[e + "attn.b_proj.weight"] = Rows(a + "in_proj_ba.weight", {2 * nv, D}, rows.b);
+        R[e + "attn.a_proj.weight"] = Rows(a + "in_proj_ba.weight", {2 * nv, D}, rows.a);
+        // conv1d.weight is [channels, 1, K]: its rows read as [channels, K].
+        R[e + "attn.q_conv1d.weight"] = Rows(a + "conv1d.weight", {conv, 1, c.conv_kernel}, rows.conv_q);
+        R[e + "attn.k_conv1d.weight"] = Rows(a + "conv1d.weight", {conv, 1, c.conv_kernel}, rows.conv_k);
+        R[e + "attn.v_conv1d.weight"] = Rows(a + "conv1d.weight", {conv, 1, c.conv_kernel}, rows.conv_v);
+        R[e + "attn.A_log"] = Same(a + "A_log", {nv});
+        R[e + "attn.dt_bias"] = Same(a + "dt_bias", {nv});
+        R[e + "attn.o_norm.weight"] = Same(a + "norm.weight", {dv});
+        R[e + "attn.o_proj.weight"] = Same(a + "out_proj.weight", {D, nv * dv});
+      }
+      if (c.sparse[static_cast<size_t>(i)]) {
+        const int64_t E = c.num_experts, I = c.moe_intermediate_size, S = c.shared_expert_intermediate_size;
+        R[e + "ffn.gate.weight"] = Same(p + "mlp.gate.weight", {E, D});
+        R[e + "ffn.experts.w13.weight"] = Experts(p + "mlp", c.num_experts, {"gate_proj", "up_proj"}, I, D);
+        R[e + "ffn.experts.w2.weight"] = Experts(p + "mlp", c.num_experts, {"down_proj"}, D, I);
+        if (S > 0) {
+          R[e + "ffn.shared.w1.weight"] = Same(p + "mlp.shared_expert.gate_proj.weight", {S, D});
+          R[e + "ffn.shared.w3.weight"] = Same(p + "mlp.shared_expert.up_proj.weight", {S, D});
+          R[e + "ffn.shared.w2.weight"] = Same(p + "mlp.shared_expert.down_proj.weight", {D, S});
+          R[e + "ffn.shared.gate.weight"] = Same(p + "mlp.shared_expert_gate.weight", {1, D});
+        }
+      } else {
+        const int64_t I = c.intermediate_size;
+        R[e + "ffn.w1.weight"] = Same(p + "mlp.gate_proj.weight", {I, D});
+        R[e + "ffn.w3.weight"] = Same(p + "mlp.up_proj.weight", {I, D});
+        R[e + "ffn.w2.weight"] = Same(p + "mlp.down_proj.weight", {D, I});
+      }
+    }
+  }
+
+  Checkpoint ck_;
+  std::map<std::string, Recipe> recipes_;
+};
+
+}  // namespace
+
+ModelConfig ToModelConfig(const Config& c) {
+  ModelConfig sc;
+  sc.architecture = "qwen3_next";
+  sc.vocab_size = c.vocab_size;
+  sc.hidden_size = c.hidden_size;
+  sc.num_layers = c.num_layers;
+  sc.intermediate_size = c.intermediate_size;
+  sc.rms_norm_eps = c.rms_norm_eps;
+  sc.max_position_embeddings = c.max_position_embeddings;
+  sc.delta.num_heads = c.linear_v_heads;
+  sc.delta.head_k_dim = c.linear_k_dim;
+  sc.delta.head_v_dim = c.linear_v_dim;
+  sc.delta.conv_size = c.conv_kernel;
+  sc.delta.norm_eps = c.rms_norm_eps;
+  sc.gqa.num_heads = c.num_heads;
+  sc.gqa.num_kv_heads = c.num_kv_heads;
+  sc.gqa.head_dim = c.head_dim;
+  sc.gqa.rotary_dim = c.rotary_dim;
+  sc.gqa.rope_theta = c.rope_theta;
+  sc.moe.num_experts = c.num_experts;
+  sc.moe.experts_per_token = c.experts_per_token;
+  sc.moe.num_shared_experts = c.shared_expert_intermediate_size > 0 ? 1 : 0;
+  sc.moe.shared_expert_gate = c.shared_expert_intermediate_size > 0;
+  sc.moe.moe_intermediate_size = c.moe_intermediate_size;
+  sc.moe.score_func = "softmax";
+  sc.moe.norm_topk_prob = c.norm_topk_prob;
+  sc.expert_format = ExpertFormat::kBf16;
+  sc.moe_layers = c.sparse;
+  for (int i = 0; i < c.num_layers; ++i)
+    sc.layer_types.push_back(c.full_attention[static_cast<size_t>(i)] ? LayerKind::kGqa : LayerKind::kDelta);
+  return sc;
+}
+
+Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const Config& config, const ModelOptions& options) {
+  MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  bool has_mtp = false;
+  for (const TensorView* t : ck.AllTensors()) has_mtp = has_mtp || t->name.rfind("mtp.", 0) == 0;
+  if (has_mtp) log::Info("qwen3_next: the multi-token-prediction weights (mtp.*) are not used");
+  const ModelConfig mc = ToModelConfig(config);
+  ModelDir opened{.path = dir,
+                  .config = mc,
+                  .checkpoint = Checkpoint(),
+                  .tokenizer = Tokenizer::Builtin(mc.vocab_size),
+                  .warnings = {},
+                  .family = "qwen3_next",
+                  .source = std::make_shared<PublishedSource>(config, std::move(ck))};
+  return Model::Load(opened, options);
+}
+
+Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const ModelOptions& options) {
+  MOE_ASSIGN_OR_RETURN(Config config, LoadConfig(dir));
+  return LoadModel(dir, config, options);
+}
+
+}  // namespace moeserve::engine::qwen3_next
