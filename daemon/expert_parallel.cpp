@@ -1,4 +1,4 @@
-#include "moeserve/daemon/expert_parallel.hpp"
+#include "moeserve/daemon/model/expert_parallel.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -98,14 +98,15 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Lead(const engine::Exper
                                                              std::atomic<bool>& serving, DaemonMetrics& metrics) {
   auto impl = std::make_unique<Impl>();
   impl->settings = settings;
-  impl->Register(metrics, engine.model());
+  if (!engine.model()) return Fail(Error::InvalidArgument("expert parallelism needs a model on the shared layer graph"));
+  impl->Register(metrics, *engine.model());
   Impl* p = impl.get();
   auto listener = [p, &readiness, &serving, settings](const engine::ExpertGroupStatus& s) {
     p->OnStatus(s);
     serving.store(s.state == engine::ExpertGroupStatus::State::kConnected);
     SetReadiness(readiness, s, settings.rank, settings.world);
   };
-  MOE_ASSIGN_OR_RETURN(impl->group, engine::ExpertGroup::Lead(settings, engine.model(), listener));
+  MOE_ASSIGN_OR_RETURN(impl->group, engine::ExpertGroup::Lead(settings, *engine.model(), listener));
   return std::unique_ptr<ExpertParallel>(new ExpertParallel(std::move(impl)));
 }
 

@@ -58,7 +58,8 @@ bool IsStop(const Sequence& s, int token) {
 struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<FamilyModel> model;
-  const Model* layer_graph = nullptr;  // model, when it is the moe-dsa-v1 layer graph
+  const Model* layer_graph = nullptr;  // model, when it is the shared layer graph
+  ModelConfig description;             // model->Describe(), what config() answers
   std::shared_ptr<const ChatHooks> chat;
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<PrefixCache> prefix;
@@ -188,6 +189,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
   impl->prefix = std::make_unique<PrefixCache>(options.prefix_cache_bytes, 4096, std::clamp(options.prefix_pin_share, 0.0, 1.0));
   impl->model = std::move(parts.model);
   impl->layer_graph = dynamic_cast<const Model*>(impl->model.get());
+  impl->description = impl->model->Describe();
+  if (impl->description.architecture.empty()) impl->description.architecture = parts.chat->family();
   if (impl->model->vision()) {
     Impl* m = impl.get();
     impl->tower = std::make_unique<ImageEmbedder>(
@@ -217,11 +220,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-const ModelConfig& Engine::config() const { return model().config(); }
-const Model& Engine::model() const {
-  if (!impl_->layer_graph) throw std::logic_error("Engine::model(): the " + impl_->chat->family() + " family does not run on the moe-dsa-v1 layer graph");
-  return *impl_->layer_graph;
-}
+const ModelConfig& Engine::config() const { return impl_->description; }
+const Model* Engine::model() const { return impl_->layer_graph; }
 const FamilyModel& Engine::family_model() const { return *impl_->model; }
 const ChatHooks& Engine::chat() const { return *impl_->chat; }
 int Engine::max_context() const { return impl_->max_context; }

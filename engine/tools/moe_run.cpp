@@ -164,10 +164,11 @@ int RunFollower(const std::string& dir, const EngineOptions& eo, const ExpertGro
 // Rank 0 of a group: leads once every rank joined (null without a group).
 // Destroying the result stops the followers, so it must go before the engine.
 Result<std::unique_ptr<ExpertGroup>> LeadGroup(const Engine& engine, const ExpertGroupSettings& group) {
-  const auto* model = dynamic_cast<const Model*>(&engine.family_model());
+  const Model* model = engine.model();  // null for a family with its own forward pass
   if (model) PrintHeld(*model);
   if (!group.enabled()) return std::unique_ptr<ExpertGroup>();
-  MOE_ASSIGN_OR_RETURN(auto lead, ExpertGroup::Lead(group, engine.model(), nullptr));
+  if (!model) return Fail(Error::InvalidArgument("expert parallelism needs a model on the shared layer graph"));
+  MOE_ASSIGN_OR_RETURN(auto lead, ExpertGroup::Lead(group, *model, nullptr));
   if (!lead->WaitConnected(kGroupWait))
     return Fail(Error::Unavailable("expert-parallel group: not every one of the " + std::to_string(group.world) +
                                    " ranks joined within " + std::to_string(kGroupWait.count()) + " minutes (" +

@@ -87,7 +87,8 @@ TEST(VisionEngine, PromptReadsTheTowerRows) {
   ASSERT_EQ(got.finish, FinishReason::kLength) << got.error;
   EXPECT_EQ(got.usage.prompt_tokens, static_cast<int>(prompt.size()));
 
-  const Model& m = e->model();
+  ASSERT_NE(e->model(), nullptr);
+  const Model& m = *e->model();
   const int D = m.config().hidden_size;
   std::vector<std::vector<float>> rows;
   std::vector<RowEmbedding> emb;

@@ -202,6 +202,22 @@ void AddBias(float* y, const float* b, size_t n, size_t width) {
 
 GptOssModel::~GptOssModel() = default;
 
+ModelConfig GptOssModel::Describe() const {
+  ModelConfig c;
+  c.architecture = "gpt-oss";
+  c.vocab_size = cfg_.vocab;
+  c.hidden_size = cfg_.hidden;
+  c.num_layers = cfg_.layers;
+  c.rms_norm_eps = cfg_.rms_eps;
+  c.max_position_embeddings = cfg_.max_position;
+  c.moe.num_experts = cfg_.experts;
+  c.moe.experts_per_token = cfg_.experts_per_token;
+  c.moe.moe_intermediate_size = cfg_.intermediate;
+  c.moe.score_func = "softmax";  // over the picked experts' logits
+  c.expert_format = ExpertFormat::kMxfp4;
+  return c;  // every layer MoE (first_dense_layers 0)
+}
+
 Result<std::unique_ptr<GptOssModel>> GptOssModel::Load(const std::string& dir, kernels::Isa isa, bool bf16_activations) {
   KeepScratchInHeap();
   namespace fs = std::filesystem;

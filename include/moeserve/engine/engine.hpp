@@ -266,11 +266,14 @@ class Engine : public StepEngine {
   // sequence, so pins never starve new requests. Any thread; takes effect
   // at the next Step.
   void PinPrefix(uint64_t key, std::vector<int> tokens, double seconds);
-  // The moe-dsa-v1 layer graph and its config, for the expert-parallel
-  // group's thread-safe calls; only for families that run on it (throws
-  // std::logic_error otherwise).
+  // The model described in the layer graph's terms, for every family
+  // (FamilyModel::Describe: a family with its own forward pass fills what
+  // applies; vision is set only where the model has a tower).
   const ModelConfig& config() const;
-  const Model& model() const;
+  // The shared layer graph, for the expert-parallel group's thread-safe
+  // calls: null for a family with its own forward pass (gpt-oss), which
+  // Create refuses to split across a group.
+  const Model* model() const;
   // The family's forward pass and chat hooks.
   const FamilyModel& family_model() const;
   const ChatHooks& chat() const;

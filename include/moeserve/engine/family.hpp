@@ -17,6 +17,7 @@
 // (engine/families/registry.hpp), which maps a model directory to its family.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,12 +28,14 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/kv_pool.hpp"
+#include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/vision.hpp"
 
 namespace moeserve::engine {
 
 struct GenerationRequest;
 struct ForwardTrace;
+class HfTokenizer;
 
 // The next tokens of one sequence, appended at positions cache->length ...
 // An input row given instead of embed[token] (an image token's tower output,
@@ -108,6 +111,24 @@ class FamilyModel {
   virtual void Retire(const SequenceCache& cache) const { (void)cache; }
   // The vision tower's config when the model has one (model-format 14), else null.
   virtual const VisionConfig* vision() const { return nullptr; }
+  // The model described in the shared layer graph's terms (Engine::config()):
+  // for a model on the graph its own config; a family with its own forward
+  // pass fills what applies (sizes, layers, experts, context, expert format)
+  // and leaves the rest at ModelConfig's defaults. This default says what
+  // the interface above knows: vocabulary, context, layers and which route
+  // to how many experts.
+  virtual ModelConfig Describe() const {
+    ModelConfig c;
+    c.vocab_size = vocab_size();
+    c.max_position_embeddings = max_position();
+    const std::vector<int> experts = ExpertCounts();
+    c.num_layers = static_cast<int>(experts.size());
+    for (int e : experts) {
+      c.moe_layers.push_back(e > 0);
+      c.moe.num_experts = std::max(c.moe.num_experts, e);
+    }
+    return c;
+  }
   // The tower's rows for one image, [ImageTokenCount, hidden size]: what
   // replaces its placeholders' embeddings (ForwardSegment::embeddings).
   virtual Result<std::vector<float>> EmbedImage(const ImageInput& image) const {
@@ -146,6 +167,9 @@ class ChatHooks {
   // What a sequence emits when its controller masked every token: a token
   // that ends the turn, or none (the sequence fails).
   virtual std::optional<int> AllMaskedToken() const = 0;
+  // The tokenizer the family's chat is written in, where the hooks hold one
+  // (a chat dialect renders and reads with it); null otherwise.
+  virtual const HfTokenizer* chat_tokenizer() const { return nullptr; }
 };
 
 // A loaded family: what Engine::Create takes.

@@ -60,6 +60,8 @@ class GptOssModel final : public FamilyModel {
   ~GptOssModel() override;
 
   const GptOssConfig& config() const { return cfg_; }
+  // Its sizes, layers and MXFP4 experts in ModelConfig's terms (family.hpp).
+  ModelConfig Describe() const override;
   // The kernels its products run with (names say which variants).
   const kernels::KernelSet& kernels() const { return *kernels_; }
   // Bytes of weights held (dense as stored, experts packed), and those one
@@ -120,6 +122,7 @@ class HarmonyChatHooks final : public ChatHooks {
   std::vector<int> CloseReasoning() const override { return close_analysis_; }
   std::optional<int> AllMaskedToken() const override { return std::nullopt; }
 
+  const HfTokenizer* chat_tokenizer() const override { return &tokenizer_; }
   const HfTokenizer& tokenizer() const { return tokenizer_; }
   const HarmonyTokens& harmony_tokens() const { return harmony_; }
 

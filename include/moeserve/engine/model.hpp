@@ -148,6 +148,7 @@ class Model final : public FamilyModel {
   ~Model();
 
   const ModelConfig& config() const { return config_; }
+  ModelConfig Describe() const override { return config_; }
   const ModelOptions& options() const { return options_; }
   // Also chooses the kernels the model runs with (a KernelSet, see
   // moeserve/kernels/cpu_kernels.hpp).
