@@ -20,7 +20,8 @@ for tool in kubectl node; do
 done
 [[ -f node_modules/s3rver/bin/s3rver.js ]] || { echo "SKIP: s3rver is not installed (scripts/setup)"; exit 77; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# N free loopback ports, distinct (held together until printed); one python start for all.
+free_ports() { python3 -c 'import socket,sys; ss=[socket.socket() for _ in range(int(sys.argv[1]))]; [s.bind(("127.0.0.1",0)) for s in ss]; print(*[s.getsockname()[1] for s in ss])' "$1"; }
 PIDS=()
 cleanup() {
   local rc=$?
@@ -36,7 +37,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export HOME="$WORK/home" XDG_STATE_HOME="$WORK/home/state" KUBECONFIG="$WORK/kubeconfig"
 mkdir -p "$HOME"
-S3_PORT=$(free_port) WEBHOOK_PORT=$(free_port) AGENT_PORT=$(free_port)
+read -r S3_PORT WEBHOOK_PORT AGENT_PORT < <(free_ports 3)
 KEY=install-test-$RANDOM$RANDOM
 
 node node_modules/s3rver/bin/s3rver.js -d "$WORK/s3" -a 127.0.0.1 -p "$S3_PORT" --silent \
