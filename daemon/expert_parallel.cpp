@@ -1,4 +1,4 @@
-#include "moeserve/daemon/model/expert_parallel.hpp"
+#include "moeserve/daemon/expert_parallel.hpp"
 
 #include <algorithm>
 #include <mutex>
