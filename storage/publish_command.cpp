@@ -2,9 +2,9 @@
 // directory and uploads the directory to s3://bucket/prefix/ or file:///dir,
 // the manifest last, so that `moe-daemon pull URI` can fetch and verify it.
 // Prints the URI and the manifest's sha256 (a revision for the MoEDeployment).
-// With --experts a DeepSeek-V3.2 directory is first written converted, its
-// routed experts requantised (deepseek_v32::WriteConverted), and that
-// directory is what goes up.
+// With --experts a directory whose family converts its checkpoint
+// (FamilyEntry::write_converted: DeepSeek-V3.2) is first written converted,
+// its routed experts requantised, and that directory is what goes up.
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -12,7 +12,8 @@
 
 #include "cli_values.hpp"
 #include "moeserve/common/log.hpp"
-#include "moeserve/engine/families/deepseek_v32.hpp"
+#include "moeserve/engine/family_registry.hpp"
+#include "moeserve/engine/model_config.hpp"
 #include "moeserve/storage/commands.hpp"
 #include "moeserve/storage/model_publisher.hpp"
 #include "moeserve/storage/pull_status.hpp"
@@ -114,15 +115,21 @@ Result<PublishArgs> ParseArgs(int argc, char** argv) {
 // --experts: the directory to publish, converted (or found converted by an
 // earlier run: the converter writes it under a temporary name and renames
 // it when complete, so one that exists is whole).
+// The family registry decides which directories convert and how.
 Result<std::string> ConvertedDirectory(const PublishArgs& a) {
-  if (!engine::deepseek_v32::IsModelDir(a.dir))
-    return Fail(Error::InvalidArgument("--experts: " + a.dir +
-                                       " is not a DeepSeek-V3.2 directory (config.json model_type \"deepseek_v32\"); "
-                                       "other models are published as they are"));
+  MOE_ASSIGN_OR_RETURN(const engine::FamilyEntry* family, engine::FindFamily(a.dir));
+  if (!family->write_converted || !family->converted_experts) {
+    std::string converting;
+    for (const engine::FamilyEntry& f : engine::Families())
+      if (f.write_converted) converting += (converting.empty() ? "" : ", ") + std::string(f.name);
+    return Fail(Error::InvalidArgument("--experts: " + a.dir + " is a " + family->name +
+                                       " directory, and that family has no conversion to publish (families that "
+                                       "convert: " + converting + "); other models are published as they are"));
+  }
   std::error_code ec;
   if (std::filesystem::exists(a.converted_dir, ec)) {
-    MOE_ASSIGN_OR_RETURN(engine::deepseek_v32::Config cfg, engine::deepseek_v32::LoadConfig(a.converted_dir));
-    if (cfg.converted_experts != a.experts)
+    MOE_ASSIGN_OR_RETURN(std::optional<engine::ExpertFormat> held, family->converted_experts(a.converted_dir));
+    if (held != a.experts)
       return Fail(Error::InvalidArgument(a.converted_dir + " exists but does not hold experts converted to " +
                                          std::string(engine::ExpertFormatName(*a.experts)) +
                                          "; remove it or name another --converted-dir"));
@@ -130,7 +137,7 @@ Result<std::string> ConvertedDirectory(const PublishArgs& a) {
     return a.converted_dir;
   }
   if (a.options.log_progress) log::Info("publish: converting " + a.dir + " into " + a.converted_dir);
-  MOE_TRY(engine::deepseek_v32::WriteConverted(a.dir, a.converted_dir, *a.experts));
+  MOE_TRY(family->write_converted(a.dir, a.converted_dir, engine::ConversionOptions{.experts = *a.experts}));
   return a.converted_dir;
 }
 

@@ -3,6 +3,7 @@
 // what is wrong; unreadable configs are clear errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -54,6 +55,33 @@ TEST(FamilyRegistry, NamesAreUniqueAndEveryEntryLoads) {
     EXPECT_NE(f.load, nullptr);
   }
   EXPECT_TRUE(names.count("moe-dsa-v1"));
+}
+
+// Publishing asks the registry for a conversion: DeepSeek-V3.2 has one (its
+// converted directory is named by the experts it holds), the others none,
+// and a directory that is not a converted one says so (nullopt).
+TEST(FamilyRegistry, OnlyDeepseekV32ConvertsForPublishing) {
+  std::set<std::string> converting;
+  for (const FamilyEntry& f : Families()) {
+    EXPECT_EQ(f.write_converted == nullptr, f.converted_experts == nullptr) << f.name;
+    if (f.write_converted) converting.insert(f.name);
+  }
+  EXPECT_EQ(converting, (std::set<std::string>{"deepseek_v32"}));
+  auto ds = FindFamily(ConfigDir("ds32", R"({"model_type": "deepseek_v32"})"));
+  ASSERT_TRUE(ds) << ds.error().ToString();
+  ASSERT_NE((*ds)->converted_experts, nullptr);
+  // The published config (no "moeserve_converted"): not a converted directory.
+  const char* src = std::getenv("MOESERVE_SOURCE_DIR");
+  const std::string root = src ? src : MOESERVE_SOURCE_DIR_DEFAULT;
+  const std::string dir = testing_util::TempPath("registry_ds32_published");
+  std::filesystem::remove_all(dir);
+  const std::string cmd = "/usr/bin/python3 " + root + "/tools/reference/families/deepseek_v32.py write --out " + dir +
+                          " --layers 2 --index-topk 8 > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto held = (*ds)->converted_experts(dir);
+  ASSERT_TRUE(held) << held.error().ToString();
+  EXPECT_FALSE(held->has_value());
+  std::filesystem::remove_all(dir);
 }
 
 // The engine opened through the registry serves moe-dsa-v1 as Create does.

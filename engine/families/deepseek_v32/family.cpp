@@ -105,8 +105,20 @@ Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
   return parts;
 }
 
+// publish --experts: the converted directory nodes load without converting.
+Status WriteConvertedDir(const std::string& dir, const std::string& out, const ConversionOptions& options) {
+  return deepseek_v32::WriteConverted(dir, out, options.experts);
+}
+
+Result<std::optional<ExpertFormat>> ConvertedExperts(const std::string& out) {
+  MOE_ASSIGN_OR_RETURN(deepseek_v32::Config cfg, deepseek_v32::LoadConfig(out));
+  return cfg.converted_experts;
+}
+
 }  // namespace
 
-FamilyEntry DeepseekV32Family() { return {deepseek_v32::kModelType, Matches, Load}; }
+FamilyEntry DeepseekV32Family() {
+  return {deepseek_v32::kModelType, Matches, Load, WriteConvertedDir, ConvertedExperts};
+}
 
 }  // namespace moeserve::engine

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/family.hpp"
+#include "moeserve/engine/model_config.hpp"
 
 namespace moeserve::engine {
 
@@ -28,11 +30,24 @@ struct ConfigProbe {
   std::string architecture;                // moe-dsa-v1's own key
 };
 
+// What a directory is converted into for publishing (`moe-daemon publish --experts`).
+struct ConversionOptions {
+  ExpertFormat experts = ExpertFormat::kMxfp4;  // the routed experts' format in the converted directory
+};
+
 struct FamilyEntry {
   const char* name;  // "moe-dsa-v1", "gpt-oss": ChatHooks::family() says the same
   bool (*matches)(const ConfigProbe& probe);
   // Parses the config, loads the weights and tokenizer; errors name the file or field.
   Result<FamilyParts> (*load)(const std::string& dir, const ModelOptions& options);
+  // Optional (null: the family's directories are published as they are).
+  // Writes DIR converted into the new directory OUT, which the family then
+  // loads with no conversion: refused if OUT exists; written under a
+  // temporary name and renamed when complete, so an OUT that exists is whole.
+  Status (*write_converted)(const std::string& dir, const std::string& out, const ConversionOptions& options) = nullptr;
+  // With write_converted: the routed experts' format of a directory it wrote
+  // (nullopt when OUT is not one); errors name the file.
+  Result<std::optional<ExpertFormat>> (*converted_experts)(const std::string& out) = nullptr;
 };
 
 // Every registered family, in matching order.
