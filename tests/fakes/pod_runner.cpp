@@ -248,7 +248,7 @@ void Event(FakeApiServer& server, PodRunner::Pod& pod, const std::string& type, 
              {"reason", reason},
              {"message", message},
              {"type", type},
-             {"source", {{"component", reason == "FailedScheduling" ? "default-scheduler" : "kubelet"}}},
+             {"source", {{"component", reason == "FailedScheduling" || reason == "Scheduled" ? "default-scheduler" : "kubelet"}}},
              {"firstTimestamp", NowRfc3339()},
              {"lastTimestamp", NowRfc3339()},
              {"count", 1}};
