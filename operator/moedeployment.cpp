@@ -1,7 +1,11 @@
 #include "moeserve/operator/moedeployment.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <map>
+#include <string_view>
 
 #include "moeserve/common/model_cache_key.hpp"
 #include "moeserve/common/sha256.hpp"
@@ -15,6 +19,68 @@ SecretReference ReadSecretReference(const json& j) {
   if (j.contains("vault")) ref.vault_path = j["vault"].value("path", "");
   if (j.contains("secretRef")) ref.secret_name = j["secretRef"].value("name", "");
   return ref;
+}
+
+// The spec's bounds and defaults are the CRD's (crds/moeserve.io_moedeployments.yaml);
+// the API server applies them to what it admits, and the parser applies them
+// again, so an object stored before a bound existed, or a spec from elsewhere
+// (the webhook's, a test's), means the same. operator.crd_bounds walks the
+// schema and holds every default, minimum, maximum and enum to these reads.
+constexpr int64_t kNoUpperBound = std::numeric_limits<int64_t>::max();
+
+// An integer field of `object`: absent (or null) gives `fallback`; present
+// must be an integer in [lo, hi]. Errors name `field`.
+Result<int64_t> IntegerField(const json& object, const char* key, const std::string& field, int64_t fallback,
+                             int64_t lo, int64_t hi = kNoUpperBound) {
+  if (!object.is_object() || !object.contains(key) || object[key].is_null()) return fallback;
+  const json& v = object[key];
+  if (!v.is_number_integer()) return Fail(Error::InvalidArgument(field + ": must be an integer (got " + v.dump() + ")"));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return Fail(Error::InvalidArgument(field + ": must be at most " + std::to_string(hi) + " (got " + v.dump() + ")"));
+  const int64_t n = v.get<int64_t>();
+  if (n < lo) return Fail(Error::InvalidArgument(field + ": must be >= " + std::to_string(lo) + " (got " + v.dump() + ")"));
+  if (n > hi)
+    return Fail(Error::InvalidArgument(field + ": must be at most " + std::to_string(hi) + " (got " + v.dump() + ")"));
+  return n;
+}
+
+// A field held in an int (the CRD's int32 fields): as IntegerField, at most INT32_MAX.
+Result<int> IntField(const json& object, const char* key, const std::string& field, int fallback, int64_t lo,
+                     int64_t hi = std::numeric_limits<int32_t>::max()) {
+  MOE_ASSIGN_OR_RETURN(const int64_t n, IntegerField(object, key, field, fallback, lo, hi));
+  return static_cast<int>(n);
+}
+
+// A string field whose value must be one of `allowed`; absent gives `fallback`.
+Result<std::string> EnumField(const json& object, const char* key, const std::string& field,
+                              const std::string& fallback, std::initializer_list<std::string_view> allowed) {
+  if (!object.is_object() || !object.contains(key) || object[key].is_null()) return fallback;
+  const json& v = object[key];
+  std::string list;
+  for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  if (v.is_string() && std::find(allowed.begin(), allowed.end(), v.get<std::string>()) != allowed.end())
+    return v.get<std::string>();
+  return Fail(Error::InvalidArgument(field + ": must be one of " + list + " (got " +
+                                     v.dump(-1, ' ', false, json::error_handler_t::replace) + ")"));
+}
+
+// spec.engine.thinking.budgets: absent stays absent (the model's config.json
+// values apply); present, each tier is a count >= 0, a missing one its default.
+Result<json> ThinkingBudgets(const json& thinking) {
+  if (!thinking.is_object() || !thinking.contains("budgets") || thinking["budgets"].is_null()) return json::object();
+  const json& budgets = thinking["budgets"];
+  if (!budgets.is_object())
+    return Fail(Error::InvalidArgument("spec.engine.thinking.budgets: must be an object"));
+  json out = json::object();
+  struct Tier {
+    const char* name;
+    int64_t fallback;
+  };
+  for (const Tier& t : {Tier{"low", 256}, Tier{"medium", 2048}, Tier{"high", 16384}}) {
+    MOE_ASSIGN_OR_RETURN(out[t.name], IntegerField(budgets, t.name, std::string("spec.engine.thinking.budgets.") + t.name,
+                                                   t.fallback, 0));
+  }
+  return out;
 }
 
 // JSON-path text for a resource name, as kubectl prints map keys: limits["nvidia.com/gpu"].
@@ -76,14 +142,17 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
     s.vault_role = vault.value("role", "");
     s.model_credentials.vault_role = s.vault_role;
     const json engine = spec.value("engine", json::object());
-    s.max_context_tokens = engine.value("maxContextTokens", int64_t{131072});
+    MOE_ASSIGN_OR_RETURN(s.max_context_tokens,
+                         IntegerField(engine, "maxContextTokens", "spec.engine.maxContextTokens", 131072, 1024));
     const json thinking = engine.value("thinking", json::object());
-    s.default_tier = thinking.value("defaultTier", "medium");
-    s.thinking_budgets = thinking.value("budgets", json::object());
+    MOE_ASSIGN_OR_RETURN(s.default_tier, EnumField(thinking, "defaultTier", "spec.engine.thinking.defaultTier",
+                                                   "medium", {"low", "medium", "high"}));
+    MOE_ASSIGN_OR_RETURN(s.thinking_budgets, ThinkingBudgets(thinking));
     const json par = spec.value("parallelism", json::object());
-    s.nodes_per_replica = par.value("nodesPerReplica", 1);
-    s.gpus_per_node = par.value("gpusPerNode", 8);
-    s.replicas = spec.value("replicas", 1);
+    MOE_ASSIGN_OR_RETURN(s.nodes_per_replica,
+                         IntField(par, "nodesPerReplica", "spec.parallelism.nodesPerReplica", 1, 1, 64));
+    MOE_ASSIGN_OR_RETURN(s.gpus_per_node, IntField(par, "gpusPerNode", "spec.parallelism.gpusPerNode", 8, 0, 16));
+    MOE_ASSIGN_OR_RETURN(s.replicas, IntField(spec, "replicas", "spec.replicas", 1, 0));
     s.resources = spec.value("resources", json::object());
     s.node_selector = spec.value("nodeSelector", json());
     s.tolerations = spec.value("tolerations", json());
@@ -95,29 +164,25 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
       return Fail(Error::InvalidArgument(
           "spec.cache.hostPath: not supported; the node cache location is platform configuration "
           "(moe-operator --cache-root); remove the field and keep only spec.cache.sizeLimitGi"));
-    s.cache_size_gi = cache.value("sizeLimitGi", int64_t{0});
+    // Absent: 0, no limit.
+    MOE_ASSIGN_OR_RETURN(s.cache_size_gi, IntegerField(cache, "sizeLimitGi", "spec.cache.sizeLimitGi", 0, 1));
     if (spec.contains("state")) {
       const json state = spec["state"];
-      s.state_size_gi = state.value("sizeGi", int64_t{1});
+      MOE_ASSIGN_OR_RETURN(s.state_size_gi, IntegerField(state, "sizeGi", "spec.state.sizeGi", 1, 1));
       s.state_storage_class = state.value("storageClassName", "");
     }
     const json endpoint = spec.value("endpoint", json::object());
-    s.port = endpoint.value("port", 8000);
+    MOE_ASSIGN_OR_RETURN(s.port, IntField(endpoint, "port", "spec.endpoint.port", 8000, 1, 65535));
     s.api_keys = ReadSecretReference(endpoint.value("apiKeys", json::object()));
     s.api_keys.vault_role = s.vault_role;
     if (endpoint.contains("tls")) s.tls_secret = endpoint["tls"].value("secretName", "");
     if (spec.contains("quotaPolicyRef")) s.quota_policy = spec["quotaPolicyRef"].value("name", "");
-    s.max_unavailable_replicas = spec.value("rollout", json::object()).value("maxUnavailableReplicas", 1);
+    MOE_ASSIGN_OR_RETURN(s.max_unavailable_replicas,
+                         IntField(spec.value("rollout", json::object()), "maxUnavailableReplicas",
+                                  "spec.rollout.maxUnavailableReplicas", 1, 1));
   } catch (const json::exception& e) {
     return Fail(Error::InvalidArgument(std::string("spec: ") + e.what()));
   }
-  // The CRD schema enforces these; an object stored before the schema did is still refused here.
-  if (s.replicas < 0) return Fail(Error::InvalidArgument("spec.replicas: must be >= 0"));
-  if (s.nodes_per_replica < 1) return Fail(Error::InvalidArgument("spec.parallelism.nodesPerReplica: must be >= 1"));
-  if (s.gpus_per_node < 0) return Fail(Error::InvalidArgument("spec.parallelism.gpusPerNode: must be >= 0"));
-  if (s.max_unavailable_replicas < 1)
-    return Fail(Error::InvalidArgument("spec.rollout.maxUnavailableReplicas: must be >= 1"));
-  if (s.state_size_gi < 0) return Fail(Error::InvalidArgument("spec.state.sizeGi: must be >= 1"));
   MOE_ASSIGN_OR_RETURN(s.autoscaling, ParseAutoscalingSpec(spec.contains("autoscaling") ? spec["autoscaling"] : json()));
   MOE_TRY(CheckTenantResources(s.resources));
   return s;

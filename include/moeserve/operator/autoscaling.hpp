@@ -46,6 +46,7 @@ struct AutoscalingSpec {
   // must be before it counts (the HPA's 10 %), and the TTFT window.
   double tolerance = 0.1;
   double ttft_window_seconds = 60;
+  bool operator==(const AutoscalingSpec&) const = default;
 };
 
 // spec.autoscaling (null or absent: disabled). `replicas_field` is

@@ -114,6 +114,7 @@ struct SecretReference {
   std::string vault_role;  // spec.vault.role for a Vault path; "" = the namespace's name
   std::string secret_name;
   bool empty() const { return vault_path.empty() && secret_name.empty(); }
+  bool operator==(const SecretReference&) const = default;
 };
 
 struct MoEDeploymentSpec {
@@ -151,9 +152,13 @@ struct MoEDeploymentSpec {
   struct Budgeting {
     std::string policy;  // "": ungoverned, the daemons keep no budgets
     json pricing, budgets;  // the policy's spec.pricing and spec.budgets (null when unset)
+    bool operator==(const Budgeting&) const = default;
   } budgeting;
 
   int LocalRanks() const { return gpus_per_node > 0 ? gpus_per_node : 1; }
+  // Field by field: two specs that mean the same (operator.crd_bounds holds
+  // an absent field to the CRD's default with it).
+  bool operator==(const MoEDeploymentSpec&) const = default;
 };
 
 // Reads spec (after the CRD's defaults); an error names the field. Fields
