@@ -53,7 +53,7 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
     return Fail(Error::InvalidArgument(
         "experts: " + std::string(ExpertFormatName(*options.experts)) + " requested, but " + dir.path +
         " holds its routed experts as " + std::string(ExpertFormatName(dir.config.expert_format)) +
-        " (requantisation at load is offered by the deepseek_v32 family only)"));
+        " (requantisation at load is offered by the deepseek_v32 and qwen3_next families only)"));
   CheckpointSource mapped(dir.checkpoint);
   TensorSource& source = dir.source ? *dir.source : static_cast<TensorSource&>(mapped);
   MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(source, dir.config, model->ep_rank_, model->ep_world_));

@@ -7,8 +7,8 @@
 //           [--kernels fast|reference] [--bf16-activations] [--experts mxfp4|bf16] [--ignore-eos]
 //           [--read-bw GBPS|auto] [--batch N]
 //
-// --experts mxfp4 requantises a DeepSeek-V3.2 checkpoint's routed experts to
-// MXFP4 at load (ModelOptions::experts); other families refuse a format
+// --experts mxfp4 requantises a DeepSeek-V3.2 or Qwen3-Next checkpoint's
+// routed experts to MXFP4 at load (ModelOptions::experts); other families refuse a format
 // other than the one they store. The summary line gives the process's peak
 // resident memory.
 // --bf16-activations (fast kernels only, every family): prefill products of

@@ -11,6 +11,7 @@
 #include "moeserve/engine/safetensors.hpp"
 #include "moeserve/engine/tensor_source.hpp"
 #include "moeserve/engine/tokenizer.hpp"
+#include "moeserve/kernels/mxfp4.hpp"
 
 namespace moeserve::engine::qwen3_next {
 
@@ -56,7 +57,10 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 // gather of rows, 1 + w for a zero-centred norm, or a stack of experts.
 class PublishedSource final : public TensorSource {
  public:
-  PublishedSource(const Config& c, Checkpoint checkpoint) : ck_(std::move(checkpoint)) { Plan(c); }
+  PublishedSource(const Config& c, Checkpoint checkpoint, ExpertFormat experts)
+      : ck_(std::move(checkpoint)), experts_(experts) {
+    Plan(c);
+  }
 
   Result<HeldTensor> Get(const std::string& name) override {
     const auto it = recipes_.find(name);
@@ -146,6 +150,58 @@ class PublishedSource final : public TensorSource {
     };
   }
 
+  // The same experts requantised to MXFP4 (model.md section 7's encoder,
+  // from the BF16 values, one expert's fp32 values at a time): `base_out`
+  // .blocks [E, rows, cols / 32, 16] and .scales [E, rows, cols / 32]. The
+  // loader asks for the blocks, then the scales: one encoding makes both,
+  // the scales kept for that second request.
+  Recipe Mxfp4Experts(std::string base_out, std::string base, int E, std::vector<std::string> names, int64_t rows,
+                      int64_t cols, bool scales) {
+    return [this, base_out, base, E, names, rows, cols, scales]() -> Result<HeldTensor> {
+      const int64_t R = rows * static_cast<int64_t>(names.size()), B = cols / 32;
+      if (scales && pending_scales_name_ == base_out) {
+        pending_scales_name_.clear();
+        return Made(base_out + ".scales", DType::kU8, {E, R, B}, std::move(pending_scales_));
+      }
+      const size_t n = static_cast<size_t>(R) * static_cast<size_t>(cols);
+      std::vector<uint8_t> blocks(static_cast<size_t>(E) * n / 2), scale_bytes(static_cast<size_t>(E) * n / 32);
+      std::vector<float> f32(n);
+      const size_t part = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+      for (int e = 0; e < E; ++e) {
+        for (size_t k = 0; k < names.size(); ++k) {
+          const std::string name = base + ".experts." + std::to_string(e) + "." + names[k] + ".weight";
+          MOE_ASSIGN_OR_RETURN(const TensorView* t, Find(name, {rows, cols}));
+          if (t->dtype != DType::kBF16) return Fail(Error::InvalidArgument("tensor '" + name + "': experts must be BF16"));
+          for (size_t i = 0; i < part; ++i) {
+            uint16_t b;
+            std::memcpy(&b, t->data + 2 * i, 2);
+            f32[k * part + i] = Bf16ToF32(b);
+          }
+        }
+        const long long bad = kernels::Mxfp4EncodeMatrix(f32.data(), static_cast<size_t>(R), static_cast<size_t>(cols),
+                                                         blocks.data() + static_cast<size_t>(e) * (n / 2),
+                                                         scale_bytes.data() + static_cast<size_t>(e) * (n / 32));
+        if (bad >= 0)
+          return Fail(Error::Corruption(base + ".experts." + std::to_string(e),
+                                        "element " + std::to_string(bad) + " is not finite; cannot requantise to MXFP4"));
+      }
+      if (scales) return Made(base_out + ".scales", DType::kU8, {E, R, B}, std::move(scale_bytes));
+      pending_scales_name_ = base_out;
+      pending_scales_ = std::move(scale_bytes);
+      return Made(base_out + ".blocks", DType::kU8, {E, R, B, 16}, std::move(blocks));
+    };
+  }
+  // The routed experts of one projection in the format asked for.
+  void AddExperts(const std::string& out, const std::string& base, int E, const std::vector<std::string>& names,
+                  int64_t rows, int64_t cols) {
+    if (experts_ == ExpertFormat::kMxfp4) {
+      recipes_[out + ".blocks"] = Mxfp4Experts(out, base, E, names, rows, cols, false);
+      recipes_[out + ".scales"] = Mxfp4Experts(out, base, E, names, rows, cols, true);
+    } else {
+      recipes_[out + ".weight"] = Experts(base, E, names, rows, cols);
+    }
+  }
+
   void Plan(const Config& c) {
     const int64_t D = c.hidden_size, V = c.vocab_size;
     auto& R = recipes_;
@@ -195,8 +251,8 @@ class PublishedSource final : public TensorSource {
       if (c.sparse[static_cast<size_t>(i)]) {
         const int64_t E = c.num_experts, I = c.moe_intermediate_size, S = c.shared_expert_intermediate_size;
         R[e + "ffn.gate.weight"] = Same(p + "mlp.gate.weight", {E, D});
-        R[e + "ffn.experts.w13.weight"] = Experts(p + "mlp", c.num_experts, {"gate_proj", "up_proj"}, I, D);
-        R[e + "ffn.experts.w2.weight"] = Experts(p + "mlp", c.num_experts, {"down_proj"}, D, I);
+        AddExperts(e + "ffn.experts.w13", p + "mlp", c.num_experts, {"gate_proj", "up_proj"}, I, D);
+        AddExperts(e + "ffn.experts.w2", p + "mlp", c.num_experts, {"down_proj"}, D, I);
         if (S > 0) {
           R[e + "ffn.shared.w1.weight"] = Same(p + "mlp.shared_expert.gate_proj.weight", {S, D});
           R[e + "ffn.shared.w3.weight"] = Same(p + "mlp.shared_expert.up_proj.weight", {S, D});
@@ -213,7 +269,10 @@ class PublishedSource final : public TensorSource {
   }
 
   Checkpoint ck_;
+  ExpertFormat experts_;
   std::map<std::string, Recipe> recipes_;
+  std::string pending_scales_name_;  // MXFP4: the scales made with the last blocks, for their request
+  std::vector<uint8_t> pending_scales_;
 };
 
 }  // namespace
@@ -256,14 +315,21 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const Config& c
   bool has_mtp = false;
   for (const TensorView* t : ck.AllTensors()) has_mtp = has_mtp || t->name.rfind("mtp.", 0) == 0;
   if (has_mtp) log::Info("qwen3_next: the multi-token-prediction weights (mtp.*) are not used");
-  const ModelConfig mc = ToModelConfig(config);
+  ModelConfig mc = ToModelConfig(config);
+  // experts: mxfp4 requantises the published BF16 experts at load.
+  mc.expert_format = options.experts.value_or(ExpertFormat::kBf16);
+  if (mc.expert_format == ExpertFormat::kMxfp4 && (mc.hidden_size % 32 || mc.moe.moe_intermediate_size % 32))
+    return Fail(Error::InvalidArgument("experts: mxfp4 requested, but " + dir + "/config.json has hidden_size " +
+                                       std::to_string(mc.hidden_size) + " and moe_intermediate_size " +
+                                       std::to_string(mc.moe.moe_intermediate_size) +
+                                       ": both must be multiples of 32 (MXFP4 blocks)"));
   ModelDir opened{.path = dir,
                   .config = mc,
                   .checkpoint = Checkpoint(),
                   .tokenizer = Tokenizer::Builtin(mc.vocab_size),
                   .warnings = {},
                   .family = "qwen3_next",
-                  .source = std::make_shared<PublishedSource>(config, std::move(ck))};
+                  .source = std::make_shared<PublishedSource>(config, std::move(ck), mc.expert_format)};
   return Model::Load(opened, options);
 }
 

@@ -14,7 +14,10 @@
 //  * zero-centred RMSNorm weights w are given as 1 + w (fp32, exact as the
 //    modeling code computes it); the DeltaNet output norm is a plain weight;
 //  * the routed experts are stacked into ffn.experts.w13 ([gate | up] rows)
-//    and ffn.experts.w2 as BF16; the shared expert and its sigmoid gate are
+//    and ffn.experts.w2 as BF16, or with ModelOptions::experts kMxfp4
+//    requantised from those BF16 values into MXFP4 blocks and scales
+//    (model.md section 7; hidden_size and moe_intermediate_size multiples
+//    of 32); the shared expert and its sigmoid gate are
 //    ffn.shared.*; routing is softmax over the experts (no bias).
 // The multi-token-prediction weights (mtp.*) are not used.
 #pragma once

@@ -80,11 +80,11 @@ struct ModelOptions {
   // absorbed unless kExpanded; DeltaNet: recurrent).
   bool deterministic = false;
   // The routed experts' format in memory. Unset: as the checkpoint stores
-  // them. kMxfp4 for a family that converts its published checkpoint at
-  // load (deepseek_v32) requantises the routed experts from the BF16 values
-  // of that conversion with model.md section 7's encoder (dense layers,
-  // shared experts, attention and the indexer stay BF16). A format other
-  // than the checkpoint's is refused for every other family.
+  // them. kMxfp4 for a family that converts or maps its published
+  // checkpoint at load (deepseek_v32, qwen3_next) requantises the routed
+  // experts from their BF16 values with model.md section 7's encoder (dense
+  // layers, shared experts, attention and the indexer stay BF16). A format
+  // other than the checkpoint's is refused for every other family.
   std::optional<ExpertFormat> experts;
   // Expert parallelism: this rank loads only its experts and every MoE layer
   // runs across the group (moe_parallel.cpp). Every rank must then call

@@ -22,6 +22,7 @@ our own code, torch only, no transformers import). What it follows:
 The multi-token-prediction head (mtp.*) is not part of the forward pass.
 
   python3 qwen3_next.py write --out DIR [--layers 4] [--seed 1]
+  python3 qwen3_next.py mxfp4-experts --model DIR --out DIR2   (routed experts through MXFP4 and back)
   python3 qwen3_next.py run --model DIR --tokens 1,2,3 --decode 8 --out OUTDIR
 
 `run` writes OUTDIR/meta.json: tokens (prompt and the greedy tokens fed
@@ -327,6 +328,25 @@ def cmd_write(a):
             shutil.copyfile(os.path.join(tok, name), os.path.join(a.out, name))
 
 
+def cmd_mxfp4_experts(a):
+    """A copy of --model whose routed experts are their MXFP4 round trip
+    (model.md section 7's encoder, decoded: exact in BF16), one shard: what
+    the engine's experts mxfp4 computes with, for the fp32 reference to run."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import mxfp4  # noqa: E402
+    cfg, w = load(a.model)
+    out = {}
+    for n, v in w.items():
+        if ".mlp.experts." in n:
+            blocks, scales = mxfp4.encode(v, n)
+            v = mxfp4.decode(blocks, scales, n)
+        out[n] = (v.to(torch.bfloat16), "BF16")
+    os.makedirs(a.out, exist_ok=True)
+    write_safetensors(os.path.join(a.out, "model.safetensors"), out)
+    with open(os.path.join(a.out, "config.json"), "w") as fh:
+        json.dump(cfg, fh, indent=1)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -344,8 +364,11 @@ def main(argv=None):
     r.add_argument("--tokens", required=True)
     r.add_argument("--decode", type=int, default=8)
     r.add_argument("--out", required=True)
+    m = sub.add_parser("mxfp4-experts")
+    m.add_argument("--model", required=True)
+    m.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    (cmd_write if a.cmd == "write" else cmd_run)(a)
+    {"write": cmd_write, "run": cmd_run, "mxfp4-experts": cmd_mxfp4_experts}[a.cmd](a)
 
 
 if __name__ == "__main__":
