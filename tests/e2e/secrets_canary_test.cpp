@@ -20,7 +20,7 @@
 #include <sstream>
 
 #include "../daemon/daemon_harness.hpp"
-#include "../daemon/storage/s3_listing_double.hpp"
+#include "../storage/s3_listing_double.hpp"
 #include "../operator/operator_test_util.hpp"
 #include "moeserve/common/base64.hpp"
 #include "moeserve/daemon/metrics.hpp"

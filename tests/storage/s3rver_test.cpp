@@ -8,8 +8,8 @@
 
 #include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/model_dir.hpp"
-#include "storage/s3rver.hpp"
-#include "storage/test_servers.hpp"
+#include "s3rver.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {

@@ -5,7 +5,7 @@
 // plus helpers that write random model folders with a manifest.json.
 #pragma once
 
-#include "../../support/loopback.hpp"
+#include "../support/loopback.hpp"
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>

@@ -16,8 +16,8 @@
 #include "moeserve/storage/commands.hpp"
 #include "moeserve/storage/model_publisher.hpp"
 #include "moeserve/storage/weight_puller.hpp"
-#include "storage/s3rver.hpp"
-#include "storage/test_servers.hpp"
+#include "s3rver.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "moeserve/storage/weight_puller.hpp"
-#include "storage/test_servers.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {

@@ -9,7 +9,7 @@
 #include "moeserve/storage/pull_metrics.hpp"
 #include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/manifest.hpp"
-#include "storage/test_servers.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {

@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "moeserve/storage/weight_puller.hpp"
-#include "storage/openssl_server.hpp"
-#include "storage/test_servers.hpp"
+#include "openssl_server.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {

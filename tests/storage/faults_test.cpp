@@ -8,7 +8,7 @@
 
 #include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/manifest.hpp"
-#include "storage/test_servers.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {

@@ -10,8 +10,8 @@
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/storage/object_key.hpp"
 #include "moeserve/storage/weight_puller.hpp"
-#include "storage/s3_listing_double.hpp"
-#include "storage/test_servers.hpp"
+#include "s3_listing_double.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {

@@ -13,7 +13,7 @@
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/storage/s3_request.hpp"
 #include "moeserve/storage/sigv4.hpp"
-#include "storage/test_servers.hpp"
+#include "test_servers.hpp"
 
 namespace moeserve::storage {
 namespace {
@@ -152,7 +152,7 @@ TEST(SigV4Botocore, AuthorizationHeadersMatch) {
   }
   std::string dir = testing::MakeTempDir("sigv4");
   std::ofstream(dir + "/in.json") << requests.dump();
-  std::string script = testing::SourceDir() + "/tests/daemon/storage/botocore_sign.py";
+  std::string script = testing::SourceDir() + "/tests/storage/botocore_sign.py";
   std::string cmd = "/usr/bin/python3 " + script + " < " + dir + "/in.json > " + dir + "/out.json";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
