@@ -14,7 +14,8 @@
 //    that close a reasoning span when the thinking budget is spent.
 //
 // A family is one folder under engine/families/ and one line in the registry
-// (engine/families/registry.hpp), which maps a model directory to its family.
+// (engine/families/registry.cpp, read through family_registry.hpp), which
+// maps a model directory to its family.
 #pragma once
 
 #include <algorithm>

@@ -21,7 +21,7 @@ int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19
 
 // The log-softmax of raw logits over the tokenizer's ids (the padding rows
 // past them excluded), before any temperature, top-p or mask: what
-// `logprobs` reports. Both engines use it (moe-dsa-v1's Engine, GptOssEngine).
+// `logprobs` reports. The engine uses it for every family.
 class TokenLogprobs {
  public:
   // Reads the first `ids` logits (not modified; all of them when the row is
