@@ -150,6 +150,7 @@ constexpr KernelSet kReferenceKernels = {
     .delta_rule_chunked = {DeltaRuleChunked, "delta_rule_chunked_ref"},
     .causal_conv_silu = {CausalConvSiluRef, "causal_conv_silu_ref"},
     .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
+    .matmul_fp8_block = {MatMulFp8BlockRef, "matmul_fp8_block_ref"},
 };
 
 // RMSNorm, the gates and the recurrent delta rule: the reference's loops are
@@ -171,6 +172,7 @@ constexpr KernelSet kScalarKernels = {
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_scalar),
     // The matrix-vector block on every row: its results by definition.
     .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
+    .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_scalar),
 };
 
 // The MXFP4 activation quantiser: the scalar one (from the fallback).
@@ -193,6 +195,7 @@ constexpr KernelSet kAvx2Kernels = {
     .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_avx2),
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx2),
     .mxfp4_matvec_rows = {mxfp4_matvec_avx2, "mxfp4_matvec_rows_avx2"},
+    .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_avx2),
 };
 
 constexpr KernelSet kAvx512Kernels = {
@@ -217,6 +220,7 @@ constexpr KernelSet kAvx512Kernels = {
     .delta_rule_chunked = MOESERVE_KERNEL(delta_rule_chunked_avx512),
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx512),
     .mxfp4_matvec_rows = MOESERVE_KERNEL(mxfp4_matvec_rows_avx512),
+    .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_avx512),
 };
 
 // In its BF16-activation set, attention's products as BF16 dot products too.

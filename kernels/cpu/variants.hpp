@@ -13,6 +13,7 @@
 
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
+#include "moeserve/kernels/fp8_block.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
@@ -193,5 +194,20 @@ void mla_decode_avx512_bf16act(const MlaDecodeShape& shape, const float* q_abs, 
 void mla_rows_avx512_bf16act(const MlaDecodeShape& shape, int queries, const float* q_abs, const float* q_pe,
                              const float* const* rows, size_t offset, const int* const* keys, const int* n_keys,
                              float* lat);
+
+// FP8 block-scaled products (fp8_block.hpp). The row kernels compute output
+// rows [r_begin, r_end) of Y for all n activation rows, single-threaded
+// (fp8_block_avx2.cpp / fp8_block_avx512.cpp are built with their ISA's
+// flags); the matmul_fp8_block_* entries split output rows across the pool.
+using Fp8BlockRowsFn = void (*)(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin,
+                                size_t r_end);
+// Every E4M3 code's value (256 floats; the scalar kernel and the AVX2 tails).
+const float* Fp8E4m3Table();
+void fp8_block_rows_scalar(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin, size_t r_end);
+void fp8_block_rows_avx2(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin, size_t r_end);
+void fp8_block_rows_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin, size_t r_end);
+void matmul_fp8_block_scalar(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+void matmul_fp8_block_avx2(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+void matmul_fp8_block_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y);
 
 }  // namespace moeserve::kernels::cpu

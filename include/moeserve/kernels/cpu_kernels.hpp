@@ -41,6 +41,7 @@
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
+#include "moeserve/kernels/fp8_block.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
@@ -191,6 +192,10 @@ struct KernelSet {
   // mxfp4_activation_bits.hpp): a row tile per decoded line of codes where
   // an Isa has one, else the matrix-vector block itself.
   Kernel<Mxfp4MatVecFn> mxfp4_matvec_rows;
+  // Y[n, rows] = X[n, cols] W^T over FP8 E4M3 weights with 128 x 128 fp32
+  // block scales, held as published (fp8_block.hpp); threaded over output
+  // rows, one row (decode) or many (batched decode, prefill).
+  Kernel<MatMulFp8BlockFn> matmul_fp8_block;
 };
 
 // The set for isa. isa must be supported (IsaSupported): asking for a set
@@ -249,6 +254,7 @@ constexpr void ForEachFamily(Fn&& fn) {
   fn("delta_rule_chunked", &KernelSet::delta_rule_chunked);
   fn("causal_conv_silu", &KernelSet::causal_conv_silu);
   fn("mxfp4_matvec_rows", &KernelSet::mxfp4_matvec_rows);
+  fn("matmul_fp8_block", &KernelSet::matmul_fp8_block);
 }
 
 // Calls fn(family, variant name, whether the entry has a function) for every

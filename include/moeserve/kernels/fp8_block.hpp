@@ -1,0 +1,63 @@
+// FP8 block-scaled weights, held as published (DeepSeek-V3.x checkpoints):
+// an E4M3 matrix [rows, cols] of one-byte codes, row-major, with one fp32
+// scale per 128 x 128 block ([ceil(rows/128), ceil(cols/128)], row-major:
+// the checkpoint's `weight_scale_inv`). The real weight is
+// E4M3(code) * scale, and the scale may be any float (not only a power of
+// two, so converting to BF16 at load is not exact in general).
+//
+// The products multiply each decoded code by its block's scale in fp32 (one
+// rounding, as upstream's dequantisation does) and accumulate the products
+// with the activations in fp32. Conventions as cpu_ops.hpp: W [out = rows,
+// in = cols], Y[n, rows] = X[n, cols] W^T. The threaded variants are the
+// family matmul_fp8_block of cpu_kernels.hpp; they differ from
+// MatMulFp8BlockRef only by fp32 summation order.
+//
+// Thread safety: pure functions over caller buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace moeserve::kernels {
+
+// Rows and columns a scale covers.
+inline constexpr size_t kFp8BlockSize = 128;
+
+// A view of one FP8 block-scaled matrix (the buffers are the caller's).
+struct Fp8BlockView {
+  const uint8_t* codes = nullptr;  // [rows, cols] E4M3 codes, row-major
+  const float* scales = nullptr;   // [scale_rows(), scale_cols()], row-major
+  size_t rows = 0;                 // output features
+  size_t cols = 0;                 // input features
+  size_t scale_rows() const { return (rows + kFp8BlockSize - 1) / kFp8BlockSize; }
+  size_t scale_cols() const { return (cols + kFp8BlockSize - 1) / kFp8BlockSize; }
+  float scale(size_t row, size_t col) const {
+    return scales[(row / kFp8BlockSize) * scale_cols() + col / kFp8BlockSize];
+  }
+};
+
+// How many scales a [rows, cols] matrix has: ceil(rows/128) * ceil(cols/128).
+size_t Fp8BlockScaleCount(size_t rows, size_t cols);
+
+// The view of a tensor pair as a checkpoint holds it, checked: throws
+// std::invalid_argument (saying which size is wrong) unless codes holds
+// rows * cols bytes and scales Fp8BlockScaleCount(rows, cols) floats.
+Fp8BlockView MakeFp8BlockView(std::span<const uint8_t> codes, std::span<const float> scales, size_t rows,
+                              size_t cols);
+
+// The value of an E4M3 code (OCP FP8 E4M3, "e4m3fn": sign, 4 exponent bits
+// with bias 7, 3 mantissa bits; exponent 0 is subnormal, m/8 * 2^-6; no
+// infinities; S.1111.111 is NaN; the largest finite value is 448). Exact in
+// fp32.
+float Fp8E4m3ToFloat(uint8_t code);
+
+// The reference product (single-threaded plain loops, the ground truth):
+// Y[i * rows + r] = sum_k (E4M3(codes[r, k]) * scale(r, k)) * X[i * cols + k],
+// the weight rounded to fp32 once, the sum in fp32 in k order.
+void MatMulFp8BlockRef(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+
+// The family's signature (cpu_kernels.hpp: KernelSet::matmul_fp8_block).
+using MatMulFp8BlockFn = void (*)(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+
+}  // namespace moeserve::kernels

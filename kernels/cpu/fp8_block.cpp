@@ -1,0 +1,145 @@
+// FP8 block-scaled products (fp8_block.hpp): the E4M3 decode, the checked
+// view, the reference, the portable variant's row kernel, and the threaded
+// entries of every Isa, which split output rows across the kernel pool and
+// run their Isa's single-threaded row kernel (fp8_block_avx2.cpp,
+// fp8_block_avx512.cpp) on each piece.
+#include "moeserve/kernels/fp8_block.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "cpu/variants.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
+
+namespace moeserve::kernels {
+
+size_t Fp8BlockScaleCount(size_t rows, size_t cols) {
+  return ((rows + kFp8BlockSize - 1) / kFp8BlockSize) * ((cols + kFp8BlockSize - 1) / kFp8BlockSize);
+}
+
+Fp8BlockView MakeFp8BlockView(std::span<const uint8_t> codes, std::span<const float> scales, size_t rows,
+                              size_t cols) {
+  if (rows == 0 || cols == 0)
+    throw std::invalid_argument("fp8 block matrix: empty shape [" + std::to_string(rows) + ", " +
+                                std::to_string(cols) + "]");
+  if (codes.size() != rows * cols)
+    throw std::invalid_argument("fp8 block matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                                "]: " + std::to_string(codes.size()) + " code bytes, expected " +
+                                std::to_string(rows * cols));
+  const size_t want = Fp8BlockScaleCount(rows, cols);
+  if (scales.size() != want)
+    throw std::invalid_argument("fp8 block matrix [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                                "]: " + std::to_string(scales.size()) + " block scales, expected " +
+                                std::to_string(want) + " (128 x 128 blocks)");
+  return {codes.data(), scales.data(), rows, cols};
+}
+
+float Fp8E4m3ToFloat(uint8_t code) {
+  const bool negative = (code & 0x80) != 0;
+  const int e = (code >> 3) & 0xF;
+  const int m = code & 0x7;
+  float mag;
+  if (e == 0xF && m == 0x7)
+    mag = std::numeric_limits<float>::quiet_NaN();
+  else if (e == 0)
+    mag = std::ldexp(static_cast<float>(m), -9);  // m/8 * 2^-6
+  else
+    mag = std::ldexp(static_cast<float>(8 + m), e - 10);  // (1 + m/8) * 2^(e-7)
+  return negative ? -mag : mag;
+}
+
+void MatMulFp8BlockRef(const Fp8BlockView& w, const float* X, size_t n, float* Y) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* x = X + i * w.cols;
+    for (size_t r = 0; r < w.rows; ++r) {
+      const uint8_t* codes = w.codes + r * w.cols;
+      float acc = 0.0f;
+      for (size_t k = 0; k < w.cols; ++k) {
+        const float weight = Fp8E4m3ToFloat(codes[k]) * w.scale(r, k);
+        acc += weight * x[k];
+      }
+      Y[i * w.rows + r] = acc;
+    }
+  }
+}
+
+namespace cpu {
+
+const float* Fp8E4m3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = Fp8E4m3ToFloat(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table.data();
+}
+
+namespace {
+
+// Up to this many activation rows share one decoded weight.
+constexpr size_t kScalarTile = 4;
+
+template <size_t R>
+void ScalarTile(const Fp8BlockView& w, const float* X, float* Y, size_t r, const float* table) {
+  const uint8_t* codes = w.codes + r * w.cols;
+  const float* srow = w.scales + (r / kFp8BlockSize) * w.scale_cols();
+  float acc[R] = {};
+  for (size_t k0 = 0, b = 0; k0 < w.cols; k0 += kFp8BlockSize, ++b) {
+    const float s = srow[b];
+    const size_t k1 = std::min(w.cols, k0 + kFp8BlockSize);
+    for (size_t k = k0; k < k1; ++k) {
+      const float weight = table[codes[k]] * s;
+      for (size_t j = 0; j < R; ++j) acc[j] += weight * X[j * w.cols + k];
+    }
+  }
+  for (size_t j = 0; j < R; ++j) Y[j * w.rows + r] = acc[j];
+}
+
+}  // namespace
+
+void fp8_block_rows_scalar(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin,
+                           size_t r_end) {
+  const float* table = Fp8E4m3Table();
+  for (size_t r = r_begin; r < r_end; ++r) {
+    size_t i = 0;
+    for (; i + kScalarTile <= n; i += kScalarTile) ScalarTile<kScalarTile>(w, X + i * w.cols, Y + i * w.rows, r, table);
+    for (; i < n; ++i) ScalarTile<1>(w, X + i * w.cols, Y + i * w.rows, r, table);
+  }
+}
+
+namespace {
+
+// Output rows split across the pool: pieces small enough that both threads
+// finish close together, large enough to amortise a hand-out. Small products
+// run on the calling thread.
+void OverRows(Fp8BlockRowsFn rows_fn, const Fp8BlockView& w, const float* X, size_t n, float* Y) {
+  ThreadPool& pool = DefaultThreadPool();
+  const size_t work = w.rows * w.cols * n;
+  if (pool.size() == 1 || work < (size_t{1} << 16) || w.rows < 8) return rows_fn(w, X, n, Y, 0, w.rows);
+  const size_t threads = static_cast<size_t>(pool.size());
+  const size_t piece = std::clamp<size_t>(w.rows / (16 * threads), 4, 64);
+  const size_t tasks = (w.rows + piece - 1) / piece;
+  pool.ParallelFor(tasks, [&](size_t t) {
+    const size_t b = t * piece;
+    rows_fn(w, X, n, Y, b, std::min(w.rows, b + piece));
+  });
+}
+
+}  // namespace
+
+void matmul_fp8_block_scalar(const Fp8BlockView& w, const float* X, size_t n, float* Y) {
+  OverRows(fp8_block_rows_scalar, w, X, n, Y);
+}
+void matmul_fp8_block_avx2(const Fp8BlockView& w, const float* X, size_t n, float* Y) {
+  OverRows(fp8_block_rows_avx2, w, X, n, Y);
+}
+void matmul_fp8_block_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y) {
+  OverRows(fp8_block_rows_avx512, w, X, n, Y);
+}
+
+}  // namespace cpu
+}  // namespace moeserve::kernels

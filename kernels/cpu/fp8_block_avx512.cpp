@@ -1,0 +1,94 @@
+// The AVX-512 row kernel of the FP8 block-scaled products (fp8_block.hpp).
+// Built with the AVX-512 flags (kernels/CMakeLists.txt) and reached only
+// through the avx512 set; like matmul_avx512.cpp it calls no inline library
+// templates (nor fp8_block.hpp's inline members), so no AVX-512 code can
+// leak into a shared COMDAT.
+//
+// Sixteen codes at a time are widened to 32 bits and decoded by bit
+// manipulation, exactly: a normal code's exponent and mantissa shifted into
+// fp32's fields with the bias moved from 7 to 127; a subnormal (exponent 0)
+// is m * 2^-9, converted from the integer; S.1111.111 is NaN; the sign bit
+// is moved to bit 31. Each decoded vector is multiplied by its block's scale
+// (one fp32 rounding, as the reference) and then feeds the FMAs of up to 4
+// activation rows, each with two accumulators (alternate 16-column pieces)
+// so a single row is not bound by the FMA latency.
+#include <immintrin.h>
+
+#include "cpu/variants.hpp"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+constexpr size_t kBlock = 128;  // kFp8BlockSize
+constexpr size_t kTile = 4;
+
+inline __m512 DecodeE4m3(__m128i codes) {
+  const __m512i c = _mm512_cvtepu8_epi32(codes);
+  const __m512i em = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+  const __m512 normal =
+      _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(em, 20), _mm512_set1_epi32(120 << 23)));
+  const __m512 subnormal = _mm512_mul_ps(_mm512_cvtepi32_ps(em), _mm512_set1_ps(1.0f / 512.0f));
+  __m512 mag = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(em, _mm512_set1_epi32(8)), normal, subnormal);
+  mag = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(em, _mm512_set1_epi32(0x7F)), mag,
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+}
+
+// Output row r for R activation rows (X, Y already offset to the first).
+template <size_t R>
+inline void RowTile(const uint8_t* codes, const float* srow, size_t cols, size_t rows, const float* X, float* Y,
+                    size_t r) {
+  __m512 acc0[R], acc1[R];
+  for (size_t j = 0; j < R; ++j) {
+    acc0[j] = _mm512_setzero_ps();
+    acc1[j] = _mm512_setzero_ps();
+  }
+  for (size_t k0 = 0, b = 0; k0 < cols; k0 += kBlock, ++b) {
+    const __m512 s = _mm512_set1_ps(srow[b]);
+    const size_t k1 = k0 + kBlock < cols ? k0 + kBlock : cols;
+    size_t k = k0;
+    for (; k + 32 <= k1; k += 32) {
+      const __m512 w0 = _mm512_mul_ps(DecodeE4m3(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k))), s);
+      const __m512 w1 =
+          _mm512_mul_ps(DecodeE4m3(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k + 16))), s);
+      for (size_t j = 0; j < R; ++j) {
+        acc0[j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(X + j * cols + k), acc0[j]);
+        acc1[j] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(X + j * cols + k + 16), acc1[j]);
+      }
+    }
+    for (; k < k1; k += 16) {  // a ragged block's last 1-31 columns: masked loads read zeros past k1
+      const size_t left = k1 - k;
+      const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+      const __m512 w = _mm512_mul_ps(DecodeE4m3(_mm_maskz_loadu_epi8(m, codes + k)), s);
+      for (size_t j = 0; j < R; ++j) acc0[j] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, X + j * cols + k), acc0[j]);
+    }
+  }
+  for (size_t j = 0; j < R; ++j) Y[j * rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
+}
+
+}  // namespace
+
+void fp8_block_rows_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin,
+                           size_t r_end) {
+  const size_t cols = w.cols, rows = w.rows;
+  const size_t scale_cols = (cols + kBlock - 1) / kBlock;
+  for (size_t r = r_begin; r < r_end; ++r) {
+    const uint8_t* codes = w.codes + r * cols;
+    const float* srow = w.scales + (r / kBlock) * scale_cols;
+    // The next row's codes into L2 while this one is summed: one stream per
+    // thread does not keep enough misses in flight on its own.
+    if (r + 1 < r_end)
+      for (size_t k = 0; k < cols; k += 64) _mm_prefetch(reinterpret_cast<const char*>(codes + cols + k), _MM_HINT_T1);
+    size_t i = 0;
+    for (; i + kTile <= n; i += kTile) RowTile<kTile>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r);
+    switch (n - i) {
+      case 3: RowTile<3>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
+      case 2: RowTile<2>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
+      case 1: RowTile<1>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace moeserve::kernels::cpu

@@ -1,0 +1,221 @@
+// FP8 block-scaled products (fp8_block.hpp): the E4M3 decode of every code
+// against the format's definition, the checked view, the reference against
+// a float64 sum with scales that are not powers of two on ragged shapes, and
+// every variant this CPU runs (the family matmul_fp8_block) against the
+// reference at 1, 2, 7, 64 and 130 activation rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "each_variant.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/fp8_block.hpp"
+
+namespace moeserve::kernels {
+namespace {
+
+// The definition (OCP FP8 E4M3, "fn"), written independently of the kernel
+// code: (-1)^s * 2^(e-7) * (1 + m/8) for e > 0, (-1)^s * 2^-6 * m/8 for
+// e = 0, NaN for S.1111.111 (no infinities).
+double E4m3Definition(int code) {
+  const int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
+  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
+  const double mag = e == 0 ? std::pow(2.0, -6) * (m / 8.0) : std::pow(2.0, e - 7) * (1.0 + m / 8.0);
+  return s ? -mag : mag;
+}
+
+bool IsNanCode(int code) { return (code & 0x7F) == 0x7F; }
+
+TEST(Fp8E4m3, EveryCodeDecodesToItsDefinition) {
+  int nans = 0;
+  for (int c = 0; c < 256; ++c) {
+    SCOPED_TRACE("code " + std::to_string(c));
+    const float got = Fp8E4m3ToFloat(static_cast<uint8_t>(c));
+    const double want = E4m3Definition(c);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got));
+      ++nans;
+      continue;
+    }
+    EXPECT_FALSE(std::isnan(got));
+    EXPECT_EQ(static_cast<double>(got), want);
+    EXPECT_EQ(std::signbit(got), (c & 0x80) != 0);  // -0 included
+  }
+  EXPECT_EQ(nans, 2);  // 0x7F and 0xFF only
+  // Landmarks of the format.
+  EXPECT_EQ(Fp8E4m3ToFloat(0x00), 0.0f);
+  EXPECT_FALSE(std::signbit(Fp8E4m3ToFloat(0x00)));
+  EXPECT_TRUE(std::signbit(Fp8E4m3ToFloat(0x80)));
+  EXPECT_EQ(Fp8E4m3ToFloat(0x80), 0.0f);
+  EXPECT_EQ(Fp8E4m3ToFloat(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(Fp8E4m3ToFloat(0x07), 7 * std::ldexp(1.0f, -9));  // largest subnormal
+  EXPECT_EQ(Fp8E4m3ToFloat(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(Fp8E4m3ToFloat(0x38), 1.0f);
+  EXPECT_EQ(Fp8E4m3ToFloat(0x7E), 448.0f);  // largest finite
+  EXPECT_EQ(Fp8E4m3ToFloat(0xFE), -448.0f);
+  EXPECT_TRUE(std::isnan(Fp8E4m3ToFloat(0x7F)));
+  EXPECT_TRUE(std::isnan(Fp8E4m3ToFloat(0xFF)));
+}
+
+// Every variant's own decode (its vector path and its tails): row c of W
+// holds only code c, X = (1, 0, 0, ...), so y[c] = E4M3(c) * scale exactly
+// (the other products are zeros; NaN codes give NaN).
+TEST(Fp8E4m3, EveryVariantDecodesEveryCodeTimesItsScale) {
+  for (size_t cols : {size_t{48}, size_t{141}}) {  // 141: a full block, then 13 columns (the tails)
+    for (float scale : {1.0f, 0.0173f, 3.7f}) {
+      const size_t rows = 256;
+      std::vector<uint8_t> codes(rows * cols);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t k = 0; k < cols; ++k) codes[r * cols + k] = static_cast<uint8_t>(r);
+      std::vector<float> scales(Fp8BlockScaleCount(rows, cols), scale);
+      const Fp8BlockView w = MakeFp8BlockView(codes, scales, rows, cols);
+      std::vector<float> x(cols, 0.0f);
+      x[cols == 48 ? 0 : 130] = 1.0f;  // 130: inside the second block's tail
+      ForEachVariant("matmul_fp8_block decode", [&](const KernelSet& k) {
+        SCOPED_TRACE(std::string(k.matmul_fp8_block.name) + " cols " + std::to_string(cols) + " scale " +
+                     std::to_string(scale));
+        std::vector<float> y(rows, -1234.5f);
+        k.matmul_fp8_block(w, x.data(), 1, y.data());
+        for (int c = 0; c < 256; ++c) {
+          if (IsNanCode(c)) {
+            EXPECT_TRUE(std::isnan(y[c])) << "code " << c;
+          } else {
+            EXPECT_EQ(y[c], Fp8E4m3ToFloat(static_cast<uint8_t>(c)) * scale) << "code " << c;
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(Fp8BlockView, ChecksTheSizesOfWhatItViews) {
+  std::vector<uint8_t> codes(130 * 300);
+  std::vector<float> scales(2 * 3);
+  EXPECT_EQ(Fp8BlockScaleCount(130, 300), 6u);
+  EXPECT_EQ(Fp8BlockScaleCount(128, 128), 1u);
+  const Fp8BlockView w = MakeFp8BlockView(codes, scales, 130, 300);
+  EXPECT_EQ(w.scale_rows(), 2u);
+  EXPECT_EQ(w.scale_cols(), 3u);
+  EXPECT_THROW(MakeFp8BlockView(codes, std::span<const float>(scales).first(5), 130, 300), std::invalid_argument);
+  EXPECT_THROW(MakeFp8BlockView(std::span<const uint8_t>(codes).first(100), scales, 130, 300), std::invalid_argument);
+  EXPECT_THROW(MakeFp8BlockView(codes, scales, 0, 300), std::invalid_argument);
+  try {
+    MakeFp8BlockView(codes, std::span<const float>(scales).first(5), 130, 300);
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 6"), std::string::npos) << e.what();
+  }
+}
+
+// A random matrix: finite codes (NaN codes replaced), one scale per block
+// drawn from values that are not powers of two, activations in [-1, 1].
+struct Case {
+  size_t rows, cols;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  Fp8BlockView view() const { return MakeFp8BlockView(codes, scales, rows, cols); }
+};
+
+Case RandomCase(size_t rows, size_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Case c{rows, cols, std::vector<uint8_t>(rows * cols), std::vector<float>(Fp8BlockScaleCount(rows, cols))};
+  for (uint8_t& b : c.codes) {
+    b = static_cast<uint8_t>(rng() & 0xFF);
+    if (IsNanCode(b)) b ^= 0x01;
+  }
+  const float kScales[] = {0.0173f, 3.7f, 0.000913f, 1.3f, 0.05f, 27.1f};
+  for (size_t i = 0; i < c.scales.size(); ++i) c.scales[i] = kScales[(i + seed) % 6] * (1.0f + 0.01f * (rng() % 50));
+  return c;
+}
+
+std::vector<float> RandomX(size_t n, size_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(n * cols);
+  for (float& v : x) v = u(rng);
+  return x;
+}
+
+// sum_k |w_k x_k| for output (i, r), w_k the fp32-rounded dequantised weight:
+// the scale of the rounding error of any fp32 summation order.
+double AbsSum(const Case& c, const float* x, size_t r) {
+  const Fp8BlockView w = c.view();
+  double s = 0;
+  for (size_t k = 0; k < c.cols; ++k)
+    s += std::fabs(static_cast<double>(Fp8E4m3ToFloat(c.codes[r * c.cols + k]) * w.scale(r, k)) * x[k]);
+  return s;
+}
+
+constexpr double kU = 0x1p-24;  // fp32's unit roundoff
+
+// The reference against the exact weights (E4M3 value times scale, exact in
+// float64) summed in float64: the reference rounds each weight once (at most
+// u |w| each) and sums in fp32 (at most (cols - 1) u sum|w x|), so it is
+// within (cols + 1) u sum_k |w_k x_k| (plus a hair for the float64 side).
+TEST(Fp8BlockRef, MatchesAFloat64SumWithNonPowerOfTwoScales) {
+  struct Shape {
+    size_t rows, cols;
+  };
+  for (const Shape s : {Shape{1, 1}, Shape{128, 128}, Shape{130, 300}, Shape{257, 129}, Shape{3, 1000}}) {
+    SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols));
+    const Case c = RandomCase(s.rows, s.cols, static_cast<uint32_t>(s.rows * 7 + s.cols));
+    const size_t n = 3;
+    const std::vector<float> x = RandomX(n, s.cols, 99);
+    std::vector<float> y(n * s.rows, std::numeric_limits<float>::quiet_NaN());
+    MatMulFp8BlockRef(c.view(), x.data(), n, y.data());
+    size_t checked = 0;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t r = 0; r < s.rows; ++r) {
+        double exact = 0;
+        for (size_t k = 0; k < s.cols; ++k) {
+          const double scale = c.scales[(r / 128) * ((s.cols + 127) / 128) + k / 128];
+          exact += E4m3Definition(c.codes[r * s.cols + k]) * scale * x[i * s.cols + k];
+        }
+        const double bound = (static_cast<double>(s.cols) + 1.0) * kU * AbsSum(c, &x[i * s.cols], r) * 1.0001 + 1e-30;
+        EXPECT_NEAR(y[i * s.rows + r], exact, bound) << "row " << i << " output " << r;
+        ++checked;
+      }
+    EXPECT_EQ(checked, n * s.rows);
+  }
+}
+
+// Every variant against the reference: the same weights rounded the same way,
+// summed in another order, so within 2 (cols - 1) u sum_k |w_k x_k| (each
+// order within (cols - 1) u sum of the exact sum; the bound uses 2 cols).
+TEST(Fp8BlockVariants, MatchTheReferenceAtEveryRowCount) {
+  struct Shape {
+    size_t rows, cols;
+  };
+  for (const Shape s : {Shape{300, 1003}, Shape{129, 256}}) {
+    const Case c = RandomCase(s.rows, s.cols, static_cast<uint32_t>(s.rows + s.cols));
+    for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{64}, size_t{130}}) {
+      const std::vector<float> x = RandomX(n, s.cols, static_cast<uint32_t>(n));
+      std::vector<float> want(n * s.rows);
+      MatMulFp8BlockRef(c.view(), x.data(), n, want.data());
+      std::vector<double> bound(n * s.rows);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t r = 0; r < s.rows; ++r)
+          bound[i * s.rows + r] = 2.0 * static_cast<double>(s.cols) * kU * AbsSum(c, &x[i * s.cols], r) + 1e-30;
+      ForEachVariant("matmul_fp8_block", [&](const KernelSet& k) {
+        SCOPED_TRACE(std::string(k.matmul_fp8_block.name) + " " + std::to_string(s.rows) + " x " +
+                     std::to_string(s.cols) + ", " + std::to_string(n) + " rows");
+        std::vector<float> y(n * s.rows, std::numeric_limits<float>::quiet_NaN());  // unwritten outputs fail
+        k.matmul_fp8_block(c.view(), x.data(), n, y.data());
+        size_t bad = 0;
+        for (size_t i = 0; i < y.size(); ++i)
+          if (!(std::fabs(static_cast<double>(y[i]) - want[i]) <= bound[i]) && ++bad <= 5)
+            ADD_FAILURE() << "output " << i << ": " << y[i] << " vs reference " << want[i] << " (bound "
+                          << bound[i] << ")";
+        EXPECT_EQ(bad, 0u);
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::kernels
