@@ -8,31 +8,27 @@
 #include <sstream>
 #include <thread>
 
-#include "audit_exchange.hpp"
-#include "route_table.hpp"
+#include "audit/audit_exchange.hpp"
+#include "model/model_loading.hpp"
+#include "http/route_table.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/common/rfc3339.hpp"
 #include "moeserve/common/sha256.hpp"
-#include "moeserve/daemon/api_keys.hpp"
-#include "moeserve/daemon/audit_log.hpp"
-#include "moeserve/daemon/api_keys_reloader.hpp"
-#include "moeserve/daemon/budget_service.hpp"
-#include "moeserve/daemon/chat_service.hpp"
-#include "moeserve/daemon/expert_parallel.hpp"
-#include "moeserve/daemon/http_server.hpp"
-#include "moeserve/daemon/image_work.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
+#include "moeserve/daemon/audit/audit_log.hpp"
+#include "moeserve/daemon/keys/api_keys_reloader.hpp"
+#include "moeserve/daemon/usage/budget_service.hpp"
+#include "moeserve/daemon/completions/chat_service.hpp"
+#include "moeserve/daemon/model/expert_parallel.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
+#include "moeserve/daemon/image/image_work.hpp"
 #include "moeserve/daemon/metrics.hpp"
 #include "moeserve/daemon/responses/response_service.hpp"
-#include "moeserve/daemon/scheduler.hpp"
-#include "moeserve/daemon/session_service.hpp"
-#include "moeserve/daemon/usage_history.hpp"
-#include "moeserve/engine/chat_format.hpp"
-#include "moeserve/engine/deepseek_chat.hpp"
-#include "moeserve/engine/qwen3_chat.hpp"
+#include "moeserve/daemon/completions/scheduler.hpp"
+#include "moeserve/daemon/sessions/session_service.hpp"
+#include "moeserve/daemon/usage/usage_history.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/family_registry.hpp"
-#include "moeserve/engine/gpt_oss_model.hpp"
-#include "moeserve/engine/model_dir.hpp"
 
 namespace moeserve::daemon {
 
@@ -274,30 +270,35 @@ std::vector<Route> Daemon::Impl::BuildRoutes() {
     }
     return {};
   };
-  // A session request that starts work: not while draining; the session
-  // service decides the rest (its turn may belong to another replica).
-  auto session_post = [this](const HttpHead& head) -> ApiResult<void> {
-    if (draining.load()) return ApiFail(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
-    return sessions->Admit(head, serving.load());
-  };
-  auto session_read = [this](const HttpHead& head) { return sessions->Admit(head, serving.load()); };
-  auto to_sessions = [this](const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
-                            const Principal* who) {
-    try {
-      sessions->Handle(head, std::move(body), exchange, *who, Clock::now());
-    } catch (const std::exception& e) {
-      log::Error(std::string("sessions: unexpected exception: ") + e.what());
-      ReplyError(*exchange, ApiError::Internal(std::string("internal error: ") + e.what()));
-    }
-  };
   using H = std::shared_ptr<HttpExchange>;
+  // Sessions (session_service.hpp). A turn starts work: not while draining,
+  // and one for a session this replica owns needs the model.
+  auto session_turn_admit = [this](const HttpHead& head) -> ApiResult<void> {
+    if (draining.load()) return ApiFail(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
+    return sessions->AdmitTurn(head, PathParam("/v1/sessions/{id}/chat/completions", head.path), serving.load());
+  };
+  auto session_create_admit = [this](const HttpHead&) -> ApiResult<void> {
+    if (draining.load()) return ApiFail(ApiError::Unavailable("The server is shutting down; retry on another replica", 5));
+    return {};
+  };
+  auto to_session = [this](SessionService::Op op, std::string pattern) {
+    return [this, op, pattern](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+      Guarded(*exchange, [&] {
+        sessions->OnSession(op, PathParam(pattern, head.path), head, std::move(body), exchange, *who, Clock::now());
+      });
+    };
+  };
+  auto create_session = [this](const HttpHead&, std::string body, H exchange, const Principal* who) {
+    Guarded(*exchange, [&] { sessions->Create(std::move(body), exchange, *who); });
+  };
   // The Responses API (responses/response_service.hpp): reading, deleting
   // and cancelling need no model; creating runs it, and a background run
   // answers through an exchange of its own, audited on a line of its own.
-  using ResponseCall = void (ResponseService::*)(const HttpHead&, std::string, H, const Principal&);
-  auto to_responses = [this](ResponseCall call) {
-    return [this, call](const HttpHead& head, std::string body, H exchange, const Principal* who) {
-      Guarded(*exchange, [&] { (responses.get()->*call)(head, std::move(body), exchange, *who); });
+  using ResponseCall = void (ResponseService::*)(const std::string&, const HttpHead&, std::string, H, const Principal&);
+  auto to_responses = [this](ResponseCall call, std::string pattern) {
+    return [this, call, pattern](const HttpHead& head, std::string body, H exchange, const Principal* who) {
+      Guarded(*exchange,
+              [&] { (responses.get()->*call)(PathParam(pattern, head.path), head, std::move(body), exchange, *who); });
     };
   };
   auto create_response = [this](const HttpHead& head, std::string body, H exchange, const Principal* who) {
@@ -313,15 +314,21 @@ std::vector<Route> Daemon::Impl::BuildRoutes() {
                [this](const HttpHead&, std::string body, H exchange, const Principal* who) {
                  ChatCompletion(std::move(body), std::move(exchange), *who);
                }});
-  r.push_back({"POST", "/v1/sessions", RouteAuth::kTenant, session_post, chat_body, true, false, to_sessions});
-  r.push_back({"GET", "/v1/sessions/{id}", RouteAuth::kTenant, session_read, small, true, false, to_sessions});
-  r.push_back({"DELETE", "/v1/sessions/{id}", RouteAuth::kTenant, session_read, small, true, false, to_sessions});
-  r.push_back({"POST", "/v1/sessions/{id}/chat/completions", RouteAuth::kTenant, session_post, chat_body, true, false,
-               to_sessions});
+  using Op = SessionService::Op;
+  r.push_back({"POST", "/v1/sessions", RouteAuth::kTenant, session_create_admit, chat_body, true, false, create_session});
+  r.push_back({"GET", "/v1/sessions/{id}", RouteAuth::kTenant, {}, small, true, false,
+               to_session(Op::kGet, "/v1/sessions/{id}")});
+  r.push_back({"DELETE", "/v1/sessions/{id}", RouteAuth::kTenant, {}, small, true, false,
+               to_session(Op::kDelete, "/v1/sessions/{id}")});
+  r.push_back({"POST", "/v1/sessions/{id}/chat/completions", RouteAuth::kTenant, session_turn_admit, chat_body, true,
+               false, to_session(Op::kTurn, "/v1/sessions/{id}/chat/completions")});
   r.push_back({"POST", "/v1/responses", RouteAuth::kTenant, model_serving, chat_body, true, false, create_response});
-  r.push_back({"GET", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false, to_responses(&ResponseService::Get)});
-  r.push_back({"DELETE", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false, to_responses(&ResponseService::Delete)});
-  r.push_back({"POST", "/v1/responses/{id}/cancel", RouteAuth::kTenant, {}, small, true, false, to_responses(&ResponseService::Cancel)});
+  r.push_back({"GET", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false,
+               to_responses(&ResponseService::Get, "/v1/responses/{id}")});
+  r.push_back({"DELETE", "/v1/responses/{id}", RouteAuth::kTenant, {}, small, true, false,
+               to_responses(&ResponseService::Delete, "/v1/responses/{id}")});
+  r.push_back({"POST", "/v1/responses/{id}/cancel", RouteAuth::kTenant, {}, small, true, false,
+               to_responses(&ResponseService::Cancel, "/v1/responses/{id}/cancel")});
   r.push_back({"GET", "/v1/models", RouteAuth::kTenant, {}, small, false, false,
                [this](const HttpHead&, std::string, H exchange, const Principal*) { Models(*exchange); }});
   r.push_back({"GET", "/v1/usage", RouteAuth::kTenant, {}, small, false, false,
@@ -626,55 +633,20 @@ Status Daemon::Start() {
 
 Status Daemon::LoadModel() {
   Impl& m = *impl_;
-  std::string model_dir = m.config.model;
-  if (model_dir.find("://") != std::string::npos) {
-    // A URI: pull into the node-local cache first; /readyz reports the pull.
-    storage::PullOptions po;
-    po.revision = m.config.model_revision;
-    po.connections = m.config.pull_connections;
-    po.source.endpoint_url = m.config.storage_endpoint;
-    po.source.region = m.config.storage_region;
-    po.source.ca_file = m.config.storage_ca_file;
-    po.on_progress = [&m](const storage::PullProgress& p) { m.readiness.Set("pulling", p.ToLogLine()); };
-    m.readiness.Set("pulling", m.config.model + " @ " + m.config.model_revision);
-    storage::WeightPuller puller(storage::CacheConfig{m.config.weights_cache, static_cast<uint64_t>(m.config.weights_cache_limit_bytes)});
-    auto pulled = puller.Pull(m.config.model, po);
-    if (!pulled) {
-      m.readiness.Set("failed", pulled.error().message());
-      return Fail(pulled.error().WithContext("pulling model " + m.config.model));
-    }
-    model_dir = pulled->dir;
-    m.pulled = std::make_unique<storage::PulledModel>(std::move(*pulled));  // its lease keeps the model from eviction
-  }
+  MOE_ASSIGN_OR_RETURN(const std::string model_dir, ResolveModelDir(m.config, m.readiness, m.pulled));
   m.readiness.Set("loading", model_dir);
   auto fail = [&](const Error& e, const std::string& context) {
     m.readiness.Set("failed", e.message());
     return Fail(e.WithContext(context));
   };
   // The family (engine/families/registry.cpp) decides how the model loads
-  // and which chat format the daemon renders for it.
+  // and, through its chat dialect, how its chat is served.
   auto family = engine::FindFamily(model_dir);
   if (!family) return fail(family.error(), "loading model " + m.config.model);
   const std::string family_name = (*family)->name;
-  engine::EngineOptions o;
-  o.max_running = m.config.max_running;
-  o.max_waiting = m.config.max_queue;
-  o.prefill_chunk_tokens = m.config.prefill_chunk_tokens;
-  o.prefill_chunk_tokens_idle = m.config.prefill_chunk_tokens_idle;
-  o.cache_tokens = m.config.cache_tokens;
-  o.block_tokens = m.config.block_tokens;
-  o.prefix_cache = m.config.prefix_cache;
-  o.prefix_cache_bytes = m.config.prefix_cache_bytes;
-  o.prefix_pin_share = m.config.sessions.pin_share;
-  o.kernels = m.config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
-  o.deterministic = m.config.deterministic;
-  if (m.config.experts != "stored")
-    o.experts = m.config.experts == "mxfp4" ? engine::ExpertFormat::kMxfp4 : engine::ExpertFormat::kBf16;
-  o.threads = m.config.threads;
-  o.max_context = m.config.max_context;
+  engine::EngineOptions o = EngineOptionsFrom(m.config);
   // Expert parallelism from the operator's variables: this rank's slice of
-  // the experts. Families on the shared layer graph split them (moe-dsa-v1,
-  // deepseek_v32); the others' loaders refuse a slice.
+  // the experts (engine::LoadLayerGraph).
   auto group = engine::ExpertGroupSettingsFromEnv();
   if (!group) return fail(group.error(), "expert-parallel settings");
   o.ep_rank = group->rank;
@@ -689,90 +661,15 @@ Status Daemon::LoadModel() {
               " (" + family_name + "), following rank 0 at " + group->master_addr);
     return Ok();
   }
-  // The daemon renders chat only for these families; the engine may run
-  // others on token ids (moe-run --prompt-ids) before their chat format is
-  // served here.
-  if (family_name != "moe-dsa-v1" && family_name != "gpt-oss" && family_name != "qwen3_next" &&
-      family_name != "deepseek_v32")
-    return fail(Error::InvalidArgument("the daemon has no chat format for " + family_name +
-                                       " models yet (moe-run --prompt-ids runs them on token ids)"),
-                "loading model " + m.config.model);
-  if (family_name == "moe-dsa-v1") {
-    auto dir = engine::OpenModelDir(model_dir);
-    if (!dir) return fail(dir.error(), "loading model " + m.config.model);
-    auto eng = engine::Engine::Create(*dir, o);
-    if (!eng) return fail(eng.error(), "starting the engine on " + m.config.model);
-    m.engine = std::move(*eng);
-  } else {
-    auto eng = engine::Engine::Open(model_dir, o);
-    if (!eng) return fail(eng.error(), "loading " + family_name + " model " + m.config.model);
-    m.engine = std::move(*eng);
-  }
-  ServingFacts facts;
-  facts.model_name = m.config.served_model_name;
-  facts.max_context = m.engine->max_context();
-  facts.default_max_tokens = m.config.default_max_tokens;
-  facts.default_effort = m.config.default_reasoning_effort;
-  facts.constrained_max_string_bytes = m.config.constrained_max_string_bytes;
-  facts.images = m.config.images;
-  facts.image_work = m.image_work.get();
-  // Only moe-dsa-v1 has a vision tower (and the moe-dsa-v1 config it is read from).
-  if (family_name == "moe-dsa-v1") facts.vision = m.engine->config().vision;
-  std::shared_ptr<const SessionModel> session_model;
-  // The chat format, keyed by the family: harmony for gpt-oss, ChatML for
-  // Qwen3-Next, the published encoding for DeepSeek-V3.2, moe-dsa-v1's own otherwise.
-  if (family_name == "deepseek_v32") {
-    auto deepseek = DeepseekServing::Load((std::filesystem::path(model_dir) / "tokenizer.json").string());
-    if (!deepseek) return fail(deepseek.error(), "loading model " + m.config.model);
-    facts.deepseek = std::move(*deepseek);
-    facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
-    if (!m.config.public_system_prompt.empty()) {
-      engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
-      auto pieces = engine::RenderDeepseekChat({system}, {});
-      if (!pieces) return Fail(pieces.error().WithContext("rendering public_system_prompt"));
-      auto ids = engine::EncodeChatPieces(*facts.deepseek->tokenizer, *pieces);
-      if (!ids) return Fail(ids.error().WithContext("rendering public_system_prompt"));
-      facts.public_prefix = std::move(*ids);
-    }
-    session_model = DeepseekSessionModel(facts.deepseek);
-  } else if (family_name == "qwen3_next") {
-    auto qwen3 = Qwen3Serving::Load((std::filesystem::path(model_dir) / "tokenizer.json").string());
-    if (!qwen3) return fail(qwen3.error(), "loading model " + m.config.model);
-    facts.qwen3 = std::move(*qwen3);
-    facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
-    if (!m.config.public_system_prompt.empty()) {
-      engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
-      auto pieces = engine::RenderQwen3Chat({system}, nullptr, /*add_generation_prompt=*/false);
-      if (!pieces) return Fail(pieces.error().WithContext("rendering public_system_prompt"));
-      auto ids = engine::EncodeChatPieces(*facts.qwen3->tokenizer, *pieces);
-      if (!ids) return Fail(ids.error().WithContext("rendering public_system_prompt"));
-      facts.public_prefix = std::move(*ids);
-    }
-    session_model = Qwen3SessionModel(facts.qwen3);
-  } else if (family_name == "gpt-oss") {
-    const auto& hooks = static_cast<const engine::HarmonyChatHooks&>(m.engine->chat());
-    auto harmony = std::make_shared<HarmonyServing>();
-    harmony->tokenizer = &hooks.tokenizer();
-    harmony->tokens = hooks.harmony_tokens();
-    harmony->token_bytes = TokenByteIndex::Build(hooks.tokenizer());
-    // The tiers bound reasoning only when the configuration says how much.
-    facts.budgets = m.config.thinking_budgets.value_or(engine::ThinkingBudgets{-1, -1, -1});
-    facts.harmony = std::move(harmony);
-    session_model = HarmonySessionModel(facts.harmony, facts.default_effort);
-  } else {
-    facts.budgets = m.config.thinking_budgets.value_or(m.engine->config().thinking_budgets);
-    if (!m.config.public_system_prompt.empty()) {
-      engine::ChatMessage system{engine::ChatRole::kSystem, m.config.public_system_prompt, std::nullopt, {}, {}};
-      auto rendered = engine::RenderChat({system}, nullptr, /*add_generation_prompt=*/false);
-      if (!rendered) return Fail(rendered.error().WithContext("rendering public_system_prompt"));
-      facts.public_prefix = std::move(*rendered);
-    }
-    session_model = MoeDsaSessionModel(m.engine.get());
-  }
+  auto eng = engine::Engine::Open(model_dir, o);
+  if (!eng) return fail(eng.error(), "loading " + family_name + " model " + m.config.model);
+  m.engine = std::move(*eng);
+  auto facts = ServingFactsFor(m.config, *m.engine, family_name, model_dir, m.image_work.get());
+  if (!facts) return fail(facts.error(), "loading model " + m.config.model);
   m.scheduler = std::make_unique<Scheduler>(*m.engine);
   m.scheduler->Start();
-  m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, facts);
-  m.sessions->Attach(*m.chat, *m.scheduler, std::move(session_model));
+  m.chat = std::make_unique<ChatService>(*m.scheduler, m.metrics, *m.budget, *facts);
+  m.sessions->Attach(*m.chat, *m.scheduler, facts->dialect);
   m.responses->Attach(*m.chat);
   if (group->enabled()) {
     // Ready, and serving, only while every rank is connected.
@@ -783,8 +680,8 @@ Status Daemon::LoadModel() {
     m.serving.store(true);
     m.readiness.Set("ready");
   }
-  log::Info("moe-daemon: serving " + family_name + " model " + facts.model_name + " (context " +
-            std::to_string(facts.max_context) + ") on " + url());
+  log::Info("moe-daemon: serving " + family_name + " model " + facts->model_name + " (context " +
+            std::to_string(facts->max_context) + ") on " + url());
   return Ok();
 }
 

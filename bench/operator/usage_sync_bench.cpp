@@ -27,7 +27,7 @@
 #include "moeserve/common/base64.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "moeserve/daemon/daemon.hpp"
-#include "moeserve/daemon/usage_ledger.hpp"
+#include "moeserve/daemon/usage/usage_ledger.hpp"
 #include "moeserve/operator/moedeployment.hpp"
 #include "moeserve/operator/operator.hpp"
 

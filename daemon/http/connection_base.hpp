@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "moeserve/daemon/http_exchange.hpp"
+#include "moeserve/daemon/http/http_exchange.hpp"
 
 namespace moeserve::daemon {
 

@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "connection_base.hpp"
-#include "moeserve/daemon/http_exchange.hpp"
+#include "moeserve/daemon/http/http_exchange.hpp"
 
 namespace moeserve::daemon {
 

@@ -1,4 +1,4 @@
-#include "moeserve/daemon/http_exchange.hpp"
+#include "moeserve/daemon/http/http_exchange.hpp"
 
 namespace moeserve::daemon {
 

@@ -1,4 +1,4 @@
-#include "moeserve/daemon/http_server.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
 
 #include <array>
 #include <cstring>

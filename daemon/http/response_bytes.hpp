@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "moeserve/daemon/http_exchange.hpp"
+#include "moeserve/daemon/http/http_exchange.hpp"
 
 namespace moeserve::daemon {
 

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image/image_decode.hpp"
 
 namespace moeserve {
 namespace {

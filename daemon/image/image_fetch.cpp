@@ -9,7 +9,7 @@
 #include <chrono>
 #include <string>
 
-#include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image/image_decode.hpp"
 #include "moeserve/http_client/curl_easy.hpp"
 #include "moeserve/http_client/url_parts.hpp"
 

@@ -1,4 +1,4 @@
-#include "moeserve/daemon/image_prompt.hpp"
+#include "moeserve/daemon/image/image_prompt.hpp"
 
 #include <algorithm>
 #include <string>

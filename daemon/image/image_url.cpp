@@ -5,7 +5,7 @@
 #include <string>
 
 #include "moeserve/common/base64.hpp"
-#include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image/image_decode.hpp"
 
 namespace moeserve {
 namespace {

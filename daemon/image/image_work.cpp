@@ -1,4 +1,4 @@
-#include "moeserve/daemon/image_work.hpp"
+#include "moeserve/daemon/image/image_work.hpp"
 
 #include <algorithm>
 

@@ -1,10 +1,10 @@
-#include "moeserve/daemon/stored_images.hpp"
+#include "moeserve/daemon/image/stored_images.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 
-#include "moeserve/daemon/image_prompt.hpp"
+#include "moeserve/daemon/image/image_prompt.hpp"
 
 namespace moeserve::daemon {
 

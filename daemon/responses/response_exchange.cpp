@@ -1,6 +1,6 @@
 #include "response_exchange.hpp"
 
-#include "moeserve/daemon/chat_service.hpp"
+#include "moeserve/daemon/completions/chat_service.hpp"
 #include "moeserve/daemon/responses/response_output.hpp"
 
 namespace moeserve::daemon {

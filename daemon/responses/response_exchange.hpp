@@ -25,8 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moeserve/daemon/api_error.hpp"
-#include "moeserve/daemon/http_exchange.hpp"
+#include "moeserve/daemon/chat_api.hpp"
+#include "moeserve/daemon/http/http_exchange.hpp"
 #include "moeserve/daemon/responses/response_request.hpp"
 #include "moeserve/daemon/responses/response_events.hpp"
 

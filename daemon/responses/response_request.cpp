@@ -1,7 +1,7 @@
 #include "moeserve/daemon/responses/response_request.hpp"
 
 #include "moeserve/common/json_limits.hpp"
-#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 
 namespace moeserve::daemon {
 

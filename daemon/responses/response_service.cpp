@@ -3,7 +3,7 @@
 #include <chrono>
 #include <future>
 
-#include "../session_forward.hpp"
+#include "sessions/session_forward.hpp"
 #include "moeserve/common/log.hpp"
 #include "moeserve/daemon/responses/response_output.hpp"
 #include "response_exchange.hpp"
@@ -16,7 +16,6 @@ namespace {
 
 constexpr char kForwardedHeader[] = "x-moe-response-forwarded";
 constexpr size_t kIdRandomChars = 24;
-constexpr std::string_view kPrefix = "/v1/responses/";
 
 std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
@@ -40,13 +39,6 @@ std::optional<std::string> ReplicaOf(const std::string& id) {
   std::string replica = id.substr(kIdPrefix.size(), us - kIdPrefix.size());
   if (!ValidReplicaName(replica)) return std::nullopt;
   return replica;
-}
-
-// "/v1/responses/{id}" or "/v1/responses/{id}/cancel" -> id.
-std::string IdOf(const std::string& path) {
-  if (!path.starts_with(kPrefix)) return "";
-  const size_t end = path.find('/', kPrefix.size());
-  return path.substr(kPrefix.size(), end == std::string::npos ? std::string::npos : end - kPrefix.size());
 }
 
 double UnixNow() {
@@ -352,9 +344,9 @@ void ResponseService::StopRun(const std::string& id, Run& run) {
   run.exchange->Cancel();
 }
 
-void ResponseService::Get(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+void ResponseService::Get(const std::string& id, const HttpHead& head, std::string body,
+                          std::shared_ptr<HttpExchange> exchange,
                           const Principal& who) {
-  const std::string id = IdOf(head.path);
   if (AnsweredElsewhere(id, head, body, exchange)) return;
   if (head.query.find("stream=true") != std::string::npos) {
     return ReplyError(*exchange, ApiError::InvalidRequest("Streaming a stored response again (stream=true) is not supported",
@@ -368,9 +360,9 @@ void ResponseService::Get(const HttpHead& head, std::string body, std::shared_pt
   ReplyJson(*exchange, 200, Dump(response));
 }
 
-void ResponseService::Delete(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+void ResponseService::Delete(const std::string& id, const HttpHead& head, std::string body,
+                             std::shared_ptr<HttpExchange> exchange,
                              const Principal& who) {
-  const std::string id = IdOf(head.path);
   if (AnsweredElsewhere(id, head, body, exchange)) return;
   if (auto run = FindRun(who.tenant, id)) {
     // A running background response stops first: nothing of it is stored after the delete.
@@ -384,9 +376,9 @@ void ResponseService::Delete(const HttpHead& head, std::string body, std::shared
   });
 }
 
-void ResponseService::Cancel(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+void ResponseService::Cancel(const std::string& id, const HttpHead& head, std::string body,
+                             std::shared_ptr<HttpExchange> exchange,
                              const Principal& who) {
-  const std::string id = IdOf(head.path);
   if (AnsweredElsewhere(id, head, body, exchange)) return;
   if (auto run = FindRun(who.tenant, id)) {
     if (MarkEnded(*run)) {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "../image_table.hpp"
+#include "image/image_table.hpp"
 
 namespace moeserve::daemon {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
 #include "moeserve/daemon/daemon.hpp"
 
 namespace moeserve::daemon {

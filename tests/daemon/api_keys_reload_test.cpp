@@ -17,7 +17,7 @@
 #include "daemon_harness.hpp"
 #include "secret_volume.hpp"
 #include "moeserve/common/sha256.hpp"
-#include "moeserve/daemon/api_keys_reloader.hpp"
+#include "moeserve/daemon/keys/api_keys_reloader.hpp"
 
 namespace moeserve::daemon {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/chat/chat_request.hpp"
 
 namespace moeserve::daemon {
 namespace {

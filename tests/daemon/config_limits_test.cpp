@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "moeserve/common/json_limits.hpp"
-#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
 #include "moeserve/daemon/config.hpp"
 
 namespace moeserve::daemon {

@@ -20,7 +20,7 @@
 
 #include "moeserve/budget/budget_policy.hpp"
 #include "moeserve/common/sha256.hpp"
-#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "moeserve/daemon/config_settings.hpp"
 

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "moeserve/common/sha256.hpp"
-#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
 #include "moeserve/daemon/config.hpp"
 
 namespace moeserve::daemon {

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/deepseek_assembler.hpp"
+#include "moeserve/chat/deepseek_v32/deepseek_assembler.hpp"
 #include "moeserve/engine/deepseek_chat.hpp"
 
 namespace moeserve::daemon::testing {

@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/budget_service.hpp"
+#include "moeserve/daemon/usage/budget_service.hpp"
 #include "moeserve/daemon/config.hpp"
 
 namespace moeserve::daemon::testing {

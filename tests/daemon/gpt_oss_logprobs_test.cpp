@@ -21,7 +21,7 @@
 
 #include "daemon_harness.hpp"
 #include "gpt_oss_checkpoint.hpp"
-#include "moeserve/daemon/logprobs_json.hpp"
+#include "moeserve/daemon/completions/logprobs_json.hpp"
 #include "moeserve/engine/harmony.hpp"
 
 namespace moeserve::daemon::testing {

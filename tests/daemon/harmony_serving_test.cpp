@@ -16,10 +16,10 @@
 
 #include <gtest/gtest.h>
 
-#include "moeserve/daemon/harmony_arguments.hpp"
-#include "moeserve/daemon/harmony_assembler.hpp"
-#include "moeserve/daemon/harmony_request.hpp"
-#include "moeserve/daemon/logprobs_json.hpp"
+#include "moeserve/chat/gpt_oss/harmony_arguments.hpp"
+#include "moeserve/chat/gpt_oss/harmony_assembler.hpp"
+#include "moeserve/chat/gpt_oss/harmony_request.hpp"
+#include "moeserve/daemon/completions/logprobs_json.hpp"
 
 namespace moeserve::daemon {
 namespace {

@@ -16,9 +16,9 @@
 
 #include <gtest/gtest.h>
 
-#include "moeserve/daemon/harmony_assembler.hpp"
-#include "moeserve/daemon/harmony_request.hpp"
-#include "moeserve/daemon/harmony_structure.hpp"
+#include "moeserve/chat/gpt_oss/harmony_assembler.hpp"
+#include "moeserve/chat/gpt_oss/harmony_request.hpp"
+#include "moeserve/chat/gpt_oss/harmony_structure.hpp"
 
 namespace moeserve::daemon {
 namespace {

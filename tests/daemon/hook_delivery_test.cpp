@@ -18,9 +18,9 @@
 #include "daemon_harness.hpp"
 #include "moeserve/budget/hook_sender.hpp"
 #include "moeserve/daemon/config.hpp"
-#include "moeserve/daemon/hook_outbox.hpp"
-#include "moeserve/daemon/http_server.hpp"
-#include "moeserve/daemon/usage_ledger.hpp"
+#include "moeserve/daemon/usage/hook_outbox.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
+#include "moeserve/daemon/usage/usage_ledger.hpp"
 #include "moeserve/http_client/address_guard.hpp"
 
 namespace moeserve::daemon::testing {

@@ -1,7 +1,7 @@
 // The bounded HTTP front on its own, with small handlers: streamed answers to
 // a client that never reads, pipelined requests, Expect: 100-continue, chunk
 // framing, and hang-up notice.
-#include "moeserve/daemon/http_server.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
 
 #include <atomic>
 #include <condition_variable>

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "moeserve/common/base64.hpp"
-#include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image/image_decode.hpp"
 #include "../support/test_images.hpp"
 
 namespace moeserve {

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <thread>
 
-#include "moeserve/daemon/http_server.hpp"
-#include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
+#include "moeserve/daemon/image/image_decode.hpp"
 #include "../support/test_images.hpp"
 
 namespace moeserve::daemon {

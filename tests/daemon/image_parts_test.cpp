@@ -4,7 +4,7 @@
 // detail or a missing url; audio, video and file parts refused clearly.
 #include <gtest/gtest.h>
 
-#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/chat/chat_request.hpp"
 
 namespace moeserve::daemon {
 namespace {

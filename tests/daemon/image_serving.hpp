@@ -18,7 +18,7 @@
 #include "../support/test_images.hpp"
 #include "daemon_harness.hpp"
 #include "moeserve/common/base64.hpp"
-#include "moeserve/daemon/http_server.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
 #include "moeserve/engine/vision.hpp"
 
 namespace moeserve::daemon::testing {

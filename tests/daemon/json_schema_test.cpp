@@ -9,9 +9,9 @@
 #include <random>
 #include <regex>
 
-#include "moeserve/daemon/decode_policy.hpp"
+#include "moeserve/chat/moe_dsa_v1/decode_policy.hpp"
 #include "moeserve/engine/json_grammar.hpp"
-#include "moeserve/daemon/output_assembler.hpp"
+#include "moeserve/chat/moe_dsa_v1/output_assembler.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 
 namespace moeserve::daemon {

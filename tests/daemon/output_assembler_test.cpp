@@ -3,7 +3,7 @@
 #include <random>
 #include <variant>
 
-#include "moeserve/daemon/output_assembler.hpp"
+#include "moeserve/chat/moe_dsa_v1/output_assembler.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
 namespace moeserve::daemon {

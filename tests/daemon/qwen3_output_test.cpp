@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/qwen3_assembler.hpp"
+#include "moeserve/chat/qwen3_next/qwen3_assembler.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {

@@ -4,7 +4,7 @@
 // tenants that do not share buckets.
 #include <gtest/gtest.h>
 
-#include "moeserve/daemon/rate_limiter.hpp"
+#include "moeserve/daemon/usage/rate_limiter.hpp"
 
 namespace moeserve::daemon {
 namespace {

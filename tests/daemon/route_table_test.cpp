@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -88,6 +89,36 @@ TEST_F(RouteTable, DeclaresTheDocumentedRoutesWithTheirAuth) {
     EXPECT_EQ(declared[route], auth) << route;
   }
   EXPECT_EQ(declared.size(), routes_.size()) << "a method and path declared twice";
+}
+
+// daemon/README.md's endpoint table is the route table: every declared
+// route is a row (method, path, who may call it) and every row a route.
+TEST_F(RouteTable, TheDaemonReadmeListsExactlyTheDeclaredRoutes) {
+  const char* source = std::getenv("MOESERVE_SOURCE_DIR");
+  std::ifstream in(std::string(source ? source : MOESERVE_SOURCE_DIR_DEFAULT) + "/daemon/README.md");
+  ASSERT_TRUE(in) << "daemon/README.md not found";
+  std::set<std::string> documented;
+  bool in_endpoints = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("## ")) in_endpoints = line == "## Endpoints";
+    if (!in_endpoints || !line.starts_with("| `")) continue;
+    // | `METHOD` | `PATH` | auth | what it does |
+    std::vector<std::string> cells;
+    for (size_t at = 1; at < line.size();) {
+      const size_t bar = line.find('|', at);
+      if (bar == std::string::npos) break;
+      std::string cell = line.substr(at, bar - at);
+      cell.erase(0, cell.find_first_not_of(" `"));
+      cell.erase(cell.find_last_not_of(" `") + 1);
+      cells.push_back(cell);
+      at = bar + 1;
+    }
+    ASSERT_GE(cells.size(), 3u) << line;
+    documented.insert(cells[0] + " " + cells[1] + " " + cells[2]);
+  }
+  std::set<std::string> declared;
+  for (const auto& r : routes_) declared.insert(r.method + " " + r.pattern + " " + std::string(RouteAuthName(r.auth)));
+  EXPECT_EQ(documented, declared) << "daemon/README.md's Endpoints table and the route table differ";
 }
 
 TEST_F(RouteTable, AnyUndeclaredMethodIs405WithOrWithoutAKey) {

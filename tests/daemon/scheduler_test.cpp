@@ -5,7 +5,7 @@
 // every case the loop goes on to serve the next request. A real engine on a
 // generated tiny model; faults come through real seams (the StepEngine the
 // loop takes, a decode controller, a sink).
-#include "moeserve/daemon/scheduler.hpp"
+#include "moeserve/daemon/completions/scheduler.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

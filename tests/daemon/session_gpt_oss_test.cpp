@@ -17,7 +17,7 @@
 
 #include "daemon_harness.hpp"
 #include "gpt_oss_checkpoint.hpp"
-#include "moeserve/daemon/session_model.hpp"
+#include "moeserve/chat/gpt_oss/gpt_oss_dialect.hpp"
 #include "moeserve/engine/harmony.hpp"
 #include "session_checks.hpp"
 
@@ -288,7 +288,7 @@ TEST_F(SessionGptOss, SummaryGenerationIsHarmonyAtLowAndReadsTheFinalChannel) {
   auto tokens = engine::HarmonyTokens::From(*tok_);
   ASSERT_TRUE(tokens) << tokens.error().ToString();
   serving->tokens = *tokens;
-  auto model = HarmonySessionModel(serving, ReasoningEffort::kHigh);
+  auto model = chat::MakeGptOssDialect(serving, ReasoningEffort::kHigh);
 
   std::vector<engine::ChatMessage> messages = {
       {engine::ChatRole::kSystem, std::string(SummarizationPrompt()), std::nullopt, {}, ""},
@@ -330,8 +330,8 @@ TEST_F(SessionGptOss, SummaryGenerationIsHarmonyAtLowAndReadsTheFinalChannel) {
   e.role = engine::ChatRole::kUser;
   e.kind = EntryKind::kText;
   e.content = "Weather in Oslo, please, and be quick about it.";
-  EXPECT_EQ(model->EntryTokens(e), RenderedUserTokens(e.content));
-  EXPECT_LT(model->EntryTokens(e), ByteEntryTokens(e));
+  EXPECT_EQ(model->EntryTokens(TranscriptOf(e)), RenderedUserTokens(e.content));
+  EXPECT_LT(model->EntryTokens(TranscriptOf(e)), ByteEntryTokens(e));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // daemon.session_history: the tool-chain validator (tool_chain.hpp), the
 // session history's entries, and the context policy's compression, including
 // a property test over random agent histories.
-#include "moeserve/daemon/session_history.hpp"
+#include "moeserve/daemon/sessions/session_history.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <random>
 #include <set>
 
-#include "moeserve/daemon/chat_request.hpp"
-#include "moeserve/daemon/tool_chain.hpp"
+#include "moeserve/chat/chat_request.hpp"
+#include "moeserve/chat/tool_chain.hpp"
 
 namespace moeserve::daemon {
 namespace {

@@ -3,7 +3,7 @@
 // absent), and malformed entries stop the load naming the entry.
 #include <gtest/gtest.h>
 
-#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
 
 namespace moeserve::daemon {
 namespace {

@@ -9,8 +9,8 @@
 #include <atomic>
 #include <filesystem>
 
-#include "moeserve/daemon/usage_history.hpp"
-#include "moeserve/daemon/usage_ledger.hpp"
+#include "moeserve/daemon/usage/usage_history.hpp"
+#include "moeserve/daemon/usage/usage_ledger.hpp"
 
 namespace moeserve::daemon {
 namespace {

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
-#include "moeserve/daemon/usage_ledger.hpp"
+#include "moeserve/daemon/usage/usage_ledger.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moeserve/daemon/usage_ledger.hpp"
+#include "moeserve/daemon/usage/usage_ledger.hpp"
 
 namespace moeserve::daemon {
 namespace {

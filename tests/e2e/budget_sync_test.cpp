@@ -34,7 +34,7 @@
 #include "fake_apiserver.hpp"
 #include "moeserve/common/base64.hpp"
 #include "moeserve/daemon/config.hpp"
-#include "moeserve/daemon/http_server.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
 #include "moeserve/operator/moedeployment.hpp"
 #include "moeserve/operator/operator.hpp"
 #include "moeserve/operator/usage_sync.hpp"

@@ -14,7 +14,7 @@
 
 #include "fake_apiserver.hpp"
 #include "moeserve/common/base64.hpp"
-#include "moeserve/daemon/api_keys.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "moeserve/storage/weight_puller.hpp"
 #include "moeserve/engine/manifest.hpp"

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/chat/chat_request.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 

@@ -17,7 +17,7 @@
 
 #include "../support/loopback.hpp"
 #include "fuzz_check.hpp"
-#include "moeserve/daemon/http_server.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
 
 using namespace moeserve;
 using namespace moeserve::daemon;

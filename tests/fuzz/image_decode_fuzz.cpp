@@ -13,7 +13,7 @@
 
 #include "fuzz_check.hpp"
 #include "moeserve/common/base64.hpp"
-#include "moeserve/daemon/image_decode.hpp"
+#include "moeserve/daemon/image/image_decode.hpp"
 
 using namespace moeserve;
 

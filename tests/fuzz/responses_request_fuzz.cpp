@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "moeserve/daemon/chat_request.hpp"
+#include "moeserve/chat/chat_request.hpp"
 #include "moeserve/daemon/responses/response_request.hpp"
 
 using namespace moeserve;

@@ -20,12 +20,12 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/budget/budget_policy.hpp"
-#include "moeserve/daemon/image_decode.hpp"
-#include "moeserve/daemon/image_work.hpp"
-#include "moeserve/daemon/chat_request.hpp"
-#include "moeserve/daemon/audit_log.hpp"
-#include "moeserve/daemon/http_server.hpp"
-#include "moeserve/daemon/session_settings.hpp"
+#include "moeserve/daemon/image/image_decode.hpp"
+#include "moeserve/daemon/image/image_work.hpp"
+#include "moeserve/daemon/chat_api.hpp"
+#include "moeserve/daemon/audit/audit_log.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
+#include "moeserve/daemon/sessions/session_settings.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_config.hpp"
 

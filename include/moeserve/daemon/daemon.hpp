@@ -26,8 +26,8 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/daemon/config.hpp"
-#include "moeserve/daemon/readiness.hpp"
-#include "moeserve/daemon/routes.hpp"
+#include "moeserve/daemon/model/readiness.hpp"
+#include "moeserve/daemon/http/routes.hpp"
 
 namespace moeserve::daemon {
 

@@ -24,8 +24,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include "moeserve/daemon/audit_log.hpp"
-#include "moeserve/daemon/http_server.hpp"
+#include "moeserve/daemon/audit/audit_log.hpp"
+#include "moeserve/daemon/http/http_server.hpp"
 #include "moeserve/engine/engine.hpp"
 
 namespace moeserve::daemon {

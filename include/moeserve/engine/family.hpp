@@ -36,6 +36,7 @@ namespace moeserve::engine {
 
 struct GenerationRequest;
 struct ForwardTrace;
+class HfTokenizer;
 
 // The next tokens of one sequence, appended at positions cache->length ...
 // An input row given instead of embed[token] (an image token's tower output,
@@ -167,6 +168,9 @@ class ChatHooks {
   // What a sequence emits when its controller masked every token: a token
   // that ends the turn, or none (the sequence fails).
   virtual std::optional<int> AllMaskedToken() const = 0;
+  // The tokenizer the family's chat is written in, where the hooks hold one
+  // (a chat dialect renders and reads with it); null otherwise.
+  virtual const HfTokenizer* chat_tokenizer() const { return nullptr; }
 };
 
 // A loaded family: what Engine::Create takes.

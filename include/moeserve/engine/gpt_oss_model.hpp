@@ -122,6 +122,7 @@ class HarmonyChatHooks final : public ChatHooks {
   std::vector<int> CloseReasoning() const override { return close_analysis_; }
   std::optional<int> AllMaskedToken() const override { return std::nullopt; }
 
+  const HfTokenizer* chat_tokenizer() const override { return &tokenizer_; }
   const HfTokenizer& tokenizer() const { return tokenizer_; }
   const HarmonyTokens& harmony_tokens() const { return harmony_; }
 

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moeserve/daemon/api_error.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 
 namespace moeserve::daemon {
 

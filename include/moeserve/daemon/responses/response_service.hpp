@@ -35,13 +35,13 @@
 #include <mutex>
 #include <string>
 
-#include "moeserve/daemon/api_error.hpp"
-#include "moeserve/daemon/api_keys.hpp"
-#include "moeserve/daemon/chat_service.hpp"
-#include "moeserve/daemon/http_exchange.hpp"
+#include "moeserve/daemon/chat_api.hpp"
+#include "moeserve/daemon/keys/api_keys.hpp"
+#include "moeserve/daemon/completions/chat_service.hpp"
+#include "moeserve/daemon/http/http_exchange.hpp"
 #include "moeserve/daemon/responses/response_request.hpp"
 #include "moeserve/daemon/responses/response_store.hpp"
-#include "moeserve/daemon/session_settings.hpp"
+#include "moeserve/daemon/sessions/session_settings.hpp"
 
 namespace moeserve::daemon {
 
@@ -63,9 +63,12 @@ class ResponseService {
   using RunExchange = std::function<std::shared_ptr<HttpExchange>(std::shared_ptr<HttpExchange>)>;
   void Create(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who,
               Clock::time_point received, const RunExchange& audit_run = {});
-  void Get(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who);
-  void Delete(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who);
-  void Cancel(const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange, const Principal& who);
+  void Get(const std::string& id, const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+           const Principal& who);
+  void Delete(const std::string& id, const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+           const Principal& who);
+  void Cancel(const std::string& id, const HttpHead& head, std::string body, std::shared_ptr<HttpExchange> exchange,
+           const Principal& who);
 
  private:
   struct Run;  // a background response running on this replica

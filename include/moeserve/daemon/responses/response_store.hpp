@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/common/status.hpp"
-#include "moeserve/daemon/session_store.hpp"
+#include "moeserve/daemon/sessions/session_store.hpp"
 
 namespace moeserve::daemon {
 

@@ -1,0 +1,73 @@
+#include "model/model_loading.hpp"
+
+namespace moeserve::daemon {
+
+Result<std::string> ResolveModelDir(const DaemonConfig& config, Readiness& readiness,
+                                    std::unique_ptr<storage::PulledModel>& pulled) {
+  if (config.model.find("://") == std::string::npos) return config.model;
+  // A URI: pull into the node-local cache first; /readyz reports the pull.
+  storage::PullOptions po;
+  po.revision = config.model_revision;
+  po.connections = config.pull_connections;
+  po.source.endpoint_url = config.storage_endpoint;
+  po.source.region = config.storage_region;
+  po.source.ca_file = config.storage_ca_file;
+  po.on_progress = [&readiness](const storage::PullProgress& p) { readiness.Set("pulling", p.ToLogLine()); };
+  readiness.Set("pulling", config.model + " @ " + config.model_revision);
+  storage::WeightPuller puller(
+      storage::CacheConfig{config.weights_cache, static_cast<uint64_t>(config.weights_cache_limit_bytes)});
+  auto got = puller.Pull(config.model, po);
+  if (!got) {
+    readiness.Set("failed", got.error().message());
+    return Fail(got.error().WithContext("pulling model " + config.model));
+  }
+  std::string dir = got->dir;
+  pulled = std::make_unique<storage::PulledModel>(std::move(*got));
+  return dir;
+}
+
+engine::EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
+  engine::EngineOptions o;
+  o.max_running = config.max_running;
+  o.max_waiting = config.max_queue;
+  o.prefill_chunk_tokens = config.prefill_chunk_tokens;
+  o.prefill_chunk_tokens_idle = config.prefill_chunk_tokens_idle;
+  o.cache_tokens = config.cache_tokens;
+  o.block_tokens = config.block_tokens;
+  o.prefix_cache = config.prefix_cache;
+  o.prefix_cache_bytes = config.prefix_cache_bytes;
+  o.prefix_pin_share = config.sessions.pin_share;
+  o.kernels = config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
+  o.deterministic = config.deterministic;
+  if (config.experts != "stored")
+    o.experts = config.experts == "mxfp4" ? engine::ExpertFormat::kMxfp4 : engine::ExpertFormat::kBf16;
+  o.threads = config.threads;
+  o.max_context = config.max_context;
+  return o;
+}
+
+Result<ServingFacts> ServingFactsFor(const DaemonConfig& config, engine::Engine& engine, const std::string& family,
+                                     const std::string& model_dir, ImageWork* image_work) {
+  MOE_ASSIGN_OR_RETURN(std::shared_ptr<const ChatDialect> dialect,
+                       chat::LoadDialect(family, chat::DialectInputs{model_dir, &engine, config.default_reasoning_effort}));
+  ServingFacts facts;
+  facts.model_name = config.served_model_name;
+  facts.max_context = engine.max_context();
+  facts.default_max_tokens = config.default_max_tokens;
+  facts.default_effort = config.default_reasoning_effort;
+  facts.constrained_max_string_bytes = config.constrained_max_string_bytes;
+  facts.images = config.images;
+  facts.image_work = image_work;
+  facts.vision = dialect->vision();
+  // The tiers bound reasoning as configured, else as the family says.
+  facts.budgets = config.thinking_budgets.value_or(dialect->DefaultBudgets());
+  if (!config.public_system_prompt.empty()) {
+    auto prefix = dialect->PublicPrefix(config.public_system_prompt);
+    if (!prefix) return Fail(prefix.error().WithContext("rendering public_system_prompt"));
+    facts.public_prefix = std::move(*prefix);
+  }
+  facts.dialect = std::move(dialect);
+  return facts;
+}
+
+}  // namespace moeserve::daemon
