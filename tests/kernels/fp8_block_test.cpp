@@ -68,7 +68,8 @@ TEST(Fp8E4m3, EveryCodeDecodesToItsDefinition) {
 // (the other products are zeros; NaN codes give NaN).
 TEST(Fp8E4m3, EveryVariantDecodesEveryCodeTimesItsScale) {
   for (size_t cols : {size_t{48}, size_t{141}}) {  // 141: a full block, then 13 columns (the tails)
-    for (float scale : {1.0f, 0.0173f, 3.7f}) {
+    // Also a scale whose product with 2^8 overflows (1e38) and a subnormal one.
+    for (float scale : {1.0f, 0.0173f, 3.7f, 1e38f, 1e-40f}) {
       const size_t rows = 256;
       std::vector<uint8_t> codes(rows * cols);
       for (size_t r = 0; r < rows; ++r)
@@ -83,10 +84,12 @@ TEST(Fp8E4m3, EveryVariantDecodesEveryCodeTimesItsScale) {
         std::vector<float> y(rows, -1234.5f);
         k.matmul_fp8_block(w, x.data(), 1, y.data());
         for (int c = 0; c < 256; ++c) {
-          if (IsNanCode(c)) {
+          const float want = Fp8E4m3ToFloat(static_cast<uint8_t>(c)) * scale;
+          if (IsNanCode(c) || std::isinf(want)) {
+            // A NaN weight, or an infinite one times the zeros of X's other columns.
             EXPECT_TRUE(std::isnan(y[c])) << "code " << c;
           } else {
-            EXPECT_EQ(y[c], Fp8E4m3ToFloat(static_cast<uint8_t>(c)) * scale) << "code " << c;
+            EXPECT_EQ(y[c], want) << "code " << c;
           }
         }
       });
