@@ -2,10 +2,12 @@
 // against the format's definition, the checked view, the reference against
 // a float64 sum with scales that are not powers of two on ragged shapes, and
 // every variant this CPU runs (the family matmul_fp8_block) against the
-// reference at 1, 2, 7, 64 and 130 activation rows.
+// reference at 1, 2, 7, 64 and 130 activation rows, and a row's result the
+// same bits alone as in a batch.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -218,6 +220,28 @@ TEST(Fp8BlockVariants, MatchTheReferenceAtEveryRowCount) {
       });
     }
   }
+}
+
+// A row's sums do not depend on the rows beside it (every tile shape sums
+// a row in the same order), so a sequence gets the same bits in a batched
+// decode step as alone: rows of a 130-row call against each row alone.
+TEST(Fp8BlockVariants, ARowGetsTheSameBitsAloneAsInABatch) {
+  const Case c = RandomCase(300, 1003, 5);
+  const size_t n = 130;
+  const std::vector<float> x = RandomX(n, c.cols, 17);
+  ForEachVariant("matmul_fp8_block batch invariance", [&](const KernelSet& k) {
+    SCOPED_TRACE(k.matmul_fp8_block.name);
+    std::vector<float> batch(n * c.rows);
+    k.matmul_fp8_block(c.view(), x.data(), n, batch.data());
+    for (size_t i : {size_t{0}, size_t{7}, size_t{77}, size_t{129}}) {
+      std::vector<float> alone(c.rows, std::numeric_limits<float>::quiet_NaN());
+      k.matmul_fp8_block(c.view(), &x[i * c.cols], 1, alone.data());
+      size_t differ = 0;
+      for (size_t r = 0; r < c.rows; ++r)
+        if (std::memcmp(&alone[r], &batch[i * c.rows + r], sizeof(float)) != 0) ++differ;
+      EXPECT_EQ(differ, 0u) << "row " << i;
+    }
+  });
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // with the activations in fp32. Conventions as cpu_ops.hpp: W [out = rows,
 // in = cols], Y[n, rows] = X[n, cols] W^T. The threaded variants are the
 // family matmul_fp8_block of cpu_kernels.hpp; they differ from
-// MatMulFp8BlockRef only by fp32 summation order.
+// MatMulFp8BlockRef only by fp32 summation order, and a row's result does
+// not depend on the other rows of the call (the same bits alone or batched).
 //
 // Thread safety: pure functions over caller buffers.
 #pragma once
