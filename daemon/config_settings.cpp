@@ -196,7 +196,7 @@ constexpr SettingSpec kSettings[] = {
      "the kernel family (`reference`: the plain implementations, for checking)",
      ParseKernels},
     {"experts", kText, "`stored`", "`stored`, `mxfp4` or `bf16`",
-     "the routed experts' format in memory: `stored` as the checkpoint holds them; `mxfp4` requantises a DeepSeek-V3.2 checkpoint's experts at load ([model format](model-format.md#13-the-deepseek-v32-family)); a model of another family whose experts are stored otherwise is refused at load",
+     "the routed experts' format in memory: `stored` as the checkpoint holds them; `mxfp4` requantises a DeepSeek-V3.2 or Qwen3-Next checkpoint's BF16 experts at load ([model format](model-format.md#13-the-deepseek-v32-family)); a model of another family whose experts are stored otherwise is refused at load",
      ParseExperts},
     {"deterministic", kBoolean, "false", "",
      "batch-invariant decode: a request's tokens do not depend on what else runs ([operations](operations.md#deterministic-decode)); slower prefill",

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "moeserve/chat/chat_request.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 
 namespace moeserve::daemon {
 namespace {

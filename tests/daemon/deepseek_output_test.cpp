@@ -14,6 +14,7 @@
 
 #include "daemon_harness.hpp"
 #include "moeserve/chat/deepseek_v32/deepseek_assembler.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/engine/deepseek_chat.hpp"
 
 namespace moeserve::daemon::testing {

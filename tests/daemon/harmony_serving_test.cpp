@@ -19,6 +19,7 @@
 #include "moeserve/chat/gpt_oss/harmony_arguments.hpp"
 #include "moeserve/chat/gpt_oss/harmony_assembler.hpp"
 #include "moeserve/chat/gpt_oss/harmony_request.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/daemon/completions/logprobs_json.hpp"
 
 namespace moeserve::daemon {

@@ -19,6 +19,7 @@
 #include "moeserve/chat/gpt_oss/harmony_assembler.hpp"
 #include "moeserve/chat/gpt_oss/harmony_request.hpp"
 #include "moeserve/chat/gpt_oss/harmony_structure.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 
 namespace moeserve::daemon {
 namespace {

@@ -12,6 +12,7 @@
 #include "moeserve/chat/moe_dsa_v1/decode_policy.hpp"
 #include "moeserve/engine/json_grammar.hpp"
 #include "moeserve/chat/moe_dsa_v1/output_assembler.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 
 namespace moeserve::daemon {

@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "moeserve/chat/moe_dsa_v1/output_assembler.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/engine/chat_format.hpp"
 
 namespace moeserve::daemon {

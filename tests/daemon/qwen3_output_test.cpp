@@ -6,6 +6,7 @@
 
 #include "daemon_harness.hpp"
 #include "moeserve/chat/qwen3_next/qwen3_assembler.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 
 namespace moeserve::daemon::testing {
 namespace {

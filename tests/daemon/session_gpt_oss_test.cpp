@@ -18,6 +18,7 @@
 #include "daemon_harness.hpp"
 #include "gpt_oss_checkpoint.hpp"
 #include "moeserve/chat/gpt_oss/gpt_oss_dialect.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/engine/harmony.hpp"
 #include "session_checks.hpp"
 

@@ -12,6 +12,7 @@
 
 #include "moeserve/chat/chat_request.hpp"
 #include "moeserve/chat/tool_chain.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 
 namespace moeserve::daemon {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "fuzz_check.hpp"
 #include "moeserve/chat/chat_request.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/tokenizer.hpp"
 

@@ -9,6 +9,7 @@
 
 #include "fuzz_check.hpp"
 #include "moeserve/chat/chat_request.hpp"
+#include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/daemon/responses/response_request.hpp"
 
 using namespace moeserve;

@@ -71,8 +71,8 @@ struct DaemonConfig {
   size_t max_body_bytes = 8u << 20;
   std::string kernels = "fast";
   // The routed experts' format in memory (EngineOptions::experts): "stored"
-  // as the checkpoint has them; "mxfp4" requantises a DeepSeek-V3.2
-  // checkpoint's at load; other families refuse a format they do not store.
+  // as the checkpoint has them; "mxfp4" requantises a DeepSeek-V3.2 or
+  // Qwen3-Next checkpoint's at load; other families refuse a format they do not store.
   std::string experts = "stored";
   bool deterministic = false;  // EngineOptions::deterministic (not for gpt-oss models)
   // Constrained decoding: the longest string a tool argument (or json_object
