@@ -19,6 +19,7 @@
 #include "gpt_oss_checkpoint.hpp"
 #include "moeserve/chat/gpt_oss/gpt_oss_dialect.hpp"
 #include "moeserve/daemon/chat_api.hpp"
+#include "moeserve/daemon/sessions/session_history.hpp"
 #include "moeserve/engine/harmony.hpp"
 #include "session_checks.hpp"
 
