@@ -45,6 +45,14 @@ Result<int64_t> IntegerField(const json& object, const char* key, const std::str
 }
 
 // A field held in an int (the CRD's int32 fields): as IntegerField, at most INT32_MAX.
+// A nested object of the spec: absent or null gives {}; any other type is
+// refused naming the field (never read as absent).
+Result<json> ObjectField(const json& object, const char* key, const std::string& field) {
+  if (!object.is_object() || !object.contains(key) || object[key].is_null()) return json::object();
+  if (!object[key].is_object()) return Fail(Error::InvalidArgument(field + ": must be an object"));
+  return object[key];
+}
+
 Result<int> IntField(const json& object, const char* key, const std::string& field, int fallback, int64_t lo,
                      int64_t hi = std::numeric_limits<int32_t>::max()) {
   MOE_ASSIGN_OR_RETURN(const int64_t n, IntegerField(object, key, field, fallback, lo, hi));
@@ -141,14 +149,14 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
     const json vault = spec.value("vault", json::object());
     s.vault_role = vault.value("role", "");
     s.model_credentials.vault_role = s.vault_role;
-    const json engine = spec.value("engine", json::object());
+    MOE_ASSIGN_OR_RETURN(const json engine, ObjectField(spec, "engine", "spec.engine"));
     MOE_ASSIGN_OR_RETURN(s.max_context_tokens,
                          IntegerField(engine, "maxContextTokens", "spec.engine.maxContextTokens", 131072, 1024));
-    const json thinking = engine.value("thinking", json::object());
+    MOE_ASSIGN_OR_RETURN(const json thinking, ObjectField(engine, "thinking", "spec.engine.thinking"));
     MOE_ASSIGN_OR_RETURN(s.default_tier, EnumField(thinking, "defaultTier", "spec.engine.thinking.defaultTier",
                                                    "medium", {"low", "medium", "high"}));
     MOE_ASSIGN_OR_RETURN(s.thinking_budgets, ThinkingBudgets(thinking));
-    const json par = spec.value("parallelism", json::object());
+    MOE_ASSIGN_OR_RETURN(const json par, ObjectField(spec, "parallelism", "spec.parallelism"));
     MOE_ASSIGN_OR_RETURN(s.nodes_per_replica,
                          IntField(par, "nodesPerReplica", "spec.parallelism.nodesPerReplica", 1, 1, 64));
     MOE_ASSIGN_OR_RETURN(s.gpus_per_node, IntField(par, "gpusPerNode", "spec.parallelism.gpusPerNode", 8, 0, 16));
@@ -157,7 +165,7 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
     s.node_selector = spec.value("nodeSelector", json());
     s.tolerations = spec.value("tolerations", json());
     s.affinity = spec.value("affinity", json());
-    const json cache = spec.value("cache", json::object());
+    MOE_ASSIGN_OR_RETURN(const json cache, ObjectField(spec, "cache", "spec.cache"));
     // A tenant never chooses a path on the node: the CRD no longer has the
     // field, and an object stored before it lost it is refused here.
     if (cache.is_object() && cache.contains("hostPath"))
