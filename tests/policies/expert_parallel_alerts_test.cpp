@@ -1,6 +1,6 @@
 // policies/alerts/moeserve-expert-parallel.yaml: the expert-parallel alert
 // rules pass `promtool check rules` and their unit tests; the metrics they
-// name are ones moe-daemon registers (daemon/expert_parallel.cpp); and a
+// name are ones moe-daemon registers (daemon/model/expert_parallel.cpp); and a
 // rule loosened against its tests (a higher imbalance threshold, a longer
 // degraded `for`) makes promtool fail. promtool is the real one (Debian's
 // prometheus package, installed by scripts/setup).
@@ -62,7 +62,7 @@ TEST_F(ExpertParallelAlerts, CheckAndUnitTestsPass) {
 
 TEST_F(ExpertParallelAlerts, MetricsNamedAreOnesTheDaemonRegisters) {
   const std::string rules = Slurp(AlertsDir() / "moeserve-expert-parallel.yaml");
-  const std::string daemon = Slurp(fs::path(SourceDir()) / "daemon" / "expert_parallel.cpp");
+  const std::string daemon = Slurp(fs::path(SourceDir()) / "daemon" / "model" / "expert_parallel.cpp");
   std::regex metric(R"(\bmoe_[a-z_]+)");
   int named = 0;
   for (auto it = std::sregex_iterator(rules.begin(), rules.end(), metric); it != std::sregex_iterator(); ++it) {
