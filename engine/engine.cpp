@@ -135,6 +135,7 @@ ModelOptions ModelOptionsFor(const EngineOptions& options) {
   mo.deterministic = options.deterministic;
   mo.ep_rank = options.ep_rank;
   mo.ep_world = options.ep_world;
+  mo.mtp = options.speculative == SpeculativeMode::kMtp || options.speculative == SpeculativeMode::kAuto;
   return mo;
 }
 

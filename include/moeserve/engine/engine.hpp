@@ -77,6 +77,14 @@ class DecodeController {
   }
 };
 
+// Speculative decoding: where a sequence's draft tokens come from. kMtp: the
+// model's multi-token-prediction layers; kLookup: the longest recent n-gram
+// of the sequence found earlier in its own context proposes what followed it
+// there; kAuto: lookup when it finds a match, else MTP when the model has it.
+// Drafts never change a greedy sequence's tokens, nor a sampled sequence's
+// distribution: each is verified by the model in one pass.
+enum class SpeculativeMode { kOff, kMtp, kLookup, kAuto };
+
 struct GenerationRequest {
   std::vector<int> prompt;        // rendered chat, ending with <|assistant|><|think|> for a chat turn
   SamplingParams sampling;
@@ -102,6 +110,8 @@ struct GenerationRequest {
   // placeholder tokens in `prompt` and its pixels). Only for a model with a
   // vision tower.
   std::vector<ImageSpan> images;
+  // Speculative decoding for this sequence; unset: EngineOptions::speculative.
+  std::optional<SpeculativeMode> speculative;
 };
 
 // The order in which waiting sequences are admitted: round-robin across
@@ -185,6 +195,13 @@ struct EngineOptions {
   // the slice of experts to load; connect the group with model().SetGroup.
   // The prefix cache is off then: followers hold no copy of its snapshots.
   int ep_rank = 0, ep_world = 1;
+  // Speculative decoding (SpeculativeMode): the default of requests that
+  // name none. kMtp and kAuto load the model's MTP layers where it has them.
+  SpeculativeMode speculative = SpeculativeMode::kOff;
+  int draft_tokens = 3;            // tokens one draft proposes at most, 1-4
+  // A step with more decoding sequences than this runs no draft: the batch
+  // alone keeps the products busy, and verifying drafts would cost compute.
+  int speculative_max_batch = 8;
 };
 
 // The model options an engine with these options loads its model with (the
@@ -209,6 +226,13 @@ struct PrefixCacheStats {
   int64_t pinned_bytes = 0;    // their KV blocks and heap, each entry's blocks counted in full
 };
 
+// Draft tokens of one kind (SpeculativeMode), cumulative.
+struct DraftCounts {
+  uint64_t proposed = 0;  // tokens drafts proposed and the model verified
+  uint64_t accepted = 0;  // of which the model's own choice agreed with
+  uint64_t drafts = 0;    // drafts verified
+};
+
 struct EngineMetrics {
   int running = 0;
   int waiting = 0;
@@ -218,6 +242,7 @@ struct EngineMetrics {
   PrefixCacheStats prefix_cache;
   // expert_tokens[layer][expert]: tokens routed (layers without MoE are empty)
   std::vector<std::vector<uint64_t>> expert_tokens;
+  DraftCounts drafts_mtp, drafts_lookup;
 };
 
 class Model;  // the forward pass (model.hpp)

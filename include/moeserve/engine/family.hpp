@@ -55,6 +55,24 @@ struct ForwardSegment {
   std::span<const int> tokens;
   bool all_logits = false;  // logits for every token, else only the last
   std::span<const RowEmbedding> embeddings;  // ascending indices; only for a family with a vision tower
+  // Verification of a speculative draft: when set, the recurrent state
+  // after each of the segment's tokens is written here, [token][layer]
+  // (attention layers' entries empty), so that the engine can roll the
+  // cache back to any of them when the draft is cut short; the recurrent
+  // layers then run their recurrent form, token by token, as decode does.
+  // Families without recurrent state leave it untouched (their rollback is
+  // the cache length alone).
+  std::vector<std::vector<DeltaLayerState>>* state_trail = nullptr;
+};
+
+// One sequence's multi-token-prediction draft (FamilyModel::ProposeDrafts).
+// The cache holds every token of the sequence but `next_token` (the one just
+// sampled); the model proposes up to `max_tokens` tokens that follow it.
+struct DraftSlot {
+  SequenceCache* cache = nullptr;
+  int next_token = 0;
+  int max_tokens = 0;
+  std::vector<int>* out = nullptr;  // appended to: the proposed tokens, in order
 };
 
 // What one decode step reads of the weights as the model holds them in
@@ -110,6 +128,19 @@ class FamilyModel {
   virtual int idle_prefill_rows() const { return 0; }
   // The sequence ended (expert-parallel followers drop their copy).
   virtual void Retire(const SequenceCache& cache) const { (void)cache; }
+  // Multi-token prediction (the checkpoint's MTP layers, loaded when
+  // ModelOptions::mtp asks): the most tokens one ProposeDrafts call chains;
+  // 0 when the model has none loaded.
+  virtual int draft_depth() const { return 0; }
+  // Proposes each slot's draft (greedy through the MTP layers). A draft only
+  // ever costs acceptance, never correctness: the engine verifies every
+  // proposed token with the model itself. The slots' caches must have blocks
+  // for cache->length + max_tokens + 1 tokens.
+  virtual Status ProposeDrafts(KvPool& pool, std::span<DraftSlot> slots) const {
+    (void)pool;
+    (void)slots;
+    return Fail(Error::InvalidArgument("this model has no multi-token-prediction layers loaded"));
+  }
   // The vision tower's config when the model has one (model-format 14), else null.
   virtual const VisionConfig* vision() const { return nullptr; }
   // The model described in the shared layer graph's terms (Engine::config()):

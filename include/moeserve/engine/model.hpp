@@ -86,6 +86,10 @@ struct ModelOptions {
   // layers, shared experts, attention and the indexer stay BF16). A format
   // other than the checkpoint's is refused for every other family.
   std::optional<ExpertFormat> experts;
+  // Load the checkpoint's multi-token-prediction layers (draft proposals for
+  // speculative decoding, FamilyModel::ProposeDrafts). Off: they are skipped
+  // and cost neither memory nor time.
+  bool mtp = false;
   // Expert parallelism: this rank loads only its experts and every MoE layer
   // runs across the group (moe_parallel.cpp). Every rank must then call
   // Forward with the same segments, in the same order. Not owned; must
