@@ -14,6 +14,7 @@
 
 #include "moeserve/common/exception_text.hpp"
 #include "moeserve/common/log.hpp"
+#include "moeserve/engine/context_bytes.hpp"
 #include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -64,6 +65,7 @@ struct Engine::Impl {
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<PrefixCache> prefix;
   int max_context = 0;
+  int64_t sequence_state_bytes = 0;  // one sequence's recurrent state (RecurrentStateBytes), for Submit's refusals
   // The vision tower's thread (null for a model without a tower).
   std::unique_ptr<ImageEmbedder> tower;
 
@@ -159,7 +161,10 @@ Result<std::unique_ptr<Engine>> Engine::Open(const std::string& dir, const Engin
 }
 
 Status Engine::ValidateEngineOptions(const EngineOptions& options) {
-  if (options.block_tokens <= 0 || options.cache_tokens < options.block_tokens || options.max_running <= 0 ||
+  // cache_tokens 0: sized from cache_memory_bytes in Create.
+  const bool pool_from_memory = options.cache_tokens == 0 && options.cache_memory_bytes > 0;
+  if (options.block_tokens <= 0 || (!pool_from_memory && options.cache_tokens < options.block_tokens) ||
+      options.max_running <= 0 ||
       options.prefill_chunk_tokens <= 0 || options.prefill_chunk_tokens_idle <= 0 || options.max_waiting < 0)
     return Fail(Error::InvalidArgument(
         "engine options: block_tokens, cache_tokens, max_running, prefill_chunk_tokens and prefill_chunk_tokens_idle "
@@ -169,6 +174,10 @@ Status Engine::ValidateEngineOptions(const EngineOptions& options) {
               " ignored: the kernel thread pool was already started with another size");
   if (options.prefix_cache_bytes < 0)
     return Fail(Error::InvalidArgument("engine options: prefix_cache_bytes must not be negative"));
+  if (options.cache_memory_bytes < 0)
+    return Fail(Error::InvalidArgument("engine options: cache_memory_bytes must not be negative"));
+  if (!options.prefix_disk_dir.empty() && options.prefix_disk_bytes <= 0)
+    return Fail(Error::InvalidArgument("engine options: prefix_disk_bytes must be positive when prefix_disk_dir is set"));
   if (options.decode_activation_bits != 21 && options.decode_activation_bits != 16 &&
       options.decode_activation_bits != 8)
     return Fail(Error::InvalidArgument("engine options: decode_activation_bits must be 21, 16 or 8, not " +
@@ -204,12 +213,44 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
     return Fail(Error::InvalidArgument("expert parallelism is not supported for " + impl->chat->family() +
                                        " models: only families on the shared layer graph (moe-dsa-v1, deepseek_v32, "
                                        "qwen3_next) split their experts"));
-  const int64_t blocks = options.cache_tokens / options.block_tokens;
+  impl->sequence_state_bytes = RecurrentStateBytes(impl->model->NewSequence());
+  if (options.cache_tokens == 0) {  // sized from the memory budget (ValidateEngineOptions allowed it)
+    impl->options.cache_tokens =
+        std::min<int64_t>(PoolTokensFor(options.cache_memory_bytes, impl->model->cache_floats_per_token(),
+                                        options.block_tokens, impl->sequence_state_bytes, options.max_running),
+                          int64_t{1} << 40);
+    const ContextBytes pool_cost = ContextCost(impl->model->cache_floats_per_token(), options.block_tokens,
+                                               impl->sequence_state_bytes, impl->options.cache_tokens);
+    log::Info("engine: KV cache pool sized from memory: " + std::to_string(impl->options.cache_tokens) + " tokens (" +
+              HumanBytes(pool_cost.pool_bytes) + ", " +
+              std::to_string(impl->model->cache_floats_per_token() * sizeof(float)) + " bytes per token) of a " +
+              HumanBytes(options.cache_memory_bytes) + " budget, after " + std::to_string(options.max_running) +
+              " sequences' recurrent state of " + HumanBytes(impl->sequence_state_bytes) + " each");
+  }
+  const int64_t blocks = impl->options.cache_tokens / options.block_tokens;
   try {
     impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());
   } catch (const std::bad_alloc&) {
-    return Fail(Error::ResourceExhausted("KV cache pool of " + std::to_string(options.cache_tokens) +
+    return Fail(Error::ResourceExhausted("KV cache pool of " + std::to_string(impl->options.cache_tokens) +
                                         " tokens could not be allocated; lower cache_tokens"));
+  }
+  if (!options.prefix_disk_dir.empty() && impl->options.prefix_cache) {
+    PrefixDiskTier::Options d;
+    d.dir = options.prefix_disk_dir;
+    d.max_bytes = options.prefix_disk_bytes;
+    d.block_tokens = options.block_tokens;
+    d.floats_per_token = impl->model->cache_floats_per_token();
+    for (const DeltaLayerState& l : impl->model->NewSequence().delta) d.delta_shape.emplace_back(l.conv_tail.size(), l.S.size());
+    // What makes a stored row valid for this engine: the model and the
+    // options that change the values computed.
+    d.model_identity = impl->chat->family() + "|" + impl->description.ToJson() +
+                       "|kernels=" + std::to_string(static_cast<int>(options.kernels)) +
+                       "|bf16=" + std::to_string(options.bf16_activations) +
+                       "|experts=" + (options.experts ? std::string(ExpertFormatName(*options.experts)) : "stored") +
+                       "|decode_bits=" + std::to_string(options.decode_activation_bits) +
+                       "|deterministic=" + std::to_string(options.deterministic);
+    MOE_ASSIGN_OR_RETURN(std::unique_ptr<PrefixDiskTier> tier, PrefixDiskTier::Open(std::move(d)));
+    impl->prefix->AttachDiskTier(std::move(tier), *impl->pool);
   }
   int64_t ctx = impl->model->max_position();
   if (options.max_context > 0) ctx = std::min<int64_t>(ctx, options.max_context);
@@ -251,10 +292,28 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   if (request.logprobs < -1 || request.logprobs > 20)
     return Fail(Error::InvalidArgument("logprobs must be -1 (off) or 0 to 20 alternatives, got " + std::to_string(request.logprobs)));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  if (total > impl_->max_context)
-    return Fail(Error::OutOfRange("context length exceeded: the prompt has " + std::to_string(request.prompt.size()) +
-                                       " tokens and max_tokens is " + std::to_string(request.max_tokens) +
-                                       ", but this deployment's context window is " + std::to_string(impl_->max_context) + " tokens"));
+  if (total > impl_->max_context) {
+    const std::string asked = "context length exceeded: the prompt has " + std::to_string(request.prompt.size()) +
+                              " tokens and max_tokens is " + std::to_string(request.max_tokens) + ", " +
+                              std::to_string(total) + " tokens together";
+    const EngineOptions& o = impl_->options;
+    const int64_t pool_tokens = o.cache_tokens / o.block_tokens * o.block_tokens;
+    if (total > pool_tokens && impl_->max_context >= pool_tokens) {
+      // The pool is the limit: it could not hold this even empty. Say what it costs and what raises it.
+      const size_t fpt = impl_->model->cache_floats_per_token();
+      const ContextBytes need = ContextCost(fpt, o.block_tokens, impl_->sequence_state_bytes, total);
+      const ContextBytes have = ContextCost(fpt, o.block_tokens, 0, pool_tokens);
+      return Fail(Error::OutOfRange(
+          asked + ", which need " + HumanBytes(need.pool_bytes) + " of KV cache (" + std::to_string(fpt * sizeof(float)) +
+          " bytes per token) plus " + HumanBytes(need.state_bytes) + " of recurrent state, but the KV cache pool holds " +
+          std::to_string(pool_tokens) + " tokens (" + HumanBytes(have.pool_bytes) +
+          ") even when empty; this deployment's context window is " + std::to_string(impl_->max_context) +
+          " tokens (raise cache_tokens to serve longer contexts)"));
+    }
+    return Fail(Error::OutOfRange(asked + ", but this deployment's context window is " +
+                                  std::to_string(impl_->max_context) + " tokens (the model's " +
+                                  std::to_string(impl_->model->max_position()) + " positions, or max_context)"));
+  }
   auto seq = std::make_unique<Sequence>();
   seq->prompt_len = static_cast<int64_t>(request.prompt.size());
   seq->tokens = request.prompt;
@@ -360,8 +419,8 @@ bool Engine::Impl::Admit(Sequence& s) {
   s.cache = model->NewSequence();
   // Reuse the longest cached prefix, leaving at least one prompt token to compute.
   if (options.prefix_cache) {
-    PrefixCache::Hit hit =
-        prefix->Lookup(s.tokens, s.prompt_len - 1, s.req.tenant, s.req.public_prefix_tokens, s.req.images);
+    PrefixCache::Hit hit = prefix->LookupOrRestore(*pool, s.tokens, s.prompt_len - 1, s.req.tenant,
+                                                   s.req.public_prefix_tokens, s.req.images);
     if (hit.length > 0) {
       s.cache.delta = *hit.delta;  // the copy first: it may throw, the references may not leak
       s.cache.blocks = *hit.blocks;

@@ -29,6 +29,57 @@ bool Begins(const std::vector<int>& whole, const std::vector<int>& prefix) {
 
 }  // namespace
 
+PrefixCache::~PrefixCache() {
+  if (!disk_ || !disk_pool_) return;
+  // Least recently used first, so that the tier's own order matches memory's.
+  try {
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) Spill(*disk_pool_, *it);
+  } catch (...) {  // a cache: what is not written is recomputed
+  }
+}
+
+void PrefixCache::AttachDiskTier(std::unique_ptr<PrefixDiskTier> tier, KvPool& pool) {
+  disk_ = std::move(tier);
+  disk_pool_ = &pool;
+}
+
+void PrefixCache::Spill(const KvPool& pool, const Entry& e) {
+  if (!disk_ || !e.images.empty()) return;
+  if (auto st = disk_->Write(pool, e.tokens, e.blocks, e.delta, e.partition, e.is_public); !st)
+    log::Warn("prefix cache: entry of " + std::to_string(e.tokens.size()) + " tokens not written to disk: " +
+              st.error().ToString());
+}
+
+PrefixCache::Hit PrefixCache::LookupOrRestore(KvPool& pool, const std::vector<int>& tokens, int64_t max_length,
+                                              const std::string& partition, int64_t public_length,
+                                              std::span<const ImageSpan> images) {
+  Hit hit = Lookup(tokens, max_length, partition, public_length, images);
+  if (!disk_) return hit;
+  int64_t cap = max_length;  // entries on disk end before the first image
+  for (const ImageSpan& s : images) cap = std::min(cap, s.offset);
+  const std::optional<PrefixDiskTier::Found> found = disk_->Find(tokens, cap, partition, public_length, hit.length);
+  if (!found) return hit;
+  Result<PrefixDiskTier::Restored> restored = disk_->Read(pool, *found, tokens, partition);
+  if (!restored) {
+    if (restored.error().code() != ErrorCode::kResourceExhausted)
+      log::Warn("prefix cache: " + restored.error().ToString());
+    return hit;
+  }
+  SequenceCache loaded;
+  loaded.blocks = std::move(restored->blocks);
+  loaded.delta = std::move(restored->delta);
+  loaded.length = found->length;
+  try {
+    Insert(pool, tokens, found->length, loaded, partition, found->is_public, {});
+  } catch (...) {
+    ReleaseBlocks(pool, loaded);
+    throw;
+  }
+  ReleaseBlocks(pool, loaded);  // the entry holds its own references
+  // Insert may have evicted the memory hit: look again.
+  return Lookup(tokens, max_length, partition, public_length, images);
+}
+
 int64_t PrefixCache::HeapBytes(const Entry& e) {
   int64_t n = kListNodeBytes + static_cast<int64_t>(sizeof(Entry));
   n += VectorBytes(e.tokens) + VectorBytes(e.blocks) + VectorBytes(e.delta) + VectorBytes(e.images);
@@ -48,6 +99,7 @@ PrefixCacheStats PrefixCache::Stats() const {
   s.bytes = bytes();
   s.limit_bytes = max_bytes_;
   s.entries = static_cast<int64_t>(entries_.size());
+  if (disk_) disk_->FillStats(s);
   const double now = SteadyNow();
   for (const Entry& e : entries_) {
     if (!Pinned(e, now)) continue;
@@ -183,6 +235,7 @@ bool PrefixCache::EvictOne(KvPool& pool, Why why) {
   const bool over_share = static_cast<double>(pinned_bytes) > pin_share_ * static_cast<double>(max_bytes_);
   auto victim = (over_share || oldest_unpinned == entries_.end()) ? oldest_pinned : oldest_unpinned;
   if (victim == entries_.end()) victim = std::prev(entries_.end());
+  Spill(pool, *victim);
   Drop(pool, victim);
   switch (why) {
     case Why::kBytes: ++counters_.evicted_for_bytes; break;

@@ -25,18 +25,26 @@
 // timing. Public entries (the deployment's configured public prefix) are
 // reused by every partition, up to the lookup's public length.
 //
+// A tier on disk (AttachDiskTier, prefix_disk_tier.hpp): entries evicted
+// from memory are written there (those covering an image excepted), and a
+// lookup that finds a longer prefix on disk than in memory reads it back into
+// new pool blocks and inserts it here. When the cache is destroyed, the
+// entries still in memory are written too, so a restart finds them.
+//
 // Thread safety: none; the engine's step thread owns the cache.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/kv_pool.hpp"
+#include "prefix_disk_tier.hpp"
 
 namespace moeserve::engine {
 
@@ -44,8 +52,16 @@ class PrefixCache {
  public:
   explicit PrefixCache(int64_t max_bytes = int64_t{1} << 30, size_t max_entries = 4096, double pin_share = 0.5)
       : max_bytes_(max_bytes), max_entries_(max_entries), pin_share_(pin_share) {}
+  ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // Evicted entries go to `tier` from now on, and LookupOrRestore reads them
+  // back. `pool` is the one pool the cache is used with: the destructor
+  // reads the rows of the entries it writes out from it (so the pool must
+  // outlive the cache).
+  void AttachDiskTier(std::unique_ptr<PrefixDiskTier> tier, KvPool& pool);
+  bool has_disk_tier() const { return disk_ != nullptr; }
 
   struct Hit {
     int64_t length = 0;  // tokens reused (a multiple of the block size)
@@ -60,6 +76,13 @@ class PrefixCache {
   // the same place.
   Hit Lookup(const std::vector<int>& tokens, int64_t max_length, const std::string& partition = {},
              int64_t public_length = 0, std::span<const ImageSpan> images = {});
+  // Lookup, then, with a disk tier, the tier's longest prefix when it is
+  // longer than memory's: read back into new pool blocks (only when the
+  // pool has them free), inserted as an entry, and returned. A file the tier
+  // refuses is deleted and the memory hit stands (the rest is recomputed).
+  // Prefixes covering an image are never on disk.
+  Hit LookupOrRestore(KvPool& pool, const std::vector<int>& tokens, int64_t max_length, const std::string& partition = {},
+                      int64_t public_length = 0, std::span<const ImageSpan> images = {});
   // Records tokens[0, length) with the cache's first length/block_tokens blocks
   // and the DeltaNet state at that point (length must be block-aligned), then
   // evicts to stay within the bounds. On an exception (allocation) the cache
@@ -108,6 +131,8 @@ class PrefixCache {
   };
   static int64_t HeapBytes(const Entry& e);
   void Drop(KvPool& pool, std::list<Entry>::iterator victim);  // unreferences its blocks and frees it
+  // Writes the entry to the disk tier (when attached and it covers no image).
+  void Spill(const KvPool& pool, const Entry& e);
   void DropLru(KvPool& pool) { Drop(pool, std::prev(entries_.end())); }
   bool Pinned(const Entry& e, double now) const;
   int64_t EntryBytes(const Entry& e) const { return e.heap_bytes + static_cast<int64_t>(e.blocks.size()) * block_bytes_; }
@@ -125,6 +150,8 @@ class PrefixCache {
   int64_t block_bytes_ = 0;
   int64_t entry_heap_bytes_ = 0;  // sum of Entry::heap_bytes
   PrefixCacheStats counters_;     // eviction and too-large counts
+  std::unique_ptr<PrefixDiskTier> disk_;
+  KvPool* disk_pool_ = nullptr;   // the pool given with the tier
 };
 
 }  // namespace moeserve::engine

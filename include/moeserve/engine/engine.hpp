@@ -15,6 +15,9 @@
 // section 10). The cache is bounded in bytes (`prefix_cache_bytes`): its KV
 // blocks, its DeltaNet state copies (per entry, often far larger than the
 // blocks) and its bookkeeping all count; least recently used entries go first.
+// With `prefix_disk_dir`, evicted entries go to a tier on the node's disk and
+// are read back by later prompts that share them, across restarts
+// (docs/operations.md, "Prefix cache on disk").
 //
 // Images (GenerationRequest::images) are embedded by the vision tower on a
 // thread of its own, queued when their sequence is admitted (only those the
@@ -191,6 +194,16 @@ struct EngineOptions {
   bool deterministic = false;
   int threads = 0;                   // kernel threads, 0: all cores (MOESERVE_CPU_THREADS wins; fixed at first use)
   int max_context = 0;               // 0: the model's max_position_embeddings
+  // cache_tokens = 0 sizes the pool from this many bytes instead: the pool
+  // takes what is left after max_running sequences' recurrent state
+  // (context_bytes.hpp, PoolTokensFor). The daemon passes a share of the
+  // machine's free memory when its config leaves cache_tokens unset.
+  int64_t cache_memory_bytes = 0;
+  // The prefix cache's tier on the node's disk (prefix_disk_tier.hpp): a
+  // directory for entries evicted from memory, read back by later prompts
+  // and kept across restarts; empty: off. Bounded by prefix_disk_bytes.
+  std::string prefix_disk_dir;
+  int64_t prefix_disk_bytes = int64_t{16} << 30;
   // Expert parallelism led by this engine (rank 0) or followed (ranks > 0):
   // the slice of experts to load; connect the group with model().SetGroup.
   // The prefix cache is off then: followers hold no copy of its snapshots.
@@ -224,6 +237,18 @@ struct PrefixCacheStats {
   uint64_t too_large = 0;   // snapshots not cached because one alone exceeds the bound
   int64_t pinned_entries = 0;  // entries a live pin covers (Engine::PinPrefix)
   int64_t pinned_bytes = 0;    // their KV blocks and heap, each entry's blocks counted in full
+  // The tier on disk (EngineOptions::prefix_disk_dir; all zero when off).
+  int64_t disk_bytes = 0;          // the tier's files
+  int64_t disk_limit_bytes = 0;    // prefix_disk_bytes
+  int64_t disk_entries = 0;
+  uint64_t disk_writes = 0;        // entries written: evicted from memory, or kept at shutdown
+  uint64_t disk_write_bytes = 0;
+  uint64_t disk_write_failures = 0;  // writes that failed (disk full, permissions); logged
+  uint64_t disk_hits = 0;          // prompts whose prefix was read back from disk
+  uint64_t disk_hit_tokens = 0;    // tokens read back
+  uint64_t disk_read_bytes = 0;
+  uint64_t disk_refused = 0;       // files refused and deleted: corrupt, truncated, another model's or partition's
+  uint64_t disk_evictions = 0;     // files removed to stay within prefix_disk_bytes
 };
 
 // Draft tokens of one kind (SpeculativeMode), cumulative.
@@ -271,7 +296,9 @@ class Engine : public StepEngine {
 
   // Queues a sequence. Errors: kInvalidArgument (empty prompt, padding or
   // out-of-vocabulary ids), kOutOfRange (prompt + max_tokens past the
-  // context window), kResourceExhausted (queue full).
+  // context window: the model's positions, max_context, or what the KV pool
+  // holds even when empty, the message then naming the bytes the request
+  // needs, the pool's size and cache_tokens), kResourceExhausted (queue full).
   Result<SequenceId> Submit(GenerationRequest request) override;
   // Cancels a queued or running sequence; it finishes with kCancelled and
   // frees its cache at the next Step.
