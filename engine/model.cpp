@@ -7,6 +7,7 @@
 #include "forward_plan.hpp"
 #include "moe_parallel.hpp"
 #include "scratch_heap.hpp"
+#include "moeserve/common/log.hpp"
 #include "moeserve/kernels/comm/exchange.hpp"
 #include "moeserve/kernels/comm/communicator.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
@@ -56,25 +57,40 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
         " (requantisation at load is offered by the deepseek_v32 and qwen3_next families only)"));
   CheckpointSource mapped(dir.checkpoint);
   TensorSource& source = dir.source ? *dir.source : static_cast<TensorSource&>(mapped);
-  MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(source, dir.config, model->ep_rank_, model->ep_world_));
+  // Multi-token prediction under expert parallelism would need the group
+  // for an MoE block and the followers to replay each draft: not offered,
+  // the module stays unloaded (drafts fall back to lookup).
+  bool load_mtp = options.mtp && dir.config.num_nextn_predict_layers > 0;
+  if (load_mtp && model->ep_world_ > 1) {
+    log::Info("multi-token prediction: not loaded under expert parallelism (world " + std::to_string(model->ep_world_) +
+              "); speculative decoding falls back to lookup drafts");
+    load_mtp = false;
+  }
+  MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(source, dir.config, model->ep_rank_, model->ep_world_, load_mtp));
   model->weights_ = std::make_unique<ModelWeights>(std::move(w));
   const ModelConfig& c = model->config_;
   // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa)],
   // for each gqa layer [k | v] of every kv head; DeltaNet layers keep state
   // in the sequence, not in the row.
+  // The MTP block, when loaded, has its own attention slot after them.
+  const auto slot_floats = [&](LayerKind kind) -> size_t {
+    if (kind == LayerKind::kDelta) return 0;
+    if (kind == LayerKind::kGqa) return 2 * static_cast<size_t>(c.gqa.num_kv_heads) * static_cast<size_t>(c.gqa.head_dim);
+    size_t n = static_cast<size_t>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+    if (kind == LayerKind::kDsa) n += static_cast<size_t>(c.dsa.index_head_dim);
+    return n;
+  };
   size_t off = 0;
   for (int i = 0; i < c.num_layers; ++i) {
     model->layer_offset_.push_back(off);
-    if (c.layer_types[i] == LayerKind::kDelta) continue;
-    if (c.layer_types[i] == LayerKind::kGqa) {
-      off += 2 * static_cast<size_t>(c.gqa.num_kv_heads) * static_cast<size_t>(c.gqa.head_dim);
-      continue;
-    }
-    off += static_cast<size_t>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
-    if (c.layer_types[i] == LayerKind::kDsa) off += static_cast<size_t>(c.dsa.index_head_dim);
+    off += slot_floats(c.layer_types[i]);
+  }
+  if (model->weights_->mtp) {
+    model->mtp_offset_ = off;
+    off += slot_floats(c.mtp_kind);
   }
   model->floats_per_token_ = std::max<size_t>(off, 1);
-  if (c.HasKind(LayerKind::kMla) || c.HasKind(LayerKind::kDsa)) {
+  if (c.NeedsMla()) {
     model->rope_freqs_ = RopeFrequencies(c);
     model->mla_scale_ = MlaSoftmaxScale(c);
   }
@@ -118,6 +134,226 @@ std::vector<int> Model::ExpertCounts() const {
   for (int i = 0; i < config_.num_layers; ++i)
     if (config_.IsMoeLayer(i)) counts[static_cast<size_t>(i)] = config_.moe.num_experts;
   return counts;
+}
+
+Status Model::RunBlock(const LayerWeights& w, int layer, size_t cache_offset, KvPool& pool, std::span<const SegmentRows> rows,
+                       std::vector<float>& x, std::vector<float>& normed, std::vector<float>& branch, ForwardTrace* trace,
+                       std::vector<uint64_t>* layer_tokens, kernels::comm::Communicator* comm, ExpertParallelStats& ep) const {
+  const ModelConfig& c = config_;
+  const int D = c.hidden_size;
+  const int N = static_cast<int>(x.size() / static_cast<size_t>(D));
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const double hidden_bytes = 4.0 * N * D;  // one read or write of the hidden states
+  const kernels::KernelSet& ks = *kernels_;
+  ForwardProfile* profile = trace ? trace->profile : nullptr;
+  // Profile rows are mla, dsa, delta: gated GQA is timed as attention, in mla's row.
+  PartClock clock(profile, static_cast<int>(w.kind == LayerKind::kGqa ? LayerKind::kMla : w.kind));
+  const bool gqa = w.kind == LayerKind::kGqa;
+  LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, layer, cache_offset,
+                   gqa ? gqa_rope_freqs_ : rope_freqs_, mla_scale_, trace, clock};
+  // h = x + Attn(RMSNorm(x; attn_norm))
+  const auto norm_rows = [&](const std::vector<float>& weight) {
+    ForRows(N, [&](int t) {
+      ks.rms_norm(&x[static_cast<size_t>(t) * D], weight.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
+    });
+  };
+  norm_rows(w.attn_norm);
+  clock.Mark(ProfilePart::kGlue, 0, 2 * hidden_bytes);
+  if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
+  else if (gqa) GatedGqaAttention(ctx, w, normed.data(), N, branch.data());
+  else MlaAttention(ctx, w, normed.data(), N, branch.data());
+  const auto add_branch = [&] {
+    ForRows(N, [&](int t) {
+      for (size_t j = static_cast<size_t>(t) * D; j < static_cast<size_t>(t + 1) * D; ++j) x[j] += branch[j];
+    });
+  };
+  add_branch();
+  // y = h + FFN(RMSNorm(h; ffn_norm))
+  norm_rows(w.ffn_norm);
+  clock.Mark(ProfilePart::kGlue, 0, 5 * hidden_bytes);
+  if (w.moe && comm) {
+    MOE_TRY(MoeFfnParallel(c, w, normed.data(), N, branch.data(), layer_tokens, ks, *comm, ep));
+    clock.Mark(ProfilePart::kExperts);
+  } else if (w.moe) {
+    MoeFfn(c, w, normed.data(), N, branch.data(), layer_tokens, ks, &clock);
+  } else {
+    DenseFfn(w, normed.data(), N, branch.data(), ks, &clock);
+  }
+  add_branch();
+  clock.Mark(ProfilePart::kGlue, 0, 3 * hidden_bytes);
+  return Ok();
+}
+
+namespace {
+// Trunk rows a sequence keeps for the MTP module: a verification segment's
+// (a draft of up to Model::kMaxDraftChain tokens and the sampled one) and
+// more, so that any rollback within the last segment finds its row.
+constexpr int kMtpKeptRows = 16;
+}  // namespace
+
+bool Model::has_mtp() const { return weights_ && weights_->mtp != nullptr; }
+
+Status Model::MtpBlock(KvPool& pool, std::span<const SegmentRows> rows, const float* h, const int* tokens, int n,
+                       std::vector<float>& x) const {
+  const MtpWeights& m = *weights_->mtp;
+  const int D = config_.hidden_size, V = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const kernels::KernelSet& ks = *kernels_;
+  for (int t = 0; t < n; ++t)
+    if (tokens[t] < 0 || tokens[t] >= V)
+      return Fail(Error::InvalidArgument("multi-token prediction: token id " + std::to_string(tokens[t]) + " out of range"));
+  // h' = eh_proj(concat(RMSNorm(embed[t]; enorm), RMSNorm(h; hnorm))): the
+  // embedding half first, as DeepSeek-V3's MTP module.
+  const size_t D2 = 2 * static_cast<size_t>(D);
+  std::vector<float> cat(static_cast<size_t>(n) * D2);
+  ForRows(n, [&](int t) {
+    ks.rms_norm(&weights_->embed.w[static_cast<size_t>(tokens[t]) * D], m.enorm.data(), eps, static_cast<size_t>(D),
+                &cat[static_cast<size_t>(t) * D2]);
+    ks.rms_norm(h + static_cast<size_t>(t) * D, m.hnorm.data(), eps, static_cast<size_t>(D), &cat[static_cast<size_t>(t) * D2 + D]);
+  });
+  x.resize(static_cast<size_t>(n) * D);
+  Linear(m.eh_proj, cat.data(), n, x.data(), ks);
+  std::vector<float> normed(x.size()), branch(x.size());
+  ExpertParallelStats unused;
+  // Layer index num_layers: past the trunk's (no trace records it, and no
+  // expert counts are kept for it).
+  return RunBlock(m.block, config_.num_layers, mtp_offset_, pool, rows, x, normed, branch, nullptr, nullptr, nullptr, unused);
+}
+
+Status Model::MtpAfterTrunk(KvPool& pool, std::span<ForwardSegment> segments, std::span<const SegmentRows> rows,
+                            const std::vector<float>& x) const {
+  const int D = config_.hidden_size;
+  const size_t Ds = static_cast<size_t>(D);
+  // For a segment at positions [a, b]: MTP positions [a - 1, b - 1], the
+  // first from the row kept by the previous pass (skipped without one: the
+  // first chunk, a prefix-cache hit, a rollback past the kept rows).
+  std::vector<SegmentRows> mtp_rows;
+  std::vector<float> h;
+  std::vector<int> next;
+  int n = 0;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const SegmentRows& sr = rows[k];
+    SequenceCache& cache = *sr.cache;
+    const int64_t a = sr.pos0;
+    const int64_t kept = static_cast<int64_t>(cache.mtp_hidden.size() / Ds);
+    const bool before = a > 0 && a - 1 >= cache.mtp_hidden_pos0 && a - 1 < cache.mtp_hidden_pos0 + kept;
+    const int m = sr.n - 1 + (before ? 1 : 0);
+    if (m > 0) {
+      mtp_rows.push_back({&cache, n, m, before ? a - 1 : a});
+      if (before) {
+        const float* row = &cache.mtp_hidden[static_cast<size_t>(a - 1 - cache.mtp_hidden_pos0) * Ds];
+        h.insert(h.end(), row, row + D);
+        next.push_back(segments[k].tokens[0]);
+      }
+      h.insert(h.end(), x.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(sr.row0) * Ds),
+               x.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(sr.row0 + sr.n - 1) * Ds));
+      next.insert(next.end(), segments[k].tokens.begin() + 1, segments[k].tokens.end());
+      n += m;
+    }
+    const int keep = std::min(sr.n, kMtpKeptRows);
+    cache.mtp_hidden.assign(x.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(sr.row0 + sr.n - keep) * Ds),
+                            x.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(sr.row0 + sr.n) * Ds));
+    cache.mtp_hidden_pos0 = a + sr.n - keep;
+  }
+  if (n == 0) return Ok();
+  std::vector<float> out;
+  return MtpBlock(pool, mtp_rows, h.data(), next.data(), n, out);
+}
+
+Status Model::MtpStep(KvPool& pool, std::span<const MtpInput> inputs, std::vector<float>* logits,
+                      std::vector<float>* hidden_out) const {
+  if (!has_mtp()) return Fail(Error::InvalidArgument("this model has no multi-token-prediction layers loaded"));
+  const int D = config_.hidden_size, V = config_.vocab_size;
+  const int n = static_cast<int>(inputs.size());
+  std::vector<SegmentRows> rows;
+  std::vector<float> h(static_cast<size_t>(n) * D);
+  std::vector<int> tokens;
+  for (int i = 0; i < n; ++i) {
+    const MtpInput& in = inputs[static_cast<size_t>(i)];
+    if (!in.cache || !in.hidden || in.position < 0)
+      return Fail(Error::InvalidArgument("multi-token prediction: an input without a cache, a hidden row or a position"));
+    if (static_cast<int64_t>(in.cache->blocks.size()) * pool.block_tokens() <= in.position)
+      return Fail(Error::Internal("multi-token prediction: cache blocks do not cover position " + std::to_string(in.position)));
+    rows.push_back({in.cache, i, 1, in.position});
+    std::copy_n(in.hidden, D, &h[static_cast<size_t>(i) * D]);
+    tokens.push_back(in.token);
+  }
+  if (n == 0) return Ok();
+  std::vector<float> x;
+  MOE_TRY(MtpBlock(pool, rows, h.data(), tokens.data(), n, x));
+  if (logits) {
+    const kernels::KernelSet& ks = *kernels_;
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    std::vector<float> normed(x.size());
+    for (int t = 0; t < n; ++t)
+      ks.rms_norm(&x[static_cast<size_t>(t) * D], weights_->mtp->norm.data(), eps, static_cast<size_t>(D),
+                  &normed[static_cast<size_t>(t) * D]);
+    logits->resize(static_cast<size_t>(n) * V);
+    Linear(weights_->head, normed.data(), n, logits->data(), ks);
+  }
+  if (hidden_out) *hidden_out = std::move(x);
+  return Ok();
+}
+
+Status Model::ProposeDrafts(KvPool& pool, std::span<DraftSlot> slots) const {
+  if (!has_mtp()) return Fail(Error::InvalidArgument("this model has no multi-token-prediction layers loaded"));
+  const int D = config_.hidden_size, V = config_.vocab_size;
+  const size_t Ds = static_cast<size_t>(D);
+  // A chain: its input hidden row, the token after its position, the
+  // position, the tokens left to propose, the ids it may propose.
+  struct Chain {
+    DraftSlot* slot;
+    std::vector<float> hidden;
+    int token;
+    int64_t position;
+    int left;
+    int ids;
+  };
+  std::vector<Chain> chains;
+  for (DraftSlot& slot : slots) {
+    if (!slot.cache || !slot.out) return Fail(Error::InvalidArgument("draft slot without a cache or an output"));
+    if (slot.next_token < 0 || slot.next_token >= V)
+      return Fail(Error::InvalidArgument("draft slot: token id " + std::to_string(slot.next_token) + " out of range"));
+    const SequenceCache& cache = *slot.cache;
+    const int64_t last = cache.length - 1;  // the position the chain starts at: h_last and next_token
+    const int64_t kept = static_cast<int64_t>(cache.mtp_hidden.size() / Ds);
+    // Without the trunk's row there (a prefix-cache hit not yet extended, a
+    // rollback past the kept rows) the slot gets no draft: drafts only ever
+    // cost acceptance.
+    if (last < 0 || last < cache.mtp_hidden_pos0 || last >= cache.mtp_hidden_pos0 + kept) continue;
+    // Step s writes the module's row at last + s: within the blocks.
+    const int64_t covered = static_cast<int64_t>(cache.blocks.size()) * pool.block_tokens() - last;
+    const int left = static_cast<int>(std::min<int64_t>({slot.max_tokens, kMaxDraftChain, covered}));
+    if (left <= 0) continue;
+    const float* row = &cache.mtp_hidden[static_cast<size_t>(last - cache.mtp_hidden_pos0) * Ds];
+    const int ids = slot.sampled_ids > 0 ? std::min(slot.sampled_ids, V) : V;
+    chains.push_back({&slot, std::vector<float>(row, row + D), slot.next_token, last, left, ids});
+  }
+  // One pass of the module per chain step, every live chain in it.
+  std::vector<MtpInput> inputs;
+  std::vector<float> logits, hidden;
+  while (!chains.empty()) {
+    inputs.clear();
+    for (const Chain& c : chains) inputs.push_back({c.slot->cache, c.hidden.data(), c.token, c.position});
+    MOE_TRY(MtpStep(pool, inputs, &logits, &hidden));
+    std::vector<Chain> live;
+    for (size_t i = 0; i < chains.size(); ++i) {
+      Chain& c = chains[i];
+      // Greedy: the largest logit among the ids that may be sampled (ties: the lower id).
+      const float* l = &logits[i * static_cast<size_t>(V)];
+      int best = 0;
+      for (int v = 1; v < c.ids; ++v)
+        if (l[v] > l[best]) best = v;
+      c.slot->out->push_back(best);
+      if (--c.left == 0) continue;
+      std::copy_n(&hidden[i * Ds], D, c.hidden.data());
+      c.token = best;
+      ++c.position;
+      live.push_back(std::move(c));
+    }
+    chains = std::move(live);
+  }
+  return Ok();
 }
 
 Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
@@ -166,43 +402,12 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
   ep.rank_rows.assign(static_cast<size_t>(ep_world_), 0);
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& w = weights_->layers[static_cast<size_t>(i)];
-    // Profile rows are mla, dsa, delta: gated GQA is timed as attention, in mla's row.
-    PartClock clock(profile, static_cast<int>(w.kind == LayerKind::kGqa ? LayerKind::kMla : w.kind));
-    const bool gqa = w.kind == LayerKind::kGqa;
-    LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, i, layer_offset_[static_cast<size_t>(i)],
-                     gqa ? gqa_rope_freqs_ : rope_freqs_, mla_scale_, trace, clock};
-    // h = x + Attn(RMSNorm(x; attn_norm))
-    const auto norm_rows = [&](const std::vector<float>& weight) {
-      ForRows(N, [&](int t) {
-        ks.rms_norm(&x[static_cast<size_t>(t) * D], weight.data(), eps, static_cast<size_t>(D), &normed[static_cast<size_t>(t) * D]);
-      });
-    };
-    norm_rows(w.attn_norm);
-    clock.Mark(ProfilePart::kGlue, 0, 2 * hidden_bytes);
-    if (w.kind == LayerKind::kDelta) GatedDeltaNet(ctx, w, normed.data(), N, branch.data());
-    else if (gqa) GatedGqaAttention(ctx, w, normed.data(), N, branch.data());
-    else MlaAttention(ctx, w, normed.data(), N, branch.data());
-    const auto add_branch = [&] {
-      ForRows(N, [&](int t) {
-        for (size_t j = static_cast<size_t>(t) * D; j < static_cast<size_t>(t + 1) * D; ++j) x[j] += branch[j];
-      });
-    };
-    add_branch();
-    // y = h + FFN(RMSNorm(h; ffn_norm))
-    norm_rows(w.ffn_norm);
-    clock.Mark(ProfilePart::kGlue, 0, 5 * hidden_bytes);
     std::vector<uint64_t>* layer_tokens = expert_tokens ? &(*expert_tokens)[static_cast<size_t>(i)] : nullptr;
-    if (w.moe && comm) {
-      MOE_TRY(MoeFfnParallel(c, w, normed.data(), N, branch.data(), layer_tokens, ks, *comm, ep));
-      clock.Mark(ProfilePart::kExperts);
-    } else if (w.moe) {
-      MoeFfn(c, w, normed.data(), N, branch.data(), layer_tokens, ks, &clock);
-    } else {
-      DenseFfn(w, normed.data(), N, branch.data(), ks, &clock);
-    }
-    add_branch();
-    clock.Mark(ProfilePart::kGlue, 0, 3 * hidden_bytes);
+    MOE_TRY(RunBlock(w, i, layer_offset_[static_cast<size_t>(i)], pool, rows, x, normed, branch, trace, layer_tokens, comm, ep));
   }
+  // Multi-token prediction: the MTP module over the positions whose next
+  // token this pass knows, writing its own cache rows (logits not needed).
+  if (weights_->mtp) MOE_TRY(MtpAfterTrunk(pool, segments, rows, x));
   model_clock.Skip();  // the layers timed themselves
 
   for (auto& s : segments) s.cache->length += static_cast<int64_t>(s.tokens.size());

@@ -244,8 +244,16 @@ Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string&
   if (c.max_position_embeddings <= 0)
     return Fail(r.Bad("max_position_embeddings", "must be a positive integer"));
 
-  bool needs_mla = c.HasKind(LayerKind::kMla) || c.HasKind(LayerKind::kDsa);
-  if (needs_mla) {
+  // Multi-token prediction (model.md 15): one mla block with a dense FFN.
+  MOE_ASSIGN_OR_RETURN(c.num_nextn_predict_layers, r.NonNegativeInt("num_nextn_predict_layers", 0));
+  if (c.num_nextn_predict_layers > 1)
+    return Fail(r.Bad("num_nextn_predict_layers", std::to_string(c.num_nextn_predict_layers) +
+                                                      " is not supported: 0 (none) or 1 (one module, chained for longer drafts)"));
+  if (c.num_nextn_predict_layers > 0 && c.first_dense_layers == 0) {
+    // The MTP block's dense FFN is intermediate_size wide.
+    MOE_ASSIGN_OR_RETURN(c.intermediate_size, r.PositiveInt("intermediate_size"));
+  }
+  if (c.NeedsMla()) {
     MOE_ASSIGN_OR_RETURN(auto m, r.Object("mla"));
     MOE_TRY(ParseMla(m, c.mla));
   }
@@ -308,7 +316,21 @@ Status ValidateModelConfig(const ModelConfig& c, const std::string& source) {
     return bad("first_dense_layers", s(c.first_dense_layers) + " exceeds num_layers (" + s(c.num_layers) + ")");
   if (c.vocab_size < 268) return bad("vocab_size", s(c.vocab_size) + " must be >= 268 (256 bytes + 12 special tokens)");
   if (c.hidden_size % 32) return bad("hidden_size", s(c.hidden_size) + " must be a multiple of 32");
-  if (c.HasKind(LayerKind::kMla) || c.HasKind(LayerKind::kDsa)) {
+  if (c.num_nextn_predict_layers < 0 || c.num_nextn_predict_layers > 1)
+    return bad("num_nextn_predict_layers", s(c.num_nextn_predict_layers) + " must be 0 or 1");
+  if (c.num_nextn_predict_layers > 0) {
+    if (c.mtp_kind == LayerKind::kDelta)
+      return bad("num_nextn_predict_layers", "a DeltaNet multi-token-prediction block is not supported");
+    if (!c.mtp_moe && c.intermediate_size <= 0)
+      return bad("intermediate_size", "must be positive: the multi-token-prediction block's dense FFN is that wide");
+    if (c.mtp_kind == LayerKind::kDsa && !c.HasKind(LayerKind::kDsa))
+      return bad("num_nextn_predict_layers", "a DSA multi-token-prediction block needs the dsa parameters of a DSA layer");
+    if (c.mtp_kind == LayerKind::kGqa && !c.HasKind(LayerKind::kGqa))
+      return bad("num_nextn_predict_layers", "a gated-GQA multi-token-prediction block needs a gated-GQA layer's parameters");
+    if (c.mtp_moe && c.num_layers <= c.first_dense_layers)
+      return bad("num_nextn_predict_layers", "an MoE multi-token-prediction block needs the moe parameters of an MoE layer");
+  }
+  if (c.NeedsMla()) {
     if (c.mla.qk_rope_head_dim % 2) return bad("mla.qk_rope_head_dim", s(c.mla.qk_rope_head_dim) + " must be even");
   }
   if (c.HasKind(LayerKind::kDsa)) {
@@ -370,7 +392,8 @@ std::string ModelConfig::ToJson() const {
   j["first_dense_layers"] = first_dense_layers;
   j["intermediate_size"] = intermediate_size;
   j["rms_norm_eps"] = rms_norm_eps;
-  if (HasKind(LayerKind::kMla) || HasKind(LayerKind::kDsa))
+  if (num_nextn_predict_layers > 0) j["num_nextn_predict_layers"] = num_nextn_predict_layers;
+  if (NeedsMla())
     j["mla"] = {{"num_heads", mla.num_heads}, {"q_lora_rank", mla.q_lora_rank}, {"kv_lora_rank", mla.kv_lora_rank},
                 {"qk_nope_head_dim", mla.qk_nope_head_dim}, {"qk_rope_head_dim", mla.qk_rope_head_dim},
                 {"v_head_dim", mla.v_head_dim}, {"output_gate", mla.output_gate}};

@@ -20,11 +20,11 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
   };
 
   dense("embed.weight", {V, D}, -1);
-  for (int i = 0; i < c.num_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
+  // One decoder block's tensors under prefix p: attention of `kind`, then a
+  // dense SwiGLU or the MoE.
+  const auto block = [&](const std::string& p, LayerKind kind, bool moe, int i) {
     f32(p + "attn_norm.weight", {D}, i);
     f32(p + "ffn_norm.weight", {D}, i);
-    LayerKind kind = c.layer_types[i];
     if (kind == LayerKind::kMla || kind == LayerKind::kDsa) {
       const MlaConfig& m = c.mla;
       const int64_t H = m.num_heads;
@@ -44,6 +44,16 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
         f32(p + "attn.indexer.k_norm.bias", {d.index_head_dim}, i);
         dense(p + "attn.indexer.weights_proj.weight", {d.index_n_heads, D}, i);
       }
+    } else if (kind == LayerKind::kGqa) {
+      const GqaConfig& g = c.gqa;
+      const int64_t qd = int64_t{g.num_heads} * g.head_dim, kvd = int64_t{g.num_kv_heads} * g.head_dim;
+      dense(p + "attn.wq.weight", {qd, D}, i);
+      dense(p + "attn.wg.weight", {qd, D}, i);
+      dense(p + "attn.wk.weight", {kvd, D}, i);
+      dense(p + "attn.wv.weight", {kvd, D}, i);
+      dense(p + "attn.wo.weight", {D, qd}, i);
+      f32(p + "attn.q_norm.weight", {g.head_dim}, i);
+      f32(p + "attn.k_norm.weight", {g.head_dim}, i);
     } else {
       const DeltaConfig& d = c.delta;
       const int64_t Hd = d.num_heads, dk = d.head_k_dim, dv = d.head_v_dim;
@@ -61,7 +71,7 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
       f32(p + "attn.dt_bias", {Hd}, i);
       f32(p + "attn.o_norm.weight", {dv}, i);
     }
-    if (!c.IsMoeLayer(i)) {
+    if (!moe) {
       const int64_t F = c.intermediate_size;
       dense(p + "ffn.w1.weight", {F, D}, i);
       dense(p + "ffn.w3.weight", {F, D}, i);
@@ -86,9 +96,22 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
         dense(p + "ffn.shared.w2.weight", {D, S}, i);
       }
     }
-  }
+  };
+  for (int i = 0; i < c.num_layers; ++i) block("layers." + std::to_string(i) + ".", c.layer_types[i], c.IsMoeLayer(i), i);
   f32("norm.weight", {D}, -1);
   dense("head.weight", {V, D}, -1);
+  if (c.num_nextn_predict_layers > 0) {
+    // The multi-token-prediction module (model.md 15), layer num_layers:
+    // its input norms and projection, one decoder block, its final norm.
+    const size_t first = out.size();
+    const int i = c.num_layers;
+    f32("mtp.0.enorm.weight", {D}, i);
+    f32("mtp.0.hnorm.weight", {D}, i);
+    dense("mtp.0.eh_proj.weight", {D, 2 * D}, i);
+    block("mtp.0.", c.mtp_kind, c.mtp_moe, i);
+    f32("mtp.0.norm.weight", {D}, i);
+    for (size_t k = first; k < out.size(); ++k) out[k].mtp = true;
+  }
   if (c.vision) {
     // The vision tower (model.md section 14.3); layer -1 like the embedding.
     const VisionConfig& v = *c.vision;
@@ -158,10 +181,25 @@ std::string_view AllowedText(TensorClass cls) {
 
 Status ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& config, std::vector<std::string>* warnings) {
   std::set<std::string> expected, expert_weights;
-  for (const TensorSpec& spec : ExpectedTensors(config)) {
+  const std::vector<TensorSpec> specs = ExpectedTensors(config);
+  // The MTP module is optional as a whole: absent, the model loads without drafts.
+  const TensorSpec* mtp_present = nullptr;
+  for (const TensorSpec& spec : specs)
+    if (spec.mtp && ck.Find(spec.name)) {
+      mtp_present = &spec;
+      break;
+    }
+  for (const TensorSpec& spec : specs) {
     expected.insert(spec.name);
     if (spec.routed_expert) expert_weights.insert(ExpertWeightBase(spec.name));
     const TensorView* t = ck.Find(spec.name);
+    if (!t && spec.mtp && !mtp_present) continue;
+    if (!t && spec.mtp) {
+      std::string where = ck.shards().size() == 1 ? ck.shards()[0]->path() : "checkpoint";
+      return Fail(Error::Corruption(where, "tensor '" + spec.name + "' is missing (the config needs shape " +
+                                               ShapeString(spec.shape) + "): the checkpoint holds part of the "
+                                               "multi-token-prediction module ('" + mtp_present->name + "'), which needs all of it"));
+    }
     if (!t) {
       std::string where = ck.shards().size() == 1 ? ck.shards()[0]->path() : "checkpoint";
       return Fail(Error::Corruption(where, "tensor '" + spec.name + "' is missing (the config needs shape " +

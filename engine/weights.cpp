@@ -1,6 +1,9 @@
 #include "weights.hpp"
 
 #include <cstring>
+#include <map>
+
+#include "moeserve/engine/tensor_layout.hpp"
 
 namespace moeserve::engine {
 namespace {
@@ -108,14 +111,147 @@ class Loader {
   kernels::WeightArena& arena_;
 };
 
-}  // namespace
+// A source whose tensors named in the layout (ExpectedTensors, the MTP
+// module's) must have its shape and an allowed dtype; others pass as they are.
+class ShapeCheckedSource final : public TensorSource {
+ public:
+  ShapeCheckedSource(TensorSource& inner, const ModelConfig& c) : inner_(inner) {
+    for (TensorSpec& spec : ExpectedTensors(c))
+      if (spec.mtp) specs_.emplace(spec.name, std::move(spec));
+  }
+  Result<HeldTensor> Get(const std::string& name) override {
+    MOE_ASSIGN_OR_RETURN(HeldTensor h, inner_.Get(name));
+    const auto it = specs_.find(name);
+    if (it == specs_.end()) return h;
+    const TensorSpec& spec = it->second;
+    const TensorView& t = h.view;
+    bool dtype_ok = false;
+    switch (spec.cls) {
+      case TensorClass::kFloat32: dtype_ok = t.dtype == DType::kF32; break;
+      case TensorClass::kBf16: dtype_ok = t.dtype == DType::kBF16 || t.dtype == DType::kF32; break;
+      case TensorClass::kBf16Experts: dtype_ok = t.dtype == DType::kBF16; break;
+      default: dtype_ok = t.dtype == DType::kU8; break;
+    }
+    if (!dtype_ok)
+      return Fail(Error::InvalidArgument("tensor '" + name + "': dtype " + std::string(DTypeName(t.dtype)) +
+                                         " is not allowed for the multi-token-prediction module"));
+    if (t.shape != spec.shape) {
+      std::string want = "[";
+      for (size_t i = 0; i < spec.shape.size(); ++i) want += (i ? ", " : "") + std::to_string(spec.shape[i]);
+      return Fail(Error::InvalidArgument("tensor '" + name + "': shape " + t.ShapeString() + " but the config needs " +
+                                         want + "]"));
+    }
+    return h;
+  }
 
-Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c, int ep_rank, int ep_world) {
-  CheckpointSource src(ck);
-  return LoadWeights(src, c, ep_rank, ep_world);
+ private:
+  TensorSource& inner_;
+  std::map<std::string, TensorSpec> specs_;
+};
+
+// One decoder block under prefix p ("layers.3.", "mtp.0."): attention of
+// `kind`, then a dense SwiGLU or the MoE (this rank's experts).
+Result<LayerWeights> LoadBlock(Loader& L, kernels::WeightArena& arena, const ModelConfig& c, const std::string& p,
+                               LayerKind kind, bool moe, int first_expert, int local_experts) {
+  LayerWeights lw;
+  lw.kind = kind;
+  MOE_ASSIGN_OR_RETURN(lw.attn_norm, L.Vec(p + "attn_norm.weight"));
+  MOE_ASSIGN_OR_RETURN(lw.ffn_norm, L.Vec(p + "ffn_norm.weight"));
+  if (lw.kind == LayerKind::kGqa) {
+    MOE_ASSIGN_OR_RETURN(lw.wq, L.Linear(p + "attn.wq.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.wg, L.Linear(p + "attn.wg.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.wk, L.Linear(p + "attn.wk.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.wv, L.Linear(p + "attn.wv.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.q_norm, L.Vec(p + "attn.q_norm.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.k_norm, L.Vec(p + "attn.k_norm.weight"));
+  } else if (lw.kind != LayerKind::kDelta) {
+    MOE_ASSIGN_OR_RETURN(lw.wq_a, L.Linear(p + "attn.wq_a.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.q_norm, L.Vec(p + "attn.q_norm.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.wq_b, L.Linear(p + "attn.wq_b.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.wkv_a, L.Linear(p + "attn.wkv_a.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.kv_norm, L.Vec(p + "attn.kv_norm.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.wkv_b, L.Mat(p + "attn.wkv_b.weight"));
+    {
+      const size_t H = static_cast<size_t>(c.mla.num_heads), nope = static_cast<size_t>(c.mla.qk_nope_head_dim);
+      const size_t vd = static_cast<size_t>(c.mla.v_head_dim), kvl = static_cast<size_t>(c.mla.kv_lora_rank);
+      // W_uk^T[h][l][i] = wkv_b[h * (nope + vd) + i][l].
+      const auto transpose = [&](auto* dst, const auto* src) {
+        for (size_t h = 0; h < H; ++h)
+          for (size_t i = 0; i < nope; ++i)
+            for (size_t l = 0; l < kvl; ++l) dst[(h * kvl + l) * nope + i] = src[(h * (nope + vd) + i) * kvl + l];
+      };
+      MOE_ASSIGN_OR_RETURN(Matrix bf16, L.Linear(p + "attn.wkv_b.weight"));
+      if (bf16.bf16) {
+        lw.wkv_b_bf16 = bf16.bf16;
+        auto* t = static_cast<uint16_t*>(arena.Allocate(H * kvl * nope * sizeof(uint16_t)));
+        transpose(t, bf16.bf16);
+        lw.w_uk_t_bf16 = t;
+      } else {
+        lw.w_uk_t.resize(H * kvl * nope);
+        transpose(lw.w_uk_t.data(), lw.wkv_b.w.data());
+      }
+    }
+    MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
+    if (c.mla.output_gate) {
+      MOE_ASSIGN_OR_RETURN(lw.wg, L.Linear(p + "attn.wg.weight"));
+    }
+    if (lw.kind == LayerKind::kDsa) {
+      MOE_ASSIGN_OR_RETURN(lw.idx_wq_b, L.Linear(p + "attn.indexer.wq_b.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.idx_wk, L.Linear(p + "attn.indexer.wk.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.idx_weights_proj, L.Linear(p + "attn.indexer.weights_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.idx_k_norm_w, L.Vec(p + "attn.indexer.k_norm.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.idx_k_norm_b, L.Vec(p + "attn.indexer.k_norm.bias"));
+    }
+  } else {
+    MOE_ASSIGN_OR_RETURN(lw.q_proj, L.Linear(p + "attn.q_proj.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.k_proj, L.Linear(p + "attn.k_proj.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.v_proj, L.Linear(p + "attn.v_proj.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.a_proj, L.Linear(p + "attn.a_proj.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.b_proj, L.Linear(p + "attn.b_proj.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.g_proj, L.Linear(p + "attn.g_proj.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.o_proj, L.Linear(p + "attn.o_proj.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.q_conv, L.Mat(p + "attn.q_conv1d.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.k_conv, L.Mat(p + "attn.k_conv1d.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.v_conv, L.Mat(p + "attn.v_conv1d.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.A_log, L.Vec(p + "attn.A_log"));
+    MOE_ASSIGN_OR_RETURN(lw.dt_bias, L.Vec(p + "attn.dt_bias"));
+    MOE_ASSIGN_OR_RETURN(lw.o_norm, L.Vec(p + "attn.o_norm.weight"));
+  }
+  lw.moe = moe;
+  if (!lw.moe) {
+    MOE_ASSIGN_OR_RETURN(lw.w1, L.Linear(p + "ffn.w1.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.w3, L.Linear(p + "ffn.w3.weight"));
+    MOE_ASSIGN_OR_RETURN(lw.w2, L.Linear(p + "ffn.w2.weight"));
+  } else {
+    MOE_ASSIGN_OR_RETURN(lw.gate, L.Linear(p + "ffn.gate.weight"));
+    // The bias only selects experts in sigmoid routing; softmax routing has none.
+    if (c.moe.score_func != "softmax") {
+      MOE_ASSIGN_OR_RETURN(lw.gate_bias, L.Vec(p + "ffn.gate.bias"));
+    }
+    MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13", c.expert_format, first_expert, local_experts));
+    MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2", c.expert_format, first_expert, local_experts));
+    lw.first_expert = first_expert;
+    if (c.moe.num_shared_experts > 0) {
+      MOE_ASSIGN_OR_RETURN(lw.shared_w1, L.Linear(p + "ffn.shared.w1.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.shared_w3, L.Linear(p + "ffn.shared.w3.weight"));
+      MOE_ASSIGN_OR_RETURN(lw.shared_w2, L.Linear(p + "ffn.shared.w2.weight"));
+      if (c.moe.shared_expert_gate) {
+        MOE_ASSIGN_OR_RETURN(lw.shared_gate, L.Linear(p + "ffn.shared.gate.weight"));
+      }
+    }
+  }
+  return lw;
 }
 
-Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_rank, int ep_world) {
+}  // namespace
+
+Result<ModelWeights> LoadWeights(const Checkpoint& ck, const ModelConfig& c, int ep_rank, int ep_world, bool mtp) {
+  CheckpointSource src(ck);
+  return LoadWeights(src, c, ep_rank, ep_world, mtp);
+}
+
+Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_rank, int ep_world, bool mtp) {
   MOE_TRY(ValidateWorldSize(c, ep_world));
   if (ep_rank < 0 || ep_rank >= ep_world)
     return Fail(Error::InvalidArgument("expert-parallel rank " + std::to_string(ep_rank) + " outside a world of " + std::to_string(ep_world)));
@@ -126,96 +262,30 @@ Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_
   MOE_ASSIGN_OR_RETURN(w.head, L.Linear("head.weight"));
   MOE_ASSIGN_OR_RETURN(w.norm, L.Vec("norm.weight"));
   for (int i = 0; i < c.num_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    LayerWeights lw;
-    lw.kind = c.layer_types[i];
-    MOE_ASSIGN_OR_RETURN(lw.attn_norm, L.Vec(p + "attn_norm.weight"));
-    MOE_ASSIGN_OR_RETURN(lw.ffn_norm, L.Vec(p + "ffn_norm.weight"));
-    if (lw.kind == LayerKind::kGqa) {
-      MOE_ASSIGN_OR_RETURN(lw.wq, L.Linear(p + "attn.wq.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wg, L.Linear(p + "attn.wg.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wk, L.Linear(p + "attn.wk.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wv, L.Linear(p + "attn.wv.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.q_norm, L.Vec(p + "attn.q_norm.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.k_norm, L.Vec(p + "attn.k_norm.weight"));
-    } else if (lw.kind != LayerKind::kDelta) {
-      MOE_ASSIGN_OR_RETURN(lw.wq_a, L.Linear(p + "attn.wq_a.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.q_norm, L.Vec(p + "attn.q_norm.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wq_b, L.Linear(p + "attn.wq_b.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wkv_a, L.Linear(p + "attn.wkv_a.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.kv_norm, L.Vec(p + "attn.kv_norm.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.wkv_b, L.Mat(p + "attn.wkv_b.weight"));
-      {
-        const size_t H = static_cast<size_t>(c.mla.num_heads), nope = static_cast<size_t>(c.mla.qk_nope_head_dim);
-        const size_t vd = static_cast<size_t>(c.mla.v_head_dim), kvl = static_cast<size_t>(c.mla.kv_lora_rank);
-        // W_uk^T[h][l][i] = wkv_b[h * (nope + vd) + i][l].
-        const auto transpose = [&](auto* dst, const auto* src) {
-          for (size_t h = 0; h < H; ++h)
-            for (size_t i = 0; i < nope; ++i)
-              for (size_t l = 0; l < kvl; ++l) dst[(h * kvl + l) * nope + i] = src[(h * (nope + vd) + i) * kvl + l];
-        };
-        MOE_ASSIGN_OR_RETURN(Matrix bf16, L.Linear(p + "attn.wkv_b.weight"));
-        if (bf16.bf16) {
-          lw.wkv_b_bf16 = bf16.bf16;
-          auto* t = static_cast<uint16_t*>(w.arena->Allocate(H * kvl * nope * sizeof(uint16_t)));
-          transpose(t, bf16.bf16);
-          lw.w_uk_t_bf16 = t;
-        } else {
-          lw.w_uk_t.resize(H * kvl * nope);
-          transpose(lw.w_uk_t.data(), lw.wkv_b.w.data());
-        }
-      }
-      MOE_ASSIGN_OR_RETURN(lw.wo, L.Linear(p + "attn.wo.weight"));
-      if (c.mla.output_gate) {
-        MOE_ASSIGN_OR_RETURN(lw.wg, L.Linear(p + "attn.wg.weight"));
-      }
-      if (lw.kind == LayerKind::kDsa) {
-        MOE_ASSIGN_OR_RETURN(lw.idx_wq_b, L.Linear(p + "attn.indexer.wq_b.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.idx_wk, L.Linear(p + "attn.indexer.wk.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.idx_weights_proj, L.Linear(p + "attn.indexer.weights_proj.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.idx_k_norm_w, L.Vec(p + "attn.indexer.k_norm.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.idx_k_norm_b, L.Vec(p + "attn.indexer.k_norm.bias"));
-      }
-    } else {
-      MOE_ASSIGN_OR_RETURN(lw.q_proj, L.Linear(p + "attn.q_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.k_proj, L.Linear(p + "attn.k_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.v_proj, L.Linear(p + "attn.v_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.a_proj, L.Linear(p + "attn.a_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.b_proj, L.Linear(p + "attn.b_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.g_proj, L.Linear(p + "attn.g_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.o_proj, L.Linear(p + "attn.o_proj.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.q_conv, L.Mat(p + "attn.q_conv1d.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.k_conv, L.Mat(p + "attn.k_conv1d.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.v_conv, L.Mat(p + "attn.v_conv1d.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.A_log, L.Vec(p + "attn.A_log"));
-      MOE_ASSIGN_OR_RETURN(lw.dt_bias, L.Vec(p + "attn.dt_bias"));
-      MOE_ASSIGN_OR_RETURN(lw.o_norm, L.Vec(p + "attn.o_norm.weight"));
-    }
-    lw.moe = c.IsMoeLayer(i);
-    if (!lw.moe) {
-      MOE_ASSIGN_OR_RETURN(lw.w1, L.Linear(p + "ffn.w1.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.w3, L.Linear(p + "ffn.w3.weight"));
-      MOE_ASSIGN_OR_RETURN(lw.w2, L.Linear(p + "ffn.w2.weight"));
-    } else {
-      MOE_ASSIGN_OR_RETURN(lw.gate, L.Linear(p + "ffn.gate.weight"));
-      // The bias only selects experts in sigmoid routing; softmax routing has none.
-      if (c.moe.score_func != "softmax") {
-        MOE_ASSIGN_OR_RETURN(lw.gate_bias, L.Vec(p + "ffn.gate.bias"));
-      }
-      MOE_ASSIGN_OR_RETURN(lw.w13, L.Experts(p + "ffn.experts.w13", c.expert_format, first_expert, local_experts));
-      MOE_ASSIGN_OR_RETURN(lw.w2e, L.Experts(p + "ffn.experts.w2", c.expert_format, first_expert, local_experts));
-      lw.first_expert = first_expert;
-      if (c.moe.num_shared_experts > 0) {
-        MOE_ASSIGN_OR_RETURN(lw.shared_w1, L.Linear(p + "ffn.shared.w1.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.shared_w3, L.Linear(p + "ffn.shared.w3.weight"));
-        MOE_ASSIGN_OR_RETURN(lw.shared_w2, L.Linear(p + "ffn.shared.w2.weight"));
-        if (c.moe.shared_expert_gate) {
-          MOE_ASSIGN_OR_RETURN(lw.shared_gate, L.Linear(p + "ffn.shared.gate.weight"));
-        }
-      }
-    }
+    MOE_ASSIGN_OR_RETURN(LayerWeights lw, LoadBlock(L, *w.arena, c, "layers." + std::to_string(i) + ".", c.layer_types[i],
+                                                    c.IsMoeLayer(i), first_expert, local_experts));
     w.layers.push_back(std::move(lw));
+  }
+  if (mtp && c.num_nextn_predict_layers > 0) {
+    // Absent as a whole: no drafts. Once its first tensor is there, every
+    // other one must be (the loader names a missing one).
+    // Its tensors are checked against the layout as they are read: a source
+    // that was not validated as a whole (a family's mapping) refuses a
+    // malformed one by name too.
+    ShapeCheckedSource checked(ck, c);
+    Loader M(checked, *w.arena);
+    Result<std::vector<float>> enorm = M.Vec("mtp.0.enorm.weight");
+    if (enorm) {
+      auto m = std::make_unique<MtpWeights>();
+      m->enorm = std::move(*enorm);
+      MOE_ASSIGN_OR_RETURN(m->hnorm, M.Vec("mtp.0.hnorm.weight"));
+      MOE_ASSIGN_OR_RETURN(m->eh_proj, M.Linear("mtp.0.eh_proj.weight"));
+      MOE_ASSIGN_OR_RETURN(m->block, LoadBlock(M, *w.arena, c, "mtp.0.", c.mtp_kind, c.mtp_moe, first_expert, local_experts));
+      MOE_ASSIGN_OR_RETURN(m->norm, M.Vec("mtp.0.norm.weight"));
+      w.mtp = std::move(m);
+    } else if (enorm.error().code() != ErrorCode::kNotFound) {
+      return Fail(enorm.error());
+    }
   }
   if (c.vision) {
     auto v = std::make_unique<VisionWeights>();
@@ -249,7 +319,14 @@ size_t ResidentWeightBytes(const ModelWeights& w) {
   const auto vec = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
   // BF16 matrices live in the arena; fp32 matrices in their own vectors.
   size_t total = w.arena->bytes_reserved() + w.embed.w.size() * 4 + w.head.w.size() * 4 + vec(w.norm);
-  for (const LayerWeights& l : w.layers) {
+  std::vector<const LayerWeights*> blocks;
+  for (const LayerWeights& l : w.layers) blocks.push_back(&l);
+  if (w.mtp) {
+    blocks.push_back(&w.mtp->block);
+    total += vec(w.mtp->enorm) + vec(w.mtp->hnorm) + vec(w.mtp->norm) + w.mtp->eh_proj.w.size() * 4;
+  }
+  for (const LayerWeights* lp : blocks) {
+    const LayerWeights& l = *lp;
     total += vec(l.attn_norm) + vec(l.ffn_norm) + vec(l.w_uk_t) + vec(l.q_norm) + vec(l.kv_norm) + vec(l.idx_k_norm_w) +
              vec(l.idx_k_norm_b) + vec(l.A_log) + vec(l.dt_bias) + vec(l.o_norm) + vec(l.gate_bias) + vec(l.k_norm);
     for (const Matrix* m : {&l.wq_a, &l.wq_b, &l.wkv_a, &l.wkv_b, &l.wo, &l.wg, &l.idx_wq_b, &l.idx_wk, &l.idx_weights_proj,
@@ -274,6 +351,7 @@ size_t ResidentWeightBytes(const ModelWeights& w) {
 size_t RoutedExpertBytes(const ModelWeights& w) {
   size_t total = 0;
   for (const LayerWeights& l : w.layers) total += l.w13.bytes() + l.w2e.bytes();
+  if (w.mtp) total += w.mtp->block.w13.bytes() + w.mtp->block.w2e.bytes();
   return total;
 }
 

@@ -97,6 +97,15 @@ struct VisionWeights {
   std::vector<float> proj1_bias, proj2_bias;
 };
 
+// The multi-token-prediction module (model.md 15): h' = eh_proj(concat(
+// RMSNorm(embed[t]; enorm), RMSNorm(h; hnorm))), then `block` (one decoder
+// block of the graph), then RMSNorm(; norm) before the model's own head.
+struct MtpWeights {
+  std::vector<float> enorm, hnorm, norm;
+  Matrix eh_proj;  // [D, 2D]: the embedding half first
+  LayerWeights block;
+};
+
 struct ModelWeights {
   // Holds every BF16 matrix (huge pages: see kernels/weight_memory.hpp).
   std::shared_ptr<kernels::WeightArena> arena = std::make_shared<kernels::WeightArena>();
@@ -104,13 +113,18 @@ struct ModelWeights {
   std::vector<float> norm;
   std::vector<LayerWeights> layers;
   std::unique_ptr<VisionWeights> vision;  // with config.vision
+  std::unique_ptr<MtpWeights> mtp;        // when asked for and the checkpoint holds it
 };
 
 // Loads the dense weights and the experts expert-parallel rank ep_rank of
-// ep_world owns (model.md 6: expert e lives on rank e / (E / world)).
-Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config, int ep_rank = 0, int ep_world = 1);
+// ep_world owns (model.md 6: expert e lives on rank e / (E / world)). mtp:
+// also the multi-token-prediction module when the config names one and the
+// source holds it (its first tensor absent: none, not an error).
+Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig& config, int ep_rank = 0, int ep_world = 1,
+                                 bool mtp = false);
 // The same from any source (one tensor held at a time).
-Result<ModelWeights> LoadWeights(TensorSource& source, const ModelConfig& config, int ep_rank = 0, int ep_world = 1);
+Result<ModelWeights> LoadWeights(TensorSource& source, const ModelConfig& config, int ep_rank = 0, int ep_world = 1,
+                                 bool mtp = false);
 // What the loaded weights keep in memory (BF16 arena reserved, fp32 copies,
 // experts).
 size_t ResidentWeightBytes(const ModelWeights& weights);

@@ -1,8 +1,11 @@
 // moe-model-gen: writes a complete, deterministic moe-dsa-v1 model directory.
 //
 //   moe-model-gen --preset tiny|small [--config FILE] [--seed N] [--index-topk N]
-//                 [--shard-mb N] [--expert-format mxfp4|bf16] [--vision] --out DIR
+//                 [--shard-mb N] [--expert-format mxfp4|bf16] [--vision] [--mtp N] --out DIR
 //
+// --mtp 1 adds a random multi-token-prediction module (model.md 15:
+// num_nextn_predict_layers and the mtp.0.* tensors); --mtp 0 leaves it out
+// whatever the config says.
 // --expert-format bf16 writes the routed experts as BF16 tensors (model.md
 // 1.2); for one seed they hold the values the MXFP4 checkpoint encodes.
 // Without it the config's quantization.format decides (the presets: mxfp4).
@@ -23,7 +26,8 @@ int Usage(const char* msg) {
   std::fprintf(stderr,
                "usage: moe-model-gen (--preset tiny|small | --config FILE) --out DIR\n"
                "                     [--seed N] [--index-topk N] [--shard-mb N] [--expert-format mxfp4|bf16]\n"
-               "                     [--vision]   (adds the small random vision tower of model.md 14.1)\n");
+               "                     [--vision]   (adds the small random vision tower of model.md 14.1)\n"
+               "                     [--mtp 0|1]  (a multi-token-prediction module, model.md 15)\n");
   return 2;
 }
 
@@ -39,6 +43,7 @@ int main(int argc, char** argv) {
   std::string preset, config_path, out, expert_format;
   bool vision = false;
   uint64_t seed = 1, index_topk = 0, shard_mb = 0;
+  int mtp = -1;  // unset: as the config says
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -58,6 +63,11 @@ int main(int argc, char** argv) {
     else if (a == "--expert-format" && (v = value("--expert-format"))) {
       expert_format = v;
       if (expert_format != "mxfp4" && expert_format != "bf16") return Usage("--expert-format needs mxfp4 or bf16");
+    }
+    else if (a == "--mtp" && (v = value("--mtp"))) {
+      uint64_t n = 0;
+      if (!ParseUint(v, &n) || n > 1) return Usage("--mtp needs 0 or 1 (one module, chained for longer drafts)");
+      mtp = static_cast<int>(n);
     }
     else if (a == "--seed" && (v = value("--seed"))) { if (!ParseUint(v, &seed)) return Usage("--seed needs a non-negative integer"); }
     else if (a == "--index-topk" && (v = value("--index-topk"))) { if (!ParseUint(v, &index_topk) || index_topk == 0) return Usage("--index-topk needs a positive integer"); }
@@ -83,6 +93,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (mtp >= 0) {
+    options.config.num_nextn_predict_layers = mtp;
+    if (auto st = ValidateModelConfig(options.config, "generator config"); !st) {
+      std::fprintf(stderr, "moe-model-gen: --mtp: %s\n", st.error().ToString().c_str());
+      return 1;
+    }
+  }
   if (!expert_format.empty())
     options.config.expert_format = expert_format == "bf16" ? ExpertFormat::kBf16 : ExpertFormat::kMxfp4;
   // The tiny preset is split in several shards so the index path is always exercised.
@@ -91,8 +108,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe-model-gen: %s\n", st.error().ToString().c_str());
     return 1;
   }
-  std::printf("wrote %s (seed %llu, %s experts%s)\n", out.c_str(), static_cast<unsigned long long>(seed),
+  std::printf("wrote %s (seed %llu, %s experts%s%s)\n", out.c_str(), static_cast<unsigned long long>(seed),
               std::string(ExpertFormatName(options.config.expert_format)).c_str(),
-              options.config.vision ? ", vision tower" : "");
+              options.config.vision ? ", vision tower" : "",
+              options.config.num_nextn_predict_layers > 0 ? ", multi-token-prediction module" : "");
   return 0;
 }

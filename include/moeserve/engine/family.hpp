@@ -73,6 +73,10 @@ struct DraftSlot {
   int next_token = 0;
   int max_tokens = 0;
   std::vector<int>* out = nullptr;  // appended to: the proposed tokens, in order
+  // Ids from here on are never proposed: the family's padding rows
+  // (ChatHooks::sampled_ids(), which the engine's sampling masks too).
+  // 0: every id below vocab_size().
+  int sampled_ids = 0;
 };
 
 // What one decode step reads of the weights as the model holds them in

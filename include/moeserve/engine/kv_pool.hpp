@@ -67,6 +67,14 @@ struct SequenceCache {
   // know the sequence by, and the group epoch it started in.
   uint64_t ep_key = 0;
   uint64_t ep_group = 0;
+  // Multi-token prediction (a model with its MTP module loaded): the trunk's
+  // last hidden rows (after the last layer, before the final norm) of the
+  // latest Forward, [rows, hidden size], the first at position
+  // mtp_hidden_pos0. The MTP module reads the row at the position before
+  // the next segment, or at cache length - 1 for a draft (after a rollback
+  // too); a position outside them gets no MTP row or draft.
+  std::vector<float> mtp_hidden;
+  int64_t mtp_hidden_pos0 = 0;
 };
 
 // Makes the block table cover `new_length` tokens (allocating as needed).

@@ -142,6 +142,8 @@ struct ForwardTrace {
 };
 
 struct ModelWeights;
+struct LayerWeights;
+struct SegmentRows;
 
 // The moe-dsa-v1 family's FamilyModel (family.hpp); other families whose
 // checkpoints map onto this layer graph (deepseek_v32, qwen3_next) load
@@ -171,6 +173,30 @@ class Model final : public FamilyModel {
   // (layer, expert).
   Status Forward(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits,
                  ForwardTrace* trace = nullptr, std::vector<std::vector<uint64_t>>* expert_tokens = nullptr) const override;
+
+  // Multi-token prediction (model.md 15; ModelOptions::mtp and a checkpoint
+  // with the module): every Forward also runs the MTP module over the
+  // positions whose next token it knows, writing the module's own cache
+  // rows; ProposeDrafts chains it greedily from each slot's last position.
+  bool has_mtp() const;
+  int draft_depth() const override { return has_mtp() ? kMaxDraftChain : 0; }
+  Status ProposeDrafts(KvPool& pool, std::span<DraftSlot> slots) const override;
+  // The most tokens one ProposeDrafts chains (EngineOptions::draft_tokens' bound).
+  static constexpr int kMaxDraftChain = 4;
+  // One step of the module for each input (what ProposeDrafts runs per
+  // token): the input hidden row, the token after the position, the
+  // position. Writes the module's cache row at that position (the cache's
+  // blocks must cover it) and, per input, its vocab_size() logits and its
+  // output hidden row (before mtp.0.norm: the next step's input). For tests
+  // and the drafts alike.
+  struct MtpInput {
+    SequenceCache* cache = nullptr;
+    const float* hidden = nullptr;
+    int token = 0;
+    int64_t position = 0;
+  };
+  Status MtpStep(KvPool& pool, std::span<const MtpInput> inputs, std::vector<float>* logits,
+                 std::vector<float>* hidden_out) const;
 
   const VisionConfig* vision() const override { return config_.vision ? &*config_.vision : nullptr; }
   // The vision tower on this model's kernels (engine/vision/tower.hpp).
@@ -222,6 +248,20 @@ class Model final : public FamilyModel {
   std::vector<float> rope_freqs_;     // qk_rope_head_dim / 2 YaRN frequencies
   std::vector<float> gqa_rope_freqs_; // gqa.rotary_dim / 2 frequencies (gated GQA layers)
   float mla_scale_ = 0;
+  size_t mtp_offset_ = 0;             // the MTP block's attention slot within a token row
+  // x += Attn(RMSNorm(x)); x += FFN(RMSNorm(x)) for one decoder block over
+  // the batch (the trunk's layers and the MTP block alike).
+  Status RunBlock(const LayerWeights& w, int layer, size_t cache_offset, KvPool& pool, std::span<const SegmentRows> rows,
+                  std::vector<float>& x, std::vector<float>& normed, std::vector<float>& branch, ForwardTrace* trace,
+                  std::vector<uint64_t>* layer_tokens, kernels::comm::Communicator* comm, ExpertParallelStats& ep) const;
+  // The MTP module over n rows (segments of consecutive positions): input
+  // hidden h [n, D], the next tokens; x ends as its output hidden [n, D].
+  Status MtpBlock(KvPool& pool, std::span<const SegmentRows> rows, const float* h, const int* tokens, int n,
+                  std::vector<float>& x) const;
+  // After the trunk of a Forward: keeps each segment's last hidden rows and
+  // runs the MTP block over the positions whose next token is known.
+  Status MtpAfterTrunk(KvPool& pool, std::span<ForwardSegment> segments, std::span<const SegmentRows> rows,
+                       const std::vector<float>& x) const;
   Status ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std::vector<float>* logits, ForwardTrace* trace,
                       std::vector<std::vector<uint64_t>>* expert_tokens, kernels::comm::Communicator* comm) const;
   Status BroadcastPlanLocked(uint8_t kind, std::span<ForwardSegment> segments) const;

@@ -123,8 +123,25 @@ struct ModelConfig {
   // (Qwen3-Next's mlp_only_layers and decoder_sparse_step); empty: every
   // layer from first_dense_layers on.
   std::vector<bool> moe_layers;
+  // Multi-token prediction (model.md 15): config.json's
+  // "num_nextn_predict_layers", 0 (none) or 1. The module is one decoder
+  // block of kind mtp_kind, with an MoE FFN when mtp_moe, else a dense
+  // SwiGLU of intermediate_size (moe-dsa-v1: mla and dense; families that
+  // map their checkpoints set their own), plus its input projection and
+  // final norm. Whether the checkpoint holds its tensors is the loader's
+  // question: a config that names one and a checkpoint without it loads
+  // with no drafts.
+  int num_nextn_predict_layers = 0;
+  LayerKind mtp_kind = LayerKind::kMla;
+  bool mtp_moe = false;
 
   bool HasKind(LayerKind k) const;
+  // Whether an MLA/DSA layer's parameters are needed: a trunk layer of that
+  // kind, or an MTP block of it.
+  bool NeedsMla() const {
+    return HasKind(LayerKind::kMla) || HasKind(LayerKind::kDsa) ||
+           (num_nextn_predict_layers > 0 && (mtp_kind == LayerKind::kMla || mtp_kind == LayerKind::kDsa));
+  }
   bool IsMoeLayer(int layer) const {
     if (!moe_layers.empty()) return moe_layers[static_cast<size_t>(layer)];
     return layer >= first_dense_layers;

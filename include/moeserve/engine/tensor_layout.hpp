@@ -30,6 +30,10 @@ struct TensorSpec {
   bool routed_expert = false;  // counted as active only for experts_per_token of num_experts
   // For initialisation: the fan-in of a matrix (its input dimension).
   int64_t fan_in = 0;
+  // Part of the multi-token-prediction module (model.md 15): optional as a
+  // whole (a checkpoint holds all of them or none), checked like the rest
+  // when present.
+  bool mtp = false;
 };
 
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
@@ -39,7 +43,8 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 // name the shard file and the tensor. A routed-expert tensor of the other
 // expert format (a .blocks where the config says bf16, a .weight where it
 // says mxfp4) is an error: config and weights disagree. Other extra tensors
-// are reported as warnings.
+// are reported as warnings. The multi-token-prediction tensors (TensorSpec::mtp)
+// may all be absent; once one is present, all are required.
 Status ValidateCheckpoint(const Checkpoint& checkpoint, const ModelConfig& config,
                           std::vector<std::string>* warnings = nullptr);
 
