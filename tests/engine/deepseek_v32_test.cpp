@@ -23,6 +23,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "moeserve/engine/dtype.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/families/deepseek_v32.hpp"
 #include "moeserve/engine/kv_pool.hpp"
@@ -282,7 +283,7 @@ TEST(DeepseekV32, MoeRunAndModelInfo) {
   ASSERT_EQ(status, 0) << info;
   EXPECT_NE(info.find("family         deepseek_v32"), std::string::npos) << info;
   EXPECT_NE(info.find("layers         3 (dsa 3; ffn: dense 1, moe 2)"), std::string::npos) << info;
-  EXPECT_NE(info.find("multi-token-prediction layer 3 skipped"), std::string::npos) << info;
+  EXPECT_NE(info.find("multi-token-prediction layer 3 mapped to mtp.0"), std::string::npos) << info;
 }
 
 TEST(DeepseekV32, MapsThePublishedConfig) {
@@ -305,12 +306,91 @@ TEST(DeepseekV32, MapsThePublishedConfig) {
   auto dir = OpenModelDir(TinyModel());
   ASSERT_TRUE(dir) << dir.error().ToString();
   bool mtp_logged = false;
-  for (const auto& w : dir->warnings) mtp_logged |= w.find("multi-token-prediction layer 3 skipped") != std::string::npos;
+  for (const auto& w : dir->warnings) mtp_logged |= w.find("multi-token-prediction layer 3 mapped to mtp.0") != std::string::npos;
   EXPECT_TRUE(mtp_logged);
   // The moe-dsa-v1 chat engine refuses the family rather than misreading its token ids.
   auto engine = Engine::Create(*dir, EngineOptions{});
   ASSERT_FALSE(engine);
   EXPECT_NE(engine.error().message().find("deepseek_v32"), std::string::npos) << engine.error().message();
+}
+
+// The published MTP layer (model.layers.3.*) as the graph's MTP module
+// (model.md 15): a DSA block with the MoE FFN and its own cache slot; its
+// tensors are the published ones; drafts come out of it, the same for a
+// chunked prefill as for one chunk and for the streamed load as for the
+// converted image (deterministic mode: bit for bit).
+TEST(DeepseekV32, MultiTokenPredictionModule) {
+  auto dir = OpenModelDir(TinyModel());
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  const ModelConfig& c = dir->config;
+  EXPECT_EQ(c.num_nextn_predict_layers, 1);
+  EXPECT_EQ(c.mtp_kind, LayerKind::kDsa);
+  EXPECT_TRUE(c.mtp_moe);
+  // enorm, as converted, is the published one widened to F32.
+  auto published = Checkpoint::Open(TinyModel());
+  ASSERT_TRUE(published) << published.error().ToString();
+  const TensorView* from = published->Find("model.layers.3.enorm.weight");
+  const TensorView* to = dir->checkpoint.Find("mtp.0.enorm.weight");
+  ASSERT_TRUE(from && to);
+  ASSERT_EQ(to->dtype, DType::kF32);
+  ASSERT_EQ(to->numel(), from->numel());
+  for (int64_t i = 0; i < to->numel(); ++i) {
+    float got;
+    std::memcpy(&got, to->data + 4 * i, 4);
+    float want;
+    if (from->dtype == DType::kF32) {
+      std::memcpy(&want, from->data + 4 * i, 4);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, from->data + 2 * i, 2);
+      want = Bf16ToF32(b);
+    }
+    ASSERT_EQ(got, want) << i;
+  }
+  for (const char* name : {"mtp.0.eh_proj.weight", "mtp.0.attn.indexer.wk.weight", "mtp.0.ffn.experts.w13.weight",
+                           "mtp.0.ffn.shared.w1.weight", "mtp.0.norm.weight"})
+    EXPECT_TRUE(dir->checkpoint.Find(name)) << name;
+
+  ModelOptions mo;
+  mo.deterministic = true;
+  auto plain = Model::Load(*dir, mo);
+  mo.mtp = true;
+  auto model = Model::Load(*dir, mo);
+  auto streamed_dir = deepseek_v32::OpenDirStreamed(TinyModel());
+  ASSERT_TRUE(plain && model && streamed_dir);
+  auto streamed = Model::Load(*streamed_dir, mo);
+  ASSERT_TRUE(streamed) << streamed.error().ToString();
+  EXPECT_EQ((*plain)->draft_depth(), 0);
+  EXPECT_EQ((*model)->draft_depth(), Model::kMaxDraftChain);
+  // One more DSA slot per token: c, k_pe and the indexer key.
+  EXPECT_EQ((*model)->cache_floats_per_token(),
+            (*plain)->cache_floats_per_token() +
+                static_cast<size_t>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim + c.dsa.index_head_dim));
+
+  std::vector<int> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back(5 + (i * 29 + i * i) % 200);
+  const auto drafts = [&](const Model& m, const std::vector<int>& chunks) {
+    KvPool pool(16, 16, m.cache_floats_per_token());
+    SequenceCache cache = m.NewSequence();
+    size_t at = 0;
+    for (int n : chunks) {
+      EXPECT_TRUE(EnsureBlocks(pool, cache, static_cast<int64_t>(at) + n));
+      std::vector<ForwardSegment> seg{{&cache, std::span<const int>(prompt.data() + at, static_cast<size_t>(n)), false}};
+      EXPECT_TRUE(m.Forward(pool, seg, nullptr));
+      at += static_cast<size_t>(n);
+    }
+    EXPECT_TRUE(EnsureBlocks(pool, cache, cache.length + 4));
+    std::vector<int> out;
+    DraftSlot slot{&cache, 17, 3, &out};
+    EXPECT_TRUE(m.ProposeDrafts(pool, std::span<DraftSlot>(&slot, 1)));
+    ReleaseBlocks(pool, cache);
+    return out;
+  };
+  const std::vector<int> one = drafts(**model, {21});
+  ASSERT_EQ(one.size(), 3u);
+  for (int t : one) EXPECT_TRUE(t >= 0 && t < c.vocab_size) << t;
+  EXPECT_EQ(drafts(**model, {8, 1, 12}), one);
+  EXPECT_EQ(drafts(**streamed, {21}), one);
 }
 
 // Each edit of config.json fails with an error naming the field.

@@ -142,6 +142,7 @@ class Source {
     return Ok();
   }
 
+  bool Has(const std::string& name) const { return ck_.Find(name) != nullptr; }
   const std::set<std::string>& used() const { return used_; }
   int dequantised() const { return dequantised_; }
 
@@ -279,9 +280,10 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
   MOE_TRY(mat("model.embed_tokens.weight", "embed.weight", V, D));
   MOE_TRY(mat("lm_head.weight", "head.weight", V, D));
   MOE_TRY(vec("model.norm.weight", "norm.weight", D));
-  for (int i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".", a = p + "self_attn.", m = p + "mlp.";
-    const std::string q = "layers." + std::to_string(i) + ".";
+  // One decoder layer: published prefix p ("model.layers.3."), engine prefix q
+  // ("layers.3.", "mtp.0."), a dense or an MoE FFN.
+  const auto layer = [&](const std::string& p, const std::string& q, bool moe) -> Status {
+    const std::string a = p + "self_attn.", m = p + "mlp.";
     MOE_TRY(vec(p + "input_layernorm.weight", q + "attn_norm.weight", D));
     MOE_TRY(vec(p + "post_attention_layernorm.weight", q + "ffn_norm.weight", D));
     MOE_TRY(mat(a + "q_a_proj.weight", q + "attn.wq_a.weight", ql, D));
@@ -296,12 +298,12 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
     MOE_TRY(vec(a + "indexer.k_norm.weight", q + "attn.indexer.k_norm.weight", ID));
     MOE_TRY(vec(a + "indexer.k_norm.bias", q + "attn.indexer.k_norm.bias", ID));
     MOE_TRY(mat(a + "indexer.weights_proj.weight", q + "attn.indexer.weights_proj.weight", IH, D));
-    if (!c.IsMoeLayer(i)) {
+    if (!moe) {
       const int64_t F = c.intermediate_size;
       MOE_TRY(mat(m + "gate_proj.weight", q + "ffn.w1.weight", F, D));
       MOE_TRY(mat(m + "up_proj.weight", q + "ffn.w3.weight", F, D));
       MOE_TRY(mat(m + "down_proj.weight", q + "ffn.w2.weight", D, F));
-      continue;
+      return Ok();
     }
     MOE_TRY(mat(m + "gate.weight", q + "ffn.gate.weight", E, D));
     MOE_TRY(vec(m + "gate.e_score_correction_bias", q + "ffn.gate.bias", E));
@@ -326,6 +328,23 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
       MOE_TRY(mat(m + "shared_experts.up_proj.weight", q + "ffn.shared.w3.weight", S, D));
       MOE_TRY(mat(m + "shared_experts.down_proj.weight", q + "ffn.shared.w2.weight", D, S));
     }
+    return Ok();
+  };
+  for (int i = 0; i < c.num_layers; ++i)
+    MOE_TRY(layer("model.layers." + std::to_string(i) + ".", "layers." + std::to_string(i) + ".", c.IsMoeLayer(i)));
+  // The first multi-token-prediction layer (model.md 15), stored after the
+  // model's own as model.layers.{num_hidden_layers}: its input norms and
+  // projection, a full decoder layer (DSA attention, MoE FFN) and
+  // shared_head.norm, as the engine's mtp.0.*. Its shared_head.head and
+  // embed_tokens are left: the model's own head and embedding serve (the
+  // module shares them). Planned only when the checkpoint holds it.
+  const std::string mp = "model.layers." + std::to_string(c.num_layers) + ".";
+  if (c.num_nextn_predict_layers > 0 && src.Has(mp + "eh_proj.weight")) {
+    MOE_TRY(vec(mp + "enorm.weight", "mtp.0.enorm.weight", D));
+    MOE_TRY(vec(mp + "hnorm.weight", "mtp.0.hnorm.weight", D));
+    MOE_TRY(mat(mp + "eh_proj.weight", "mtp.0.eh_proj.weight", D, 2 * D));
+    MOE_TRY(layer(mp, "mtp.0.", c.mtp_moe));
+    MOE_TRY(vec(mp + "shared_head.norm.weight", "mtp.0.norm.weight", D));
   }
   return out;
 }
@@ -358,12 +377,16 @@ Result<std::unique_ptr<Conversion>> detail::PlanDir(const std::string& dir, std:
   MOE_ASSIGN_OR_RETURN(cv->recipes, Plan(*cv->src, cv->cfg, format));
   cv->cfg.model.expert_format = format;
 
-  // Every published tensor is either converted or belongs to an MTP layer.
+  // Every published tensor is either converted or belongs to an MTP layer
+  // (the first one's shared head and embedding copies, later ones whole).
   const int L = cv->cfg.model.num_layers;
-  int mtp = 0;
+  int mtp = 0, mtp_mapped = 0;
   for (const TensorView* t : cv->published.AllTensors()) {
-    if (cv->src->used().count(t->name)) continue;
     const int layer = LayerOf(t->name);
+    if (cv->src->used().count(t->name)) {
+      mtp_mapped += layer == L;
+      continue;
+    }
     if (layer >= L && layer < L + cv->cfg.num_nextn_predict_layers) {
       ++mtp;
       continue;
@@ -372,11 +395,18 @@ Result<std::unique_ptr<Conversion>> detail::PlanDir(const std::string& dir, std:
                                                 std::to_string(L) + " layers, " +
                                                 std::to_string(cv->cfg.num_nextn_predict_layers) + " MTP)"));
   }
-  if (cv->cfg.num_nextn_predict_layers > 0) {
+  if (mtp_mapped > 0) {
+    std::ostringstream note;
+    note << "multi-token-prediction layer " << L << " mapped to mtp.0 (" << mtp_mapped
+         << " tensors; loaded for speculative drafts when asked)";
+    if (mtp > 0) note << "; " << mtp << " tensors left (its shared head and embedding: the model's own serve"
+                      << (cv->cfg.num_nextn_predict_layers > 1 ? "; further MTP layers: one module is chained" : "") << ")";
+    cv->notes.push_back(note.str());
+  } else if (cv->cfg.num_nextn_predict_layers > 0) {
     std::ostringstream note;
     note << "multi-token-prediction layer " << L;
     if (cv->cfg.num_nextn_predict_layers > 1) note << " to " << L + cv->cfg.num_nextn_predict_layers - 1;
-    note << " skipped (" << mtp << " tensors): speculative decoding is not implemented";
+    note << " not in the checkpoint (" << mtp << " tensors found): no speculative drafts from it";
     cv->notes.push_back(note.str());
   }
   if (cv->src->dequantised() > 0)

@@ -85,6 +85,11 @@ Result<Config> ParseConfig(const std::string& text, const std::string& source) {
   MOE_ASSIGN_OR_RETURN(c.hidden_size, r.Dim("hidden_size"));
   MOE_ASSIGN_OR_RETURN(c.num_layers, r.Dim("num_hidden_layers"));
   MOE_ASSIGN_OR_RETURN(out.num_nextn_predict_layers, r.DimOr("num_nextn_predict_layers", 0));
+  // The first MTP layer maps onto the graph's MTP module (model.md 15): a
+  // DSA block with the MoE FFN, as every layer past the dense ones.
+  c.num_nextn_predict_layers = out.num_nextn_predict_layers > 0 ? 1 : 0;
+  c.mtp_kind = LayerKind::kDsa;
+  c.mtp_moe = true;
   MOE_ASSIGN_OR_RETURN(c.first_dense_layers, r.DimOr("first_k_dense_replace", 0));
   if (c.first_dense_layers > c.num_layers)
     return Fail(r.Bad("first_k_dense_replace", std::to_string(c.first_dense_layers) + " exceeds num_hidden_layers (" +
@@ -209,6 +214,7 @@ Result<Config> ParseConfig(const std::string& text, const std::string& source) {
   }
 
   // The engine's own checks (sizes its kernels need) as a backstop.
+  if (c.num_layers <= c.first_dense_layers) c.mtp_moe = false;  // no MoE parameters: a dense module
   MOE_TRY(ValidateModelConfig(c, source));
   return out;
 }
