@@ -96,6 +96,79 @@ def delta_chunked(q, k, v, beta, g, chunk=64, S=None):
 _vision = ref.vision  # the vision tower (model.md 14), as the reference computes it
 
 
+def mtp_layers(cfg):
+    return int(cfg.raw.get("num_nextn_predict_layers", 0))
+
+
+def mtp_tensors(cfg):
+    """{name: shape} of the multi-token-prediction layers (DeepSeek-V3's MTP;
+    config num_nextn_predict_layers). Layer k, prefix mtp.k.: enorm, hnorm
+    (RMSNorm of the next token's embedding and of the trunk's hidden state),
+    eh_proj [D, 2D] (embedding half first), one pre-norm `mla` decoder block
+    with a dense SwiGLU FFN (the tensor names and shapes of an mla layer's
+    attention and of layer 0's dense FFN) and the final norm; the embedding
+    and head.weight are the model's own."""
+    n = mtp_layers(cfg)
+    if n == 0:
+        return {}
+    if not any(k in ("mla", "dsa") for k in cfg.layer_types):
+        raise ref.ModelError("config.json: num_nextn_predict_layers needs the mla section (the MTP block is an mla layer)")
+    D = cfg.hidden_size
+    H, qk = cfg.n_heads, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    block = {
+        "attn_norm.weight": (D,),
+        "attn.wq_a.weight": (cfg.q_lora_rank, D),
+        "attn.q_norm.weight": (cfg.q_lora_rank,),
+        "attn.wq_b.weight": (H * qk, cfg.q_lora_rank),
+        "attn.wkv_a.weight": (cfg.kv_lora_rank + cfg.qk_rope_head_dim, D),
+        "attn.kv_norm.weight": (cfg.kv_lora_rank,),
+        "attn.wkv_b.weight": (H * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank),
+        "attn.wo.weight": (D, H * cfg.v_head_dim),
+        "ffn_norm.weight": (D,),
+        "ffn.w1.weight": (cfg.intermediate_size, D),
+        "ffn.w3.weight": (cfg.intermediate_size, D),
+        "ffn.w2.weight": (D, cfg.intermediate_size),
+    }
+    if cfg.output_gate:
+        block["attn.wg.weight"] = (H * cfg.v_head_dim, D)
+    out = {}
+    for k in range(n):
+        p = f"mtp.{k}."
+        out[p + "enorm.weight"] = (D,)
+        out[p + "hnorm.weight"] = (D,)
+        out[p + "eh_proj.weight"] = (D, 2 * D)
+        out.update({p + name: shape for name, shape in block.items()})
+        out[p + "norm.weight"] = (D,)
+    return out
+
+
+def load_model_dir(model_dir, mtp_layers=None):
+    """A TrainModel with a model directory's weights (tools/reference's loader:
+    MXFP4 experts dequantised exactly, BF16 widened) and its MTP layers'
+    tensors where the checkpoint has them. mtp_layers overrides the config's
+    num_nextn_predict_layers (e.g. 1 to train a layer for a trunk shipped
+    without one). Returns (model, names of the MTP tensors found)."""
+    cfg = Config.load(model_dir)
+    if mtp_layers is not None:
+        cfg = Config(dict(cfg.raw, num_nextn_predict_layers=mtp_layers))
+    model = TrainModel(cfg, 0)
+    weights = ref.load_weights(model_dir, cfg)
+    raw = ref.read_checkpoint(model_dir)
+    found = []
+    for name, shape in mtp_tensors(cfg).items():
+        if name in raw:
+            if raw[name].shape != tuple(shape):
+                raise ref.ModelError(f"{raw[name].source}: tensor {name} has shape {list(raw[name].shape)}, "
+                                     f"expected {list(shape)}")
+            weights[name] = raw[name].to_torch()
+            found.append(name)
+    if found and len(found) != len(mtp_tensors(cfg)):
+        missing = sorted(set(mtp_tensors(cfg)) - set(found))
+        raise ref.ModelError(f"{model_dir}: MTP tensors missing: {missing[:3]}...")
+    model.load_fp32(weights)
+    return model, found
+
+
 class _WeightView:
     """W[name] over a TrainModel's parameters, as tools/reference/vision.py reads weights."""
 
@@ -124,6 +197,12 @@ class TrainModel(nn.Module):
                 self.gate_bias[name] = torch.zeros(shape)  # balanced by update_bias, not by gradients
                 continue
             self.p[name.replace(".", "__")] = nn.Parameter(self._init(name, shape, gen))
+        # The multi-token-prediction layer (config num_nextn_predict_layers),
+        # drawn from its own generator so that the trunk's draw is the same
+        # with or without it.
+        mtp_gen = torch.Generator().manual_seed(seed + 7919)
+        for name, shape in mtp_tensors(cfg).items():
+            self.p[name.replace(".", "__")] = nn.Parameter(self._init(name, shape, mtp_gen))
         freqs = ref.rope_frequencies(cfg)
         self.freqs = freqs
 
@@ -441,7 +520,117 @@ class TrainModel(nn.Module):
                 x = h + y[Tp:].view(B, T, -1)
         if prefix is not None:
             aux["prefix_indexer_kl"] = paux.get("indexer_kl", [])
+            aux["prefix_hidden"] = xp  # [1, Tp, D], before the final norm
+        aux["hidden"] = x  # [B, T, D] after the last layer, before the final norm (what the MTP layer reads)
         return rms_norm(x, W("norm.weight"), cfg.rms_norm_eps) @ W("head.weight").T, aux
+
+    # ---- multi-token prediction (DeepSeek-V3 MTP) ----------------------------
+
+    def mtp_input(self, h, nxt, layer=0):
+        """h'_i = eh_proj(concat(RMSNorm(embed[t_{i+1}]; enorm), RMSNorm(h_i; hnorm))):
+        h [B, T, D] hidden states before the final norm, nxt [B, T] the next tokens."""
+        W, eps, p = self.W, self.cfg.rms_norm_eps, f"mtp.{layer}."
+        e = rms_norm(W("embed.weight")[nxt], W(p + "enorm.weight"), eps)
+        hn = rms_norm(h, W(p + "hnorm.weight"), eps)
+        return torch.cat([e, hn], dim=-1) @ W(p + "eh_proj.weight").T
+
+    def mtp_ffn_and_head(self, x, layer=0):
+        """The block's FFN half on the attention's residual x, then (logits, hidden
+        before mtp.k.norm: what a chained step reads as its h)."""
+        W, eps, p = self.W, self.cfg.rms_norm_eps, f"mtp.{layer}."
+        f = rms_norm(x, W(p + "ffn_norm.weight"), eps)
+        x = x + swiglu(f, W(p + "ffn.w1.weight"), W(p + "ffn.w3.weight"), W(p + "ffn.w2.weight"))
+        return rms_norm(x, W(p + "norm.weight"), eps) @ W("head.weight").T, x
+
+    def mtp_step(self, h, nxt, layer=0, keep=None, past=None, offset=0):
+        """One MTP pass: position i reads h_i and t_{i+1} (RoPE at i, causal
+        attention over the block's own keys at positions <= i) and predicts
+        t_{i+2}. h [B, T, D], nxt [B, T] at positions offset..offset+T-1;
+        past: the keep of a batch-1 pass over positions 0..offset-1 (the
+        shared prefix, as in forward). Returns (logits [B, T, V], block output
+        [B, T, D] before the final norm); keep receives this pass's keys."""
+        W, eps, p = self.W, self.cfg.rms_norm_eps, f"mtp.{layer}."
+        x = self.mtp_input(h, nxt, layer)
+        cos, sin = ref.rope_angles(self.freqs, torch.arange(offset, offset + x.shape[1], device=x.device))
+        a = rms_norm(x, W(p + "attn_norm.weight"), eps)
+        x = x + self.mla(p + "attn.", a, cos, sin, None, {}, past, keep, offset)
+        return self.mtp_ffn_and_head(x, layer)
+
+    def mtp_chained_step(self, h, nxt, keys, layer=0, offset=0):
+        """The second draft, teacher-forced: row j (position offset + j + 1)
+        reads the first step's block output at position offset + j as h and
+        the true token after the first draft's; it attends to the first step's
+        keys at positions <= offset + j (those the block computed from the
+        trunk) and to its own key, as a chained draft at inference does.
+        h, nxt [B, T]; keys: {k_nope [B, H, S, n], v, k_pe [B, S, r]} of the
+        first step at positions 0..S-1, S >= offset + T. Returns (logits
+        [B, T, V], block output)."""
+        cfg, W, eps, p = self.cfg, self.W, self.cfg.rms_norm_eps, f"mtp.{layer}."
+        B, T, _ = h.shape
+        x = self.mtp_input(h, nxt, layer)
+        cos, sin = ref.rope_angles(self.freqs, torch.arange(offset + 1, offset + T + 1, device=x.device))
+        a = rms_norm(x, W(p + "attn_norm.weight"), eps)
+        q = p + "attn."
+        H, nope, vd = cfg.n_heads, cfg.qk_nope_head_dim, cfg.v_head_dim
+        qr = rms_norm(a @ W(q + "wq_a.weight").T, W(q + "q_norm.weight"), eps)
+        qq = (qr @ W(q + "wq_b.weight").T).view(B, T, H, -1)
+        q_nope, q_pe = qq[..., :nope], rope_interleaved(qq[..., nope:], cos, sin)
+        kv = a @ W(q + "wkv_a.weight").T
+        c = rms_norm(kv[..., : cfg.kv_lora_rank], W(q + "kv_norm.weight"), eps)
+        k_pe = rope_interleaved(kv[..., cfg.kv_lora_rank :], cos, sin)
+        wkv_b = W(q + "wkv_b.weight").view(H, nope + vd, cfg.kv_lora_rank)
+        k_nope = torch.einsum("bsc,hnc->bhsn", c, wkv_b[:, :nope])
+        v = torch.einsum("bsc,hvc->bhsv", c, wkv_b[:, nope:])
+        S = offset + T
+        k1n, v1, k1pe = keys["k_nope"][:, :, :S], keys["v"][:, :, :S], keys["k_pe"][:, :S]
+        scale = ref.mla_softmax_scale(cfg)
+        past = torch.einsum("bthn,bhsn->bhts", q_nope, k1n) + torch.einsum("bthr,bsr->bhts", q_pe, k1pe)
+        own = torch.einsum("bthn,bhtn->bht", q_nope, k_nope) + torch.einsum("bthr,btr->bht", q_pe, k_pe)
+        dev = x.device
+        earlier = torch.arange(S, device=dev)[None, :] <= (offset + torch.arange(T, device=dev))[:, None]
+        scores = torch.cat([past.masked_fill(~earlier, float("-inf")), own[..., None]], dim=-1) * scale
+        probs = torch.softmax(scores, -1)
+        o = torch.einsum("bhts,bhsv->bthv", probs[..., :S], v1) + probs[..., S:].permute(0, 2, 1, 3) * v.permute(0, 2, 1, 3)
+        o = o.reshape(B, T, H * vd)
+        if cfg.output_gate:
+            o = o * torch.sigmoid(a @ W(q + "wg.weight").T)
+        return self.mtp_ffn_and_head(x + o @ W(q + "wo.weight").T, layer)
+
+    def mtp_sequence(self, hidden, ids, chain=False, layer=0):
+        """MTP logits for whole sequences: hidden [B, L, D] the trunk's states
+        for ids [B, L]. Returns logits [B, L-2, V] for ids[:, 2:] (the first
+        draft) and, with chain, the chained second draft's [B, L-3, V] for
+        ids[:, 3:] (else None)."""
+        L = ids.shape[1]
+        keys = {} if chain else None
+        logits, out = self.mtp_step(hidden[:, : L - 2], ids[:, 1 : L - 1], layer, keep=keys)
+        if not chain:
+            return logits, None
+        logits2, _ = self.mtp_chained_step(out[:, : L - 3], ids[:, 2 : L - 1], keys, layer)
+        return logits, logits2
+
+    def mtp_with_prefix(self, prefix_hidden, prefix, hidden, ids, chain=False, layer=0):
+        """mtp_sequence for rows that share a prefix (forward's prefix): the
+        prefix's keys are computed once. prefix_hidden [1, Tp, D] and prefix
+        ids [Tp]; hidden [B, T, D] the trunk's states at positions Tp..Tp+T-1
+        and ids [B, T + 1] the tokens at Tp..Tp+T. Returns logits [B, T, V]
+        for ids[:, 1:] and, with chain, the chained draft's [B, T-1, V] for
+        ids[:, 2:] (else None)."""
+        B, T, _ = hidden.shape
+        Tp = prefix_hidden.shape[1]
+        prefix = torch.as_tensor(prefix, device=hidden.device)
+        pk = {}
+        self.mtp_step(prefix_hidden[:, : Tp - 1], prefix[None, 1:], layer, keep=pk)
+        h = torch.cat([prefix_hidden[:, Tp - 1 :].expand(B, -1, -1), hidden[:, : T - 1]], dim=1)
+        sk = {} if chain else None
+        logits, out = self.mtp_step(h, ids[:, :T], layer, keep=sk, past=pk, offset=Tp - 1)
+        if not chain:
+            return logits, None
+        keys = {"k_nope": torch.cat([pk["k_nope"].expand(B, -1, -1, -1), sk["k_nope"]], dim=2),
+                "v": torch.cat([pk["v"].expand(B, -1, -1, -1), sk["v"]], dim=2),
+                "k_pe": torch.cat([pk["k_pe"].expand(B, -1, -1), sk["k_pe"]], dim=1)}
+        logits2, _ = self.mtp_chained_step(out[:, : T - 1], ids[:, 1:T], keys, layer, offset=Tp - 1)
+        return logits, logits2
 
     def update_bias(self, load, rate):
         """Aux-loss-free balancing: bias += rate * sign(mean load - load)."""
