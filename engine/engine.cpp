@@ -23,6 +23,7 @@
 #include "families/moe_dsa_v1/family.hpp"
 #include "image_embedder.hpp"
 #include "prefix_cache.hpp"
+#include "speculation/prompt_lookup.hpp"
 
 namespace moeserve::engine {
 
@@ -47,6 +48,16 @@ struct Sequence {
   std::mt19937_64 rng;
   std::unique_ptr<ReasoningTracker> reasoning;  // the family's reading of the chat format
   SequenceUsage usage;
+  // Speculative decoding (engine.hpp SpeculativeMode): the mode the request
+  // runs, the draft the coming step verifies and where it came from, the
+  // lookup index (built on first use) and the recurrent state after each
+  // verified token (the rollback points).
+  SpeculativeMode speculative = SpeculativeMode::kOff;
+  std::vector<int> draft;
+  SpeculativeMode draft_kind = SpeculativeMode::kOff;
+  std::vector<int> verify_tokens;  // [the sampled token, the draft...]: the verification segment
+  std::unique_ptr<PromptLookup> lookup;
+  std::vector<std::vector<DeltaLayerState>> state_trail;
 };
 
 // Submit fills an empty stop list with the family's defaults.
@@ -113,8 +124,20 @@ struct Engine::Impl {
   // The rows of the image tokens in prompt positions [start, end) of s, as
   // RowEmbeddings relative to start (ImagesReadyUntil made sure they are in hand).
   Status ImageRows(Sequence& s, int64_t start, int64_t end, std::vector<RowEmbedding>& out);
-  // Emits the sequence's next token(s); true when it finished.
-  bool Emit(Sequence& s, std::span<float> logits, std::vector<TokenEvent>& events);
+  // Emits the sequence's next token(s) from one row of logits; true when it
+  // finished. With a draft token: the row verifies it (VerifyDraftToken),
+  // and *accepted says whether the sequence goes on with it (the token was
+  // the draft, and nothing was forced after it).
+  bool Emit(Sequence& s, std::span<float> logits, std::vector<TokenEvent>& events, std::optional<int> draft = {},
+            bool* accepted = nullptr);
+  // Emits from a verification's rows (draft.size() + 1 of them) until a
+  // draft token is refused, then rolls the cache back to the tokens kept;
+  // true when the sequence finished.
+  bool EmitVerified(Sequence& s, const float* rows, int64_t pos0, std::vector<TokenEvent>& events);
+  // The drafts of this step's decoding sequences (ProposeDrafts for MTP,
+  // the lookup index for lookup); none when the step has more decoding
+  // sequences than options.speculative_max_batch.
+  void ProposeDrafts(const std::vector<Sequence*>& decoding);
   void Finish(Sequence& s, FinishReason why, int token, bool reasoning, bool forced, std::vector<TokenEvent>& events);
   // Ends the sequence with kError; the message is logged and goes to the client.
   void FailSequence(Sequence& s, const std::string& what, std::vector<TokenEvent>& events, bool unavailable = false);
@@ -184,6 +207,11 @@ Status Engine::ValidateEngineOptions(const EngineOptions& options) {
                                        std::to_string(options.decode_activation_bits)));
   if (options.deterministic && options.ep_world > 1)
     return Fail(Error::InvalidArgument("engine options: deterministic decode is not available with expert parallelism"));
+  if (options.draft_tokens < 1 || options.draft_tokens > 4)
+    return Fail(Error::InvalidArgument("engine options: draft_tokens must be 1 to 4, not " +
+                                       std::to_string(options.draft_tokens)));
+  if (options.speculative_max_batch < 0)
+    return Fail(Error::InvalidArgument("engine options: speculative_max_batch must not be negative"));
   return Ok();
 }
 
@@ -207,6 +235,13 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
         [m](const ImageInput& image) { return m->model->EmbedImage(image); }, [m] { m->Notify(); });
   }
   impl->chat = std::move(parts.chat);
+  if (options.speculative == SpeculativeMode::kMtp && impl->model->draft_depth() == 0)
+    return Fail(Error::InvalidArgument("speculative decoding 'mtp': this model has no multi-token-prediction layers "
+                                       "(use 'lookup' or 'auto', which drafts by lookup alone then)"));
+  if (options.speculative != SpeculativeMode::kOff && options.ep_world > 1) {
+    log::Info("engine: speculative decoding off under expert parallelism (followers keep no rollback points)");
+    impl->options.speculative = SpeculativeMode::kOff;
+  }
   // The group (ExpertGroup, Model::SetGroup) is formed on the layer graph:
   // a family with its own forward pass holds every expert or refuses the slice.
   if (options.ep_world > 1 && !impl->layer_graph)
@@ -321,6 +356,12 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   if (request.stop_tokens.empty()) request.stop_tokens = impl_->chat->DefaultStops();
   seq->reasoning = impl_->chat->NewTracker(request);
   seq->usage.prompt_tokens = static_cast<int>(seq->prompt_len);
+  const SpeculativeMode mode = request.speculative.value_or(impl_->options.speculative);
+  if (mode == SpeculativeMode::kMtp && impl_->model->draft_depth() == 0)
+    return Fail(Error::InvalidArgument(
+        "speculative: 'mtp' needs the model's multi-token-prediction layers, and this model has none loaded "
+        "(use 'lookup' or 'auto')"));
+  seq->speculative = impl_->options.ep_world > 1 ? SpeculativeMode::kOff : mode;
   seq->req = std::move(request);
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (static_cast<int>(impl_->waiting.size()) >= impl_->options.max_waiting)
@@ -525,9 +566,12 @@ bool Engine::Impl::Advance(std::vector<TokenEvent>& events) {
   embeddings.reserve(running.size());
   std::set<Sequence*> failed;
   // The larger budget when nothing decodes: no sequence waits on this step.
-  bool decoding = false;
+  std::vector<Sequence*> decoders;  // one token to compute, the prompt done: a decode step
   for (const auto& sp : running)
-    decoding = decoding || (static_cast<int64_t>(sp->tokens.size()) - sp->cache.length <= 1 && sp->cache.length >= sp->prompt_len);
+    if (static_cast<int64_t>(sp->tokens.size()) - sp->cache.length == 1 && sp->cache.length >= sp->prompt_len)
+      decoders.push_back(sp.get());
+  const bool decoding = !decoders.empty();
+  ProposeDrafts(decoders);
   // The family may cap the idle enlargement (FamilyModel::idle_prefill_rows).
   const int family_cap = model->idle_prefill_rows();
   const int idle = family_cap > 0 ? std::min(options.prefill_chunk_tokens_idle, family_cap) : options.prefill_chunk_tokens_idle;
@@ -569,8 +613,16 @@ bool Engine::Impl::Advance(std::vector<TokenEvent>& events) {
       }
     }
     embeddings.push_back(std::move(rows));
-    segments.push_back({&s.cache, std::span<const int>(s.tokens.data() + start, static_cast<size_t>(end - start)), false,
-                        embeddings.back()});
+    if (!s.draft.empty()) {  // verify the draft: the sampled token and the draft, every row's logits
+      s.verify_tokens.assign(1, s.tokens.back());
+      s.verify_tokens.insert(s.verify_tokens.end(), s.draft.begin(), s.draft.end());
+      ForwardSegment verify(&s.cache, s.verify_tokens, true);
+      verify.state_trail = &s.state_trail;
+      segments.push_back(verify);
+    } else {
+      segments.push_back({&s.cache, std::span<const int>(s.tokens.data() + start, static_cast<size_t>(end - start)),
+                          false, embeddings.back()});
+    }
     owners.push_back(&s);
   }
   if (!failed.empty())
@@ -586,6 +638,10 @@ bool Engine::Impl::Advance(std::vector<TokenEvent>& events) {
     st = Fail(Error::Internal(ExceptionText(std::current_exception())));
   }
   std::set<Sequence*> done;
+  // Where each segment's logits start: one row, or one per token of a verification.
+  std::vector<size_t> first_row(owners.size());
+  for (size_t k = 0, r = 0; k < owners.size(); r += segments[k].all_logits ? segments[k].tokens.size() : 1, ++k)
+    first_row[k] = r;
   if (!st) {
     // Inputs were validated at Submit and forced tokens at Emit, so this is a
     // bug or a library failure: the batch's caches are suspect, the batch
@@ -618,8 +674,19 @@ bool Engine::Impl::Advance(std::vector<TokenEvent>& events) {
         s.image_rows = {};
         s.tower_jobs.clear();
       }
+      float* rows = logits.data() + first_row[k] * static_cast<size_t>(V);
+      if (!s.draft.empty()) {
+        try {
+          if (EmitVerified(s, rows, s.cache.length - static_cast<int64_t>(segments[k].tokens.size()), events))
+            done.insert(&s);
+        } catch (...) {
+          FailSequence(s, "the decode controller failed: " + ExceptionText(std::current_exception()), events);
+          done.insert(&s);
+        }
+        continue;
+      }
       if (s.cache.length < static_cast<int64_t>(s.tokens.size())) continue;
-      std::span<float> row(logits.data() + k * static_cast<size_t>(V), static_cast<size_t>(V));
+      std::span<float> row(rows, static_cast<size_t>(V));
       try {
         if (Emit(s, row, events)) done.insert(&s);
       } catch (...) {
@@ -676,8 +743,10 @@ Status Engine::Impl::ImageRows(Sequence& s, int64_t start, int64_t end, std::vec
   return Ok();
 }
 
-bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEvent>& events) {
+bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEvent>& events, std::optional<int> draft,
+                        bool* accepted) {
   const int V = model->vocab_size();
+  bool took_draft = false;  // the row's token is the draft
   std::deque<std::pair<int, bool>> emit;  // (token, forced)
   std::optional<float> sampled_logprob;    // for the sampled token, when asked for
   std::vector<TokenLogprob> sampled_top;
@@ -695,7 +764,14 @@ bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEven
     if (s.req.logprobs >= 0) lp.emplace(row, ids);
     for (size_t i = ids; i < row.size(); ++i) row[i] = -std::numeric_limits<float>::infinity();  // padding
     if (s.req.controller) s.req.controller->Mask(row);
-    int t = SampleToken(row, s.req.sampling, s.rng);
+    int t = -1;
+    if (draft) {
+      const DraftVerdict verdict = VerifyDraftToken(row, s.req.sampling, *draft, s.rng);
+      t = verdict.token;
+      took_draft = verdict.accepted;
+    } else {
+      t = SampleToken(row, s.req.sampling, s.rng);
+    }
     if (t < 0) {  // the controller masked everything: the family ends the turn, or the sequence fails
       const std::optional<int> end = chat->AllMaskedToken();
       if (!end) {
@@ -703,6 +779,7 @@ bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEven
         return true;
       }
       t = *end;
+      took_draft = false;
     }
     emit.push_back({t, false});
     if (lp) {
@@ -734,8 +811,112 @@ bool Engine::Impl::Emit(Sequence& s, std::span<float> row, std::vector<TokenEven
     if (!forced) events.back().logprob = sampled_logprob, events.back().top_logprobs = std::move(sampled_top);
     if (s.req.controller)
       for (int f : s.req.controller->OnToken(t)) emit.push_back({f, true});
+    // A forced token after the draft's: the sequence goes on with it, not
+    // with the rest of the draft.
+    if (!emit.empty()) took_draft = false;
+  }
+  if (accepted) *accepted = took_draft;
+  return false;
+}
+
+bool Engine::Impl::EmitVerified(Sequence& s, const float* rows, int64_t pos0, std::vector<TokenEvent>& events) {
+  const size_t V = static_cast<size_t>(model->vocab_size());
+  const int k = static_cast<int>(s.draft.size());
+  // Row i holds the logits after verify_tokens[i]: it checks draft[i], and
+  // row k (every draft token accepted) gives one more token for free.
+  std::vector<float> row(V);
+  int kept = 0;
+  bool finished = false;
+  for (int i = 0; i <= k; ++i) {
+    std::copy_n(rows + static_cast<size_t>(i) * V, V, row.begin());
+    bool accepted = false;
+    finished = Emit(s, row, events, i < k ? std::optional<int>(s.draft[static_cast<size_t>(i)]) : std::nullopt, &accepted);
+    if (finished || i == k || !accepted) break;
+    ++kept;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    DraftCounts& counts = s.draft_kind == SpeculativeMode::kMtp ? metrics.drafts_mtp : metrics.drafts_lookup;
+    counts.proposed += static_cast<uint64_t>(k);
+    counts.accepted += static_cast<uint64_t>(kept);
+    ++counts.drafts;
+  }
+  s.draft.clear();
+  if (finished) return true;
+  // The cache keeps the sampled token and the accepted drafts; the rows past
+  // them are rewritten before anything reads them, and the recurrent state
+  // goes back to the point after the last token kept.
+  const int64_t length = pos0 + 1 + kept;
+  if (kept < k) {
+    s.cache.length = length;
+    if (static_cast<size_t>(kept) >= s.state_trail.size()) return false;  // no recurrent state to restore
+    const std::vector<DeltaLayerState>& at = s.state_trail[static_cast<size_t>(kept)];
+    for (size_t layer = 0; layer < at.size() && layer < s.cache.delta.size(); ++layer)
+      if (!at[layer].S.empty()) {
+        s.cache.delta[layer].S = at[layer].S;
+        s.cache.delta[layer].conv_tail = at[layer].conv_tail;
+      }
   }
   return false;
+}
+
+void Engine::Impl::ProposeDrafts(const std::vector<Sequence*>& decoding) {
+  for (Sequence* s : decoding) s->draft.clear();
+  if (static_cast<int>(decoding.size()) > options.speculative_max_batch) return;  // compute-bound: no drafts
+  const int sampled_ids = chat->sampled_ids();
+  // A draft stops before a padding id (image placeholders of the prompt:
+  // the model never samples them).
+  const auto trim = [&](std::vector<int>& draft) {
+    const auto bad = std::find_if(draft.begin(), draft.end(), [&](int t) { return t < 0 || t >= sampled_ids; });
+    draft.erase(bad, draft.end());
+  };
+  std::vector<std::vector<int>> mtp_out;
+  std::vector<Sequence*> mtp_owners;
+  for (Sequence* s : decoding) {
+    if (s->speculative == SpeculativeMode::kOff) continue;
+    // Every draft token and the one after it count against max_tokens, and
+    // the cache's blocks cover the prompt and max_tokens.
+    const int room = s->req.max_tokens - s->usage.completion_tokens - 1;
+    const int k = std::min(options.draft_tokens, room);
+    if (k <= 0) continue;
+    if (s->speculative == SpeculativeMode::kLookup || s->speculative == SpeculativeMode::kAuto) {
+      if (!s->lookup) s->lookup = std::make_unique<PromptLookup>();
+      s->draft = s->lookup->Propose(s->tokens, k);
+      trim(s->draft);
+      s->draft_kind = SpeculativeMode::kLookup;
+      if (!s->draft.empty()) continue;
+    }
+    if ((s->speculative == SpeculativeMode::kMtp || s->speculative == SpeculativeMode::kAuto) && model->draft_depth() > 0) {
+      mtp_owners.push_back(s);
+      mtp_out.emplace_back();
+    }
+  }
+  if (mtp_owners.empty()) return;
+  std::vector<DraftSlot> slots;
+  for (size_t i = 0; i < mtp_owners.size(); ++i) {
+    Sequence* s = mtp_owners[i];
+    const int k = std::min({options.draft_tokens, s->req.max_tokens - s->usage.completion_tokens - 1, model->draft_depth()});
+    slots.push_back({&s->cache, s->tokens.back(), k, &mtp_out[i], sampled_ids});
+  }
+  Status st = Ok();
+  try {
+    st = model->ProposeDrafts(*pool, slots);
+  } catch (...) {
+    st = Fail(Error::Internal(ExceptionText(std::current_exception())));
+  }
+  // A failed proposal costs the step its drafts, nothing else: the
+  // sequences decode one token as without speculation.
+  if (!st) {
+    log::Warn("engine: multi-token-prediction drafts failed, decoding without them this step: " + st.error().ToString());
+    return;
+  }
+  for (size_t i = 0; i < mtp_owners.size(); ++i) {
+    Sequence* s = mtp_owners[i];
+    s->draft = std::move(mtp_out[i]);
+    if (static_cast<int>(s->draft.size()) > slots[i].max_tokens) s->draft.resize(static_cast<size_t>(slots[i].max_tokens));
+    trim(s->draft);
+    s->draft_kind = SpeculativeMode::kMtp;
+  }
 }
 
 void Engine::Impl::PublishMetrics() {

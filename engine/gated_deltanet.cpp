@@ -12,6 +12,23 @@
 
 namespace moeserve::engine {
 
+namespace {
+
+// Makes trail[0, tokens) hold this layer's state slots (other layers' entries
+// stay as they are: empty for attention layers).
+void SizeTrail(std::vector<std::vector<DeltaLayerState>>& trail, int tokens, int layers, int layer, int tail_floats,
+               int state_floats) {
+  if (static_cast<int>(trail.size()) < tokens) trail.resize(static_cast<size_t>(tokens));
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<DeltaLayerState>& at = trail[static_cast<size_t>(t)];
+    if (static_cast<int>(at.size()) < layers) at.resize(static_cast<size_t>(layers));
+    at[static_cast<size_t>(layer)].conv_tail.resize(static_cast<size_t>(tail_floats));
+    at[static_cast<size_t>(layer)].S.resize(static_cast<size_t>(state_floats));
+  }
+}
+
+}  // namespace
+
 void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out) {
   const DeltaConfig& d = ctx.config.delta;
   const int Hd = d.num_heads, dk = d.head_k_dim, dv = d.head_v_dim, K = d.conv_size;
@@ -48,8 +65,11 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
   for (const SegmentRows& seg : ctx.segments) {
     // Deterministic: recurrent always (the chunked form sums in another
     // order, and its chunks depend on how the prompt was split).
-    const bool chunked = !ctx.options.deterministic && (ctx.options.delta_form == DeltaForm::kChunked ||
-                                                        (ctx.options.delta_form == DeltaForm::kAuto && seg.n > 1));
+    // A kept trail (a draft's verification) runs token by token, as decode does.
+    const bool chunked = !ctx.options.deterministic && !seg.state_trail &&
+                         (ctx.options.delta_form == DeltaForm::kChunked ||
+                          (ctx.options.delta_form == DeltaForm::kAuto && seg.n > 1));
+    if (seg.state_trail) SizeTrail(*seg.state_trail, seg.n, ctx.config.num_layers, ctx.layer, (K - 1) * C, Hd * dk * dv);
     work.push_back({&seg, chunked, std::vector<float>(static_cast<size_t>(seg.n) * Hd),
                     std::vector<float>(static_cast<size_t>(seg.n) * Hd)});
     all_single = all_single && seg.n == 1;
@@ -81,6 +101,18 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
         const float* x = &proj[static_cast<size_t>(seg.row0) * width + c0];
         ctx.kernels.causal_conv_silu(&st.conv_tail[ch0], C, x, width, T, count, &W.w[static_cast<size_t>(c0) * K], K,
                                      &qkv[col], Wh);
+        // The trail's tails: after token t, rows t+1 .. t+K-1 of [tail ; new
+        // rows], read before the tail below is overwritten.
+        if (seg.state_trail)
+          for (int t = 0; t < T; ++t) {
+            std::vector<float>& tail = (*seg.state_trail)[static_cast<size_t>(t)][static_cast<size_t>(ctx.layer)].conv_tail;
+            for (int u = 0; u < K - 1; ++u) {
+              const int from = t + 1 + u;
+              const float* in = from < K - 1 ? &st.conv_tail[static_cast<size_t>(from) * C + ch0]
+                                             : x + static_cast<size_t>(from - (K - 1)) * width;
+              std::copy(in, in + count, &tail[static_cast<size_t>(u) * C + ch0]);
+            }
+          }
         // In place, ascending: slot u takes row T + u of [tail ; new rows],
         // a later slot (T + u > u), not yet overwritten.
         for (int u = 0; u < K - 1; ++u) {
@@ -115,11 +147,21 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
       const float* vh = &qkv[static_cast<size_t>(2 * dk)];
       float* S = &st.S[static_cast<size_t>(h) * dk * dv];
       float* oh = &o[static_cast<size_t>(seg.row0) * Cv + static_cast<size_t>(h) * dv];
-      if (chunked)
+      if (chunked) {
         ctx.kernels.delta_rule_chunked(qh, kh, vh, beta_h, g_h, T, dk, dv, Wh, Wh, S, oh, Cv,
                                        std::max(1, ctx.options.delta_chunk));
-      else
+      } else if (seg.state_trail) {  // one token at a time, keeping the head's S after each
+        const size_t head_state = static_cast<size_t>(dk) * dv;
+        for (int t = 0; t < T; ++t) {
+          const size_t r = static_cast<size_t>(t) * Wh;
+          ctx.kernels.delta_rule_recurrent(qh + r, kh + r, vh + r, beta_h + t, g_h + t, 1, dk, dv, Wh, Wh, S,
+                                           oh + static_cast<size_t>(t) * Cv, Cv);
+          float* kept = &(*seg.state_trail)[static_cast<size_t>(t)][static_cast<size_t>(ctx.layer)].S[h * head_state];
+          std::copy(S, S + head_state, kept);
+        }
+      } else {
         ctx.kernels.delta_rule_recurrent(qh, kh, vh, beta_h, g_h, T, dk, dv, Wh, Wh, S, oh, Cv);
+      }
   };
   // Heads and sequences share nothing, so the result does not depend on how
   // they are spread over the threads. A decode step (one token a sequence)

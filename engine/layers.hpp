@@ -27,6 +27,8 @@ struct SegmentRows {
   int row0;
   int n;
   int64_t pos0;
+  // ForwardSegment::state_trail: the recurrent state after each token (null: not kept).
+  std::vector<std::vector<DeltaLayerState>>* state_trail = nullptr;
 };
 
 // Charges the time between marks to a part of a ForwardProfile (model.hpp):

@@ -371,7 +371,7 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
     if (s.tokens.empty()) return Fail(Error::InvalidArgument("forward: empty segment"));
     if (static_cast<int64_t>(s.cache->blocks.size()) * pool.block_tokens() < s.cache->length + static_cast<int64_t>(s.tokens.size()))
       return Fail(Error::Internal("forward: cache blocks do not cover the new tokens (call EnsureBlocks)"));
-    rows.push_back({s.cache, N, static_cast<int>(s.tokens.size()), s.cache->length});
+    rows.push_back({s.cache, N, static_cast<int>(s.tokens.size()), s.cache->length, s.state_trail});
     N += static_cast<int>(s.tokens.size());
   }
 

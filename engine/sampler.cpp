@@ -14,38 +14,47 @@ void MaskPadding(std::span<float> logits) {
   for (size_t i = tok::kFirstPadding; i < logits.size(); ++i) logits[i] = -std::numeric_limits<float>::infinity();
 }
 
-int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19937_64& rng) {
-  const int V = static_cast<int>(logits.size());
-  int best = -1;
-  for (int i = 0; i < V; ++i)
-    if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
-  if (best < 0) return -1;
-  if (params.temperature <= 0.0f) return best;
+namespace {
 
+// The argmax over finite logits, ties to the lower id; -1 when none is finite.
+int Greedy(std::span<const float> logits) {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(logits.size()); ++i)
+    if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+  return best;
+}
+
+double UniformDraw(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0); }
+
+// The tokens a sampled (temperature > 0) draw chooses among, each with its
+// unnormalised weight exp((logit - max) / temperature), in the order a draw
+// walks them, and their total: every finite id in id order without top-k or
+// top-p; otherwise the top-k by logit (ties: lower id first), cut to the
+// smallest prefix whose mass reaches top_p.
+struct Support {
+  std::vector<int> ids;
+  std::vector<double> weights;
+  double total = 0;
+};
+
+Support SamplingSupport(std::span<const float> logits, const SamplingParams& params, int best) {
+  const int V = static_cast<int>(logits.size());
   const double mx = logits[best];
   const double temperature = params.temperature;
   auto weight = [&](int id) { return std::exp((logits[id] - mx) / temperature); };
-  const double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
-
+  Support out;
   // Without top-k or top-p every finite id is a candidate and the order of
   // the walk does not change the distribution: walk the ids as they are, no
   // sort (a 200k-token vocabulary costs a sort of 200k ids otherwise).
   if (params.top_k <= 0 && params.top_p >= 1.0f) {
-    double sum = 0;
     for (int i = 0; i < V; ++i)
-      if (std::isfinite(logits[i])) sum += weight(i);
-    const double target = u * sum;
-    double acc = 0;
-    int last = best;
-    for (int i = 0; i < V; ++i) {
-      if (!std::isfinite(logits[i])) continue;
-      acc += weight(i);
-      last = i;
-      if (target < acc) return i;
-    }
-    return last;
+      if (std::isfinite(logits[i])) {
+        out.ids.push_back(i);
+        out.weights.push_back(weight(i));
+        out.total += out.weights.back();
+      }
+    return out;
   }
-
   // Candidates by logit (ties: lower id first), cut by top-k. Only as many
   // as the nucleus needs are sorted: the leading `sorted` of them, grown by
   // 4x while the nucleus is not reached.
@@ -75,13 +84,55 @@ int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19
     if (kept_mass >= nucleus || sorted == candidates) break;
     sorted = std::min(candidates, sorted * 4);
   }
-  const double target = u * kept_mass;
+  out.ids.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep));
+  for (int id : out.ids) out.weights.push_back(weight(id));
+  out.total = kept_mass;
+  return out;
+}
+
+// The support's token at `target` of its cumulative weight (walked in its
+// order), skipping `skip`; the last one walked when rounding leaves the
+// target past the end.
+int Walk(const Support& support, double target, int skip = -1) {
   double acc = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += weight(order[i]);
-    if (target < acc) return order[i];
+  int last = -1;
+  for (size_t i = 0; i < support.ids.size(); ++i) {
+    if (support.ids[i] == skip) continue;
+    acc += support.weights[i];
+    last = support.ids[i];
+    if (target < acc) return last;
   }
-  return order[keep - 1];
+  return last;
+}
+
+}  // namespace
+
+int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19937_64& rng) {
+  const int best = Greedy(logits);
+  if (best < 0) return -1;
+  if (params.temperature <= 0.0f) return best;
+  const Support support = SamplingSupport(logits, params, best);
+  const double u = UniformDraw(rng);
+  const int t = Walk(support, u * support.total);
+  return t >= 0 ? t : best;
+}
+
+DraftVerdict VerifyDraftToken(std::span<float> logits, const SamplingParams& params, int draft, std::mt19937_64& rng) {
+  const int best = Greedy(logits);
+  if (best < 0) return {-1, false};
+  if (params.temperature <= 0.0f) return {best, best == draft};
+  const Support support = SamplingSupport(logits, params, best);
+  double p_draft = 0;
+  for (size_t i = 0; i < support.ids.size(); ++i)
+    if (support.ids[i] == draft) p_draft = support.weights[i];
+  // Accept with probability p(draft); the draft proposed it with certainty,
+  // so min(1, p / q) is p.
+  if (UniformDraw(rng) * support.total < p_draft) return {draft, true};
+  // Rejected: draw from max(0, p - q), i.e. p without the draft, renormalised.
+  const double rest = support.total - p_draft;
+  if (rest <= 0) return {draft, true};  // rounding: the draft held all the mass
+  const int t = Walk(support, UniformDraw(rng) * rest, draft);
+  return {t >= 0 ? t : best, false};
 }
 
 TokenLogprobs::TokenLogprobs(std::span<const float> logits) : TokenLogprobs(logits, tok::kFirstPadding) {}

@@ -19,6 +19,22 @@ void MaskPadding(std::span<float> logits);
 // <= 0 (ties to the lower id). Returns -1 when every token is masked.
 int SampleToken(std::span<float> logits, const SamplingParams& params, std::mt19937_64& rng);
 
+// Speculative decoding's check of one draft token against the model's logits
+// (modified in place, as SampleToken does). Greedy: the argmax, and the
+// draft is accepted when it is that token. Sampled: the draft is accepted
+// with probability p(draft) under the distribution SampleToken draws from
+// (temperature, top-k, top-p); otherwise the token is drawn from that
+// distribution without the draft, renormalised. A draft source that proposes
+// one token with certainty (lookup, greedy MTP) has q = 1 at the draft, and
+// this is the standard rule (accept with min(1, p/q), else draw from
+// max(0, p - q)): the tokens it yields have exactly the distribution p.
+// token -1: every token is masked.
+struct DraftVerdict {
+  int token = -1;
+  bool accepted = false;
+};
+DraftVerdict VerifyDraftToken(std::span<float> logits, const SamplingParams& params, int draft, std::mt19937_64& rng);
+
 // The log-softmax of raw logits over the tokenizer's ids (the padding rows
 // past them excluded), before any temperature, top-p or mask: what
 // `logprobs` reports. The engine uses it for every family.
