@@ -53,7 +53,9 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "moeserve/engine/chat_format.hpp"
 #include "moeserve/engine/engine.hpp"
@@ -80,8 +82,28 @@ int Usage(const std::string& msg) {
                "               [--system TEXT] [--max-tokens N] [--temperature T]\n"
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
                "               [--thinking-budget N] [--kernels fast|reference] [--experts mxfp4|bf16] [--bf16-activations] [--ignore-eos]\n"
-               "               [--read-bw GBPS|auto] [--deterministic] [--batch N] [--decode-activation-bits 21|16|8]\n");
+               "               [--read-bw GBPS|auto] [--deterministic] [--batch N] [--decode-activation-bits 21|16|8]\n"
+               "               [--speculative off|mtp|lookup|auto] [--draft-tokens 1-4]\n");
   return 2;
+}
+
+// The drafts a run verified, per kind (--speculative).
+void PrintDrafts(const EngineMetrics& m) {
+  for (const auto& [kind, c] : {std::pair<const char*, DraftCounts>{"mtp", m.drafts_mtp}, {"lookup", m.drafts_lookup}}) {
+    if (c.drafts == 0) continue;
+    std::printf("speculative %s: %llu drafts, %llu tokens proposed, %llu accepted (%.1f%%), %.2f accepted per draft\n",
+                kind, static_cast<unsigned long long>(c.drafts), static_cast<unsigned long long>(c.proposed),
+                static_cast<unsigned long long>(c.accepted), c.proposed ? 100.0 * c.accepted / c.proposed : 0.0,
+                static_cast<double>(c.accepted) / c.drafts);
+  }
+}
+
+std::optional<SpeculativeMode> ParseSpeculative(const std::string& v) {
+  if (v == "off") return SpeculativeMode::kOff;
+  if (v == "mtp") return SpeculativeMode::kMtp;
+  if (v == "lookup") return SpeculativeMode::kLookup;
+  if (v == "auto") return SpeculativeMode::kAuto;
+  return std::nullopt;
 }
 
 bool ToInt(const std::string& s, long long lo, long long hi, long long* out) {
@@ -345,6 +367,7 @@ int RunFamily(const std::string& dir, const std::string& family, const std::vect
               family.c_str(), prompt.size(), generated.size(), secs(t0, t_loaded), PeakRssBytes() / (1 << 20));
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s\n", static_cast<double>(prompt.size()) / prefill_s,
               generated.size() > 1 ? static_cast<double>(generated.size() - 1) / decode_s : 0.0);
+  PrintDrafts((*engine)->Metrics());
   return 0;
 }
 
@@ -355,7 +378,8 @@ int main(int argc, char** argv) {
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
-  long long batch = 1, decode_bits = 21;
+  long long batch = 1, decode_bits = 21, draft_tokens = 3;
+  SpeculativeMode speculative = SpeculativeMode::kOff;
   bool ignore_eos = false, print_ids = false, bf16_activations = false, deterministic = false;
   std::vector<int> prompt_ids;
   for (int i = 1; i < argc; ++i) {
@@ -389,6 +413,12 @@ int main(int argc, char** argv) {
       if (!ToInt(v, 8, 21, &decode_bits) || (decode_bits != 8 && decode_bits != 16 && decode_bits != 21))
         return Usage("--decode-activation-bits must be 21, 16 or 8");
     }
+    else if (a == "--speculative") {
+      const std::optional<SpeculativeMode> mode = ParseSpeculative(v);
+      if (!mode) return Usage("--speculative must be off, mtp, lookup or auto");
+      speculative = *mode;
+    }
+    else if (a == "--draft-tokens") { if (!ToInt(v, 1, 4, &draft_tokens)) return Usage("--draft-tokens must be 1 to 4"); }
     else if (a == "--batch") { if (!ToInt(v, 1, 1024, &batch)) return Usage("--batch must be 1 to 1024 sequences"); }
     else if (a == "--top-p") { if (!ToFloat(v, 0, 1, &top_p) || top_p == 0) return Usage("--top-p must be in (0, 1]"); }
     else return Usage("unknown argument '" + a + "'");
@@ -415,6 +445,7 @@ int main(int argc, char** argv) {
     if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
     if (expert_format) return Usage("--experts is not available for gpt-oss models (their experts are MXFP4 as published)");
     if (decode_bits != 21) return Usage("--decode-activation-bits is not available for gpt-oss models");
+    if (speculative != SpeculativeMode::kOff) return Usage("--speculative is not available here for gpt-oss models");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
                      kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, bf16_activations, read_bw,
                      read_bw_auto, static_cast<int>(batch));
@@ -428,6 +459,8 @@ int main(int argc, char** argv) {
   eo.deterministic = deterministic;
   eo.experts = expert_format;
   eo.cache_tokens = 1 << 15;
+  eo.speculative = speculative;
+  eo.draft_tokens = static_cast<int>(draft_tokens);
   auto group = ExpertGroupSettingsFromEnv();
   if (!group) return std::fprintf(stderr, "moe-run: expert-parallel settings: %s\n", group.error().ToString().c_str()), 1;
   eo.ep_rank = group->rank;
@@ -541,6 +574,7 @@ int main(int argc, char** argv) {
               usage.completion_tokens, secs(t0, t_loaded));
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s (kernels: %s)\n", usage.prompt_tokens / prefill_s,
               usage.completion_tokens > 1 ? (usage.completion_tokens - 1) / decode_s : 0.0, kernels.c_str());
+  PrintDrafts((*engine)->Metrics());
   // Weights one decoded token reads, as the engine holds them in memory
   // (FamilyModel::decode_weight_bytes, bench_batch_curve's accounting):
   // BF16 matrices as BF16 (the conv weights widened to fp32), F32
