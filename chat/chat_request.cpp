@@ -464,6 +464,14 @@ ApiResult<void> ReadFlags(const ojson& body, ChatRequest& req) {
   auto tb = OptionalCount(body, "thinking_budget", 0);
   if (!tb) return ApiFail(tb.error());
   req.thinking_budget = *tb;
+  auto speculative = OptionalString(body, "speculative", "speculative");
+  if (!speculative) return ApiFail(speculative.error());
+  if (*speculative) {
+    req.speculative = engine::ParseSpeculativeMode(**speculative);
+    if (!req.speculative)
+      return ApiFail(ApiError::InvalidRequest(
+          "'speculative' is '" + **speculative + "'; expected off, mtp, lookup or auto", "speculative"));
+  }
   return ReadLogprobs(body, req);
 }
 

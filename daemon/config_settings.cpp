@@ -46,6 +46,13 @@ Status ParseExperts(DaemonConfig& c, const std::string& value) {
   return Ok();
 }
 
+Status ParseSpeculative(DaemonConfig& c, const std::string& value) {
+  const auto mode = engine::ParseSpeculativeMode(value);
+  if (!mode) return Wrong("must be off, mtp, lookup or auto");
+  c.speculative = *mode;
+  return Ok();
+}
+
 Status ParseDefaultReasoningEffort(DaemonConfig& c, const std::string& value) {
   const auto e = ParseReasoningEffort(value);
   if (!e) return Wrong("must be low, medium or high");
@@ -201,6 +208,15 @@ constexpr SettingSpec kSettings[] = {
     {"deterministic", kBoolean, "false", "",
      "batch-invariant decode: a request's tokens do not depend on what else runs ([operations](operations.md#deterministic-decode)); slower prefill",
      Field<&DaemonConfig::deterministic>},
+    {"speculative", kText, "`off`", "`off`, `mtp`, `lookup` or `auto`",
+     "speculative decoding for requests that name none (their `speculative` field wins): drafts from the model's multi-token-prediction layers (`mtp`), copied from the context (`lookup`), or lookup and then MTP (`auto`), each verified by the model in one pass; greedy output is the same tokens ([Speculative decoding](operations.md#speculative-decoding)); `mtp` is refused at start for a model without MTP layers",
+     ParseSpeculative},
+    {"draft_tokens", kInteger, "3", "1 to 4",
+     "tokens one draft proposes at most",
+     Field<&DaemonConfig::draft_tokens>},
+    {"speculative_max_batch", kInteger, "8", "0 to 4096",
+     "a step with more decoding sequences than this verifies no drafts: the batch alone keeps the products busy",
+     Field<&DaemonConfig::speculative_max_batch>},
     // Requests' defaults and bounds.
     {"default_max_tokens", kInteger, "1024", "1 to 2^30",
      "`max_tokens` of a request that sets none (capped by the context left)",

@@ -88,6 +88,14 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                           .Help("Prefix snapshots not cached because one alone exceeds the prefix cache's bound")
                           .Register(*registry_)
                           .Add({});
+  draft_tokens_ = &BuildCounter()
+                       .Name("moe_speculative_draft_tokens_total")
+                       .Help("Draft tokens verified (outcome proposed) and of them accepted, by draft kind (mtp, lookup)")
+                       .Register(*registry_);
+  drafts_ = &BuildCounter()
+                 .Name("moe_speculative_drafts_total")
+                 .Help("Drafts verified, by draft kind (mtp, lookup)")
+                 .Register(*registry_);
   expert_tokens_ = &BuildCounter()
                         .Name("moe_expert_tokens_total")
                         .Help("Tokens routed to each expert of each MoE layer (routing balance)")
@@ -243,6 +251,13 @@ void DaemonMetrics::UpdateFromEngine(const engine::EngineMetrics& m) {
   advance_prefix(*prefix_evicted_entries_, pc.evicted_for_entries, last_prefix_.evicted_for_entries);
   advance_prefix(*prefix_evicted_pool_, pc.evicted_for_pool, last_prefix_.evicted_for_pool);
   advance_prefix(*prefix_uncached_, pc.too_large, last_prefix_.too_large);
+  const auto advance_drafts = [&](const char* kind, const engine::DraftCounts& now, engine::DraftCounts& last) {
+    advance_prefix(draft_tokens_->Add({{"kind", kind}, {"outcome", "proposed"}}), now.proposed, last.proposed);
+    advance_prefix(draft_tokens_->Add({{"kind", kind}, {"outcome", "accepted"}}), now.accepted, last.accepted);
+    advance_prefix(drafts_->Add({{"kind", kind}}), now.drafts, last.drafts);
+  };
+  advance_drafts("mtp", m.drafts_mtp, last_drafts_mtp_);
+  advance_drafts("lookup", m.drafts_lookup, last_drafts_lookup_);
   if (last_expert_tokens_.size() < m.expert_tokens.size()) last_expert_tokens_.resize(m.expert_tokens.size());
   for (size_t layer = 0; layer < m.expert_tokens.size(); ++layer) {
     auto& last = last_expert_tokens_[layer];

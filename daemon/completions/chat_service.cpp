@@ -97,6 +97,7 @@ ApiResult<Prepared> Prepare(const ChatRequest& req, const ServingFacts& facts, c
   g.sampling.temperature = req.temperature;
   g.sampling.top_p = req.top_p;
   g.logprobs = req.logprobs ? req.top_logprobs : -1;  // -1: the engine computes nothing
+  g.speculative = req.speculative;
   const auto& pub = facts.public_prefix;
   if (!pub.empty() && g.prompt.size() > pub.size() && std::equal(pub.begin(), pub.end(), g.prompt.begin()))
     g.public_prefix_tokens = static_cast<int64_t>(pub.size());

@@ -39,6 +39,9 @@ engine::EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   o.prefix_pin_share = config.sessions.pin_share;
   o.kernels = config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
   o.deterministic = config.deterministic;
+  o.speculative = config.speculative;
+  o.draft_tokens = config.draft_tokens;
+  o.speculative_max_batch = config.speculative_max_batch;
   if (config.experts != "stored")
     o.experts = config.experts == "mxfp4" ? engine::ExpertFormat::kMxfp4 : engine::ExpertFormat::kBf16;
   o.threads = config.threads;

@@ -432,6 +432,7 @@ ApiResult<ResponsesRequest> Read(const ojson& body) {
   }
   if (body.contains("seed")) r.seed = body["seed"];
   if (body.contains("thinking_budget")) r.thinking_budget = body["thinking_budget"];
+  if (body.contains("speculative")) r.speculative = body["speculative"];
   return r;
 }
 
@@ -489,6 +490,7 @@ ojson ChatBodyFor(const ResponsesRequest& req, const ojson& history) {
   if (!req.user.empty()) body["user"] = req.user;
   if (!req.seed.is_null()) body["seed"] = req.seed;
   if (!req.thinking_budget.is_null()) body["thinking_budget"] = req.thinking_budget;
+  if (!req.speculative.is_null()) body["speculative"] = req.speculative;
   if (req.stream) {
     body["stream"] = true;
     body["stream_options"] = {{"include_usage", true}};

@@ -21,6 +21,7 @@
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/chat/api_error.hpp"
 #include "moeserve/engine/chat_format.hpp"
+#include "moeserve/engine/engine.hpp"
 
 namespace moeserve::chat {
 

@@ -75,6 +75,11 @@ struct DaemonConfig {
   // Qwen3-Next checkpoint's at load; other families refuse a format they do not store.
   std::string experts = "stored";
   bool deterministic = false;  // EngineOptions::deterministic (not for gpt-oss models)
+  // Speculative decoding (EngineOptions::speculative, draft_tokens,
+  // speculative_max_batch): the default of requests that name none.
+  engine::SpeculativeMode speculative = engine::EngineOptions{}.speculative;
+  int draft_tokens = engine::EngineOptions{}.draft_tokens;
+  int speculative_max_batch = engine::EngineOptions{}.speculative_max_batch;
   // Constrained decoding: the longest string a tool argument (or json_object
   // value) may hold. A bound keeps a poorly sampling model from running on.
   int constrained_max_string_bytes = 256;

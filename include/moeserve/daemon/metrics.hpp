@@ -91,6 +91,9 @@ class DaemonMetrics {
   prometheus::Counter* prefix_evicted_pool_;
   prometheus::Counter* prefix_uncached_;
   prometheus::Family<prometheus::Counter>* expert_tokens_;
+  // Speculative decoding, by draft kind (mtp, lookup).
+  prometheus::Family<prometheus::Counter>* draft_tokens_;  // {kind, outcome=proposed|accepted}
+  prometheus::Family<prometheus::Counter>* drafts_;        // {kind}
   prometheus::Family<prometheus::Counter>* alert_deliveries_;
   prometheus::Counter* tool_call_parse_errors_;
   prometheus::Counter* output_format_errors_;
@@ -108,6 +111,7 @@ class DaemonMetrics {
   std::mutex mu_;  // guards the last-seen engine totals
   std::vector<std::vector<uint64_t>> last_expert_tokens_;
   engine::PrefixCacheStats last_prefix_;
+  engine::DraftCounts last_drafts_mtp_, last_drafts_lookup_;
   HttpServerStats last_http_;
   uint64_t last_api_keys_failures_ = 0;
   std::string api_keys_sha256_;  // the label of the file-info sample in place

@@ -52,7 +52,7 @@ struct ResponsesRequest {
   nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
   std::string user;
   // moeserve's extensions, passed to the chat path as they are.
-  nlohmann::ordered_json seed, thinking_budget;
+  nlohmann::ordered_json seed, thinking_budget, speculative;
 };
 
 // Parses and validates raw body bytes (UTF-8 JSON, bounded like chat bodies).
