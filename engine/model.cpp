@@ -185,10 +185,12 @@ Status Model::RunBlock(const LayerWeights& w, int layer, size_t cache_offset, Kv
 }
 
 namespace {
-// Trunk rows a sequence keeps for the MTP module: a verification segment's
-// (a draft of up to Model::kMaxDraftChain tokens and the sampled one) and
-// more, so that any rollback within the last segment finds its row.
-constexpr int kMtpKeptRows = 16;
+// Trunk rows a sequence keeps for the MTP module: a whole verification
+// segment's (the sampled token and a draft of up to Model::kMaxDraftChain),
+// so that any rollback within it finds its row, and a few more. (A row is
+// hidden-size floats: 28 KB at DeepSeek-V3.2's 7168.)
+constexpr int kMtpKeptRows = 8;
+static_assert(kMtpKeptRows >= Model::kMaxDraftChain + 1);
 }  // namespace
 
 bool Model::has_mtp() const { return weights_ && weights_->mtp != nullptr; }

@@ -116,8 +116,11 @@ class Loader {
 class ShapeCheckedSource final : public TensorSource {
  public:
   ShapeCheckedSource(TensorSource& inner, const ModelConfig& c) : inner_(inner) {
-    for (TensorSpec& spec : ExpectedTensors(c))
+    for (TensorSpec& spec : ExpectedTensors(c)) {
+      // A gated shared expert is as wide as its tensors say (MoeConfig).
+      if (c.moe.shared_expert_gate && spec.name.find(".ffn.shared.") != std::string::npos) continue;
       if (spec.mtp) specs_.emplace(spec.name, std::move(spec));
+    }
   }
   Result<HeldTensor> Get(const std::string& name) override {
     MOE_ASSIGN_OR_RETURN(HeldTensor h, inner_.Get(name));

@@ -135,7 +135,8 @@ size_t RoutedExpertBytes(const ModelWeights& weights);
 // the layers, the final norm and the head; one embedding row; one routed
 // expert (w13 and w2, mean over the MoE layers). wkv_b counts once, as the
 // absorbed form reads it (W_uk^T and W_uv, BF16 when the checkpoint holds
-// BF16); the vision tower is not a decode step's.
+// BF16); the vision tower is not a decode step's, nor is the MTP module
+// (its reads belong to speculation's accounting).
 DecodeWeightBytes DecodeReadBytes(const ModelWeights& weights, int experts_per_token);
 // Bytes and multiplied elements of a matrix (added into *bytes, *weights).
 void AddMatrix(const Matrix& m, double* bytes, double* weights);

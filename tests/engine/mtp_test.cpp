@@ -356,18 +356,26 @@ TEST(Mtp, MatchesReference) {
     ASSERT_TRUE(m);
     const int D = m->config().hidden_size, V = m->vocab_size();
     KvPool pool(8, 16, m->cache_floats_per_token());
-    std::vector<float> trunk_logits;
-    SequenceCache c = Prefill(*m, pool, prompt, {12}, &trunk_logits);
+    // Prefilled in two chunks of 6 (each kept whole: at most 8 rows are),
+    // the trunk's rows of every position collected.
+    std::vector<float> trunk_logits, hidden;
+    SequenceCache c = m->NewSequence();
+    for (int at = 0; at < 12; at += 6) {
+      ASSERT_TRUE(EnsureBlocks(pool, c, at + 6).has_value());
+      std::vector<ForwardSegment> seg{{&c, std::span<const int>(prompt.data() + at, 6), false}};
+      ASSERT_TRUE(m->Forward(pool, seg, &trunk_logits).has_value());
+      ASSERT_EQ(c.mtp_hidden.size(), 6u * static_cast<size_t>(D));
+      ASSERT_EQ(c.mtp_hidden_pos0, at);
+      hidden.insert(hidden.end(), c.mtp_hidden.begin(), c.mtp_hidden.end());
+    }
     // The kept rows are the trunk's hidden before the final norm: the head
     // of RMSNorm(last row; norm) gives the Forward's logits.
-    ASSERT_EQ(c.mtp_hidden.size(), prompt.size() * static_cast<size_t>(D));
-    ASSERT_EQ(c.mtp_hidden_pos0, 0);
     {
       auto md = OpenModelDir(dir);
       const TensorView* norm = md->checkpoint.Find("norm.weight");
       const TensorView* head = md->checkpoint.Find("head.weight");
       ASSERT_TRUE(norm && head);
-      const float* h = &c.mtp_hidden[static_cast<size_t>(11) * D];
+      const float* h = &hidden[static_cast<size_t>(11) * D];
       double ss = 0;
       for (int j = 0; j < D; ++j) ss += static_cast<double>(h[j]) * h[j];
       const double inv = 1.0 / std::sqrt(ss / D + m->config().rms_norm_eps);
@@ -390,8 +398,8 @@ TEST(Mtp, MatchesReference) {
     Reference ref(dir);
     std::vector<float> ref_logits, out;
     for (size_t i = 0; i < prompt.size(); ++i) {
-      const std::vector<float> h(c.mtp_hidden.begin() + static_cast<ptrdiff_t>(i * D),
-                                 c.mtp_hidden.begin() + static_cast<ptrdiff_t>((i + 1) * D));
+      const std::vector<float> h(hidden.begin() + static_cast<ptrdiff_t>(i * D),
+                                 hidden.begin() + static_cast<ptrdiff_t>((i + 1) * D));
       ref_logits = ref.Step(h, i + 1 < prompt.size() ? prompt[i + 1] : next, &out);
     }
     EXPECT_TRUE(EnsureBlocks(pool, c, c.length + 4).has_value());

@@ -134,6 +134,49 @@ TEST(Qwen3Next, LogitsMatchTheReferenceInEveryForm) {
   ExpectClose(f, EngineLogits(**fast, f.tokens, static_cast<int>(f.tokens.size())), 1e-3, "fast kernels");
 }
 
+// The published multi-token-prediction layer (mtp.fc, its norms,
+// mtp.layers.0: full attention with the MoE) as the graph's MTP module
+// (model.md 15), loaded with ModelOptions::mtp: a gated-GQA cache slot per
+// token, drafts within the vocabulary, the same for a prefill in pieces as
+// in one call (deterministic mode: bit for bit).
+TEST(Qwen3Next, MultiTokenPredictionModule) {
+  const Fixture& f = Shared();
+  ModelOptions o;
+  o.deterministic = true;
+  auto plain = qwen3_next::LoadModel(f.model, o);
+  o.mtp = true;
+  auto m = qwen3_next::LoadModel(f.model, o);
+  ASSERT_TRUE(plain && m) << (m ? plain.error().ToString() : m.error().ToString());
+  EXPECT_EQ((*plain)->draft_depth(), 0);
+  EXPECT_EQ((*m)->draft_depth(), Model::kMaxDraftChain);
+  const GqaConfig& g = (*m)->config().gqa;
+  EXPECT_EQ((*m)->config().mtp_kind, LayerKind::kGqa);
+  EXPECT_EQ((*m)->cache_floats_per_token(),
+            (*plain)->cache_floats_per_token() + 2 * static_cast<size_t>(g.num_kv_heads) * static_cast<size_t>(g.head_dim));
+  const std::vector<int> prompt(f.tokens.begin(), f.tokens.begin() + 30);
+  const auto drafts = [&](const Model& model, int piece) {
+    KvPool pool(16, 16, model.cache_floats_per_token());
+    SequenceCache cache = model.NewSequence();
+    for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(piece)) {
+      const size_t n = std::min(prompt.size() - at, static_cast<size_t>(piece));
+      EXPECT_TRUE(EnsureBlocks(pool, cache, static_cast<int64_t>(at + n)));
+      ForwardSegment seg{&cache, std::span<const int>(prompt.data() + at, n), false};
+      EXPECT_TRUE(model.Forward(pool, std::span<ForwardSegment>(&seg, 1), nullptr));
+    }
+    EXPECT_TRUE(EnsureBlocks(pool, cache, cache.length + 4));
+    std::vector<int> out;
+    DraftSlot slot{&cache, 42, 3, &out};
+    EXPECT_TRUE(model.ProposeDrafts(pool, std::span<DraftSlot>(&slot, 1)));
+    ReleaseBlocks(pool, cache);
+    return out;
+  };
+  const std::vector<int> one = drafts(**m, 30);
+  ASSERT_EQ(one.size(), 3u);
+  for (int t : one) EXPECT_TRUE(t >= 0 && t < (*m)->vocab_size()) << t;
+  EXPECT_EQ(drafts(**m, 7), one);
+  EXPECT_EQ(drafts(**m, 1), one);
+}
+
 // Greedy ids through the registry and the shared engine, equal to the
 // reference's wherever its two best logits are further apart than the
 // bound; then the same prompt again, served from the prefix cache (the
@@ -313,7 +356,7 @@ TEST(Qwen3Next, DescribeSummarisesTheDirectory) {
   EXPECT_NE(text->find("(2 shards)"), std::string::npos) << *text;
   EXPECT_NE(text->find("4: 3 Gated DeltaNet, 1 gated attention; 3 MoE, 1 dense MLP"), std::string::npos) << *text;
   EXPECT_NE(text->find("8, top-2 (renormalised), shared expert 48 wide"), std::string::npos) << *text;
-  EXPECT_NE(text->find("multi-token prediction: not used"), std::string::npos) << *text;
+  EXPECT_NE(text->find("multi-token prediction: speculative drafts when asked"), std::string::npos) << *text;
 }
 
 TEST(Qwen3Next, ConfigErrorsNameTheField) {

@@ -48,7 +48,7 @@ Result<std::string> DescribeQwen3Next(const std::string& dir) {
   std::snprintf(buf, sizeof buf, "parameters     %.3fB total, %.3fB active per token\n", total / 1e9, active / 1e9);
   out += buf;
   if (mtp > 0) {
-    std::snprintf(buf, sizeof buf, "mtp            %.3fB parameters (multi-token prediction: not used)\n", mtp / 1e9);
+    std::snprintf(buf, sizeof buf, "mtp            %.3fB parameters (multi-token prediction: speculative drafts when asked)\n", mtp / 1e9);
     out += buf;
   }
   for (const auto& [dtype, b] : bytes) {

@@ -57,9 +57,9 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 // gather of rows, 1 + w for a zero-centred norm, or a stack of experts.
 class PublishedSource final : public TensorSource {
  public:
-  PublishedSource(const Config& c, Checkpoint checkpoint, ExpertFormat experts)
+  PublishedSource(const Config& c, Checkpoint checkpoint, ExpertFormat experts, bool mtp)
       : ck_(std::move(checkpoint)), experts_(experts) {
-    Plan(c);
+    Plan(c, mtp);
   }
 
   Result<HeldTensor> Get(const std::string& name) override {
@@ -202,7 +202,7 @@ class PublishedSource final : public TensorSource {
     }
   }
 
-  void Plan(const Config& c) {
+  void Plan(const Config& c, bool mtp) {
     const int64_t D = c.hidden_size, V = c.vocab_size;
     auto& R = recipes_;
     R["embed.weight"] = Same("model.embed_tokens.weight", {V, D});
@@ -211,11 +211,11 @@ class PublishedSource final : public TensorSource {
     const DeltaRows rows = DeltaRowMap(c);
     const int64_t nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim, dv = c.linear_v_dim;
     const int64_t H = c.num_heads, Hkv = c.num_kv_heads, hd = c.head_dim;
-    for (int i = 0; i < c.num_layers; ++i) {
-      const std::string p = "model.layers." + std::to_string(i) + ".", e = "layers." + std::to_string(i) + ".";
+    // One decoder layer: published prefix p, engine prefix e.
+    const auto layer = [&](const std::string& p, const std::string& e, bool full, bool sparse) {
       R[e + "attn_norm.weight"] = Norm(p + "input_layernorm.weight", D);
       R[e + "ffn_norm.weight"] = Norm(p + "post_attention_layernorm.weight", D);
-      if (c.full_attention[static_cast<size_t>(i)]) {
+      if (full) {
         std::vector<int> qr, gr;
         for (int h = 0; h < H; ++h)
           for (int j = 0; j < hd; ++j) {
@@ -248,7 +248,7 @@ class PublishedSource final : public TensorSource {
         R[e + "attn.o_norm.weight"] = Same(a + "norm.weight", {dv});
         R[e + "attn.o_proj.weight"] = Same(a + "out_proj.weight", {D, nv * dv});
       }
-      if (c.sparse[static_cast<size_t>(i)]) {
+      if (sparse) {
         const int64_t E = c.num_experts, I = c.moe_intermediate_size, S = c.shared_expert_intermediate_size;
         R[e + "ffn.gate.weight"] = Same(p + "mlp.gate.weight", {E, D});
         AddExperts(e + "ffn.experts.w13", p + "mlp", c.num_experts, {"gate_proj", "up_proj"}, I, D);
@@ -265,6 +265,20 @@ class PublishedSource final : public TensorSource {
         R[e + "ffn.w3.weight"] = Same(p + "mlp.up_proj.weight", {I, D});
         R[e + "ffn.w2.weight"] = Same(p + "mlp.down_proj.weight", {D, I});
       }
+    };
+    for (int i = 0; i < c.num_layers; ++i)
+      layer("model.layers." + std::to_string(i) + ".", "layers." + std::to_string(i) + ".",
+            c.full_attention[static_cast<size_t>(i)], c.sparse[static_cast<size_t>(i)]);
+    // The multi-token-prediction layer (model.md 15), when asked for and
+    // present: pre_fc_norm_embedding and pre_fc_norm_hidden (zero-centred)
+    // before fc, the concatenation's embedding half first; mtp.layers.0, a
+    // full-attention layer with the MoE; mtp.norm before the shared head.
+    if (mtp) {
+      R["mtp.0.enorm.weight"] = Norm("mtp.pre_fc_norm_embedding.weight", D);
+      R["mtp.0.hnorm.weight"] = Norm("mtp.pre_fc_norm_hidden.weight", D);
+      R["mtp.0.eh_proj.weight"] = Same("mtp.fc.weight", {D, 2 * D});
+      layer("mtp.layers.0.", "mtp.0.", true, c.num_experts > 0);
+      R["mtp.0.norm.weight"] = Norm("mtp.norm.weight", D);
     }
   }
 
@@ -312,10 +326,20 @@ ModelConfig ToModelConfig(const Config& c) {
 
 Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const Config& config, const ModelOptions& options) {
   MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
-  bool has_mtp = false;
-  for (const TensorView* t : ck.AllTensors()) has_mtp = has_mtp || t->name.rfind("mtp.", 0) == 0;
-  if (has_mtp) log::Info("qwen3_next: the multi-token-prediction weights (mtp.*) are not used");
   ModelConfig mc = ToModelConfig(config);
+  // The multi-token-prediction layer: the graph's MTP module (a gated-GQA
+  // block with the MoE) when the checkpoint holds it (its fc and decoder
+  // layer; a checkpoint with only some mtp.* tensors has none).
+  const bool has_mtp = ck.Find("mtp.fc.weight") && ck.Find("mtp.layers.0.input_layernorm.weight");
+  if (has_mtp) {
+    mc.num_nextn_predict_layers = 1;
+    mc.mtp_kind = LayerKind::kGqa;
+    mc.mtp_moe = config.num_experts > 0;
+    log::Info(options.mtp ? "qwen3_next: the multi-token-prediction layer (mtp.*) is loaded for speculative drafts"
+                          : "qwen3_next: the multi-token-prediction layer (mtp.*) is not loaded (no MTP drafts asked for)");
+  } else if (ck.Find("mtp.fc.weight")) {
+    log::Info("qwen3_next: the checkpoint's mtp.* tensors hold no decoder layer (mtp.layers.0): no MTP drafts");
+  }
   // experts: mxfp4 requantises the published BF16 experts at load.
   mc.expert_format = options.experts.value_or(ExpertFormat::kBf16);
   if (mc.expert_format == ExpertFormat::kMxfp4 && (mc.hidden_size % 32 || mc.moe.moe_intermediate_size % 32))
@@ -329,7 +353,7 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const Config& c
                   .tokenizer = Tokenizer::Builtin(mc.vocab_size),
                   .warnings = {},
                   .family = "qwen3_next",
-                  .source = std::make_shared<PublishedSource>(config, std::move(ck), mc.expert_format)};
+                  .source = std::make_shared<PublishedSource>(config, std::move(ck), mc.expert_format, has_mtp)};
   return Model::Load(opened, options);
 }
 

@@ -19,7 +19,11 @@
 //    (model.md section 7; hidden_size and moe_intermediate_size multiples
 //    of 32); the shared expert and its sigmoid gate are
 //    ffn.shared.*; routing is softmax over the experts (no bias).
-// The multi-token-prediction weights (mtp.*) are not used.
+// The multi-token-prediction layer (mtp.*), when the checkpoint holds it,
+// is the graph's MTP module (model.md 15): mtp.fc as eh_proj, the
+// zero-centred pre_fc_norm_embedding / pre_fc_norm_hidden / norm as enorm /
+// hnorm / norm, mtp.layers.0 (full attention, MoE) as its block; loaded
+// only with ModelOptions::mtp.
 #pragma once
 
 #include <memory>

@@ -68,8 +68,8 @@ struct SequenceCache {
   uint64_t ep_key = 0;
   uint64_t ep_group = 0;
   // Multi-token prediction (a model with its MTP module loaded): the trunk's
-  // last hidden rows (after the last layer, before the final norm) of the
-  // latest Forward, [rows, hidden size], the first at position
+  // last hidden rows (after the last layer, before the final norm; up to 8)
+  // of the latest Forward, [rows, hidden size], the first at position
   // mtp_hidden_pos0. The MTP module reads the row at the position before
   // the next segment, or at cache length - 1 for a draft (after a rollback
   // too); a position outside them gets no MTP row or draft.

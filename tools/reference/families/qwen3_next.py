@@ -304,8 +304,35 @@ def cmd_write(a):
             t[m + "up_proj.weight"] = rnd(Id, D, scale=D ** -0.5)
             t[m + "down_proj.weight"] = rnd(D, Id, scale=Id ** -0.5)
     # The published checkpoints carry a multi-token-prediction layer (mtp.*),
-    # which the forward pass does not use.
+    # which the forward pass does not use (the engine's speculative drafts
+    # do): fc, its two input norms, one full-attention layer with the MoE,
+    # and its final norm. Drawn after the model's own tensors, which keep
+    # their values.
     t["mtp.fc.weight"] = rnd(D, 2 * D, scale=D ** -0.5)
+    if a.shape != "80b":  # the benchmarks' checkpoints stay the size they were
+        t["mtp.pre_fc_norm_embedding.weight"] = rnd(D, scale=0.1)
+        t["mtp.pre_fc_norm_hidden.weight"] = rnd(D, scale=0.1)
+        t["mtp.norm.weight"] = rnd(D, scale=0.1)
+        p = "mtp.layers.0."
+        t[p + "input_layernorm.weight"] = rnd(D, scale=0.1)
+        t[p + "post_attention_layernorm.weight"] = rnd(D, scale=0.1)
+        sa = p + "self_attn."
+        t[sa + "q_proj.weight"] = rnd(2 * H * hd, D, scale=D ** -0.5)
+        t[sa + "k_proj.weight"] = rnd(KV * hd, D, scale=D ** -0.5)
+        t[sa + "v_proj.weight"] = rnd(KV * hd, D, scale=D ** -0.5)
+        t[sa + "o_proj.weight"] = rnd(D, H * hd, scale=(H * hd) ** -0.5)
+        t[sa + "q_norm.weight"] = rnd(hd, scale=0.1)
+        t[sa + "k_norm.weight"] = rnd(hd, scale=0.1)
+        m = p + "mlp."
+        t[m + "gate.weight"] = rnd(E, D, scale=D ** -0.5)
+        for e in range(E):
+            t[m + f"experts.{e}.gate_proj.weight"] = rnd(I, D, scale=D ** -0.5)
+            t[m + f"experts.{e}.up_proj.weight"] = rnd(I, D, scale=D ** -0.5)
+            t[m + f"experts.{e}.down_proj.weight"] = rnd(D, I, scale=I ** -0.5)
+        t[m + "shared_expert.gate_proj.weight"] = rnd(S, D, scale=D ** -0.5)
+        t[m + "shared_expert.up_proj.weight"] = rnd(S, D, scale=D ** -0.5)
+        t[m + "shared_expert.down_proj.weight"] = rnd(D, S, scale=S ** -0.5)
+        t[m + "shared_expert_gate.weight"] = rnd(1, D, scale=D ** -0.5)
     os.makedirs(a.out, exist_ok=True)
     shards = [{}, {}]
     for n, v in t.items():
