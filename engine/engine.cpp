@@ -359,8 +359,9 @@ Result<SequenceId> Engine::Submit(GenerationRequest request) {
   const SpeculativeMode mode = request.speculative.value_or(impl_->options.speculative);
   if (mode == SpeculativeMode::kMtp && impl_->model->draft_depth() == 0)
     return Fail(Error::InvalidArgument(
-        "speculative: 'mtp' needs the model's multi-token-prediction layers, and this model has none loaded "
-        "(use 'lookup' or 'auto')"));
+        "speculative: 'mtp' needs the model's multi-token-prediction layers, and none are loaded (the model has "
+        "none, or the deployment's speculative setting is neither mtp nor auto); use 'lookup' or 'auto'")
+                    .WithField("speculative"));
   seq->speculative = impl_->options.ep_world > 1 ? SpeculativeMode::kOff : mode;
   seq->req = std::move(request);
   std::lock_guard<std::mutex> lock(impl_->mu);

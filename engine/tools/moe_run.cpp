@@ -98,14 +98,6 @@ void PrintDrafts(const EngineMetrics& m) {
   }
 }
 
-std::optional<SpeculativeMode> ParseSpeculative(const std::string& v) {
-  if (v == "off") return SpeculativeMode::kOff;
-  if (v == "mtp") return SpeculativeMode::kMtp;
-  if (v == "lookup") return SpeculativeMode::kLookup;
-  if (v == "auto") return SpeculativeMode::kAuto;
-  return std::nullopt;
-}
-
 bool ToInt(const std::string& s, long long lo, long long hi, long long* out) {
   char* end = nullptr;
   long long v = std::strtoll(s.c_str(), &end, 10);
@@ -414,7 +406,7 @@ int main(int argc, char** argv) {
         return Usage("--decode-activation-bits must be 21, 16 or 8");
     }
     else if (a == "--speculative") {
-      const std::optional<SpeculativeMode> mode = ParseSpeculative(v);
+      const std::optional<SpeculativeMode> mode = ParseSpeculativeMode(v);
       if (!mode) return Usage("--speculative must be off, mtp, lookup or auto");
       speculative = *mode;
     }

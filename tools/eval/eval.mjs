@@ -3,6 +3,7 @@
 //
 //   node tools/eval/eval.mjs --base-url http://127.0.0.1:PORT/v1 --model tiny-agent \
 //        --data eval.jsonl [--tiers low,medium,high] [--limit N] [--json out.json] [--min-accuracy P]
+//        [--extra-body '{"speculative":"auto"}']
 //   node tools/eval/eval.mjs --endpoints bf16=http://127.0.0.1:P1/v1,mxfp4=http://127.0.0.1:P2/v1 ...
 //
 // With --endpoints every variant (a daemon serving one model directory) runs
@@ -47,6 +48,9 @@ const minProtocol = arg("min-protocol", "");
 let tasks = fs.readFileSync(arg("data", "eval.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
 if (limit > 0) tasks = tasks.slice(0, limit);
 const apiKey = arg("api-key", process.env.OPENAI_API_KEY ?? "none");
+// Fields added to every request's body (moeserve's extensions, e.g.
+// '{"speculative":"auto"}').
+const extraBody = JSON.parse(arg("extra-body", "{}"));
 
 function argsMatch(expected, got) {
   if (!got) return false;
@@ -95,7 +99,7 @@ async function runTask(client, task, tier) {
     try {
       res = await client.chat.completions.create({
         model, messages, tools: task.tools, tool_choice: turn < 3 ? "auto" : "none", parallel_tool_calls: false,
-        reasoning_effort: tier, temperature: 0, max_tokens: 192,
+        reasoning_effort: tier, temperature: 0, max_tokens: 192, ...extraBody,
       });
     } catch (e) {
       // A request the daemon refuses ends the task as failed; the reason is kept.

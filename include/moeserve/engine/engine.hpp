@@ -88,6 +88,9 @@ class DecodeController {
 // Drafts never change a greedy sequence's tokens, nor a sampled sequence's
 // distribution: each is verified by the model in one pass.
 enum class SpeculativeMode { kOff, kMtp, kLookup, kAuto };
+// "off", "mtp", "lookup", "auto" (settings and request fields); nullopt otherwise.
+std::optional<SpeculativeMode> ParseSpeculativeMode(std::string_view name);
+std::string_view SpeculativeModeName(SpeculativeMode mode);
 
 struct GenerationRequest {
   std::vector<int> prompt;        // rendered chat, ending with <|assistant|><|think|> for a chat turn
