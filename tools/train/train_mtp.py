@@ -1,8 +1,8 @@
 """Train the multi-token-prediction (MTP) layer of a shipped model, its trunk
 frozen, and measure the layer's teacher-forced draft acceptance.
 
-  /usr/bin/python3 tools/train/train_mtp.py --model models/tiny-agent/bf16 --seed 11 \
-      --steps 300 --batch 16 --out RUN/mtp            # train, then evaluate
+  /usr/bin/python3 tools/train/train_mtp.py --model models/tiny-agent/bf16 --seed 11 --steps 80 \
+      --batch 16 --lr 3e-3 --warmup 8 --chain-weight 0.5 --threads 2 --out RUN/mtp   # train, then evaluate
   /usr/bin/python3 tools/train/train_mtp.py --model DIR_WITH_MTP --eval-only [--limit 60]
 
 The layer (DeepSeek-V3's MTP, model.py's mtp_*) reads the trunk's last hidden
@@ -255,10 +255,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="model directory whose trunk is used (and, with --eval-only, its MTP)")
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--chain-weight", type=float, default=0.5, help="weight of the chained second draft's loss (0: off)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-only", action="store_true", help="evaluate the MTP layer the model directory holds")
