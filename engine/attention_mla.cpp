@@ -221,7 +221,10 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // reading the latent cache through the parallel MLA decode kernel; the
     // expanded form below is a plain serial loop, ~70 % of a 2K-token
     // prefill when it was used there).
-    const bool absorbed = seg.n == 1 ? ctx.options.mla_form != MlaForm::kExpanded : ctx.absorbed_prefill;
+    // A draft's verification (state_trail kept) runs as decode does, query by
+    // query, so that its rows get the bits one-token decode steps would.
+    const bool as_decode = seg.n == 1 || seg.state_trail != nullptr;
+    const bool absorbed = as_decode ? ctx.options.mla_form != MlaForm::kExpanded : ctx.absorbed_prefill;
     // Sparse rows a block: one indexer pass over the cached keys for all of
     // them, their top-k selections side by side, one attention call (which
     // prepares the union of their keys once: the BF16 kernels round them).
@@ -235,7 +238,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     constexpr int64_t kSparseScoresFloats = int64_t{8} << 20;
     const int kSparseBlock = static_cast<int>(
         std::clamp<int64_t>(kSparseScoresFloats / std::max<int64_t>(1, ctx_len), kSparseBlockMin, kSparseBlockMax));
-    const int indexer_block = ctx.options.deterministic ? 1 : kSparseBlock;
+    const int indexer_block = ctx.options.deterministic || as_decode ? 1 : kSparseBlock;
     // Expanded form: per-head keys and values for every cached position.
     std::vector<float> k_nope, vals;
     if (!absorbed) {
@@ -293,7 +296,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     if (absorbed) {
       // Sparse rows kSparseBlock at a time (each with its own keys; every
       // row after a sparse one is sparse); runs of causal (dense) rows as blocks.
-      const int block = ctx.options.deterministic ? 1 : std::max(1, kMaxHeadsPerCall / H);
+      const int block = ctx.options.deterministic || as_decode ? 1 : std::max(1, kMaxHeadsPerCall / H);
       std::vector<std::vector<int>> sparse_keys;
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);

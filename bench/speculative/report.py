@@ -1,5 +1,6 @@
 """One row of bench/speculative/run.sh: a mode's accuracy, decode tokens/s
-from the /metrics difference, its ratio to the `off` row, and its drafts."""
+from the /metrics difference (per sequence), its ratio to the `off` row of
+the same round, end-to-end completion tokens/s, and its drafts."""
 import json
 import sys
 
@@ -25,8 +26,11 @@ try:
     off = float(open(off_rate_path).read())
 except OSError:
     off = 0.0
-acc = json.load(open(eval_json))["accuracy"]
-accuracy = next(iter(next(iter(acc.values())).values()))
+summary = json.load(open(eval_json))["summary"]
+accuracy = "%.1f%%" % next(iter(next(iter(summary["accuracy"].values())).values()))
+# End to end: every completion token over the run's wall time (prefill,
+# tool round trips and client included), the figure for many at a time.
+overall = summary["completion_tokens"] / summary["seconds"]
 drafts = []
 for kind in ("lookup", "mtp"):
     n = delta('moe_speculative_drafts_total{kind="%s"}' % kind)
@@ -35,4 +39,5 @@ for kind in ("lookup", "mtp"):
     proposed = delta('moe_speculative_draft_tokens_total{kind="%s",outcome="proposed"}' % kind)
     accepted = delta('moe_speculative_draft_tokens_total{kind="%s",outcome="accepted"}' % kind)
     drafts.append("%s: %d, %d, %d (%.0f%%, %.2f a draft)" % (kind, n, proposed, accepted, 100 * accepted / max(proposed, 1), accepted / n))
-print("%-7s %9s %14.1f %8s  %s" % (mode, accuracy, rate, ("%.2fx" % (rate / off)) if off > 0 else "-", "; ".join(drafts) or "none"))
+print("%-7s %9s %14.1f %8s %14.1f  %s" % (mode, accuracy, rate, ("%.2fx" % (rate / off)) if off > 0 else "-", overall,
+                                         "; ".join(drafts) or "none"))

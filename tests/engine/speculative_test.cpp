@@ -328,6 +328,38 @@ TEST(SpeculativeEngine, GreedyTokensUnchangedOnEveryFamily) {
   }
 }
 
+// Without deterministic mode, one sequence alone: a verification runs its
+// rows as decode steps do (attention query by query, DeltaNet recurrent, the
+// products' decode row tiles), so its tokens and log-probabilities are the
+// same bits as plain decode's on the graph's families.
+TEST(SpeculativeEngine, OneSequenceGetsTheSameBitsWithoutDeterministicMode) {
+  for (const FamilyCase& fc : Families()) {
+    if (!fc.deterministic) continue;  // gpt-oss: its own forward pass, checked to rounding above
+    SCOPED_TRACE(fc.name);
+    auto off = Open(fc.dir, SpeculativeMode::kOff, false);
+    auto on = Open(fc.dir, SpeculativeMode::kLookup, false);
+    ASSERT_TRUE(off && on);
+    const std::vector<int> prompt = RepeatingPrompt(fc.vocab, 3);
+    const std::vector<int> sentence(prompt.begin() + 5, prompt.begin() + 17);
+    std::vector<int> forced(sentence.begin() + 4, sentence.end());
+    forced.insert(forced.end(), sentence.begin(), sentence.end());
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_tokens = static_cast<int>(forced.size());
+    r.sampling.temperature = 0;
+    r.logprobs = 5;
+    r.stop_tokens = {fc.vocab + 7};
+    r.controller = std::make_shared<OnlyThese>(forced);
+    GenerationRequest r2 = r;
+    r2.controller = std::make_shared<OnlyThese>(forced);
+    const Trace plain = RunOne(*off, r);
+    const Trace drafted = RunOne(*on, r2);
+    EXPECT_EQ(drafted.tokens, plain.tokens);
+    EXPECT_TRUE(SameBits(drafted.logprobs, plain.logprobs)) << "log-probabilities differ";
+    EXPECT_GT(on->Metrics().drafts_lookup.accepted, 0u);
+  }
+}
+
 // A draft whose first token the grammar refuses: refused, the sequence goes
 // on with the grammar's token, and no draft token is ever emitted.
 TEST(SpeculativeEngine, AGrammarThatRefusesTheDraftEndsIt) {

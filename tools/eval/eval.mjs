@@ -3,7 +3,7 @@
 //
 //   node tools/eval/eval.mjs --base-url http://127.0.0.1:PORT/v1 --model tiny-agent \
 //        --data eval.jsonl [--tiers low,medium,high] [--limit N] [--json out.json] [--min-accuracy P]
-//        [--extra-body '{"speculative":"auto"}']
+//        [--extra-body '{"speculative":"auto"}'] [--concurrency N]
 //   node tools/eval/eval.mjs --endpoints bf16=http://127.0.0.1:P1/v1,mxfp4=http://127.0.0.1:P2/v1 ...
 //
 // With --endpoints every variant (a daemon serving one model directory) runs
@@ -51,6 +51,7 @@ const apiKey = arg("api-key", process.env.OPENAI_API_KEY ?? "none");
 // Fields added to every request's body (moeserve's extensions, e.g.
 // '{"speculative":"auto"}').
 const extraBody = JSON.parse(arg("extra-body", "{}"));
+const concurrency = Number(arg("concurrency", "1"));
 
 function argsMatch(expected, got) {
   if (!got) return false;
@@ -141,15 +142,26 @@ for (const [variant, baseURL] of endpoints) {
   for (const tier of tiers) {
     table[variant][tier] = {};
     details[variant][tier] = [];
-    for (const task of tasks) {
-      const r = await runTask(client, task, tier);
+    // --concurrency tasks at a time (each an agent loop of its own); the
+    // results are recorded in task order whatever order they finish in.
+    const results = new Array(tasks.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < tasks.length) {
+        const i = next++;
+        results[i] = await runTask(client, tasks[i], tier);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.max(1, concurrency) }, worker));
+    tasks.forEach((task, i) => {
+      const r = results[i];
       completionTokens += r.usage.completion;
       details[variant][tier].push({ kind: task.kind, question: task.messages[0].content, ...r });
       const row = (table[variant][tier][task.kind] ??= { n: 0, ok: 0, protocol: 0 });
       row.n++;
       if (r.correct) row.ok++;
       if (protocolOk(task, r.calls)) row.protocol++;
-    }
+    });
   }
 }
 const base = {};
