@@ -651,6 +651,7 @@ Status Daemon::LoadModel() {
   if (!group) return fail(group.error(), "expert-parallel settings");
   o.ep_rank = group->rank;
   o.ep_world = group->world;
+  SizeCacheFromMemory(m.config, model_dir, group->enabled(), o);
   // A follower runs no engine and renders no chat: it loads its slice as
   // rank 0 loads the model and runs rank 0's passes.
   if (group->enabled() && group->rank > 0) {

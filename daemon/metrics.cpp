@@ -88,6 +88,25 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                           .Help("Prefix snapshots not cached because one alone exceeds the prefix cache's bound")
                           .Register(*registry_)
                           .Add({});
+  prefix_disk_bytes_ = &BuildGauge()
+                            .Name("moe_prefix_disk_bytes")
+                            .Help("Bytes of the prefix cache's files on disk (prefix_disk_dir)")
+                            .Register(*registry_)
+                            .Add({});
+  prefix_disk_entries_ =
+      &BuildGauge().Name("moe_prefix_disk_entries").Help("Prefixes the prefix cache holds on disk").Register(*registry_).Add({});
+  auto disk_counter = [&](const char* name, const char* help) {
+    return &BuildCounter().Name(name).Help(help).Register(*registry_).Add({});
+  };
+  prefix_disk_hits_ = disk_counter("moe_prefix_disk_hits_total", "Prompts whose prefix was read back from disk");
+  prefix_disk_hit_tokens_ = disk_counter("moe_prefix_disk_hit_tokens_total", "Prompt tokens read back from disk");
+  prefix_disk_writes_ = disk_counter("moe_prefix_disk_writes_total", "Prefix cache entries written to disk");
+  prefix_disk_write_failures_ =
+      disk_counter("moe_prefix_disk_write_failures_total", "Prefix cache entries that could not be written to disk");
+  prefix_disk_refused_ = disk_counter("moe_prefix_disk_refused_total",
+                                      "Prefix cache files refused and deleted (corrupt, truncated, another model's)");
+  prefix_disk_evictions_ =
+      disk_counter("moe_prefix_disk_evictions_total", "Prefix cache files deleted to stay within prefix_disk_bytes");
   draft_tokens_ = &BuildCounter()
                        .Name("moe_speculative_draft_tokens_total")
                        .Help("Draft tokens verified (outcome proposed) and of them accepted, by draft kind (mtp, lookup)")
@@ -251,6 +270,14 @@ void DaemonMetrics::UpdateFromEngine(const engine::EngineMetrics& m) {
   advance_prefix(*prefix_evicted_entries_, pc.evicted_for_entries, last_prefix_.evicted_for_entries);
   advance_prefix(*prefix_evicted_pool_, pc.evicted_for_pool, last_prefix_.evicted_for_pool);
   advance_prefix(*prefix_uncached_, pc.too_large, last_prefix_.too_large);
+  prefix_disk_bytes_->Set(static_cast<double>(pc.disk_bytes));
+  prefix_disk_entries_->Set(static_cast<double>(pc.disk_entries));
+  advance_prefix(*prefix_disk_hits_, pc.disk_hits, last_prefix_.disk_hits);
+  advance_prefix(*prefix_disk_hit_tokens_, pc.disk_hit_tokens, last_prefix_.disk_hit_tokens);
+  advance_prefix(*prefix_disk_writes_, pc.disk_writes, last_prefix_.disk_writes);
+  advance_prefix(*prefix_disk_write_failures_, pc.disk_write_failures, last_prefix_.disk_write_failures);
+  advance_prefix(*prefix_disk_refused_, pc.disk_refused, last_prefix_.disk_refused);
+  advance_prefix(*prefix_disk_evictions_, pc.disk_evictions, last_prefix_.disk_evictions);
   const auto advance_drafts = [&](const char* kind, const engine::DraftCounts& now, engine::DraftCounts& last) {
     advance_prefix(draft_tokens_->Add({{"kind", kind}, {"outcome", "proposed"}}), now.proposed, last.proposed);
     advance_prefix(draft_tokens_->Add({{"kind", kind}, {"outcome", "accepted"}}), now.accepted, last.accepted);

@@ -1,5 +1,11 @@
 #include "model/model_loading.hpp"
 
+#include <cstdio>
+
+#include "model/machine_memory.hpp"
+#include "moeserve/common/log.hpp"
+#include "moeserve/engine/context_bytes.hpp"
+
 namespace moeserve::daemon {
 
 Result<std::string> ResolveModelDir(const DaemonConfig& config, Readiness& readiness,
@@ -32,10 +38,13 @@ engine::EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   o.max_waiting = config.max_queue;
   o.prefill_chunk_tokens = config.prefill_chunk_tokens;
   o.prefill_chunk_tokens_idle = config.prefill_chunk_tokens_idle;
-  o.cache_tokens = config.cache_tokens;
+  // Unset (0): the engine's default until SizeCacheFromMemory sizes it.
+  o.cache_tokens = config.cache_tokens > 0 ? config.cache_tokens : engine::EngineOptions{}.cache_tokens;
   o.block_tokens = config.block_tokens;
   o.prefix_cache = config.prefix_cache;
   o.prefix_cache_bytes = config.prefix_cache_bytes;
+  o.prefix_disk_dir = config.prefix_disk_dir;
+  o.prefix_disk_bytes = config.prefix_disk_bytes;
   o.prefix_pin_share = config.sessions.pin_share;
   o.kernels = config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
   o.deterministic = config.deterministic;
@@ -47,6 +56,34 @@ engine::EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   o.threads = config.threads;
   o.max_context = config.max_context;
   return o;
+}
+
+void SizeCacheFromMemory(const DaemonConfig& config, const std::string& model_dir, bool expert_parallel,
+                         engine::EngineOptions& o) {
+  if (config.cache_tokens > 0) {
+    o.cache_tokens = config.cache_tokens;  // an explicit setting wins
+    return;
+  }
+  if (expert_parallel) {  // every rank's pool must have rank 0's size, whatever each machine has free
+    o.cache_tokens = engine::EngineOptions{}.cache_tokens;
+    log::Info("moe-daemon: cache_tokens unset under expert parallelism: " + std::to_string(o.cache_tokens) +
+              " tokens on every rank (set cache_tokens to size the pool)");
+    return;
+  }
+  const MachineMemory memory = ReadMachineMemory();
+  const int64_t weights = DirectoryBytes(model_dir);
+  if (memory.available <= 0) {
+    o.cache_tokens = engine::EngineOptions{}.cache_tokens;
+    log::Warn("moe-daemon: free memory could not be read; cache_tokens " + std::to_string(o.cache_tokens));
+    return;
+  }
+  o.cache_tokens = 0;
+  o.cache_memory_bytes = CacheMemoryBudget(memory.available, weights, config.cache_memory_share);
+  char share[32];
+  std::snprintf(share, sizeof share, "%g", config.cache_memory_share);
+  log::Info("moe-daemon: cache_tokens unset: the KV pool gets " + engine::HumanBytes(o.cache_memory_bytes) + " (" +
+            share + " of " + engine::HumanBytes(memory.available) + " free by " +
+            memory.source + " less " + engine::HumanBytes(weights) + " of model files)");
 }
 
 Result<ServingFacts> ServingFactsFor(const DaemonConfig& config, engine::Engine& engine, const std::string& family,

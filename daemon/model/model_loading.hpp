@@ -26,6 +26,13 @@ Result<std::string> ResolveModelDir(const DaemonConfig& config, Readiness& readi
 // rank and world left for the caller).
 engine::EngineOptions EngineOptionsFrom(const DaemonConfig& config);
 
+// The pool's size: the configured cache_tokens, or, unset, a memory budget
+// (EngineOptions::cache_memory_bytes) of cache_memory_share of the machine's
+// free memory less the model directory's bytes, logged. Under expert
+// parallelism an unset cache_tokens is the engine's default on every rank.
+void SizeCacheFromMemory(const DaemonConfig& config, const std::string& model_dir, bool expert_parallel,
+                         engine::EngineOptions& o);
+
 // What the chat service serves `family`'s model with: the configuration's
 // limits, the engine's context, the family's chat dialect (chosen here, the
 // one place the daemon decides the family), its budgets and public prefix.

@@ -56,9 +56,12 @@ max_queue: 256  # int max_queue
 prefill_chunk_tokens: 512  # int prefill_chunk_tokens
 prefill_chunk_tokens_idle: 2048  # int prefill_chunk_tokens_idle
 cache_tokens: 65536  # int cache_tokens
+cache_memory_share: 0.5  # num cache_memory_share
 block_tokens: 16  # int block_tokens
 prefix_cache: true  # bool prefix_cache
 prefix_cache_bytes: 1073741824  # int prefix_cache_bytes
+prefix_disk_dir: /var/cache/moeserve/prefix  # text prefix_disk_dir
+prefix_disk_bytes: 17179869184  # int prefix_disk_bytes
 threads: 0  # int threads
 max_context: 4096  # int max_context
 kernels: fast  # text kernels

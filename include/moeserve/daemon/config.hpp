@@ -57,10 +57,15 @@ struct DaemonConfig {
   int max_concurrent_per_tenant = 128;  // one tenant cannot fill the queue
   int prefill_chunk_tokens = engine::EngineOptions{}.prefill_chunk_tokens;
   int prefill_chunk_tokens_idle = engine::EngineOptions{}.prefill_chunk_tokens_idle;
-  int64_t cache_tokens = engine::EngineOptions{}.cache_tokens;
+  // 0: sized from memory, cache_memory_share of what is free after the
+  // weights (model/machine_memory.hpp).
+  int64_t cache_tokens = 0;
+  double cache_memory_share = 0.5;
   int block_tokens = engine::EngineOptions{}.block_tokens;
   bool prefix_cache = engine::EngineOptions{}.prefix_cache;
   int64_t prefix_cache_bytes = engine::EngineOptions{}.prefix_cache_bytes;
+  std::string prefix_disk_dir;  // the prefix cache's tier on disk; empty: off
+  int64_t prefix_disk_bytes = engine::EngineOptions{}.prefix_disk_bytes;
   std::string public_system_prompt;  // the one prefix the cache shares across tenants
   int threads = 0;
   int max_context = 0;

@@ -90,6 +90,15 @@ class DaemonMetrics {
   prometheus::Counter* prefix_evicted_entries_;
   prometheus::Counter* prefix_evicted_pool_;
   prometheus::Counter* prefix_uncached_;
+  // The prefix cache's tier on disk (prefix_disk_dir).
+  prometheus::Gauge* prefix_disk_bytes_;
+  prometheus::Gauge* prefix_disk_entries_;
+  prometheus::Counter* prefix_disk_hits_;
+  prometheus::Counter* prefix_disk_hit_tokens_;
+  prometheus::Counter* prefix_disk_writes_;
+  prometheus::Counter* prefix_disk_write_failures_;
+  prometheus::Counter* prefix_disk_refused_;
+  prometheus::Counter* prefix_disk_evictions_;
   prometheus::Family<prometheus::Counter>* expert_tokens_;
   // Speculative decoding, by draft kind (mtp, lookup).
   prometheus::Family<prometheus::Counter>* draft_tokens_;  // {kind, outcome=proposed|accepted}
