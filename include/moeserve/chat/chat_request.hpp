@@ -77,6 +77,9 @@ struct ChatRequest {
   int top_logprobs = 0;                // 0..20 alternatives per token (needs logprobs)
   std::optional<ReasoningEffort> reasoning_effort;
   std::optional<int> thinking_budget;  // extension: lowers the tier's budget
+  // extension: speculative decoding for this request ("off", "mtp", "lookup",
+  // "auto"); unset: the deployment's `speculative` setting.
+  std::optional<engine::SpeculativeMode> speculative;
 };
 
 // The limits on a body and, separately, on every JSON text inside it that is
