@@ -223,7 +223,7 @@ constexpr SettingSpec kSettings[] = {
     {"draft_tokens", kInteger, "3", "1 to 4",
      "tokens one draft proposes at most",
      Field<&DaemonConfig::draft_tokens>},
-    {"speculative_max_batch", kInteger, "8", "0 to 4096",
+    {"speculative_max_batch", kInteger, "2", "0 to 4096",
      "a step with more decoding sequences than this verifies no drafts: the batch alone keeps the products busy",
      Field<&DaemonConfig::speculative_max_batch>},
     // Requests' defaults and bounds.

@@ -56,6 +56,14 @@ struct Sequence {
   std::vector<int> draft;
   SpeculativeMode draft_kind = SpeculativeMode::kOff;
   std::vector<int> verify_tokens;  // [the sampled token, the draft...]: the verification segment
+  // Drafts pay only when they are accepted: after a draft the model refused
+  // outright the sequence drafts again only after 1, 2, 4 ... 16 steps
+  // (draft_misses in a row), and a draft is one token longer than the last
+  // one kept (up to draft_tokens), so a sequence that stopped copying stops
+  // paying for it. Speed only: the tokens are the model's either way.
+  int draft_misses = 0;
+  int draft_cooldown = 0;
+  int draft_len = 0;  // 0: draft_tokens
   std::unique_ptr<PromptLookup> lookup;
   std::vector<std::vector<DeltaLayerState>> state_trail;
 };
@@ -843,6 +851,13 @@ bool Engine::Impl::EmitVerified(Sequence& s, const float* rows, int64_t pos0, st
     ++counts.drafts;
   }
   s.draft.clear();
+  if (kept == 0) {
+    s.draft_misses = std::min(s.draft_misses + 1, 5);
+    s.draft_cooldown = 1 << (s.draft_misses - 1);
+  } else {
+    s.draft_misses = 0;
+  }
+  s.draft_len = std::min(options.draft_tokens, kept + 1);
   if (finished) return true;
   // The cache keeps the sampled token and the accepted drafts; the rows past
   // them are rewritten before anything reads them, and the recurrent state
@@ -875,10 +890,14 @@ void Engine::Impl::ProposeDrafts(const std::vector<Sequence*>& decoding) {
   std::vector<Sequence*> mtp_owners;
   for (Sequence* s : decoding) {
     if (s->speculative == SpeculativeMode::kOff) continue;
+    if (s->draft_cooldown > 0) {
+      --s->draft_cooldown;
+      continue;
+    }
     // Every draft token and the one after it count against max_tokens, and
     // the cache's blocks cover the prompt and max_tokens.
     const int room = s->req.max_tokens - s->usage.completion_tokens - 1;
-    const int k = std::min(options.draft_tokens, room);
+    const int k = std::min(s->draft_len > 0 ? s->draft_len : options.draft_tokens, room);
     if (k <= 0) continue;
     if (s->speculative == SpeculativeMode::kLookup || s->speculative == SpeculativeMode::kAuto) {
       if (!s->lookup) s->lookup = std::make_unique<PromptLookup>();
@@ -896,7 +915,8 @@ void Engine::Impl::ProposeDrafts(const std::vector<Sequence*>& decoding) {
   std::vector<DraftSlot> slots;
   for (size_t i = 0; i < mtp_owners.size(); ++i) {
     Sequence* s = mtp_owners[i];
-    const int k = std::min({options.draft_tokens, s->req.max_tokens - s->usage.completion_tokens - 1, model->draft_depth()});
+    const int k = std::min({s->draft_len > 0 ? s->draft_len : options.draft_tokens,
+                            s->req.max_tokens - s->usage.completion_tokens - 1, model->draft_depth()});
     slots.push_back({&s->cache, s->tokens.back(), k, &mtp_out[i], sampled_ids});
   }
   Status st = Ok();
