@@ -67,6 +67,9 @@ max_context: 4096  # int max_context
 kernels: fast  # text kernels
 experts: stored  # text experts
 deterministic: false  # bool deterministic
+speculative: auto  # text speculative
+draft_tokens: 3  # int draft_tokens
+speculative_max_batch: 2  # int speculative_max_batch
 default_max_tokens: 1024  # int default_max_tokens
 default_reasoning_effort: medium  # text default_reasoning_effort
 thinking_budgets:
