@@ -218,7 +218,7 @@ constexpr SettingSpec kSettings[] = {
      "batch-invariant decode: a request's tokens do not depend on what else runs ([operations](operations.md#deterministic-decode)); slower prefill",
      Field<&DaemonConfig::deterministic>},
     {"speculative", kText, "`off`", "`off`, `mtp`, `lookup` or `auto`",
-     "speculative decoding for requests that name none (their `speculative` field wins): drafts from the model's multi-token-prediction layers (`mtp`), copied from the context (`lookup`), or lookup and then MTP (`auto`), each verified by the model in one pass; greedy output is the same tokens ([Speculative decoding](operations.md#speculative-decoding)); `mtp` is refused at start for a model without MTP layers",
+     "speculative decoding for requests that name none (their `speculative` field wins): drafts from the model's multi-token-prediction layers (`mtp`), copied from the context (`lookup`), or lookup and then MTP (`auto`), each verified by the model in one pass; greedy output stays the model's own choice, bit for bit with `deterministic` ([Speculative decoding](operations.md#speculative-decoding)); `mtp` is refused at start for a model without MTP layers",
      ParseSpeculative},
     {"draft_tokens", kInteger, "3", "1 to 4",
      "tokens one draft proposes at most",
