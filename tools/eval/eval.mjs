@@ -94,6 +94,9 @@ async function runTask(client, task, tier) {
   const messages = [task.messages[0]];
   const calls = [];
   const usage = { prompt: 0, completion: 0, reasoning: 0 };
+  // Every assistant message as it came back, for comparing two runs' outputs
+  // byte for byte (tools/eval/same_outputs.py).
+  const turns = [];
   let answer = "";
   for (let turn = 0; turn < 4; turn++) {
     let res;
@@ -104,9 +107,14 @@ async function runTask(client, task, tier) {
       });
     } catch (e) {
       // A request the daemon refuses ends the task as failed; the reason is kept.
-      return { correct: false, calls, answer, usage, error: String(e.message ?? e) };
+      return { correct: false, calls, answer, usage, turns, error: String(e.message ?? e) };
     }
     const msg = res.choices[0].message;
+    turns.push({
+      finish_reason: res.choices[0].finish_reason, content: msg.content ?? null, reasoning_content: msg.reasoning_content ?? null,
+      tool_calls: (msg.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments })),
+      completion_tokens: res.usage.completion_tokens,
+    });
     usage.prompt += res.usage.prompt_tokens;
     usage.completion += res.usage.completion_tokens;
     usage.reasoning += res.usage.completion_tokens_details?.reasoning_tokens ?? 0;
@@ -119,7 +127,7 @@ async function runTask(client, task, tier) {
     const bad = msg.tool_calls.find((c) => !names.has(c.function.name));
     if (bad) {
       calls.push({ name: bad.function.name, args: null, raw: bad.function.arguments, result: "unknown tool" });
-      return { correct: false, calls, answer, usage, error: `unknown tool '${bad.function.name}'` };
+      return { correct: false, calls, answer, usage, turns, error: `unknown tool '${bad.function.name}'` };
     }
     for (const call of msg.tool_calls) {
       const out = runTool(task.env, call.function.name, call.function.arguments);
@@ -127,7 +135,7 @@ async function runTask(client, task, tier) {
       messages.push({ role: "tool", tool_call_id: call.id, content: out.result });
     }
   }
-  return { correct: score(task, calls, answer), calls, answer, usage };
+  return { correct: score(task, calls, answer), calls, answer, usage, turns };
 }
 
 const kinds = [...new Set(tasks.map((t) => t.kind))];
