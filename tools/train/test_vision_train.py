@@ -211,5 +211,40 @@ class VisionTrainingTest(unittest.TestCase):
         self.assertFalse(torch.allclose(plain[0, -1], seen[0, -1]))
 
 
+class MTPVisionDrafts(unittest.TestCase):
+    """train_mtp's held-out path for image tasks (the tools block as a shared
+    prefix) against whole sequences with the tower's rows in place. Dense
+    attention: with a random indexer the top-k of a shared prefix and of a
+    whole sequence may pick different keys; what is checked is the alignment
+    of the drafts, the trunk's predictions and the masks."""
+
+    def test_shared_prefix_drafts_are_the_whole_sequences(self):
+        import train_mtp
+        with open(os.path.join(HERE, "config.json")) as f:
+            raw = json.load(f)
+        raw["vision"] = dict(train_vision.VISION)
+        raw["num_nextn_predict_layers"] = 1
+        model = M.TrainModel(M.Config(raw), seed=5)
+        part = train_mtp.vision_tasks("eval", 2, 3)
+        with torch.no_grad():
+            full, gen, trunk_next, first, chained = train_mtp.vision_drafts(model, part, True, "dense")
+            seqs, rows = train_mtp.render_vision_tasks(model, part)
+            ids, mask, valid = train_vision.pad(seqs)
+            logits, aux = model(ids[:, :-1], valid[:, :-1], dsa_mode="dense", image_rows=rows)
+            whole1, whole2 = model.mtp_sequence(torch.cat([aux["hidden"], aux["hidden"][:, -1:]], 1), ids, chain=True)
+        P, n = chat.shared_prefix_len(train_mtp.gen_data.TOOLS), full.shape[1]
+        self.assertTrue(torch.equal(full, ids[:, P - 1:P - 1 + n]))
+        g1, g2 = gen[:, 2:], gen[:, 3:]
+        self.assertGreater(int(g2.sum()), 100)
+        self.assertTrue(torch.allclose(first[g1], whole1[:, P - 1:P - 1 + n - 2][g1], atol=1e-4))
+        self.assertTrue(torch.allclose(chained[g2], whole2[:, P - 1:P - 1 + n - 3][g2], atol=1e-4))
+        tn = logits[:, P - 1:P - 1 + n - 1, :train_mtp.NOT_GENERATED].argmax(-1)
+        self.assertTrue(torch.equal(trunk_next[gen[:, 1:]], tn[gen[:, 1:]]))
+        # The pictures are read: without the tower's rows the trunk's predictions move.
+        with torch.no_grad():
+            blind, _ = model(ids[:, :-1], valid[:, :-1], dsa_mode="dense")
+        self.assertFalse(torch.allclose(blind[mask[:, 1:]], logits[mask[:, 1:]], atol=1e-4))
+
+
 if __name__ == "__main__":
     unittest.main()

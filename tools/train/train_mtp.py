@@ -4,6 +4,8 @@ frozen, and measure the layer's teacher-forced draft acceptance.
   /usr/bin/python3 tools/train/train_mtp.py --model models/tiny-agent/bf16 --seed 11 --steps 80 \
       --batch 16 --lr 3e-3 --warmup 8 --chain-weight 0.5 --threads 2 --out RUN/mtp   # train, then evaluate
   /usr/bin/python3 tools/train/train_mtp.py --model DIR_WITH_MTP --eval-only [--limit 60]
+  /usr/bin/python3 tools/train/train_mtp.py --data vision --model models/tiny-vision-agent/bf16 --seed 11 \
+      --steps 36 --batch 8 --lr 3e-3 --warmup 4 --chain-weight 0.5 --threads 2 --out RUN/vision-mtp
 
 The layer (DeepSeek-V3's MTP, model.py's mtp_*) reads the trunk's last hidden
 state h_i (before the final norm) and the token t_{i+1}, and predicts t_{i+2}
@@ -28,6 +30,17 @@ equals t_{i+2}, and how often it equals the trunk's own greedy prediction for
 i + 2 given the true prefix: the first draft's acceptance under greedy
 decoding. For the chained draft, its acceptance where the first was accepted.
 Writes OUT/mtp_weights.pt (the MTP tensors, fp32) and OUT/mtp_log.json.
+
+--data vision (a model with a vision tower, models/tiny-vision-agent): the
+image tasks of gen_images.py instead, batched as train_vision.py batches
+them: each picture through the frozen tower, its rows in place of the image
+placeholders' embeddings, the tools block the batch's shared prefix. Whole
+conversations (the calculator's second turn too: it is decoded as well).
+Training draws the train split from --seed; evaluation renders gen_images'
+held-out split (--eval-seed 2, 300 tasks: tools/eval/run.sh's vision set).
+Image ids are never generated, so never a target and never a draft; the MTP
+input at an image position is the placeholder's own embedding, as the
+engine's MTP step reads it (it sees token ids, not the tower's rows).
 """
 
 import argparse
@@ -39,14 +52,17 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chat  # noqa: E402
 import gen_data  # noqa: E402
+import gen_images  # noqa: E402
 import model as M  # noqa: E402
 import train  # noqa: E402
+import train_vision  # noqa: E402
 
 NOT_GENERATED = chat.TOOLS + 1  # ids from here on (padding, image ids) are never generated
 
@@ -108,26 +124,73 @@ def draft_stats(first, chained, trunk_next, full, gen):
     return s
 
 
-def evaluate(model, tasks, batch=8, chain=True):
+def text_drafts(model, part, chain):
+    """gen_data tasks rendered whole, through the trunk and the MTP layer:
+    (full [B, L] ids, gen [B, L] generated mask, trunk_next [B, L-1] the
+    trunk's argmax for full[:, 1:], first [B, L-2, V] drafts for full[:, 2:],
+    chained [B, L-3, V] for full[:, 3:] or None)."""
+    rendered = [chat.render(t["messages"], t["tools"]) for t in part]
+    L = max(len(ids) for ids, _ in rendered)
+    full = torch.zeros(len(part), L, dtype=torch.long)
+    gen = torch.zeros(len(part), L, dtype=torch.bool)
+    for b, (ids, mask) in enumerate(rendered):
+        full[b, : len(ids)] = torch.tensor(ids)
+        gen[b, : len(ids)] = torch.tensor(mask, dtype=torch.bool)
+    logits, aux = model(full[:, :-1], dsa_mode="sparse")
+    trunk_next = logits[..., :NOT_GENERATED].argmax(-1)  # [B, L-1]
+    hidden = torch.cat([aux["hidden"], aux["hidden"][:, -1:]], dim=1)  # the last row is never read
+    first, chained = model.mtp_sequence(hidden, full, chain=chain)
+    return full, gen, trunk_next, first, chained
+
+
+def render_vision_tasks(model, part):
+    """(task, image) pairs rendered whole: [(ids, mask)] and the frozen
+    tower's rows for their placeholders (forward's image_rows)."""
+    rendered = [train_vision.render_vision(model, t) for t, _ in part]
+    emb = model.embed_images(torch.from_numpy(np.stack([img for _, img in part])))
+    n = emb.shape[1]
+    rows = [(b, torch.arange(off, off + n), emb[b]) for b, (_, _, offs) in enumerate(rendered) for off in offs]
+    return [(ids, mask) for ids, mask, _ in rendered], rows
+
+
+def vision_drafts(model, part, chain, dsa_mode="sparse"):
+    """text_drafts' tensors for (task, image) pairs, the tools block run once
+    per batch as the shared prefix (as in training: the conversations are
+    short next to it). full starts at the prefix's last token, so the first
+    draft row reads the prefix's last hidden state, as in text_drafts."""
+    P = chat.shared_prefix_len(gen_data.TOOLS)
+    seqs, rows = render_vision_tasks(model, part)
+    ids, mask, valid = (t[:, P:] for t in train_vision.pad(seqs))
+    prefix = train_vision.model_prefix(P)
+    logits, aux = model(ids[:, :-1], valid[:, :-1], dsa_mode=dsa_mode, prefix=prefix,
+                        image_rows=[(b, pos - P, r) for b, pos, r in rows])
+    first, chained = model.mtp_with_prefix(aux["prefix_hidden"], prefix, aux["hidden"], ids, chain=chain)
+    B = ids.shape[0]
+    last = M.rms_norm(aux["prefix_hidden"][:, -1:], model.W("norm.weight"), model.cfg.rms_norm_eps) @ model.W("head.weight").T
+    trunk_next = torch.cat([last[..., :NOT_GENERATED].argmax(-1).expand(B, 1), logits[..., :NOT_GENERATED].argmax(-1)], 1)
+    full = torch.cat([torch.full((B, 1), prefix[-1], dtype=torch.long), ids], 1)
+    gen = torch.cat([torch.zeros(B, 1, dtype=torch.bool), mask & valid], 1)
+    return full, gen, trunk_next, first, chained
+
+
+def vision_tasks(split, seed, count):
+    """gen_images.generate's tasks (the same draws) with their images."""
+    g = gen_images.Generator(split, seed)
+    return [g.task(kind) for kind in g.rng.choices(gen_images.KINDS, gen_images.WEIGHTS, k=count)]
+
+
+def evaluate(model, tasks, batch=8, chain=True, drafts=text_drafts):
     """Teacher-forced figures on whole rendered conversations (no cuts), per
     kind and overall; also the trunk's own token accuracy and exact match (as
-    tools/eval/teacher_forced.py counts them), to check the loaded trunk."""
+    tools/eval/teacher_forced.py counts them), to check the loaded trunk.
+    drafts: text_drafts (gen_data tasks) or vision_drafts ((task, image))."""
     rows = {}
     with torch.no_grad():
         for i in range(0, len(tasks), batch):
             part = tasks[i : i + batch]
-            rendered = [chat.render(t["messages"], t["tools"]) for t in part]
-            L = max(len(ids) for ids, _ in rendered)
-            full = torch.zeros(len(part), L, dtype=torch.long)
-            gen = torch.zeros(len(part), L, dtype=torch.bool)
-            for b, (ids, mask) in enumerate(rendered):
-                full[b, : len(ids)] = torch.tensor(ids)
-                gen[b, : len(ids)] = torch.tensor(mask, dtype=torch.bool)
-            logits, aux = model(full[:, :-1], dsa_mode="sparse")
-            trunk_next = logits[..., :NOT_GENERATED].argmax(-1)  # [B, L-1]
-            hidden = torch.cat([aux["hidden"], aux["hidden"][:, -1:]], dim=1)  # the last row is never read
-            first, chained = model.mtp_sequence(hidden, full, chain=chain)
+            full, gen, trunk_next, first, chained = drafts(model, part, chain)
             for b, t in enumerate(part):
+                t = t[0] if isinstance(t, tuple) else t  # (task, image) for vision
                 one = slice(b, b + 1)
                 s = draft_stats(first[one], None if chained is None else chained[one], trunk_next[one], full[one],
                                 gen[one])
@@ -187,30 +250,62 @@ def lr_at(a, step):
     return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(frac * math.pi)))
 
 
+def text_batches(a):
+    """train.py's windows: (x, valid, ids [B, T + 1] at positions Tp..Tp+T,
+    generated mask of ids, image_rows); the shared prefix."""
+    first_conv = train.window_examples(a.seed, 0, 1, 0.25)[0][0]
+    n_prefix = chat.shared_prefix_len(gen_data.TOOLS)
+    windows = -(-a.steps // train.WINDOW_BATCHES)
+    jobs = ((a.seed, w, a.batch, False, False, n_prefix) for w in range(windows))
+    stream = train.batch_stream(jobs, 1)
+
+    def batches():
+        try:
+            while True:
+                ids_a, mask_a, lens = next(stream)
+                x, y, m, valid = train.tensors((ids_a, mask_a, lens), "cpu")
+                T = x.shape[1]
+                ids = torch.from_numpy(ids_a.astype("int64"))
+                gen = torch.from_numpy(mask_a.copy()) & (torch.arange(T + 1)[None, :] < torch.from_numpy(lens)[:, None])
+                yield x, valid, ids, gen, None
+        finally:
+            stream.close()
+
+    return batches(), first_conv[:n_prefix]
+
+
+def vision_batches(a, model):
+    """train_vision.py's image batches (the train split drawn from --seed),
+    whole conversations, the tools block as the shared prefix."""
+    draws = gen_images.Generator("train", a.seed)
+    P = chat.shared_prefix_len(gen_data.TOOLS)
+
+    def batches():
+        while True:
+            with torch.no_grad():
+                seqs, rows = render_vision_tasks(model, train_vision.draw(draws, a.batch))
+            ids, mask, valid = (t[:, P:] for t in train_vision.pad(seqs))
+            yield ids[:, :-1], valid[:, :-1], ids, mask & valid, [(b, pos - P, r) for b, pos, r in rows]
+
+    return batches(), train_vision.model_prefix(P)
+
+
 def train_mtp(a, model):
     freeze_trunk(model)
     params = mtp_parameters(model)
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    first_conv = train.window_examples(a.seed, 0, 1, 0.25)[0][0]
-    n_prefix = chat.shared_prefix_len(gen_data.TOOLS)
-    prefix = first_conv[:n_prefix]
-    windows = -(-a.steps // train.WINDOW_BATCHES)
-    jobs = ((a.seed, w, a.batch, False, False, n_prefix) for w in range(windows))
-    stream = train.batch_stream(jobs, 1)
-    log = {"model": a.model, "seed": a.seed, "steps": a.steps, "batch": a.batch, "lr": a.lr, "warmup": a.warmup,
+    stream, prefix = vision_batches(a, model) if a.data == "vision" else text_batches(a)
+    log = {"model": a.model, "data": a.data, "seed": a.seed, "steps": a.steps, "batch": a.batch, "lr": a.lr, "warmup": a.warmup,
            "chain_weight": a.chain_weight, "threads": a.threads, "cpu": cpu_model(),
            "torch": torch.__version__, "params": sum(p.numel() for p in params),
            "command": " ".join(["tools/train/train_mtp.py"] + sys.argv[1:]), "curve": []}
     t0 = time.time()
     chain = a.chain_weight > 0
     for step in range(a.steps):
-        ids_a, mask_a, lens = next(stream)
-        x, y, m, valid = train.tensors((ids_a, mask_a, lens), "cpu")
+        x, valid, ids, gen, image_rows = next(stream)  # ids [B, T + 1], positions Tp..Tp+T
         T = x.shape[1]
         with torch.no_grad():
-            logits, aux = model(x, valid, dsa_mode="sparse", prefix=prefix)
-        ids = torch.from_numpy(ids_a.astype("int64"))  # [B, T + 1], positions Tp..Tp+T
-        gen = torch.from_numpy(mask_a.copy()) & (torch.arange(T + 1)[None, :] < torch.from_numpy(lens)[:, None])
+            logits, aux = model(x, valid, dsa_mode="sparse", prefix=prefix, image_rows=image_rows)
         first, chained = model.mtp_with_prefix(aux["prefix_hidden"], prefix, aux["hidden"], ids, chain=chain)
         sel1 = gen[:, 1:]  # first row j drafts ids[:, j + 1]
         loss1 = F.cross_entropy(first[sel1], ids[:, 1:][sel1])
@@ -253,6 +348,8 @@ def train_mtp(a, model):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", choices=["text", "vision"], default="text",
+                    help="text: gen_data's tool conversations; vision: gen_images' image tasks (a model with a tower)")
     ap.add_argument("--model", required=True, help="model directory whose trunk is used (and, with --eval-only, its MTP)")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--steps", type=int, default=80)
@@ -285,12 +382,15 @@ def main():
         os.makedirs(a.out, exist_ok=True)
         mtp = {k: v for k, v in model.state_dict_fp32().items() if k.startswith("mtp.")}
         torch.save(mtp, os.path.join(a.out, "mtp_weights.pt"))
-    tasks = gen_data.generate("eval", a.eval_seed, a.eval_count)
+    if a.data == "vision":
+        tasks, drafts, batch = vision_tasks("eval", a.eval_seed, a.eval_count), vision_drafts, 16
+    else:
+        tasks, drafts, batch = gen_data.generate("eval", a.eval_seed, a.eval_count), text_drafts, 8
     if a.limit:
         tasks = tasks[: a.limit]
     t0 = time.time()
-    summary = summarise(evaluate(model, tasks, chain=True))
-    log["eval"] = {"split": "eval", "seed": a.eval_seed, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
+    summary = summarise(evaluate(model, tasks, batch, chain=True, drafts=drafts))
+    log["eval"] = {"data": a.data, "split": "eval", "seed": a.eval_seed, "tasks": len(tasks), "seconds": round(time.time() - t0, 1),
                    "results": summary}
     print_summary(summary)
     if a.out:
