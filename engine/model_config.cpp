@@ -476,12 +476,41 @@ constexpr const char* kSmallConfig = R"({
   "thinking_budgets": {"low": 256, "medium": 2048, "high": 16384}
 })";
 
+// Long contexts at small width: the flagship's mix of layer kinds (mostly
+// Gated DeltaNet, whose state does not grow, one DSA layer in four, whose
+// cache row and indexer do) at tiny's widths, with MXFP4 experts. Its cache
+// is 2 DSA layers x 4 x (64 + 16 + 32) = 896 bytes per token (896 MiB at
+// 1M tokens) and 6 DeltaNet states of 38,912 bytes per sequence, so a
+// million-token prefill fits a small node and its time is the context's:
+// bench/long_context's bench_long_prefill runs it.
+constexpr const char* kLongConfig = R"({
+  "architecture": "moe-dsa-v1",
+  "vocab_size": 384, "hidden_size": 256, "num_layers": 8,
+  "layer_types": ["delta", "delta", "delta", "dsa", "delta", "delta", "delta", "dsa"],
+  "first_dense_layers": 1, "intermediate_size": 512, "rms_norm_eps": 1e-6,
+  "mla":   {"num_heads": 4, "q_lora_rank": 96, "kv_lora_rank": 64,
+            "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+            "output_gate": true},
+  "dsa":   {"index_n_heads": 4, "index_head_dim": 32, "index_topk": 2048},
+  "delta": {"num_heads": 4, "head_k_dim": 32, "head_v_dim": 64,
+            "conv_size": 4, "norm_eps": 1e-5},
+  "moe":   {"num_experts": 16, "experts_per_token": 4, "num_shared_experts": 1,
+            "moe_intermediate_size": 128, "n_group": 4, "topk_group": 2,
+            "routed_scaling_factor": 2.5, "score_func": "sigmoid"},
+  "rope":  {"theta": 10000.0, "scaling": "yarn", "factor": 256.0,
+            "original_max_position": 4096, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0},
+  "max_position_embeddings": 1048576,
+  "quantization": {"format": "mxfp4", "block_size": 32, "applies_to": ["experts"]},
+  "thinking_budgets": {"low": 256, "medium": 2048, "high": 16384}
+})";
+
 }  // namespace
 
 Result<ModelConfig> PresetConfig(const std::string& name) {
   if (name == "tiny") return ParseModelConfig(kTinyConfig, "preset 'tiny'");
   if (name == "small") return ParseModelConfig(kSmallConfig, "preset 'small'");
-  return Fail(Error::InvalidArgument("unknown preset '" + name + "' (expected tiny or small)"));
+  if (name == "long") return ParseModelConfig(kLongConfig, "preset 'long'");
+  return Fail(Error::InvalidArgument("unknown preset '" + name + "' (expected tiny, small or long)"));
 }
 
 }  // namespace moeserve::engine

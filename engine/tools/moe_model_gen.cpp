@@ -1,6 +1,6 @@
 // moe-model-gen: writes a complete, deterministic moe-dsa-v1 model directory.
 //
-//   moe-model-gen --preset tiny|small [--config FILE] [--seed N] [--index-topk N]
+//   moe-model-gen --preset tiny|small|long [--config FILE] [--seed N] [--index-topk N]
 //                 [--shard-mb N] [--expert-format mxfp4|bf16] [--vision] [--mtp N] --out DIR
 //
 // --mtp 1 adds a random multi-token-prediction module (model.md 15:
@@ -24,7 +24,7 @@ namespace {
 int Usage(const char* msg) {
   if (msg) std::fprintf(stderr, "moe-model-gen: %s\n", msg);
   std::fprintf(stderr,
-               "usage: moe-model-gen (--preset tiny|small | --config FILE) --out DIR\n"
+               "usage: moe-model-gen (--preset tiny|small|long | --config FILE) --out DIR\n"
                "                     [--seed N] [--index-topk N] [--shard-mb N] [--expert-format mxfp4|bf16]\n"
                "                     [--vision]   (adds the small random vision tower of model.md 14.1)\n"
                "                     [--mtp 0|1]  (a multi-token-prediction module, model.md 15)\n");

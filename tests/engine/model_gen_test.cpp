@@ -12,7 +12,9 @@
 #include <functional>
 #include <sstream>
 
+#include "moeserve/engine/context_bytes.hpp"
 #include "moeserve/engine/manifest.hpp"
+#include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
@@ -134,6 +136,37 @@ TEST(ModelGen, IndexTopkVariantKeepsTheWeights) {
   }
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+// The long-context preset: six DeltaNet and two DSA layers at tiny's widths,
+// MXFP4 experts; it loads, and its cache costs what docs/model-format.md 5.4
+// says (896 bytes per token, 6 x 38,912 bytes of DeltaNet state).
+TEST(ModelGen, LongPresetLoadsWithItsCacheCost) {
+  std::string d = TempDir("long");
+  ModelGenOptions o;
+  o.config = *PresetConfig("long");
+  o.seed = 5;
+  ASSERT_TRUE(GenerateModel(o, d));
+  OpenModelOptions opts;
+  opts.verify_manifest = true;
+  auto m = OpenModelDir(d, opts);
+  ASSERT_TRUE(m) << m.error().ToString();
+  auto s = Summarize(m->checkpoint, m->config);
+  EXPECT_EQ(s.layers_by_kind["delta"], 6);
+  EXPECT_EQ(s.layers_by_kind["dsa"], 2);
+  EXPECT_EQ(s.layers_by_kind["mla"], 0);
+  EXPECT_EQ(s.layers_by_kind["moe_ffn"], 7);
+  EXPECT_EQ(m->config.expert_format, ExpertFormat::kMxfp4);
+  const int64_t experts = 7ll * 16 * 3 * 256 * 128;
+  EXPECT_EQ(s.bytes_by_dtype["U8"], static_cast<uint64_t>(experts / 2 + experts / 32));
+  ModelOptions mo;
+  auto model = Model::Load(*m, mo);
+  ASSERT_TRUE(model) << model.error().ToString();
+  EXPECT_EQ((*model)->cache_floats_per_token() * 4, 896u);
+  const ContextBytes million = ContextCost(**model, 64, 1 << 20);
+  EXPECT_EQ(million.pool_bytes, int64_t{896} << 20);
+  EXPECT_EQ(million.state_bytes, 6 * 38912);
+  fs::remove_all(d);
 }
 
 // Rewrites a single-file copy of the tiny checkpoint with one edit applied.

@@ -160,7 +160,8 @@ Status ValidateModelConfig(const ModelConfig& c, const std::string& source = "co
 // With expert parallelism: num_experts % world_size == 0.
 Status ValidateWorldSize(const ModelConfig& c, int world_size);
 
-// The two presets of moe-model-gen: "tiny" (model.md section 2) and "small".
+// The presets of moe-model-gen: "tiny" (model.md section 2), "small" and
+// "long" (tiny's widths, six DeltaNet and two DSA layers: long-context runs).
 Result<ModelConfig> PresetConfig(const std::string& name);
 
 }  // namespace moeserve::engine
