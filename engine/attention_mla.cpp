@@ -257,33 +257,85 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     std::vector<const float*> rows(static_cast<size_t>(ctx_len));
     for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
     std::vector<float> scores;
-    ScratchFloats index_scores;  // each row written up to its own length, read no further
     std::vector<int> keys;
-    // The indexer's scores of up to kSparseBlock sparse rows [block_r0,
-    // block_r0 + block_n), one pass over the cached keys for all of them
-    // (indexer_scores_batch); rows after a sparse row are sparse too.
+    // The indexer's top-k of up to kSparseBlock sparse rows [block_r0,
+    // block_r0 + block_n) (rows after a sparse row are sparse too), row b's
+    // in block_sel[b], ascending. The keys are scored in tiles of
+    // indexer_tile_keys (indexer_scores_batch over the tile, all the block's
+    // rows together); each row keeps its best index_topk candidates, whose
+    // scores and positions lead its buffer row, ahead of the next tile's
+    // scores. The buffer is in position order, so TopKIndices' ties to the
+    // lower index are ties to the lower position, and the top-k of the
+    // running top-k and a tile is the top-k of everything so far: the same
+    // selection as one pass over every key, with scratch bounded by the tile.
+    ScratchFloats index_scores;  // [block_n][ld]: candidates, then the tile's scores
     int block_r0 = 0, block_n = 0;
-    size_t block_ld = 0;
-    std::vector<int> block_keys;
-    const auto score_block = [&](int r) {
+    std::vector<int> block_len, tile_n, block_have;
+    std::vector<std::vector<int>> block_sel;
+    const int topk = dsa ? cfg.dsa.index_topk : 0;
+    const int tile = std::max(1, ctx.options.indexer_tile_keys);
+    const auto select_block = [&](int r) {
       block_r0 = r;
       block_n = std::min(indexer_block, seg.row0 + seg.n - r);
-      block_keys.resize(static_cast<size_t>(block_n));
-      for (int b = 0; b < block_n; ++b) block_keys[static_cast<size_t>(b)] = static_cast<int>(seg.pos0 + (r + b - seg.row0) + 1);
-      block_ld = static_cast<size_t>(block_keys.back());
-      index_scores.resize(static_cast<size_t>(block_n) * block_ld);
-      kc.indexer_scores_batch(&iq[static_cast<size_t>(r) * IH * ID], &iw[static_cast<size_t>(r) * IH], block_n, IH, ID,
-                              rows.data(), off_ik, block_keys.data(), index_scores.data(), block_ld);
+      const size_t nb = static_cast<size_t>(block_n);
+      block_len.resize(nb);
+      for (int b = 0; b < block_n; ++b) block_len[static_cast<size_t>(b)] = static_cast<int>(seg.pos0 + (r + b - seg.row0) + 1);
+      const int longest = block_len.back();
+      const float* bq = &iq[static_cast<size_t>(r) * IH * ID];
+      const float* bw = &iw[static_cast<size_t>(r) * IH];
+      block_sel.resize(nb);
+      if (longest <= tile) {  // one pass
+        const size_t ld = static_cast<size_t>(longest);
+        index_scores.resize(nb * ld);
+        kc.indexer_scores_batch(bq, bw, block_n, IH, ID, rows.data(), off_ik, block_len.data(), index_scores.data(), ld);
+        kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
+          block_sel[j].resize(static_cast<size_t>(topk));
+          kernels::TopKIndices(&index_scores[j * ld], block_len[j], topk, block_sel[j].data());
+        });
+        return;
+      }
+      const size_t ld = static_cast<size_t>(topk) + static_cast<size_t>(tile);
+      index_scores.resize(nb * ld);
+      tile_n.resize(nb);
+      block_have.assign(nb, 0);
+      for (std::vector<int>& sel : block_sel) sel.resize(static_cast<size_t>(topk));
+      for (int t0 = 0; t0 < longest; t0 += tile) {
+        for (size_t j = 0; j < nb; ++j) tile_n[j] = std::clamp(block_len[j] - t0, 0, tile);
+        kc.indexer_scores_batch(bq, bw, block_n, IH, ID, rows.data() + t0, off_ik, tile_n.data(),
+                                index_scores.data() + topk, ld);
+        kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
+          const int have = block_have[j], m = have + tile_n[j];
+          if (tile_n[j] == 0) return;
+          float* buf = &index_scores[j * ld];
+          int* cand = block_sel[j].data();  // positions of the first `have` entries of buf
+          // Close the gap between the candidates and the tile's scores.
+          if (have < topk) std::copy_n(buf + topk, tile_n[j], buf + have);
+          if (m <= topk) {
+            for (int i = have; i < m; ++i) cand[i] = t0 + (i - have);
+            block_have[j] = m;
+            return;
+          }
+          thread_local std::vector<int> pick;
+          pick.resize(static_cast<size_t>(topk));
+          kernels::TopKIndices(buf, m, topk, pick.data());
+          // pick is ascending with pick[i] >= i: moving entries forward in
+          // order reads only entries not yet overwritten.
+          for (int i = 0; i < topk; ++i) {
+            const int p = pick[static_cast<size_t>(i)];
+            buf[i] = buf[p];
+            cand[i] = p < have ? cand[p] : t0 + (p - have);
+          }
+          block_have[j] = topk;
+        });
+      }
     };
     // Which keys the query at row r sees: all s <= pos, or the indexer's top
     // k (sparse; then `keys` holds them). Records the set when tracing.
     const auto select_keys = [&](int r, int64_t pos) {
       const bool sparse = dsa && pos + 1 > cfg.dsa.index_topk;
       if (sparse) {
-        if (r < block_r0 || r >= block_r0 + block_n) score_block(r);
-        const float* row_scores = &index_scores[static_cast<size_t>(r - block_r0) * block_ld];
-        keys.resize(static_cast<size_t>(cfg.dsa.index_topk));
-        kernels::TopKIndices(row_scores, static_cast<int>(pos + 1), cfg.dsa.index_topk, keys.data());
+        if (r < block_r0 || r >= block_r0 + block_n) select_block(r);
+        keys = block_sel[static_cast<size_t>(r - block_r0)];
         // Scores: a dot of ID per head and cached row, then the head weights.
         clock.Mark(ProfilePart::kIndexer, 2.0 * IH * (ID + 1) * static_cast<double>(pos + 1));
       } else {
@@ -301,17 +353,11 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);
         if (dsa && pos + 1 > cfg.dsa.index_topk) {
-          score_block(r);
+          // The block's selections (each a pure function of its row's
+          // scores), recorded in row order after.
+          select_block(r);
           const int nb = block_n;
-          sparse_keys.resize(static_cast<size_t>(nb));
-          // The block's selections side by side (each a pure function of its
-          // row's scores), recorded in row order after.
-          kernels::DefaultThreadPool().ParallelFor(static_cast<size_t>(nb), [&](size_t j) {
-            std::vector<int>& kj = sparse_keys[j];
-            kj.resize(static_cast<size_t>(cfg.dsa.index_topk));
-            kernels::TopKIndices(&index_scores[j * block_ld], static_cast<int>(pos + 1 + static_cast<int64_t>(j)),
-                                 cfg.dsa.index_topk, kj.data());
-          });
+          sparse_keys.swap(block_sel);
           double indexer_flops = 0;  // a dot of ID per head and cached row, then the head weights
           for (int j = 0; j < nb; ++j) indexer_flops += 2.0 * IH * (ID + 1) * static_cast<double>(pos + 1 + j);
           clock.Mark(ProfilePart::kIndexer, indexer_flops);

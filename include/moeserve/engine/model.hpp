@@ -79,6 +79,13 @@ struct ModelOptions {
   // recurrent form. Overrides bf16_activations and the forms above (MLA:
   // absorbed unless kExpanded; DeltaNet: recurrent).
   bool deterministic = false;
+  // The DSA indexer scores a block of sparse rows over the cached keys in
+  // tiles of this many keys, keeping each row's running top-k between tiles
+  // (the same selection bit for bit: ties go to the lower position either
+  // way), so its scratch is rows x (index_topk + tile) floats whatever the
+  // context: 17 MB for a block of 64 rows, where one pass over a 1M-token
+  // context held 256 MB. Contexts up to one tile take the single pass.
+  int indexer_tile_keys = 65536;
   // The routed experts' format in memory. Unset: as the checkpoint stores
   // them. kMxfp4 for a family that converts or maps its published
   // checkpoint at load (deepseek_v32, qwen3_next) requantises the routed

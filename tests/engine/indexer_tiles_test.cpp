@@ -1,0 +1,74 @@
+// The DSA indexer scored in tiles of keys (ModelOptions::indexer_tile_keys,
+// each row's running top-k kept between tiles) selects the same keys as one
+// pass over every cached key, so a prefill's logits are the same bits:
+// checked on the tiny model with top-32 selection over a 300-token prompt,
+// batched and deterministic, with tiles smaller than, equal to and not a
+// multiple of the top-k.
+#include <cstring>
+
+#include "moeserve/engine/model.hpp"
+#include "test_models.hpp"
+
+namespace moeserve::engine {
+namespace {
+
+using namespace testing_util;
+
+struct Run {
+  std::vector<float> logits;
+  std::map<int, std::vector<std::vector<int>>> selected;
+};
+
+Run Prefill(const ModelDir& dir, bool deterministic, int tile_keys, const std::vector<int>& prompt) {
+  ModelOptions mo;
+  mo.deterministic = deterministic;
+  mo.indexer_tile_keys = tile_keys;
+  auto model = Model::Load(dir, mo);
+  EXPECT_TRUE(model) << model.error().ToString();
+  if (!model) return {};
+  KvPool pool(64, 16, (*model)->cache_floats_per_token());
+  SequenceCache cache = (*model)->NewSequence();
+  ForwardTrace trace;
+  Run run;
+  EXPECT_TRUE(EnsureBlocks(pool, cache, static_cast<int64_t>(prompt.size())));
+  // Two segments of the prompt: the second's rows see the first's keys
+  // through the cache as a later prefill chunk does.
+  const size_t half = prompt.size() / 2;
+  for (auto part : {std::span(prompt).first(half), std::span(prompt).subspan(half)}) {
+    ForwardSegment seg{&cache, part, true};
+    std::vector<float> logits;
+    EXPECT_TRUE((*model)->Forward(pool, std::span(&seg, 1), &logits, &trace));
+    run.logits.insert(run.logits.end(), logits.begin(), logits.end());
+  }
+  run.selected = trace.dsa_selected;
+  return run;
+}
+
+void ExpectTilesChangeNothing(bool deterministic) {
+  constexpr int kTopK = 32;
+  auto dir = OpenModelDir(TinyModel(1, kTopK));
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  const std::vector<int> prompt = TestPrompt(300);
+  const Run whole = Prefill(*dir, deterministic, 1 << 30, prompt);
+  ASSERT_EQ(whole.logits.size(), prompt.size() * static_cast<size_t>(dir->config.vocab_size));
+  // The selections are sparse past position 32: every such row picks 32 of
+  // its keys, so the tiles below really merge top-k lists.
+  size_t sparse_rows = 0;
+  for (const auto& [layer, rows] : whole.selected)
+    for (const auto& keys : rows) sparse_rows += keys.size() == kTopK;
+  EXPECT_GE(sparse_rows, 2 * (prompt.size() - kTopK));
+  for (int tile : {7, 32, 33, 96, 256}) {
+    const Run tiled = Prefill(*dir, deterministic, tile, prompt);
+    ASSERT_EQ(tiled.logits.size(), whole.logits.size()) << "tile " << tile;
+    EXPECT_EQ(std::memcmp(tiled.logits.data(), whole.logits.data(), whole.logits.size() * sizeof(float)), 0)
+        << "tile " << tile << ": logits differ";
+    EXPECT_TRUE(tiled.selected == whole.selected) << "tile " << tile << ": selections differ";
+  }
+}
+
+TEST(IndexerTiles, BatchedPrefillSelectsTheSameKeys) { ExpectTilesChangeNothing(false); }
+
+TEST(IndexerTiles, DeterministicPrefillSelectsTheSameKeys) { ExpectTilesChangeNothing(true); }
+
+}  // namespace
+}  // namespace moeserve::engine
