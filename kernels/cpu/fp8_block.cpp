@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -50,6 +52,49 @@ float Fp8E4m3ToFloat(uint8_t code) {
   else
     mag = std::ldexp(static_cast<float>(8 + m), e - 10);  // (1 + m/8) * 2^(e-7)
   return negative ? -mag : mag;
+}
+
+namespace {
+
+// Fp8E4m3ToFloat without branches (a NaN code decodes as 480): a normal
+// code's exponent and mantissa moved into fp32's fields with the bias moved
+// from 7 to 127, a subnormal m * 2^-9 from the integer, the sign OR-ed in.
+inline float DecodeE4m3Finite(uint8_t code) {
+  const uint32_t mag = code & 0x7Fu;
+  const float normal = std::bit_cast<float>((mag << 20) + (120u << 23));
+  const float subnormal = static_cast<float>(mag & 7u) * 0x1p-9f;
+  const float v = (mag >> 3) != 0 ? normal : subnormal;
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | (static_cast<uint32_t>(code & 0x80u) << 24));
+}
+
+}  // namespace
+
+void Fp8BlockToF32(const Fp8BlockView& w, size_t r_begin, size_t r_end, float* out) {
+  for (size_t r = r_begin; r < r_end; ++r) {
+    const uint8_t* codes = w.codes + r * w.cols;
+    const float* srow = w.scales + (r / kFp8BlockSize) * w.scale_cols();
+    float* o = out + (r - r_begin) * w.cols;
+    for (size_t k0 = 0, b = 0; k0 < w.cols; k0 += kFp8BlockSize, ++b) {
+      const float s = srow[b];
+      const size_t k1 = std::min(w.cols, k0 + kFp8BlockSize);
+      for (size_t k = k0; k < k1; ++k) o[k] = DecodeE4m3Finite(codes[k]) * s;
+    }
+  }
+}
+
+long long Fp8FindNan(const uint8_t* codes, size_t n) {
+  // Chunks scanned without an early exit (vectorised), the first hit then
+  // located in the chunk that has one.
+  constexpr size_t kChunk = 4096;
+  for (size_t i0 = 0; i0 < n; i0 += kChunk) {
+    const size_t i1 = std::min(n, i0 + kChunk);
+    uint8_t any = 0;
+    for (size_t i = i0; i < i1; ++i) any |= static_cast<uint8_t>((codes[i] & 0x7F) == 0x7F);
+    if (!any) continue;
+    for (size_t i = i0; i < i1; ++i)
+      if ((codes[i] & 0x7F) == 0x7F) return static_cast<long long>(i);
+  }
+  return -1;
 }
 
 void MatMulFp8BlockRef(const Fp8BlockView& w, const float* X, size_t n, float* Y) {

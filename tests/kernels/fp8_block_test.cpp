@@ -1,11 +1,13 @@
 // FP8 block-scaled products (fp8_block.hpp): the E4M3 decode of every code
 // against the format's definition, the checked view, the reference against
 // a float64 sum with scales that are not powers of two on ragged shapes, and
+// the weights a loader converts to (Fp8BlockToF32) and the NaN scan,
 // every variant this CPU runs (the family matmul_fp8_block) against the
 // reference at 1, 2, 7, 64 and 130 activation rows, and a row's result the
 // same bits alone as in a batch.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -97,6 +99,45 @@ TEST(Fp8E4m3, EveryVariantDecodesEveryCodeTimesItsScale) {
       });
     }
   }
+}
+
+// The weights a loader converts to (Fp8BlockToF32): every finite code times
+// a block scale that is not a power of two, on a ragged shape (rows and
+// columns crossing block edges, each block its own scale), against the
+// definition's value rounded to fp32 once; a row range lands at out's start.
+TEST(Fp8BlockToF32, EveryFiniteCodeTimesItsBlocksScaleRoundedOnce) {
+  const size_t rows = 130, cols = 300;  // 2 x 3 blocks, the last ones ragged
+  std::vector<uint8_t> codes(rows * cols);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    codes[i] = static_cast<uint8_t>((i * 37 + i / cols) & 0xFF);
+    if (IsNanCode(codes[i])) codes[i] ^= 0x01;
+  }
+  const std::vector<float> scales = {0.0173f, 3.7f, 1.0f / 3.0f, 1e-40f, 5.3e36f, 0.3f};
+  const Fp8BlockView w = MakeFp8BlockView(codes, scales, rows, cols);
+  std::vector<float> all(rows * cols, -1.0f);
+  Fp8BlockToF32(w, 0, rows, all.data());
+  size_t checked = 0;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t k = 0; k < cols; ++k) {
+      const float want = static_cast<float>(E4m3Definition(codes[r * cols + k])) * w.scale(r, k);
+      ASSERT_EQ(std::bit_cast<uint32_t>(all[r * cols + k]), std::bit_cast<uint32_t>(want))
+          << "row " << r << " col " << k << " code " << int(codes[r * cols + k]);
+      ++checked;
+    }
+  EXPECT_EQ(checked, rows * cols);
+  std::vector<float> part(2 * cols);
+  Fp8BlockToF32(w, 127, 129, part.data());  // across the row-block edge
+  for (size_t k = 0; k < 2 * cols; ++k) EXPECT_EQ(part[k], all[127 * cols + k]) << k;
+}
+
+TEST(Fp8FindNan, FindsTheFirstNanCodeOfEitherSign) {
+  std::vector<uint8_t> codes(10000, 0x7E);  // 448: the largest finite, one below NaN
+  EXPECT_EQ(Fp8FindNan(codes.data(), codes.size()), -1);
+  codes[9000] = 0x7F;
+  EXPECT_EQ(Fp8FindNan(codes.data(), codes.size()), 9000);
+  codes[4097] = 0xFF;
+  EXPECT_EQ(Fp8FindNan(codes.data(), codes.size()), 4097);
+  EXPECT_EQ(Fp8FindNan(codes.data(), 4097), -1);
 }
 
 TEST(Fp8BlockView, ChecksTheSizesOfWhatItViews) {

@@ -53,6 +53,17 @@ Fp8BlockView MakeFp8BlockView(std::span<const uint8_t> codes, std::span<const fl
 // fp32.
 float Fp8E4m3ToFloat(uint8_t code);
 
+// The weights themselves, for rows [r_begin, r_end) into out ([r_end -
+// r_begin, cols], row-major): E4M3(code) * scale rounded to fp32 once, the
+// values every product multiplies by (what a loader that needs the elements,
+// not a product, converts to). Branch-free per element, so the compiler
+// vectorises it. NaN codes must have been refused first (Fp8FindNan): this
+// decodes them as a finite value.
+void Fp8BlockToF32(const Fp8BlockView& w, size_t r_begin, size_t r_end, float* out);
+
+// The index of the first NaN code (S.1111.111) in codes[0, n), or -1.
+long long Fp8FindNan(const uint8_t* codes, size_t n);
+
 // The reference product (single-threaded plain loops, the ground truth):
 // Y[i * rows + r] = sum_k (E4M3(codes[r, k]) * scale(r, k)) * X[i * cols + k],
 // the weight rounded to fp32 once, the sum in fp32 in k order.
