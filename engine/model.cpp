@@ -54,7 +54,8 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
     return Fail(Error::InvalidArgument(
         "experts: " + std::string(ExpertFormatName(*options.experts)) + " requested, but " + dir.path +
         " holds its routed experts as " + std::string(ExpertFormatName(dir.config.expert_format)) +
-        " (requantisation at load is offered by the deepseek_v32 and qwen3_next families only)"));
+        " (requantisation at load is offered by the deepseek_v32 and qwen3_next families, and by moe-dsa-v1 from BF16 to "
+        "MXFP4, through the family registry)"));
   CheckpointSource mapped(dir.checkpoint);
   TensorSource& source = dir.source ? *dir.source : static_cast<TensorSource&>(mapped);
   // Multi-token prediction under expert parallelism would need the group

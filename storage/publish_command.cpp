@@ -2,9 +2,12 @@
 // directory and uploads the directory to s3://bucket/prefix/ or file:///dir,
 // the manifest last, so that `moe-daemon pull URI` can fetch and verify it.
 // Prints the URI and the manifest's sha256 (a revision for the MoEDeployment).
-// With --experts a directory whose family converts its checkpoint
-// (FamilyEntry::write_converted: DeepSeek-V3.2) is first written converted,
-// its routed experts requantised, and that directory is what goes up.
+// With --experts a directory that already holds its routed experts in that
+// format (FamilyEntry::stored_experts: gpt-oss's MXFP4, a converted
+// directory) goes up as it is; one whose family converts its checkpoint
+// (FamilyEntry::write_converted: DeepSeek-V3.2, Qwen3-Next, moe-dsa-v1 with
+// BF16 experts) is first written converted, its routed experts requantised,
+// and that directory is what goes up.
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -39,9 +42,10 @@ constexpr const char* kUsage =
     "  --max-attempts N         consecutive failed attempts per request before giving up (default 8)\n"
     "  --retry-base-ms N        first backoff step (default 200)\n"
     "  --quiet                  no progress output\n"
-    "  --experts mxfp4|bf16     a DeepSeek-V3.2 directory (model_type deepseek_v32): publish it converted,\n"
-    "                           its routed experts requantised to MXFP4 (or BF16), so that nodes load it\n"
-    "                           with no conversion (docs/model-format.md section 13)\n"
+    "  --experts mxfp4|bf16     the routed experts' format nodes load: a directory holding them so goes up\n"
+    "                           as it is (gpt-oss: MXFP4); a DeepSeek-V3.2 or Qwen3-Next directory, or a\n"
+    "                           moe-dsa-v1 one with BF16 experts, goes up converted, its routed experts\n"
+    "                           requantised, so that nodes load it with no conversion (docs/model-format.md)\n"
     "  --converted-dir D        with --experts: where the converted directory is written first (default\n"
     "                           DIR.mxfp4 or DIR.bf16); one already there from an earlier run is published as it is\n";
 
@@ -118,6 +122,20 @@ Result<PublishArgs> ParseArgs(int argc, char** argv) {
 // The family registry decides which directories convert and how.
 Result<std::string> ConvertedDirectory(const PublishArgs& a) {
   MOE_ASSIGN_OR_RETURN(const engine::FamilyEntry* family, engine::FindFamily(a.dir));
+  if (family->stored_experts) {
+    MOE_ASSIGN_OR_RETURN(std::optional<engine::ExpertFormat> stored, family->stored_experts(a.dir));
+    if (stored == a.experts) {
+      if (a.options.log_progress)
+        log::Info("publish: " + a.dir + " holds its routed experts as " +
+                  std::string(engine::ExpertFormatName(*a.experts)) + " already; publishing it as it is");
+      return a.dir;
+    }
+    if (stored && !family->write_converted)
+      return Fail(Error::InvalidArgument("--experts " + std::string(engine::ExpertFormatName(*a.experts)) + ": " +
+                                         a.dir + " is a " + family->name + " directory, which holds its routed experts as " +
+                                         std::string(engine::ExpertFormatName(*stored)) +
+                                         " and has no conversion to another format"));
+  }
   if (!family->write_converted || !family->converted_experts) {
     std::string converting;
     for (const engine::FamilyEntry& f : engine::Families())

@@ -57,16 +57,19 @@ TEST(FamilyRegistry, NamesAreUniqueAndEveryEntryLoads) {
   EXPECT_TRUE(names.count("moe-dsa-v1"));
 }
 
-// Publishing asks the registry for a conversion: DeepSeek-V3.2 has one (its
-// converted directory is named by the experts it holds), the others none,
-// and a directory that is not a converted one says so (nullopt).
-TEST(FamilyRegistry, OnlyDeepseekV32ConvertsForPublishing) {
+// Publishing asks the registry what a directory holds and for a conversion:
+// DeepSeek-V3.2, Qwen3-Next and moe-dsa-v1 convert (their converted
+// directories are named by the experts they hold), gpt-oss does not (its
+// published experts are MXFP4); a directory that is not a converted one says
+// so (nullopt), and each family says how a directory stores its experts.
+TEST(FamilyRegistry, ConvertingFamiliesAndStoredExperts) {
   std::set<std::string> converting;
   for (const FamilyEntry& f : Families()) {
     EXPECT_EQ(f.write_converted == nullptr, f.converted_experts == nullptr) << f.name;
+    EXPECT_NE(f.stored_experts, nullptr) << f.name;
     if (f.write_converted) converting.insert(f.name);
   }
-  EXPECT_EQ(converting, (std::set<std::string>{"deepseek_v32"}));
+  EXPECT_EQ(converting, (std::set<std::string>{"deepseek_v32", "qwen3_next", "moe-dsa-v1"}));
   auto ds = FindFamily(ConfigDir("ds32", R"({"model_type": "deepseek_v32"})"));
   ASSERT_TRUE(ds) << ds.error().ToString();
   ASSERT_NE((*ds)->converted_experts, nullptr);
@@ -81,7 +84,29 @@ TEST(FamilyRegistry, OnlyDeepseekV32ConvertsForPublishing) {
   auto held = (*ds)->converted_experts(dir);
   ASSERT_TRUE(held) << held.error().ToString();
   EXPECT_FALSE(held->has_value());
+  auto stored = (*ds)->stored_experts(dir);  // FP8 as published: neither format
+  ASSERT_TRUE(stored) << stored.error().ToString();
+  EXPECT_FALSE(stored->has_value());
   std::filesystem::remove_all(dir);
+
+  const auto stored_of = [](const std::string& d) -> std::string {
+    auto f = FindFamily(d);
+    if (!f) return "error: " + f.error().ToString();
+    auto s = (*f)->stored_experts(d);
+    if (!s) return "error: " + s.error().ToString();
+    return *s ? std::string(ExpertFormatName(**s)) : "none";
+  };
+  EXPECT_EQ(stored_of(ConfigDir("gptoss_stored", R"({"model_type": "gpt_oss"})")), "mxfp4");
+  EXPECT_EQ(stored_of(ConfigDir("qwen_stored", R"({"model_type": "qwen3_next"})")), "bf16");
+  EXPECT_EQ(stored_of(ConfigDir("qwen_converted",
+                                R"({"model_type": "qwen3_next", "moeserve_converted": {"routed_experts": "mxfp4"}})")),
+            "mxfp4");
+  EXPECT_EQ(stored_of(root + "/models/tiny-agent/bf16"), "bf16");
+  EXPECT_EQ(stored_of(root + "/models/tiny-agent/mxfp4"), "mxfp4");
+  // A marker naming a format the engine does not hold.
+  EXPECT_NE(stored_of(ConfigDir("qwen_bad", R"({"model_type": "qwen3_next", "moeserve_converted": {"routed_experts": "fp8"}})"))
+                .find("moeserve_converted.routed_experts: 'fp8' is not"),
+            std::string::npos);
 }
 
 // The engine opened through the registry serves moe-dsa-v1 as Create does.

@@ -13,6 +13,9 @@
 
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/engine/families/deepseek_v32.hpp"
+#include "moeserve/engine/family_registry.hpp"
+#include "moeserve/engine/model.hpp"
+#include "moeserve/engine/safetensors.hpp"
 #include "moeserve/storage/commands.hpp"
 #include "moeserve/storage/model_publisher.hpp"
 #include "moeserve/storage/weight_puller.hpp"
@@ -375,11 +378,64 @@ TEST(PublishCommand, DeepseekExpertsConvertedThenPulled) {
   EXPECT_NE(opened->checkpoint.Find("layers.1.ffn.experts.w2.scales"), nullptr);
   EXPECT_EQ(opened->source, nullptr);
 
-  // Not DeepSeek-V3.2; --converted-dir alone; a converted directory of the other format.
+  // A family with no conversion to the format asked (gpt-oss: MXFP4 only);
+  // --converted-dir alone; a converted directory of the other format.
   WriteText(root + "/other/config.json", "{\"model_type\": \"gpt_oss\"}");
-  EXPECT_EQ(run({"publish", root + "/other", "file://" + target, "--experts", "mxfp4", "--quiet"}), 1);
+  EXPECT_EQ(run({"publish", root + "/other", "file://" + target, "--experts", "bf16", "--quiet"}), 1);
   EXPECT_EQ(run({"publish", src, "file://" + target, "--converted-dir", converted, "--quiet"}), 2);
   EXPECT_EQ(run({"publish", src, "file://" + target, "--experts", "bf16", "--converted-dir", converted, "--quiet"}), 1);
+  fs::remove_all(root);
+}
+
+// --experts mxfp4: a Qwen3-Next directory as published (BF16 experts) goes up
+// converted, and what a node pulls loads MXFP4 experts with no
+// requantisation (the converted tensors mapped as they are); a gpt-oss
+// directory, whose published experts are MXFP4, goes up as it is.
+TEST(PublishCommand, Qwen3NextExpertsConvertedAndGptOssAsItIs) {
+  const std::string root = MakeTempDir("publish-qwen3");
+  const std::string src = root + "/published", converted = root + "/converted", target = root + "/target";
+  const char* source_dir = std::getenv("MOESERVE_SOURCE_DIR");
+  const std::string tools = std::string(source_dir ? source_dir : MOESERVE_SOURCE_DIR_DEFAULT) + "/tools/reference/";
+  const std::string cmd = "/usr/bin/python3 " + tools + "families/qwen3_next.py write --out " + src + " --vocab 4096 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  WriteText(src + "/generation_config.json", "{\"do_sample\": true}");  // what the model's other readers need
+  fs::create_directories(target);
+  const auto run = [](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return RunPublishCommand(static_cast<int>(argv.size()), argv.data());
+  };
+  ASSERT_EQ(run({"publish", src, "file://" + target, "--experts", "mxfp4", "--converted-dir", converted, "--quiet"}), 0);
+  PullOptions po;
+  po.revision = "v1";
+  po.log_progress = false;
+  auto pulled = WeightPuller({root + "/cache"}).Pull("file://" + target, po);
+  ASSERT_TRUE(pulled) << pulled.error().ToString();
+  EXPECT_NE(ReadAll(pulled->dir + "/config.json").find("\"moeserve_converted\""), std::string::npos);
+  EXPECT_EQ(ReadAll(pulled->dir + "/generation_config.json"), "{\"do_sample\": true}");
+  auto ck = engine::Checkpoint::Open(pulled->dir);
+  ASSERT_TRUE(ck) << ck.error().ToString();
+  EXPECT_NE(ck->Find("layers.0.ffn.experts.w13.blocks"), nullptr);
+  EXPECT_EQ(ck->Find("model.layers.0.mlp.experts.0.gate_proj.weight"), nullptr);
+  engine::ModelOptions mo;
+  auto model = engine::LoadLayerGraph(pulled->dir, mo);
+  ASSERT_TRUE(model) << model.error().ToString();
+  EXPECT_EQ((*model)->config().expert_format, engine::ExpertFormat::kMxfp4);
+  // Asked for BF16, the converted directory refuses (its experts are MXFP4's values now).
+  mo.experts = engine::ExpertFormat::kBf16;
+  auto refused = engine::LoadLayerGraph(pulled->dir, mo);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("holds its routed experts converted to mxfp4"), std::string::npos)
+      << refused.error().message();
+
+  // gpt-oss with --experts mxfp4: published as it is, no converted directory.
+  const std::string gpt = root + "/gpt-oss", gpt_target = root + "/gpt-target";
+  const std::string write = "/usr/bin/python3 " + tools + "gpt_oss.py write --out " + gpt + " --layers 1 --vocab 1000 2>&1";
+  ASSERT_EQ(std::system(write.c_str()), 0) << write;
+  fs::create_directories(gpt_target);
+  ASSERT_EQ(run({"publish", gpt, "file://" + gpt_target, "--experts", "mxfp4", "--quiet"}), 0);
+  EXPECT_FALSE(fs::exists(gpt + ".mxfp4"));
+  EXPECT_EQ(ReadAll(gpt_target + "/config.json"), ReadAll(gpt + "/config.json"));
   fs::remove_all(root);
 }
 

@@ -118,7 +118,9 @@ Result<std::optional<ExpertFormat>> ConvertedExperts(const std::string& out) {
 }  // namespace
 
 FamilyEntry DeepseekV32Family() {
-  return {deepseek_v32::kModelType, Matches, Load, WriteConvertedDir, ConvertedExperts};
+  // Stored as published: FP8 (or BF16 in published names), converted only by
+  // WriteConverted, whose marker says the format.
+  return {deepseek_v32::kModelType, Matches, Load, WriteConvertedDir, ConvertedExperts, ConvertedExperts};
 }
 
 }  // namespace moeserve::engine

@@ -24,8 +24,13 @@ Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
                     options.bf16_activations && !reference);
 }
 
+// Published with MXFP4 routed experts (the format gpt-oss was trained in).
+Result<std::optional<ExpertFormat>> StoredExperts(const std::string&) {
+  return std::optional<ExpertFormat>(ExpertFormat::kMxfp4);
+}
+
 }  // namespace
 
-FamilyEntry GptOssFamily() { return {"gpt-oss", Matches, Load}; }
+FamilyEntry GptOssFamily() { return {"gpt-oss", Matches, Load, nullptr, nullptr, StoredExperts}; }
 
 }  // namespace moeserve::engine

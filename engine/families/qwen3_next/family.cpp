@@ -104,8 +104,21 @@ Result<FamilyParts> Load(const std::string& dir, const ModelOptions& options) {
   return parts;
 }
 
+// publish --experts: the converted directory nodes load without requantising.
+Status WriteConvertedDir(const std::string& dir, const std::string& out, const ConversionOptions& options) {
+  return qwen3_next::WriteConverted(dir, out, options.experts);
+}
+
+// As published the routed experts are BF16; a converted directory says.
+Result<std::optional<ExpertFormat>> StoredExperts(const std::string& dir) {
+  MOE_ASSIGN_OR_RETURN(std::optional<ExpertFormat> converted, qwen3_next::ConvertedExperts(dir));
+  return converted ? converted : std::optional<ExpertFormat>(ExpertFormat::kBf16);
+}
+
 }  // namespace
 
-FamilyEntry Qwen3NextFamily() { return {"qwen3_next", Matches, Load}; }
+FamilyEntry Qwen3NextFamily() {
+  return {"qwen3_next", Matches, Load, WriteConvertedDir, qwen3_next::ConvertedExperts, StoredExperts};
+}
 
 }  // namespace moeserve::engine

@@ -1,9 +1,12 @@
 // Qwen3-Next's checkpoint mapped onto the shared layer graph (graph.hpp).
 #include "families/qwen3_next/graph.hpp"
 
+#include "families/converted_dir.hpp"
+
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "moeserve/common/log.hpp"
 #include "moeserve/engine/dtype.hpp"
@@ -66,6 +69,12 @@ class PublishedSource final : public TensorSource {
     const auto it = recipes_.find(name);
     if (it == recipes_.end()) return Fail(Error::NotFound("tensor '" + name + "' is missing"));
     return it->second();
+  }
+  // Every engine tensor the mapping makes (a converted directory's contents).
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, recipe] : recipes_) names.push_back(name);
+    return names;
   }
 
  private:
@@ -181,9 +190,15 @@ class PublishedSource final : public TensorSource {
         const long long bad = kernels::Mxfp4EncodeMatrix(f32.data(), static_cast<size_t>(R), static_cast<size_t>(cols),
                                                          blocks.data() + static_cast<size_t>(e) * (n / 2),
                                                          scale_bytes.data() + static_cast<size_t>(e) * (n / 32));
-        if (bad >= 0)
-          return Fail(Error::Corruption(base + ".experts." + std::to_string(e),
-                                        "element " + std::to_string(bad) + " is not finite; cannot requantise to MXFP4"));
+        if (bad >= 0) {
+          // Name the published tensor and its element (row, column).
+          const size_t k = static_cast<size_t>(bad) / part, at = static_cast<size_t>(bad) % part;
+          const std::string name = base + ".experts." + std::to_string(e) + "." + names[k] + ".weight";
+          return Fail(Error::Corruption(name, "element " + std::to_string(at) + " (row " +
+                                                  std::to_string(at / static_cast<size_t>(cols)) + ", column " +
+                                                  std::to_string(at % static_cast<size_t>(cols)) +
+                                                  ") is not finite; cannot requantise to MXFP4"));
+        }
       }
       if (scales) return Made(base_out + ".scales", DType::kU8, {E, R, B}, std::move(scale_bytes));
       pending_scales_name_ = base_out;
@@ -324,7 +339,49 @@ ModelConfig ToModelConfig(const Config& c) {
   return sc;
 }
 
+namespace {
+
+// A directory WriteConverted made: the engine's tensors, mapped as they are.
+Result<std::unique_ptr<Model>> LoadConverted(const std::string& dir, const Config& config, ExpertFormat held,
+                                             const ModelOptions& options) {
+  if (options.experts && *options.experts != held)
+    return Fail(Error::InvalidArgument("experts: " + std::string(ExpertFormatName(*options.experts)) + " requested, but " +
+                                       dir + " holds its routed experts converted to " +
+                                       std::string(ExpertFormatName(held)) + " (publish the published directory again)"));
+  MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  ModelConfig mc = ToModelConfig(config);
+  mc.expert_format = held;
+  if (ck.Find("mtp.0.eh_proj.weight")) {
+    mc.num_nextn_predict_layers = 1;
+    mc.mtp_kind = LayerKind::kGqa;
+    mc.mtp_moe = config.num_experts > 0;
+  }
+  log::Info("qwen3_next: " + dir + " was converted before (routed experts " + std::string(ExpertFormatName(held)) +
+            "): loaded as it is");
+  ModelDir opened{.path = dir,
+                  .config = mc,
+                  .checkpoint = std::move(ck),
+                  .tokenizer = Tokenizer::Builtin(mc.vocab_size),
+                  .warnings = {},
+                  .family = "qwen3_next",
+                  .source = nullptr};
+  return Model::Load(opened, options);
+}
+
+Status CheckMxfp4Shape(const std::string& dir, const Config& c) {
+  if (c.hidden_size % 32 || c.moe_intermediate_size % 32)
+    return Fail(Error::InvalidArgument("experts: mxfp4 requested, but " + dir + "/config.json has hidden_size " +
+                                       std::to_string(c.hidden_size) + " and moe_intermediate_size " +
+                                       std::to_string(c.moe_intermediate_size) +
+                                       ": both must be multiples of 32 (MXFP4 blocks)"));
+  return Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const Config& config, const ModelOptions& options) {
+  MOE_ASSIGN_OR_RETURN(std::optional<ExpertFormat> converted, families::ConvertedMarker(dir));
+  if (converted) return LoadConverted(dir, config, *converted, options);
   MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   ModelConfig mc = ToModelConfig(config);
   // The multi-token-prediction layer: the graph's MTP module (a gated-GQA
@@ -342,11 +399,7 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const Config& c
   }
   // experts: mxfp4 requantises the published BF16 experts at load.
   mc.expert_format = options.experts.value_or(ExpertFormat::kBf16);
-  if (mc.expert_format == ExpertFormat::kMxfp4 && (mc.hidden_size % 32 || mc.moe.moe_intermediate_size % 32))
-    return Fail(Error::InvalidArgument("experts: mxfp4 requested, but " + dir + "/config.json has hidden_size " +
-                                       std::to_string(mc.hidden_size) + " and moe_intermediate_size " +
-                                       std::to_string(mc.moe.moe_intermediate_size) +
-                                       ": both must be multiples of 32 (MXFP4 blocks)"));
+  if (mc.expert_format == ExpertFormat::kMxfp4) MOE_TRY(CheckMxfp4Shape(dir, config));
   ModelDir opened{.path = dir,
                   .config = mc,
                   .checkpoint = Checkpoint(),
@@ -361,5 +414,23 @@ Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const ModelOpti
   MOE_ASSIGN_OR_RETURN(Config config, LoadConfig(dir));
   return LoadModel(dir, config, options);
 }
+
+Status WriteConverted(const std::string& dir, const std::string& out, ExpertFormat experts, uint64_t max_shard_bytes) {
+  MOE_ASSIGN_OR_RETURN(Config config, LoadConfig(dir));
+  MOE_ASSIGN_OR_RETURN(std::optional<ExpertFormat> converted, families::ConvertedMarker(dir));
+  if (converted)
+    return Fail(Error::InvalidArgument(dir + " is already converted (routed experts " +
+                                       std::string(ExpertFormatName(*converted)) + "); convert the published directory"));
+  if (experts == ExpertFormat::kMxfp4) MOE_TRY(CheckMxfp4Shape(dir, config));
+  MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  const bool has_mtp = ck.Find("mtp.fc.weight") && ck.Find("mtp.layers.0.input_layernorm.weight");
+  PublishedSource source(config, std::move(ck), experts, has_mtp);
+  MOE_ASSIGN_OR_RETURN(nlohmann::ordered_json cfg, families::ConvertedConfig(dir, experts));
+  families::ConvertedDirPlan plan{.names = source.Names(), .source = &source, .config_json = cfg.dump(2) + "\n",
+                                  .max_shard_bytes = max_shard_bytes};
+  return families::WriteConvertedDir(dir, out, plan);
+}
+
+Result<std::optional<ExpertFormat>> ConvertedExperts(const std::string& dir) { return families::ConvertedMarker(dir); }
 
 }  // namespace moeserve::engine::qwen3_next

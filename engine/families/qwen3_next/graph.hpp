@@ -26,7 +26,9 @@
 // only with ModelOptions::mtp.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "families/qwen3_next/config.hpp"
@@ -44,5 +46,19 @@ ModelConfig ToModelConfig(const Config& c);
 // that rank's routed experts). Errors name the published tensor.
 Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const Config& config, const ModelOptions& options);
 Result<std::unique_ptr<Model>> LoadModel(const std::string& dir, const ModelOptions& options);
+
+// DIR written converted into OUT (`moe-daemon publish --experts`): the
+// tensors of the mapping above under the engine's names, the routed experts
+// in `experts` (MXFP4: requantised from the published BF16 values), in
+// shards of about max_shard_bytes; config.json as published plus
+// "moeserve_converted": {"routed_experts": ...}. LoadModel maps such a
+// directory as it is (no requantisation; another experts format asked of
+// it is refused). Refused: OUT existing, DIR already converted.
+Status WriteConverted(const std::string& dir, const std::string& out, ExpertFormat experts,
+                      uint64_t max_shard_bytes = 4ull << 30);
+
+// The routed experts' format of a directory WriteConverted wrote (nullopt
+// for any other directory); errors name the file.
+Result<std::optional<ExpertFormat>> ConvertedExperts(const std::string& dir);
 
 }  // namespace moeserve::engine::qwen3_next

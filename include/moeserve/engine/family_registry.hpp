@@ -48,6 +48,10 @@ struct FamilyEntry {
   // With write_converted: the routed experts' format of a directory it wrote
   // (nullopt when OUT is not one); errors name the file.
   Result<std::optional<ExpertFormat>> (*converted_experts)(const std::string& out) = nullptr;
+  // The routed experts' format of DIR as it is stored, published or
+  // converted (nullopt: neither MXFP4 nor BF16, DeepSeek-V3.2's FP8 release):
+  // `publish --experts` of that format publishes DIR as it is. Null: none.
+  Result<std::optional<ExpertFormat>> (*stored_experts)(const std::string& dir) = nullptr;
 };
 
 // Every registered family, in matching order.

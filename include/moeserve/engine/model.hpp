@@ -88,10 +88,12 @@ struct ModelOptions {
   int indexer_tile_keys = 65536;
   // The routed experts' format in memory. Unset: as the checkpoint stores
   // them. kMxfp4 for a family that converts or maps its published
-  // checkpoint at load (deepseek_v32, qwen3_next) requantises the routed
-  // experts from their BF16 values with model.md section 7's encoder (dense
-  // layers, shared experts, attention and the indexer stay BF16). A format
-  // other than the checkpoint's is refused for every other family.
+  // checkpoint at load (deepseek_v32, qwen3_next), and for a moe-dsa-v1
+  // checkpoint with BF16 experts loaded through the family registry,
+  // requantises the routed experts from their BF16 values with model.md
+  // section 7's encoder (dense layers, shared experts, attention and the
+  // indexer stay BF16). A format other than the checkpoint's is refused
+  // for every other family, and by Model::Load itself.
   std::optional<ExpertFormat> experts;
   // Load the checkpoint's multi-token-prediction layers (draft proposals for
   // speculative decoding, FamilyModel::ProposeDrafts). Off: they are skipped
