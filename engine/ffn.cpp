@@ -15,12 +15,16 @@ namespace moeserve::engine {
 
 void Linear(const Matrix& W, const float* X, int n, float* Y, const kernels::KernelSet& k) {
   if (W.bf16) return k.matmul_bf16(W.bf16, static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
+  // FP8 with block scales (one row in decode, a batch's rows, or a prefill
+  // chunk): the weights stay one byte each, scaled in fp32 as they are read.
+  if (W.fp8) return k.matmul_fp8_block(W.fp8_view(), X, static_cast<size_t>(n), Y);
   k.matmul_f32(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
 }
 
 void LinearMany(std::initializer_list<LinearJob> jobs, int n, const kernels::KernelSet& k) {
   // A decode step's projections (up to kSmallBatchMaxRows rows) share one
-  // parallel pass when every matrix is BF16.
+  // parallel pass when every matrix is BF16. FP8 ones run one product each
+  // (matmul_fp8_block splits each matrix's rows across the pool).
   bool batched = static_cast<size_t>(n) <= kernels::kSmallBatchMaxRows;
   for (const LinearJob& j : jobs) batched = batched && j.W->bf16 != nullptr;
   if (!batched) {

@@ -91,7 +91,7 @@ struct LayerContext {
 };
 
 // Linear helpers over the batch: Y[N, W.rows] = X[N, W.cols] W^T, by the
-// given kernels' BF16 or fp32 product.
+// given kernels' BF16, FP8 block-scaled (matmul_fp8_block) or fp32 product.
 void Linear(const Matrix& W, const float* X, int n, float* Y, const kernels::KernelSet& k);
 // Several Linears over n rows each, as one parallel pass when they are all
 // BF16 matrix-vector products (decode): the projections of one input are

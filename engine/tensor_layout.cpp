@@ -1,6 +1,8 @@
 #include "moeserve/engine/tensor_layout.hpp"
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -150,7 +152,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 bool DTypeAllowed(TensorClass cls, DType t) {
   switch (cls) {
     case TensorClass::kFloat32: return t == DType::kF32;
-    case TensorClass::kBf16: return t == DType::kBF16 || t == DType::kF32;
+    case TensorClass::kBf16: return t == DType::kBF16 || t == DType::kF32 || t == DType::kF8E4M3;
     case TensorClass::kMxfp4Blocks:
     case TensorClass::kMxfp4Scales: return t == DType::kU8;
     case TensorClass::kBf16Experts: return t == DType::kBF16;
@@ -171,10 +173,35 @@ std::string ExpertWeightBase(const std::string& name) {
 std::string_view AllowedText(TensorClass cls) {
   switch (cls) {
     case TensorClass::kFloat32: return "F32";
-    case TensorClass::kBf16: return "BF16 or F32";
+    case TensorClass::kBf16: return "BF16, F32, or F8_E4M3 with its weight_scale_inv";
     case TensorClass::kBf16Experts: return "BF16, as quantization.format \"bf16\" says";
     default: return "U8 (MXFP4)";
   }
+}
+
+// An FP8 matrix's block scales (model.md 1.1): F32 [ceil(rows/128),
+// ceil(cols/128)] under the matrix's name + "_scale_inv", every one a
+// positive finite number.
+Status CheckFp8Scales(const Checkpoint& ck, const TensorSpec& spec, const TensorView& t) {
+  const std::string name = spec.name + "_scale_inv";
+  const TensorView* s = ck.Find(name);
+  if (spec.shape.size() != 2)
+    return Fail(Error::Corruption(*t.file, "tensor '" + spec.name + "': F8_E4M3 is allowed for matrices only"));
+  const std::vector<int64_t> want = {(spec.shape[0] + 127) / 128, (spec.shape[1] + 127) / 128};
+  if (!s)
+    return Fail(Error::Corruption(*t.file, "tensor '" + spec.name + "' is F8_E4M3 but its block scales '" + name +
+                                               "' (F32 " + ShapeString(want) + ") are missing"));
+  if (s->dtype != DType::kF32 || s->shape != want)
+    return Fail(Error::Corruption(*s->file, "tensor '" + name + "': " + std::string(DTypeName(s->dtype)) + " " +
+                                                s->ShapeString() + ", expected F32 " + ShapeString(want)));
+  for (size_t i = 0; i < static_cast<size_t>(want[0] * want[1]); ++i) {
+    float v;
+    std::memcpy(&v, s->data + 4 * i, 4);
+    if (!std::isfinite(v) || v <= 0.0f)
+      return Fail(Error::Corruption(*s->file, "tensor '" + name + "': block " + std::to_string(i) + " scale " +
+                                                  std::to_string(v) + " is not a positive finite number"));
+  }
+  return Ok();
 }
 
 }  // namespace
@@ -211,6 +238,10 @@ Status ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& config, std::
     if (t->shape != spec.shape)
       return Fail(Error::Corruption(*t->file, "tensor '" + spec.name + "': shape " + t->ShapeString() +
                                                   " but the config needs " + ShapeString(spec.shape)));
+    if (t->dtype == DType::kF8E4M3) {
+      MOE_TRY(CheckFp8Scales(ck, spec, *t));
+      expected.insert(spec.name + "_scale_inv");
+    }
     if (spec.cls == TensorClass::kMxfp4Scales) {
       long long bad = kernels::Mxfp4FindNanScale(t->data, t->nbytes);
       if (bad >= 0)
@@ -243,6 +274,10 @@ ModelSummary Summarize(const Checkpoint& ck, const ModelConfig& c) {
     if (!t) continue;
     s.bytes_by_dtype[std::string(DTypeName(t->dtype))] += t->nbytes;
     s.total_bytes += t->nbytes;
+    if (const TensorView* fs = t->dtype == DType::kF8E4M3 ? ck.Find(spec.name + "_scale_inv") : nullptr) {
+      s.bytes_by_dtype[std::string(DTypeName(fs->dtype))] += fs->nbytes;  // FP8 block scales: bytes, not parameters
+      s.total_bytes += fs->nbytes;
+    }
     if (spec.cls == TensorClass::kMxfp4Scales) continue;  // scales are not parameters (BF16 experts: one per element)
     int64_t params = t->numel();
     if (spec.cls == TensorClass::kMxfp4Blocks) params *= 2;  // two E2M1 elements per byte

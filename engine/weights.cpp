@@ -1,7 +1,10 @@
 #include "weights.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
+#include <span>
 
 #include "moeserve/engine/tensor_layout.hpp"
 
@@ -10,6 +13,9 @@ namespace {
 
 // Tensors were validated (presence, dtype, shape) by ValidateCheckpoint;
 // these helpers only convert.
+
+// An FP8 matrix's block scales (model.md 1.1): "x.weight" -> "x.weight_scale_inv".
+std::string Fp8ScaleName(const std::string& name) { return name + "_scale_inv"; }
 std::vector<float> ToF32(const TensorView& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   if (t.dtype == DType::kF32) {
@@ -33,23 +39,52 @@ class Loader {
     MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
     return ToF32(h.view);
   }
+  // A matrix whose elements the layers index: fp32 (FP8 converted exactly,
+  // code * scale rounded once).
   Result<Matrix> Mat(const std::string& name) {
     MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
+    if (h.view.dtype == DType::kF8E4M3) {
+      if (h.view.shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
+      MOE_ASSIGN_OR_RETURN(HeldTensor hs, src_.Get(Fp8ScaleName(name)));
+      std::vector<float> scales(ScaleCount(h.view));
+      MOE_ASSIGN_OR_RETURN(kernels::Fp8BlockView v, Fp8View(name, h.view, hs.view, scales));
+      Matrix m{std::vector<float>(v.rows * v.cols), {}, nullptr, nullptr, static_cast<int>(v.rows), static_cast<int>(v.cols)};
+      kernels::Fp8BlockToF32(v, 0, v.rows, m.w.data());
+      return m;
+    }
     return MatOf(name, h.view);
   }
-  // A matrix only multiplied through Linear(): BF16 stays BF16.
+  // A matrix only multiplied through Linear(): BF16 stays BF16, FP8 stays
+  // FP8 with its block scales (both copied into the arena as stored).
   Result<Matrix> Linear(const std::string& name) {
     MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
     const TensorView* t = &h.view;
+    if (t->dtype == DType::kF8E4M3) {
+      if (t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
+      MOE_ASSIGN_OR_RETURN(HeldTensor hs, src_.Get(Fp8ScaleName(name)));
+      const size_t count = ScaleCount(*t);
+      float* scales = static_cast<float*>(arena_.Allocate(count * sizeof(float)));
+      MOE_ASSIGN_OR_RETURN(kernels::Fp8BlockView v, Fp8View(name, *t, hs.view, std::span<float>(scales, count)));
+      Matrix m;
+      void* codes = arena_.Allocate(v.rows * v.cols);
+      std::memcpy(codes, v.codes, v.rows * v.cols);
+      m.fp8 = static_cast<const uint8_t*>(codes);
+      m.fp8_scales = scales;
+      m.rows = static_cast<int>(v.rows);
+      m.cols = static_cast<int>(v.cols);
+      return m;
+    }
     if (t->dtype != DType::kBF16) return MatOf(name, *t);
     if (t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
-    Matrix m;
-    void* dst = arena_.Allocate(t->nbytes);
-    std::memcpy(dst, t->data, t->nbytes);
-    m.bf16 = static_cast<const uint16_t*>(dst);
-    m.rows = static_cast<int>(t->shape[0]);
-    m.cols = static_cast<int>(t->shape[1]);
-    return m;
+    return Bf16Copy(*t);
+  }
+  // The matrix as stored when it is BF16 (copied into the arena), else an
+  // empty one: the absorbed MLA form's BF16 copy of wkv_b, read only when
+  // the checkpoint holds BF16.
+  Result<Matrix> Bf16IfStored(const std::string& name) {
+    MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
+    if (h.view.dtype != DType::kBF16 || h.view.shape.size() != 2) return Matrix{};
+    return Bf16Copy(h.view);
   }
   // Experts [first, first + count) only: the checkpoint is mapped, so the
   // pages of other ranks' experts are never read.
@@ -76,9 +111,46 @@ class Loader {
   }
 
  private:
+  Matrix Bf16Copy(const TensorView& t) {
+    Matrix m;
+    void* dst = arena_.Allocate(t.nbytes);
+    std::memcpy(dst, t.data, t.nbytes);
+    m.bf16 = static_cast<const uint16_t*>(dst);
+    m.rows = static_cast<int>(t.shape[0]);
+    m.cols = static_cast<int>(t.shape[1]);
+    return m;
+  }
   static Result<Matrix> MatOf(const std::string& name, const TensorView& t) {
     if (t.shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
-    return Matrix{ToF32(t), {}, static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1])};
+    return Matrix{ToF32(t), {}, nullptr, nullptr, static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1])};
+  }
+  // An FP8 matrix and its block scales, checked (a source need not have been
+  // validated as a whole): shapes, dtypes, no NaN code, every scale a
+  // positive finite number. The view's scales are a copy (`scales`: a mapped
+  // F32 tensor need not be 4-byte aligned).
+  static Result<kernels::Fp8BlockView> Fp8View(const std::string& name, const TensorView& t, const TensorView& s,
+                                               std::span<float> scales) {
+    const size_t rows = static_cast<size_t>(t.shape[0]), cols = static_cast<size_t>(t.shape[1]);
+    const kernels::Fp8BlockView v{t.data, scales.data(), rows, cols};
+    const std::vector<int64_t> want = {static_cast<int64_t>(v.scale_rows()), static_cast<int64_t>(v.scale_cols())};
+    if (s.dtype != DType::kF32 || s.shape != want || scales.size() != v.scale_rows() * v.scale_cols())
+      return Fail(Error::Corruption(*s.file, "tensor '" + Fp8ScaleName(name) + "': " + std::string(DTypeName(s.dtype)) +
+                                                 " " + s.ShapeString() + ", expected F32 [" + std::to_string(want[0]) +
+                                                 ", " + std::to_string(want[1]) + "] (the 128 x 128 block scales of '" +
+                                                 name + "')"));
+    std::memcpy(scales.data(), s.data, scales.size() * sizeof(float));
+    for (size_t i = 0; i < scales.size(); ++i)
+      if (!std::isfinite(scales[i]) || scales[i] <= 0.0f)
+        return Fail(Error::Corruption(*s.file, "tensor '" + Fp8ScaleName(name) + "': block " + std::to_string(i) +
+                                                   " scale " + std::to_string(scales[i]) +
+                                                   " is not a positive finite number"));
+    if (const long long bad = kernels::Fp8FindNan(t.data, rows * cols); bad >= 0)
+      return Fail(Error::Corruption(*t.file, "tensor '" + name + "': element [" + std::to_string(bad / static_cast<long long>(cols)) +
+                                                 ", " + std::to_string(bad % static_cast<long long>(cols)) + "] is an FP8 NaN"));
+    return v;
+  }
+  static size_t ScaleCount(const TensorView& t) {
+    return kernels::Fp8BlockScaleCount(static_cast<size_t>(t.shape[0]), static_cast<size_t>(t.shape[1]));
   }
   // BF16 experts (model.md 1.2): this rank's slice copied as stored, each
   // expert a BF16 [rows, cols] matrix for the BF16 kernels.
@@ -131,7 +203,9 @@ class ShapeCheckedSource final : public TensorSource {
     bool dtype_ok = false;
     switch (spec.cls) {
       case TensorClass::kFloat32: dtype_ok = t.dtype == DType::kF32; break;
-      case TensorClass::kBf16: dtype_ok = t.dtype == DType::kBF16 || t.dtype == DType::kF32; break;
+      case TensorClass::kBf16:
+        dtype_ok = t.dtype == DType::kBF16 || t.dtype == DType::kF32 || t.dtype == DType::kF8E4M3;
+        break;
       case TensorClass::kBf16Experts: dtype_ok = t.dtype == DType::kBF16; break;
       default: dtype_ok = t.dtype == DType::kU8; break;
     }
@@ -184,7 +258,7 @@ Result<LayerWeights> LoadBlock(Loader& L, kernels::WeightArena& arena, const Mod
           for (size_t i = 0; i < nope; ++i)
             for (size_t l = 0; l < kvl; ++l) dst[(h * kvl + l) * nope + i] = src[(h * (nope + vd) + i) * kvl + l];
       };
-      MOE_ASSIGN_OR_RETURN(Matrix bf16, L.Linear(p + "attn.wkv_b.weight"));
+      MOE_ASSIGN_OR_RETURN(Matrix bf16, L.Bf16IfStored(p + "attn.wkv_b.weight"));
       if (bf16.bf16) {
         lw.wkv_b_bf16 = bf16.bf16;
         auto* t = static_cast<uint16_t*>(arena.Allocate(H * kvl * nope * sizeof(uint16_t)));

@@ -1,5 +1,5 @@
-// Weights in the layout the CPU kernels use: dense tensors as fp32 or BF16
-// (see Matrix), MXFP4 experts repacked for the integer dot-product kernels,
+// Weights in the layout the CPU kernels use: dense tensors as fp32, BF16 or
+// FP8 with block scales (see Matrix), MXFP4 experts repacked for the integer dot-product kernels,
 // BF16 experts as stored (ExpertStack).
 #pragma once
 
@@ -12,19 +12,32 @@
 #include "moeserve/engine/model_config.hpp"
 #include "moeserve/engine/safetensors.hpp"
 #include "moeserve/engine/tensor_source.hpp"
+#include "moeserve/kernels/fp8_block.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/weight_memory.hpp"
 
 namespace moeserve::engine {
 
-// A dense matrix [rows, cols]. Matrices only ever used through Linear() keep
-// the checkpoint's BF16 (decode reads half the bytes); ones whose elements
-// the layers index directly (wkv_b, conv weights, the embedding) are fp32.
+// A dense matrix [rows, cols], held one of three ways. Matrices only ever
+// used through Linear() keep the checkpoint's BF16 (decode reads half the
+// bytes) or its FP8 E4M3 codes with their 128 x 128 fp32 block scales
+// (kernels/fp8_block.hpp: one byte a weight, and exact for any float scale,
+// which a BF16 conversion is not); ones whose elements the layers index
+// directly (wkv_b, conv weights, the embedding) are fp32.
 struct Matrix {
-  std::vector<float> w;            // fp32 elements, or empty when bf16 is used
+  std::vector<float> w;            // fp32 elements, or empty when bf16 or fp8 is used
   const uint16_t* bf16 = nullptr;  // BF16 elements in ModelWeights::arena, or null
+  const uint8_t* fp8 = nullptr;    // E4M3 codes [rows, cols] in ModelWeights::arena, or null
+  const float* fp8_scales = nullptr;  // with fp8: [ceil(rows/128), ceil(cols/128)] in the arena
   int rows = 0, cols = 0;
-  size_t bytes() const { return w.size() * 4 + (bf16 ? static_cast<size_t>(rows) * cols * 2 : 0); }
+  kernels::Fp8BlockView fp8_view() const {
+    return {fp8, fp8_scales, static_cast<size_t>(rows), static_cast<size_t>(cols)};
+  }
+  size_t bytes() const {
+    const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+    return w.size() * 4 + (bf16 ? n * 2 : 0) +
+           (fp8 ? n + kernels::Fp8BlockScaleCount(static_cast<size_t>(rows), static_cast<size_t>(cols)) * 4 : 0);
+  }
 };
 
 // Routed experts [experts, rows, cols] in the checkpoint's expert format

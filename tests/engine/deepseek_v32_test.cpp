@@ -5,8 +5,12 @@
 // weight_scale_inv, two shards and an index, an MTP layer): logits within
 // 1e-3 * max|ref| at every position of a prompt and of the teacher-forced
 // continuation, greedy tokens identical, DSA selections identical (index_topk
-// 8, so the indexer really chooses); hostile configs and checkpoints fail
-// with errors naming the field or tensor.
+// 8, so the indexer really chooses); the FP8 matrices held as published
+// (block scales that are not powers of two) within 1e-5 of the reference,
+// which applies the scales in fp32 to the unrounded weights, in prefill,
+// decode and batched decode, and decode's bytes counting them as a byte a
+// weight; hostile configs and checkpoints fail with errors naming the field
+// or tensor.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,7 +57,7 @@ const std::string& TinyModel() {
   static const std::string dir = [] {
     std::string d = Temp("model");
     fs::remove_all(d);
-    std::string cmd = Script() + "write --out " + d + " --layers 3 --index-topk 8 2>&1";
+    std::string cmd = Script() + "write --out " + d + " --layers 3 --index-topk 8 --scales float 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     return d;
   }();
@@ -644,16 +648,19 @@ TEST(DeepseekV32, Mxfp4ExpertsCostAgainstTheBf16Path) {
               "argmax agrees at %d of %d positions\n",
               sum_rel / P, worst, sum_cos / P, lowest_cos, agree, P);
   EXPECT_GT(worst, 0);  // the experts really changed
-  EXPECT_LT(sum_rel / P, 0.10);  // measured 0.043
-  EXPECT_LT(worst, 0.20);         // measured 0.072
-  EXPECT_GT(sum_cos / P, 0.99);   // measured 0.9989
-  EXPECT_GE(agree, P * 7 / 8);     // measured 31 of 32
+  EXPECT_LT(sum_rel / P, 0.10);  // measured 0.041
+  EXPECT_LT(worst, 0.20);         // measured 0.073
+  EXPECT_GT(sum_cos / P, 0.99);   // measured 0.9990
+  EXPECT_GE(agree, P * 7 / 8);     // measured 30 of 32
   // Free-running greedy decode from the prompt: how many tokens agree
-  // before the first difference.
+  // before the first difference. A random model's top-2 gaps are mostly
+  // smaller than MXFP4's perturbation, so where the runs part is chance
+  // (teacher-forced, 1 or 2 of 32 choices differ): 23 of 24 agreed with the
+  // other weights rounded to BF16, 9 of 24 with them exact (FP8 kept).
   const std::vector<int> ga = FreeGreedy(**bf16, ref.tokens, 24), gb = FreeGreedy(**mx, ref.tokens, 24);
   const size_t same = static_cast<size_t>(std::mismatch(ga.begin(), ga.end(), gb.begin()).first - ga.begin());
   std::printf("greedy decode: the first %zu of %zu tokens agree\n", same, ga.size());
-  EXPECT_GE(same, 12u);  // measured 23 of 24
+  EXPECT_GE(same, 8u);  // measured 9 of 24
 }
 
 // Requantisation at load belongs to a family that converts: asking a model
@@ -724,6 +731,157 @@ TEST(DeepseekV32, ConvertedDirectoryLoadsAsTheRequantisationAtLoad) {
   EXPECT_NE(bad.error().message().find("moeserve_converted.routed_experts: 'fp8' is not"), std::string::npos)
       << bad.error().message();
   fs::remove_all(out);
+}
+
+// The largest max|a - ref| / max|ref| over the logits rows of positions
+// [first, first + rows) (a holds those rows in order).
+double WorstRelative(const std::vector<float>& a, const Reference& ref, int first, int rows) {
+  const int V = ref.vocab;
+  double worst = 0;
+  for (int p = 0; p < rows; ++p) {
+    const float* x = &a[static_cast<size_t>(p) * V];
+    const float* b = &ref.logits[static_cast<size_t>(first + p) * V];
+    double max_ref = 0, max_diff = 0;
+    for (int v = 0; v < V; ++v) {
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(b[v])));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(x[v]) - b[v]));
+    }
+    worst = std::max(worst, max_diff / max_ref);
+  }
+  return worst;
+}
+
+// FP8 weights held as published (model.md 13). The tiny checkpoint's block
+// scales are floats, not powers of two (written with --scales float): the
+// matrices the engine only multiplies stay FP8 beside their "_scale_inv"
+// scales, kv_b_proj (indexed element-wise by the absorbed form) converts to
+// F32, and the logits of every prompt position (prefill), every
+// teacher-forced decode step, and two sequences decoded as one batch match
+// the fp32 reference, which applies the scales in fp32 to the unrounded
+// weights as upstream's fp8_gemm does, within 1e-5 of max|ref|. Rounding
+// code * scale to BF16 at load (the loader before FP8 was kept) misses the
+// bound by two orders of magnitude on this checkpoint.
+constexpr double kFp8Tolerance = 1e-5;
+
+TEST(DeepseekV32, FloatBlockScalesGiveTheFp32ReferencesLogits) {
+  const Reference& ref = Ref();
+  auto image = OpenModelDir(TinyModel());
+  ASSERT_TRUE(image) << image.error().ToString();
+  const auto dtype = [&](const std::string& name) {
+    const TensorView* t = image->checkpoint.Find(name);
+    EXPECT_TRUE(t) << name;
+    return t ? t->dtype : DType::kBool;
+  };
+  for (const char* m : {"attn.wq_a", "attn.wq_b", "attn.wkv_a", "attn.wo", "attn.indexer.wq_b", "attn.indexer.wk",
+                        "ffn.shared.w1", "ffn.shared.w3", "ffn.shared.w2"}) {
+    EXPECT_EQ(dtype(std::string("layers.1.") + m + ".weight"), DType::kF8E4M3) << m;
+    EXPECT_EQ(dtype(std::string("layers.1.") + m + ".weight_scale_inv"), DType::kF32) << m;
+  }
+  for (const char* m : {"ffn.w1", "ffn.w3", "ffn.w2"}) EXPECT_EQ(dtype(std::string("layers.0.") + m + ".weight"), DType::kF8E4M3);
+  EXPECT_EQ(dtype("mtp.0.eh_proj.weight"), DType::kF8E4M3);
+  EXPECT_EQ(dtype("layers.1.attn.wkv_b.weight"), DType::kF32);
+  EXPECT_EQ(dtype("layers.1.ffn.experts.w13.weight"), DType::kBF16);  // routed experts: the experts setting's
+  EXPECT_EQ(dtype("embed.weight"), DType::kBF16);                     // published BF16
+
+  auto dir = deepseek_v32::OpenDirStreamed(TinyModel());
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  ModelOptions mo;
+  mo.kernels = KernelChoice::kReference;
+  auto model = Model::Load(*dir, mo);
+  ASSERT_TRUE(model) << model.error().ToString();
+  ASSERT_EQ(ref.positions, kPrompt + kDecode);
+  const std::vector<float> all = TeacherForced(**model, ref.tokens);
+  ASSERT_EQ(all.size(), static_cast<size_t>(ref.positions) * ref.vocab);
+  const double prefill = WorstRelative(all, ref, 0, kPrompt);
+  const std::vector<float> decoded(all.begin() + static_cast<ptrdiff_t>(kPrompt) * ref.vocab, all.end());
+  const double decode = WorstRelative(decoded, ref, kPrompt, kDecode);
+
+  // Two sequences of the same tokens decoded as one batch (2 rows through
+  // every product) after their prompts.
+  KvPool pool(16, 16, (*model)->cache_floats_per_token());
+  SequenceCache ca = (*model)->NewSequence(), cb = (*model)->NewSequence();
+  std::vector<int> prompt(ref.tokens.begin(), ref.tokens.begin() + kPrompt);
+  std::vector<float> logits, batched;
+  for (SequenceCache* c : {&ca, &cb}) {
+    ASSERT_TRUE(EnsureBlocks(pool, *c, kPrompt));
+    ForwardSegment seg{c, prompt, false};
+    ASSERT_TRUE((*model)->Forward(pool, std::span(&seg, 1), &logits));
+  }
+  double batch = 0;
+  for (int step = 0; step < kDecode; ++step) {
+    const std::vector<int> tok = {ref.tokens[static_cast<size_t>(kPrompt + step)]};
+    ASSERT_TRUE(EnsureBlocks(pool, ca, ca.length + 1));
+    ASSERT_TRUE(EnsureBlocks(pool, cb, cb.length + 1));
+    ForwardSegment segs[2] = {{&ca, tok, false}, {&cb, tok, false}};
+    ASSERT_TRUE((*model)->Forward(pool, std::span(segs, 2), &logits));
+    ASSERT_EQ(logits.size(), 2u * ref.vocab);
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> row(logits.begin() + static_cast<ptrdiff_t>(r) * ref.vocab,
+                                   logits.begin() + static_cast<ptrdiff_t>(r + 1) * ref.vocab);
+      batch = std::max(batch, WorstRelative(row, ref, kPrompt + step, 1));
+    }
+  }
+  std::printf("FP8 kept, float block scales: worst max|logit - ref| / max|ref| prefill %.3g, decode %.3g, "
+              "batched decode %.3g (bound %.0e)\n", prefill, decode, batch, kFp8Tolerance);
+  EXPECT_LE(prefill, kFp8Tolerance);
+  EXPECT_LE(decode, kFp8Tolerance);
+  EXPECT_LE(batch, kFp8Tolerance);
+}
+
+// What a decode step reads, counted from the converted tensors themselves:
+// FP8 matrices one byte a weight plus their block scales, BF16 two, F32 four
+// (kv_b_proj, norms), every tensor of the layers and the head; the
+// embedding, the routed experts and the MTP module apart.
+TEST(DeepseekV32, DecodeReadsTheFp8MatricesAsOneByteAWeight) {
+  auto image = OpenModelDir(TinyModel());
+  ASSERT_TRUE(image) << image.error().ToString();
+  auto model = Model::Load(*image);
+  ASSERT_TRUE(model) << model.error().ToString();
+  double dense = 0, fp8_bytes = 0;
+  for (const TensorView* t : image->checkpoint.AllTensors()) {
+    if (t->name == "embed.weight" || t->name.starts_with("mtp.") || t->name.find(".ffn.experts.") != std::string::npos)
+      continue;
+    dense += static_cast<double>(t->nbytes);
+    if (t->dtype == DType::kF8E4M3) fp8_bytes += static_cast<double>(t->nbytes);
+  }
+  EXPECT_GT(fp8_bytes, 0.0);
+  const DecodeWeightBytes w = (*model)->decode_weight_bytes();
+  EXPECT_EQ(w.dense, dense);
+  std::printf("decode reads %.0f dense bytes, %.0f of them FP8 codes\n", w.dense, fp8_bytes);
+}
+
+// Power-of-two block scales (a UE8M0 release): kv_b_proj converts to BF16,
+// which is exact then (and half F32's memory); the rest stays FP8; the
+// logits still match the fp32 reference within the bound.
+TEST(DeepseekV32, PowerOfTwoBlockScalesConvertKvBToBf16Exactly) {
+  const std::string d = Temp("pow2");
+  fs::remove_all(d);
+  const std::string cmd = Script() + "write --out " + d + " --layers 2 --index-topk 8 --scales pow2 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto image = OpenModelDir(d);
+  ASSERT_TRUE(image) << image.error().ToString();
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string p = "layers." + std::to_string(layer) + ".attn.";
+    const TensorView* kvb = image->checkpoint.Find(p + "wkv_b.weight");
+    const TensorView* wo = image->checkpoint.Find(p + "wo.weight");
+    ASSERT_TRUE(kvb && wo) << p;
+    EXPECT_EQ(kvb->dtype, DType::kBF16) << p;
+    EXPECT_EQ(wo->dtype, DType::kF8E4M3) << p;
+  }
+  Reference ref;
+  auto cfg = deepseek_v32::LoadConfig(d);
+  ASSERT_TRUE(cfg) << cfg.error().ToString();
+  ASSERT_TRUE(RunReference(d, Prompt(cfg->model.vocab_size), kDecode, &ref));
+  ModelOptions mo;
+  mo.kernels = KernelChoice::kReference;
+  auto model = Model::Load(*image, mo);
+  ASSERT_TRUE(model) << model.error().ToString();
+  const std::vector<float> all = TeacherForced(**model, ref.tokens);
+  ASSERT_EQ(all.size(), static_cast<size_t>(ref.positions) * ref.vocab);
+  const double worst = WorstRelative(all, ref, 0, ref.positions);
+  std::printf("power-of-two block scales: worst max|logit - ref| / max|ref| %.3g\n", worst);
+  EXPECT_LE(worst, kFp8Tolerance);
+  fs::remove_all(d);
 }
 
 // The shared checkpoint (about 57 MB) goes when the tests end.

@@ -3,11 +3,14 @@
 // tensor names and dtypes (model.md 1.1 and 1.2): planned first (every
 // tensor checked for presence, dtype and shape), then converted tensor by
 // tensor, either into one in-memory image (OpenDir) or as the weight loader
-// asks for each (OpenDirStreamed). Routed experts optionally requantised to
-// MXFP4.
+// asks for each (OpenDirStreamed). FP8 matrices the engine only multiplies
+// stay FP8 with their scales; kv_b_proj (indexed element-wise) is converted
+// exactly; routed experts are dequantised to BF16, optionally requantised to
+// MXFP4 (model.md 13).
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +24,7 @@
 #include "conversion.hpp"
 #include "moeserve/engine/families/deepseek_v32.hpp"
 #include "moeserve/engine/tensor_layout.hpp"
+#include "moeserve/kernels/fp8_block.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 
 namespace moeserve::engine::deepseek_v32 {
@@ -31,14 +35,6 @@ using detail::Output;
 using detail::Recipe;
 
 constexpr int64_t kBlock = 128;
-
-// e4m3fn code -> value; NaN for 0x7f / 0xff.
-float DecodeE4m3(uint8_t code) {
-  const int e = (code >> 3) & 0xF, m = code & 0x7;
-  if ((code & 0x7F) == 0x7F) return std::nanf("");
-  const float mag = e == 0 ? std::ldexp(static_cast<float>(m) / 8.0f, -6) : std::ldexp(1.0f + m / 8.0f, e - 7);
-  return (code & 0x80) ? -mag : mag;
-}
 
 std::string Shape(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -75,7 +71,9 @@ struct Planned {
 namespace detail {
 
 // Reads the published tensors, remembering which were used. Planning checks
-// presence, dtypes and shapes; converting (Dequant, VecInto) reads the data.
+// presence, dtypes and shapes (and the block scales of the matrices converted
+// exactly, which decide their dtype); converting (Dequant, Exact, KeepFp8,
+// VecInto) reads the data.
 class Source {
  public:
   explicit Source(const Checkpoint& ck) : ck_(ck) {}
@@ -128,7 +126,6 @@ class Source {
     if (p.scale->dtype != DType::kF32)
       return Fail(Error::Corruption(*p.scale->file, "tensor '" + p.scale_name + "' is " +
                                                         std::string(DTypeName(p.scale->dtype)) + ", expected F32"));
-    ++dequantised_;
     return p;
   }
 
@@ -136,25 +133,93 @@ class Source {
   // fp32 product rounded to nearest even, as DeepSeek's weight_dequant),
   // BF16 as stored, F32 rounded to BF16 (the engine's linear weights are BF16).
   static Status Dequant(const Planned& p, uint8_t* dst) {
-    MOE_TRY(DequantInto(p, dst));
+    MOE_TRY(ConvertInto(p, DType::kBF16, dst));
     DropPages(*p.t);
     if (p.scale) DropPages(*p.scale);
     return Ok();
   }
 
+  // A matrix the layers index element by element (wkv_b, the embedding)
+  // converted exactly, into `to`: F32 (FP8 code * scale rounded once, as
+  // upstream's fp32 products use it) or BF16 (only planned where that is
+  // exact: see ExactInBf16).
+  static Status Exact(const Planned& p, DType to, uint8_t* dst) {
+    MOE_TRY(ConvertInto(p, to, dst));
+    DropPages(*p.t);
+    if (p.scale) DropPages(*p.scale);
+    return Ok();
+  }
+
+  // Whether an FP8 matrix converts to BF16 exactly: every block scale a
+  // power of two far enough from fp32's ends that each code's (at most 4
+  // significant bits) product is a normal number; then code * scale needs
+  // no more than BF16's 8 bits. Reads the scales (a small tensor).
+  static bool ExactInBf16(const Planned& p) {
+    const size_t n = static_cast<size_t>(p.scale->numel());
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, p.scale->data + 4 * i, 4);
+      int e = 0;
+      if (!std::isfinite(v) || v <= 0 || std::frexp(v, &e) != 0.5f || e < -116 || e > 119) return false;
+    }
+    return true;
+  }
+
+  // An FP8 matrix kept as published: its codes and block scales copied
+  // (dst[0] codes, dst[1] scales), checked on the way (no NaN code, every
+  // scale a positive finite number) so that a bad one is named at load.
+  static Status KeepFp8(const Planned& p, const std::vector<uint8_t*>& dst) {
+    MOE_TRY(CheckFp8(p));
+    std::memcpy(dst[0], p.t->data, static_cast<size_t>(p.rows * p.cols));
+    std::memcpy(dst[1], p.scale->data, p.scale->nbytes);
+    DropPages(*p.t);
+    DropPages(*p.scale);
+    return Ok();
+  }
+
   bool Has(const std::string& name) const { return ck_.Find(name) != nullptr; }
   const std::set<std::string>& used() const { return used_; }
-  int dequantised() const { return dequantised_; }
+
+  // What the plan does with the FP8 matrices (for the notes).
+  int kept_fp8 = 0, exact_f32 = 0, exact_bf16 = 0, dequantised = 0;
 
  private:
-  static Status DequantInto(const Planned& p, uint8_t* dst) {
+  static Status CheckFp8(const Planned& p) {
+    const size_t ns = static_cast<size_t>(p.scale->numel());
+    for (size_t i = 0; i < ns; ++i) {
+      float v;
+      std::memcpy(&v, p.scale->data + 4 * i, 4);
+      if (!std::isfinite(v) || v <= 0)
+        return Fail(Error::Corruption(*p.scale->file, "tensor '" + p.scale_name + "': block " + std::to_string(i) +
+                                                          " scale " + std::to_string(v) +
+                                                          " is not a positive finite number"));
+    }
+    const long long bad = kernels::Fp8FindNan(p.t->data, static_cast<size_t>(p.rows * p.cols));
+    if (bad >= 0)
+      return Fail(Error::Corruption(*p.t->file, "tensor '" + p.name + "': element [" + std::to_string(bad / p.cols) + ", " +
+                                                    std::to_string(bad % p.cols) + "] is an FP8 NaN"));
+    return Ok();
+  }
+
+  // The matrix into dst as `to` (BF16 or F32). FP8: code * scale in fp32
+  // (vectorised, Fp8BlockToF32), then rounded to BF16 when asked.
+  static Status ConvertInto(const Planned& p, DType to, uint8_t* dst) {
     const TensorView* t = p.t;
-    const size_t n = static_cast<size_t>(p.rows * p.cols);
-    if (t->dtype == DType::kBF16) {
-      std::memcpy(dst, t->data, n * 2);
+    const size_t n = static_cast<size_t>(p.rows * p.cols), cols = static_cast<size_t>(p.cols);
+    if (t->dtype == to) {
+      std::memcpy(dst, t->data, n * DTypeSize(to));
       return Ok();
     }
-    if (t->dtype == DType::kF32) {
+    if (t->dtype == DType::kBF16) {  // to F32
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, t->data + 2 * i, 2);
+        const float f = Bf16ToF32(b);
+        std::memcpy(dst + 4 * i, &f, 4);
+      }
+      return Ok();
+    }
+    if (t->dtype == DType::kF32) {  // to BF16
       for (size_t i = 0; i < n; ++i) {
         float f;
         std::memcpy(&f, t->data + 4 * i, 4);
@@ -162,29 +227,28 @@ class Source {
       }
       return Ok();
     }
-    const int64_t bc = (p.cols + kBlock - 1) / kBlock;
+    MOE_TRY(CheckFp8(p));
+    // The scales copied (a mapped F32 tensor need not be 4-byte aligned).
     std::vector<float> scale(static_cast<size_t>(p.scale->numel()));
     std::memcpy(scale.data(), p.scale->data, scale.size() * 4);
-    for (size_t i = 0; i < scale.size(); ++i)
-      if (!std::isfinite(scale[i]) || scale[i] <= 0)
-        return Fail(Error::Corruption(*p.scale->file, "tensor '" + p.scale_name + "': block " + std::to_string(i) +
-                                                          " scale " + std::to_string(scale[i]) +
-                                                          " is not a positive finite number"));
-    for (int64_t r = 0; r < p.rows; ++r)
-      for (int64_t c = 0; c < p.cols; ++c) {
-        const uint8_t code = t->data[r * p.cols + c];
-        if ((code & 0x7F) == 0x7F)
-          return Fail(Error::Corruption(*t->file, "tensor '" + p.name + "': element [" + std::to_string(r) + ", " +
-                                                      std::to_string(c) + "] is an FP8 NaN"));
-        PutBf16(dst, static_cast<size_t>(r * p.cols + c),
-                F32ToBf16(DecodeE4m3(code) * scale[static_cast<size_t>((r / kBlock) * bc + c / kBlock)]));
+    const kernels::Fp8BlockView v{t->data, scale.data(), static_cast<size_t>(p.rows), cols};
+    // A block row of 128 matrix rows at a time through an fp32 buffer.
+    std::vector<float> rows(std::min<size_t>(v.rows, kernels::kFp8BlockSize) * cols);
+    for (size_t r0 = 0; r0 < v.rows; r0 += kernels::kFp8BlockSize) {
+      const size_t r1 = std::min(v.rows, r0 + kernels::kFp8BlockSize), m = (r1 - r0) * cols;
+      kernels::Fp8BlockToF32(v, r0, r1, rows.data());
+      if (to == DType::kF32) {
+        std::memcpy(dst + 4 * r0 * cols, rows.data(), m * 4);
+      } else {
+        uint8_t* out = dst + 2 * r0 * cols;
+        for (size_t i = 0; i < m; ++i) PutBf16(out, i, F32ToBf16(rows[i]));
       }
+    }
     return Ok();
   }
 
   const Checkpoint& ck_;
   std::set<std::string> used_;
-  int dequantised_ = 0;
 };
 
 Conversion::~Conversion() = default;
@@ -271,13 +335,40 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
                    }});
     return Ok();
   };
+  // A matrix the engine only multiplies through Linear(): FP8 kept as
+  // published with its block scales (model.md 1.1: "<name>_scale_inv"; the
+  // FP8 kernels scale in fp32 as upstream's fp8_gemm does, exact for any
+  // float scale), BF16 as stored, F32 rounded to BF16.
   const auto mat = [&](const std::string& from, const std::string& to, int64_t rows, int64_t cols) -> Status {
     MOE_ASSIGN_OR_RETURN(Planned p, src.PlanMatrix(from, rows, cols));
+    if (p.scale) {
+      ++src.kept_fp8;
+      out.push_back({{{to, DType::kF8E4M3, {rows, cols}},
+                      {to + "_scale_inv", DType::kF32, {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock}}},
+                     [p](const std::vector<uint8_t*>& dst) { return Source::KeepFp8(p, dst); }});
+      return Ok();
+    }
     out.push_back({{{to, DType::kBF16, {rows, cols}}},
                    [p](const std::vector<uint8_t*>& dst) { return Source::Dequant(p, dst[0]); }});
     return Ok();
   };
-  MOE_TRY(mat("model.embed_tokens.weight", "embed.weight", V, D));
+  // A matrix whose elements the layers index (the embedding's rows, wkv_b's
+  // per-head blocks in MLA's absorbed form): FP8 converted at load, exactly:
+  // to BF16 when every block scale is a power of two (code * scale fits
+  // BF16), else to F32 (code * scale rounded once, the weight upstream's
+  // fp32 products use). BF16 as stored; F32 rounded to BF16 as before.
+  const auto exact = [&](const std::string& from, const std::string& to, int64_t rows, int64_t cols) -> Status {
+    MOE_ASSIGN_OR_RETURN(Planned p, src.PlanMatrix(from, rows, cols));
+    DType dtype = DType::kBF16;
+    if (p.scale) {
+      dtype = Source::ExactInBf16(p) ? DType::kBF16 : DType::kF32;
+      ++(dtype == DType::kBF16 ? src.exact_bf16 : src.exact_f32);
+    }
+    out.push_back({{{to, dtype, {rows, cols}}},
+                   [p, dtype](const std::vector<uint8_t*>& dst) { return Source::Exact(p, dtype, dst[0]); }});
+    return Ok();
+  };
+  MOE_TRY(exact("model.embed_tokens.weight", "embed.weight", V, D));
   MOE_TRY(mat("lm_head.weight", "head.weight", V, D));
   MOE_TRY(vec("model.norm.weight", "norm.weight", D));
   // One decoder layer: published prefix p ("model.layers.3."), engine prefix q
@@ -291,7 +382,7 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
     MOE_TRY(mat(a + "q_b_proj.weight", q + "attn.wq_b.weight", H * (nope + rope), ql));
     MOE_TRY(mat(a + "kv_a_proj_with_mqa.weight", q + "attn.wkv_a.weight", kvl + rope, D));
     MOE_TRY(vec(a + "kv_a_layernorm.weight", q + "attn.kv_norm.weight", kvl));
-    MOE_TRY(mat(a + "kv_b_proj.weight", q + "attn.wkv_b.weight", H * (nope + vd), kvl));
+    MOE_TRY(exact(a + "kv_b_proj.weight", q + "attn.wkv_b.weight", H * (nope + vd), kvl));
     MOE_TRY(mat(a + "o_proj.weight", q + "attn.wo.weight", D, H * vd));
     MOE_TRY(mat(a + "indexer.wq_b.weight", q + "attn.indexer.wq_b.weight", IH * ID, ql));
     MOE_TRY(mat(a + "indexer.wk.weight", q + "attn.indexer.wk.weight", ID, D));
@@ -314,10 +405,12 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
       std::vector<Planned> up;
       for (const char* part : {"gate_proj", "up_proj"}) {
         MOE_ASSIGN_OR_RETURN(Planned pl, src.PlanMatrix(x + part + ".weight", I, D));
+        src.dequantised += pl.scale != nullptr;
         up.push_back(std::move(pl));
       }
       w13.experts.push_back(std::move(up));
       MOE_ASSIGN_OR_RETURN(Planned down, src.PlanMatrix(x + "down_proj.weight", D, I));
+      src.dequantised += down.scale != nullptr;
       w2.experts.push_back({std::move(down)});
     }
     const auto stack = experts == ExpertFormat::kMxfp4 ? Mxfp4Experts : Bf16Experts;
@@ -409,9 +502,19 @@ Result<std::unique_ptr<Conversion>> detail::PlanDir(const std::string& dir, std:
     note << " not in the checkpoint (" << mtp << " tensors found): no speculative drafts from it";
     cv->notes.push_back(note.str());
   }
-  if (cv->src->dequantised() > 0)
-    cv->notes.push_back(std::to_string(cv->src->dequantised()) +
-                        " FP8 e4m3 weights dequantised with their 128x128 weight_scale_inv blocks to BF16");
+  const Source& src = *cv->src;
+  if (src.kept_fp8 > 0)
+    cv->notes.push_back(std::to_string(src.kept_fp8) +
+                        " FP8 e4m3 matrices kept FP8 with their 128x128 weight_scale_inv blocks (scaled in fp32 by "
+                        "the FP8 kernels)");
+  if (src.exact_f32 + src.exact_bf16 > 0)
+    cv->notes.push_back(std::to_string(src.exact_f32 + src.exact_bf16) +
+                        " FP8 e4m3 matrices indexed element-wise (kv_b_proj) converted exactly: " +
+                        std::to_string(src.exact_f32) + " to F32 (block scales not all powers of two), " +
+                        std::to_string(src.exact_bf16) + " to BF16 (power-of-two block scales)");
+  if (src.dequantised > 0)
+    cv->notes.push_back(std::to_string(src.dequantised) +
+                        " FP8 e4m3 routed-expert matrices dequantised with their 128x128 weight_scale_inv blocks to BF16");
   if (format == ExpertFormat::kMxfp4)
     cv->notes.push_back("routed experts requantised from BF16 to MXFP4 (model.md section 7)");
   return cv;

@@ -55,8 +55,11 @@ struct Conversion {
 // Plans dir's conversion with the routed experts in `experts` (unset: BF16):
 // every tensor the config needs checked for presence, dtype and shape, every
 // published tensor neither used nor part of an MTP layer refused. Reads no
-// tensor data. A directory already converted (Config::converted_experts) is
-// refused: it needs no conversion.
+// tensor data but the block scales of the FP8 matrices converted at load
+// (kv_b_proj: BF16 when they are all powers of two, else F32). The other FP8
+// matrices are planned FP8, as published, with their "_scale_inv" scales.
+// A directory already converted (Config::converted_experts) is refused: it
+// needs no conversion.
 Result<std::unique_ptr<Conversion>> PlanDir(const std::string& dir, std::optional<ExpertFormat> experts);
 
 }  // namespace moeserve::engine::deepseek_v32::detail

