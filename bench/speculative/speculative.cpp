@@ -22,29 +22,11 @@
 
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
+#include "../../tests/support/forced_tokens.hpp"
 
 using namespace moeserve::engine;
 
 namespace {
-
-// Allows exactly one token sequence (every other id masked).
-class OnlyThese : public DecodeController {
- public:
-  explicit OnlyThese(std::vector<int> tokens) : tokens_(std::move(tokens)) {}
-  void Mask(std::span<float> logits) override {
-    const int allowed = tokens_[std::min(next_, tokens_.size() - 1)];
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (static_cast<int>(i) != allowed) logits[i] = -std::numeric_limits<float>::infinity();
-  }
-  std::vector<int> OnToken(int) override {
-    ++next_;
-    return {};
-  }
-
- private:
-  std::vector<int> tokens_;
-  size_t next_ = 0;
-};
 
 std::vector<int> Span(int n, uint64_t seed) {
   std::vector<int> p;
@@ -91,7 +73,7 @@ Result Run(const ModelDir& dir, SpeculativeMode mode, int batch, int copy, int d
     r.max_tokens = static_cast<int>(out.size());
     r.sampling.temperature = 0;
     r.stop_tokens = {-1};
-    r.controller = std::make_shared<OnlyThese>(out);
+    r.controller = std::make_shared<moeserve::test_support::ForcedTokens>(out);
     if (!(*engine)->Submit(std::move(r))) std::exit(1);
   }
   // The first step prefills every prompt and emits each sequence's first

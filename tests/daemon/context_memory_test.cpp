@@ -12,12 +12,14 @@
 
 #include "../../daemon/model/machine_memory.hpp"
 #include "daemon_harness.hpp"
+#include "metric_sample.hpp"
 
 namespace moeserve::daemon {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace testing;
+using moeserve::testing::MetricSample;
 
 std::string Scratch(const std::string& tag) {
   const std::string dir = ::testing::TempDir() + "/moe_ctxmem_" + tag + "_" + std::to_string(::getpid());
@@ -29,16 +31,6 @@ std::string Scratch(const std::string& tag) {
 // A user message the tiny model's byte-level tokenizer renders to more than `tokens` tokens.
 json LongMessages(int tokens) {
   return json::array({{{"role", "user"}, {"content", std::string(static_cast<size_t>(tokens), 'a')}}});
-}
-
-double Sample(const std::string& text, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  const size_t at = text.find(key);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no sample " << series;
-    return -1;
-  }
-  return std::stod(text.substr(at + key.size()));
 }
 
 TEST(ContextMemory, APoolBoundWindowRefusesOversizedRequestsWith400) {
@@ -149,9 +141,9 @@ TEST(ContextMemory, ARestartedDaemonReadsThePrefixTheLastOneLeftOnDisk) {
   EXPECT_GT(r.Json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 150) << r.body;
   auto metrics = Http(PortOf(*d), "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200) << metrics.body;
-  EXPECT_EQ(Sample(metrics.body, "moe_prefix_disk_hits_total"), 1.0);
-  EXPECT_GE(Sample(metrics.body, "moe_prefix_disk_entries"), 1.0);
-  EXPECT_EQ(Sample(metrics.body, "moe_prefix_disk_refused_total"), 0.0);
+  EXPECT_EQ(MetricSample(metrics.body, "moe_prefix_disk_hits_total"), 1.0);
+  EXPECT_GE(MetricSample(metrics.body, "moe_prefix_disk_entries"), 1.0);
+  EXPECT_EQ(MetricSample(metrics.body, "moe_prefix_disk_refused_total"), 0.0);
   d->Shutdown(1);
 }
 

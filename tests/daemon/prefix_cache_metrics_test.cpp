@@ -15,20 +15,12 @@
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/model_gen.hpp"
 #include "daemon_harness.hpp"
+#include "metric_sample.hpp"
 
 namespace moeserve::daemon {
 namespace {
 
-// The value of the sample line that starts with `series ` ("name{labels}").
-double Sample(const std::string& text, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  size_t at = text.find(key);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no sample " << series;
-    return -1;
-  }
-  return std::stod(text.substr(at + key.size()));
-}
+using moeserve::testing::MetricSample;
 
 TEST(PrefixCacheMetrics, ScrapeShowsTheBoundAndEvictions) {
   auto dir = engine::OpenModelDir(testing::TinyModelDir());
@@ -60,13 +52,13 @@ TEST(PrefixCacheMetrics, ScrapeShowsTheBoundAndEvictions) {
   EXPECT_EQ(s.entries, 2);
   EXPECT_EQ(s.evicted_for_bytes, 6u);
   EXPECT_LE(s.bytes, o.prefix_cache_bytes);
-  EXPECT_EQ(Sample(text, "moe_prefix_cache_bytes"), static_cast<double>(s.bytes));
-  EXPECT_EQ(Sample(text, "moe_prefix_cache_limit_bytes"), 300000.0);
-  EXPECT_EQ(Sample(text, "moe_prefix_cache_entries"), 2.0);
-  EXPECT_EQ(Sample(text, "moe_prefix_cache_evictions_total{reason=\"bytes\"}"), 6.0);
-  EXPECT_EQ(Sample(text, "moe_prefix_cache_evictions_total{reason=\"pool\"}"), 0.0);
-  EXPECT_EQ(Sample(text, "moe_prefix_cache_evictions_total{reason=\"entries\"}"), 0.0);
-  EXPECT_EQ(Sample(text, "moe_prefix_cache_too_large_total"), 0.0);
+  EXPECT_EQ(MetricSample(text, "moe_prefix_cache_bytes"), static_cast<double>(s.bytes));
+  EXPECT_EQ(MetricSample(text, "moe_prefix_cache_limit_bytes"), 300000.0);
+  EXPECT_EQ(MetricSample(text, "moe_prefix_cache_entries"), 2.0);
+  EXPECT_EQ(MetricSample(text, "moe_prefix_cache_evictions_total{reason=\"bytes\"}"), 6.0);
+  EXPECT_EQ(MetricSample(text, "moe_prefix_cache_evictions_total{reason=\"pool\"}"), 0.0);
+  EXPECT_EQ(MetricSample(text, "moe_prefix_cache_evictions_total{reason=\"entries\"}"), 0.0);
+  EXPECT_EQ(MetricSample(text, "moe_prefix_cache_too_large_total"), 0.0);
 
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed (scripts/setup installs it)";
   std::string file = ::testing::TempDir() + "/moe_prefix_metrics_" + std::to_string(::getpid()) + ".txt";

@@ -7,12 +7,14 @@
 #include "moeserve/daemon/chat_api.hpp"
 #include "moeserve/daemon/config.hpp"
 #include "daemon_harness.hpp"
+#include "metric_sample.hpp"
 
 namespace moeserve::daemon {
 namespace {
 
 using testing::Chat;
 using testing::Http;
+using moeserve::testing::MetricSample;
 using testing::StartDaemon;
 using testing::TestConfig;
 using json = nlohmann::json;
@@ -61,17 +63,6 @@ json AgentTask() {
           {"max_tokens", 96}};
 }
 
-// The value of the sample line that starts with `series ` ("name{labels}").
-double Sample(const std::string& text, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  const size_t at = text.find(key);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no sample " << series;
-    return -1;
-  }
-  return std::stod(text.substr(at + key.size()));
-}
-
 std::string ContentOf(const testing::HttpResponse& r) {
   const json j = json::parse(r.body);
   return j["choices"][0]["message"].dump();
@@ -103,15 +94,15 @@ TEST(SpeculativeDaemon, SameGreedyOutputAndMetricsPerKind) {
   EXPECT_EQ(Http(port, "POST", "/v1/responses", resp.dump()).status, 400);
 
   const std::string metrics = Http(port, "GET", "/metrics").body;
-  const double proposed = Sample(metrics, "moe_speculative_draft_tokens_total{kind=\"lookup\",outcome=\"proposed\"}");
-  const double accepted = Sample(metrics, "moe_speculative_draft_tokens_total{kind=\"lookup\",outcome=\"accepted\"}");
-  const double drafts = Sample(metrics, "moe_speculative_drafts_total{kind=\"lookup\"}");
+  const double proposed = MetricSample(metrics, "moe_speculative_draft_tokens_total{kind=\"lookup\",outcome=\"proposed\"}");
+  const double accepted = MetricSample(metrics, "moe_speculative_draft_tokens_total{kind=\"lookup\",outcome=\"accepted\"}");
+  const double drafts = MetricSample(metrics, "moe_speculative_drafts_total{kind=\"lookup\"}");
   EXPECT_GT(proposed, 0);
   EXPECT_LE(accepted, proposed);
   EXPECT_GT(drafts, 0);
   EXPECT_LE(drafts, proposed);
-  const double mtp_proposed = Sample(metrics, "moe_speculative_draft_tokens_total{kind=\"mtp\",outcome=\"proposed\"}");
-  const double mtp_accepted = Sample(metrics, "moe_speculative_draft_tokens_total{kind=\"mtp\",outcome=\"accepted\"}");
+  const double mtp_proposed = MetricSample(metrics, "moe_speculative_draft_tokens_total{kind=\"mtp\",outcome=\"proposed\"}");
+  const double mtp_accepted = MetricSample(metrics, "moe_speculative_draft_tokens_total{kind=\"mtp\",outcome=\"accepted\"}");
   EXPECT_GT(mtp_proposed, 0);
   EXPECT_GT(mtp_accepted, 0) << "the trained MTP layer agrees with the model now and then";
   EXPECT_LE(mtp_accepted, mtp_proposed);

@@ -19,6 +19,7 @@
 #include "moeserve/engine/sampler.hpp"
 #include "speculation/prompt_lookup.hpp"
 #include "test_models.hpp"
+#include "../support/forced_tokens.hpp"
 
 namespace moeserve::engine {
 namespace {
@@ -153,27 +154,6 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// A grammar that allows exactly one token sequence: every other token is
-// masked. With it the tokens are fixed whatever the model says, and the
-// drafts (copied from the prompt) are accepted or refused by construction.
-class OnlyThese : public DecodeController {
- public:
-  explicit OnlyThese(std::vector<int> tokens) : tokens_(std::move(tokens)) {}
-  void Mask(std::span<float> logits) override {
-    const int allowed = next_ < tokens_.size() ? tokens_[next_] : tokens_.back();
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (static_cast<int>(i) != allowed) logits[i] = -std::numeric_limits<float>::infinity();
-  }
-  std::vector<int> OnToken(int) override {
-    ++next_;
-    return {};
-  }
-
- private:
-  std::vector<int> tokens_;
-  size_t next_ = 0;
-};
-
 struct FamilyCase {
   std::string name;
   std::string dir;
@@ -283,7 +263,7 @@ TEST(SpeculativeEngine, RollbackIsExactOnEveryFamily) {
       r.sampling.temperature = 0;
       r.logprobs = 5;
       r.stop_tokens = {fc.vocab + 7};
-      r.controller = std::make_shared<OnlyThese>(forced);
+      r.controller = std::make_shared<test_support::ForcedTokens>(forced);
       return r;
     };
     auto off = Open(fc.dir, SpeculativeMode::kOff, fc.deterministic);
@@ -349,9 +329,9 @@ TEST(SpeculativeEngine, OneSequenceGetsTheSameBitsWithoutDeterministicMode) {
     r.sampling.temperature = 0;
     r.logprobs = 5;
     r.stop_tokens = {fc.vocab + 7};
-    r.controller = std::make_shared<OnlyThese>(forced);
+    r.controller = std::make_shared<test_support::ForcedTokens>(forced);
     GenerationRequest r2 = r;
-    r2.controller = std::make_shared<OnlyThese>(forced);
+    r2.controller = std::make_shared<test_support::ForcedTokens>(forced);
     const Trace plain = RunOne(*off, r);
     const Trace drafted = RunOne(*on, r2);
     EXPECT_EQ(drafted.tokens, plain.tokens);
@@ -378,7 +358,7 @@ TEST(SpeculativeEngine, AGrammarThatRefusesTheDraftEndsIt) {
   r.max_tokens = static_cast<int>(forced.size());
   r.sampling.temperature = 0;
   r.stop_tokens = {fc.vocab + 7};
-  r.controller = std::make_shared<OnlyThese>(forced);
+  r.controller = std::make_shared<test_support::ForcedTokens>(forced);
   const Trace t = RunOne(*on, r);
   EXPECT_EQ(t.tokens, forced);
   const DraftCounts counts = on->Metrics().drafts_lookup;
@@ -402,7 +382,7 @@ TEST(SpeculativeEngine, MaxTokensAndStopsHoldInsideADraft) {
     r.max_tokens = max_tokens;
     r.sampling.temperature = 0;
     r.stop_tokens = {fc.vocab + 7};
-    r.controller = std::make_shared<OnlyThese>(forced);
+    r.controller = std::make_shared<test_support::ForcedTokens>(forced);
     const Trace t = RunOne(*on, r);
     EXPECT_EQ(t.tokens, std::vector<int>(forced.begin(), forced.begin() + max_tokens));
     EXPECT_EQ(t.usage.completion_tokens, max_tokens);
@@ -413,7 +393,7 @@ TEST(SpeculativeEngine, MaxTokensAndStopsHoldInsideADraft) {
   r.max_tokens = 8;
   r.sampling.temperature = 0;
   r.stop_tokens = {forced[2]};  // the third token of the copy
-  r.controller = std::make_shared<OnlyThese>(forced);
+  r.controller = std::make_shared<test_support::ForcedTokens>(forced);
   const Trace t = RunOne(*on, r);
   EXPECT_EQ(t.tokens, std::vector<int>(forced.begin(), forced.begin() + 3));
   EXPECT_EQ(t.usage.completion_tokens, 3);
@@ -437,7 +417,7 @@ TEST(SpeculativeEngine, TheSchedulerSwitchesDraftsOffForALargeBatch) {
       r.sampling.temperature = 0;
       r.stop_tokens = {fc.vocab + 7};
       const std::vector<int> sentence(r.prompt.begin() + 5, r.prompt.begin() + 17);
-      r.controller = std::make_shared<OnlyThese>(std::vector<int>(sentence.begin() + 4, sentence.end()));
+      r.controller = std::make_shared<test_support::ForcedTokens>(std::vector<int>(sentence.begin() + 4, sentence.end()));
       EXPECT_TRUE((*e)->Submit(std::move(r)));
     }
     Drain(**e);
