@@ -11,8 +11,9 @@ q_lora_rank 1536, kv_lora_rank 512, qk_nope 128, qk_rope 64, v_head 128,
 indexer 64 heads of 128, dense intermediate 18432, routed experts 2048 wide,
 one shared expert, top-8 routing. Fewer layers, fewer routed experts and a
 smaller vocabulary than the release are options (the engine holds the
-weights in BF16, so a layer of 256 experts does not fit a small machine:
-see bench/deepseek_v32/README.md)."""
+routed experts in BF16 or MXFP4, so a layer of 256 experts does not fit a
+small machine: see bench/deepseek_v32/README.md). --scales pow2 writes
+power-of-two block scales, as the release's (UE8M0)."""
 import argparse
 import json
 import math
@@ -94,6 +95,9 @@ def layer_tensors(cfg, i):
     return out
 
 
+SCALES = "float"  # --scales: "float" (any value) or "pow2"
+
+
 def make(kind, rng):
     k = kind[0]
     if k == "fp8":  # codes below 0x60 (|v| < 2^5), random signs; never NaN
@@ -103,7 +107,10 @@ def make(kind, rng):
     if k == "scale":  # about 1/(32 sqrt(cols)): unit-ish outputs
         rows, cols = kind[1], kind[2]
         sr, sc = (rows + BLOCK - 1) // BLOCK, (cols + BLOCK - 1) // BLOCK
-        return ((0.5 + torch.rand(sr, sc, generator=rng)) / (16.0 * math.sqrt(cols))).numpy().tobytes()
+        scale = (0.5 + torch.rand(sr, sc, generator=rng)) / (16.0 * math.sqrt(cols))
+        if SCALES == "pow2":  # the release's UE8M0 block scales: powers of two
+            scale = torch.pow(2.0, torch.round(torch.log2(scale)))
+        return scale.numpy().tobytes()
     if k == "bias":
         return (torch.randn(kind[1], generator=rng) * 0.05).numpy().tobytes()
 
@@ -153,7 +160,11 @@ def main():
     ap.add_argument("--experts", type=int, default=8, help="routed experts (the release: 256)")
     ap.add_argument("--vocab", type=int, default=16384, help="vocabulary (the release: 129280)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scales", choices=("float", "pow2"), default="float",
+                    help="FP8 block scales: any float, or powers of two as the release's (UE8M0)")
     a = ap.parse_args()
+    global SCALES
+    SCALES = a.scales
     cfg = release_config(a.layers, a.dense, a.experts, a.vocab)
     rng = torch.Generator().manual_seed(a.seed)
     os.makedirs(a.out, exist_ok=True)

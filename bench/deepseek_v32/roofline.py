@@ -1,9 +1,15 @@
 """Bytes and FLOPs one token of a DeepSeek-V3.2 checkpoint needs, from its
-config.json, as the engine holds the weights (BF16 matrices; the routed
-experts BF16 or, with --experts mxfp4, 4.25 bits a weight; the embedding row
-fp32), and the rooflines they give at a read bandwidth and an FMA peak.
+config.json, as the engine holds the weights (--weights fp8, the default:
+the published FP8 matrices kept FP8, a byte a weight plus a 4-byte scale per
+128 x 128 block, kv_b_proj BF16 with power-of-two block scales or F32 with
+others (--kv-b), the router, indexer weights_proj and head BF16; --weights
+bf16: every matrix BF16, as the loader held them before FP8 was kept; the
+routed experts BF16 or, with --experts mxfp4, 4.25 bits a weight; the
+embedding row fp32), and the rooflines they give at a read bandwidth and an
+FMA peak.
 
-  python3 roofline.py --model DIR [--experts bf16|mxfp4] [--read-gbs 30] [--gflops 500]
+  python3 roofline.py --model DIR [--experts bf16|mxfp4] [--weights fp8|bf16] [--kv-b bf16|f32]
+                      [--read-gbs 30] [--gflops 500]
                       [--prompt 128] [--layers 61 --dense 3 --experts-total 256 --vocab 129280]
                       [--prefill-tps X --decode-tps Y]
 
@@ -22,7 +28,12 @@ import json
 import os
 
 
-def per_layer(cfg, experts_bits, experts_total=None):
+def fp8_bytes(rows, cols):
+    """An FP8 matrix as held: its codes and its 128 x 128 block scales."""
+    return rows * cols + 4 * ((rows + 127) // 128) * ((cols + 127) // 128)
+
+
+def per_layer(cfg, experts_bits, experts_total=None, weights="fp8", kv_b_bytes=2):
     D = cfg["hidden_size"]
     H, ql, kvl = cfg["num_attention_heads"], cfg["q_lora_rank"], cfg["kv_lora_rank"]
     nope, rope, vd = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
@@ -34,9 +45,18 @@ def per_layer(cfg, experts_bits, experts_total=None):
     dense_ffn = 3 * D * cfg["intermediate_size"]
     routed = k * 3 * D * I
     moe_dense = E * D + 3 * D * S
+    if weights == "bf16":
+        attn_b, indexer_b, dense_ffn_b, moe_dense_b = 2 * attn, 2 * indexer, 2 * dense_ffn, 2 * moe_dense
+    else:
+        attn_b = (fp8_bytes(ql, D) + fp8_bytes(H * (nope + rope), ql) + fp8_bytes(kvl + rope, D) +
+                  fp8_bytes(D, H * vd) + kv_b_bytes * H * (nope + vd) * kvl)
+        indexer_b = fp8_bytes(IH * ID, ql) + fp8_bytes(ID, D) + 2 * D * IH
+        F = cfg["intermediate_size"]
+        dense_ffn_b = 2 * fp8_bytes(F, D) + fp8_bytes(D, F)
+        moe_dense_b = 2 * E * D + (2 * fp8_bytes(S, D) + fp8_bytes(D, S) if S else 0)
     # (bytes, flops) of one token through a dense and an MoE layer
-    dense = (2 * (attn + indexer + dense_ffn), 2 * (attn + indexer + dense_ffn))
-    moe = (2 * (attn + indexer + moe_dense) + routed * experts_bits / 8, 2 * (attn + indexer + moe_dense + routed))
+    dense = (attn_b + indexer_b + dense_ffn_b, 2 * (attn + indexer + dense_ffn))
+    moe = (attn_b + indexer_b + moe_dense_b + routed * experts_bits / 8, 2 * (attn + indexer + moe_dense + routed))
     return dense, moe
 
 
@@ -47,8 +67,8 @@ def attention_flops(cfg, t):
     return 2 * H * keys * (kvl + rope + kvl) + 2 * cfg["index_n_heads"] * (t + 1) * cfg["index_head_dim"]
 
 
-def totals(cfg, layers, dense_layers, vocab, experts_bits, prompt, experts_total=None):
-    dense, moe = per_layer(cfg, experts_bits, experts_total)
+def totals(cfg, layers, dense_layers, vocab, experts_bits, prompt, experts_total=None, weights="fp8", kv_b_bytes=2):
+    dense, moe = per_layer(cfg, experts_bits, experts_total, weights, kv_b_bytes)
     D = cfg["hidden_size"]
     head = (2 * vocab * D, 2 * vocab * D)
     b = dense_layers * dense[0] + (layers - dense_layers) * moe[0] + head[0] + 4 * D
@@ -61,6 +81,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--experts", choices=["bf16", "mxfp4"], default="bf16")
+    ap.add_argument("--weights", choices=["fp8", "bf16"], default="fp8",
+                    help="fp8: the FP8 matrices held FP8 (the engine now); bf16: all BF16 (before)")
+    ap.add_argument("--kv-b", choices=["bf16", "f32"], default="bf16",
+                    help="kv_b_proj as converted: bf16 (power-of-two block scales, the release) or f32")
     ap.add_argument("--read-gbs", type=float, default=0)
     ap.add_argument("--gflops", type=float, default=0)
     ap.add_argument("--prompt", type=int, default=128)
@@ -77,8 +101,8 @@ def main():
     rows = [("this checkpoint", cfg["num_hidden_layers"], cfg["first_k_dense_replace"], cfg["vocab_size"], None),
             ("the release", a.layers, a.dense, a.vocab, a.experts_total)]
     for name, L, dl, V, E in rows:
-        b, f, fp = totals(cfg, L, dl, V, bits, a.prompt, E)
-        line = (f"{name} ({L} layers, {dl} dense, vocabulary {V}, {a.experts} experts): "
+        b, f, fp = totals(cfg, L, dl, V, bits, a.prompt, E, a.weights, 2 if a.kv_b == "bf16" else 4)
+        line = (f"{name} ({L} layers, {dl} dense, vocabulary {V}, {a.experts} experts, {a.weights} matrices): "
                 f"{b / 1e6:.1f} MB read per decoded token, {f / 1e9:.2f} GFLOP per decoded token, "
                 f"{fp / 1e9:.2f} GFLOP per prompt token ({a.prompt}-token prefill)")
         if a.read_gbs:

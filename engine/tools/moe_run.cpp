@@ -360,6 +360,10 @@ int RunFamily(const std::string& dir, const std::string& family, const std::vect
   std::printf("prefill %.1f tokens/s, decode %.1f tokens/s\n", static_cast<double>(prompt.size()) / prefill_s,
               generated.size() > 1 ? static_cast<double>(generated.size() - 1) / decode_s : 0.0);
   PrintDrafts((*engine)->Metrics());
+  // As the engine holds the weights (decode_weight_bytes): what
+  // bench/deepseek_v32/run.sh reports beside its model of the bytes.
+  std::printf("weights read per decoded token: %.1f MB\n",
+              (*engine)->family_model().decode_weight_bytes().PerToken() / 1e6);
   return 0;
 }
 
