@@ -212,7 +212,7 @@ constexpr SettingSpec kSettings[] = {
      "the kernel family (`reference`: the plain implementations, for checking)",
      ParseKernels},
     {"experts", kText, "`stored`", "`stored`, `mxfp4` or `bf16`",
-     "the routed experts' format in memory: `stored` as the checkpoint holds them; `mxfp4` requantises a DeepSeek-V3.2 or Qwen3-Next checkpoint's BF16 experts at load ([model format](model-format.md#13-the-deepseek-v32-family)); a model of another family whose experts are stored otherwise is refused at load",
+     "the routed experts' format in memory: `stored` as the checkpoint holds them; `mxfp4` requantises the BF16 experts of a DeepSeek-V3.2, Qwen3-Next or `moe-dsa-v1` checkpoint at load (a directory `moe-daemon publish --experts mxfp4` converted holds them requantised already; gpt-oss's are MXFP4 as published: [model format 1.3](model-format.md#13-routed-experts-per-family-as-held-at-load-at-publish-and-what-mxfp4-costs)); a format a model neither holds nor converts to is refused at load",
      ParseExperts},
     {"deterministic", kBoolean, "false", "",
      "batch-invariant decode: a request's tokens do not depend on what else runs ([operations](operations.md#deterministic-decode)); slower prefill",

@@ -112,13 +112,11 @@ std::string ShardName(size_t k, size_t n) {
 
 }  // namespace
 
-Status WriteConvertedDir(const std::string& dir, const std::string& out, const ConvertedDirPlan& plan) {
+namespace {
+
+// Everything of OUT written into `partial`.
+Status WritePartial(const std::string& dir, const std::string& partial, const ConvertedDirPlan& plan) {
   std::error_code ec;
-  if (fs::exists(out, ec)) return Fail(Error::InvalidArgument(out + ": already exists (a converted directory is written anew)"));
-  if (!plan.source || plan.names.empty()) return Fail(Error::InvalidArgument(dir + ": nothing to convert"));
-  const std::string partial = out + ".partial";
-  fs::remove_all(partial, ec);
-  if (!fs::create_directories(partial, ec) || ec) return Fail(Error::Io(partial + ": cannot create: " + ec.message()));
 
   // Shards are numbered once their count is known: written under
   // temporary names first. A shard's header room covers every name left,
@@ -170,6 +168,22 @@ Status WriteConvertedDir(const std::string& dir, const std::string& out, const C
     MOE_TRY(FsyncPath((fs::path(partial) / name).string()));
   }
   if (ec) return Fail(Error::Io(dir + ": cannot list: " + ec.message()));
+  return Ok();
+}
+
+}  // namespace
+
+Status WriteConvertedDir(const std::string& dir, const std::string& out, const ConvertedDirPlan& plan) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) return Fail(Error::InvalidArgument(out + ": already exists (a converted directory is written anew)"));
+  if (!plan.source || plan.names.empty()) return Fail(Error::InvalidArgument(dir + ": nothing to convert"));
+  const std::string partial = out + ".partial";
+  fs::remove_all(partial, ec);
+  if (!fs::create_directories(partial, ec) || ec) return Fail(Error::Io(partial + ": cannot create: " + ec.message()));
+  if (Status st = WritePartial(dir, partial, plan); !st) {
+    fs::remove_all(partial, ec);  // nothing half-written stays behind
+    return st;
+  }
   fs::rename(partial, out, ec);
   if (ec) return Fail(Error::Io(out + ": cannot rename " + partial + " into place: " + ec.message()));
   return FsyncPath(fs::path(out).parent_path().empty() ? "." : fs::path(out).parent_path().string());

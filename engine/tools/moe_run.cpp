@@ -7,8 +7,8 @@
 //           [--kernels fast|reference] [--bf16-activations] [--experts mxfp4|bf16] [--ignore-eos]
 //           [--read-bw GBPS|auto] [--batch N]
 //
-// --experts mxfp4 requantises a DeepSeek-V3.2 or Qwen3-Next checkpoint's
-// routed experts to MXFP4 at load (ModelOptions::experts); other families refuse a format
+// --experts mxfp4 requantises a DeepSeek-V3.2, Qwen3-Next or moe-dsa-v1 checkpoint's
+// BF16 routed experts to MXFP4 at load (ModelOptions::experts); other families refuse a format
 // other than the one they store. The summary line gives the process's peak
 // resident memory.
 // --bf16-activations (fast kernels only, every family): prefill products of
@@ -476,7 +476,8 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   auto dir = OpenModelDir(model_path);
   if (!dir) return std::fprintf(stderr, "moe-run: %s\n", dir.error().ToString().c_str()), 1;
-  auto engine = Engine::Create(*dir, eo);
+  // Through the family registry, which requantises BF16 experts for --experts mxfp4.
+  auto engine = Engine::Open(model_path, eo);
   if (!engine) return std::fprintf(stderr, "moe-run: %s\n", engine.error().ToString().c_str()), 1;
   auto lead = LeadGroup(**engine, *group);
   if (!lead) return std::fprintf(stderr, "moe-run: %s\n", lead.error().ToString().c_str()), 1;

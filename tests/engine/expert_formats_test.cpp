@@ -190,37 +190,64 @@ void ExpectSameLogits(const Model& a, const Model& b, const std::vector<int>& to
   EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0) << what;
 }
 
-// One expert's MXFP4 scales in a converted directory raised by 2 (its
-// weights four times too large): what a wrong scale in a written directory
-// does. The tensor's place in its shard comes from the shard's header.
-void CorruptScales(const std::string& dir, const std::string& tensor) {
+// Where `tensor`'s bytes start in its shard of DIR (the shard's header says),
+// and the shard.
+struct TensorPlace {
   std::string file;
-  size_t per_expert = 0;
-  {
-    auto ck = Checkpoint::Open(dir);
-    ASSERT_TRUE(ck) << ck.error().ToString();
-    const TensorView* t = ck->Find(tensor);
-    ASSERT_NE(t, nullptr) << tensor;
-    ASSERT_EQ(t->dtype, DType::kU8);
-    file = *t->file;
-    per_expert = t->nbytes / static_cast<size_t>(t->shape[0]);
-  }
-  std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+  uint64_t offset = 0, nbytes = 0, per_first_dim = 0;
+};
+TensorPlace Place(const std::string& dir, const std::string& tensor) {
+  TensorPlace place;
+  auto ck = Checkpoint::Open(dir);
+  EXPECT_TRUE(ck) << ck.error().ToString();
+  if (!ck) return place;
+  const TensorView* t = ck->Find(tensor);
+  EXPECT_NE(t, nullptr) << tensor;
+  if (!t) return place;
+  place.file = *t->file;
+  place.nbytes = t->nbytes;
+  place.per_first_dim = t->nbytes / static_cast<size_t>(t->shape[0]);
+  std::ifstream f(place.file, std::ios::binary);
   uint8_t len[8];
   f.read(reinterpret_cast<char*>(len), 8);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
   std::string header(n, ' ');
   f.read(header.data(), static_cast<std::streamsize>(n));
-  const auto j = nlohmann::json::parse(header);
-  const uint64_t begin = j.at(tensor).at("data_offsets")[0].get<uint64_t>();
-  std::vector<char> scales(per_expert);
-  f.seekg(static_cast<std::streamoff>(8 + n + begin));
-  f.read(scales.data(), static_cast<std::streamsize>(per_expert));
-  for (char& c : scales) c = static_cast<char>(static_cast<uint8_t>(c) + 2);
-  f.seekp(static_cast<std::streamoff>(8 + n + begin));
-  f.write(scales.data(), static_cast<std::streamsize>(per_expert));
+  place.offset = 8 + n + nlohmann::json::parse(header).at(tensor).at("data_offsets")[0].get<uint64_t>();
+  return place;
+}
+
+// Rewrites `bytes` at `offset` of `file`.
+void Poke(const std::string& file, uint64_t offset, const std::vector<char>& bytes) {
+  std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(f.good()) << file;
+}
+
+// One expert's MXFP4 scales raised by 2 (expert 0's: the first dimension's
+// first slice; its weights four times too large): what a wrong scale in a
+// written directory does.
+void CorruptScales(const std::string& dir, const std::string& tensor) {
+  const TensorPlace p = Place(dir, tensor);
+  ASSERT_FALSE(p.file.empty()) << tensor;
+  std::vector<char> scales(p.per_first_dim);
+  {
+    std::ifstream in(p.file, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(p.offset));
+    in.read(scales.data(), static_cast<std::streamsize>(scales.size()));
+  }
+  for (char& c : scales) c = static_cast<char>(static_cast<uint8_t>(c) + 2);
+  Poke(p.file, p.offset, scales);
+}
+
+// BF16 element `element` of `tensor` set to `bits` (a NaN or an infinity).
+void SetBf16(const std::string& dir, const std::string& tensor, uint64_t element, uint16_t bits) {
+  const TensorPlace p = Place(dir, tensor);
+  ASSERT_FALSE(p.file.empty()) << tensor;
+  ASSERT_LT(2 * element, p.nbytes);
+  Poke(p.file, p.offset + 2 * element, {static_cast<char>(bits & 0xFF), static_cast<char>(bits >> 8)});
 }
 
 // The bounds must catch a wrong scale: expert 0's scales of both stacks in
@@ -407,6 +434,47 @@ TEST(ExpertFormats, GptOss) {
   fs::remove_all(bad);
   fs::remove_all(ref);
   fs::remove_all(dir);
+}
+
+// A NaN or an infinity among the BF16 experts cannot be requantised: at
+// load and at publish the error names the tensor as the checkpoint names
+// it, the expert and the element (row, column), and no converted directory
+// is left behind.
+TEST(ExpertFormats, NonFiniteExpertValuesAreNamed) {
+  const auto refused = [](const std::string& dir, const std::vector<std::string>& parts) {
+    auto m = LoadLayerGraph(dir, ModelOptions{.experts = ExpertFormat::kMxfp4});
+    ASSERT_FALSE(m) << dir;
+    for (const std::string& part : parts)
+      EXPECT_NE(m.error().ToString().find(part), std::string::npos) << "'" << part << "' in: " << m.error().ToString();
+    auto family = FindFamily(dir);
+    ASSERT_TRUE(family);
+    const std::string out = dir + ".mxfp4";
+    auto st = (*family)->write_converted(dir, out, ConversionOptions{.experts = ExpertFormat::kMxfp4});
+    ASSERT_FALSE(st) << dir;
+    for (const std::string& part : parts)
+      EXPECT_NE(st.error().ToString().find(part), std::string::npos) << "'" << part << "' in: " << st.error().ToString();
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(fs::exists(out + ".partial"));
+  };
+
+  // moe-dsa-v1: the tiny agent's BF16 experts, expert 3 of layer 2's w2
+  // ([16, 128, 128]) holding +inf at row 2, column 7.
+  const std::string agent = Temp("agent_inf");
+  fs::remove_all(agent);
+  fs::copy(Root() + "/models/tiny-agent/bf16", agent);
+  SetBf16(agent, "layers.2.ffn.experts.w2.weight", 3 * 128 * 128 + 2 * 128 + 7, 0x7F80);
+  refused(agent, {"layers.2.ffn.experts.w2.weight", "expert 3", "element 49415 (row 2, column 7)", "not finite"});
+  fs::remove_all(agent);
+
+  // Qwen3-Next: a NaN in expert 1's down_proj ([64, 32]) at row 1, column 5.
+  const std::string qwen = Temp("qwen3_nan");
+  fs::remove_all(qwen);
+  const std::string write = "/usr/bin/python3 " + Root() + "/tools/reference/families/qwen3_next.py write --out " + qwen +
+                            " --vocab 4096 --layers 2 2>&1";
+  ASSERT_EQ(std::system(write.c_str()), 0) << write;
+  SetBf16(qwen, "model.layers.0.mlp.experts.1.down_proj.weight", 37, 0x7FC0);
+  refused(qwen, {"model.layers.0.mlp.experts.1.down_proj.weight", "element 37 (row 1, column 5)", "not finite"});
+  fs::remove_all(qwen);
 }
 
 }  // namespace
