@@ -59,12 +59,15 @@ namespace {
 // Fp8E4m3ToFloat without branches (a NaN code decodes as 480): a normal
 // code's exponent and mantissa moved into fp32's fields with the bias moved
 // from 7 to 127, a subnormal m * 2^-9 from the integer, the sign OR-ed in.
+// The choice between the two is a mask, not a branch, so that the loop
+// below vectorises.
 inline float DecodeE4m3Finite(uint8_t code) {
   const uint32_t mag = code & 0x7Fu;
-  const float normal = std::bit_cast<float>((mag << 20) + (120u << 23));
-  const float subnormal = static_cast<float>(mag & 7u) * 0x1p-9f;
-  const float v = (mag >> 3) != 0 ? normal : subnormal;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | (static_cast<uint32_t>(code & 0x80u) << 24));
+  const uint32_t normal = (mag << 20) + (120u << 23);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(mag & 7u)) * 0x1p-9f);
+  const uint32_t is_normal = 0u - static_cast<uint32_t>((mag >> 3) != 0);
+  const uint32_t bits = (normal & is_normal) | (subnormal & ~is_normal);
+  return std::bit_cast<float>(bits | (static_cast<uint32_t>(code & 0x80u) << 24));
 }
 
 }  // namespace
