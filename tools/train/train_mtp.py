@@ -5,7 +5,7 @@ frozen, and measure the layer's teacher-forced draft acceptance.
       --batch 16 --lr 3e-3 --warmup 8 --chain-weight 0.5 --threads 2 --out RUN/mtp   # train, then evaluate
   /usr/bin/python3 tools/train/train_mtp.py --model DIR_WITH_MTP --eval-only [--limit 60]
   /usr/bin/python3 tools/train/train_mtp.py --data vision --model models/tiny-vision-agent/bf16 --seed 11 \
-      --steps 36 --batch 8 --lr 3e-3 --warmup 4 --chain-weight 0.5 --threads 2 --out RUN/vision-mtp
+      --steps 20 --batch 8 --lr 3e-3 --warmup 3 --chain-weight 0.5 --threads 2 --limit 150 --out RUN/vision-mtp
 
 The layer (DeepSeek-V3's MTP, model.py's mtp_*) reads the trunk's last hidden
 state h_i (before the final norm) and the token t_{i+1}, and predicts t_{i+2}
