@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include "layers.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
@@ -13,11 +14,57 @@
 
 namespace moeserve::engine {
 
+namespace {
+
+// An FP8 matrix times more than kSmallBatchMaxRows activation rows (prefill),
+// the row count from which matmul_bf16 leaves its row-tile kernels for the
+// fp32 GEMM. matmul_fp8_block has no GEMM tile (it re-reads and re-decodes
+// the weights for every few rows), so here the weights are decoded to fp32 a
+// block of output rows at a time (Fp8BlockToF32: code x scale rounded once,
+// the very weights matmul_fp8_block and MatMulFp8BlockRef multiply by) and
+// each block goes through the set's fp32 GEMM (f32_matmul_cols, what fp32
+// matrices use), blocks in parallel. Only one block per thread is ever held
+// in fp32 (widening the whole matrix, as the BF16 path does, would be four
+// bytes a weight: 0.5 GiB for a 18432 x 7168 matrix). Decoding a block costs
+// one pass over block x cols weights against n x block x cols FMAs.
+// The batch-invariant set (deterministic) keeps matmul_fp8_block: the GEMM
+// sums in another order than the row kernels, so a row's bits would depend on
+// how many rows came with it; the reference set keeps its plain loops.
+bool LinearFp8Gemm(const Matrix& W, const float* X, size_t n, float* Y, const kernels::KernelSet& k) {
+  const size_t rows = static_cast<size_t>(W.rows), cols = static_cast<size_t>(W.cols);
+  if (n <= kernels::kSmallBatchMaxRows || rows == 0 || cols == 0 || k.isa == kernels::Isa::kReference ||
+      &k == &kernels::KernelsBatchInvariant(k.isa))
+    return false;
+  kernels::ThreadPool& pool = kernels::DefaultThreadPool();
+  const size_t threads = static_cast<size_t>(pool.size());
+  // 128 output rows a task (one scale row), halved down to 32 (the GEMM's
+  // strip width) while that leaves fewer than two tasks a thread.
+  size_t block = kernels::kFp8BlockSize;
+  while (block > 32 && (rows + block - 1) / block < 2 * threads) block /= 2;
+  const kernels::Fp8BlockView v = W.fp8_view();
+  pool.ParallelFor((rows + block - 1) / block, [&](size_t t) {
+    const size_t r0 = t * block, nr = std::min(block, rows - r0);
+    thread_local std::vector<float> wb, yb;
+    wb.resize(nr * cols);
+    yb.resize(n * nr);
+    kernels::Fp8BlockToF32(v, r0, r0 + nr, wb.data());
+    k.f32_matmul_cols(wb.data(), nr, cols, X, n, yb.data(), 0, nr);
+    for (size_t i = 0; i < n; ++i) std::copy_n(&yb[i * nr], nr, Y + i * rows + r0);
+  });
+  return true;
+}
+
+}  // namespace
+
 void Linear(const Matrix& W, const float* X, int n, float* Y, const kernels::KernelSet& k) {
   if (W.bf16) return k.matmul_bf16(W.bf16, static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
-  // FP8 with block scales (one row in decode, a batch's rows, or a prefill
-  // chunk): the weights stay one byte each, scaled in fp32 as they are read.
-  if (W.fp8) return k.matmul_fp8_block(W.fp8_view(), X, static_cast<size_t>(n), Y);
+  // FP8 with block scales: a prefill chunk through the fp32 GEMM a block of
+  // rows at a time (LinearFp8Gemm); one row in decode or a batch's rows with
+  // the weights one byte each, scaled in fp32 as they are read.
+  if (W.fp8) {
+    if (LinearFp8Gemm(W, X, static_cast<size_t>(n), Y, k)) return;
+    return k.matmul_fp8_block(W.fp8_view(), X, static_cast<size_t>(n), Y);
+  }
   k.matmul_f32(W.w.data(), static_cast<size_t>(W.rows), static_cast<size_t>(W.cols), X, static_cast<size_t>(n), Y);
 }
 

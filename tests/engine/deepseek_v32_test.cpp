@@ -22,6 +22,7 @@
 #include <functional>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <sstream>
@@ -33,7 +34,10 @@
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/fp8_block.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
+#include "../../engine/layers.hpp"
 
 namespace moeserve::engine {
 namespace {
@@ -204,6 +208,63 @@ void CompareWithReference(KernelChoice kernels) {
 
 TEST(DeepseekV32, MatchesReferenceWithReferenceKernels) { CompareWithReference(KernelChoice::kReference); }
 TEST(DeepseekV32, MatchesReferenceWithFastKernels) { CompareWithReference(KernelChoice::kFast); }
+
+// Linear() on an FP8 matrix (ragged: 333 x 200, so partial 128-blocks both
+// ways; scales not powers of two) against MatMulFp8BlockRef for 1, 63, 64
+// (the row kernels), 65 and 300 rows (a prefill chunk: the fp32 GEMM over
+// blocks of decoded rows) on every kernel set this CPU runs: within fp32
+// summation error of the reference, every output written (Y starts as NaN).
+// The batch-invariant set gives a row the same bits alone as among 300.
+TEST(DeepseekV32, Fp8LinearAgreesWithTheReferenceForEveryRowCount) {
+  constexpr size_t kRows = 333, kCols = 200;
+  std::mt19937 rng(7);
+  std::vector<uint8_t> codes(kRows * kCols);
+  for (uint8_t& c : codes) {
+    do c = static_cast<uint8_t>(rng()); while ((c & 0x7F) == 0x7F);  // no NaN codes
+  }
+  std::vector<float> scales(kernels::Fp8BlockScaleCount(kRows, kCols));
+  std::uniform_real_distribution<float> scale_dist(0.3f, 2.9f), x_dist(-1.0f, 1.0f);
+  for (float& s : scales) s = scale_dist(rng) / 448.0f;
+  Matrix W;
+  W.fp8 = codes.data();
+  W.fp8_scales = scales.data();
+  W.rows = static_cast<int>(kRows);
+  W.cols = static_cast<int>(kCols);
+  const kernels::Fp8BlockView v = W.fp8_view();
+  std::vector<float> X(300 * kCols);
+  for (float& x : X) x = x_dist(rng);
+  // The bound of each output: sum |w x| over its terms (rows of X are shared by every n).
+  std::vector<float> wf(kRows * kCols);
+  kernels::Fp8BlockToF32(v, 0, kRows, wf.data());
+  std::vector<double> abs_sum(300 * kRows, 0.0);
+  for (size_t i = 0; i < 300; ++i)
+    for (size_t r = 0; r < kRows; ++r)
+      for (size_t c = 0; c < kCols; ++c) abs_sum[i * kRows + r] += std::fabs(wf[r * kCols + c] * X[i * kCols + c]);
+  for (const kernels::Isa isa : kernels::SupportedIsas()) {
+    for (const size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{300}}) {
+      std::vector<float> got(n * kRows, std::nanf("")), want(n * kRows);
+      Linear(W, X.data(), static_cast<int>(n), got.data(), kernels::Kernels(isa));
+      kernels::MatMulFp8BlockRef(v, X.data(), n, want.data());
+      int bad = 0;
+      for (size_t i = 0; i < n; ++i)
+        for (size_t r = 0; r < kRows; ++r) {
+          const float g = got[i * kRows + r], w = want[i * kRows + r];
+          const double bound = 2e-5 * abs_sum[i * kRows + r];
+          if (!(std::fabs(g - w) <= bound) && ++bad <= 3)
+            ADD_FAILURE() << kernels::IsaName(isa) << " n " << n << " row " << i << " output " << r << ": " << g
+                          << " against " << w << " (bound " << bound << ")";
+        }
+      EXPECT_EQ(bad, 0) << kernels::IsaName(isa) << " n " << n;
+    }
+  }
+  const kernels::KernelSet& inv = kernels::KernelsBatchInvariant(kernels::BestIsa());
+  std::vector<float> all(300 * kRows), one(kRows);
+  Linear(W, X.data(), 300, all.data(), inv);
+  for (const size_t i : {size_t{0}, size_t{64}, size_t{150}, size_t{299}}) {
+    Linear(W, X.data() + i * kCols, 1, one.data(), inv);
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + i * kRows, kRows * sizeof(float))) << "row " << i;
+  }
+}
 
 // The shared engine opens the directory through the family registry and
 // decodes the reference's greedy tokens, two sequences batched together.
