@@ -34,16 +34,12 @@ done
 WORK=${TMPDIR:-/tmp}/moe-speculative-bench.$$
 mkdir -p "$WORK"
 /usr/bin/python3 tools/train/gen_data.py --split eval --seed 2 --count 300 --out "$WORK/eval.jsonl"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$BUILD/daemon/moe-daemon" --model "$MODEL" --served-model-name tiny-agent --port "$port" \
-  --max-context 4096 --default-max-tokens 192 --speculative auto >"$WORK/daemon.log" 2>&1 &
-PID=$!
-trap 'kill -TERM $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
-for _ in $(seq 1 300); do
-  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  kill -0 $PID 2>/dev/null || { cat "$WORK/daemon.log" >&2; exit 1; }
-  sleep 0.2
-done
+source tools/eval/daemon.sh
+DAEMON_PID=
+trap 'if [[ -n $DAEMON_PID ]]; then kill -TERM $DAEMON_PID 2>/dev/null || true; wait $DAEMON_PID 2>/dev/null || true; fi
+      rm -rf "$WORK"' EXIT
+start_daemon "$BUILD" "$MODEL" "$WORK/daemon.log" --speculative auto
+port=$DAEMON_PORT
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg);" \
   "model $MODEL; $LIMIT tasks at tier $TIERS, $CONCURRENCY at a time; modes alternate, $ROUNDS round(s)"
 printf '%-7s %9s %14s %8s %14s  %s\n' mode accuracy "decode tok/s" "vs off" "e2e tok/s" "drafts (kind: drafts, proposed, accepted)"

@@ -28,10 +28,13 @@ case ${EVAL_SET:-text} in
   *) echo "run.sh: EVAL_SET must be text or vision, not '$EVAL_SET'" >&2; exit 2 ;;
 esac
 
+source tools/eval/daemon.sh
 PIDS=()
+DAEMON_PID=
 stop_daemons() {
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # DAEMON_PID: the last one started, also when it never became ready.
+  for pid in "${PIDS[@]}" $DAEMON_PID; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}" $DAEMON_PID; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap stop_daemons EXIT
@@ -39,15 +42,9 @@ ENDPOINTS=()
 IFS=, read -r -a DIRS <<<"$MODELS"
 for i in "${!DIRS[@]}"; do
   dir=${DIRS[$i]}
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$BUILD/daemon/moe-daemon" --model "$dir" --served-model-name tiny-agent --port "$port" \
-    --max-context 4096 --default-max-tokens 192 >"$WORK/daemon.$i.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-    kill -0 "${PIDS[$i]}" 2>/dev/null || { cat "$WORK/daemon.$i.log" >&2; exit 1; }
-    sleep 0.2
-  done
+  start_daemon "$BUILD" "$dir" "$WORK/daemon.$i.log"
+  PIDS+=("$DAEMON_PID")
+  port=$DAEMON_PORT
   ENDPOINTS+=("$(basename "$dir")=http://127.0.0.1:$port/v1")
 done
 node tools/eval/eval.mjs --endpoints "$(IFS=,; echo "${ENDPOINTS[*]}")" --model tiny-agent --data "$DATA" "$@"
