@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "../roofline/peaks.hpp"
+#include "../support/synthetic_prompt.hpp"
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/family_registry.hpp"
 #include "moeserve/engine/gpt_oss_model.hpp"
@@ -70,16 +71,6 @@ namespace mb = moeserve::bench;
 namespace {
 
 // Printable bytes (ids 32-126), or any id below `vocab` when it is smaller.
-std::vector<int> Prompt(int n, uint64_t seed, int vocab) {
-  std::vector<int> p;
-  uint64_t s = seed * 2654435761u + 1;
-  while (static_cast<int>(p.size()) < n) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    p.push_back(vocab > 127 ? static_cast<int>((s >> 33) % 95) + 32 : static_cast<int>((s >> 33) % vocab));
-  }
-  return p;
-}
-
 // Logical FLOPs of one decoded token: a profiled forward pass of one token
 // after `prompt` tokens, at batch 1, on the engine's model (its own KvPool;
 // nothing else runs meanwhile). 0 when the family fills no profile.
@@ -87,7 +78,7 @@ double DecodeFlopsPerToken(const me::FamilyModel& model, int prompt) {
   constexpr int kBlock = 16;
   me::KvPool pool((prompt + 1 + kBlock - 1) / kBlock + 1, kBlock, model.cache_floats_per_token());
   me::SequenceCache cache = model.NewSequence();
-  const std::vector<int> tokens = Prompt(prompt + 1, 99, model.vocab_size());
+  const std::vector<int> tokens = moeserve::bench::SyntheticPrompt(prompt + 1, 99, model.vocab_size());
   std::vector<float> logits;
   me::ForwardProfile profile;
   me::ForwardTrace trace;
@@ -119,7 +110,7 @@ DecodeRun Run(me::Engine& engine, const me::DecodeWeightBytes& w, size_t cache_b
   const int moe_layers = w.moe_layers;
   for (int b = 0; b < batch; ++b) {
     me::GenerationRequest r;
-    r.prompt = Prompt(prompt, static_cast<uint64_t>(b + 1), engine.family_model().vocab_size());
+    r.prompt = moeserve::bench::SyntheticPrompt(prompt, static_cast<uint64_t>(b + 1), engine.family_model().vocab_size());
     r.max_tokens = decode;
     r.sampling.temperature = 0.0f;
     r.stop_tokens = {-1};  // every sequence decodes `decode` tokens

@@ -20,6 +20,7 @@
 
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
+#include "../support/synthetic_prompt.hpp"
 
 using namespace moeserve::engine;
 
@@ -28,16 +29,6 @@ namespace {
 struct Speed {
   double prefill = 0, decode = 0;  // tokens/s
 };
-
-std::vector<int> Prompt(int n, uint64_t seed) {
-  std::vector<int> p;
-  uint64_t s = seed * 2654435761u + 1;
-  while (static_cast<int>(p.size()) < n) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    p.push_back(static_cast<int>((s >> 33) % 95) + 32);  // printable bytes
-  }
-  return p;
-}
 
 Speed Run(const ModelDir& dir, bool deterministic, int batch, int prompt, int decode) {
   EngineOptions o;
@@ -53,7 +44,7 @@ Speed Run(const ModelDir& dir, bool deterministic, int batch, int prompt, int de
   }
   for (int b = 0; b < batch; ++b) {
     GenerationRequest r;
-    r.prompt = Prompt(prompt, static_cast<uint64_t>(b + 1));
+    r.prompt = moeserve::bench::SyntheticPrompt(prompt, static_cast<uint64_t>(b + 1));
     r.max_tokens = decode;
     r.sampling.temperature = 0.0f;
     if (!(*engine)->Submit(r)) std::exit(1);

@@ -23,20 +23,11 @@
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "../../tests/support/forced_tokens.hpp"
+#include "../support/synthetic_prompt.hpp"
 
 using namespace moeserve::engine;
 
 namespace {
-
-std::vector<int> Span(int n, uint64_t seed) {
-  std::vector<int> p;
-  uint64_t s = seed * 2654435761u + 1;
-  while (static_cast<int>(p.size()) < n) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    p.push_back(static_cast<int>((s >> 33) % 95) + 32);  // printable bytes
-  }
-  return p;
-}
 
 struct Result {
   double decode_tps = 0;
@@ -60,10 +51,10 @@ Result Run(const ModelDir& dir, SpeculativeMode mode, int batch, int copy, int d
     // The prompt holds the span, some filler, then the span's first 3
     // tokens: the completion is the span's rest (every `mismatch`th token
     // changed), which lookup finds in the prompt.
-    const std::vector<int> span = Span(copy + 3, 100 + static_cast<uint64_t>(b));
+    const std::vector<int> span = moeserve::bench::SyntheticPrompt(copy + 3, 100 + static_cast<uint64_t>(b));
     GenerationRequest r;
     r.prompt = span;
-    const std::vector<int> filler = Span(16, 900 + static_cast<uint64_t>(b));
+    const std::vector<int> filler = moeserve::bench::SyntheticPrompt(16, 900 + static_cast<uint64_t>(b));
     r.prompt.insert(r.prompt.end(), filler.begin(), filler.end());
     r.prompt.insert(r.prompt.end(), span.begin(), span.begin() + 3);
     std::vector<int> out(span.begin() + 3, span.end());
