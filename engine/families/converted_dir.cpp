@@ -159,7 +159,13 @@ Status WritePartial(const std::string& dir, const std::string& partial, const Co
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   MOE_TRY(WriteFileDurably((fs::path(partial) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
   MOE_TRY(WriteFileDurably((fs::path(partial) / "config.json").string(), plan.config_json));
-  // Tokenizer files, chat templates, generation config: as published.
+  return CopySideFiles(dir, partial);
+}
+
+}  // namespace
+
+Status CopySideFiles(const std::string& dir, const std::string& partial) {
+  std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (IsCheckpointFile(name) || !e.is_regular_file(ec)) continue;
@@ -170,8 +176,6 @@ Status WritePartial(const std::string& dir, const std::string& partial, const Co
   if (ec) return Fail(Error::Io(dir + ": cannot list: " + ec.message()));
   return Ok();
 }
-
-}  // namespace
 
 Status WriteConvertedDir(const std::string& dir, const std::string& out, const ConvertedDirPlan& plan) {
   std::error_code ec;

@@ -32,6 +32,13 @@ struct ConvertedDirPlan {
 // renamed when complete, so an OUT that exists is whole.
 Status WriteConvertedDir(const std::string& dir, const std::string& out, const ConvertedDirPlan& plan);
 
+// Copies DIR's regular files other than the checkpoint itself (tokenizer
+// files, chat templates, generation config: what the model's other readers
+// need, as published) into `partial`, each fsynced; not *.safetensors, the
+// index, config.json or manifest.json, which a converted directory writes
+// anew. Used by every family's converted-directory writer.
+Status CopySideFiles(const std::string& dir, const std::string& partial);
+
 // DIR/config.json (key order kept) with the marker a converted directory
 // carries: "moeserve_converted": {"routed_experts": "mxfp4" | "bf16"}.
 Result<nlohmann::ordered_json> ConvertedConfig(const std::string& dir, ExpertFormat experts);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "conversion.hpp"
+#include "families/converted_dir.hpp"
 #include "moeserve/common/durable_file.hpp"
 #include "moeserve/common/json_limits.hpp"
 #include "moeserve/engine/families/deepseek_v32.hpp"
@@ -106,12 +107,6 @@ Result<std::string> ConvertedConfig(const std::string& dir, ExpertFormat experts
   return j.dump(2) + "\n";
 }
 
-// The published tensors and what describes them are not carried over.
-bool IsCheckpointFile(const std::string& name) {
-  return name.ends_with(".safetensors") || name == "model.safetensors.index.json" || name == "config.json" ||
-         name == "manifest.json";
-}
-
 }  // namespace
 
 Status WriteConverted(const std::string& dir, const std::string& out, ExpertFormat experts, uint64_t max_shard_bytes) {
@@ -137,16 +132,7 @@ Status WriteConverted(const std::string& dir, const std::string& out, ExpertForm
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   MOE_TRY(WriteFileDurably((fs::path(partial) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
   MOE_TRY(WriteFileDurably((fs::path(partial) / "config.json").string(), config));
-  // Tokenizer files, chat templates, generation config: what the model's
-  // other readers need, as published.
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (IsCheckpointFile(name) || !e.is_regular_file(ec)) continue;
-    if (!fs::copy_file(e.path(), fs::path(partial) / name, ec) || ec)
-      return Fail(Error::Io(e.path().string() + ": cannot copy: " + ec.message()));
-    MOE_TRY(FsyncPath((fs::path(partial) / name).string()));
-  }
-  if (ec) return Fail(Error::Io(dir + ": cannot list: " + ec.message()));
+  MOE_TRY(families::CopySideFiles(dir, partial));
   fs::rename(partial, out, ec);
   if (ec) return Fail(Error::Io(out + ": cannot rename " + partial + " into place: " + ec.message()));
   return FsyncPath(fs::path(out).parent_path().empty() ? "." : fs::path(out).parent_path().string());
