@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <nlohmann/json.hpp>
@@ -792,6 +793,42 @@ TEST(DeepseekV32, ConvertedDirectoryLoadsAsTheRequantisationAtLoad) {
   EXPECT_NE(bad.error().message().find("moeserve_converted.routed_experts: 'fp8' is not"), std::string::npos)
       << bad.error().message();
   fs::remove_all(out);
+}
+
+// A converted directory is a checkpoint a tenant could publish by hand: its
+// FP8 matrices are checked as the published ones are (a bad block scale or a
+// NaN code is refused naming the tensor, never multiplied).
+TEST(DeepseekV32, HostileConvertedFp8TensorsFailNamingTheTensor) {
+  const auto converted = [](const std::string& tag) {
+    const std::string out = Temp(tag);
+    fs::remove_all(out);
+    EXPECT_TRUE(deepseek_v32::WriteConverted(TinyModel(), out, ExpertFormat::kMxfp4));
+    return out;
+  };
+  const auto refusal = [](const std::string& dir) {
+    auto e = Engine::Open(dir, EngineOptions{});
+    EXPECT_FALSE(e) << dir << " loaded";
+    return e ? std::string() : e.error().message();
+  };
+  for (const float bad : {0.0f, -0.5f, std::numeric_limits<float>::infinity()}) {
+    const std::string d = converted("hostile_scale");
+    const std::string name = "layers.1.attn.wq_a.weight_scale_inv";
+    Patch(ShardOf(d, name), DataOffset(ShardOf(d, name), name), &bad, sizeof bad);  // block 0
+    const std::string why = refusal(d);
+    EXPECT_NE(why.find(name), std::string::npos) << why;
+    EXPECT_NE(why.find("is not a positive finite number"), std::string::npos) << why;
+    fs::remove_all(d);
+  }
+  {
+    const std::string d = converted("hostile_code");
+    const std::string name = "layers.1.attn.wq_b.weight";
+    const uint8_t nan = 0xff;  // S.1111.111
+    Patch(ShardOf(d, name), DataOffset(ShardOf(d, name), name) + 9, &nan, 1);
+    const std::string why = refusal(d);
+    EXPECT_NE(why.find(name), std::string::npos) << why;
+    EXPECT_NE(why.find("NaN"), std::string::npos) << why;
+    fs::remove_all(d);
+  }
 }
 
 // The largest max|a - ref| / max|ref| over the logits rows of positions
