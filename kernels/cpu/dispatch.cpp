@@ -20,6 +20,7 @@
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
 #include "moeserve/kernels/gating.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "variants.hpp"
@@ -151,6 +152,7 @@ constexpr KernelSet kReferenceKernels = {
     .causal_conv_silu = {CausalConvSiluRef, "causal_conv_silu_ref"},
     .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
     .matmul_fp8_block = {MatMulFp8BlockRef, "matmul_fp8_block_ref"},
+    .indexer_scores_int8 = {IndexerScoresInt8Ref, "indexer_scores_int8_ref"},
 };
 
 // RMSNorm, the gates and the recurrent delta rule: the reference's loops are
@@ -173,6 +175,9 @@ constexpr KernelSet kScalarKernels = {
     // The matrix-vector block on every row: its results by definition.
     .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
     .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_scalar),
+    // The reference's expression key by key, keys across the pool (also
+    // the AVX2 set's: vpdpbusd is AVX-512 VNNI).
+    .indexer_scores_int8 = MOESERVE_KERNEL(indexer_scores_int8_scalar),
 };
 
 // The MXFP4 activation quantiser: the scalar one (from the fallback).
@@ -221,6 +226,7 @@ constexpr KernelSet kAvx512Kernels = {
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx512),
     .mxfp4_matvec_rows = MOESERVE_KERNEL(mxfp4_matvec_rows_avx512),
     .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_avx512),
+    .indexer_scores_int8 = MOESERVE_KERNEL(indexer_scores_int8_avx512),
 };
 
 // In its BF16-activation set, attention's products as BF16 dot products too.

@@ -14,6 +14,7 @@
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/fp8_block.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
@@ -114,6 +115,11 @@ void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float*
   void indexer_scores_batch_##sfx(const float* iq, const float* w, int queries, int heads, int dim,                \
                                   const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 MOESERVE_DECLARE_THREADED(scalar)
+// indexer_int8.cpp, indexer_int8_vnni.cpp.
+void indexer_scores_int8_scalar(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
+void indexer_scores_int8_avx512(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 MOESERVE_DECLARE_THREADED(avx2)
 MOESERVE_DECLARE_THREADED(avx512)
 #undef MOESERVE_DECLARE_THREADED

@@ -42,6 +42,7 @@
 #include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/fp8_block.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
@@ -129,6 +130,10 @@ using IndexerScoresFn = void (*)(const float* iq, const float* w, int heads, int
                                  size_t offset, int n, float* scores);
 using IndexerScoresBatchFn = void (*)(const float* iq, const float* w, int queries, int heads, int dim,
                                       const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
+// indexer_int8.hpp: the same scores over int8 keys and queries (a block of
+// queries as the batch form; one for decode).
+using IndexerScoresInt8Fn = void (*)(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                     const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 // delta_rule.hpp: the recurrent gated delta rule for one head.
 using DeltaRuleRecurrentFn = void (*)(const float* q, const float* k, const float* v, const float* beta,
                                       const float* g, int T, int dk, int dv, size_t qk_stride, size_t v_stride,
@@ -196,6 +201,9 @@ struct KernelSet {
   // block scales, held as published (fp8_block.hpp); threaded over output
   // rows, one row (decode) or many (batched decode, prefill).
   Kernel<MatMulFp8BlockFn> matmul_fp8_block;
+  // The DSA indexer's scores over int8 keys (indexer_int8.hpp; vpdpbusd on
+  // AVX-512 VNNI), bit-identical to IndexerScoresInt8Ref in every variant.
+  Kernel<IndexerScoresInt8Fn> indexer_scores_int8;
 };
 
 // The set for isa. isa must be supported (IsaSupported): asking for a set
@@ -255,6 +263,7 @@ constexpr void ForEachFamily(Fn&& fn) {
   fn("causal_conv_silu", &KernelSet::causal_conv_silu);
   fn("mxfp4_matvec_rows", &KernelSet::mxfp4_matvec_rows);
   fn("matmul_fp8_block", &KernelSet::matmul_fp8_block);
+  fn("indexer_scores_int8", &KernelSet::indexer_scores_int8);
 }
 
 // Calls fn(family, variant name, whether the entry has a function) for every
