@@ -7,6 +7,7 @@
 #include "layers.hpp"
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::engine {
@@ -136,6 +137,9 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   const int IH = dsa ? cfg.dsa.index_n_heads : 0, ID = dsa ? cfg.dsa.index_head_dim : 0;
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const size_t off_c = ctx.cache_offset, off_pe = off_c + kvl, off_ik = off_pe + rope;
+  // Int8 indexer scores (ModelOptions::indexer_scores): the key is written
+  // to the cache quantised, each query quantised per head below.
+  const bool int8_index = dsa && ctx.options.indexer_scores == IndexerScores::kInt8;
 
   // Every projection of x first, as one pass (LinearMany); then those of qr.
   // 1. Queries: qr = RMSNorm(wq_a x) [n, q_lora]; q = wq_b qr [n, H, nope|rope].
@@ -145,10 +149,19 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   ScratchFloats qa(static_cast<size_t>(n) * ql), qr(qa.size()), q(static_cast<size_t>(n) * H * qk);
   ScratchFloats kv(static_cast<size_t>(n) * (kvl + rope));
   ScratchFloats iq, iw, ikraw, gate;
+  // Int8 scores: the queries' codes, folded weights and offsets (indexer_int8.hpp).
+  std::vector<int8_t> iq8;
+  ScratchFloats iwt8;
+  std::vector<int32_t> ioff8;
   if (dsa) {
     iq.resize(static_cast<size_t>(n) * IH * ID);
     iw.resize(static_cast<size_t>(n) * IH);
     ikraw.resize(static_cast<size_t>(n) * ID);
+  }
+  if (int8_index) {
+    iq8.resize(static_cast<size_t>(n) * IH * ID);
+    iwt8.resize(static_cast<size_t>(n) * IH);
+    ioff8.resize(static_cast<size_t>(n) * IH);
   }
   if (m.output_gate) gate.resize(static_cast<size_t>(n) * H * vd);
   const kernels::KernelSet& kc = ctx.kernels;
@@ -199,13 +212,20 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       std::copy_n(&kv[static_cast<size_t>(r) * (kvl + rope) + kvl], rope, row + kvl);
       RopeInterleaved(row + kvl, rope, pos, ctx.rope_freqs);
       if (dsa) {
-        float* ik = CacheRow(ctx.pool, *seg.cache, pos, off_ik);
+        // The key in fp32: in the cache row itself, or (int8) in the row's
+        // normalised indexer input, quantised into the cache row after.
+        float* ik = int8_index ? &ikraw[static_cast<size_t>(r) * ID] : CacheRow(ctx.pool, *seg.cache, pos, off_ik);
         kernels::LayerNormRef(&ikraw[static_cast<size_t>(r) * ID], w.idx_k_norm_w.data(), w.idx_k_norm_b.data(), 1e-6f, ID, ik);
         RopeHalfSplit(ik, rope, pos, ctx.rope_freqs);
         for (int j = 0; j < IH; ++j) RopeHalfSplit(&iq[(static_cast<size_t>(r) * IH + j) * ID], rope, pos, ctx.rope_freqs);
         if (cfg.dsa.index_fp8) {
           IndexHadamardFp8(ik, ID, cfg.dsa.index_fp8_ue8m0);
           for (int j = 0; j < IH; ++j) IndexHadamardFp8(&iq[(static_cast<size_t>(r) * IH + j) * ID], ID, cfg.dsa.index_fp8_ue8m0);
+        }
+        if (int8_index) {
+          kernels::QuantizeIndexerKeyInt8(ik, ID, CacheRow(ctx.pool, *seg.cache, pos, off_ik));
+          const size_t g = static_cast<size_t>(r) * IH;
+          kernels::QuantizeIndexerQueryInt8(&iq[g * ID], &iw[g], IH, ID, &iq8[g * ID], &iwt8[g], &ioff8[g]);
         }
       }
     });
@@ -281,13 +301,20 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       block_len.resize(nb);
       for (int b = 0; b < block_n; ++b) block_len[static_cast<size_t>(b)] = static_cast<int>(seg.pos0 + (r + b - seg.row0) + 1);
       const int longest = block_len.back();
-      const float* bq = &iq[static_cast<size_t>(r) * IH * ID];
-      const float* bw = &iw[static_cast<size_t>(r) * IH];
+      const size_t g0 = static_cast<size_t>(r) * IH;
+      // The block's rows' scores over keys `key_rows` [0, n[b]), row b's at scores + b * ld.
+      const auto score_keys = [&](const float* const* key_rows, const int* kn, float* out, size_t ld_out) {
+        if (int8_index)
+          kc.indexer_scores_int8(kernels::IndexerInt8Query{&iq8[g0 * ID], &iwt8[g0], &ioff8[g0]}, block_n, IH, ID,
+                                 key_rows, off_ik, kn, out, ld_out);
+        else
+          kc.indexer_scores_batch(&iq[g0 * ID], &iw[g0], block_n, IH, ID, key_rows, off_ik, kn, out, ld_out);
+      };
       block_sel.resize(nb);
       if (longest <= tile) {  // one pass
         const size_t ld = static_cast<size_t>(longest);
         index_scores.resize(nb * ld);
-        kc.indexer_scores_batch(bq, bw, block_n, IH, ID, rows.data(), off_ik, block_len.data(), index_scores.data(), ld);
+        score_keys(rows.data(), block_len.data(), index_scores.data(), ld);
         kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
           block_sel[j].resize(static_cast<size_t>(topk));
           kernels::TopKIndices(&index_scores[j * ld], block_len[j], topk, block_sel[j].data());
@@ -301,8 +328,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       for (std::vector<int>& sel : block_sel) sel.resize(static_cast<size_t>(topk));
       for (int t0 = 0; t0 < longest; t0 += tile) {
         for (size_t j = 0; j < nb; ++j) tile_n[j] = std::clamp(block_len[j] - t0, 0, tile);
-        kc.indexer_scores_batch(bq, bw, block_n, IH, ID, rows.data() + t0, off_ik, tile_n.data(),
-                                index_scores.data() + topk, ld);
+        score_keys(rows.data() + t0, tile_n.data(), index_scores.data() + topk, ld);
         kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
           const int have = block_have[j], m = have + tile_n[j];
           if (tile_n[j] == 0) return;
@@ -348,7 +374,8 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     if (absorbed) {
       // Sparse rows kSparseBlock at a time (each with its own keys; every
       // row after a sparse one is sparse); runs of causal (dense) rows as blocks.
-      const int block = ctx.options.deterministic || as_decode ? 1 : std::max(1, kMaxHeadsPerCall / H);
+      static const int kExpRows = getenv("MLA_ROWS") ? atoi(getenv("MLA_ROWS")) : 0;
+      const int block = ctx.options.deterministic || as_decode ? 1 : std::max(kExpRows, std::max(1, kMaxHeadsPerCall / H));
       std::vector<std::vector<int>> sparse_keys;
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);

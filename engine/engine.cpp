@@ -165,6 +165,7 @@ ModelOptions ModelOptionsFor(const EngineOptions& options) {
   mo.bf16_activations = options.bf16_activations;
   mo.experts = options.experts;
   mo.decode_activation_bits = options.decode_activation_bits;
+  mo.indexer_scores = options.indexer_scores;
   mo.deterministic = options.deterministic;
   mo.ep_rank = options.ep_rank;
   mo.ep_world = options.ep_world;
@@ -291,6 +292,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
                        "|bf16=" + std::to_string(options.bf16_activations) +
                        "|experts=" + (options.experts ? std::string(ExpertFormatName(*options.experts)) : "stored") +
                        "|decode_bits=" + std::to_string(options.decode_activation_bits) +
+                       // The indexer keys' layout in the rows (int8: a quarter of the bytes).
+                       "|indexer_scores=" + (options.indexer_scores == IndexerScores::kInt8 ? "int8" : "exact") +
                        "|deterministic=" + std::to_string(options.deterministic);
     MOE_ASSIGN_OR_RETURN(std::unique_ptr<PrefixDiskTier> tier, PrefixDiskTier::Open(std::move(d)));
     impl->prefix->AttachDiskTier(std::move(tier), *impl->pool);

@@ -13,6 +13,7 @@
 #include "moeserve/engine/tensor_layout.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/mxfp4_activation_bits.hpp"
 #include "vision/tower.hpp"
 #include "weights.hpp"
@@ -22,7 +23,11 @@ namespace moeserve::engine {
 Model::~Model() = default;
 
 void Model::set_options(const ModelOptions& o) {
+  // The indexer keys' layout in the pool is the loaded model's (Load).
+  const IndexerScores layout = options_.indexer_scores;
+  const bool loaded = weights_ != nullptr;
   options_ = o;
+  if (loaded) options_.indexer_scores = layout;
   // The kernels, chosen here once: the reference set, or the best this CPU
   // runs. kAuto's prefill form goes with them (model.hpp): the reference
   // kernels run the spec's expanded form, the fast ones the absorbed form.
@@ -67,10 +72,17 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
               "); speculative decoding falls back to lookup drafts");
     load_mtp = false;
   }
+  const bool int8_index = options.indexer_scores == IndexerScores::kInt8;
+  if (int8_index && (dir.config.HasKind(LayerKind::kDsa) || dir.config.mtp_kind == LayerKind::kDsa) &&
+      !kernels::IndexerInt8DimSupported(dir.config.dsa.index_head_dim))
+    return Fail(Error::InvalidArgument("indexer_scores int8: dsa.index_head_dim " +
+                                       std::to_string(dir.config.dsa.index_head_dim) +
+                                       " is not a multiple of 4 up to 1024; use exact scores"));
   MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(source, dir.config, model->ep_rank_, model->ep_world_, load_mtp));
   model->weights_ = std::make_unique<ModelWeights>(std::move(w));
   const ModelConfig& c = model->config_;
-  // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa)],
+  // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa):
+  // index_head_dim floats, or with int8 scores index_head_dim / 4 + 1],
   // for each gqa layer [k | v] of every kv head; DeltaNet layers keep state
   // in the sequence, not in the row.
   // The MTP block, when loaded, has its own attention slot after them.
@@ -78,7 +90,8 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
     if (kind == LayerKind::kDelta) return 0;
     if (kind == LayerKind::kGqa) return 2 * static_cast<size_t>(c.gqa.num_kv_heads) * static_cast<size_t>(c.gqa.head_dim);
     size_t n = static_cast<size_t>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
-    if (kind == LayerKind::kDsa) n += static_cast<size_t>(c.dsa.index_head_dim);
+    if (kind == LayerKind::kDsa)
+      n += int8_index ? kernels::IndexerInt8KeyFloats(c.dsa.index_head_dim) : static_cast<size_t>(c.dsa.index_head_dim);
     return n;
   };
   size_t off = 0;

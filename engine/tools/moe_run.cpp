@@ -13,6 +13,9 @@
 // resident memory.
 // --bf16-activations (fast kernels only, every family): prefill products of
 // 32 rows or more take BF16-rounded activations (ModelOptions).
+// --indexer-scores int8 (models with DSA layers): the indexer's keys kept
+// int8 in the cache and scored with integer dot products
+// (ModelOptions::indexer_scores); exact, the default, keeps fp32.
 //
 // --prompt-ids gives the prompt as token ids, with no chat template, and
 // --print-ids prints only the generated ids, as one comma-separated line, so
@@ -83,7 +86,7 @@ int Usage(const std::string& msg) {
                "               [--top-p P] [--top-k K] [--seed S] [--reasoning-effort low|medium|high]\n"
                "               [--thinking-budget N] [--kernels fast|reference] [--experts mxfp4|bf16] [--bf16-activations] [--ignore-eos]\n"
                "               [--read-bw GBPS|auto] [--deterministic] [--batch N] [--decode-activation-bits 21|16|8]\n"
-               "               [--speculative off|mtp|lookup|auto] [--draft-tokens 1-4]\n");
+               "               [--speculative off|mtp|lookup|auto] [--draft-tokens 1-4] [--indexer-scores exact|int8]\n");
   return 2;
 }
 
@@ -370,7 +373,7 @@ int RunFamily(const std::string& dir, const std::string& family, const std::vect
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, prompt, system, effort = "medium", kernels = "fast", experts;
+  std::string model_path, prompt, system, effort = "medium", kernels = "fast", experts, indexer_scores = "exact";
   long long max_tokens = 128, seed = 0, top_k = 0, budget = -1;
   double temperature = 0.0, top_p = 1.0, read_bw = 0.0;
   bool read_bw_auto = false;
@@ -396,6 +399,7 @@ int main(int argc, char** argv) {
     else if (a == "--reasoning-effort") effort = v;
     else if (a == "--kernels") kernels = v;
     else if (a == "--experts") experts = v;
+    else if (a == "--indexer-scores") indexer_scores = v;
     else if (a == "--max-tokens") { if (!ToInt(v, 1, 1 << 24, &max_tokens)) return Usage("--max-tokens must be a positive integer"); }
     else if (a == "--seed") { if (!ToInt(v, 0, (1ll << 62), &seed)) return Usage("--seed must be a non-negative integer"); }
     else if (a == "--top-k") { if (!ToInt(v, 0, 1 << 20, &top_k)) return Usage("--top-k must be a non-negative integer"); }
@@ -424,6 +428,7 @@ int main(int argc, char** argv) {
   if (effort != "low" && effort != "medium" && effort != "high") return Usage("--reasoning-effort must be low, medium or high");
   if (kernels != "fast" && kernels != "reference") return Usage("--kernels must be fast or reference");
   if (!experts.empty() && experts != "mxfp4" && experts != "bf16") return Usage("--experts must be mxfp4 or bf16");
+  if (indexer_scores != "exact" && indexer_scores != "int8") return Usage("--indexer-scores must be exact or int8");
   std::optional<ExpertFormat> expert_format;
   if (!experts.empty()) expert_format = experts == "mxfp4" ? ExpertFormat::kMxfp4 : ExpertFormat::kBf16;
   // The reference kernels are fp32 only: refuse rather than run fp32 unasked.
@@ -441,6 +446,7 @@ int main(int argc, char** argv) {
     if (deterministic) return Usage("--deterministic is not available for gpt-oss models");
     if (expert_format) return Usage("--experts is not available for gpt-oss models (their experts are MXFP4 as published)");
     if (decode_bits != 21) return Usage("--decode-activation-bits is not available for gpt-oss models");
+    if (indexer_scores != "exact") return Usage("--indexer-scores is for models with DSA layers, not gpt-oss");
     if (speculative != SpeculativeMode::kOff) return Usage("--speculative is not available here for gpt-oss models");
     return RunGptOss(model_path, prompt_ids, static_cast<int>(max_tokens), ignore_eos, print_ids,
                      kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference, bf16_activations, read_bw,
@@ -452,6 +458,7 @@ int main(int argc, char** argv) {
   eo.kernels = kernels == "fast" ? KernelChoice::kFast : KernelChoice::kReference;
   eo.bf16_activations = bf16_activations;
   eo.decode_activation_bits = static_cast<int>(decode_bits);
+  eo.indexer_scores = indexer_scores == "int8" ? IndexerScores::kInt8 : IndexerScores::kExact;
   eo.deterministic = deterministic;
   eo.experts = expert_format;
   eo.cache_tokens = 1 << 15;

@@ -164,6 +164,10 @@ struct TokenEvent {
 // the best variants this CPU runs (kernels::BestIsa(), capped by
 // MOESERVE_CPU_ISA), kReference the plain reference kernels.
 enum class KernelChoice { kFast, kReference };
+// How the DSA indexer scores its keys (ModelOptions::indexer_scores): fp32
+// keys and products (kExact), or keys kept int8 in the pool and integer dot
+// products (kInt8).
+enum class IndexerScores { kExact, kInt8 };
 
 struct EngineOptions {
   int max_running = 64;              // sequences decoded together
@@ -187,6 +191,7 @@ struct EngineOptions {
   bool bf16_activations = false;     // ModelOptions::bf16_activations (prefill GEMMs in BF16)
   std::optional<ExpertFormat> experts;  // ModelOptions::experts (MXFP4 requantisation at load)
   int decode_activation_bits = 21;   // ModelOptions::decode_activation_bits: 21, 16 or 8
+  IndexerScores indexer_scores = IndexerScores::kExact;  // ModelOptions::indexer_scores (DSA models)
   // Batch-invariant decode (ModelOptions::deterministic): a sequence's
   // logits, and so its tokens, are the same bits whatever else is in the
   // batch, however its prompt was split into prefill chunks and whether its

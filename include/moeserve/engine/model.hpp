@@ -86,6 +86,21 @@ struct ModelOptions {
   // context: 17 MB for a block of 64 rows, where one pass over a 1M-token
   // context held 256 MB. Contexts up to one tile take the single pass.
   int indexer_tile_keys = 65536;
+  // The DSA indexer's score per key. kExact: fp32 keys in the cache, fp32
+  // dot products (every exactness bound of docs/model-format.md section 10
+  // is stated for it). kInt8: each indexer key is quantised once, when the
+  // cache row is written (symmetric int8, one fp32 scale per key:
+  // kernels/indexer_int8.hpp), and kept so in the pool, a quarter of its
+  // fp32 bytes (33 floats for 128 dims, context_bytes.hpp); each query is
+  // quantised per head, and the scores are integer dot products (vpdpbusd
+  // on AVX-512 VNNI). Only the selection of keys changes: attention over
+  // the selected keys stays as it was. Fixed at Load (the pool's row layout
+  // follows it): set_options keeps the loaded model's choice. Needs
+  // index_head_dim a multiple of 4; the reference kernels run the int8
+  // reference. Off by default: the selection differs from the exact path's
+  // where scores lie within the rounding of each other (measured in
+  // tests/engine/indexer_int8_test.cpp).
+  IndexerScores indexer_scores = IndexerScores::kExact;
   // The routed experts' format in memory. Unset: as the checkpoint stores
   // them. kMxfp4 for a family that converts or maps its published
   // checkpoint at load (deepseek_v32, qwen3_next), and for a moe-dsa-v1
