@@ -24,34 +24,74 @@ namespace moeserve::kernels::cpu {
 
 namespace {
 
+// acc += the u8 x s8 dot products of k and q, four bytes a lane. Inline
+// assembly because GCC 12 copied the accumulators of the unrolled heads
+// into other registers and back around every _mm512_dpbusd_epi32 (twice as
+// many instructions as products, and a spill).
+inline void Dpbusd(__m512i& acc, __m512i k, __m512i q) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(k), "v"(q)); }
+
 __mmask16 Tail(int n) { return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
 
-// HN heads of one query over the block's 32 keys, their ReLU'd dots folded
-// into I0 (keys 0-15) and I1 (16-31) in head order.
+// The broadcast four codes of head i at dims 4 d4 .. 4 d4 + 3.
+inline __m512i Codes4(const int8_t* codes, int dim, int i, int d4) {
+  int32_t four;
+  std::memcpy(&four, codes + static_cast<size_t>(i) * dim + 4 * d4, 4);
+  return _mm512_set1_epi32(four);
+}
+
+// Head i's ReLU'd dots (a0: keys 0-15, a1: 16-31) folded into I0, I1.
+inline void Fold(__m512i a0, __m512i a1, float wt, __m512& I0, __m512& I1) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512 w = _mm512_set1_ps(wt);
+  I0 = _mm512_fmadd_ps(w, _mm512_cvtepi32_ps(_mm512_max_epi32(a0, zero)), I0);
+  I1 = _mm512_fmadd_ps(w, _mm512_cvtepi32_ps(_mm512_max_epi32(a1, zero)), I1);
+}
+
+// HN (8, 4 or 1) heads of one query over the block's 32 keys, folded into
+// I0 (keys 0-15) and I1 (16-31) in head order. The accumulators are named
+// variables: held in arrays, GCC 12 kept them in memory or copied them
+// around every product.
 template <int HN>
 inline void Heads(const int32_t* Kt, const int8_t* codes, const float* wt, const int32_t* off, int dim, __m512& I0,
                   __m512& I1) {
-  __m512i a0[HN], a1[HN];
-#pragma GCC unroll 8
-  for (int i = 0; i < HN; ++i) a0[i] = a1[i] = _mm512_set1_epi32(-off[i]);
+  static_assert(HN == 8 || HN == 4 || HN == 1);
+  const auto init = [&](int i) { return _mm512_set1_epi32(i < HN ? -off[i] : 0); };
+  __m512i a00 = init(0), a10 = a00, a01 = init(1), a11 = a01, a02 = init(2), a12 = a02, a03 = init(3), a13 = a03;
+  __m512i a04 = init(4), a14 = a04, a05 = init(5), a15 = a05, a06 = init(6), a16 = a06, a07 = init(7), a17 = a07;
   const int d4n = dim / 4;
   for (int d4 = 0; d4 < d4n; ++d4) {
     const __m512i k0 = _mm512_load_si512(Kt + d4 * 32), k1 = _mm512_load_si512(Kt + d4 * 32 + 16);
-#pragma GCC unroll 8
-    for (int i = 0; i < HN; ++i) {
-      int32_t four;
-      std::memcpy(&four, codes + static_cast<size_t>(i) * dim + 4 * d4, 4);
-      const __m512i q = _mm512_set1_epi32(four);
-      a0[i] = _mm512_dpbusd_epi32(a0[i], k0, q);
-      a1[i] = _mm512_dpbusd_epi32(a1[i], k1, q);
-    }
+#define MOESERVE_HEAD(i, A0, A1)              \
+  {                                           \
+    const __m512i q = Codes4(codes, dim, i, d4); \
+    Dpbusd(A0, k0, q);                        \
+    Dpbusd(A1, k1, q);                        \
   }
-  const __m512i zero = _mm512_setzero_si512();
-#pragma GCC unroll 8
-  for (int i = 0; i < HN; ++i) {
-    const __m512 w = _mm512_set1_ps(wt[i]);
-    I0 = _mm512_fmadd_ps(w, _mm512_cvtepi32_ps(_mm512_max_epi32(a0[i], zero)), I0);
-    I1 = _mm512_fmadd_ps(w, _mm512_cvtepi32_ps(_mm512_max_epi32(a1[i], zero)), I1);
+    MOESERVE_HEAD(0, a00, a10)
+    if constexpr (HN >= 4) {
+      MOESERVE_HEAD(1, a01, a11)
+      MOESERVE_HEAD(2, a02, a12)
+      MOESERVE_HEAD(3, a03, a13)
+    }
+    if constexpr (HN == 8) {
+      MOESERVE_HEAD(4, a04, a14)
+      MOESERVE_HEAD(5, a05, a15)
+      MOESERVE_HEAD(6, a06, a16)
+      MOESERVE_HEAD(7, a07, a17)
+    }
+#undef MOESERVE_HEAD
+  }
+  Fold(a00, a10, wt[0], I0, I1);
+  if constexpr (HN >= 4) {
+    Fold(a01, a11, wt[1], I0, I1);
+    Fold(a02, a12, wt[2], I0, I1);
+    Fold(a03, a13, wt[3], I0, I1);
+  }
+  if constexpr (HN == 8) {
+    Fold(a04, a14, wt[4], I0, I1);
+    Fold(a05, a15, wt[5], I0, I1);
+    Fold(a06, a16, wt[6], I0, I1);
+    Fold(a07, a17, wt[7], I0, I1);
   }
 }
 
