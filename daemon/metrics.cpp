@@ -107,6 +107,8 @@ DaemonMetrics::DaemonMetrics() : registry_(std::make_shared<prometheus::Registry
                                       "Prefix cache files refused and deleted (corrupt, truncated, another model's)");
   prefix_disk_evictions_ =
       disk_counter("moe_prefix_disk_evictions_total", "Prefix cache files deleted to stay within prefix_disk_bytes");
+  prefix_disk_expired_ = disk_counter("moe_prefix_disk_expired_total",
+                                      "Prefix cache files deleted as unused for longer than prefix_disk_max_age_seconds");
   draft_tokens_ = &BuildCounter()
                        .Name("moe_speculative_draft_tokens_total")
                        .Help("Draft tokens verified (outcome proposed) and of them accepted, by draft kind (mtp, lookup)")
@@ -278,6 +280,7 @@ void DaemonMetrics::UpdateFromEngine(const engine::EngineMetrics& m) {
   advance_prefix(*prefix_disk_write_failures_, pc.disk_write_failures, last_prefix_.disk_write_failures);
   advance_prefix(*prefix_disk_refused_, pc.disk_refused, last_prefix_.disk_refused);
   advance_prefix(*prefix_disk_evictions_, pc.disk_evictions, last_prefix_.disk_evictions);
+  advance_prefix(*prefix_disk_expired_, pc.disk_expired, last_prefix_.disk_expired);
   const auto advance_drafts = [&](const char* kind, const engine::DraftCounts& now, engine::DraftCounts& last) {
     advance_prefix(draft_tokens_->Add({{"kind", kind}, {"outcome", "proposed"}}), now.proposed, last.proposed);
     advance_prefix(draft_tokens_->Add({{"kind", kind}, {"outcome", "accepted"}}), now.accepted, last.accepted);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <limits>
@@ -210,6 +211,8 @@ Status Engine::ValidateEngineOptions(const EngineOptions& options) {
     return Fail(Error::InvalidArgument("engine options: cache_memory_bytes must not be negative"));
   if (!options.prefix_disk_dir.empty() && options.prefix_disk_bytes <= 0)
     return Fail(Error::InvalidArgument("engine options: prefix_disk_bytes must be positive when prefix_disk_dir is set"));
+  if (!(options.prefix_disk_max_age_seconds >= 0) || !std::isfinite(options.prefix_disk_max_age_seconds))
+    return Fail(Error::InvalidArgument("engine options: prefix_disk_max_age_seconds must be 0 (no bound) or positive"));
   if (options.decode_activation_bits != 21 && options.decode_activation_bits != 16 &&
       options.decode_activation_bits != 8)
     return Fail(Error::InvalidArgument("engine options: decode_activation_bits must be 21, 16 or 8, not " +
@@ -282,6 +285,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
     PrefixDiskTier::Options d;
     d.dir = options.prefix_disk_dir;
     d.max_bytes = options.prefix_disk_bytes;
+    d.max_age_seconds = options.prefix_disk_max_age_seconds;
     d.block_tokens = options.block_tokens;
     d.floats_per_token = impl->model->cache_floats_per_token();
     for (const DeltaLayerState& l : impl->model->NewSequence().delta) d.delta_shape.emplace_back(l.conv_tail.size(), l.S.size());

@@ -57,6 +57,7 @@ PrefixCache::Hit PrefixCache::LookupOrRestore(KvPool& pool, const std::vector<in
   if (!disk_) return hit;
   int64_t cap = max_length;  // entries on disk end before the first image
   for (const ImageSpan& s : images) cap = std::min(cap, s.offset);
+  disk_->ExpireOld();
   const std::optional<PrefixDiskTier::Found> found = disk_->Find(tokens, cap, partition, public_length, hit.length);
   if (!found) return hit;
   Result<PrefixDiskTier::Restored> restored = disk_->Read(pool, *found, tokens, partition);

@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -132,6 +135,8 @@ Result<std::unique_ptr<PrefixDiskTier>> PrefixDiskTier::Open(Options options) {
   if (options.dir.empty()) return Fail(Error::InvalidArgument("prefix disk tier: no directory"));
   if (options.max_bytes <= 0) return Fail(Error::InvalidArgument("prefix disk tier: prefix_disk_bytes must be positive"));
   if (options.block_tokens <= 0) return Fail(Error::InvalidArgument("prefix disk tier: block_tokens must be positive"));
+  if (!(options.max_age_seconds >= 0) || !std::isfinite(options.max_age_seconds))
+    return Fail(Error::InvalidArgument("prefix disk tier: prefix_disk_max_age_seconds must be 0 (no bound) or positive"));
   std::unique_ptr<PrefixDiskTier> tier(new PrefixDiskTier(std::move(options)));
   std::error_code ec;
   fs::create_directories(tier->folder_, ec);
@@ -144,6 +149,45 @@ Result<std::unique_ptr<PrefixDiskTier>> PrefixDiskTier::Open(Options options) {
 }
 
 std::string PrefixDiskTier::PathOf(const std::string& key) const { return (fs::path(folder_) / (key + kSuffix)).string(); }
+
+int64_t PrefixDiskTier::Now() const {
+  if (options_.clock) return options_.clock();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void PrefixDiskTier::Touch(const std::string& key, File& file) {
+  file.last_use = ++clock_;
+  file.last_use_seconds = Now();
+  // The mtime carries the use over a restart; failing to set it only ages
+  // the file from its last write.
+  const struct timespec at[2] = {{static_cast<time_t>(file.last_use_seconds), 0},
+                                 {static_cast<time_t>(file.last_use_seconds), 0}};
+  ::utimensat(AT_FDCWD, PathOf(key).c_str(), at, 0);
+}
+
+void PrefixDiskTier::ExpireOld() {
+  if (options_.max_age_seconds <= 0) return;
+  const int64_t now = Now();
+  if (now < next_expiry_) return;
+  // A file used at t is past the bound from t + floor(max_age) + 1 on.
+  const int64_t age_steps = static_cast<int64_t>(std::floor(std::min(options_.max_age_seconds, 1e15))) + 1;
+  std::vector<std::string> expired;
+  int64_t next = INT64_MAX;
+  for (const auto& [key, file] : files_) {
+    if (static_cast<double>(now - file.last_use_seconds) > options_.max_age_seconds)
+      expired.push_back(key);
+    else
+      next = std::min(next, file.last_use_seconds + age_steps);
+  }
+  for (const std::string& key : expired) {
+    Remove(key);
+    ++counters_.disk_expired;
+  }
+  next_expiry_ = next;
+  if (!expired.empty())
+    log::Info("prefix disk tier: " + std::to_string(expired.size()) + " entries unused for more than " +
+              std::to_string(options_.max_age_seconds) + " s deleted");
+}
 
 std::vector<uint64_t> PrefixDiskTier::ChainKeys(const std::string& partition, bool is_public, std::span<const int> tokens,
                                                 int64_t max_length) const {
@@ -238,7 +282,7 @@ void PrefixDiskTier::Scan() {
   struct Seen {
     std::string key;
     File file;
-    fs::file_time_type mtime;
+    int64_t mtime_ns;
   };
   std::vector<Seen> seen;
   for (auto it = fs::directory_iterator(folder_, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
@@ -279,15 +323,22 @@ void PrefixDiskTier::Scan() {
       fs::remove(p, ec);
       continue;
     }
-    seen.push_back({key, File{static_cast<int64_t>(size), static_cast<int64_t>(h.tokens), h.is_public, 0},
-                    it->last_write_time(ec)});
+    struct stat st {};
+    const int64_t mtime_ns = ::stat(p.c_str(), &st) == 0
+                                 ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec
+                                 : 0;
+    seen.push_back({key,
+                    File{static_cast<int64_t>(size), static_cast<int64_t>(h.tokens), h.is_public, 0,
+                         static_cast<int64_t>(st.st_mtim.tv_sec)},
+                    mtime_ns});
   }
-  std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) { return a.mtime < b.mtime; });
+  std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) { return a.mtime_ns < b.mtime_ns; });
   for (Seen& s : seen) {
     s.file.last_use = ++clock_;
     bytes_ += s.file.bytes;
     files_[s.key] = s.file;
   }
+  ExpireOld();
   MakeRoom(0);
   if (!files_.empty())
     log::Info("prefix disk tier: " + std::to_string(files_.size()) + " entries (" + std::to_string(bytes_) +
@@ -331,10 +382,11 @@ Status PrefixDiskTier::Write(const KvPool& pool, std::span<const int> tokens, st
     return Fail(Error::InvalidArgument("prefix disk tier: the pool's rows are not this tier's"));
   if (delta.size() != options_.delta_shape.size())
     return Fail(Error::InvalidArgument("prefix disk tier: the recurrent state has another shape"));
+  ExpireOld();
   const std::vector<uint64_t> keys = ChainKeys(is_public ? std::string() : partition, is_public, tokens, n);
   const std::string key = Hex64(keys.back());
   if (auto it = files_.find(key); it != files_.end()) {
-    it->second.last_use = ++clock_;
+    Touch(key, it->second);
     return Ok();
   }
   const size_t fpt = options_.floats_per_token;
@@ -400,7 +452,9 @@ Status PrefixDiskTier::Write(const KvPool& pool, std::span<const int> tokens, st
     ++counters_.disk_write_failures;
     return Fail(Error::Internal("prefix disk tier: writing " + path + " failed: " + what));
   }
-  files_[key] = File{static_cast<int64_t>(buf.size()), n, is_public, ++clock_};
+  File& stored = files_[key] = File{static_cast<int64_t>(buf.size()), n, is_public, 0, 0};
+  Touch(key, stored);
+  if (options_.max_age_seconds > 0) next_expiry_ = std::min(next_expiry_, stored.last_use_seconds);
   bytes_ += static_cast<int64_t>(buf.size());
   ++counters_.disk_writes;
   counters_.disk_write_bytes += buf.size();
@@ -414,15 +468,19 @@ std::optional<PrefixDiskTier::Found> PrefixDiskTier::Find(std::span<const int> t
   const std::vector<uint64_t> own = ChainKeys(partition, false, tokens, max_length);
   const std::vector<uint64_t> pub = ChainKeys({}, true, tokens, std::min(max_length, public_length));
   const int64_t bt = options_.block_tokens;
+  const int64_t now = options_.max_age_seconds > 0 ? Now() : 0;
+  auto usable = [&](const File& f) {
+    return options_.max_age_seconds <= 0 || static_cast<double>(now - f.last_use_seconds) <= options_.max_age_seconds;
+  };
   for (int64_t k = static_cast<int64_t>(own.size()) - 1; k >= 0; --k) {
     const int64_t len = (k + 1) * bt;
     if (len <= longer_than) break;
     if (auto it = files_.find(Hex64(own[static_cast<size_t>(k)])); it != files_.end() && !it->second.is_public &&
-                                                                   it->second.length == len)
+                                                                   it->second.length == len && usable(it->second))
       return Found{len, false, it->first};
     if (k < static_cast<int64_t>(pub.size()))
       if (auto it = files_.find(Hex64(pub[static_cast<size_t>(k)])); it != files_.end() && it->second.is_public &&
-                                                                     it->second.length == len)
+                                                                     it->second.length == len && usable(it->second))
         return Found{len, true, it->first};
   }
   return std::nullopt;
@@ -489,7 +547,7 @@ Result<PrefixDiskTier::Restored> PrefixDiskTier::Read(KvPool& pool, const Found&
     out.blocks.push_back(*block);
     std::memcpy(pool.TokenRow(*block, 0), rows + static_cast<size_t>(b) * block_bytes, block_bytes);
   }
-  known->second.last_use = ++clock_;
+  Touch(found.key, known->second);
   ++counters_.disk_hits;
   counters_.disk_hit_tokens += static_cast<uint64_t>(found.length);
   counters_.disk_read_bytes += buf.size();
@@ -508,6 +566,7 @@ void PrefixDiskTier::FillStats(PrefixCacheStats& s) const {
   s.disk_read_bytes = counters_.disk_read_bytes;
   s.disk_refused = counters_.disk_refused;
   s.disk_evictions = counters_.disk_evictions;
+  s.disk_expired = counters_.disk_expired;
 }
 
 }  // namespace moeserve::engine

@@ -33,11 +33,17 @@
 //
 // Bounded in bytes (file sizes): past the bound, the least recently used
 // files go (access times kept in memory, starting from the files' mtimes).
+// Bounded in age too (max_age_seconds, 0: none): a file unused for longer is
+// deleted, at start (by its mtime) and as the tier runs (ExpireOld, before
+// each lookup and write). A file's mtime is its last use: a hit or a write
+// of an entry already stored sets it, so a restarted engine ages it from
+// there.
 //
 // Thread safety: none; the engine's step thread owns it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,6 +71,11 @@ class PrefixDiskTier {
     // Per layer, the floats of a fresh sequence's conv tail and S (0, 0 for
     // attention layers): restored states must have exactly this shape.
     std::vector<std::pair<uint64_t, uint64_t>> delta_shape;
+    // Files unused for longer than this are deleted; 0: no bound by age.
+    double max_age_seconds = 0;
+    // Wall-clock seconds since the epoch (the files' mtimes are on it);
+    // empty: the system clock. Tests pass their own.
+    std::function<int64_t()> clock;
   };
 
   // Makes the folder and indexes the files already there (headers only);
@@ -107,6 +118,11 @@ class PrefixDiskTier {
   // when the pool has no room.
   Result<Restored> Read(KvPool& pool, const Found& found, std::span<const int> tokens, const std::string& partition);
 
+  // Deletes the files unused for longer than max_age_seconds (counted in
+  // disk_expired). Cheap when nothing is due: it keeps the earliest time a
+  // file can expire and returns until then.
+  void ExpireOld();
+
   // Counters and sizes for PrefixCacheStats (its disk_* fields).
   void FillStats(PrefixCacheStats& s) const;
 
@@ -116,6 +132,7 @@ class PrefixDiskTier {
     int64_t length = 0;
     bool is_public = false;
     uint64_t last_use = 0;  // a counter: larger is more recent
+    int64_t last_use_seconds = 0;  // the clock's time of that use (the file's mtime)
   };
   explicit PrefixDiskTier(Options options);
   std::string PathOf(const std::string& key) const;
@@ -129,6 +146,9 @@ class PrefixDiskTier {
   void Remove(const std::string& name);
   void Refuse(const std::string& key, const std::string& why);
   void MakeRoom(int64_t incoming);
+  int64_t Now() const;
+  // Records a use of `key`'s file now, in memory and in its mtime.
+  void Touch(const std::string& key, File& file);
 
   Options options_;
   std::string model_id_;  // 32 hex digits: model_id_bytes_
@@ -137,6 +157,7 @@ class PrefixDiskTier {
   std::unordered_map<std::string, File> files_;  // by key
   int64_t bytes_ = 0;
   uint64_t clock_ = 0;
+  int64_t next_expiry_ = 0;  // no file can be past max_age before this clock time
   PrefixCacheStats counters_;  // the disk_* counters
 };
 

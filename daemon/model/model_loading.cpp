@@ -45,6 +45,7 @@ engine::EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   o.prefix_cache_bytes = config.prefix_cache_bytes;
   o.prefix_disk_dir = config.prefix_disk_dir;
   o.prefix_disk_bytes = config.prefix_disk_bytes;
+  o.prefix_disk_max_age_seconds = config.prefix_disk_max_age_seconds;
   o.prefix_pin_share = config.sessions.pin_share;
   o.kernels = config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
   o.deterministic = config.deterministic;

@@ -62,6 +62,7 @@ prefix_cache: true  # bool prefix_cache
 prefix_cache_bytes: 1073741824  # int prefix_cache_bytes
 prefix_disk_dir: /var/cache/moeserve/prefix  # text prefix_disk_dir
 prefix_disk_bytes: 17179869184  # int prefix_disk_bytes
+prefix_disk_max_age_seconds: 604800  # num prefix_disk_max_age_seconds
 threads: 0  # int threads
 max_context: 4096  # int max_context
 kernels: fast  # text kernels

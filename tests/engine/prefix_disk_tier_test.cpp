@@ -3,11 +3,16 @@
 // prompt sharing its prefix, and the tokens and logprobs that follow are the
 // bits a run that recomputed the prefix gets (deterministic mode). Files that
 // are corrupt, truncated, another tenant's or another model's are refused,
-// deleted and the prefix recomputed; the tier stays within its byte bound.
+// deleted and the prefix recomputed; the tier stays within its byte bound
+// and its age bound (files unused for longer than max_age are deleted, at
+// start by their mtime and as the tier runs by their last use).
 #include "../../engine/prefix_disk_tier.hpp"
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -374,6 +379,166 @@ TEST(DiskTier, AnUnwritableDirectoryIsRefusedAtCreate) {
   auto e = Engine::Create(*d, o);
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message().find("prefix_disk_dir"), std::string::npos) << e.error().ToString();
+}
+
+TEST(DiskTier, AFileUnusedForLongerThanTheMaxAgeIsDeletedAtStart) {
+  const std::string old_dir = FreshDir("age_old"), recent_dir = FreshDir("age_recent");
+  const std::string old_file = SpillOne(old_dir, 81), recent_file = SpillOne(recent_dir, 82);
+  ASSERT_FALSE(old_file.empty());
+  ASSERT_FALSE(recent_file.empty());
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(old_file, now - std::chrono::hours(72));
+  fs::last_write_time(recent_file, now - std::chrono::hours(3));
+  EngineOptions o = Options(old_dir);
+  o.prefix_disk_max_age_seconds = 86400;
+  {
+    auto e = Make(TinyModel(1), o);
+    ASSERT_TRUE(e);
+    EXPECT_FALSE(fs::exists(old_file));
+    EXPECT_EQ(Generate(*e, Request(NextTurn(81), "a", 1)).cached, 0);
+    const PrefixCacheStats s = e->Metrics().prefix_cache;  // published by a step
+    EXPECT_EQ(s.disk_expired, 1u);
+    EXPECT_EQ(s.disk_hits, 0u);
+    EXPECT_EQ(s.disk_refused, 0u);
+  }
+  o.prefix_disk_dir = recent_dir;  // within the bound: kept and served
+  auto e = Make(TinyModel(1), o);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(fs::exists(recent_file));
+  const Outcome r = Generate(*e, Request(NextTurn(82), "a", 6));
+  EXPECT_EQ(r.cached, kCached);
+  EXPECT_EQ(e->Metrics().prefix_cache.disk_expired, 0u);
+  EXPECT_EQ(e->Metrics().prefix_cache.disk_hits, 1u);
+  ExpectSameBits(r, Recomputed(82));
+}
+
+TEST(DiskTier, ANegativeMaxAgeIsRefusedAtCreate) {
+  EngineOptions o = Options(FreshDir("age_negative"));
+  o.prefix_disk_max_age_seconds = -1;
+  auto d = OpenModelDir(TinyModel(1));
+  ASSERT_TRUE(d);
+  auto e = Engine::Create(*d, o);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message().find("prefix_disk_max_age_seconds"), std::string::npos) << e.error().ToString();
+}
+
+// The tier alone, on a clock the test sets: a file's age runs from its last
+// use (a hit), not its write, and that use outlives a restart in its mtime.
+TEST(DiskTier, FilesExpireByLastUseAsTheTierRuns) {
+  const std::string dir = FreshDir("age_clock");
+  int64_t now = 1'000'000;
+  auto open = [&]() {
+    PrefixDiskTier::Options o;
+    o.dir = dir;
+    o.max_bytes = int64_t{1} << 30;
+    o.model_identity = "age-test";
+    o.block_tokens = 16;
+    o.floats_per_token = 4;
+    o.delta_shape = {{3, 5}};
+    o.max_age_seconds = 1000;
+    o.clock = [&now] { return now; };
+    auto t = PrefixDiskTier::Open(std::move(o));
+    EXPECT_TRUE(t) << t.error().ToString();
+    return t ? std::move(*t) : nullptr;
+  };
+  KvPool pool(16, 16, 4);
+  const std::vector<DeltaLayerState> delta = {DeltaLayerState{std::vector<float>(3, 1.f), std::vector<float>(5, 2.f)}};
+  auto tokens = [](int first) {
+    std::vector<int> t(32);
+    for (int i = 0; i < 32; ++i) t[static_cast<size_t>(i)] = first + i;
+    return t;
+  };
+  const std::vector<int> a = tokens(100), b = tokens(200), c = tokens(300);
+  std::vector<int> blocks;
+  for (int i = 0; i < 2; ++i) blocks.push_back(*pool.Allocate());
+  auto found = [&](PrefixDiskTier& t, const std::vector<int>& p) { return t.Find(p, 32, "x", 0, 0).has_value(); };
+  {
+    auto tier = open();
+    ASSERT_TRUE(tier);
+    ASSERT_TRUE(tier->Write(pool, a, blocks, delta, "x", false));  // used at 1'000'000
+    now += 500;
+    ASSERT_TRUE(tier->Write(pool, b, blocks, delta, "x", false));  // used at 1'000'500
+    now += 400;
+    auto hit = tier->Find(a, 32, "x", 0, 0);
+    ASSERT_TRUE(hit);
+    auto restored = tier->Read(pool, *hit, a, "x");  // a used again at 1'000'900
+    ASSERT_TRUE(restored) << restored.error().ToString();
+    for (int blk : restored->blocks) pool.Unref(blk);
+    now += 700;  // 1'001'600: b is 1100 s unused, a 700 s
+    EXPECT_FALSE(found(*tier, b));  // past the bound: never served, even before it is deleted
+    ASSERT_TRUE(tier->Write(pool, c, blocks, delta, "x", false));
+    PrefixCacheStats s;
+    tier->FillStats(s);
+    EXPECT_EQ(s.disk_expired, 1u);
+    EXPECT_EQ(s.disk_entries, 2);
+    EXPECT_EQ(s.disk_evictions, 0u);
+    EXPECT_FALSE(fs::exists(tier->folder() + "/" + tier->FileName("x", false, b)));
+    EXPECT_TRUE(found(*tier, a));
+    EXPECT_TRUE(found(*tier, c));
+    struct stat st {};
+    ASSERT_EQ(::stat((tier->folder() + "/" + tier->FileName("x", false, a)).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mtim.tv_sec, 1'000'900);  // the hit, kept for a restart
+  }
+  now = 1'001'950;  // a restart: a (1'000'900) is 1050 s unused, c (1'001'600) 350 s
+  auto tier = open();
+  ASSERT_TRUE(tier);
+  PrefixCacheStats s;
+  tier->FillStats(s);
+  EXPECT_EQ(s.disk_expired, 1u);
+  EXPECT_EQ(s.disk_entries, 1);
+  EXPECT_FALSE(found(*tier, a));
+  EXPECT_TRUE(found(*tier, c));
+}
+
+// The restored rows and DeltaNet state must be the ones a recompute builds,
+// on a model where both matter: DeltaNet layers carry the prefix in their
+// state, and DSA layers whose indexer picks 16 of the 64 cached keys (the
+// tests above use index_topk 2048, where every key is picked and a wrong
+// indexer key would go unseen). Each of 6 steps' 20 most likely tokens and
+// their log-probabilities, bit for bit.
+TEST(DiskTier, ARestoredPrefixGivesTheRecomputedLogitsWhereTheIndexerSelects) {
+  const std::string& model = TinyModel(1, 16);
+  struct Steps {
+    std::vector<std::vector<TokenLogprob>> top;
+    int cached = -1;
+  };
+  auto run = [&](const EngineOptions& o, const std::vector<int>& prompt, int max_tokens) {
+    Steps out;
+    auto e = Make(model, o);
+    if (!e) return out;
+    GenerationRequest r = Request(prompt, "a", max_tokens);
+    r.logprobs = 20;
+    auto id = e->Submit(std::move(r));
+    EXPECT_TRUE(id) << id.error().ToString();
+    if (!id) return out;
+    for (int guard = 0; e->HasWork() && guard < 10000; ++guard)
+      for (const TokenEvent& ev : e->Step()) {
+        if (ev.id != *id) continue;
+        if (ev.token >= 0) out.top.push_back(ev.top_logprobs);
+        if (ev.finish != FinishReason::kNone) out.cached = ev.usage.cached_tokens;
+      }
+    return out;
+  };
+  const std::string dir = FreshDir("indexer");
+  ASSERT_FALSE(SpillOne(dir, 91, "a", model).empty());
+  const Steps restored = run(Options(dir), NextTurn(91), 6);  // a new engine: the prefix comes from disk
+  EngineOptions plain = Options("");
+  plain.prefix_cache = false;
+  const Steps recomputed = run(plain, NextTurn(91), 6);
+  EXPECT_EQ(restored.cached, kCached);
+  EXPECT_EQ(recomputed.cached, 0);
+  ASSERT_EQ(restored.top.size(), 6u);
+  ASSERT_EQ(recomputed.top.size(), 6u);
+  for (size_t step = 0; step < 6; ++step) {
+    ASSERT_EQ(restored.top[step].size(), 20u);
+    ASSERT_EQ(recomputed.top[step].size(), 20u);
+    for (size_t k = 0; k < 20; ++k) {
+      EXPECT_EQ(restored.top[step][k].token, recomputed.top[step][k].token) << "step " << step << " rank " << k;
+      EXPECT_EQ(std::memcmp(&restored.top[step][k].logprob, &recomputed.top[step][k].logprob, sizeof(float)), 0)
+          << "step " << step << " rank " << k << ": " << restored.top[step][k].logprob << " vs "
+          << recomputed.top[step][k].logprob;
+    }
+  }
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ struct DaemonConfig {
   int64_t prefix_cache_bytes = engine::EngineOptions{}.prefix_cache_bytes;
   std::string prefix_disk_dir;  // the prefix cache's tier on disk; empty: off
   int64_t prefix_disk_bytes = engine::EngineOptions{}.prefix_disk_bytes;
+  double prefix_disk_max_age_seconds = engine::EngineOptions{}.prefix_disk_max_age_seconds;  // 0: no bound
   std::string public_system_prompt;  // the one prefix the cache shares across tenants
   int threads = 0;
   int max_context = 0;

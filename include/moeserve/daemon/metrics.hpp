@@ -99,6 +99,7 @@ class DaemonMetrics {
   prometheus::Counter* prefix_disk_write_failures_;
   prometheus::Counter* prefix_disk_refused_;
   prometheus::Counter* prefix_disk_evictions_;
+  prometheus::Counter* prefix_disk_expired_;
   prometheus::Family<prometheus::Counter>* expert_tokens_;
   // Speculative decoding, by draft kind (mtp, lookup).
   prometheus::Family<prometheus::Counter>* draft_tokens_;  // {kind, outcome=proposed|accepted}

@@ -210,9 +210,12 @@ struct EngineOptions {
   int64_t cache_memory_bytes = 0;
   // The prefix cache's tier on the node's disk (prefix_disk_tier.hpp): a
   // directory for entries evicted from memory, read back by later prompts
-  // and kept across restarts; empty: off. Bounded by prefix_disk_bytes.
+  // and kept across restarts; empty: off. Bounded by prefix_disk_bytes,
+  // and by age: files unused for longer than prefix_disk_max_age_seconds
+  // are deleted (0: no bound by age).
   std::string prefix_disk_dir;
   int64_t prefix_disk_bytes = int64_t{16} << 30;
+  double prefix_disk_max_age_seconds = 0;
   // Expert parallelism led by this engine (rank 0) or followed (ranks > 0):
   // the slice of experts to load; connect the group with model().SetGroup.
   // The prefix cache is off then: followers hold no copy of its snapshots.
@@ -260,6 +263,7 @@ struct PrefixCacheStats {
   uint64_t disk_read_bytes = 0;
   uint64_t disk_refused = 0;       // files refused and deleted: corrupt, truncated, another model's or partition's
   uint64_t disk_evictions = 0;     // files removed to stay within prefix_disk_bytes
+  uint64_t disk_expired = 0;       // files removed as unused for longer than prefix_disk_max_age_seconds
 };
 
 // Draft tokens of one kind (SpeculativeMode), cumulative.
