@@ -252,7 +252,7 @@ void RouteToken(const ModelConfig& cfg, const LayerWeights& w, const float* logi
 
 void DenseFfn(const LayerWeights& w, const float* x, int n, float* out, const kernels::KernelSet& k, PartClock* clock) {
   SwiGlu(w.w1, w.w3, w.w2, x, n, out, k);
-  if (clock) clock->Mark(ProfilePart::kProjections, LinearFlops({&w.w1, &w.w3, &w.w2}, n));
+  if (clock) clock->Mark(ProfilePart::kDenseFfn, LinearFlops({&w.w1, &w.w3, &w.w2}, n));
 }
 
 void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n, float* out,
@@ -269,7 +269,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
     sh1.resize(static_cast<size_t>(n) * w.shared_w1.rows);
     sh3.resize(sh1.size());
     LinearMany({{&w.gate, x, logits.data()}, {&w.shared_w1, x, sh1.data()}, {&w.shared_w3, x, sh3.data()}}, n, k);
-    ck.Mark(ProfilePart::kProjections, LinearFlops({&w.gate, &w.shared_w1, &w.shared_w3}, n));
+    ck.Mark(ProfilePart::kSharedExperts, LinearFlops({&w.gate, &w.shared_w1, &w.shared_w3}, n));
   } else {
     Linear(w.gate, x, n, logits.data(), k);
     ck.Mark(ProfilePart::kProjections, LinearFlops({&w.gate}, n));
@@ -298,7 +298,7 @@ void MoeFfn(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
         for (int j = 0; j < D; ++j) out[static_cast<size_t>(t) * D + j] *= gt;
       }
     }
-    ck.Mark(ProfilePart::kProjections, LinearFlops({&w.shared_w2}, n));
+    ck.Mark(ProfilePart::kSharedExperts, LinearFlops({&w.shared_w2, &w.shared_gate}, n));
   } else {
     std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
   }

@@ -160,8 +160,9 @@ Status Model::RunBlock(const LayerWeights& w, int layer, size_t cache_offset, Kv
   const double hidden_bytes = 4.0 * N * D;  // one read or write of the hidden states
   const kernels::KernelSet& ks = *kernels_;
   ForwardProfile* profile = trace ? trace->profile : nullptr;
-  // Profile rows are mla, dsa, delta: gated GQA is timed as attention, in mla's row.
-  PartClock clock(profile, static_cast<int>(w.kind == LayerKind::kGqa ? LayerKind::kMla : w.kind));
+  // Profile rows are the layer kinds (kProfileRowNames).
+  static_assert(static_cast<int>(LayerKind::kGqa) == 3 && kProfileModelRow == 4);
+  PartClock clock(profile, static_cast<int>(w.kind));
   const bool gqa = w.kind == LayerKind::kGqa;
   LayerContext ctx{c, options_, ks, absorbed_prefill_, pool, rows, layer, cache_offset,
                    gqa ? gqa_rope_freqs_ : rope_freqs_, mla_scale_, trace, clock};
@@ -409,7 +410,7 @@ Status Model::ForwardLocal(KvPool& pool, std::span<ForwardSegment> segments, std
   }
 
   ForwardProfile* profile = trace ? trace->profile : nullptr;
-  constexpr int kModelRow = kProfileRows - 1;  // embedding, final norm, head
+  constexpr int kModelRow = kProfileModelRow;  // embedding, final norm, head
   const double hidden_bytes = 4.0 * N * D;     // one read or write of the hidden states
   PartClock model_clock(profile, kModelRow);
   model_clock.Mark(ProfilePart::kGlue, 0, hidden_bytes);

@@ -42,8 +42,8 @@ namespace me = moeserve::engine;
 
 namespace {
 
-const char* kRowNames[me::kProfileRows] = {"mla", "dsa", "delta", "model"};
-const char* kPartNames[me::kProfileParts] = {"projections", "experts", "attention", "indexer", "delta_rule", "glue"};
+const auto& kRowNames = me::kProfileRowNames;
+const auto& kPartNames = me::kProfilePartNames;
 
 // "32K", "1M", "131072" -> tokens; -1 when not a length.
 int64_t ParseLength(const std::string& s) {

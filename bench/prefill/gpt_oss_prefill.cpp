@@ -122,7 +122,7 @@ int RunGptOssPrefill(const GptOssPrefillArgs& args) {
         {"attention", part(0, me::ProfilePart::kAttention), profile.flops[0][2]},
         {"experts", part(0, me::ProfilePart::kExperts), profile.flops[0][1]},
         {"glue", part(0, me::ProfilePart::kGlue), 0},
-        {"head", part(3, me::ProfilePart::kProjections), profile.flops[3][0]},
+        {"head", part(me::kProfileModelRow, me::ProfilePart::kProjections), profile.flops[me::kProfileModelRow][0]},
     };
     std::printf("by part, ms per token (share; GFLOP/s):");
     for (const auto& pt : parts) {

@@ -157,7 +157,7 @@ int RunMultiSequencePrefill(const engine::FamilyModel& model, const MultiSequenc
   std::printf("; together / one by one = %.2fx\n", tm / am);
   // Where the time went, by part (the last round's runs): which part of the
   // forward pass gains or loses from the wider passes.
-  static const char* kParts[me::kProfileParts] = {"projections", "experts", "attention", "indexer", "delta_rule", "glue"};
+  const auto& kParts = me::kProfilePartNames;
   std::printf("last round by part, ms together / one by one:");
   for (int i = 0; i < me::kProfileParts; ++i) {
     double ts = 0, as = 0;

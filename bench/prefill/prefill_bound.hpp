@@ -29,7 +29,8 @@ inline double BoundSeconds(const engine::ForwardProfile& p, const Ceilings& c, b
     }
     const bool dot = dot_products && c.dot > 0 &&
                      (part == me::ProfilePart::kProjections || part == me::ProfilePart::kExperts ||
-                      part == me::ProfilePart::kAttention);
+                      part == me::ProfilePart::kAttention || part == me::ProfilePart::kSharedExperts ||
+                      part == me::ProfilePart::kDenseFfn);
     bound_s += work / (dot ? c.dot : c.fma);
   }
   return bound_s;

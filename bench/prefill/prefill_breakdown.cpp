@@ -13,7 +13,11 @@
 // for a product; the attention form that ran; see ForwardProfile).
 //
 // A gpt-oss directory (--model) runs gpt_oss_prefill.hpp's whole-prefill
-// timing instead of the part-by-part breakdown.
+// timing instead of the part-by-part breakdown. DeepSeek-V3.2 and Qwen3-Next
+// directories load through their family (LoadLayerGraph: FP8 matrices kept,
+// experts as stored) and get the breakdown, then the same by named part (q/kv
+// projections, MLA attention, the indexer, DeltaNet's rule, gated attention,
+// dense FFN, shared and routed experts, the head) against the fp32 FMA peak.
 //
 // Usage: bench_prefill [--model DIR] [--tokens 512,4096] [--chunk 2048]
 //                      [--kernels fast|reference] [--bf16-activations] [--no-ceilings]
@@ -55,8 +59,8 @@ namespace mb = moeserve::bench;
 
 namespace {
 
-const char* kRowNames[me::kProfileRows] = {"mla", "dsa", "delta", "model"};
-const char* kPartNames[me::kProfileParts] = {"projections", "experts", "attention", "indexer", "delta_rule", "glue"};
+const auto& kRowNames = me::kProfileRowNames;
+const auto& kPartNames = me::kProfilePartNames;
 
 std::vector<int> ParseList(const char* s) {
   std::vector<int> v;
@@ -122,10 +126,66 @@ void PrintTable(const me::ForwardProfile& p, double total_s, int tokens, const C
               tokens / bound_s, 100.0 * bound_s / total_s);
 }
 
+// The flagship families' parts by name (DeepSeek-V3.2: MLA/DSA layers, a
+// dense FFN, shared and routed experts; Qwen3-Next: DeltaNet and gated
+// attention layers, gated shared and routed experts), each against the fp32
+// FMA peak: the profile's (row, part) cells each name gathers. Parts no
+// layer ran are left out.
+void PrintNamedParts(const me::ForwardProfile& p, double total_s, int tokens, const Ceilings& c) {
+  using P = me::ProfilePart;
+  constexpr int kMla = 0, kDsa = 1, kDelta = 2, kGqa = 3, kModel = me::kProfileModelRow;
+  struct Cell {
+    int row;
+    P part;
+  };
+  struct Named {
+    const char* name;
+    std::vector<Cell> cells;
+  };
+  const Named named[] = {
+      {"q/kv/o projections (MLA, DSA; indexer q/k)", {{kMla, P::kProjections}, {kDsa, P::kProjections}}},
+      {"MLA attention", {{kMla, P::kAttention}, {kDsa, P::kAttention}}},
+      {"indexer scores + top-k", {{kDsa, P::kIndexer}, {kMla, P::kIndexer}}},
+      {"DeltaNet projections (in, out)", {{kDelta, P::kProjections}}},
+      {"DeltaNet chunked rule", {{kDelta, P::kDeltaRule}}},
+      {"gated attention projections", {{kGqa, P::kProjections}}},
+      {"gated attention", {{kGqa, P::kAttention}}},
+      {"dense FFN", {{kMla, P::kDenseFfn}, {kDsa, P::kDenseFfn}, {kDelta, P::kDenseFfn}, {kGqa, P::kDenseFfn}}},
+      {"shared experts + router", {{kMla, P::kSharedExperts}, {kDsa, P::kSharedExperts}, {kDelta, P::kSharedExperts},
+                                   {kGqa, P::kSharedExperts}}},
+      {"routed experts", {{kMla, P::kExperts}, {kDsa, P::kExperts}, {kDelta, P::kExperts}, {kGqa, P::kExperts}}},
+      {"head", {{kModel, P::kProjections}}},
+      {"glue (norms, RoPE, routing, cache)", {{kMla, P::kGlue}, {kDsa, P::kGlue}, {kDelta, P::kGlue}, {kGqa, P::kGlue},
+                                              {kModel, P::kGlue}}},
+  };
+  std::printf("-- by named part, against the fp32 FMA peak (%.1f GFLOP/s) --\n", c.fma / 1e9);
+  std::printf("%-44s %9s %6s %9s %9s %8s\n", "part", "ms", "share", "GFLOP", "GFLOP/s", "of fp32");
+  double all_s = 0, all_f = 0;
+  for (const Named& n : named) {
+    double s = 0, f = 0;
+    for (const Cell& cell : n.cells) {
+      s += p.seconds[cell.row][static_cast<int>(cell.part)];
+      f += p.flops[cell.row][static_cast<int>(cell.part)];
+    }
+    if (s <= 0) continue;
+    all_s += s;
+    all_f += f;
+    std::printf("%-44s %9.1f %5.1f%% ", n.name, s * 1e3, 100.0 * s / total_s);
+    if (f > 0)
+      std::printf("%9.2f %9.1f %7.1f%%\n", f / 1e9, f / s / 1e9, c.fma > 0 ? 100.0 * f / s / c.fma : 0.0);
+    else
+      std::printf("%9s %9s %8s\n", "-", "-", "-");
+  }
+  std::printf("%-44s %9.1f %5.1f%% %9.2f %9.1f %7.1f%%  (%.1f tokens/s; %.1f%% of the time in named parts)\n",
+              "total", total_s * 1e3, 100.0, all_f / 1e9, all_f / total_s / 1e9,
+              c.fma > 0 ? 100.0 * all_f / total_s / c.fma : 0.0, tokens / total_s, 100.0 * all_s / total_s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, preset = "small";
+  std::string layer_graph_family;  // a family other than moe-dsa-v1 on the layer graph (loaded by its family)
   std::vector<int> lengths = {512, 4096};
   bool per_chunk = false, chunk_given = false, repeat_given = false;
   int chunk = 2048, repeat = 1, sequences = 0;
@@ -178,11 +238,10 @@ int main(int argc, char** argv) {
     }
     if (name == "gpt-oss")
       return mb::RunGptOssPrefill({model_path, lengths, chunk_given ? chunk : 0, repeat, reference, bf16act, ceilings});
-    if (name != "moe-dsa-v1") {
-      std::fprintf(stderr, "bench_prefill: %s is a %s checkpoint; this bench takes moe-dsa-v1 and gpt-oss\n",
-                   model_path.c_str(), name.c_str());
-      return 2;
-    }
+    // DeepSeek-V3.2 and Qwen3-Next run on the shared layer graph: loaded by
+    // their family (as the engine loads them: FP8 matrices kept, experts as
+    // stored), then timed part by part like moe-dsa-v1.
+    if (name != "moe-dsa-v1") layer_graph_family = name;
   }
   std::filesystem::path tmp;
   if (model_path.empty()) {
@@ -201,19 +260,23 @@ int main(int argc, char** argv) {
     }
     model_path = tmp.string();
   }
-  auto dir = me::OpenModelDir(model_path);
-  if (!dir) {
-    std::fprintf(stderr, "open: %s\n", dir.error().ToString().c_str());
-    return 1;
-  }
   me::ModelOptions mo;
   mo.kernels = reference ? me::KernelChoice::kReference : me::KernelChoice::kFast;
   mo.bf16_activations = bf16act;
-  auto model = me::Model::Load(*dir, mo);
+  const auto load_start = std::chrono::steady_clock::now();
+  auto model = [&]() -> moeserve::Result<std::unique_ptr<me::Model>> {
+    if (!layer_graph_family.empty()) return me::LoadLayerGraph(model_path, mo);
+    auto dir = me::OpenModelDir(model_path);
+    if (!dir) return std::unexpected(dir.error());
+    return me::Model::Load(*dir, mo);
+  }();
   if (!model) {
     std::fprintf(stderr, "load: %s\n", model.error().ToString().c_str());
     return 1;
   }
+  if (!layer_graph_family.empty())
+    std::printf("bench_prefill: %s loaded as %s in %.1f s\n", model_path.c_str(), layer_graph_family.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
   const int threads = mk::DefaultThreadPool().size();
   Ceilings c;
   size_t bw_mib = 0;  // the probe's array (kernels::ProbeArrayMiB)
@@ -231,7 +294,7 @@ int main(int argc, char** argv) {
               mk::IsaName(ks.isa), ks.matmul_mxfp4.name, ks.matmul_bf16.name, chunk);
   std::printf("ceilings: fp32 FMA peak %.1f GFLOP/s, BF16 dot peak %.1f GFLOP/s, read bandwidth %.1f GB/s (best pass "
               "over %zu MiB)\n", c.fma / 1e9, c.dot / 1e9, c.bw / 1e9, bw_mib);
-  const int V = dir->config.vocab_size;
+  const int V = (*model)->vocab_size();
   // One untimed chunk first: the first pass pays for page faults on the
   // weights and the kernels' scratch, which would land on the first layer.
   bool warm = false;
@@ -334,6 +397,7 @@ int main(int argc, char** argv) {
     const size_t median = static_cast<size_t>(order[static_cast<size_t>(repeat / 2)]);
     std::printf("\nprefill of %d tokens%s:\n", L, repeat > 1 ? " (the run of median time)" : "");
     PrintTable(profiles[median], seconds[median], L, c, dot);
+    PrintNamedParts(profiles[median], seconds[median], L, c);
     if (repeat > 1) {
       std::printf("runs, tokens/s%s:", c.fma > 0 && c.bw > 0 ? " (share of the bound)" : "");
       for (int i = 0; i < repeat; ++i) {
@@ -344,6 +408,9 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
   }
+  if (ceilings)  // the machine is shared: the peak at the end says how much the load moved it
+    std::printf("fp32 FMA peak at the end: %.1f GFLOP/s (%.1f at the start)\n",
+                mb::FmaPeak(threads, mk::IsaSupported(mk::Isa::kAvx512)) / 1e9, c.fma / 1e9);
   if (!tmp.empty()) std::filesystem::remove_all(tmp);
   return 0;
 }

@@ -512,7 +512,7 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
     for (size_t i = 0; i < n * hd; ++i) x[i] += moe[i];
     clock.Mark(ProfilePart::kGlue);
   }
-  PartClock head_clock(trace ? trace->profile : nullptr, 3);
+  PartClock head_clock(trace ? trace->profile : nullptr, kProfileModelRow);
   for (ForwardSegment& seg : segments) seg.cache->length += static_cast<int64_t>(seg.tokens.size());
   // Logits: every row of an all_logits segment, else its last.
   std::vector<size_t> out_rows;

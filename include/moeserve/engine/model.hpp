@@ -134,22 +134,32 @@ struct ExpertParallelStats {
 // Where a forward pass spends its time, by layer kind and part (the prefill
 // breakdown benchmark, bench/prefill). Filled only when ForwardTrace::profile
 // points at one; with none, the timers are a null test each.
-//   projections: the dense matrix products (attention and DeltaNet
-//     projections, shared experts, dense FFN, router, LM head);
+//   projections: the attention layers' dense products (q, kv, o, gates, the
+//     indexer's q/k and weights, DeltaNet's in/out projections), a MoE
+//     layer's router when it has no shared expert, and the LM head (model row);
 //   experts: the routed experts' products;
-//   attention: MLA / DSA attention over the cache (absorbed or expanded form);
+//   attention: MLA / DSA attention over the cache (absorbed or expanded form),
+//     gated GQA's scores and weighted sums;
 //   indexer: the DSA indexer's scores and top-k;
 //   delta_rule: DeltaNet's conv, norms, gates and chunked/recurrent rule;
-//   glue: norms, RoPE, cache writes, routing, gathers, residual adds.
+//   glue: norms, RoPE, cache writes, routing, gathers, residual adds;
+//   shared_experts: a MoE layer's shared experts and its router (one pass);
+//   dense_ffn: a dense layer's SwiGLU FFN.
 // flops is the logical work of each part (2 M N K for a product, the
 // attention form that ran), not what a kernel executes (padding, the WY
 // form's extra products); bytes, for glue only, the hidden-state bytes its
 // norms and residual adds read and write (its bound is read bandwidth).
-enum class ProfilePart : int { kProjections, kExperts, kAttention, kIndexer, kDeltaRule, kGlue };
-inline constexpr int kProfileParts = 6;
-// Rows: LayerKind (mla, dsa, delta), then the parts outside the layers
+enum class ProfilePart : int {
+  kProjections, kExperts, kAttention, kIndexer, kDeltaRule, kGlue, kSharedExperts, kDenseFfn
+};
+inline constexpr int kProfileParts = 8;
+inline constexpr const char* kProfilePartNames[kProfileParts] = {
+    "projections", "experts", "attention", "indexer", "delta_rule", "glue", "shared_experts", "dense_ffn"};
+// Rows: LayerKind (mla, dsa, delta, gqa), then the parts outside the layers
 // (embedding, final norm, LM head).
-inline constexpr int kProfileRows = 4;
+inline constexpr int kProfileRows = 5;
+inline constexpr int kProfileModelRow = kProfileRows - 1;
+inline constexpr const char* kProfileRowNames[kProfileRows] = {"mla", "dsa", "delta", "gqa", "model"};
 struct ForwardProfile {
   double seconds[kProfileRows][kProfileParts] = {};
   double flops[kProfileRows][kProfileParts] = {};
