@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "layers.hpp"
 #include "moeserve/kernels/attention.hpp"
@@ -36,6 +37,10 @@ float Dot(const float* a, const float* b, int n) {
 constexpr int kMaxHeadsPerCall = 1024;
 // Rows from which AbsorbedRows runs its per-head products as GEMMs.
 constexpr int kHeadGemmRows = 16;
+// Causal rows per block however many heads: DeepSeek-V3.2's 128 heads made
+// kMaxHeadsPerCall blocks of 8 rows, too few to run the per-head products
+// as GEMMs (kHeadGemmRows) or to reuse a head's matrices across rows.
+constexpr int kMinRowsPerBlock = 64;
 
 // The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
 // one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
@@ -52,9 +57,12 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
   const kernels::KernelSet& k = ctx.kernels;
   ScratchFloats q_abs(HR * kv), q_pe(HR * static_cast<size_t>(rope)), lat(HR * kv);
   const float* q0 = q + static_cast<size_t>(r0) * H * qk;  // [nr * H][qk]
-  // BF16 weights and a block of rows: per head, one GEMM over the block's
-  // rows of that head (gathered), where one matrix-vector product per
-  // head-query re-read the head's matrix for every row.
+  // BF16 or fp32 weights and a block of rows: per head, one GEMM over the
+  // block's rows of that head (gathered), where one matrix-vector product per
+  // head-query re-read the head's matrix for every row. (fp32 kv_b_proj:
+  // DeepSeek-V3.2's FP8 kv_b_proj with block scales that are not powers of
+  // two, converted exactly; at 128 heads its per-row products re-read 32 MB
+  // twice a query, most of a 512-token prefill's attention time.)
   const bool head_gemms = nr >= kHeadGemmRows;
   // The heads side by side on the pool, each GEMM on one thread (a block's
   // rows make small products, for which splitting columns across the
@@ -64,7 +72,10 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
       const int h = static_cast<int>(hs);
       ScratchFloats X(static_cast<size_t>(nr) * in), Y(static_cast<size_t>(nr) * out);
       for (int j = 0; j < nr; ++j) std::copy_n(src(j, h), in, &X[static_cast<size_t>(j) * in]);
-      k.matmul_bf16(weight(h), out, in, X.data(), static_cast<size_t>(nr), Y.data());
+      if constexpr (std::is_same_v<decltype(weight(h)), const float*>)
+        k.matmul_f32(weight(h), out, in, X.data(), static_cast<size_t>(nr), Y.data());
+      else
+        k.matmul_bf16(weight(h), out, in, X.data(), static_cast<size_t>(nr), Y.data());
       for (int j = 0; j < nr; ++j) std::copy_n(&Y[static_cast<size_t>(j) * out], out, dst(j, h));
     });
   };
@@ -77,6 +88,9 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
     for (size_t g = 0; g < HR; ++g)
       jobs.push_back({w.w_uk_t_bf16 + g % H * kv * np, kv, np, q0 + g * qk, &q_abs[g * kv]});
     k.matvec_bf16_many(jobs, 1);
+  } else if (head_gemms) {
+    per_head_gemm([&](int h) -> const float* { return w.w_uk_t.data() + static_cast<size_t>(h) * kv * np; }, kv, np,
+                  [&](int j, int h) { return q0 + g_of(j, h) * qk; }, [&](int j, int h) { return &q_abs[g_of(j, h) * kv]; });
   } else {
     for (int j = 0; j < nr; ++j)
       k.headwise_matvec(w.w_uk_t.data(), static_cast<size_t>(H), kv, np, kv * np, q0 + static_cast<size_t>(j) * H * qk, qk,
@@ -119,6 +133,10 @@ void AbsorbedRows(const LayerContext& ctx, const LayerWeights& w, const float* q
     for (size_t g = 0; g < HR; ++g)
       jobs.push_back({w.wkv_b_bf16 + (g % H * (np + v) + np) * kv, v, kv, &lat[g * kv], o0 + g * v});
     k.matvec_bf16_many(jobs, 1);
+  } else if (head_gemms) {
+    per_head_gemm([&](int h) -> const float* { return w.wkv_b.w.data() + (static_cast<size_t>(h) * (np + v) + np) * kv; },
+                  v, kv, [&](int j, int h) { return &lat[g_of(j, h) * kv]; },
+                  [&](int j, int h) { return o0 + g_of(j, h) * v; });
   } else {
     for (int j = 0; j < nr; ++j)
       k.headwise_matvec(w.wkv_b.w.data() + np * kv, static_cast<size_t>(H), v, kv, (np + v) * kv,
@@ -374,8 +392,8 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     if (absorbed) {
       // Sparse rows kSparseBlock at a time (each with its own keys; every
       // row after a sparse one is sparse); runs of causal (dense) rows as blocks.
-      static const int kExpRows = getenv("MLA_ROWS") ? atoi(getenv("MLA_ROWS")) : 0;
-      const int block = ctx.options.deterministic || as_decode ? 1 : std::max(kExpRows, std::max(1, kMaxHeadsPerCall / H));
+      const int block =
+          ctx.options.deterministic || as_decode ? 1 : std::max(kMinRowsPerBlock, std::max(1, kMaxHeadsPerCall / H));
       std::vector<std::vector<int>> sparse_keys;
       for (int r = seg.row0; r < seg.row0 + seg.n;) {
         const int64_t pos = seg.pos0 + (r - seg.row0);

@@ -926,6 +926,62 @@ TEST(DeepseekV32, FloatBlockScalesGiveTheFp32ReferencesLogits) {
   EXPECT_LE(batch, kFp8Tolerance);
 }
 
+// Float block scales convert kv_b_proj to F32; the absorbed form's per-head
+// products (W_uk^T q_nope, W_uv lat) then run as one fp32 GEMM per head over
+// a block of at least 16 rows (attention_mla.cpp, head_gemms), not a
+// matrix-vector product per row and head. A 48-token prefill with the fast
+// kernels, whose rows after index_topk are sparse (index_topk 8: 40 sparse
+// rows in one block) or all causal (index_topk 2048: 48 dense rows in one
+// block), gives every position's logits within 1e-5 of max|logit| of the
+// reference kernels' expanded form on the same checkpoint.
+TEST(DeepseekV32, Fp32KvBHeadGemmsAgreeWithTheReferenceForm) {
+  const std::string dense = Temp("dense_topk");
+  fs::remove_all(dense);
+  const std::string cmd = Script() + "write --out " + dense + " --layers 2 --index-topk 2048 --scales float 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  constexpr int kRows = 48;
+  for (const std::string& d : {TinyModel(), dense}) {
+    auto logits = [&](KernelChoice kc) {
+      auto dir = deepseek_v32::OpenDirStreamed(d);
+      EXPECT_TRUE(dir) << dir.error().ToString();
+      if (!dir) return std::vector<float>();
+      EXPECT_EQ(dir->config.mla.num_heads, 4);
+      ModelOptions mo;
+      mo.kernels = kc;
+      auto model = Model::Load(*dir, mo);
+      EXPECT_TRUE(model) << model.error().ToString();
+      if (!model) return std::vector<float>();
+      std::vector<int> prompt;
+      for (int i = 0; i < kRows; ++i) prompt.push_back((i * 7919 + 11) % dir->config.vocab_size);
+      KvPool pool(kRows / 16 + 2, 16, (*model)->cache_floats_per_token());
+      SequenceCache cache = (*model)->NewSequence();
+      EXPECT_TRUE(EnsureBlocks(pool, cache, kRows));
+      ForwardSegment seg{&cache, prompt, true};
+      std::vector<float> out;
+      EXPECT_TRUE((*model)->Forward(pool, std::span(&seg, 1), &out));
+      return out;
+    };
+    const std::vector<float> fast = logits(KernelChoice::kFast), ref = logits(KernelChoice::kReference);
+    ASSERT_FALSE(ref.empty());
+    ASSERT_EQ(fast.size(), ref.size());
+    const size_t V = ref.size() / kRows;
+    double worst = 0;
+    for (int p = 0; p < kRows; ++p) {
+      double mx = 0, diff = 0;
+      for (size_t v = 0; v < V; ++v) {
+        const size_t i = static_cast<size_t>(p) * V + v;
+        mx = std::max(mx, std::fabs(static_cast<double>(ref[i])));
+        diff = std::max(diff, std::fabs(static_cast<double>(fast[i]) - ref[i]));
+      }
+      ASSERT_GT(mx, 0) << "position " << p;
+      worst = std::max(worst, diff / mx);
+    }
+    std::printf("%s: fast (per-head fp32 GEMMs) against reference kernels, worst %.3g of max|logit|\n", d.c_str(), worst);
+    EXPECT_LE(worst, 1e-5) << d;
+  }
+  fs::remove_all(dense);
+}
+
 // What a decode step reads, counted from the converted tensors themselves:
 // FP8 matrices one byte a weight plus their block scales, BF16 two, F32 four
 // (kv_b_proj, norms), every tensor of the layers and the head; the
