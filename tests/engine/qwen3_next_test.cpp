@@ -359,6 +359,39 @@ TEST(Qwen3Next, DescribeSummarisesTheDirectory) {
   EXPECT_NE(text->find("multi-token prediction: speculative drafts when asked"), std::string::npos) << *text;
 }
 
+// A converted directory stacks the routed experts under engine names
+// (layers.N.ffn.experts.w13 / w2), not .mlp.experts.: moe-model-info counts
+// the same routed, total and active parameters for it as for the published
+// one, BF16 or MXFP4 (blocks two parameters a byte, scales none).
+TEST(Qwen3Next, DescribeCountsAConvertedDirectorysExperts) {
+  const Fixture& f = Shared();
+  // The routed count of "parameters     T total, R routed, A active per token".
+  const auto routed = [](const std::string& dir) {
+    auto text = DescribeQwen3Next(dir);
+    EXPECT_TRUE(text) << text.error().ToString();
+    if (!text) return std::string();
+    const size_t end = text->find(" routed,"), start = text->rfind(", ", end);
+    EXPECT_NE(end, std::string::npos) << *text;
+    if (end == std::string::npos || start == std::string::npos) return std::string();
+    return text->substr(start + 2, end - start - 2);
+  };
+  const std::string published = routed(f.model);
+  ASSERT_FALSE(published.empty());
+  EXPECT_NE(published, "0");
+  for (ExpertFormat format : {ExpertFormat::kBf16, ExpertFormat::kMxfp4}) {
+    const std::string out = TempPath(std::string("qwen3_next_describe_") + std::string(ExpertFormatName(format)));
+    std::filesystem::remove_all(out);
+    auto st = qwen3_next::WriteConverted(f.model, out, format, uint64_t{1} << 30);
+    ASSERT_TRUE(st) << st.error().ToString();
+    EXPECT_EQ(routed(out), published) << ExpertFormatName(format);
+    std::filesystem::remove_all(out);
+  }
+  EXPECT_EQ(Qwen3NextTensorParameters("layers.0.ffn.experts.w13.blocks", 10), 20);
+  EXPECT_EQ(Qwen3NextTensorParameters("layers.0.ffn.experts.w13.scales", 10), 0);
+  EXPECT_TRUE(IsQwen3NextRoutedExpert("layers.3.ffn.experts.w2.weight"));
+  EXPECT_FALSE(IsQwen3NextRoutedExpert("layers.3.ffn.shared.w2.weight"));
+}
+
 TEST(Qwen3Next, ConfigErrorsNameTheField) {
   const std::string good = R"({"model_type": "qwen3_next", "vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8})";

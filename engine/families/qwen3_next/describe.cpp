@@ -9,6 +9,24 @@
 
 namespace moeserve::engine {
 
+// A published directory names each routed expert's matrices
+// model.layers.N.mlp.experts.E.*; a converted one (WriteConverted) stacks
+// them as layers.N.ffn.experts.w13 / w2 (.weight in BF16, .blocks and
+// .scales in MXFP4).
+bool IsQwen3NextRoutedExpert(std::string_view name) {
+  return name.find(".mlp.experts.") != std::string_view::npos || name.find(".ffn.experts.") != std::string_view::npos;
+}
+
+// Parameters a tensor holds: its elements, except a converted directory's
+// MXFP4 experts, whose .blocks bytes hold two 4-bit values each and whose
+// .scales are per-block exponents, not parameters.
+double Qwen3NextTensorParameters(std::string_view name, double elements) {
+  if (name.find(".ffn.experts.") == std::string_view::npos) return elements;
+  if (name.ends_with(".blocks")) return 2 * elements;
+  if (name.ends_with(".scales")) return 0;
+  return elements;
+}
+
 Result<std::string> DescribeQwen3Next(const std::string& dir) {
   MOE_ASSIGN_OR_RETURN(qwen3_next::Config c, qwen3_next::LoadConfig(dir));
   MOE_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
@@ -20,14 +38,15 @@ Result<std::string> DescribeQwen3Next(const std::string& dir) {
   double total = 0, routed = 0, mtp = 0;
   std::map<std::string, double> bytes;
   for (const TensorView* t : ck.AllTensors()) {
-    const double n = static_cast<double>(t->numel());
-    bytes[std::string(DTypeName(t->dtype))] += n * static_cast<double>(DTypeSize(t->dtype));
+    const double elements = static_cast<double>(t->numel());
+    bytes[std::string(DTypeName(t->dtype))] += elements * static_cast<double>(DTypeSize(t->dtype));
+    const double n = Qwen3NextTensorParameters(t->name, elements);
     if (t->name.rfind("mtp.", 0) == 0) {
       mtp += n;
       continue;
     }
     total += n;
-    if (t->name.find(".mlp.experts.") != std::string::npos) routed += n;
+    if (IsQwen3NextRoutedExpert(t->name)) routed += n;
   }
   const double active =
       total - (c.num_experts > 0 ? routed * (1.0 - static_cast<double>(c.experts_per_token) / c.num_experts) : 0.0);
@@ -45,10 +64,20 @@ Result<std::string> DescribeQwen3Next(const std::string& dir) {
   std::snprintf(buf, sizeof buf, "hidden         %d, vocab %d, context %lld\n", c.hidden_size, c.vocab_size,
                 static_cast<long long>(c.max_position_embeddings));
   out += buf;
-  std::snprintf(buf, sizeof buf, "parameters     %.3fB total, %.3fB active per token\n", total / 1e9, active / 1e9);
+  // Billions, millions, or the count itself (a test checkpoint's experts).
+  const auto count = [](double x) {
+    char c[32];
+    if (x >= 1e9) std::snprintf(c, sizeof c, "%.3fB", x / 1e9);
+    else if (x >= 1e6) std::snprintf(c, sizeof c, "%.3fM", x / 1e6);
+    else std::snprintf(c, sizeof c, "%.0f", x);
+    return std::string(c);
+  };
+  std::snprintf(buf, sizeof buf, "parameters     %s total, %s routed, %s active per token\n", count(total).c_str(),
+                count(routed).c_str(), count(active).c_str());
   out += buf;
   if (mtp > 0) {
-    std::snprintf(buf, sizeof buf, "mtp            %.3fB parameters (multi-token prediction: speculative drafts when asked)\n", mtp / 1e9);
+    std::snprintf(buf, sizeof buf, "mtp            %s parameters (multi-token prediction: speculative drafts when asked)\n",
+                  count(mtp).c_str());
     out += buf;
   }
   for (const auto& [dtype, b] : bytes) {
