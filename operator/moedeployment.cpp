@@ -179,6 +179,25 @@ Result<MoEDeploymentSpec> ParseMoEDeploymentSpec(const json& spec) {
       MOE_ASSIGN_OR_RETURN(s.state_size_gi, IntegerField(state, "sizeGi", "spec.state.sizeGi", 1, 1));
       s.state_storage_class = state.value("storageClassName", "");
     }
+    if (spec.contains("prefixDisk") && !spec["prefixDisk"].is_null()) {
+      MOE_ASSIGN_OR_RETURN(const json disk, ObjectField(spec, "prefixDisk", "spec.prefixDisk"));
+      // Where the files go is the operator's: an emptyDir at kPrefixDiskDir.
+      // A path or a volume kind (hostPath, a claim) would let a tenant reach
+      // the node's disk or another pod's files: refused, never obeyed.
+      for (const auto& [key, value] : disk.items())
+        if (key != "sizeGi" && key != "maxAgeSeconds")
+          return Fail(Error::InvalidArgument(
+              "spec.prefixDisk." + key + ": not supported; the prefix cache's files live on an emptyDir the operator "
+              "mounts at " + kPrefixDiskDir + " in each pod, so only spec.prefixDisk.sizeGi and "
+              "spec.prefixDisk.maxAgeSeconds may be set"));
+      if (!disk.contains("sizeGi") || disk["sizeGi"].is_null())
+        return Fail(Error::InvalidArgument("spec.prefixDisk.sizeGi: required (the emptyDir's size, in GiB)"));
+      MOE_ASSIGN_OR_RETURN(s.prefix_disk_size_gi,
+                           IntegerField(disk, "sizeGi", "spec.prefixDisk.sizeGi", 0, 1, kPrefixDiskMaxGi));
+      MOE_ASSIGN_OR_RETURN(s.prefix_disk_max_age_seconds,
+                           IntegerField(disk, "maxAgeSeconds", "spec.prefixDisk.maxAgeSeconds", 0, 0,
+                                        kPrefixDiskMaxAgeSeconds));
+    }
     const json endpoint = spec.value("endpoint", json::object());
     MOE_ASSIGN_OR_RETURN(s.port, IntField(endpoint, "port", "spec.endpoint.port", 8000, 1, 65535));
     s.api_keys = ReadSecretReference(endpoint.value("apiKeys", json::object()));
@@ -318,6 +337,11 @@ json ConfigMap(const json& md, const MoEDeploymentSpec& spec) {
     if (spec.thinking_budgets.contains(tier)) budgets[tier] = spec.thinking_budgets[tier];
   if (!budgets.empty()) serve["thinking_budgets"] = budgets;
   if (spec.state_size_gi > 0) serve["state_dir"] = kStateDir;  // the usage ledger survives the pod
+  if (spec.prefix_disk_size_gi > 0) {  // the prefix cache's tier on the pod's emptyDir
+    serve["prefix_disk_dir"] = kPrefixDiskDir;
+    serve["prefix_disk_bytes"] = (spec.prefix_disk_size_gi << 30) * kPrefixDiskSharePercent / 100;
+    if (spec.prefix_disk_max_age_seconds > 0) serve["prefix_disk_max_age_seconds"] = spec.prefix_disk_max_age_seconds;
+  }
   // A server-kept session lives on the replica that created it (its id names
   // the replica, given to each StatefulSet as --session_replica). A turn the
   // Service sends to another replica is forwarded to the owner, whose HTTP
@@ -613,6 +637,14 @@ json StatefulSet(const json& md, const MoEDeploymentSpec& spec, int replica, con
                         {{"name", spec.budgeting.policy + "-budget"},
                          {"optional", true},
                          {"items", json::array({{{"key", "spend.json"}, {"path", "spend.json"}}})}}}});
+  }
+  if (spec.prefix_disk_size_gi > 0) {
+    // Node-local and the pod's own: a container restart keeps the files, a
+    // replaced pod starts empty. Its sizeLimit evicts the pod when passed;
+    // the daemon's bound (prefix_disk_bytes) stays below it.
+    container["volumeMounts"].push_back({{"name", "prefix-disk"}, {"mountPath", kPrefixDiskDir}});
+    volumes.push_back(
+        {{"name", "prefix-disk"}, {"emptyDir", {{"sizeLimit", std::to_string(spec.prefix_disk_size_gi) + "Gi"}}}});
   }
   json claim_templates = json::array();
   if (spec.state_size_gi > 0) {

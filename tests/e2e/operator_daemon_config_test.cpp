@@ -114,5 +114,26 @@ TEST(OperatorDaemonContract, ReplicasKnowEachOtherForSessions) {
   EXPECT_TRUE(single->sessions.peers.empty());
 }
 
+// spec.prefixDisk: the daemon reads the tier's directory (the pod's
+// emptyDir) and its byte and age bounds from the config the operator wrote.
+TEST(OperatorDaemonContract, PrefixDiskReachesTheDaemon) {
+  nlohmann::json md = ExampleDeployment();
+  nlohmann::json spec_json = md["spec"];
+  spec_json["prefixDisk"] = {{"sizeGi", 8}, {"maxAgeSeconds", 604800}};
+  auto spec = op::ParseMoEDeploymentSpec(spec_json);
+  ASSERT_TRUE(spec) << spec.error().ToString();
+  const std::string text = op::desired::ConfigMap(md, *spec)["data"]["config.yaml"];
+  auto cfg = daemon::ParseDaemonConfigYaml(text, "config.yaml");
+  ASSERT_TRUE(cfg) << cfg.error().ToString() << "\n" << text;
+  EXPECT_EQ(cfg->prefix_disk_dir, op::kPrefixDiskDir);
+  EXPECT_EQ(cfg->prefix_disk_bytes, (int64_t{8} << 30) * 9 / 10);
+  EXPECT_EQ(cfg->prefix_disk_max_age_seconds, 604800.0);
+  auto off = daemon::ParseDaemonConfigYaml(op::desired::ConfigMap(md, *op::ParseMoEDeploymentSpec(md["spec"]))["data"]
+                                                                 ["config.yaml"],
+                                           "config.yaml");
+  ASSERT_TRUE(off) << off.error().ToString();
+  EXPECT_TRUE(off->prefix_disk_dir.empty());
+}
+
 }  // namespace
 }  // namespace moeserve

@@ -94,6 +94,7 @@ json FullSpec() {
     "resources": {"requests": {"cpu": "2"}, "limits": {"memory": "8Gi"}},
     "cache": {"sizeLimitGi": 10},
     "state": {"sizeGi": 3, "storageClassName": "fast"},
+    "prefixDisk": {"sizeGi": 20, "maxAgeSeconds": 86400},
     "endpoint": {"port": 9000, "apiKeys": {"secretRef": {"name": "keys"}}, "tls": {"secretName": "tls"}},
     "quotaPolicyRef": {"name": "team-a"},
     "autoscaling": {"enabled": true, "minReplicas": 1, "maxReplicas": 4,

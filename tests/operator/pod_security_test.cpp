@@ -39,6 +39,7 @@ TEST(PodSecurity, EveryRenderedPodTemplateMeetsRestricted) {
   everything["spec"]["endpoint"]["apiKeys"] = {{"secretRef", {{"name", "keys"}}}};
   everything["spec"]["endpoint"]["tls"] = {{"secretName", "tls"}};
   everything["spec"]["cache"] = {{"sizeLimitGi", 100}};
+  everything["spec"]["prefixDisk"] = {{"sizeGi", 20}, {"maxAgeSeconds", 3600}};  // a writable emptyDir
   everything["spec"]["resources"] = {{"requests", {{"cpu", "8"}, {"memory", "32Gi"}}}};
   everything["spec"]["nodeSelector"] = {{"pool", "gpu"}};
   for (const auto& m : {gpus, cpu, everything}) ASSERT_TRUE(server.Create("moedeployments.moeserve.io", m));

@@ -39,6 +39,17 @@ inline constexpr char kTmpDir[] = "/tmp";
 // The daemon's durable state (its usage ledger), on a per-pod
 // PersistentVolumeClaim when spec.state is set.
 inline constexpr char kStateDir[] = "/var/lib/moeserve";
+// The prefix cache's tier on disk (the daemon's prefix_disk_dir), on a
+// per-pod emptyDir when spec.prefixDisk is set: node-local, sized by the
+// spec, gone with the pod. Its place is fixed here, never a tenant's field.
+inline constexpr char kPrefixDiskDir[] = "/var/cache/moeserve-prefix";
+// The share of spec.prefixDisk.sizeGi the daemon's files may take
+// (prefix_disk_bytes): the rest is room for the file being written and the
+// filesystem's own blocks, so the emptyDir's sizeLimit (which evicts the
+// pod when passed) is never reached.
+inline constexpr int64_t kPrefixDiskSharePercent = 90;
+inline constexpr int64_t kPrefixDiskMaxGi = 65536;
+inline constexpr int64_t kPrefixDiskMaxAgeSeconds = 31536000;
 // ConfigMap <policy>-budget's spend.json, mounted (optional) for a daemon that starts.
 inline constexpr char kBudgetDir[] = "/etc/moeserve/budget";
 // The operator's admin key: plain text only in the operator's own namespace
@@ -138,6 +149,11 @@ struct MoEDeploymentSpec {
   // StatefulSet's claim templates cannot change.
   int64_t state_size_gi = 0;
   std::string state_storage_class;  // "": the cluster's default class
+  // spec.prefixDisk: the prefix cache's tier on disk, an emptyDir of this
+  // many GiB at kPrefixDiskDir (0: off), and the age past which its unused
+  // files are deleted (0: no bound by age).
+  int64_t prefix_disk_size_gi = 0;
+  int64_t prefix_disk_max_age_seconds = 0;
   int port = 8000;
   SecretReference api_keys;
   std::string tls_secret;
