@@ -11,6 +11,15 @@ their first byte, so neither is served from the other's cache. The daemon
 is started here, on the model given or one generated with moe-model-gen.
 
 Usage: bench/session_ttft.py BUILD_DIR [--preset small] [--turns 20] [--rounds 2]
+
+With --history N (e.g. --preset long --history 131072 --rounds 1): time to
+first token of a session's turn N+1 after a history of about N tokens, with
+the history's cache (a) in memory, (b) on disk only (the daemon restarted
+over the same prefix_disk_dir and session store, so the prefix cache's tier
+on disk is all that holds it), and (c) recomputed (restarted with the prefix
+cache off), and the ratios. A round builds the history (its first turn,
+itself a prefill of N tokens from nothing), then takes one short turn per
+case; which of (b) and (c) runs first alternates between rounds.
 """
 import argparse
 import http.client
@@ -159,6 +168,132 @@ def run_round(port, turns, turn_tokens, marks, rnd, args_probes=5):
     return out
 
 
+def start_daemon(args, model, work, tag, extra):
+    port = free_port()
+    log = open(os.path.join(work, f"daemon-{tag}.log"), "w")
+    daemon = subprocess.Popen([os.path.join(args.build, "daemon", "moe-daemon"), "--model", model, "--port", str(port),
+                               "--served-model-name", "bench", "--threads", str(args.threads)] + extra,
+                              stdout=log, stderr=log)
+    for _ in range(3000):
+        if daemon.poll() is not None:
+            raise RuntimeError(f"moe-daemon exited ({daemon.returncode}); see {log.name}")
+        try:
+            if request(port, "GET", "/readyz")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return daemon, port
+
+
+def stop_daemon(daemon):
+    daemon.terminate()  # SIGTERM: the prefix cache's entries are written to prefix_disk_dir on the way out
+    daemon.wait(timeout=900)
+
+
+def metric(port, name):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and (line[len(name)] in " {"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def warm_up(port):
+    """A short request first: the process's first forward pass pays for warming up."""
+    stream(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 2,
+                                          "stream": True})
+
+
+def drop_from_page_cache(folder):
+    """Writes the tier's files out and drops them from the page cache, so that
+    the restarted daemon reads them from the disk (a cold restart)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for n in names:
+            fd = os.open(os.path.join(root, n), os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                total += os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+    return total
+
+
+def timed_turn(port, sid, text, max_tokens=4):
+    """One session turn; seconds to the first generated delta (or to the end of
+    the stream when the model's first tokens print nothing), and its usage."""
+    body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "temperature": 0,
+            "reasoning_effort": "low", "stream": True, "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    first, _, usage = stream(port, f"/v1/sessions/{sid}/chat/completions", body)
+    return (first if first is not None else time.perf_counter() - start), usage
+
+
+def history_round(args, model, work, history, rnd):
+    """One round at one history length: returns {case: (seconds, usage)}."""
+    tag = f"h{history}-r{rnd}"
+    disk = os.path.join(work, f"disk-{tag}")
+    state = os.path.join(work, f"state-{tag}")
+    subprocess.run(["rm", "-rf", disk, state], check=True)
+    common = ["--max-context", str(history + 8192), "--cache-tokens", str(history + 16384), "--state-dir", state,
+              "--prefix-cache-bytes", str(1 << 36), "--thinking-budgets.low", "4"]
+    cached = common + ["--prefix-disk-dir", disk, "--prefix-disk-bytes", str(1 << 38)]
+    out = {}
+    daemon, port = start_daemon(args, model, work, tag + "-memory", cached)
+    try:
+        warm_up(port)
+        status, created = request(port, "POST", "/v1/sessions", {"system": f"{rnd:04d} You read long logs."})
+        assert status == 200, created
+        sid = created["id"]
+        line = "".join(f"line {i}: a record the tool returned, kept in the history.\n" for i in range(history // 50 + 2))
+        out["history"] = timed_turn(port, sid, line[:history - 64])
+        print(f"h {history} round {rnd}: history turn {out['history'][0]:.2f} s "
+              f"(prompt {out['history'][1]['prompt_tokens']})", flush=True)
+        out["memory"] = timed_turn(port, sid, "next 1")
+    finally:
+        stop_daemon(daemon)
+    cases = ["disk", "recompute"] if rnd % 2 == 0 else ["recompute", "disk"]
+    for k, case in enumerate(cases):
+        extra = cached if case == "disk" else common + ["--no-prefix-cache"]
+        if case == "disk":
+            out["disk_files_bytes"] = drop_from_page_cache(disk)
+        daemon, port = start_daemon(args, model, work, f"{tag}-{case}", extra)
+        try:
+            warm_up(port)
+            out[case] = timed_turn(port, sid, f"next {k + 2}")
+            if case == "disk":
+                out["disk_hit_tokens"] = metric(port, "moe_prefix_disk_hit_tokens_total")
+        finally:
+            stop_daemon(daemon)
+    for case in ("memory", "disk", "recompute"):
+        t, u = out[case]
+        print(f"h {history} round {rnd}: {case} {t:.3f} s (prompt {u['prompt_tokens']}, "
+              f"cached {u['prompt_tokens_details']['cached_tokens']})", flush=True)
+    print(f"h {history} round {rnd}: tokens read back from disk {out['disk_hit_tokens']:.0f} (the tier held "
+          f"{out['disk_files_bytes'] / 2**20:.1f} MiB, dropped from the page cache before the restart)", flush=True)
+    return out
+
+
+def history_main(args, model, work):
+    sizes = [int(x) for x in args.history.split(",")]
+    results = {h: [history_round(args, model, work, h, r) for r in range(args.rounds)] for h in sizes}
+    print(f"model {os.path.basename(model)}, a session turn (a few new tokens) after a history of H tokens, "
+          f"{args.rounds} round(s), best of the rounds (s); restore/recompute is disk over recompute")
+    print(f"{'H':>8} {'history':>9} {'memory':>8} {'disk':>8} {'recompute':>10} {'mem/rec':>8} {'disk/rec':>9} "
+          f"{'rec/disk':>9}")
+    for h, rounds in results.items():
+        best = {c: min(r[c][0] for r in rounds) for c in ("history", "memory", "disk", "recompute")}
+        print(f"{h:>8} {best['history']:>9.2f} {best['memory']:>8.3f} {best['disk']:>8.3f} {best['recompute']:>10.2f} "
+              f"{best['memory'] / best['recompute']:>8.4f} {best['disk'] / best['recompute']:>9.4f} "
+              f"{best['recompute'] / best['disk']:>8.1f}x")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -168,6 +303,7 @@ def main():
     ap.add_argument("--turn-tokens", type=int, default=800)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--history", help="history lengths in tokens, comma-separated (the long-history mode)")
     args = ap.parse_args()
     work = os.path.join(args.build, "bench-session")
     os.makedirs(work, exist_ok=True)
@@ -175,6 +311,8 @@ def main():
     if not os.path.exists(os.path.join(model, "manifest.json")):
         subprocess.run([os.path.join(args.build, "engine", "moe-model-gen"), "--preset", args.preset, "--seed", "1",
                         "--out", model], check=True, stdout=subprocess.DEVNULL)
+    if args.history:
+        return history_main(args, model, work)
     port = free_port()
     log = open(os.path.join(work, "daemon.log"), "w")
     daemon = subprocess.Popen([os.path.join(args.build, "daemon", "moe-daemon"), "--model", model, "--port", str(port),
