@@ -46,6 +46,12 @@ Status ParseExperts(DaemonConfig& c, const std::string& value) {
   return Ok();
 }
 
+Status ParseIndexerScores(DaemonConfig& c, const std::string& value) {
+  if (value != "exact" && value != "int8") return Wrong("must be exact or int8");
+  c.indexer_scores = value;
+  return Ok();
+}
+
 Status ParseSpeculative(DaemonConfig& c, const std::string& value) {
   const auto mode = engine::ParseSpeculativeMode(value);
   if (!mode) return Wrong("must be off, mtp, lookup or auto");
@@ -217,6 +223,9 @@ constexpr SettingSpec kSettings[] = {
     {"experts", kText, "`stored`", "`stored`, `mxfp4` or `bf16`",
      "the routed experts' format in memory: `stored` as the checkpoint holds them; `mxfp4` requantises the BF16 experts of a DeepSeek-V3.2, Qwen3-Next or `moe-dsa-v1` checkpoint at load (a directory `moe-daemon publish --experts mxfp4` converted holds them requantised already; gpt-oss's are MXFP4 as published: [model format 1.3](model-format.md#13-routed-experts-per-family-as-held-at-load-at-publish-and-what-mxfp4-costs)); a format a model neither holds nor converts to is refused at load",
      ParseExperts},
+    {"indexer_scores", kText, "`exact`", "`exact` or `int8`",
+     "how the DSA indexer scores cached keys: `exact` fp32 keys and products; `int8` keeps each indexer key int8 in the KV pool (a quarter of its bytes) and scores with integer dot products, several times faster at long contexts, the selected keys close to but not always the exact path's ([operations](operations.md#int8-indexer-scores)); no effect on models without DSA layers",
+     ParseIndexerScores},
     {"deterministic", kBoolean, "false", "",
      "batch-invariant decode: a request's tokens do not depend on what else runs ([operations](operations.md#deterministic-decode)); slower prefill",
      Field<&DaemonConfig::deterministic>},

@@ -80,6 +80,8 @@ struct DaemonConfig {
   // as the checkpoint has them; "mxfp4" requantises a DeepSeek-V3.2 or
   // Qwen3-Next checkpoint's at load; other families refuse a format they do not store.
   std::string experts = "stored";
+  // EngineOptions::indexer_scores: "exact" or "int8" (DSA models).
+  std::string indexer_scores = "exact";
   bool deterministic = false;  // EngineOptions::deterministic (not for gpt-oss models)
   // Speculative decoding (EngineOptions::speculative, draft_tokens,
   // speculative_max_batch): the default of requests that name none.
