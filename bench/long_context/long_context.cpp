@@ -12,21 +12,31 @@
 //   DeltaNet at the longest / at 4K within 10% (its state does not grow)
 //   DSA and DeltaNet at 1M / at 4K <= 3
 // and the DSA step split into indexer scores, top-k and attention.
+// The same DSA step with the indexer's int8 scores (indexer_int8.hpp,
+// ModelOptions::indexer_scores kInt8: the query quantised per head, the keys
+// quantised once, as the cache write does) is timed beside it: its indexer
+// and step, and its DSA / dense ratio, against the same targets. Each row
+// holds the int8 key after the fp32 one (c | k_pe | ik fp32 | ik int8), so
+// both read their keys at the same 2,948-byte stride (the engine's int8
+// layout is 2,436 bytes).
 //
-//   bench_long_context [--reps N] [--max-context 1048576] [--dense-max 262144]
+//   bench_long_context [--reps N] [--max-context 1048576] [--dense-max 262144] [--exact-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+#include "moeserve/kernels/weight_memory.hpp"
 
 using namespace moeserve::kernels;
 
@@ -35,7 +45,9 @@ namespace {
 constexpr int kHeads = 128, kKvLora = 512, kRope = 64;
 constexpr int kIndexHeads = 64, kIndexDim = 128, kTopK = 2048;
 constexpr int kDeltaHeads = 64, kDk = 128, kDv = 128;
-constexpr int kRowFloats = kKvLora + kRope + kIndexDim;  // one paged-cache row: c | k_pe | indexer key
+constexpr int kInt8KeyOffset = kKvLora + kRope + kIndexDim;
+// One paged-cache row: c | k_pe | indexer key fp32 | indexer key int8.
+constexpr int kRowFloats = kInt8KeyOffset + static_cast<int>(IndexerInt8KeyFloats(kIndexDim));
 constexpr int kBlockTokens = 64;
 
 template <class F>
@@ -53,12 +65,22 @@ double BestSeconds(int reps, F&& f) {
 
 int main(int argc, char** argv) {
   int reps = 5, max_context = 1 << 20, dense_max = 1 << 18;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool int8 = true;
+  for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--exact-only")) {
+      int8 = false;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "usage: bench_long_context [--reps N] [--max-context N] [--dense-max N] [--exact-only]\n");
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--max-context")) max_context = std::max(4096, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--dense-max")) dense_max = std::max(4096, std::atoi(argv[i + 1]));
     else {
-      std::fprintf(stderr, "usage: bench_long_context [--reps N] [--max-context N] [--dense-max N]\n");
+      std::fprintf(stderr, "usage: bench_long_context [--reps N] [--max-context N] [--dense-max N] [--exact-only]\n");
       return 2;
     }
   }
@@ -70,12 +92,24 @@ int main(int argc, char** argv) {
   // A cheap generator for the pool (2.9 GB at 1M rows: normal draws took
   // most of a minute): uniform in [-0.17, 0.17], about the 0.1 deviation
   // of the draws it replaced.
-  std::vector<float> pool(static_cast<size_t>(nblocks) * kBlockTokens * kRowFloats);
+  // Mapped as the engine's KvPool maps its pool (AllocateZeroedPages: huge
+  // pages advised), so that the keys' reads see the engine's TLB reach.
+  const size_t pool_floats = static_cast<size_t>(nblocks) * kBlockTokens * kRowFloats;
+  float* pool_data = static_cast<float*>(AllocateZeroedPages(pool_floats * sizeof(float)));
+  if (pool_data == nullptr) {
+    std::fprintf(stderr, "bench_long_context: could not map %zu bytes for the cache\n", pool_floats * sizeof(float));
+    return 1;
+  }
+  std::span<float> pool(pool_data, pool_floats);
   uint64_t x64 = 0x9e3779b97f4a7c15ull;
   for (auto& x : pool) {
     x64 ^= x64 << 13, x64 ^= x64 >> 7, x64 ^= x64 << 17;
     x = (static_cast<float>(x64 >> 40) * (1.0f / 16777216.0f) - 0.5f) * 0.35f;
   }
+  // The int8 keys: each row's fp32 key quantised once, as a cache write does.
+  if (int8)
+    for (size_t r = 0; r < pool.size() / kRowFloats; ++r)
+      QuantizeIndexerKeyInt8(&pool[r * kRowFloats + kKvLora + kRope], kIndexDim, &pool[r * kRowFloats + kInt8KeyOffset]);
   std::vector<int> order(static_cast<size_t>(nblocks));
   for (int b = 0; b < nblocks; ++b) order[b] = b;
   std::shuffle(order.begin(), order.end(), rng);
@@ -88,6 +122,15 @@ int main(int argc, char** argv) {
   for (auto* v : {&q_abs, &q_pe, &iq, &iw})
     for (auto& x : *v) x = nd(rng) * 0.05f;
   std::vector<int> keys(kTopK);
+  // The query's int8 form (per step: quantised with the scores).
+  std::vector<int8_t> iq8(iq.size());
+  std::vector<float> iwt(kIndexHeads);
+  std::vector<int32_t> ioff(kIndexHeads);
+  const auto int8_scores = [&](int n) {
+    QuantizeIndexerQueryInt8(iq.data(), iw.data(), kIndexHeads, kIndexDim, iq8.data(), iwt.data(), ioff.data());
+    k.indexer_scores_int8(IndexerInt8Query{iq8.data(), iwt.data(), ioff.data()}, 1, kIndexHeads, kIndexDim, rows.data(), kInt8KeyOffset,
+                          &n, scores.data(), static_cast<size_t>(n));
+  };
   const MlaDecodeShape shape{kHeads, kKvLora, kRope, 0.1f};
 
   // DeltaNet: one token through every head (state [dk, dv] per head).
@@ -110,7 +153,7 @@ int main(int argc, char** argv) {
   for (int n : {4096, 16384, 65536, 131072, 262144, 524288, 1048576})
     if (n <= max_context) contexts.push_back(n);
   const size_t nc = contexts.size();
-  std::vector<double> dense(nc), dsa(nc), index_s(nc), topk_s(nc), attend_s(nc), delta(nc, 1e30);
+  std::vector<double> dense(nc), dsa(nc), index_s(nc), topk_s(nc), attend_s(nc), delta(nc, 1e30), dsa8(nc), index8(nc);
   std::vector<bool> modelled(nc, false);
   for (size_t c = 0; c < nc; ++c) {
     const int n = contexts[c];
@@ -137,6 +180,14 @@ int main(int argc, char** argv) {
       TopKIndices(scores.data(), n, top, keys.data());
       k.mla_decode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, keys.data(), top, lat.data());
     });
+    if (int8) {
+      index8[c] = BestSeconds(r, [&] { int8_scores(n); });
+      dsa8[c] = BestSeconds(r, [&] {
+        int8_scores(n);
+        TopKIndices(scores.data(), n, top, keys.data());
+        k.mla_decode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, keys.data(), top, lat.data());
+      });
+    }
   }
   // The DeltaNet step (~0.3 ms) is timed round-robin across the context
   // lengths, many rounds, best of each: on a shared machine a slow spell then
@@ -147,6 +198,13 @@ int main(int argc, char** argv) {
     std::printf("%8d %13.3f%s %12.3f %12.3f %10.3f %10.3f %12.4f %10.4f\n", contexts[c], dense[c] * 1e3,
                 modelled[c] ? "m" : " ", dsa[c] * 1e3, index_s[c] * 1e3, topk_s[c] * 1e3, attend_s[c] * 1e3,
                 delta[c] * 1e3, dsa[c] / dense[c]);
+  if (int8) {
+    std::printf("\nint8 indexer scores (%s):\n%8s %12s %14s %12s %14s %12s\n", k.indexer_scores_int8.name, "context",
+                "DSA ms", "(indexer ms", "fp32 ms)", "DSA/dense", "x fp32 DSA");
+    for (size_t c = 0; c < nc; ++c)
+      std::printf("%8d %12.3f %14.3f %12.3f %14.4f %12.2f\n", contexts[c], dsa8[c] * 1e3, index8[c] * 1e3,
+                  index_s[c] * 1e3, dsa8[c] / dense[c], dsa[c] / dsa8[c]);
+  }
   if (std::find(modelled.begin(), modelled.end(), true) != modelled.end())
     std::printf("m: dense MLA modelled (linear in the context from the longest measured length)\n");
   const auto at = [&](int n) {
@@ -165,9 +223,16 @@ int main(int argc, char** argv) {
                 dsa[c1m] / dsa[0], dsa[c1m] / dsa[0] <= 3 ? "ok" : "OVER",
                 100.0 * (index_s[c1m] + topk_s[c1m]) / dsa[c1m]);
     std::printf("DeltaNet at 1M / at 4K: %.3f (limit 3) %s\n", delta[c1m] / delta[0], delta[c1m] / delta[0] <= 3 ? "ok" : "OVER");
+    if (int8) {
+      std::printf("int8 indexer: DSA / dense MLA at 1M: %.4f%s (limit 0.02) %s\n", dsa8[c1m] / dense[c1m],
+                  modelled[c1m] ? " (dense modelled)" : "", dsa8[c1m] / dense[c1m] <= 0.02 ? "ok" : "OVER");
+      std::printf("int8 indexer: DSA at 1M / at 4K: %.2f (limit 3) %s; indexer %.1fx the fp32 one's speed at 1M\n",
+                  dsa8[c1m] / dsa8[0], dsa8[c1m] / dsa8[0] <= 3 ? "ok" : "OVER", index_s[c1m] / index8[c1m]);
+    }
   }
   const double delta_last = delta.back(), delta_4k = delta.front();
   std::printf("DeltaNet at the longest context / at 4K: %.3f (limit 1.10) %s\n", delta_last / delta_4k,
               delta_last / delta_4k <= 1.1 ? "ok" : "OVER");
+  FreeZeroedPages(pool_data, pool_floats * sizeof(float));
   return 0;
 }

@@ -16,7 +16,10 @@
 // pointer table are linear in the context per chunk, the rest constant), the
 // modelled prefill time of --extrapolate tokens.
 //
-//   bench_long_prefill [--lengths 32K,128K] [--chunk 2048] [--extrapolate 1M] [--model DIR]
+// --indexer-scores int8 runs the DSA indexer on int8 keys and queries
+// (ModelOptions::indexer_scores; the pool rows then hold the keys int8).
+//
+//   bench_long_prefill [--lengths 32K,128K] [--chunk 2048] [--extrapolate 1M] [--model DIR] [--indexer-scores exact|int8]
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -36,6 +39,7 @@
 #include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/engine/model_gen.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace me = moeserve::engine;
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
   int chunk = 2048;
   int64_t extrapolate = 1 << 20;
   std::string model_path;
+  me::ModelOptions mo;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -106,8 +111,11 @@ int main(int argc, char** argv) {
       extrapolate = ParseLength(v), ++i;
     } else if (a == "--model" && v) {
       model_path = v, ++i;
+    } else if (a == "--indexer-scores" && v && (std::string(v) == "exact" || std::string(v) == "int8")) {
+      mo.indexer_scores = std::string(v) == "int8" ? me::IndexerScores::kInt8 : me::IndexerScores::kExact, ++i;
     } else {
-      std::fprintf(stderr, "usage: bench_long_prefill [--lengths 32K,128K] [--chunk 2048] [--extrapolate 1M] [--model DIR]\n");
+      std::fprintf(stderr, "usage: bench_long_prefill [--lengths 32K,128K] [--chunk 2048] [--extrapolate 1M] [--model DIR] "
+                           "[--indexer-scores exact|int8]\n");
       return 2;
     }
   }
@@ -133,7 +141,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "open: %s\n", dir.error().ToString().c_str());
     return 1;
   }
-  auto model = me::Model::Load(*dir, me::ModelOptions{});
+  auto model = me::Model::Load(*dir, mo);
   if (!model) {
     std::fprintf(stderr, "load: %s\n", model.error().ToString().c_str());
     return 1;
@@ -147,15 +155,18 @@ int main(int argc, char** argv) {
   constexpr int kBlockTokens = 16;  // EngineOptions::block_tokens
   const size_t fpt = (*model)->cache_floats_per_token();
   const int64_t state_bytes = me::RecurrentStateBytes((*model)->NewSequence());
-  std::printf("bench_long_prefill: %s, %d threads, chunks of %d tokens, %d-token blocks\n", model_path.c_str(),
-              moeserve::kernels::DefaultThreadPool().size(), chunk, kBlockTokens);
+  const bool int8 = mo.indexer_scores == me::IndexerScores::kInt8;
+  std::printf("bench_long_prefill: %s, %d threads, chunks of %d tokens, %d-token blocks, %s indexer scores\n",
+              model_path.c_str(), moeserve::kernels::DefaultThreadPool().size(), chunk, kBlockTokens,
+              int8 ? "int8" : "exact (fp32)");
   // Cache bytes per token by layer kind (docs/model-format.md 5.4).
   int n_mla = 0, n_dsa = 0, n_delta = 0;
   for (me::LayerKind k : cfg.layer_types) {
     n_mla += k == me::LayerKind::kMla, n_dsa += k == me::LayerKind::kDsa, n_delta += k == me::LayerKind::kDelta;
   }
   const int mla_row = 4 * (cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim);
-  const int dsa_row = mla_row + 4 * cfg.dsa.index_head_dim;
+  const int dsa_row = mla_row + 4 * static_cast<int>(int8 ? moeserve::kernels::IndexerInt8KeyFloats(cfg.dsa.index_head_dim)
+                                                            : static_cast<size_t>(cfg.dsa.index_head_dim));
   std::printf("cache per token: %d mla x %d B + %d dsa x %d B = %d B (pool row %zu B); %d delta layers: 0 B per token, "
               "%lld B of state per sequence\n",
               n_mla, mla_row, n_dsa, dsa_row, n_mla * mla_row + n_dsa * dsa_row, fpt * 4, n_delta,
