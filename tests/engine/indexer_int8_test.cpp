@@ -19,6 +19,7 @@
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/indexer_int8.hpp"
+#include "selection_run.hpp"
 #include "test_models.hpp"
 
 namespace moeserve::engine {
@@ -29,34 +30,13 @@ using namespace testing_util;
 
 constexpr int kTopK = 32;
 
-struct Run {
-  std::vector<float> logits;
-  std::map<int, std::vector<std::vector<int>>> selected;
-};
-
 // The prompt as two prefill chunks and its last token as a decode step.
-Run Forward(const ModelDir& dir, IndexerScores scores, bool deterministic, const std::vector<int>& prompt) {
+SelectionRun Forward(const ModelDir& dir, IndexerScores scores, bool deterministic, const std::vector<int>& prompt) {
   ModelOptions mo;
   mo.indexer_scores = scores;
   mo.deterministic = deterministic;
-  auto model = Model::Load(dir, mo);
-  EXPECT_TRUE(model) << model.error().ToString();
-  if (!model) return {};
-  KvPool pool(64, 16, (*model)->cache_floats_per_token());
-  SequenceCache cache = (*model)->NewSequence();
-  ForwardTrace trace;
-  Run run;
-  EXPECT_TRUE(EnsureBlocks(pool, cache, static_cast<int64_t>(prompt.size())));
   const size_t n = prompt.size(), half = (n - 1) / 2;
-  std::span<const int> all(prompt);
-  for (auto part : {all.first(half), all.subspan(half, n - 1 - half), all.last(1)}) {
-    ForwardSegment seg{&cache, part, true};
-    std::vector<float> logits;
-    EXPECT_TRUE((*model)->Forward(pool, std::span(&seg, 1), &logits, &trace));
-    run.logits.insert(run.logits.end(), logits.begin(), logits.end());
-  }
-  run.selected = trace.dsa_selected;
-  return run;
+  return ForwardInParts(dir, mo, prompt, {half, n - 1 - half, 1});
 }
 
 TEST(IndexerInt8Engine, PoolRowsHoldTheKeysAsInt8) {
@@ -91,8 +71,8 @@ void ExpectCloseToExact(bool deterministic) {
   auto dir = OpenModelDir(TinyModel(1, kTopK));
   ASSERT_TRUE(dir) << dir.error().ToString();
   const std::vector<int> prompt = TestPrompt(300);
-  const Run exact = Forward(*dir, IndexerScores::kExact, deterministic, prompt);
-  const Run int8 = Forward(*dir, IndexerScores::kInt8, deterministic, prompt);
+  const SelectionRun exact = Forward(*dir, IndexerScores::kExact, deterministic, prompt);
+  const SelectionRun int8 = Forward(*dir, IndexerScores::kInt8, deterministic, prompt);
   ASSERT_EQ(int8.logits.size(), exact.logits.size());
   ASSERT_EQ(exact.logits.size(), prompt.size() * static_cast<size_t>(dir->config.vocab_size));
   ASSERT_EQ(int8.selected.size(), exact.selected.size());
@@ -128,9 +108,10 @@ void ExpectCloseToExact(bool deterministic) {
   // same pass can route to other experts, and an expert's batch of rows
   // changes the products' summation order for every row in it.
   const size_t V = static_cast<size_t>(dir->config.vocab_size);
-  if (deterministic)
+  if (deterministic) {
     EXPECT_EQ(std::memcmp(exact.logits.data(), int8.logits.data(), kTopK * V * sizeof(float)), 0)
         << "the dense positions' logits differ";
+  }
   double max_logit = 0, max_diff = 0;
   std::vector<double> position_diff(prompt.size(), 0.0);
   for (size_t i = 0; i < exact.logits.size(); ++i) {

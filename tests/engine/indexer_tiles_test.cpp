@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "moeserve/engine/model.hpp"
+#include "selection_run.hpp"
 #include "test_models.hpp"
 
 namespace moeserve::engine {
@@ -14,34 +15,14 @@ namespace {
 
 using namespace testing_util;
 
-struct Run {
-  std::vector<float> logits;
-  std::map<int, std::vector<std::vector<int>>> selected;
-};
-
-Run Prefill(const ModelDir& dir, bool deterministic, int tile_keys, const std::vector<int>& prompt) {
+// Two segments of the prompt: the second's rows see the first's keys
+// through the cache as a later prefill chunk does.
+SelectionRun Prefill(const ModelDir& dir, bool deterministic, int tile_keys, const std::vector<int>& prompt) {
   ModelOptions mo;
   mo.deterministic = deterministic;
   mo.indexer_tile_keys = tile_keys;
-  auto model = Model::Load(dir, mo);
-  EXPECT_TRUE(model) << model.error().ToString();
-  if (!model) return {};
-  KvPool pool(64, 16, (*model)->cache_floats_per_token());
-  SequenceCache cache = (*model)->NewSequence();
-  ForwardTrace trace;
-  Run run;
-  EXPECT_TRUE(EnsureBlocks(pool, cache, static_cast<int64_t>(prompt.size())));
-  // Two segments of the prompt: the second's rows see the first's keys
-  // through the cache as a later prefill chunk does.
   const size_t half = prompt.size() / 2;
-  for (auto part : {std::span(prompt).first(half), std::span(prompt).subspan(half)}) {
-    ForwardSegment seg{&cache, part, true};
-    std::vector<float> logits;
-    EXPECT_TRUE((*model)->Forward(pool, std::span(&seg, 1), &logits, &trace));
-    run.logits.insert(run.logits.end(), logits.begin(), logits.end());
-  }
-  run.selected = trace.dsa_selected;
-  return run;
+  return ForwardInParts(dir, mo, prompt, {half, prompt.size() - half});
 }
 
 void ExpectTilesChangeNothing(bool deterministic) {
@@ -49,7 +30,7 @@ void ExpectTilesChangeNothing(bool deterministic) {
   auto dir = OpenModelDir(TinyModel(1, kTopK));
   ASSERT_TRUE(dir) << dir.error().ToString();
   const std::vector<int> prompt = TestPrompt(300);
-  const Run whole = Prefill(*dir, deterministic, 1 << 30, prompt);
+  const SelectionRun whole = Prefill(*dir, deterministic, 1 << 30, prompt);
   ASSERT_EQ(whole.logits.size(), prompt.size() * static_cast<size_t>(dir->config.vocab_size));
   // The selections are sparse past position 32: every such row picks 32 of
   // its keys, so the tiles below really merge top-k lists.
@@ -58,7 +39,7 @@ void ExpectTilesChangeNothing(bool deterministic) {
     for (const auto& keys : rows) sparse_rows += keys.size() == kTopK;
   EXPECT_GE(sparse_rows, 2 * (prompt.size() - kTopK));
   for (int tile : {7, 32, 33, 96, 256}) {
-    const Run tiled = Prefill(*dir, deterministic, tile, prompt);
+    const SelectionRun tiled = Prefill(*dir, deterministic, tile, prompt);
     ASSERT_EQ(tiled.logits.size(), whole.logits.size()) << "tile " << tile;
     EXPECT_EQ(std::memcmp(tiled.logits.data(), whole.logits.data(), whole.logits.size() * sizeof(float)), 0)
         << "tile " << tile << ": logits differ";
