@@ -9,6 +9,7 @@
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
 #include "moeserve/kernels/indexer_int8.hpp"
+#include "moeserve/kernels/topk_stream.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::engine {
@@ -300,16 +301,15 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // block_r0 + block_n) (rows after a sparse row are sparse too), row b's
     // in block_sel[b], ascending. The keys are scored in tiles of
     // indexer_tile_keys (indexer_scores_batch over the tile, all the block's
-    // rows together); each row keeps its best index_topk candidates, whose
-    // scores and positions lead its buffer row, ahead of the next tile's
-    // scores. The buffer is in position order, so TopKIndices' ties to the
-    // lower index are ties to the lower position, and the top-k of the
-    // running top-k and a tile is the top-k of everything so far: the same
-    // selection as one pass over every key, with scratch bounded by the tile.
-    ScratchFloats index_scores;  // [block_n][ld]: candidates, then the tile's scores
+    // rows together); each row's kernels::TopKStream keeps its best
+    // index_topk candidates between tiles (ties to the lower position, as
+    // TopKIndices): the same selection as one pass over every key, with
+    // scratch bounded by the tile.
+    ScratchFloats index_scores;  // [block_n][ld]: the tile's scores
     int block_r0 = 0, block_n = 0;
-    std::vector<int> block_len, tile_n, block_have;
+    std::vector<int> block_len, tile_n;
     std::vector<std::vector<int>> block_sel;
+    std::vector<kernels::TopKStream> block_streams;
     const int topk = dsa ? cfg.dsa.index_topk : 0;
     const int tile = std::max(1, ctx.options.indexer_tile_keys);
     const auto select_block = [&](int r) {
@@ -339,39 +339,23 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         });
         return;
       }
-      const size_t ld = static_cast<size_t>(topk) + static_cast<size_t>(tile);
+      // Tiles: each row's TopKStream holds its best candidates between tiles.
+      const size_t ld = static_cast<size_t>(tile);
       index_scores.resize(nb * ld);
       tile_n.resize(nb);
-      block_have.assign(nb, 0);
-      for (std::vector<int>& sel : block_sel) sel.resize(static_cast<size_t>(topk));
+      if (block_streams.size() < nb) block_streams.resize(nb);
+      for (size_t j = 0; j < nb; ++j) block_streams[j].Reset(topk);
       for (int t0 = 0; t0 < longest; t0 += tile) {
         for (size_t j = 0; j < nb; ++j) tile_n[j] = std::clamp(block_len[j] - t0, 0, tile);
-        score_keys(rows.data() + t0, tile_n.data(), index_scores.data() + topk, ld);
+        score_keys(rows.data() + t0, tile_n.data(), index_scores.data(), ld);
         kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
-          const int have = block_have[j], m = have + tile_n[j];
-          if (tile_n[j] == 0) return;
-          float* buf = &index_scores[j * ld];
-          int* cand = block_sel[j].data();  // positions of the first `have` entries of buf
-          // Close the gap between the candidates and the tile's scores.
-          if (have < topk) std::copy_n(buf + topk, tile_n[j], buf + have);
-          if (m <= topk) {
-            for (int i = have; i < m; ++i) cand[i] = t0 + (i - have);
-            block_have[j] = m;
-            return;
-          }
-          thread_local std::vector<int> pick;
-          pick.resize(static_cast<size_t>(topk));
-          kernels::TopKIndices(buf, m, topk, pick.data());
-          // pick is ascending with pick[i] >= i: moving entries forward in
-          // order reads only entries not yet overwritten.
-          for (int i = 0; i < topk; ++i) {
-            const int p = pick[static_cast<size_t>(i)];
-            buf[i] = buf[p];
-            cand[i] = p < have ? cand[p] : t0 + (p - have);
-          }
-          block_have[j] = topk;
+          if (tile_n[j] > 0) block_streams[j].Push(&index_scores[j * ld], tile_n[j], t0);
         });
       }
+      kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
+        block_sel[j].resize(static_cast<size_t>(topk));
+        block_sel[j].resize(static_cast<size_t>(block_streams[j].Finish(block_sel[j].data())));
+      });
     };
     // Which keys the query at row r sees: all s <= pos, or the indexer's top
     // k (sparse; then `keys` holds them). Records the set when tracing.

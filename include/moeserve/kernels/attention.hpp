@@ -102,8 +102,11 @@ void GqaSinkAttention(const GqaSinkShape& shape, int queries, const float* q, co
                       const int* first, const int* last, float* out, Isa isa);
 
 // The k (<= n) indices with the largest scores, ties to the lower index
-// (-0 and +0 tie), written in ascending order. O(n): a radix select of the
-// k-th largest score, then one pass in index order.
+// (-0 and +0 tie), written in ascending order. Scores are not NaN.
+// TopKIndicesRef: O(n), a radix select of the k-th largest score, then one
+// pass in index order. TopKIndices: the same selection bit for bit, through
+// the streamed threshold selection (topk_stream.hpp) when n >= 4k.
 void TopKIndices(const float* scores, int n, int k, int* out);
+void TopKIndicesRef(const float* scores, int n, int k, int* out);
 
 }  // namespace moeserve::kernels

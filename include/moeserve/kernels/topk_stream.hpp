@@ -1,0 +1,52 @@
+// The top k scores of a stream of scores that arrives in position order (the
+// DSA indexer's tiles of cached keys), ties to the lower position (-0 and +0
+// tie): the same selection as TopKIndicesRef over all the scores at once,
+// bit for bit, with scratch bounded by 2k entries whatever the stream's length.
+//
+// Why: the radix select (TopKIndicesRef) reads every score four times and
+// was as costly as scoring the keys with a small indexer (~5 ns a score). Here
+// a score is compared once against a threshold (the k-th best held so far;
+// AVX-512: 16 at once, the few above compress-stored) and nearly all are
+// rejected by that compare; those that can enter are appended to a buffer
+// which, at 2k entries, is cut back to its best k (nth_element over the
+// entries' exact order: score, then the lower position). A later position
+// loses a tie, so a score equal to the threshold never enters: the compare
+// is a strict "greater than". Worst case (an ascending stream: every score
+// enters) a cut per k scores, O(n) still. Short streams (under ~64k scores)
+// cost more than the radix select: the first 2k all enter.
+//
+// Thread safety: one object per thread; no shared state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace moeserve::kernels {
+
+class TopKStream {
+ public:
+  // Starts a selection of the best k (>= 1) of the scores pushed next.
+  void Reset(int k);
+  // The scores of positions [first, first + n); first must be the number of
+  // scores pushed so far (positions ascend across calls). Scores are not NaN.
+  void Push(const float* scores, int n, int first);
+  // Writes the best min(k, pushed) positions, ascending; returns how many.
+  int Finish(int* out);
+
+ private:
+  static constexpr int kBlock = 16;  // scores compared at once
+  size_t Capacity() const { return 2 * static_cast<size_t>(k_); }  // entries held before a cut
+  void Cut();  // keeps the best k of buf_ (in position order), raises the threshold
+  int k_ = 0;
+  size_t size_ = 0;  // entries held in buf_
+  bool full_ = false;   // k entries held after a cut: the threshold applies
+  float threshold_ = 0; // the k-th best score held after the last cut
+  // (order key << 32 | ~position): larger is better, unique; in position order.
+  std::vector<uint64_t> buf_, scratch_;
+};
+
+// TopKIndices (attention.hpp) through a TopKStream: the same selection.
+void TopKIndicesStreamed(const float* scores, int n, int k, int* out);
+
+}  // namespace moeserve::kernels

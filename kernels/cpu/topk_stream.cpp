@@ -1,0 +1,151 @@
+// The streamed top-k (topk_stream.hpp): a threshold compare per score, a
+// buffer of the few that pass, cut back to the best k at 2k entries.
+#include "moeserve/kernels/topk_stream.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <functional>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "moeserve/kernels/attention.hpp"
+
+namespace moeserve::kernels {
+namespace {
+
+// A 32-bit key that orders as the floats do, -0 and +0 as one key (as
+// TopKIndicesRef's radix keys).
+inline uint32_t OrderKey(float f) {
+  const uint32_t b = f == 0.0f ? 0u : std::bit_cast<uint32_t>(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+inline float KeyScore(uint32_t key) {
+  return std::bit_cast<float>((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+inline uint64_t Entry(float score, int pos) {
+  return (uint64_t{OrderKey(score)} << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(pos));
+}
+
+// Appends the entries of scores[i, n) above t (position first + index) to
+// out[m, ...) until m reaches cap or the scores run out; returns m and sets
+// *next to the first score not looked at. Writes up to 16 entries past m.
+// The scan that rejects nearly every score: AVX-512 where the CPU has it
+// (a compare per 16 scores, a compress-store of the few above), else plain.
+using AppendFn = size_t (*)(const float*, int, int, int, float, uint64_t*, size_t, size_t, int*);
+
+size_t AppendPortable(const float* s, int i, int n, int first, float t, uint64_t* out, size_t m, size_t cap,
+                      int* next) {
+  for (; i < n && m < cap; ++i) {
+    out[m] = Entry(s[i], first + i);
+    m += s[i] > t ? 1 : 0;
+  }
+  *next = i;
+  return m;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) size_t AppendAvx512(const float* s, int i, int n, int first, float t,
+                                                        uint64_t* out, size_t m, size_t cap, int* next) {
+  const __m512 tv = _mm512_set1_ps(t);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  for (; i + 16 <= n && m < cap; i += 16) {
+    const __m512 v = _mm512_loadu_ps(s + i);
+    const __mmask16 above = _mm512_cmp_ps_mask(v, tv, _CMP_GT_OQ);
+    if (!above) continue;
+    // OrderKey: -0 as +0, then negatives inverted, positives with the sign bit set.
+    const __mmask16 zero = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    const __m512i b = _mm512_maskz_mov_epi32(static_cast<__mmask16>(~zero), _mm512_castps_si512(v));
+    const __mmask16 neg = _mm512_test_epi32_mask(b, sign);
+    const __m512i key = _mm512_mask_xor_epi32(_mm512_or_si512(b, sign), neg, b, _mm512_set1_epi32(-1));
+    const __m512i pos = _mm512_xor_si512(_mm512_add_epi32(_mm512_set1_epi32(first + i), lane), _mm512_set1_epi32(-1));
+    // Entries (key << 32 | ~position), two halves of 8.
+    const __m512i lo = _mm512_or_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(key)), 32),
+                                       _mm512_cvtepu32_epi64(_mm512_castsi512_si256(pos)));
+    const __m512i hi =
+        _mm512_or_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(key, 1)), 32),
+                        _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(pos, 1)));
+    const __mmask8 mlo = static_cast<__mmask8>(above), mhi = static_cast<__mmask8>(above >> 8);
+    _mm512_mask_compressstoreu_epi64(out + m, mlo, lo);
+    m += static_cast<size_t>(__builtin_popcount(mlo));
+    _mm512_mask_compressstoreu_epi64(out + m, mhi, hi);
+    m += static_cast<size_t>(__builtin_popcount(mhi));
+  }
+  if (m < cap) return AppendPortable(s, i, n, first, t, out, m, cap, next);
+  *next = i;
+  return m;
+}
+AppendFn PickAppend() { return __builtin_cpu_supports("avx512f") ? AppendAvx512 : AppendPortable; }
+#else
+AppendFn PickAppend() { return AppendPortable; }
+#endif
+
+}  // namespace
+
+void TopKStream::Reset(int k) {
+  k_ = std::max(1, k);
+  full_ = false;
+  threshold_ = 0;
+  size_ = 0;
+  // 2k held at most, plus a block's unconditional writes past the end.
+  buf_.resize(Capacity() + kBlock);
+}
+
+void TopKStream::Cut() {
+  const size_t k = static_cast<size_t>(k_);
+  if (size_ <= k) return;
+  // The k-th largest entry (entries are unique), then a pass in position
+  // order keeping those at or above it: exactly k, still in position order.
+  // (A radix select here, as TopKIndicesRef's, measured slower: it clears
+  // and fills 5K counters a cut, and an ascending stream cuts every k scores.)
+  scratch_.assign(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(size_));
+  std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch_.end(),
+                   std::greater<uint64_t>());
+  const uint64_t kth = scratch_[k - 1];
+  size_t w = 0;
+  for (size_t i = 0; i < size_; ++i) {
+    const uint64_t e = buf_[i];
+    buf_[w] = e;
+    w += e >= kth;
+  }
+  size_ = w;
+  full_ = true;
+  threshold_ = KeyScore(static_cast<uint32_t>(kth >> 32));
+}
+
+void TopKStream::Push(const float* scores, int n, int first) {
+  const size_t cap = Capacity();
+  int i = 0;
+  // Until k are held every score is a candidate.
+  for (; i < n && !full_; ++i) {
+    buf_[size_++] = Entry(scores[i], first + i);
+    if (size_ >= cap) Cut();
+  }
+  // Then only a score above the threshold can enter (one equal to it would
+  // lose the tie: a later position); a cut each time 2k are held.
+  static const AppendFn append = PickAppend();
+  while (i < n) {
+    size_ = append(scores, i, n, first, threshold_, buf_.data(), size_, cap, &i);
+    if (size_ >= cap) Cut();
+  }
+}
+
+int TopKStream::Finish(int* out) {
+  Cut();
+  for (size_t i = 0; i < size_; ++i) out[i] = static_cast<int>(~static_cast<uint32_t>(buf_[i]));
+  return static_cast<int>(size_);
+}
+
+void TopKIndicesStreamed(const float* scores, int n, int k, int* out) {
+  if (k <= 0) return;
+  thread_local TopKStream stream;
+  stream.Reset(k);
+  stream.Push(scores, n, 0);
+  stream.Finish(out);
+}
+
+}  // namespace moeserve::kernels

@@ -1,0 +1,121 @@
+// The streamed top-k (topk_stream.hpp) and TopKIndices against the radix
+// reference TopKIndicesRef, bit for bit, on inputs that stress the tie rule
+// (ties to the lower position) and the threshold: many equal scores, -0 and
+// +0, -inf, ascending and descending runs, k above the number of scores, and
+// streams cut into tiles of many sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/topk_stream.hpp"
+
+namespace moeserve::kernels {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> MakeScores(const std::string& kind, int n, std::mt19937& rng) {
+  std::vector<float> s(static_cast<size_t>(n));
+  std::uniform_int_distribution<int> small(-3, 3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int i = 0; i < n; ++i) {
+    float& v = s[static_cast<size_t>(i)];
+    if (kind == "equal") v = 1.5f;
+    else if (kind == "few_values") v = static_cast<float>(small(rng));
+    else if (kind == "signed_zeros") v = small(rng) < 0 ? -0.0f : (small(rng) > 1 ? 1.0f : 0.0f);
+    else if (kind == "ascending") v = static_cast<float>(i / 3);  // runs of 3 equal
+    else if (kind == "descending") v = static_cast<float>((n - i) / 3);
+    else if (kind == "neg_inf") v = small(rng) < 1 ? -kInf : static_cast<float>(small(rng));
+    else if (kind == "all_neg_inf") v = -kInf;
+    else if (kind == "saw") v = static_cast<float>(i % 257) - (i % 2 ? 0.0f : 0.5f);
+    else v = g(rng);  // "normal"
+  }
+  return s;
+}
+
+// The selection written by a stable sort: the specification of the tie rule.
+std::vector<int> StableSortTopK(const std::vector<float>& s, int k) {
+  std::vector<int> idx(s.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return s[a] > s[b]; });
+  idx.resize(std::min<size_t>(idx.size(), static_cast<size_t>(k)));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+std::vector<int> Streamed(const std::vector<float>& s, int k, int tile) {
+  TopKStream stream;
+  stream.Reset(k);
+  const int n = static_cast<int>(s.size());
+  for (int t0 = 0; t0 < n; t0 += tile) stream.Push(s.data() + t0, std::min(tile, n - t0), t0);
+  std::vector<int> out(static_cast<size_t>(std::min(k, n)), -1);
+  const int got = stream.Finish(out.data());
+  EXPECT_EQ(got, std::min(k, n));
+  return out;
+}
+
+TEST(TopKStream, MatchesTheReferenceOnAdversarialScoresAndTiles) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (const char* kind :
+       {"equal", "few_values", "signed_zeros", "ascending", "descending", "neg_inf", "all_neg_inf", "saw", "normal"}) {
+    for (int n : {1, 5, 63, 64, 65, 300, 1000, 5003}) {
+      const std::vector<float> s = MakeScores(kind, n, rng);
+      for (int k : {1, 2, 7, 64, 100, n / 2 + 1, n - 1, n, n + 5}) {
+        if (k < 1) continue;
+        std::vector<int> want(static_cast<size_t>(std::min(k, n)));
+        TopKIndicesRef(s.data(), n, std::min(k, n), want.data());
+        ASSERT_EQ(want, StableSortTopK(s, k)) << kind << " n " << n << " k " << k << ": the reference's tie rule";
+        for (int tile : {1, 3, 16, 17, 64, 1000, n}) {
+          ASSERT_EQ(Streamed(s, k, tile), want) << kind << " n " << n << " k " << k << " tile " << tile;
+          ++checked;
+        }
+        if (k <= n) {
+          std::vector<int> fast(static_cast<size_t>(k), -1);
+          TopKIndices(s.data(), n, k, fast.data());
+          ASSERT_EQ(fast, want) << kind << " n " << n << " k " << k;
+          std::vector<int> streamed(static_cast<size_t>(k), -1);
+          TopKIndicesStreamed(s.data(), n, k, streamed.data());
+          ASSERT_EQ(streamed, want) << kind << " n " << n << " k " << k;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+// The indexer's shape: k 2048 over tens of thousands of keys in tiles.
+TEST(TopKStream, MatchesTheReferenceAtTheIndexersShape) {
+  std::mt19937 rng(5);
+  for (const char* kind : {"normal", "few_values", "ascending", "descending", "neg_inf"}) {
+    const int n = 40000, k = 2048;
+    const std::vector<float> s = MakeScores(kind, n, rng);
+    std::vector<int> want(static_cast<size_t>(k));
+    TopKIndicesRef(s.data(), n, k, want.data());
+    for (int tile : {4096, 7777, n}) EXPECT_EQ(Streamed(s, k, tile), want) << kind << " tile " << tile;
+    std::vector<int> fast(static_cast<size_t>(k));
+    TopKIndices(s.data(), n, k, fast.data());
+    EXPECT_EQ(fast, want) << kind;
+  }
+}
+
+// A tie at the threshold must go to the earlier position: scores equal to
+// the k-th best arriving later never displace it, earlier ones always win.
+TEST(TopKStream, ALaterEqualScoreLosesTheTie) {
+  const int k = 4;
+  std::vector<float> s = {5, 1, 1, 1, 1, 1, 1, 9, 1, 1};  // best 4: 7 (9), 0 (5), then the first two 1s
+  EXPECT_EQ(Streamed(s, k, 3), (std::vector<int>{0, 1, 2, 7}));
+  EXPECT_EQ(Streamed(s, k, 1), (std::vector<int>{0, 1, 2, 7}));
+  std::vector<float> z = {-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f};  // -0 and +0 tie
+  EXPECT_EQ(Streamed(z, k, 2), (std::vector<int>{0, 1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace moeserve::kernels
