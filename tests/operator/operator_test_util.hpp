@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "fake_apiserver.hpp"
+#include "yaml_json.hpp"
 #include "moeserve/common/base64.hpp"
 #include "moeserve/operator/kube_client.hpp"
 #include "moeserve/operator/operator.hpp"
@@ -255,6 +256,44 @@ inline json ConditionOf(fakes::FakeApiServer& server, const std::string& ns, con
   for (const auto& c : StatusOf(server, ns, name).value("conditions", json::array()))
     if (c.value("type", "") == type) return c;
   return json::object();  // none yet
+}
+
+// A MoEDeployment stored with spec.<block>.<key>, a field the schema does not
+// have (an object stored before the schema dropped it, or written around the
+// API server's validation), and the operator run over it until the object's
+// phase is Failed. Returns its Ready condition (empty when it never failed);
+// `server` is left running so the caller can check what was not created.
+inline json ReconcileUnknownSpecField(fakes::FakeApiServer& server, const std::string& block, const std::string& key,
+                                      const json& block_value) {
+  auto docs = fakes::LoadYamlFile(SourceDir() + "/crds/moeserve.io_moedeployments.yaml");
+  EXPECT_TRUE(docs);
+  if (!docs) return json::object();
+  json crd = (*docs)[0];
+  crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][block]["properties"][key] =
+      {{"type", "string"}};
+  EXPECT_TRUE(server.RegisterCrd(crd));
+  // The operator reads QuotaPolicies too (its caches sync before it works).
+  EXPECT_TRUE(server.RegisterCrdFile(SourceDir() + "/crds/moeserve.io_quotapolicies.yaml"));
+  EXPECT_GT(server.Start(0), 0);
+  EXPECT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}}));
+  json manifest = MoEDeploymentManifest("team-a", "root", 1, 1);
+  manifest["spec"][block] = block_value;
+  auto stored = server.Create("moedeployments.moeserve.io", manifest);
+  EXPECT_TRUE(stored) << stored.error().ToString();
+  if (!stored) return json::object();
+  EXPECT_EQ((*stored)["spec"][block][key], block_value[key]) << "the API double dropped the field";
+  KubeConfig config;
+  config.server = server.url();
+  config.request_timeout_s = 5;
+  auto client = KubeClient::Create(config);
+  EXPECT_TRUE(client);
+  if (!client) return json::object();
+  RunningOperator running(**client, {});
+  const bool failed = WaitFor([&] { return StatusOf(server, "team-a", "root").value("phase", "") == "Failed"; });
+  EXPECT_TRUE(failed) << StatusOf(server, "team-a", "root").dump(2);
+  // What a reconcile that went on would have created has had time to appear.
+  std::this_thread::sleep_for(300ms);
+  return failed ? ConditionOf(server, "team-a", "root", "Ready") : json::object();
 }
 
 }  // namespace moeserve::op::testing

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "moeserve/operator/moedeployment.hpp"
+#include "spec_fixture.hpp"
 #include "operator_test_util.hpp"
 #include "yaml_json.hpp"
 
@@ -19,16 +20,8 @@ namespace {
 
 using json = nlohmann::json;
 
-json Spec(json extra) {
-  json spec = {{"image", "moeserve/moe-daemon:0.1.0"},
-               {"model", {{"uri", "s3://models/tiny/"}, {"revision", "r1"}}},
-               {"endpoint", {{"apiKeys", {{"secretRef", {{"name", "keys"}}}}}}}};
-  spec.update(extra);
-  return spec;
-}
-
-const json kMeta = {{"apiVersion", "moeserve.io/v1alpha1"}, {"kind", "MoEDeployment"},
-                    {"metadata", {{"name", "ultra"}, {"namespace", "team-a"}, {"uid", "u-1"}}}};
+using spec_fixture::kMeta;
+using spec_fixture::Spec;
 
 const json* Container(const json& sts, const std::string& name, const char* list = "containers") {
   for (const auto& c : sts["spec"]["template"]["spec"][list])
@@ -194,32 +187,9 @@ TEST(PrefixDiskVolume, TheReconciledGroupCarriesTheTier) {
 
 TEST(PrefixDiskVolume, AStoredHostPathIsAConditionNeverAVolume) {
   fakes::FakeApiServer server;
-  auto docs = fakes::LoadYamlFile(SourceDir() + "/crds/moeserve.io_moedeployments.yaml");
-  ASSERT_TRUE(docs);
-  json crd = (*docs)[0];
-  crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["prefixDisk"]
-     ["properties"]["hostPath"] = {{"type", "string"}};
-  ASSERT_TRUE(server.RegisterCrd(crd));
-  ASSERT_TRUE(server.RegisterCrdFile(SourceDir() + "/crds/moeserve.io_quotapolicies.yaml"));
-  ASSERT_GT(server.Start(0), 0);
-  ASSERT_TRUE(server.Create("namespaces", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "team-a"}}}}));
-  json manifest = MoEDeploymentManifest("team-a", "root", 1, 1);
-  manifest["spec"]["prefixDisk"] = {{"sizeGi", 10}, {"hostPath", "/"}};
-  auto stored = server.Create("moedeployments.moeserve.io", manifest);
-  ASSERT_TRUE(stored) << stored.error().ToString();
-  ASSERT_EQ((*stored)["spec"]["prefixDisk"]["hostPath"], "/");
-  KubeConfig config;
-  config.server = server.url();
-  config.request_timeout_s = 5;
-  auto client = KubeClient::Create(config);
-  ASSERT_TRUE(client);
-  RunningOperator running(**client, {});
-  ASSERT_TRUE(WaitFor([&] { return StatusOf(server, "team-a", "root").value("phase", "") == "Failed"; }))
-      << StatusOf(server, "team-a", "root").dump(2);
-  const json ready = ConditionOf(server, "team-a", "root", "Ready");
+  const json ready = ReconcileUnknownSpecField(server, "prefixDisk", "hostPath", {{"sizeGi", 10}, {"hostPath", "/"}});
   EXPECT_EQ(ready["reason"], "InvalidSpec");
-  EXPECT_NE(ready["message"].get<std::string>().find("spec.prefixDisk.hostPath"), std::string::npos) << ready.dump();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_NE(ready.value("message", "").find("spec.prefixDisk.hostPath"), std::string::npos) << ready.dump();
   EXPECT_TRUE(server.List("statefulsets.apps").empty());
 }
 

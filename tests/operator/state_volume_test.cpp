@@ -7,22 +7,15 @@
 #include <nlohmann/json.hpp>
 
 #include "moeserve/operator/moedeployment.hpp"
+#include "spec_fixture.hpp"
 
 namespace moeserve::op {
 namespace {
 
 using json = nlohmann::json;
 
-json Spec(json extra) {
-  json spec = {{"image", "moeserve/moe-daemon:0.1.0"},
-               {"model", {{"uri", "s3://models/tiny/"}, {"revision", "r1"}}},
-               {"endpoint", {{"apiKeys", {{"secretRef", {{"name", "keys"}}}}}}}};
-  spec.update(extra);
-  return spec;
-}
-
-const json kMeta = {{"apiVersion", "moeserve.io/v1alpha1"}, {"kind", "MoEDeployment"},
-                    {"metadata", {{"name", "ultra"}, {"namespace", "team-a"}, {"uid", "u-1"}}}};
+using spec_fixture::kMeta;
+using spec_fixture::Spec;
 
 TEST(StateVolume, SpecStateAddsAClaimPerPodMountedAtTheStateDir) {
   auto spec = ParseMoEDeploymentSpec(Spec({{"state", {{"sizeGi", 3}, {"storageClassName", "fast-ssd"}}}}));
