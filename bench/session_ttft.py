@@ -313,21 +313,11 @@ def main():
                         "--out", model], check=True, stdout=subprocess.DEVNULL)
     if args.history:
         return history_main(args, model, work)
-    port = free_port()
-    log = open(os.path.join(work, "daemon.log"), "w")
-    daemon = subprocess.Popen([os.path.join(args.build, "daemon", "moe-daemon"), "--model", model, "--port", str(port),
-                               "--served-model-name", "bench", "--max-context", "32768", "--cache-tokens", "131072",
-                               "--threads", str(args.threads), "--state-dir", os.path.join(work, "state"),
-                               "--thinking-budgets.low", "4", "--constrained-max-string-bytes", "24"],
-                              stdout=log, stderr=log)
+    daemon, port = start_daemon(args, model, work, "turns",
+                                ["--max-context", "32768", "--cache-tokens", "131072", "--state-dir",
+                                 os.path.join(work, "state"), "--thinking-budgets.low", "4",
+                                 "--constrained-max-string-bytes", "24"])
     try:
-        for _ in range(600):
-            try:
-                if request(port, "GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
         # One request first: the process's first forward pass pays for warming up.
         stream(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "warm up"}], "max_tokens": 4,
                                               "stream": True})
