@@ -103,6 +103,9 @@ TEST(TopKStream, MatchesTheReferenceAtTheIndexersShape) {
     std::vector<int> fast(static_cast<size_t>(k));
     TopKIndices(s.data(), n, k, fast.data());
     EXPECT_EQ(fast, want) << kind;
+    std::vector<int> streamed(static_cast<size_t>(k));
+    TopKIndicesStreamed(s.data(), n, k, streamed.data());  // with the group-maxima bound
+    EXPECT_EQ(streamed, want) << kind;
   }
 }
 

@@ -12,8 +12,10 @@
 // entries' exact order: score, then the lower position). A later position
 // loses a tie, so a score equal to the threshold never enters: the compare
 // is a strict "greater than". Worst case (an ascending stream: every score
-// enters) a cut per k scores, O(n) still. Short streams (under ~64k scores)
-// cost more than the radix select: the first 2k all enter.
+// enters) a cut per k scores, O(n) still. Unseeded, short streams (under
+// ~64k scores) cost more than the radix select: the first 2k all enter;
+// TopKIndicesStreamed, which has all the scores, first seeds a lower bound
+// on the k-th score (SeedLowerBound) so that only ~2.5k enter.
 //
 // Thread safety: one object per thread; no shared state.
 #pragma once
@@ -31,6 +33,9 @@ class TopKStream {
   // The scores of positions [first, first + n); first must be the number of
   // scores pushed so far (positions ascend across calls). Scores are not NaN.
   void Push(const float* scores, int n, int first);
+  // Before any Push: at least k of the scores to come are >= bound, so a
+  // score below it never enters (ignored for -inf or after a Push).
+  void SeedLowerBound(float bound);
   // Writes the best min(k, pushed) positions, ascending; returns how many.
   int Finish(int* out);
 
