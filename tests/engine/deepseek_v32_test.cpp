@@ -37,6 +37,7 @@
 #include "moeserve/engine/model_dir.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/fp8_block.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "../../engine/layers.hpp"
 
@@ -723,6 +724,54 @@ TEST(DeepseekV32, Mxfp4ExpertsCostAgainstTheBf16Path) {
   const size_t same = static_cast<size_t>(std::mismatch(ga.begin(), ga.end(), gb.begin()).first - ga.begin());
   std::printf("greedy decode: the first %zu of %zu tokens agree\n", same, ga.size());
   EXPECT_GE(same, 8u);  // measured 9 of 24
+}
+
+// Int8 indexer scores (ModelOptions::indexer_scores) through the family's
+// load: the pool row holds each DSA layer's indexer key as int8 codes and a
+// scale (after DeepSeek-V3.2's Hadamard and FP8 rounding), and the logits of
+// a teacher-forced run, whose rows past index_topk (8) select, stay near the
+// exact scores' logits.
+TEST(DeepseekV32, Int8IndexerScoresThroughTheFamily) {
+  const Reference& ref = Ref();
+  auto dir = deepseek_v32::OpenDirStreamed(TinyModel());
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  ModelOptions int8_options;
+  int8_options.indexer_scores = IndexerScores::kInt8;
+  auto exact = Model::Load(*dir);
+  auto int8 = Model::Load(*dir, int8_options);
+  ASSERT_TRUE(exact) << exact.error().ToString();
+  ASSERT_TRUE(int8) << int8.error().ToString();
+  const ModelConfig& c = dir->config;
+  ASSERT_TRUE(c.dsa.index_fp8);
+  size_t dsa_layers = 0;
+  for (LayerKind k : c.layer_types) dsa_layers += k == LayerKind::kDsa;
+  ASSERT_GT(dsa_layers, 0u);
+  const int ID = c.dsa.index_head_dim;
+  EXPECT_EQ((*exact)->cache_floats_per_token() - (*int8)->cache_floats_per_token(),
+            dsa_layers * (static_cast<size_t>(ID) - kernels::IndexerInt8KeyFloats(ID)));
+  const std::vector<float> a = TeacherForced(**exact, ref.tokens), b = TeacherForced(**int8, ref.tokens);
+  const int V = ref.vocab, P = ref.positions;
+  ASSERT_EQ(a.size(), static_cast<size_t>(P) * V);
+  ASSERT_EQ(b.size(), a.size());
+  double worst = 0, sum_rel = 0;
+  int agree = 0;
+  for (int p = 0; p < P; ++p) {
+    const float* x = &a[static_cast<size_t>(p) * V];
+    const float* y = &b[static_cast<size_t>(p) * V];
+    double max_ref = 0, max_diff = 0;
+    for (int v = 0; v < V; ++v) {
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(x[v])));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(y[v]) - x[v]));
+    }
+    worst = std::max(worst, max_diff / max_ref);
+    sum_rel += max_diff / max_ref;
+    agree += (std::max_element(x, x + V) - x) == (std::max_element(y, y + V) - y);
+  }
+  std::printf("int8 indexer scores against exact: max|dlogit|/max|logit| mean %.4f worst %.4f; argmax agrees at %d of %d\n",
+              sum_rel / P, worst, agree, P);
+  EXPECT_LT(sum_rel / P, 0.03);  // measured 0.0063
+  EXPECT_LT(worst, 0.25);         // measured 0.082
+  EXPECT_GE(agree, P * 7 / 8);    // measured 31 of 32
 }
 
 // Requantisation at load belongs to a family that converts: asking a model
