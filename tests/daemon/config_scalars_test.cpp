@@ -67,6 +67,7 @@ threads: 0  # int threads
 max_context: 4096  # int max_context
 kernels: fast  # text kernels
 experts: stored  # text experts
+indexer_scores: exact  # text indexer_scores
 deterministic: false  # bool deterministic
 speculative: auto  # text speculative
 draft_tokens: 3  # int draft_tokens
