@@ -19,6 +19,7 @@
 #include "moeserve/engine/engine.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/indexer_int8.hpp"
+#include "disk_tier_files.hpp"
 #include "selection_run.hpp"
 #include "test_models.hpp"
 
@@ -196,14 +197,6 @@ int Cached(Engine& e, const std::vector<int>& prompt, std::vector<int>* tokens =
       }
     }
   return cached;
-}
-
-std::vector<std::string> Files(const std::string& folder) {
-  std::vector<std::string> out;
-  if (folder.empty() || !fs::exists(folder)) return out;
-  for (const auto& e : fs::directory_iterator(folder))
-    if (e.path().extension() == ".mpc") out.push_back(e.path().string());
-  return out;
 }
 
 std::vector<std::string> Folders(const std::string& dir) {

@@ -19,6 +19,7 @@
 #include <map>
 
 #include "moeserve/engine/engine.hpp"
+#include "disk_tier_files.hpp"
 #include "test_models.hpp"
 
 namespace moeserve::engine {
@@ -101,21 +102,6 @@ std::string FreshDir(const std::string& tag) {
   const std::string dir = TempPath("disk_" + tag);
   fs::remove_all(dir);
   return dir;
-}
-
-// The one model folder under the tier's directory, and its .mpc files.
-std::string ModelFolder(const std::string& dir) {
-  std::string only;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory()) only = e.path().string();
-  return only;
-}
-std::vector<std::string> Files(const std::string& folder) {
-  std::vector<std::string> out;
-  if (folder.empty() || !fs::exists(folder)) return out;
-  for (const auto& e : fs::directory_iterator(folder))
-    if (e.path().extension() == ".mpc") out.push_back(e.path().string());
-  return out;
 }
 
 // The reference: the next turn computed from scratch (no prefix cache).
