@@ -45,6 +45,13 @@ TEST(DaemonConfig, ClearMessages) {
     ASSERT_TRUE(c) << c.error().message();
     EXPECT_EQ(c->experts, "mxfp4");
   }
+  EXPECT_NE(bad("indexer_scores: fp8").find("indexer_scores: must be exact or int8"), std::string::npos);
+  EXPECT_NE(bad("indexer_scores: INT8").find("indexer_scores: must be exact or int8"), std::string::npos);
+  {
+    auto c = ParseDaemonConfigYaml("indexer_scores: int8", "daemon.yaml");
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_EQ(c->indexer_scores, "int8");
+  }
   EXPECT_NE(bad("thinking_budgets: {low: 9, medium: 2, high: 3}").find("low <= medium <= high"), std::string::npos);
   EXPECT_NE(bad("[1, 2]").find("must be a map"), std::string::npos);
   EXPECT_NE(bad("port: [").find("not valid YAML"), std::string::npos);
