@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
+#include "long_stream.hpp"
 #include "moeserve/daemon/config.hpp"
 
 namespace moeserve::daemon::testing {
@@ -189,39 +190,11 @@ std::pair<int64_t, int64_t> Charged(int port, const std::map<std::string, std::s
   return {requests, completion};
 }
 
-// Whether an SSE chunk in got carries generated text (reasoning, content or
-// a tool call), not only the role.
-bool HasGeneratedText(const std::string& got) {
-  size_t at = 0;
-  while ((at = got.find("data: {", at)) != std::string::npos) {
-    const size_t end = got.find("\n\n", at);
-    if (end == std::string::npos) return false;
-    const json chunk = json::parse(got.substr(at + 6, end - at - 6), nullptr, false);
-    at = end;
-    if (!chunk.is_object() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
-    const json& delta = chunk["choices"][0].value("delta", json::object());
-    for (const char* key : {"reasoning_content", "content"})
-      if (delta.contains(key) && delta[key].is_string() && !delta[key].get<std::string>().empty()) return true;
-    if (delta.contains("tool_calls")) return true;
-  }
-  return false;
-}
-
 TEST_F(BudgetActions, AClientThatHangsUpIsChargedOnceForWhatWasComputed) {
   ASSERT_NE(daemon_, nullptr);
-  // Greedy, so the answer is the same on every run (a sampled first token
-  // could end it before the client hangs up, and then nothing is cut
-  // short), and a prompt whose whole answer is long enough to hang up in the
-  // middle of (the random test model's answers differ in length by prompt,
-  // and by the CPU's kernels).
-  json body;
+  // A greedy answer long enough to hang up in the middle of.
   int64_t whole_tokens = 0;
-  for (int i = 0; i < 8 && whole_tokens < 64; ++i) {
-    body = {{"messages", UserTurn("a long answer please " + std::to_string(i))}, {"max_tokens", 3000}, {"temperature", 0}};
-    auto whole = Chat(port_, body, kAdmin);
-    ASSERT_EQ(whole.status, 200);
-    whole_tokens = whole.Json()["usage"]["completion_tokens"].get<int64_t>();
-  }
+  json body = LongGreedyRequest(port_, kAdmin, 64, &whole_tokens);
   ASSERT_GE(whole_tokens, 64) << "no prompt's greedy answer was long enough to hang up in the middle of";
 
   const auto before = Charged(port_, kAdmin, "ops");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
+#include "long_stream.hpp"
 #include "moeserve/daemon/config.hpp"
 
 namespace moeserve::daemon::testing {
@@ -166,17 +167,20 @@ TEST_F(TenantConcurrency, ATenantPastItsConcurrencyCapIs429) {
   ASSERT_NE(daemon_, nullptr);
   // One long streamed answer in flight (its client reads the first token
   // and then stays connected without reading)...
-  const std::string text =
-      json{{"messages", UserTurn("tell me everything")}, {"max_tokens", 3000}, {"stream", true}}.dump();
+  int64_t whole_tokens = 0;
+  json body = LongGreedyRequest(port_, kSolo, 64, &whole_tokens);
+  ASSERT_GE(whole_tokens, 64) << "no prompt's greedy answer was long enough to stay in flight";
+  body["stream"] = true;
+  const std::string text = body.dump();
   int fd = ConnectLoopback(port_);
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(SendAll(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-solo-0123456789\r\n"
                           "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text));
   char buf[4096];
   std::string got;
-  while (got.find("reasoning_content") == std::string::npos) {
+  while (!HasGeneratedText(got)) {
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    ASSERT_GT(n, 0);
+    ASSERT_GT(n, 0) << "the stream ended before any generated text:\n" << got;
     got.append(buf, static_cast<size_t>(n));
   }
   // ... so the same tenant's next request passes its cap of 1.
