@@ -14,24 +14,14 @@
 #endif
 
 #include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/topk_binned.hpp"
+#include "topk_order.hpp"
 
 namespace moeserve::kernels {
 namespace {
 
-// A 32-bit key that orders as the floats do, -0 and +0 as one key (as
-// TopKIndicesRef's radix keys).
-inline uint32_t OrderKey(float f) {
-  const uint32_t b = f == 0.0f ? 0u : std::bit_cast<uint32_t>(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-inline float KeyScore(uint32_t key) {
-  return std::bit_cast<float>((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
-inline uint64_t Entry(float score, int pos) {
-  return (uint64_t{OrderKey(score)} << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(pos));
-}
+using topk::Entry;
+using topk::KeyScore;
 
 // Appends the entries of scores[i, n) above t (position first + index) to
 // out[m, ...) until m reaches cap or the scores run out; returns m and sets
@@ -89,6 +79,24 @@ AppendFn PickAppend() { return AppendPortable; }
 
 }  // namespace
 
+namespace {
+// The largest of s[0, n): 16 running maxima side by side (vectorised; one
+// chain of dependent compares cost ~1.3 ms at 1M scores), then across them.
+float GroupMax(const float* s, int n) {
+  int j = 0;
+  float m = s[0];
+  if (n >= 16) {
+    float acc[16];
+    for (int l = 0; l < 16; ++l) acc[l] = s[l];
+    for (j = 16; j + 16 <= n; j += 16)
+      for (int l = 0; l < 16; ++l) acc[l] = s[j + l] > acc[l] ? s[j + l] : acc[l];
+    for (int l = 0; l < 16; ++l) m = acc[l] > m ? acc[l] : m;
+  }
+  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+}  // namespace
+
 void TopKStream::Reset(int k) {
   k_ = std::max(1, k);
   full_ = false;
@@ -121,6 +129,10 @@ void TopKStream::Cut() {
 }
 
 void TopKStream::Push(const float* scores, int n, int first) {
+  // A first push of many scores seeds the threshold from them (only those
+  // above it can be among the best k of what they hold, let alone of the
+  // whole stream), so that its first 2k scores do not all enter.
+  if (size_ == 0 && !full_ && n >= 4 * k_) SeedFrom(scores, n);
   const size_t cap = Capacity();
   int i = 0;
   // Until k are held every score is a candidate.
@@ -151,43 +163,31 @@ void TopKStream::SeedLowerBound(float bound) {
   threshold_ = std::nextafter(bound, -std::numeric_limits<float>::infinity());
 }
 
-namespace {
-// The largest of s[0, n): 16 running maxima side by side (vectorised; one
-// chain of dependent compares cost ~1.3 ms at 1M scores), then across them.
-float GroupMax(const float* s, int n) {
-  int j = 0;
-  float m = s[0];
-  if (n >= 16) {
-    float acc[16];
-    for (int l = 0; l < 16; ++l) acc[l] = s[l];
-    for (j = 16; j + 16 <= n; j += 16)
-      for (int l = 0; l < 16; ++l) acc[l] = s[j + l] > acc[l] ? s[j + l] : acc[l];
-    for (int l = 0; l < 16; ++l) m = acc[l] > m ? acc[l] : m;
+void TopKStream::SeedFrom(const float* scores, int n) {
+  const int k = k_;
+  // A lower bound on the k-th best score: the k-th largest of the maxima of
+  // 2k groups of n / 2k scores (k groups hold a score at or above it, at k
+  // positions). Scores below it never enter: about 2.5k do in all on random
+  // scores, one cut. Groups under 8 scores make that nth_element over the
+  // maxima cost nearly what one over the scores would: there the exact k-th
+  // score from the binned selection is the bound.
+  const int group = n / (2 * k);
+  if (group >= 8) {
+    const int groups = n / group;  // >= 2k
+    maxima_.resize(static_cast<size_t>(groups));
+    for (int g = 0; g < groups; ++g) maxima_[static_cast<size_t>(g)] = GroupMax(scores + static_cast<size_t>(g) * group, group);
+    std::nth_element(maxima_.begin(), maxima_.begin() + (k - 1), maxima_.end(), std::greater<float>());
+    SeedLowerBound(maxima_[static_cast<size_t>(k - 1)]);
+    return;
   }
-  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
-  return m;
+  float kth = 0;
+  if (KthLargestBinned(scores, n, k, &kth)) SeedLowerBound(kth);
 }
-}  // namespace
 
 void TopKIndicesStreamed(const float* scores, int n, int k, int* out) {
   if (k <= 0) return;
   thread_local TopKStream stream;
-  thread_local std::vector<float> maxima;
   stream.Reset(k);
-  // A lower bound on the k-th best score: the k-th largest of the maxima of
-  // 2k groups of n / 2k scores (k groups hold a score at or above it, at k
-  // positions). Scores below it never enter, so the first 2k do not all
-  // enter: about 2.5k do in all on random scores, one cut.
-  const int group = n / (2 * k);
-  if (group >= 2) {
-    const int groups = n / group;  // >= 2k
-    maxima.resize(static_cast<size_t>(groups));
-    for (int g = 0; g < groups; ++g) {
-      maxima[static_cast<size_t>(g)] = GroupMax(scores + static_cast<size_t>(g) * group, group);
-    }
-    std::nth_element(maxima.begin(), maxima.begin() + (k - 1), maxima.end(), std::greater<float>());
-    stream.SeedLowerBound(maxima[static_cast<size_t>(k - 1)]);
-  }
   stream.Push(scores, n, 0);
   stream.Finish(out);
 }

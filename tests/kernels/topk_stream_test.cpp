@@ -1,5 +1,5 @@
-// The streamed top-k (topk_stream.hpp) and TopKIndices against the radix
-// reference TopKIndicesRef, bit for bit, on inputs that stress the tie rule
+// The streamed top-k (topk_stream.hpp), the binned one (topk_binned.hpp) and
+// TopKIndices against the radix reference TopKIndicesRef, bit for bit, on inputs that stress the tie rule
 // (ties to the lower position) and the threshold: many equal scores, -0 and
 // +0, -inf, ascending and descending runs, k above the number of scores, and
 // streams cut into tiles of many sizes.
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moeserve/kernels/attention.hpp"
+#include "moeserve/kernels/topk_binned.hpp"
 #include "moeserve/kernels/topk_stream.hpp"
 
 namespace moeserve::kernels {
@@ -35,6 +36,8 @@ std::vector<float> MakeScores(const std::string& kind, int n, std::mt19937& rng)
     else if (kind == "neg_inf") v = small(rng) < 1 ? -kInf : static_cast<float>(small(rng));
     else if (kind == "all_neg_inf") v = -kInf;
     else if (kind == "saw") v = static_cast<float>(i % 257) - (i % 2 ? 0.0f : 0.5f);
+    else if (kind == "outlier") v = i == n / 3 ? 1e30f : g(rng);  // one bin holds nearly every score
+    else if (kind == "dense_bin") v = 1.0f + static_cast<float>(i % 7919) * 1e-7f;  // 7919 values, one apart in ulps
     else v = g(rng);  // "normal"
   }
   return s;
@@ -65,7 +68,8 @@ TEST(TopKStream, MatchesTheReferenceOnAdversarialScoresAndTiles) {
   std::mt19937 rng(11);
   int checked = 0;
   for (const char* kind :
-       {"equal", "few_values", "signed_zeros", "ascending", "descending", "neg_inf", "all_neg_inf", "saw", "normal"}) {
+       {"equal", "few_values", "signed_zeros", "ascending", "descending", "neg_inf", "all_neg_inf", "saw", "normal",
+        "outlier", "dense_bin"}) {
     for (int n : {1, 5, 63, 64, 65, 300, 1000, 5003}) {
       const std::vector<float> s = MakeScores(kind, n, rng);
       for (int k : {1, 2, 7, 64, 100, n / 2 + 1, n - 1, n, n + 5}) {
@@ -94,19 +98,72 @@ TEST(TopKStream, MatchesTheReferenceOnAdversarialScoresAndTiles) {
 // The indexer's shape: k 2048 over tens of thousands of keys in tiles.
 TEST(TopKStream, MatchesTheReferenceAtTheIndexersShape) {
   std::mt19937 rng(5);
-  for (const char* kind : {"normal", "few_values", "ascending", "descending", "neg_inf"}) {
-    const int n = 40000, k = 2048;
-    const std::vector<float> s = MakeScores(kind, n, rng);
-    std::vector<int> want(static_cast<size_t>(k));
-    TopKIndicesRef(s.data(), n, k, want.data());
-    for (int tile : {4096, 7777, n}) EXPECT_EQ(Streamed(s, k, tile), want) << kind << " tile " << tile;
-    std::vector<int> fast(static_cast<size_t>(k));
-    TopKIndices(s.data(), n, k, fast.data());
-    EXPECT_EQ(fast, want) << kind;
-    std::vector<int> streamed(static_cast<size_t>(k));
-    TopKIndicesStreamed(s.data(), n, k, streamed.data());  // with the group-maxima bound
-    EXPECT_EQ(streamed, want) << kind;
+  for (const char* kind : {"normal", "few_values", "ascending", "descending", "neg_inf", "outlier", "dense_bin"}) {
+    for (const int n : {20000, 40000}) {  // the binned selection, then the streamed one
+      const int k = 2048;
+      const std::vector<float> s = MakeScores(kind, n, rng);
+      std::vector<int> want(static_cast<size_t>(k));
+      TopKIndicesRef(s.data(), n, k, want.data());
+      for (int tile : {4096, 7777, n}) EXPECT_EQ(Streamed(s, k, tile), want) << kind << " tile " << tile;
+      std::vector<int> fast(static_cast<size_t>(k));
+      TopKIndices(s.data(), n, k, fast.data());
+      EXPECT_EQ(fast, want) << kind;
+      std::vector<int> streamed(static_cast<size_t>(k));
+      TopKIndicesStreamed(s.data(), n, k, streamed.data());  // with the group-maxima bound
+      EXPECT_EQ(streamed, want) << kind;
+    }
   }
+}
+
+// The binned selection: the reference's, bit for bit, wherever it accepts
+// the scores; it refuses (false, out untouched) exactly when a score is
+// infinite or the range overflows. KthLargestBinned is the k-th score of
+// the reference's selection.
+TEST(TopKBinned, MatchesTheReferenceOrRefuses) {
+  std::mt19937 rng(23);
+  int matched = 0, refused = 0;
+  for (const char* kind : {"equal", "few_values", "signed_zeros", "ascending", "descending", "neg_inf", "all_neg_inf",
+                           "saw", "normal", "outlier", "dense_bin"}) {
+    for (int n : {2, 5, 17, 63, 300, 1000, 5003, 40000}) {
+      const std::vector<float> s = MakeScores(kind, n, rng);
+      bool finite = true;
+      for (float v : s) finite = finite && std::isfinite(v);
+      for (int k : {1, 2, 7, 64, 100, 2048, n / 2 + 1, n - 1}) {
+        if (k < 1 || k >= n) continue;
+        std::vector<int> want(static_cast<size_t>(k));
+        TopKIndicesRef(s.data(), n, k, want.data());
+        std::vector<int> got(static_cast<size_t>(k), -7);
+        const bool ok = TopKIndicesBinned(s.data(), n, k, got.data());
+        float kth = -7.0f;
+        const bool kth_ok = KthLargestBinned(s.data(), n, k, &kth);
+        ASSERT_EQ(ok, finite) << kind << " n " << n << " k " << k;
+        ASSERT_EQ(kth_ok, finite) << kind << " n " << n << " k " << k;
+        if (!ok) {
+          EXPECT_EQ(got, std::vector<int>(static_cast<size_t>(k), -7)) << "a refusal writes nothing";
+          EXPECT_EQ(kth, -7.0f);
+          ++refused;
+          continue;
+        }
+        ASSERT_EQ(got, want) << kind << " n " << n << " k " << k;
+        float want_kth = s[static_cast<size_t>(want[0])];
+        for (int i : want) want_kth = std::min(want_kth, s[static_cast<size_t>(i)]);
+        EXPECT_EQ(kth, want_kth) << kind << " n " << n << " k " << k;
+        ++matched;
+      }
+    }
+  }
+  EXPECT_GT(matched, 300);
+  EXPECT_GT(refused, 10);
+}
+
+// A range that overflows a float (-3e38 .. 3e38) gives no finite bins: refused.
+TEST(TopKBinned, RefusesARangeThatOverflows) {
+  std::vector<float> s = {-3e38f, 1.0f, 3e38f, 2.0f, 0.5f};
+  std::vector<int> out(2, -1);
+  EXPECT_FALSE(TopKIndicesBinned(s.data(), 5, 2, out.data()));
+  std::vector<int> want(2);
+  TopKIndices(s.data(), 5, 2, want.data());  // the dispatcher falls back
+  EXPECT_EQ(want, (std::vector<int>{2, 3}));
 }
 
 // A tie at the threshold must go to the earlier position: scores equal to

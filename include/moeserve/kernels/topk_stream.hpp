@@ -13,9 +13,10 @@
 // loses a tie, so a score equal to the threshold never enters: the compare
 // is a strict "greater than". Worst case (an ascending stream: every score
 // enters) a cut per k scores, O(n) still. Unseeded, short streams (under
-// ~64k scores) cost more than the radix select: the first 2k all enter;
-// TopKIndicesStreamed, which has all the scores, first seeds a lower bound
-// on the k-th score (SeedLowerBound) so that only ~2.5k enter.
+// ~64k scores) would cost more than the radix select, the first 2k all
+// entering: so a first Push of at least 4k scores seeds a lower bound on the
+// k-th score from them (the k-th of 2k group maxima, or the exact k-th from
+// topk_binned.hpp when the groups would be small), and only ~2.5k enter.
 //
 // Thread safety: one object per thread; no shared state.
 #pragma once
@@ -43,12 +44,14 @@ class TopKStream {
   static constexpr int kBlock = 16;  // scores compared at once
   size_t Capacity() const { return 2 * static_cast<size_t>(k_); }  // entries held before a cut
   void Cut();  // keeps the best k of buf_ (in position order), raises the threshold
+  void SeedFrom(const float* scores, int n);  // SeedLowerBound from n >= 4k scores about to be pushed
   int k_ = 0;
   size_t size_ = 0;  // entries held in buf_
   bool full_ = false;   // k entries held after a cut: the threshold applies
   float threshold_ = 0; // the k-th best score held after the last cut
   // (order key << 32 | ~position): larger is better, unique; in position order.
   std::vector<uint64_t> buf_, scratch_;
+  std::vector<float> maxima_;  // SeedFrom's group maxima
 };
 
 // TopKIndices (attention.hpp) through a TopKStream: the same selection.
