@@ -9,6 +9,17 @@
 // Every query of the call reads the transposed block (prefill's blocks of
 // rows share it), and the keys are split across the pool in chunks of
 // whole blocks.
+//
+// Where a long context's time went, and what this file does about it (1M
+// keys at the flagship's 64 heads of 128 on a 2-core Zen 5, perf): the keys
+// are scattered cache rows (one 132-byte key per ~2.4-2.9 KB row), so the
+// step is as much a memory walk as integer products. The transpose is
+// 16x16 dword transposes in registers (it was 32 x dim/4 scalar moves, each
+// a demand miss when the prefetch had not landed); the next-but-one block's
+// rows are prefetched a few keys per pass of heads, spread through the
+// block's work, instead of 64 lines at once (which filled the miss buffers
+// and stalled on the prefetches themselves); and the query's four codes
+// come to vpdpbusd as its broadcast memory operand, no shuffle per head.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,20 +35,20 @@ namespace moeserve::kernels::cpu {
 
 namespace {
 
-// acc += the u8 x s8 dot products of k and q, four bytes a lane. Inline
-// assembly because GCC 12 copied the accumulators of the unrolled heads
-// into other registers and back around every _mm512_dpbusd_epi32 (twice as
-// many instructions as products, and a spill).
-inline void Dpbusd(__m512i& acc, __m512i k, __m512i q) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(k), "v"(q)); }
+constexpr int kBlockKeys = 32;
+// Blocks between the one scored and the one whose rows are prefetched.
+constexpr int kPrefetchBlocks = 2;
+
+// acc += the u8 x s8 dot products of k and the four signed bytes at q,
+// broadcast (vpdpbusd's {1to16} memory operand). Inline assembly because
+// GCC 12 copied the accumulators of the unrolled heads into other registers
+// and back around every _mm512_dpbusd_epi32 (twice as many instructions as
+// products, and a spill), and made the broadcast a shuffle of its own.
+inline void DpbusdBcast(__m512i& acc, __m512i k, const int8_t* q) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(k), "m"(*reinterpret_cast<const int32_t*>(q)));
+}
 
 __mmask16 Tail(int n) { return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
-
-// The broadcast four codes of head i at dims 4 d4 .. 4 d4 + 3.
-inline __m512i Codes4(const int8_t* codes, int dim, int i, int d4) {
-  int32_t four;
-  std::memcpy(&four, codes + static_cast<size_t>(i) * dim + 4 * d4, 4);
-  return _mm512_set1_epi32(four);
-}
 
 // Head i's ReLU'd dots (a0: keys 0-15, a1: 16-31) folded into I0, I1.
 inline void Fold(__m512i a0, __m512i a1, float wt, __m512& I0, __m512& I1) {
@@ -61,11 +72,11 @@ inline void Heads(const int32_t* Kt, const int8_t* codes, const float* wt, const
   const int d4n = dim / 4;
   for (int d4 = 0; d4 < d4n; ++d4) {
     const __m512i k0 = _mm512_load_si512(Kt + d4 * 32), k1 = _mm512_load_si512(Kt + d4 * 32 + 16);
-#define MOESERVE_HEAD(i, A0, A1)              \
-  {                                           \
-    const __m512i q = Codes4(codes, dim, i, d4); \
-    Dpbusd(A0, k0, q);                        \
-    Dpbusd(A1, k1, q);                        \
+    const int8_t* q = codes + 4 * d4;
+#define MOESERVE_HEAD(i, A0, A1)                        \
+  {                                                     \
+    DpbusdBcast(A0, k0, q + static_cast<size_t>(i) * dim); \
+    DpbusdBcast(A1, k1, q + static_cast<size_t>(i) * dim); \
   }
     MOESERVE_HEAD(0, a00, a10)
     if constexpr (HN >= 4) {
@@ -95,20 +106,79 @@ inline void Heads(const int32_t* Kt, const int8_t* codes, const float* wt, const
   }
 }
 
-void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const float* const* rows, size_t offset,
-           const int* n, float* scores, size_t ld, int kb, int nk, int32_t* Kt, float* scale) {
-  const int d4n = dim / 4;
-  for (int j = 0; j < 32; ++j) {
-    if (j < nk) {
-      const float* row = rows[kb + j] + offset;
-      const int32_t* src = reinterpret_cast<const int32_t*>(row);
-      for (int d4 = 0; d4 < d4n; ++d4) Kt[d4 * 32 + j] = src[d4];
-      std::memcpy(&scale[j], row + d4n, sizeof(float));
-    } else {
-      for (int d4 = 0; d4 < d4n; ++d4) Kt[d4 * 32 + j] = 0;
-      scale[j] = 0.0f;
-    }
+// In-register transpose of 16 rows of 16 dwords: r[i] lane d -> r[d] lane i.
+inline void Transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4g + m] lane 4 c + l now holds row 4 c + (m's pair bits), dword 4 g' ...:
+  // within each 128-bit lane c, r[4g + m] holds dword m of rows 4 c .. 4 c + 3
+  // (g = which of the four row groups); the 128-bit lanes move next.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+// Kt[d4 * 32 + j] for the block's nk keys (zeros past nk and past dim),
+// d4 up to d4n rounded up to 16, and the keys' scales.
+void TransposeBlock(const float* const* rows, size_t offset, int kb, int nk, int d4n, int32_t* Kt, float* scale) {
+  const int groups = (d4n + 15) / 16;
+  for (int half = 0; half < 2; ++half)
+    for (int g = 0; g < groups; ++g) {
+      const __mmask16 m = Tail(d4n - 16 * g);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const int j = 16 * half + i;
+        r[i] = j < nk ? _mm512_maskz_loadu_epi32(m, rows[kb + j] + offset + 16 * g) : _mm512_setzero_si512();
+      }
+      Transpose16(r);
+      for (int d = 0; d < 16; ++d) _mm512_store_si512(Kt + (16 * g + d) * 32 + 16 * half, r[d]);
+    }
+  for (int j = 0; j < kBlockKeys; ++j)
+    if (j < nk) std::memcpy(&scale[j], rows[kb + j] + offset + d4n, sizeof(float));
+    else scale[j] = 0.0f;
+}
+
+// Every cache line of keys [j0, j1) (the codes and the scale).
+inline void PrefetchKeys(const float* const* rows, size_t offset, int j0, int j1, int bytes) {
+  for (int j = j0; j < j1; ++j) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(rows[j] + offset);
+    for (uintptr_t a = p & ~uintptr_t{63}; a < p + bytes; a += 64) _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+  }
+}
+
+// Scores of the block of nk keys at kb for every query; while it runs, the
+// rows of keys [pf0, pf1) are prefetched a few per pass of heads.
+void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const float* const* rows, size_t offset,
+           const int* n, float* scores, size_t ld, int kb, int nk, int32_t* Kt, float* scale, int pf0, int pf1) {
+  const int d4n = dim / 4;
+  const int key_bytes = dim + 4;
+  TransposeBlock(rows, offset, kb, nk, d4n, Kt, scale);
+  const int passes = std::max(1, (heads + 7) / 8) * queries;
+  const int per_pass = (pf1 - pf0 + passes - 1) / passes;
+  int pf = pf0;
+  const auto prefetch_some = [&] {
+    const int e = std::min(pf1, pf + per_pass);
+    PrefetchKeys(rows, offset, pf, e, key_bytes);
+    pf = e;
+  };
   const __m512 s0 = _mm512_loadu_ps(scale), s1 = _mm512_loadu_ps(scale + 16);
   for (int b = 0; b < queries; ++b) {
     if (kb >= n[b]) continue;
@@ -119,7 +189,10 @@ void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const
     __m512 I0 = _mm512_setzero_ps(), I1 = _mm512_setzero_ps();
     int h = 0;
     // 8 heads a pass: 16 independent sums, each loaded piece of Kt serving 8 heads.
-    for (; h + 8 <= heads; h += 8) Heads<8>(Kt, codes + static_cast<size_t>(h) * dim, wt + h, off + h, dim, I0, I1);
+    for (; h + 8 <= heads; h += 8) {
+      prefetch_some();
+      Heads<8>(Kt, codes + static_cast<size_t>(h) * dim, wt + h, off + h, dim, I0, I1);
+    }
     for (; h + 4 <= heads; h += 4) Heads<4>(Kt, codes + static_cast<size_t>(h) * dim, wt + h, off + h, dim, I0, I1);
     for (; h < heads; ++h) Heads<1>(Kt, codes + static_cast<size_t>(h) * dim, wt + h, off + h, dim, I0, I1);
     const int valid = std::min(nk, n[b] - kb);
@@ -127,6 +200,7 @@ void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const
     _mm512_mask_storeu_ps(out, Tail(valid), _mm512_mul_ps(I0, s0));
     if (valid > 16) _mm512_mask_storeu_ps(out + 16, Tail(valid - 16), _mm512_mul_ps(I1, s1));
   }
+  PrefetchKeys(rows, offset, pf, pf1, key_bytes);
 }
 
 }  // namespace
@@ -137,26 +211,27 @@ void indexer_scores_int8_avx512(const IndexerInt8Query& query, int queries, int 
   for (int b = 0; b < queries; ++b) n_max = std::max(n_max, n[b]);
   if (n_max <= 0) return;
   ThreadPool& pool = DefaultThreadPool();
-  // Chunks of whole 32-key blocks, a few per thread.
-  int chunk = std::max(512, (n_max + pool.size() * 4 - 1) / (pool.size() * 4));
-  chunk = (chunk + 31) / 32 * 32;
+  // Chunks of whole 32-key blocks, many per thread: a thread slowed by
+  // other work on the machine leaves its remaining chunks to the others.
+  int chunk = std::max(1024, (n_max + pool.size() * 16 - 1) / (pool.size() * 16));
+  chunk = (chunk + kBlockKeys - 1) / kBlockKeys * kBlockKeys;
   const int chunks = (n_max + chunk - 1) / chunk;
-  const size_t kt_ints = static_cast<size_t>(dim / 4) * 32;
+  const int d4_rows = (dim / 4 + 15) / 16 * 16;
+  const size_t kt_ints = static_cast<size_t>(d4_rows) * kBlockKeys;
   pool.ParallelFor(static_cast<size_t>(chunks), [&](size_t c) {
     thread_local std::vector<int32_t> buf;
-    if (buf.size() < kt_ints + 16 + 32) buf.resize(kt_ints + 16 + 32);
+    if (buf.size() < kt_ints + 16 + kBlockKeys) buf.resize(kt_ints + 16 + kBlockKeys);
     // 64-byte aligned for the aligned loads.
     int32_t* Kt = buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / sizeof(int32_t);
     float* scale = reinterpret_cast<float*>(Kt + kt_ints);
     const int k0 = static_cast<int>(c) * chunk, k1 = std::min(n_max, k0 + chunk);
-    for (int kb = k0; kb < k1; kb += 32) {
-      // The next block's rows on their way while this one is scored.
-      for (int j = kb + 32; j < std::min(k1, kb + 64); ++j) {
-        const char* p = reinterpret_cast<const char*>(rows[j] + offset);
-        _mm_prefetch(p, _MM_HINT_T0);
-        _mm_prefetch(p + dim, _MM_HINT_T0);
-      }
-      Block(query, queries, heads, dim, rows, offset, n, scores, ld, kb, std::min(32, k1 - kb), Kt, scale);
+    // The chunk's first blocks are fetched up front; after that each block
+    // prefetches the one kPrefetchBlocks ahead.
+    PrefetchKeys(rows, offset, k0, std::min(k1, k0 + kPrefetchBlocks * kBlockKeys), dim + 4);
+    for (int kb = k0; kb < k1; kb += kBlockKeys) {
+      const int pf0 = std::min(k1, kb + kPrefetchBlocks * kBlockKeys), pf1 = std::min(k1, pf0 + kBlockKeys);
+      Block(query, queries, heads, dim, rows, offset, n, scores, ld, kb, std::min(kBlockKeys, k1 - kb), Kt, scale, pf0,
+            pf1);
     }
   });
 }
