@@ -18,8 +18,11 @@
 // a demand miss when the prefetch had not landed); the next-but-one block's
 // rows are prefetched a few keys per pass of heads, spread through the
 // block's work, instead of 64 lines at once (which filled the miss buffers
-// and stalled on the prefetches themselves); and the query's four codes
-// come to vpdpbusd as its broadcast memory operand, no shuffle per head.
+// and stalled on the prefetches themselves), and the first line of each key
+// eight blocks ahead, so that its page's translation is in the TLB by the
+// time the whole key is fetched (a key per row: nearly every key its own
+// 4 KiB page; 20% less CPU time at 1M); and the query's four codes come to
+// vpdpbusd as its broadcast memory operand, no shuffle per head.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -36,8 +39,10 @@ namespace moeserve::kernels::cpu {
 namespace {
 
 constexpr int kBlockKeys = 32;
-// Blocks between the one scored and the one whose rows are prefetched.
+// Blocks between the one scored and the one whose rows are prefetched,
+// whole keys and, further on, their first lines (for the TLB).
 constexpr int kPrefetchBlocks = 2;
+constexpr int kPrefetchPageBlocks = 8;
 
 // acc += the u8 x s8 dot products of k and the four signed bytes at q,
 // broadcast (vpdpbusd's {1to16} memory operand). Inline assembly because
@@ -164,20 +169,30 @@ inline void PrefetchKeys(const float* const* rows, size_t offset, int j0, int j1
   }
 }
 
+// Keys ahead of the block being scored, prefetched while it is: [pf0, pf1)
+// whole, [pg0, pg1) their first line only.
+struct Ahead {
+  int pf0, pf1, pg0, pg1;
+};
+
 // Scores of the block of nk keys at kb for every query; while it runs, the
-// rows of keys [pf0, pf1) are prefetched a few per pass of heads.
+// keys `ahead` are prefetched a few per pass of heads.
 void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const float* const* rows, size_t offset,
-           const int* n, float* scores, size_t ld, int kb, int nk, int32_t* Kt, float* scale, int pf0, int pf1) {
+           const int* n, float* scores, size_t ld, int kb, int nk, int32_t* Kt, float* scale, Ahead ahead) {
   const int d4n = dim / 4;
   const int key_bytes = dim + 4;
   TransposeBlock(rows, offset, kb, nk, d4n, Kt, scale);
   const int passes = std::max(1, (heads + 7) / 8) * queries;
-  const int per_pass = (pf1 - pf0 + passes - 1) / passes;
-  int pf = pf0;
+  const int per_pass = (ahead.pf1 - ahead.pf0 + passes - 1) / passes;
+  const int pg_per_pass = (ahead.pg1 - ahead.pg0 + passes - 1) / passes;
+  int pf = ahead.pf0, pg = ahead.pg0;
   const auto prefetch_some = [&] {
-    const int e = std::min(pf1, pf + per_pass);
+    const int e = std::min(ahead.pf1, pf + per_pass);
     PrefetchKeys(rows, offset, pf, e, key_bytes);
     pf = e;
+    const int eg = std::min(ahead.pg1, pg + pg_per_pass);
+    PrefetchKeys(rows, offset, pg, eg, 1);
+    pg = eg;
   };
   const __m512 s0 = _mm512_loadu_ps(scale), s1 = _mm512_loadu_ps(scale + 16);
   for (int b = 0; b < queries; ++b) {
@@ -200,7 +215,8 @@ void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const
     _mm512_mask_storeu_ps(out, Tail(valid), _mm512_mul_ps(I0, s0));
     if (valid > 16) _mm512_mask_storeu_ps(out + 16, Tail(valid - 16), _mm512_mul_ps(I1, s1));
   }
-  PrefetchKeys(rows, offset, pf, pf1, key_bytes);
+  PrefetchKeys(rows, offset, pf, ahead.pf1, key_bytes);
+  PrefetchKeys(rows, offset, pg, ahead.pg1, 1);
 }
 
 }  // namespace
@@ -225,13 +241,15 @@ void indexer_scores_int8_avx512(const IndexerInt8Query& query, int queries, int 
     int32_t* Kt = buf.data() + ((64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64) / sizeof(int32_t);
     float* scale = reinterpret_cast<float*>(Kt + kt_ints);
     const int k0 = static_cast<int>(c) * chunk, k1 = std::min(n_max, k0 + chunk);
-    // The chunk's first blocks are fetched up front; after that each block
-    // prefetches the one kPrefetchBlocks ahead.
-    PrefetchKeys(rows, offset, k0, std::min(k1, k0 + kPrefetchBlocks * kBlockKeys), dim + 4);
+    // The chunk's first blocks are fetched up front (whole keys, then first
+    // lines); after that each block prefetches the ones further on.
+    const auto at = [&](int blocks) { return std::min(k1, k0 + blocks * kBlockKeys); };
+    PrefetchKeys(rows, offset, k0, at(kPrefetchBlocks), dim + 4);
+    PrefetchKeys(rows, offset, at(kPrefetchBlocks), at(kPrefetchPageBlocks), 1);
     for (int kb = k0; kb < k1; kb += kBlockKeys) {
-      const int pf0 = std::min(k1, kb + kPrefetchBlocks * kBlockKeys), pf1 = std::min(k1, pf0 + kBlockKeys);
-      Block(query, queries, heads, dim, rows, offset, n, scores, ld, kb, std::min(kBlockKeys, k1 - kb), Kt, scale, pf0,
-            pf1);
+      const int pf0 = std::min(k1, kb + kPrefetchBlocks * kBlockKeys), pg0 = std::min(k1, kb + kPrefetchPageBlocks * kBlockKeys);
+      const Ahead ahead{pf0, std::min(k1, pf0 + kBlockKeys), pg0, std::min(k1, pg0 + kBlockKeys)};
+      Block(query, queries, heads, dim, rows, offset, n, scores, ld, kb, std::min(kBlockKeys, k1 - kb), Kt, scale, ahead);
     }
   });
 }
