@@ -18,9 +18,13 @@
 // and step, and its DSA / dense ratio, against the same targets. Each row
 // holds the int8 key after the fp32 one (c | k_pe | ik fp32 | ik int8), so
 // both read their keys at the same 2,948-byte stride (the engine's int8
-// layout is 2,436 bytes).
+// layout is 2,436 bytes). Its rate in multiply-adds per second is printed
+// beside a ceiling measured in the same run: a tight vpdpbusd loop on one
+// thread, times the threads.
 //
 //   bench_long_context [--reps N] [--max-context 1048576] [--dense-max 262144] [--exact-only]
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,6 +53,36 @@ constexpr int kInt8KeyOffset = kKvLora + kRope + kIndexDim;
 // One paged-cache row: c | k_pe | indexer key fp32 | indexer key int8.
 constexpr int kRowFloats = kInt8KeyOffset + static_cast<int>(IndexerInt8KeyFloats(kIndexDim));
 constexpr int kBlockTokens = 64;
+
+// The compute ceiling the int8 indexer is held against: one thread's tight
+// loop of 16 independent vpdpbusd (64 multiply-adds each, the query's four
+// codes as the broadcast memory operand, as the kernel issues them), in
+// multiply-adds per second. Called only where the CPU has AVX-512 VNNI.
+// GCC 12's AVX-512 headers warn of an uninitialised temporary in the set1
+// intrinsics (spurious; the kernels' files turn it off the same way).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512vnni"), noinline)) double VnniLoopMacsPerSecond() {
+  alignas(64) static const int32_t q[16] = {0x01020304};
+  __m512i a0 = _mm512_set1_epi32(1), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0,
+          a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+  const __m512i k = _mm512_set1_epi32(0x01010101);
+  constexpr long kIters = 4000000;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < kIters; ++i) {
+#define MOESERVE_DP(a) asm volatile("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(a) : "v"(k), "m"(q[0]));
+    MOESERVE_DP(a0) MOESERVE_DP(a1) MOESERVE_DP(a2) MOESERVE_DP(a3) MOESERVE_DP(a4) MOESERVE_DP(a5) MOESERVE_DP(a6)
+    MOESERVE_DP(a7) MOESERVE_DP(a8) MOESERVE_DP(a9) MOESERVE_DP(a10) MOESERVE_DP(a11) MOESERVE_DP(a12) MOESERVE_DP(a13)
+    MOESERVE_DP(a14) MOESERVE_DP(a15)
+#undef MOESERVE_DP
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  volatile int sink = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a15), a7));
+  (void)sink;
+  return kIters * 16 * 64.0 / s;
+}
+#pragma GCC diagnostic pop
 
 template <class F>
 double BestSeconds(int reps, F&& f) {
@@ -199,11 +233,21 @@ int main(int argc, char** argv) {
                 modelled[c] ? "m" : " ", dsa[c] * 1e3, index_s[c] * 1e3, topk_s[c] * 1e3, attend_s[c] * 1e3,
                 delta[c] * 1e3, dsa[c] / dense[c]);
   if (int8) {
-    std::printf("\nint8 indexer scores (%s):\n%8s %12s %14s %12s %14s %12s\n", k.indexer_scores_int8.name, "context",
-                "DSA ms", "(indexer ms", "fp32 ms)", "DSA/dense", "x fp32 DSA");
+    std::printf("\nint8 indexer scores (%s):\n%8s %12s %14s %12s %14s %12s %12s\n", k.indexer_scores_int8.name,
+                "context", "DSA ms", "(indexer ms", "fp32 ms)", "DSA/dense", "x fp32 DSA", "G MAC/s");
     for (size_t c = 0; c < nc; ++c)
-      std::printf("%8d %12.3f %14.3f %12.3f %14.4f %12.2f\n", contexts[c], dsa8[c] * 1e3, index8[c] * 1e3,
-                  index_s[c] * 1e3, dsa8[c] / dense[c], dsa[c] / dsa8[c]);
+      std::printf("%8d %12.3f %14.3f %12.3f %14.4f %12.2f %12.1f\n", contexts[c], dsa8[c] * 1e3, index8[c] * 1e3,
+                  index_s[c] * 1e3, dsa8[c] / dense[c], dsa[c] / dsa8[c],
+                  static_cast<double>(contexts[c]) * kIndexHeads * kIndexDim / index8[c] / 1e9);
+    // The ceiling, best of a few runs of the loop, one thread, times the
+    // pool's threads (run on every thread at once it measures the load
+    // beside the bench more than the core).
+    if (__builtin_cpu_supports("avx512vnni")) {
+      double one = 0;
+      for (int r = 0; r < 5; ++r) one = std::max(one, VnniLoopMacsPerSecond());
+      std::printf("vpdpbusd ceiling: %.1f G MAC/s one thread x %d threads = %.1f G MAC/s\n", one / 1e9,
+                  DefaultThreadPool().size(), one * DefaultThreadPool().size() / 1e9);
+    }
   }
   if (std::find(modelled.begin(), modelled.end(), true) != modelled.end())
     std::printf("m: dense MLA modelled (linear in the context from the longest measured length)\n");
