@@ -419,6 +419,12 @@ void Engine::Impl::WaitForNews() {
   step_cv.wait(lock, [&] { return step_news; });
 }
 
+void Engine::MaintainIdle() {
+  // The prefix cache belongs to the stepping thread, which calls this.
+  if (impl_->options.prefix_cache) impl_->prefix->ExpireDisk();
+  impl_->PublishMetrics();
+}
+
 bool Engine::HasWork() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return !impl_->waiting.empty() || impl_->running_count > 0 || !impl_->cancels.empty();

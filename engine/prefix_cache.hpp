@@ -62,6 +62,11 @@ class PrefixCache {
   // outlive the cache).
   void AttachDiskTier(std::unique_ptr<PrefixDiskTier> tier, KvPool& pool);
   bool has_disk_tier() const { return disk_ != nullptr; }
+  // The disk tier's age bound applied now (PrefixDiskTier::ExpireOld); a
+  // no-op without a tier.
+  void ExpireDisk() {
+    if (disk_) disk_->ExpireOld();
+  }
 
   struct Hit {
     int64_t length = 0;  // tokens reused (a multiple of the block size)

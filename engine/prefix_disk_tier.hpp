@@ -35,7 +35,7 @@
 // files go (access times kept in memory, starting from the files' mtimes).
 // Bounded in age too (max_age_seconds, 0: none): a file unused for longer is
 // deleted, at start (by its mtime) and as the tier runs (ExpireOld, before
-// each lookup and write). A file's mtime is its last use: a hit or a write
+// each lookup and write, and from an idle engine's MaintainIdle). A file's mtime is its last use: a hit or a write
 // of an entry already stored sets it, so a restarted engine ages it from
 // there.
 //

@@ -155,11 +155,24 @@ void Scheduler::Loop() {
       return false;
     }
   };
+  // An idle loop wakes this often for the engine's housekeeping
+  // (MaintainIdle: prefix files past their max age are deleted on time, not
+  // at the next prompt).
+  constexpr auto kIdleMaintenance = std::chrono::seconds(1);
   while (true) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || wake_ || has_work(); });
+      const bool news = cv_.wait_for(lock, kIdleMaintenance, [&] { return stop_ || wake_ || has_work(); });
       if (stop_) return;
+      if (!news) {
+        lock.unlock();
+        try {
+          engine_.MaintainIdle();
+        } catch (...) {
+          log::Error("scheduler: idle maintenance threw: " + ExceptionText(std::current_exception()));
+        }
+        continue;
+      }
       wake_ = false;
     }
     std::vector<engine::TokenEvent> events;

@@ -232,5 +232,47 @@ TEST(SchedulerFaults, OnlyCancelAllMeansShuttingDown) {
   s.Stop();
 }
 
+// The .mpc files under a prefix disk tier's directory (its model folder).
+int PrefixFiles(const std::string& dir) {
+  int n = 0;
+  if (!std::filesystem::exists(dir)) return 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.path().extension() == ".mpc") ++n;
+  return n;
+}
+
+// An idle loop still runs the engine's housekeeping: a prefix file past its
+// max age is deleted with no request arriving (before, only the next prompt
+// that touched the tier deleted it, so an idle node kept a tenant's cached
+// prompt past the bound the operator set).
+TEST(SchedulerIdle, APrefixFilePastItsMaxAgeIsDeletedWithoutARequest) {
+  const std::string dir = ::testing::TempDir() + "/scheduler_idle_disk_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  engine::EngineOptions o;
+  o.cache_tokens = 2048;
+  o.prefix_disk_dir = dir;
+  {  // one prompt's prefix, left on disk when its engine goes
+    auto e = engine::Engine::Create(TinyModel(), o);
+    ASSERT_TRUE(e) << e.error().ToString();
+    engine::GenerationRequest r = Request(1);
+    r.prompt.clear();
+    for (int i = 0; i < 70; ++i) r.prompt.push_back(100 + i % 50);
+    ASSERT_TRUE((*e)->Submit(std::move(r)));
+    for (int guard = 0; (*e)->HasWork() && guard < 1000; ++guard) (*e)->Step();
+  }
+  ASSERT_GE(PrefixFiles(dir), 1) << "the prefix was not written to " << dir;
+  o.prefix_disk_max_age_seconds = 1;
+  auto e = engine::Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e) << e.error().ToString();
+  ASSERT_GE(PrefixFiles(dir), 1) << "a file written just now must not be expired at start";
+  Scheduler s(**e);
+  s.Start();
+  for (int i = 0; i < 100 && PrefixFiles(dir) > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(PrefixFiles(dir), 0) << "an idle daemon kept a prefix file past its max age";
+  EXPECT_GE((*e)->Metrics().prefix_cache.disk_expired, 1u);
+  s.Stop();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace moeserve::daemon

@@ -297,6 +297,11 @@ class StepEngine {
   virtual void Cancel(SequenceId id) = 0;
   virtual std::vector<TokenEvent> Step() = 0;
   virtual bool HasWork() const = 0;
+  // Housekeeping an idle engine does between requests (the prefix cache's
+  // disk tier deleting files past their max age, which otherwise happens only
+  // when a prompt next touches the tier). Called by the thread that calls
+  // Step, while HasWork() is false; cheap when nothing is due.
+  virtual void MaintainIdle() {}
 };
 
 class Engine : public StepEngine {
@@ -323,6 +328,7 @@ class Engine : public StepEngine {
   // Sleeps when every sequence waits for the vision tower (see the top).
   std::vector<TokenEvent> Step() override;
   bool HasWork() const override;
+  void MaintainIdle() override;
 
   EngineMetrics Metrics() const;
   // Keeps the cached prefixes of `tokens` (entries whose tokens begin it)
