@@ -175,8 +175,7 @@ constexpr KernelSet kScalarKernels = {
     // The matrix-vector block on every row: its results by definition.
     .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
     .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_scalar),
-    // The reference's expression key by key, keys across the pool (also
-    // the AVX2 set's: vpdpbusd is AVX-512 VNNI).
+    // The reference's expression key by key, keys across the pool.
     .indexer_scores_int8 = MOESERVE_KERNEL(indexer_scores_int8_scalar),
 };
 
@@ -201,6 +200,8 @@ constexpr KernelSet kAvx2Kernels = {
     .causal_conv_silu = MOESERVE_KERNEL(causal_conv_silu_avx2),
     .mxfp4_matvec_rows = {mxfp4_matvec_avx2, "mxfp4_matvec_rows_avx2"},
     .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_avx2),
+    // vpmaddubsw + vpmaddwd (no VNNI on this row), the reference's bits.
+    .indexer_scores_int8 = MOESERVE_KERNEL(indexer_scores_int8_avx2),
 };
 
 constexpr KernelSet kAvx512Kernels = {

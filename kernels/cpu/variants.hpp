@@ -115,9 +115,11 @@ void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float*
   void indexer_scores_batch_##sfx(const float* iq, const float* w, int queries, int heads, int dim,                \
                                   const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 MOESERVE_DECLARE_THREADED(scalar)
-// indexer_int8.cpp, indexer_int8_vnni.cpp.
+// indexer_int8.cpp, indexer_int8_avx2.cpp, indexer_int8_vnni.cpp.
 void indexer_scores_int8_scalar(const IndexerInt8Query& query, int queries, int heads, int dim,
                                 const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
+void indexer_scores_int8_avx2(const IndexerInt8Query& query, int queries, int heads, int dim,
+                              const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 void indexer_scores_int8_avx512(const IndexerInt8Query& query, int queries, int heads, int dim,
                                 const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 MOESERVE_DECLARE_THREADED(avx2)

@@ -39,13 +39,10 @@ std::string_view Suffix(Isa isa) {
 const std::set<std::string_view> kOwnVariantEverywhere = {
     "matmul_f32", "matmul_bf16", "matmul_mxfp4", "matvec_bf16_many", "matvec_mxfp4_many", "headwise_matvec",
     "mla_decode", "mla_rows", "indexer_scores", "matmul_mxfp4_bf16act", "matmul_bf16_bf16act", "indexer_scores_batch",
-    "delta_rule_chunked", "causal_conv_silu", "matmul_fp8_block"};
+    "delta_rule_chunked", "causal_conv_silu", "matmul_fp8_block", "indexer_scores_int8"};
 
 // What a set without a variant of its own for a family holds instead.
 std::string_view FallbackSuffix(std::string_view family, Isa isa) {
-  // vpdpbusd is AVX-512 VNNI: AVX2 scores int8 keys with the scalar loop.
-  if (family == "indexer_scores_int8" && isa == Isa::kAvx2) return "scalar";
-  if (family == "indexer_scores_int8") return Suffix(isa);
   const bool block = family == "mxfp4_quantize" || family == "mxfp4_matvec" || family == "mxfp4_gemm" ||
                      family == "f32_matmul_cols" || family == "mxfp4_matvec_rows";
   if (isa == Isa::kReference) return block ? "scalar" : "ref";
@@ -105,6 +102,7 @@ TEST(KernelSets, EachIsaHasItsOwnFunctions) {
       EXPECT_NE(x.matmul_mxfp4_bf16act.fn, y.matmul_mxfp4_bf16act.fn);
       EXPECT_NE(x.matmul_bf16_bf16act.fn, y.matmul_bf16_bf16act.fn);
       EXPECT_NE(x.indexer_scores_batch.fn, y.indexer_scores_batch.fn);
+      EXPECT_NE(x.indexer_scores_int8.fn, y.indexer_scores_int8.fn);
     }
 }
 
