@@ -1,5 +1,5 @@
 // The int8 indexer scores (indexer_int8.hpp): the quantisers, the reference,
-// and the portable threaded variant (the scalar and AVX2 sets' entry), which
+// and the portable threaded variant (the scalar set's entry), which
 // computes the reference's expression key by key.
 #include "moeserve/kernels/indexer_int8.hpp"
 

@@ -2,8 +2,9 @@
 // scales, the integer dot products against a plain int64 sum of the codes,
 // every variant of indexer_scores_int8 bit-identical to the reference on
 // paged caches (head counts and key counts off the AVX-512 variant's 8 heads
-// and 32-key blocks, several queries with their own causal lengths), and the
-// int8 scores close to the fp32 scores of the same vectors.
+// and 32-key blocks and the AVX2 one's 4 and 16, several queries with their
+// own causal lengths), and the int8 scores close to the fp32 scores of the
+// same vectors.
 #include "moeserve/kernels/indexer_int8.hpp"
 
 #include <gtest/gtest.h>
