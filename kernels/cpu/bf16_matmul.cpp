@@ -205,10 +205,46 @@ namespace {
 // sequences slower than 8 single steps, and the per-row kernel from 8 to 31
 // rows re-read each task's W from L2 once per row.)
 constexpr size_t kBf16WidenMinRows = kSmallBatchMaxRows + 1;
+// On AVX-512, from kBf16WidenMinRows up to this many rows (a routed expert's
+// share of a prefill chunk: ~80 rows at 512 tokens, top-10 of 64 experts)
+// the BF16 weights go straight into bf16_gemm_cols_avx512, without widening:
+// single-threaded on the shared 2-core EPYC (thread CPU time, 16 cold
+// experts), 1024 x 2048 at 80 rows 125-127 against 87-90 GFLOP/s, at 128 rows
+// 137 against 86, at 256 rows 131 against 116; at 512 rows it lost
+// (4096 x 2048: 82-110 against 124), so larger products take the fp32 GEMM's
+// panels, widened from BF16 as they are packed (bf16_panel_gemm_cols_avx512:
+// the bits of the widened path without the fp32 copy of W).
+constexpr size_t kBf16LanesMaxRows = 256;
 
 // matmul_bf16 for one Isa (not kReference).
 void MatMulBf16(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y, Isa isa) {
   if (out == 0 || n == 0) return;
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx512 && n >= kBf16WidenMinRows && n <= kBf16LanesMaxRows) {
+    // Contiguous column ranges, one per thread (each transposes X for
+    // itself); inside a pool task (experts side by side) the one range.
+    ThreadPool& pool = DefaultThreadPool();
+    const size_t threads = static_cast<size_t>(pool.size());
+    const size_t chunk = (out + threads - 1) / threads;
+    pool.ParallelFor((out + chunk - 1) / chunk, [&](size_t c) {
+      cpu::bf16_gemm_cols_avx512(W, out, in, X, n, Y, c * chunk, std::min(out, (c + 1) * chunk));
+    });
+    return;
+  }
+  if (isa == Isa::kAvx512 && n > kBf16LanesMaxRows) {
+    // The column ranges matmul_f32 gives the widened matrix (one per thread,
+    // whole strips of 32), so the sums are the same.
+    ThreadPool& pool = DefaultThreadPool();
+    const size_t threads = static_cast<size_t>(pool.size());
+    if (threads == 1 || static_cast<double>(out) * static_cast<double>(in) * static_cast<double>(n) < 65536.0)
+      return cpu::bf16_panel_gemm_cols_avx512(W, out, in, X, n, Y, 0, out);
+    const size_t chunk = ((out + threads - 1) / threads + 31) / 32 * 32;
+    pool.ParallelFor((out + chunk - 1) / chunk, [&](size_t c) {
+      cpu::bf16_panel_gemm_cols_avx512(W, out, in, X, n, Y, c * chunk, std::min(out, (c + 1) * chunk));
+    });
+    return;
+  }
+#endif
   if (n >= kBf16WidenMinRows) {
     // Arithmetic-bound: widen once (cost of one read of W) and use the fp32 GEMM.
     thread_local std::vector<float> wide;

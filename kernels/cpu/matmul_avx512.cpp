@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include "avx512_mxfp4_scales.hpp"
+#include "avx512_transpose.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "variants.hpp"
@@ -358,18 +359,36 @@ void F32TileColumn(const float* W, size_t in, const float* X, size_t n, float* Y
 
 }  // namespace
 
+namespace {
+
+// The k-major panel of rows [0, nr) of a row-major matrix (zero columns from
+// nr to kNR), 16 rows x 16 elements at a time transposed in registers:
+// load(c, k, mask) gives row c's elements [k, k + 16) as floats (masked
+// past kc). Element by element, each store went to another line of the
+// panel: at 512 rows the f32 GEMM's pack took about a fifth of the time of
+// the BF16 projections it served (perf, Qwen3-Next prefill).
+template <class Load>
+inline void PackPanel(Load load, size_t nr, size_t kc, float* Wp) {
+  for (size_t h = 0; h < kNR / 16; ++h)
+    for (size_t kb = 0; kb < kc; kb += 16) {
+      const size_t valid = Min(16, kc - kb);
+      const __mmask16 m = LaneMask(valid);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (size_t i = 0; i < 16; ++i) r[i] = h * 16 + i < nr ? load(h * 16 + i, kb, m) : _mm512_setzero_ps();
+      Transpose16(r);
+      for (size_t i = 0; i < valid; ++i) _mm512_store_ps(Wp + (kb + i) * kNR + h * 16, r[i]);
+    }
+}
+
+}  // namespace
+
 void f32_matmul_cols_avx512(const float* W, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin,
                             size_t o_end) {
   if (n > kSmallBatchMaxRows) {
     auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
-      for (size_t c = 0; c < kNR; ++c) {
-        if (c >= nr) {
-          for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = 0.0f;
-          continue;
-        }
-        const float* w = W + (o0 + c) * in + k0;
-        for (size_t k = 0; k < kc; ++k) Wp[k * kNR + c] = w[k];
-      }
+      const float* w = W + o0 * in + k0;
+      PackPanel([&](size_t c, size_t k, __mmask16 m) { return _mm512_maskz_loadu_ps(m, w + c * in + k); }, nr, kc, Wp);
     };
     Gemm(pack, out, in, X, n, Y, o_begin, o_end);
     return;
@@ -379,6 +398,20 @@ void f32_matmul_cols_avx512(const float* W, size_t out, size_t in, const float* 
   size_t o = o_begin;
   for (; o + 4 <= o_end; o += 4) F32TileColumn<4>(W + o * in, in, X, n, Y + o, out);
   for (; o < o_end; ++o) F32TileColumn<1>(W + o * in, in, X, n, Y + o, out);
+}
+
+void bf16_panel_gemm_cols_avx512(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
+                                 size_t o_begin, size_t o_end) {
+  auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
+    const uint16_t* w = W + o0 * in + k0;
+    PackPanel(
+        [&](size_t c, size_t k, __mmask16 m) {
+          const __m256i h = _mm256_maskz_loadu_epi16(m, w + c * in + k);
+          return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        },
+        nr, kc, Wp);
+  };
+  Gemm(pack, out, in, X, n, Y, o_begin, o_end);
 }
 
 void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float* y) {

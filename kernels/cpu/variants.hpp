@@ -161,6 +161,16 @@ void mxfp4_gemm_bf16dot(const Mxfp4PackedView& w, const uint16_t* Xb, size_t ldx
                         size_t o_end);
 void bf16_gemm_bf16dot(const uint16_t* W, size_t out, size_t in, const uint16_t* Xb, size_t ldx, size_t n, float* Y,
                        size_t o_begin, size_t o_end);
+// matmul_bf16's AVX-512 product from kSmallBatchMaxRows + 1 rows
+// (bf16_gemm_avx512.cpp): columns [o_begin, o_end) of Y [n, out] = X W^T,
+// the weights broadcast from row-major BF16 against tokens in the lanes.
+void bf16_gemm_cols_avx512(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
+                           size_t o_begin, size_t o_end);
+// The same product through the fp32 GEMM's panels (matmul_avx512.cpp), each
+// panel widened from BF16 as it is packed: the bits of f32_matmul_cols_avx512
+// on the widened matrix, without widening it (larger row counts).
+void bf16_panel_gemm_cols_avx512(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
+                                 size_t o_begin, size_t o_end);
 
 // 2^(s-127) for an E8M0 scale byte (255 gives +inf here; loaders refuse it),
 // and half of it (for kernels that look up twice the E2M1 value).

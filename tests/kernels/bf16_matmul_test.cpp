@@ -1,7 +1,9 @@
 // BF16 weights: every variant of the matmul_bf16 family this CPU supports
-// (matvec below 32 rows, widened GEMM from 32) against the reference, on odd
-// shapes; the reference against fp32 on the widened weights (conversion is
-// exact); matvec_bf16_many against matmul_bf16 job by job.
+// (row tiles up to 64 rows; from 65, on AVX-512 the product with tokens in
+// the lanes up to 256 rows, elsewhere and above the widened fp32 GEMM)
+// against the reference, on odd shapes; the reference against fp32 on the
+// widened weights (conversion is exact); matvec_bf16_many against
+// matmul_bf16 job by job.
 #include "moeserve/kernels/bf16_matmul.hpp"
 
 #include <gtest/gtest.h>
@@ -30,7 +32,15 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
   for (auto [out, in, n] : {std::tuple{1, 1, 1}, std::tuple{7, 33, 1}, std::tuple{130, 257, 3}, std::tuple{64, 1024, 7},
                             std::tuple{100, 96, 8}, std::tuple{301, 515, 19}, std::tuple{1, 4096, 1},
                             std::tuple{333, 1024, 2}, std::tuple{70, 1000, 5}, std::tuple{5, 31, 1}, std::tuple{9, 64, 4},
-                            std::tuple{77, 300, 31}, std::tuple{130, 257, 32}, std::tuple{65, 129, 45}}) {
+                            std::tuple{77, 300, 31}, std::tuple{130, 257, 32}, std::tuple{65, 129, 45},
+                            // Prefill row counts: one pass of 5 or 6 token
+                            // vectors, two passes (97, 130), a last vector of
+                            // one token, k chunks with a ragged tail (1100 at
+                            // 256 rows), fewer output rows than a tile, and the
+                            // widened GEMM past 256 rows.
+                            std::tuple{100, 300, 80}, std::tuple{129, 1000, 65}, std::tuple{45, 96, 93},
+                            std::tuple{77, 1000, 97}, std::tuple{3, 40, 130}, std::tuple{45, 1100, 256},
+                            std::tuple{1030, 2048, 81}, std::tuple{40, 70, 257}}) {
     std::vector<uint16_t> W(static_cast<size_t>(out) * in);
     std::vector<float> Wf(W.size()), X(static_cast<size_t>(n) * in);
     for (size_t i = 0; i < W.size(); ++i) {
@@ -49,6 +59,31 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
       for (size_t i = 0; i < ref.size(); ++i)
         ASSERT_NEAR(fast[i], ref[i], 1e-4 * std::sqrt(static_cast<double>(in)) + 1e-5)
             << k.matmul_bf16.name << " " << out << "x" << in << " n " << n << " at " << i;
+    });
+  }
+}
+
+// Past the row tiles' and the lanes product's row counts, every set's
+// matmul_bf16 is its fp32 GEMM on the widened weights (AVX-512: widened as
+// the panels are packed, not beforehand), bit for bit.
+TEST(Bf16MatMul, ManyRowsEqualFp32OnWidenedWeightsBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto [out, in, n] : {std::tuple{70, 2080, 257}, std::tuple{33, 15, 300}, std::tuple{129, 64, 512}}) {
+    std::vector<uint16_t> W(static_cast<size_t>(out) * in);
+    std::vector<float> Wf(W.size()), X(static_cast<size_t>(n) * in);
+    for (size_t i = 0; i < W.size(); ++i) {
+      W[i] = ToBf16(d(rng));
+      uint32_t u = static_cast<uint32_t>(W[i]) << 16;
+      std::memcpy(&Wf[i], &u, 4);
+    }
+    for (auto& x : X) x = d(rng);
+    ForEachVariant("matmul_bf16, matmul_f32", [&](const KernelSet& k) {
+      std::vector<float> bf(static_cast<size_t>(n) * out, NAN), f32(bf.size(), NAN);
+      k.matmul_bf16(W.data(), out, in, X.data(), n, bf.data());
+      k.matmul_f32(Wf.data(), out, in, X.data(), n, f32.data());
+      ASSERT_EQ(std::memcmp(bf.data(), f32.data(), bf.size() * 4), 0)
+          << k.matmul_bf16.name << " " << out << "x" << in << " n " << n;
     });
   }
 }

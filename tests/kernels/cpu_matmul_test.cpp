@@ -279,8 +279,10 @@ TEST(CpuKernels, Mxfp4MatVecCarriesNonFiniteActivations) {
 TEST(CpuKernels, F32MatMulEveryVariantMatchesReference) {
   std::mt19937 rng(99);
   std::vector<Shape> shapes = Shapes();
+  // The AVX-512 set's GEMM from 65 rows: its panels (16 x 16 transposes)
+  // with ragged columns, elements and k chunks (2080 > 2048).
   for (Shape s : {Shape{1, 1, 1}, Shape{5, 3, 2}, Shape{9, 17, 9}, Shape{33, 100, 11}, Shape{70, 15, 1},
-                  Shape{20, 250, 40}, Shape{2, 7, 8}})
+                  Shape{20, 250, 40}, Shape{2, 7, 8}, Shape{70, 15, 65}, Shape{33, 2080, 70}, Shape{100, 33, 130}})
     shapes.push_back(s);
   for (const Shape& s : shapes) {
     std::vector<float> w = Random(s.out * s.in, rng), x = Random(s.n * s.in, rng);
