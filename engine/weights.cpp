@@ -1,10 +1,12 @@
 #include "weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <span>
+#include <utility>
 
 #include "moeserve/engine/tensor_layout.hpp"
 
@@ -16,16 +18,33 @@ namespace {
 
 // An FP8 matrix's block scales (model.md 1.1): "x.weight" -> "x.weight_scale_inv".
 std::string Fp8ScaleName(const std::string& name) { return name + "_scale_inv"; }
+// F32 or BF16 to fp32, written once (a sized vector would zero its pages
+// first: the embedding is hundreds of MB).
 std::vector<float> ToF32(const TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
+  const size_t n = static_cast<size_t>(t.numel());
+  std::vector<float> out;
+  out.reserve(n);
   if (t.dtype == DType::kF32) {
-    std::memcpy(out.data(), t.data, out.size() * 4);
-  } else {
-    for (size_t i = 0; i < out.size(); ++i) {
-      uint16_t b;
-      std::memcpy(&b, t.data + 2 * i, 2);
-      out[i] = Bf16ToF32(b);
+    const auto* p = reinterpret_cast<const float*>(t.data);
+    if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
+      out.assign(p, p + n);
+      return out;
     }
+  }
+  constexpr size_t kPiece = 4096;
+  float piece[kPiece];
+  for (size_t i0 = 0; i0 < n; i0 += kPiece) {
+    const size_t m = std::min(kPiece, n - i0);
+    if (t.dtype == DType::kF32) {
+      std::memcpy(piece, t.data + 4 * i0, m * 4);
+    } else {
+      for (size_t i = 0; i < m; ++i) {
+        uint16_t b;
+        std::memcpy(&b, t.data + 2 * (i0 + i), 2);
+        piece[i] = Bf16ToF32(b);
+      }
+    }
+    out.insert(out.end(), piece, piece + m);
   }
   return out;
 }
@@ -43,6 +62,23 @@ class Loader {
   // code * scale rounded once).
   Result<Matrix> Mat(const std::string& name) {
     MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
+    return MatOfHeld(name, h);
+  }
+  // Mat, and beside it the matrix as stored when it is BF16 (copied into
+  // the arena; else an empty one), read and converted once: wkv_b, whose
+  // BF16 copy the absorbed MLA form reads when the checkpoint holds BF16.
+  Result<std::pair<Matrix, Matrix>> MatAndBf16IfStored(const std::string& name) {
+    MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
+    MOE_ASSIGN_OR_RETURN(Matrix m, MatOfHeld(name, h));
+    Matrix bf16;
+    if (h.view.dtype == DType::kBF16 && h.view.shape.size() == 2) {
+      bf16.bf16 = reinterpret_cast<const uint16_t*>(KeepOrCopy(h, h.view.nbytes));
+      bf16.rows = static_cast<int>(h.view.shape[0]);
+      bf16.cols = static_cast<int>(h.view.shape[1]);
+    }
+    return std::make_pair(std::move(m), std::move(bf16));
+  }
+  Result<Matrix> MatOfHeld(const std::string& name, const HeldTensor& h) {
     if (h.view.dtype == DType::kF8E4M3) {
       if (h.view.shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
       MOE_ASSIGN_OR_RETURN(HeldTensor hs, src_.Get(Fp8ScaleName(name)));
@@ -55,7 +91,7 @@ class Loader {
     return MatOf(name, h.view);
   }
   // A matrix only multiplied through Linear(): BF16 stays BF16, FP8 stays
-  // FP8 with its block scales (both copied into the arena as stored).
+  // FP8 with its block scales (both in weight memory as stored: KeepOrCopy).
   Result<Matrix> Linear(const std::string& name) {
     MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
     const TensorView* t = &h.view;
@@ -66,9 +102,7 @@ class Loader {
       float* scales = static_cast<float*>(arena_.Allocate(count * sizeof(float)));
       MOE_ASSIGN_OR_RETURN(kernels::Fp8BlockView v, Fp8View(name, *t, hs.view, std::span<float>(scales, count)));
       Matrix m;
-      void* codes = arena_.Allocate(v.rows * v.cols);
-      std::memcpy(codes, v.codes, v.rows * v.cols);
-      m.fp8 = static_cast<const uint8_t*>(codes);
+      m.fp8 = KeepOrCopy(h, v.rows * v.cols);
       m.fp8_scales = scales;
       m.rows = static_cast<int>(v.rows);
       m.cols = static_cast<int>(v.cols);
@@ -76,15 +110,11 @@ class Loader {
     }
     if (t->dtype != DType::kBF16) return MatOf(name, *t);
     if (t->shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
-    return Bf16Copy(*t);
-  }
-  // The matrix as stored when it is BF16 (copied into the arena), else an
-  // empty one: the absorbed MLA form's BF16 copy of wkv_b, read only when
-  // the checkpoint holds BF16.
-  Result<Matrix> Bf16IfStored(const std::string& name) {
-    MOE_ASSIGN_OR_RETURN(HeldTensor h, src_.Get(name));
-    if (h.view.dtype != DType::kBF16 || h.view.shape.size() != 2) return Matrix{};
-    return Bf16Copy(h.view);
+    Matrix m;
+    m.bf16 = reinterpret_cast<const uint16_t*>(KeepOrCopy(h, t->nbytes));
+    m.rows = static_cast<int>(t->shape[0]);
+    m.cols = static_cast<int>(t->shape[1]);
+    return m;
   }
   // Experts [first, first + count) only: the checkpoint is mapped, so the
   // pages of other ranks' experts are never read.
@@ -111,14 +141,15 @@ class Loader {
   }
 
  private:
-  Matrix Bf16Copy(const TensorView& t) {
-    Matrix m;
-    void* dst = arena_.Allocate(t.nbytes);
-    std::memcpy(dst, t.data, t.nbytes);
-    m.bf16 = static_cast<const uint16_t*>(dst);
-    m.rows = static_cast<int>(t.shape[0]);
-    m.cols = static_cast<int>(t.shape[1]);
-    return m;
+  // The tensor's bytes in weight memory: a buffer the source made for it
+  // (HeldTensor::storage, huge-page memory never zeroed) kept as it is, else
+  // a copy into the arena.
+  const uint8_t* KeepOrCopy(HeldTensor& h, size_t nbytes) {
+    if (h.storage.data() != nullptr && h.storage.data() == h.view.data && h.storage.size() == nbytes)
+      return arena_.Adopt(std::move(h.storage));
+    void* dst = arena_.Allocate(nbytes);
+    std::memcpy(dst, h.view.data, nbytes);
+    return static_cast<const uint8_t*>(dst);
   }
   static Result<Matrix> MatOf(const std::string& name, const TensorView& t) {
     if (t.shape.size() != 2) return Fail(Error::NotFound("matrix '" + name + "' is missing"));
@@ -165,10 +196,16 @@ class Loader {
     m.experts = count;
     m.rows = static_cast<int>(t->shape[1]);
     m.cols = static_cast<int>(t->shape[2]);
-    const size_t per_expert = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols);
-    m.bf16.resize(per_expert * static_cast<size_t>(count));
-    std::memcpy(m.bf16.data(), t->data + static_cast<size_t>(first) * per_expert * sizeof(uint16_t),
-                m.bf16.size() * sizeof(uint16_t));
+    const size_t per_expert = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols) * sizeof(uint16_t);
+    const size_t n = per_expert * static_cast<size_t>(count);
+    // The whole stack made for this load (a converting source's buffer) is
+    // kept as it is; a slice, or a mapped checkpoint's, is copied.
+    if (h.storage.data() != nullptr && h.storage.data() == t->data && h.storage.size() == n) {
+      m.bf16 = std::move(h.storage);
+      return m;
+    }
+    m.bf16 = kernels::WeightBuffer(n);
+    std::memcpy(m.bf16.data(), t->data + static_cast<size_t>(first) * per_expert, n);
     return m;
   }
   static Status CheckExpertRange(const std::string& name, int64_t stored, int first, int count) {
@@ -248,7 +285,8 @@ Result<LayerWeights> LoadBlock(Loader& L, kernels::WeightArena& arena, const Mod
     MOE_ASSIGN_OR_RETURN(lw.wq_b, L.Linear(p + "attn.wq_b.weight"));
     MOE_ASSIGN_OR_RETURN(lw.wkv_a, L.Linear(p + "attn.wkv_a.weight"));
     MOE_ASSIGN_OR_RETURN(lw.kv_norm, L.Vec(p + "attn.kv_norm.weight"));
-    MOE_ASSIGN_OR_RETURN(lw.wkv_b, L.Mat(p + "attn.wkv_b.weight"));
+    MOE_ASSIGN_OR_RETURN(auto wkv_b, L.MatAndBf16IfStored(p + "attn.wkv_b.weight"));
+    lw.wkv_b = std::move(wkv_b.first);
     {
       const size_t H = static_cast<size_t>(c.mla.num_heads), nope = static_cast<size_t>(c.mla.qk_nope_head_dim);
       const size_t vd = static_cast<size_t>(c.mla.v_head_dim), kvl = static_cast<size_t>(c.mla.kv_lora_rank);
@@ -258,7 +296,7 @@ Result<LayerWeights> LoadBlock(Loader& L, kernels::WeightArena& arena, const Mod
           for (size_t i = 0; i < nope; ++i)
             for (size_t l = 0; l < kvl; ++l) dst[(h * kvl + l) * nope + i] = src[(h * (nope + vd) + i) * kvl + l];
       };
-      MOE_ASSIGN_OR_RETURN(Matrix bf16, L.Bf16IfStored(p + "attn.wkv_b.weight"));
+      const Matrix& bf16 = wkv_b.second;
       if (bf16.bf16) {
         lw.wkv_b_bf16 = bf16.bf16;
         auto* t = static_cast<uint16_t*>(arena.Allocate(H * kvl * nope * sizeof(uint16_t)));
@@ -395,7 +433,7 @@ Result<ModelWeights> LoadWeights(TensorSource& ck, const ModelConfig& c, int ep_
 size_t ResidentWeightBytes(const ModelWeights& w) {
   const auto vec = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
   // BF16 matrices live in the arena; fp32 matrices in their own vectors.
-  size_t total = w.arena->bytes_reserved() + w.embed.w.size() * 4 + w.head.w.size() * 4 + vec(w.norm);
+  size_t total = w.arena->bytes_used() + w.embed.w.size() * 4 + w.head.w.size() * 4 + vec(w.norm);
   std::vector<const LayerWeights*> blocks;
   for (const LayerWeights& l : w.layers) blocks.push_back(&l);
   if (w.mtp) {

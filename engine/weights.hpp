@@ -49,13 +49,16 @@ struct Matrix {
 struct ExpertStack {
   ExpertFormat format = ExpertFormat::kMxfp4;
   kernels::Mxfp4PackedStack packed;  // format mxfp4
-  std::vector<uint16_t, kernels::WeightAllocator<uint16_t>> bf16;  // format bf16: [experts, rows, cols]
+  // format bf16: [experts, rows, cols] BF16 in weight memory (the converting
+  // source's buffer itself when a load converted the experts).
+  kernels::WeightBuffer bf16;
   int experts = 0, rows = 0, cols = 0;
   kernels::Mxfp4PackedView expert(int e) const { return packed.matrix(static_cast<size_t>(e)); }
   const uint16_t* expert_bf16(int e) const {
-    return bf16.data() + static_cast<size_t>(e) * static_cast<size_t>(rows) * static_cast<size_t>(cols);
+    return reinterpret_cast<const uint16_t*>(bf16.data()) +
+           static_cast<size_t>(e) * static_cast<size_t>(rows) * static_cast<size_t>(cols);
   }
-  size_t bytes() const { return packed.bytes() + bf16.size() * sizeof(uint16_t); }
+  size_t bytes() const { return packed.bytes() + bf16.size(); }
 };
 
 struct LayerWeights {
@@ -138,8 +141,8 @@ Result<ModelWeights> LoadWeights(const Checkpoint& checkpoint, const ModelConfig
 // The same from any source (one tensor held at a time).
 Result<ModelWeights> LoadWeights(TensorSource& source, const ModelConfig& config, int ep_rank = 0, int ep_world = 1,
                                  bool mtp = false);
-// What the loaded weights keep in memory (BF16 arena reserved, fp32 copies,
-// experts).
+// What the loaded weights keep in memory (the arena's allocations and
+// adopted buffers, fp32 copies, experts).
 size_t ResidentWeightBytes(const ModelWeights& weights);
 // Of those, the routed experts' (w13 and w2 of every MoE layer): the part
 // expert parallelism divides among the ranks.

@@ -13,8 +13,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cpu/variants.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace moeserve::kernels {
@@ -85,7 +87,43 @@ void Fp8BlockToF32(const Fp8BlockView& w, size_t r_begin, size_t r_end, float* o
   }
 }
 
+namespace {
+
+// fp32 to BF16, round to nearest even (no NaN reaches here).
+inline uint16_t Bf16BitsNearestEven(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+}  // namespace
+
+void Fp8BlockToBf16Ref(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out) {
+  std::vector<float> row(w.cols);
+  for (size_t r = r_begin; r < r_end; ++r) {
+    Fp8BlockToF32(w, r, r + 1, row.data());
+    for (size_t k = 0; k < w.cols; ++k) out[(r - r_begin) * w.cols + k] = Bf16BitsNearestEven(row[k]);
+  }
+}
+
+void Fp8BlockToBf16(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out, bool avx512) {
+  if (avx512 && IsaSupported(Isa::kAvx512)) return cpu::fp8_block_to_bf16_avx512(w, r_begin, r_end, out);
+  // Portable: the decode and the rounding fused per element, branch-free so
+  // that the compiler vectorises the inner loop.
+  for (size_t r = r_begin; r < r_end; ++r) {
+    const uint8_t* codes = w.codes + r * w.cols;
+    const float* srow = w.scales + (r / kFp8BlockSize) * w.scale_cols();
+    uint16_t* o = out + (r - r_begin) * w.cols;
+    for (size_t k0 = 0, b = 0; k0 < w.cols; k0 += kFp8BlockSize, ++b) {
+      const float s = srow[b];
+      const size_t k1 = std::min(w.cols, k0 + kFp8BlockSize);
+      for (size_t k = k0; k < k1; ++k) o[k] = Bf16BitsNearestEven(DecodeE4m3Finite(codes[k]) * s);
+    }
+  }
+}
+
 long long Fp8FindNan(const uint8_t* codes, size_t n) {
+  if (IsaSupported(Isa::kAvx512)) return cpu::fp8_find_nan_avx512(codes, n);
   // Chunks scanned without an early exit (vectorised), the first hit then
   // located in the chunk that has one.
   constexpr size_t kChunk = 4096;
@@ -186,7 +224,13 @@ void matmul_fp8_block_avx2(const Fp8BlockView& w, const float* X, size_t n, floa
   OverRows(fp8_block_rows_avx2, w, X, n, Y);
 }
 void matmul_fp8_block_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y) {
-  OverRows(fp8_block_rows_avx512, w, X, n, Y);
+  // The activations in the order the row kernel decodes the weights in,
+  // once per call on the calling thread (n x cols floats against rows x cols
+  // weights decoded).
+  thread_local std::vector<float> permuted;
+  permuted.resize(n * w.cols);
+  fp8_block_permute_x_avx512(X, n, w.cols, permuted.data());
+  OverRows(fp8_block_rows_avx512, w, permuted.data(), n, Y);
 }
 
 }  // namespace cpu

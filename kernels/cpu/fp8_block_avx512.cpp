@@ -4,22 +4,34 @@
 // templates (nor fp8_block.hpp's inline members), so no AVX-512 code can
 // leak into a shared COMDAT.
 //
-// Sixteen codes at a time are decoded by bit manipulation through FP16
-// (ScaledWeights, below), exactly, and multiplied by their block's scale
-// (one fp32 rounding, as the reference); each vector then feeds the FMAs of up to 8
-// activation rows, each with two accumulators (alternate 16-column pieces)
-// so a single row is not bound by the FMA latency. The codes 4 KiB ahead are
+// Sixty-four codes at a time are decoded exactly to fp32 by two byte-table
+// lookups (vpermi2b) and two rounds of unpacking (Decoder, below), then
+// multiplied by their block's scale (one fp32 rounding, as the reference);
+// each vector feeds the FMAs of up to 4 activation rows, each row with four
+// accumulators; a single activation row (decode) takes four output rows at
+// a time, four weight streams. The unpacks leave the 64 weights in a fixed permutation, so
+// the activations are permuted the same way once per call
+// (fp8_block_permute_x_avx512). About 17 instructions decode, scale and
+// multiply-add 64 weights for one row, where the FP16 route (ScaledWeights,
+// kept for ragged tails) took about 40: one thread's matrix-vector product
+// was compute-bound at ~11 GB/s of codes with it. The codes 4 KiB ahead are
 // prefetched into L2 (past a row's end: the next rows', harmless at the
 // matrix's end).
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "cpu/variants.hpp"
+
+// vpermi2b (the decode's byte tables): the avx512 set requires VBMI
+// (dispatch.cpp), so only this file's functions get the flag.
+#pragma GCC target("avx512vbmi")
 
 namespace moeserve::kernels::cpu {
 namespace {
 
 constexpr size_t kBlock = 128;  // kFp8BlockSize
-constexpr size_t kTile = 8;  // activation rows per decoded vector (16 accumulators)
+constexpr size_t kTile = 4;  // activation rows per decoded group (16 accumulators)
 // Codes this far ahead go to L2 (prefetcht1): one sequential stream per
 // thread does not keep enough misses in flight on its own. At 18432 x 7168
 // on the loaded 2-core EPYC here, one thread read 3.7 GB/s with none, 4.8 at
@@ -44,68 +56,221 @@ inline __m512 ScaledWeights(__m128i codes, __m512 scale256) {
   return _mm512_mask_mov_ps(w, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
-// Output row r for R activation rows (X, Y already offset to the first).
-template <size_t R>
-inline void RowTile(const uint8_t* codes, const float* srow, size_t cols, size_t rows, const float* X, float* Y,
-                    size_t r) {
-  __m512 acc0[R], acc1[R];
-  float table_sum[R];  // blocks whose scale times 2^8 would overflow
-  for (size_t j = 0; j < R; ++j) {
-    acc0[j] = _mm512_setzero_ps();
-    acc1[j] = _mm512_setzero_ps();
-    table_sum[j] = 0.0f;
+// The BF16 bits of every E4M3 magnitude (codes 0..127; 0x7F, NaN, gives
+// 0x7FC0), split into a high-byte and a low-byte table of 128 entries each,
+// for vpermi2b (which reads the index's low 7 bits). Every E4M3 value is
+// exact in BF16 (at most 4 significant bits, exponents -9..8), and a BF16
+// moved into fp32's top half is the same value, so the decode is exact.
+constexpr uint16_t E4m3Bf16Bits(int mag) {
+  if (mag == 0x7F) return 0x7FC0;
+  const int e = mag >> 3, m = mag & 7;
+  if (e > 0) return static_cast<uint16_t>(((e + 120) << 7) | (m << 4));
+  if (m == 0) return 0;
+  const int p = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m * 2^-9 = 2^(p-9) * (m / 2^p)
+  return static_cast<uint16_t>(((p + 118) << 7) | ((m - (1 << p)) << (7 - p)));
+}
+struct E4m3Bf16Tables {
+  alignas(64) uint8_t hi[128];
+  alignas(64) uint8_t lo[128];
+};
+constexpr E4m3Bf16Tables MakeTables() {
+  E4m3Bf16Tables t{};
+  for (int c = 0; c < 128; ++c) {
+    t.hi[c] = static_cast<uint8_t>(E4m3Bf16Bits(c) >> 8);
+    t.lo[c] = static_cast<uint8_t>(E4m3Bf16Bits(c) & 0xFF);
+  }
+  return t;
+}
+alignas(64) constexpr E4m3Bf16Tables kTables = MakeTables();
+
+// 64 codes decoded exactly to fp32, four vectors: two byte lookups (vpermi2b)
+// give each code's BF16 high and low bytes, the code's sign OR-ed into the
+// high byte; unpacking bytes to words and words (under zeros) to dwords puts
+// each BF16 in its fp32's top half. The unpacks work within 128-bit lanes,
+// so vector q holds, at lane L and element j, the code 16 L + 4 q + j of the
+// 64: the activations are permuted the same way beforehand
+// (fp8_block_permute_x_avx512), so each product pairs the right column.
+struct Decoder {
+  __m512i hi0, hi1, lo0, lo1, sign;
+  Decoder()
+      : hi0(_mm512_load_si512(kTables.hi)), hi1(_mm512_load_si512(kTables.hi + 64)),
+        lo0(_mm512_load_si512(kTables.lo)), lo1(_mm512_load_si512(kTables.lo + 64)),
+        sign(_mm512_set1_epi8(static_cast<char>(0x80))) {}
+  inline void Decode(const uint8_t* codes, __m512 v[4]) const {
+    const __m512i c = _mm512_loadu_si512(codes);
+    __m512i hi = _mm512_permutex2var_epi8(hi0, c, hi1);
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
+    hi = _mm512_ternarylogic_epi32(hi, c, sign, 0xF8);  // hi | (c & 0x80)
+    const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+    const __m512i z = _mm512_setzero_si512();
+    v[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w0));
+    v[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w0));
+    v[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w1));
+    v[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w1));
+  }
+};
+
+// Output rows r .. r + RO - 1 for R activation rows (X permuted, X and Y
+// already offset to the first activation row). Each (output, activation)
+// pair keeps four accumulators (one per decoded vector of a 64-code group),
+// so a single row is not bound by the FMA latency, and every tile shape sums
+// a pair in the same order (a row's bits depend neither on its batch nor on
+// the output rows decoded beside it). Several output rows at once (RO, for a
+// single activation row) read several weight streams at once, which keeps
+// more misses in flight than one stream a thread. Each weight is the decoded
+// value times its block's scale, one fp32 rounding, as the reference (exact
+// for any scale: no 2^8 fold here).
+template <size_t RO, size_t R>
+inline void RowTile(const Decoder& dec, const Fp8BlockView& w, const float* X, float* Y, size_t r) {
+  const size_t cols = w.cols, rows = w.rows, scale_cols = (cols + kBlock - 1) / kBlock;
+  const uint8_t* codes[RO];
+  const float* srow[RO];
+  __m512 acc[RO][R][4];
+  float table_sum[RO][R];  // ragged tails whose scale times 2^8 would overflow
+  for (size_t o = 0; o < RO; ++o) {
+    codes[o] = w.codes + (r + o) * cols;
+    srow[o] = w.scales + ((r + o) / kBlock) * scale_cols;
+    for (size_t j = 0; j < R; ++j) {
+      for (int q = 0; q < 4; ++q) acc[o][j][q] = _mm512_setzero_ps();
+      table_sum[o][j] = 0.0f;
+    }
   }
   for (size_t k0 = 0, b = 0; k0 < cols; k0 += kBlock, ++b) {
-    const float scale = srow[b];
     const size_t k1 = k0 + kBlock < cols ? k0 + kBlock : cols;
-    if (__builtin_isfinite(scale) && !(__builtin_fabsf(scale) < 0x1p119f)) {
-      const float* table = Fp8E4m3Table();
-      for (size_t k = k0; k < k1; ++k) {
-        const float weight = table[codes[k]] * scale;
-        for (size_t j = 0; j < R; ++j) table_sum[j] += weight * X[j * cols + k];
-      }
-      continue;
-    }
-    const __m512 s = _mm512_set1_ps(scale * 256.0f);
     size_t k = k0;
-    for (; k + 32 <= k1; k += 32) {
-      if ((k & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(codes + k + kPrefetchAhead), _MM_HINT_T1);
-      const __m512 w0 = ScaledWeights(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k)), s);
-      const __m512 w1 = ScaledWeights(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k + 16)), s);
-      for (size_t j = 0; j < R; ++j) {
-        acc0[j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(X + j * cols + k), acc0[j]);
-        acc1[j] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(X + j * cols + k + 16), acc1[j]);
+    for (; k + 64 <= k1; k += 64) {
+      for (size_t o = 0; o < RO; ++o) {
+        _mm_prefetch(reinterpret_cast<const char*>(codes[o] + k + kPrefetchAhead), _MM_HINT_T1);
+        const __m512 s = _mm512_set1_ps(srow[o][b]);
+        __m512 v[4];
+        dec.Decode(codes[o] + k, v);
+        for (int q = 0; q < 4; ++q) v[q] = _mm512_mul_ps(v[q], s);
+        for (size_t j = 0; j < R; ++j)
+          for (int q = 0; q < 4; ++q)
+            acc[o][j][q] = _mm512_fmadd_ps(v[q], _mm512_loadu_ps(X + j * cols + k + 16 * q), acc[o][j][q]);
       }
     }
-    for (; k < k1; k += 16) {  // a ragged block's last 1-31 columns: masked loads read zeros past k1
-      const size_t left = k1 - k;
-      const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-      const __m512 w = ScaledWeights(_mm_maskz_loadu_epi8(m, codes + k), s);
-      for (size_t j = 0; j < R; ++j) acc0[j] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, X + j * cols + k), acc0[j]);
+    if (k == k1) continue;
+    // A ragged block's last 1-63 columns (X not permuted there): 16 at a time
+    // through FP16, masked loads reading zeros past k1.
+    for (size_t o = 0; o < RO; ++o) {
+      const float scale = srow[o][b];
+      if (__builtin_isfinite(scale) && !(__builtin_fabsf(scale) < 0x1p119f)) {
+        const float* table = Fp8E4m3Table();
+        for (size_t kk = k; kk < k1; ++kk) {
+          const float weight = table[codes[o][kk]] * scale;
+          for (size_t j = 0; j < R; ++j) table_sum[o][j] += weight * X[j * cols + kk];
+        }
+        continue;
+      }
+      const __m512 s256 = _mm512_set1_ps(scale * 256.0f);
+      for (size_t kk = k; kk < k1; kk += 16) {
+        const size_t left = k1 - kk;
+        const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+        const __m512 wv = ScaledWeights(_mm_maskz_loadu_epi8(m, codes[o] + kk), s256);
+        for (size_t j = 0; j < R; ++j)
+          acc[o][j][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, X + j * cols + kk), acc[o][j][0]);
+      }
     }
   }
-  for (size_t j = 0; j < R; ++j) Y[j * rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j])) + table_sum[j];
+  for (size_t o = 0; o < RO; ++o)
+    for (size_t j = 0; j < R; ++j)
+      Y[j * rows + r + o] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[o][j][0], acc[o][j][1]),
+                                                               _mm512_add_ps(acc[o][j][2], acc[o][j][3]))) +
+                            table_sum[o][j];
+}
+
+// Sixteen weights rounded to BF16, to nearest even (as Bf16BitsNearestEven in
+// fp8_block.cpp; no NaN reaches here), stored.
+inline void StoreBf16(uint16_t* out, __m512 w, __mmask16 m) {
+  __m512i u = _mm512_castps_si512(w);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+  _mm256_mask_storeu_epi16(out, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
 }
 
 }  // namespace
 
-void fp8_block_rows_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin,
-                           size_t r_end) {
-  const size_t cols = w.cols, rows = w.rows;
-  const size_t scale_cols = (cols + kBlock - 1) / kBlock;
+long long fp8_find_nan_avx512(const uint8_t* codes, size_t n) {
+  // 256 codes a step: (code | 0x80) == 0xFF for S.1111.111, the masks OR-ed,
+  // the first hit then located in the step that has one.
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80)), ones = _mm512_set1_epi8(static_cast<char>(0xFF));
+  size_t i = 0;
+  for (; i + 256 <= n; i += 256) {
+    __mmask64 any = 0;
+    for (size_t j = 0; j < 256; j += 64)
+      any |= _mm512_cmpeq_epi8_mask(_mm512_or_si512(_mm512_loadu_si512(codes + i + j), sign), ones);
+    if (any) break;
+  }
+  for (; i < n; ++i)
+    if ((codes[i] | 0x80) == 0xFF) return static_cast<long long>(i);
+  return -1;
+}
+
+void fp8_block_to_bf16_avx512(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out) {
+  const size_t cols = w.cols, scale_cols = (cols + kBlock - 1) / kBlock;
   for (size_t r = r_begin; r < r_end; ++r) {
     const uint8_t* codes = w.codes + r * cols;
     const float* srow = w.scales + (r / kBlock) * scale_cols;
+    uint16_t* o = out + (r - r_begin) * cols;
+    for (size_t k0 = 0, b = 0; k0 < cols; k0 += kBlock, ++b) {
+      const float scale = srow[b];
+      const size_t k1 = k0 + kBlock < cols ? k0 + kBlock : cols;
+      if (__builtin_isfinite(scale) && !(__builtin_fabsf(scale) < 0x1p119f)) {  // scale * 2^8 would overflow
+        const float* table = Fp8E4m3Table();
+        for (size_t k = k0; k < k1; ++k) {
+          const __m512 v = _mm512_set1_ps(table[codes[k]] * scale);
+          StoreBf16(o + k, v, 1);
+        }
+        continue;
+      }
+      const __m512 s = _mm512_set1_ps(scale * 256.0f);
+      for (size_t k = k0; k < k1; k += 16) {
+        const size_t left = k1 - k;
+        const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+        StoreBf16(o + k, ScaledWeights(_mm_maskz_loadu_epi8(m, codes + k), s), m);
+      }
+    }
+  }
+}
+
+void fp8_block_permute_x_avx512(const float* X, size_t n, size_t cols, float* XP) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* x = X + i * cols;
+    float* xp = XP + i * cols;
+    size_t k0 = 0;
+    for (; k0 < cols; k0 += kBlock) {
+      const size_t k1 = k0 + kBlock < cols ? k0 + kBlock : cols;
+      size_t k = k0;
+      for (; k + 64 <= k1; k += 64) {  // 128-bit chunk q of each of the 4 vectors into vector q
+        const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+        const __m512 x2 = _mm512_loadu_ps(x + k + 32), x3 = _mm512_loadu_ps(x + k + 48);
+        const __m512 t0 = _mm512_shuffle_f32x4(x0, x1, 0x44), t1 = _mm512_shuffle_f32x4(x0, x1, 0xEE);
+        const __m512 t2 = _mm512_shuffle_f32x4(x2, x3, 0x44), t3 = _mm512_shuffle_f32x4(x2, x3, 0xEE);
+        _mm512_storeu_ps(xp + k, _mm512_shuffle_f32x4(t0, t2, 0x88));
+        _mm512_storeu_ps(xp + k + 16, _mm512_shuffle_f32x4(t0, t2, 0xDD));
+        _mm512_storeu_ps(xp + k + 32, _mm512_shuffle_f32x4(t1, t3, 0x88));
+        _mm512_storeu_ps(xp + k + 48, _mm512_shuffle_f32x4(t1, t3, 0xDD));
+      }
+      for (; k < k1; ++k) xp[k] = x[k];  // a ragged block's tail stays in order
+    }
+  }
+}
+
+void fp8_block_rows_avx512(const Fp8BlockView& w, const float* XP, size_t n, float* Y, size_t r_begin,
+                           size_t r_end) {
+  const size_t cols = w.cols, rows = w.rows;
+  const Decoder dec;
+  size_t r = r_begin;
+  if (n == 1)  // decode: four weight streams at a time
+    for (; r + 4 <= r_end; r += 4) RowTile<4, 1>(dec, w, XP, Y, r);
+  for (; r < r_end; ++r) {
     size_t i = 0;
-    for (; i + kTile <= n; i += kTile) RowTile<kTile>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r);
+    for (; i + kTile <= n; i += kTile) RowTile<1, kTile>(dec, w, XP + i * cols, Y + i * rows, r);
     switch (n - i) {
-      case 7: RowTile<7>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
-      case 6: RowTile<6>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
-      case 5: RowTile<5>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
-      case 4: RowTile<4>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
-      case 3: RowTile<3>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
-      case 2: RowTile<2>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
-      case 1: RowTile<1>(codes, srow, cols, rows, X + i * cols, Y + i * rows, r); break;
+      case 3: RowTile<1, 3>(dec, w, XP + i * cols, Y + i * rows, r); break;
+      case 2: RowTile<1, 2>(dec, w, XP + i * cols, Y + i * rows, r); break;
+      case 1: RowTile<1, 1>(dec, w, XP + i * cols, Y + i * rows, r); break;
       default: break;
     }
   }

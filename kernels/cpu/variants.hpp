@@ -223,9 +223,16 @@ using Fp8BlockRowsFn = void (*)(const Fp8BlockView& w, const float* X, size_t n,
 const float* Fp8E4m3Table();
 void fp8_block_rows_scalar(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin, size_t r_end);
 void fp8_block_rows_avx2(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin, size_t r_end);
-void fp8_block_rows_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y, size_t r_begin, size_t r_end);
+// The AVX-512 row kernel reads X permuted by fp8_block_permute_x_avx512
+// (within each full 64-column group of a 128-column block, 128-bit chunk q of
+// the four 16-float vectors gathered into vector q; the rest in order).
+void fp8_block_rows_avx512(const Fp8BlockView& w, const float* XP, size_t n, float* Y, size_t r_begin, size_t r_end);
+void fp8_block_permute_x_avx512(const float* X, size_t n, size_t cols, float* XP);
 void matmul_fp8_block_scalar(const Fp8BlockView& w, const float* X, size_t n, float* Y);
 void matmul_fp8_block_avx2(const Fp8BlockView& w, const float* X, size_t n, float* Y);
 void matmul_fp8_block_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+// Fp8BlockToBf16's and Fp8FindNan's AVX-512 code (fp8_block.hpp).
+void fp8_block_to_bf16_avx512(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out);
+long long fp8_find_nan_avx512(const uint8_t* codes, size_t n);
 
 }  // namespace moeserve::kernels::cpu

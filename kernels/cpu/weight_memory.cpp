@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <new>
+#include <utility>
 
 #include <sys/mman.h>
 
@@ -63,12 +64,20 @@ void* WeightArena::Allocate(size_t bytes) {
   }
   void* p = chunks_.back().p + used_;
   used_ += need;
+  used_total_ += need;
   return p;
+}
+
+uint8_t* WeightArena::Adopt(WeightBuffer buffer) {
+  used_total_ += (buffer.size() + 63) / 64 * 64;
+  adopted_.push_back(std::move(buffer));
+  return adopted_.back().data();
 }
 
 size_t WeightArena::bytes_reserved() const {
   size_t total = 0;
   for (const Chunk& c : chunks_) total += c.size;
+  for (const WeightBuffer& b : adopted_) total += b.size();
   return total;
 }
 

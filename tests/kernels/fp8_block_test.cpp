@@ -7,8 +7,10 @@
 // same bits alone as in a batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <cstdint>
 #include <limits>
@@ -71,7 +73,10 @@ TEST(Fp8E4m3, EveryCodeDecodesToItsDefinition) {
 // holds only code c, X = (1, 0, 0, ...), so y[c] = E4M3(c) * scale exactly
 // (the other products are zeros; NaN codes give NaN).
 TEST(Fp8E4m3, EveryVariantDecodesEveryCodeTimesItsScale) {
-  for (size_t cols : {size_t{48}, size_t{141}}) {  // 141: a full block, then 13 columns (the tails)
+  // 141: a full block, then 13 columns (the tails); 192: a full block, then
+  // one full 64-column group (the AVX-512 kernel's table decode) and the 1
+  // at column 77, inside the first block's second group.
+  for (size_t cols : {size_t{48}, size_t{141}, size_t{192}}) {
     // Also a scale whose product with 2^8 overflows (1e38) and a subnormal one.
     for (float scale : {1.0f, 0.0173f, 3.7f, 1e38f, 1e-40f}) {
       const size_t rows = 256;
@@ -81,7 +86,7 @@ TEST(Fp8E4m3, EveryVariantDecodesEveryCodeTimesItsScale) {
       std::vector<float> scales(Fp8BlockScaleCount(rows, cols), scale);
       const Fp8BlockView w = MakeFp8BlockView(codes, scales, rows, cols);
       std::vector<float> x(cols, 0.0f);
-      x[cols == 48 ? 0 : 130] = 1.0f;  // 130: inside the second block's tail
+      x[cols == 48 ? 0 : cols == 141 ? 130 : 77] = 1.0f;  // 130: inside the second block's tail
       ForEachVariant("matmul_fp8_block decode", [&](const KernelSet& k) {
         SCOPED_TRACE(std::string(k.matmul_fp8_block.name) + " cols " + std::to_string(cols) + " scale " +
                      std::to_string(scale));
@@ -128,6 +133,56 @@ TEST(Fp8BlockToF32, EveryFiniteCodeTimesItsBlocksScaleRoundedOnce) {
   std::vector<float> part(2 * cols);
   Fp8BlockToF32(w, 127, 129, part.data());  // across the row-block edge
   for (size_t k = 0; k < 2 * cols; ++k) EXPECT_EQ(part[k], all[127 * cols + k]) << k;
+}
+
+// The BF16 a loader converts routed experts to (Fp8BlockToBf16): the
+// reference is the definition's value times the block scale rounded to fp32
+// once, then to BF16 to nearest even (written here independently); the
+// AVX-512 and the portable code must give the same bits on every element of
+// a ragged shape whose blocks mix scales that are not powers of two, a
+// subnormal one, and ones that overflow to infinity or need the wide-scale
+// path (2^8 * scale overflows), plus rows split at any point.
+uint16_t Bf16Definition(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t lsb = (u >> 16) & 1u;
+  const uint64_t rounded = static_cast<uint64_t>(u) + 0x7FFFu + lsb;
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+TEST(Fp8BlockToBf16, EveryCodeTimesItsBlocksScaleRoundedToNearestEven) {
+  const size_t rows = 260, cols = 300;  // 3 x 3 blocks, the last ones ragged
+  std::vector<uint8_t> codes(rows * cols);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    codes[i] = static_cast<uint8_t>((i * 37 + i / cols) & 0xFF);
+    if (IsNanCode(codes[i])) codes[i] ^= 0x01;
+  }
+  const std::vector<float> scales = {0.0173f, 3.7f, 1.0f / 3.0f, 1e-40f, 5.3e36f, 0.3f, 1e38f, 2.0f, 0.000913f};
+  const Fp8BlockView w = MakeFp8BlockView(codes, scales, rows, cols);
+  std::vector<uint16_t> want(rows * cols);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t k = 0; k < cols; ++k)
+      want[r * cols + k] = Bf16Definition(static_cast<float>(E4m3Definition(codes[r * cols + k])) * w.scale(r, k));
+  std::vector<uint16_t> ref(rows * cols, 0xDEAD);
+  Fp8BlockToBf16Ref(w, 0, rows, ref.data());
+  ASSERT_EQ(ref, want);
+  size_t infinities = 0;
+  for (uint16_t b : want) infinities += (b & 0x7FFF) == 0x7F80;
+  EXPECT_GT(infinities, 0u);  // the 1e38 block overflows: the rounding keeps infinities
+  for (bool avx512 : {false, true}) {
+    SCOPED_TRACE(avx512 ? "AVX-512 where this CPU has it" : "portable");
+    std::vector<uint16_t> got(rows * cols, 0xDEAD);
+    Fp8BlockToBf16(w, 0, rows, got.data(), avx512);
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i] != want[i] && ++differ <= 5)
+        ADD_FAILURE() << "row " << i / cols << " col " << i % cols << " code " << int(codes[i]) << ": " << got[i]
+                      << " want " << want[i];
+    EXPECT_EQ(differ, 0u);
+    std::vector<uint16_t> part(3 * cols, 0xDEAD);
+    Fp8BlockToBf16(w, 127, 130, part.data(), avx512);  // across the row-block edge
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), want.begin() + 127 * cols));
+  }
+  std::printf("[ variants ] Fp8BlockToBf16 ran: portable%s\n", IsaSupported(Isa::kAvx512) ? " avx512" : "");
 }
 
 TEST(Fp8FindNan, FindsTheFirstNanCodeOfEitherSign) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "conversion.hpp"
 #include "moeserve/engine/families/deepseek_v32.hpp"
@@ -55,6 +57,48 @@ void DropPages(const TensorView& t) {
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) & ~(page - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes) & ~(page - 1);
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+// The published pages of a tensor mapped in one call before they are read
+// (MADV_POPULATE_READ, Linux 5.14): page by page, each first touch of a
+// mapped page is a fault, and under a hypervisor a fault costs far more
+// than reading the page. Advice only: an older kernel refuses it and the
+// faults happen as before.
+void Populate(const TensorView& t) {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;
+#endif
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(t.data) + t.nbytes;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+}
+
+// fn(begin, end) over [0, n) in pieces of `piece`, taken in turn by the
+// calling thread and one more thread per other core (a load's conversions
+// and copies use every core). Threads of its own, started per call, not the
+// kernel pool: a process that loads a model and then forks (expert-parallel
+// ranks in tests) must not hold pool workers that its children lack.
+void ForPieces(size_t n, size_t piece, const std::function<void(size_t, size_t)>& fn) {
+  const size_t pieces = (n + piece - 1) / piece;
+  if (pieces <= 1) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < pieces;) fn(i * piece, std::min(n, (i + 1) * piece));
+  };
+  const size_t helpers = std::min<size_t>(pieces, std::max(1u, std::thread::hardware_concurrency())) - 1;
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
+// memcpy in 4 MiB pieces over the pool.
+void CopyInParallel(uint8_t* dst, const uint8_t* src, size_t n) {
+  ForPieces(n, size_t{4} << 20, [&](size_t b, size_t e) { std::memcpy(dst + b, src + b, e - b); });
 }
 
 // A published matrix checked when planned: FP8 with its block scales, BF16
@@ -169,8 +213,9 @@ class Source {
   // (dst[0] codes, dst[1] scales), checked on the way (no NaN code, every
   // scale a positive finite number) so that a bad one is named at load.
   static Status KeepFp8(const Planned& p, const std::vector<uint8_t*>& dst) {
+    Populate(*p.t);
     MOE_TRY(CheckFp8(p));
-    std::memcpy(dst[0], p.t->data, static_cast<size_t>(p.rows * p.cols));
+    CopyInParallel(dst[0], p.t->data, static_cast<size_t>(p.rows * p.cols));
     std::memcpy(dst[1], p.scale->data, p.scale->nbytes);
     DropPages(*p.t);
     DropPages(*p.scale);
@@ -194,7 +239,19 @@ class Source {
                                                           " scale " + std::to_string(v) +
                                                           " is not a positive finite number"));
     }
-    const long long bad = kernels::Fp8FindNan(p.t->data, static_cast<size_t>(p.rows * p.cols));
+    // The first NaN code: each piece scanned in parallel, the lowest hit kept.
+    const size_t n = static_cast<size_t>(p.rows * p.cols), piece = size_t{4} << 20;
+    std::vector<long long> hits((n + piece - 1) / piece, -1);
+    ForPieces(n, piece, [&](size_t b, size_t e) {
+      const long long at = kernels::Fp8FindNan(p.t->data + b, e - b);
+      if (at >= 0) hits[b / piece] = static_cast<long long>(b) + at;
+    });
+    long long bad = -1;
+    for (long long h : hits)
+      if (h >= 0) {
+        bad = h;
+        break;
+      }
     if (bad >= 0)
       return Fail(Error::Corruption(*p.t->file, "tensor '" + p.name + "': element [" + std::to_string(bad / p.cols) + ", " +
                                                     std::to_string(bad % p.cols) + "] is an FP8 NaN"));
@@ -202,9 +259,11 @@ class Source {
   }
 
   // The matrix into dst as `to` (BF16 or F32). FP8: code * scale in fp32
-  // (vectorised, Fp8BlockToF32), then rounded to BF16 when asked.
+  // (Fp8BlockToF32), or those values rounded to BF16 (Fp8BlockToBf16, the
+  // rounding of F32ToBf16), rows spread over the kernel pool.
   static Status ConvertInto(const Planned& p, DType to, uint8_t* dst) {
     const TensorView* t = p.t;
+    Populate(*t);
     const size_t n = static_cast<size_t>(p.rows * p.cols), cols = static_cast<size_t>(p.cols);
     if (t->dtype == to) {
       std::memcpy(dst, t->data, n * DTypeSize(to));
@@ -232,18 +291,21 @@ class Source {
     std::vector<float> scale(static_cast<size_t>(p.scale->numel()));
     std::memcpy(scale.data(), p.scale->data, scale.size() * 4);
     const kernels::Fp8BlockView v{t->data, scale.data(), static_cast<size_t>(p.rows), cols};
-    // A block row of 128 matrix rows at a time through an fp32 buffer.
-    std::vector<float> rows(std::min<size_t>(v.rows, kernels::kFp8BlockSize) * cols);
-    for (size_t r0 = 0; r0 < v.rows; r0 += kernels::kFp8BlockSize) {
-      const size_t r1 = std::min(v.rows, r0 + kernels::kFp8BlockSize), m = (r1 - r0) * cols;
-      kernels::Fp8BlockToF32(v, r0, r1, rows.data());
-      if (to == DType::kF32) {
-        std::memcpy(dst + 4 * r0 * cols, rows.data(), m * 4);
-      } else {
-        uint8_t* out = dst + 2 * r0 * cols;
-        for (size_t i = 0; i < m; ++i) PutBf16(out, i, F32ToBf16(rows[i]));
-      }
-    }
+    // Pieces of 32 rows over the pool, straight into dst when it is aligned
+    // to the element (the converting source's weight memory; a place in
+    // OpenDir's packed image may not be), else through a buffer per piece.
+    // Fp8BlockToBf16 rounds as F32ToBf16 does (no NaN reaches it: CheckFp8).
+    const size_t esize = DTypeSize(to);
+    const bool aligned = reinterpret_cast<uintptr_t>(dst) % esize == 0;
+    ForPieces(v.rows, 32, [&](size_t r0, size_t r1) {
+      std::vector<uint8_t> buffer(aligned ? 0 : (r1 - r0) * cols * esize);
+      uint8_t* out = aligned ? dst + r0 * cols * esize : buffer.data();
+      if (to == DType::kF32)
+        kernels::Fp8BlockToF32(v, r0, r1, reinterpret_cast<float*>(out));
+      else
+        kernels::Fp8BlockToBf16(v, r0, r1, reinterpret_cast<uint16_t*>(out));
+      if (!aligned) std::memcpy(dst + r0 * cols * esize, buffer.data(), buffer.size());
+    });
     return Ok();
   }
 
@@ -544,9 +606,10 @@ class ConvertingSource final : public TensorSource {
     std::vector<uint8_t*> dst;
     for (size_t o = 0; o < recipe.outs.size(); ++o) {
       const Output& out = recipe.outs[o];
-      made[o].bytes.resize(out.nbytes());
-      made[o].view = TensorView{out.name, out.dtype, out.shape, made[o].bytes.data(), out.nbytes(), &cv_->published_name};
-      dst.push_back(made[o].bytes.data());
+      // Weight memory, not zeroed: every recipe writes its outputs whole.
+      made[o].storage = kernels::WeightBuffer(out.nbytes());
+      made[o].view = TensorView{out.name, out.dtype, out.shape, made[o].storage.data(), out.nbytes(), &cv_->published_name};
+      dst.push_back(made[o].storage.data());
     }
     MOE_TRY(recipe.fill(dst));
     for (size_t o = 0; o < made.size(); ++o)

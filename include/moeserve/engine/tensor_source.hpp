@@ -11,15 +11,19 @@
 
 #include "moeserve/common/status.hpp"
 #include "moeserve/engine/safetensors.hpp"
+#include "moeserve/kernels/weight_memory.hpp"
 
 namespace moeserve::engine {
 
 // A tensor and, when it was made for the caller, its storage. view.data
-// points into `bytes` (moving a HeldTensor keeps it valid) or into a mapped
-// checkpoint that outlives the loader.
+// points into `bytes` or `storage` (moving a HeldTensor keeps it valid) or
+// into a mapped checkpoint that outlives the loader. `storage` is huge-page
+// weight memory that was never zeroed (a converting source writes it whole):
+// a loader may keep it as it is (WeightArena::Adopt) instead of copying.
 struct HeldTensor {
   TensorView view;
   std::vector<uint8_t> bytes;
+  kernels::WeightBuffer storage;
 
   HeldTensor() = default;
   HeldTensor(HeldTensor&&) = default;

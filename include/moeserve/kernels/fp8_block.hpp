@@ -61,6 +61,17 @@ float Fp8E4m3ToFloat(uint8_t code);
 // decodes them as a finite value.
 void Fp8BlockToF32(const Fp8BlockView& w, size_t r_begin, size_t r_end, float* out);
 
+// Fp8BlockToF32's values rounded to BF16 (to nearest, ties to even; an
+// infinite product stays infinite), rows [r_begin, r_end) into out: what a
+// loader that holds the weights in BF16 (routed experts) converts to.
+// Fp8BlockToBf16Ref is the plain loop (Fp8BlockToF32, then the rounding
+// element by element); Fp8BlockToBf16 gives the same bits with the AVX-512
+// decode where this CPU has it (avx512 = false forces the portable loop, for
+// tests), single-threaded (callers split rows). NaN codes must have been
+// refused first (Fp8FindNan).
+void Fp8BlockToBf16Ref(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out);
+void Fp8BlockToBf16(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out, bool avx512 = true);
+
 // The index of the first NaN code (S.1111.111) in codes[0, n), or -1.
 long long Fp8FindNan(const uint8_t* codes, size_t n);
 

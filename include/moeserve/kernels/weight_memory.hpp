@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace moeserve::kernels {
@@ -39,6 +40,37 @@ struct WeightAllocator {
   bool operator==(const WeightAllocator<U>&) const { return true; }
 };
 
+// Storage of `bytes` from AllocateWeights, left uninitialised (a loader
+// fills it whole: zeroing first would touch every page twice), freed with
+// the buffer. Movable, not copyable.
+class WeightBuffer {
+ public:
+  WeightBuffer() = default;
+  explicit WeightBuffer(size_t bytes) : p_(static_cast<uint8_t*>(AllocateWeights(bytes))), size_(bytes) {}
+  WeightBuffer(WeightBuffer&& o) noexcept : p_(o.p_), size_(o.size_) { o.p_ = nullptr, o.size_ = 0; }
+  WeightBuffer& operator=(WeightBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      p_ = o.p_, size_ = o.size_;
+      o.p_ = nullptr, o.size_ = 0;
+    }
+    return *this;
+  }
+  WeightBuffer(const WeightBuffer&) = delete;
+  WeightBuffer& operator=(const WeightBuffer&) = delete;
+  ~WeightBuffer() { Reset(); }
+  uint8_t* data() const { return p_; }
+  size_t size() const { return size_; }
+
+ private:
+  void Reset() {
+    if (p_) FreeWeights(p_, size_);
+    p_ = nullptr, size_ = 0;
+  }
+  uint8_t* p_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Many small matrices (a few hundred KiB to a few MiB each) packed into
 // large huge-page chunks, so that they too stream from 2 MiB pages. Memory
 // lives as long as the arena.
@@ -51,7 +83,15 @@ class WeightArena {
 
   // 64-byte aligned storage for `bytes`.
   void* Allocate(size_t bytes);
+  // Keeps a buffer filled elsewhere (a loader's converted tensor) for the
+  // arena's life instead of copying it in; returns its data.
+  uint8_t* Adopt(WeightBuffer buffer);
+  // The chunks' capacity plus the adopted buffers.
   size_t bytes_reserved() const;
+  // What the weights take: every allocation and adopted buffer rounded up to
+  // 64 bytes (the same whether a tensor was copied in or adopted; a chunk's
+  // unused tail is never touched, so it is not resident).
+  size_t bytes_used() const { return used_total_; }
 
  private:
   struct Chunk {
@@ -59,7 +99,9 @@ class WeightArena {
     size_t size;
   };
   std::vector<Chunk> chunks_;
+  std::vector<WeightBuffer> adopted_;
   size_t used_ = 0;  // in the last chunk
+  size_t used_total_ = 0;
 };
 
 }  // namespace moeserve::kernels
