@@ -26,6 +26,18 @@ uint16_t ToBf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// Random BF16 weights W [out x in] and the same values widened to fp32 in Wf.
+void RandomBf16Weights(size_t out, size_t in, std::mt19937& rng, std::vector<uint16_t>& W, std::vector<float>& Wf) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  W.resize(out * in);
+  Wf.resize(W.size());
+  for (size_t i = 0; i < W.size(); ++i) {
+    W[i] = ToBf16(d(rng));
+    uint32_t u = static_cast<uint32_t>(W[i]) << 16;
+    std::memcpy(&Wf[i], &u, 4);
+  }
+}
+
 TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
   std::mt19937 rng(4);
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -41,13 +53,9 @@ TEST(Bf16MatMul, FastMatchesReferenceAndFp32) {
                             std::tuple{100, 300, 80}, std::tuple{129, 1000, 65}, std::tuple{45, 96, 93},
                             std::tuple{77, 1000, 97}, std::tuple{3, 40, 130}, std::tuple{45, 1100, 256},
                             std::tuple{1030, 2048, 81}, std::tuple{40, 70, 257}}) {
-    std::vector<uint16_t> W(static_cast<size_t>(out) * in);
-    std::vector<float> Wf(W.size()), X(static_cast<size_t>(n) * in);
-    for (size_t i = 0; i < W.size(); ++i) {
-      W[i] = ToBf16(d(rng));
-      uint32_t u = static_cast<uint32_t>(W[i]) << 16;
-      std::memcpy(&Wf[i], &u, 4);
-    }
+    std::vector<uint16_t> W;
+    std::vector<float> Wf, X(static_cast<size_t>(n) * in);
+    RandomBf16Weights(static_cast<size_t>(out), static_cast<size_t>(in), rng, W, Wf);
     for (auto& x : X) x = d(rng);
     std::vector<float> ref(static_cast<size_t>(n) * out), f32(ref.size());
     MatMulBf16Ref(W.data(), out, in, X.data(), n, ref.data());
@@ -70,13 +78,9 @@ TEST(Bf16MatMul, ManyRowsEqualFp32OnWidenedWeightsBitForBit) {
   std::mt19937 rng(5);
   std::normal_distribution<float> d(0.0f, 1.0f);
   for (auto [out, in, n] : {std::tuple{70, 2080, 257}, std::tuple{33, 15, 300}, std::tuple{129, 64, 512}}) {
-    std::vector<uint16_t> W(static_cast<size_t>(out) * in);
-    std::vector<float> Wf(W.size()), X(static_cast<size_t>(n) * in);
-    for (size_t i = 0; i < W.size(); ++i) {
-      W[i] = ToBf16(d(rng));
-      uint32_t u = static_cast<uint32_t>(W[i]) << 16;
-      std::memcpy(&Wf[i], &u, 4);
-    }
+    std::vector<uint16_t> W;
+    std::vector<float> Wf, X(static_cast<size_t>(n) * in);
+    RandomBf16Weights(static_cast<size_t>(out), static_cast<size_t>(in), rng, W, Wf);
     for (auto& x : X) x = d(rng);
     ForEachVariant("matmul_bf16, matmul_f32", [&](const KernelSet& k) {
       std::vector<float> bf(static_cast<size_t>(n) * out, NAN), f32(bf.size(), NAN);
