@@ -10,15 +10,6 @@
 
 namespace moeserve::engine {
 
-namespace {
-
-float* CacheRow(KvPool& pool, const SequenceCache& cache, int64_t pos, size_t offset) {
-  const int bt = pool.block_tokens();
-  return pool.TokenRow(cache.blocks[static_cast<size_t>(pos / bt)], static_cast<int>(pos % bt)) + offset;
-}
-
-}  // namespace
-
 std::vector<float> GqaRopeFrequencies(const GqaConfig& g) {
   // inv_freq_j = theta^(-2j / rotary_dim), j < rotary_dim / 2.
   std::vector<float> freqs;
@@ -53,7 +44,7 @@ void GatedGqaAttention(const LayerContext& ctx, const LayerWeights& w, const flo
         k.rms_norm(qh, w.q_norm.data(), eps, static_cast<size_t>(hd), qh);
         RopeHalfSplit(qh, c.rotary_dim, pos, freqs);
       }
-      float* row = CacheRow(pool, *s.cache, pos, offset);
+      float* row = CachePart(pool, *s.cache, pos, offset, 2 * kd);
       for (int h = 0; h < Hkv; ++h) {
         float* kh = &kk[static_cast<size_t>(t) * kd + static_cast<size_t>(h) * hd];
         k.rms_norm(kh, w.k_norm.data(), eps, static_cast<size_t>(hd), kh);
@@ -87,7 +78,7 @@ void GatedGqaAttention(const LayerContext& ctx, const LayerWeights& w, const flo
     const SegmentRows& s = segs[si];
     const int64_t last = s.pos0 + s.n;
     seg_rows[si].resize(static_cast<size_t>(last));
-    for (int64_t p = 0; p < last; ++p) seg_rows[si][static_cast<size_t>(p)] = CacheRow(pool, *s.cache, p, offset);
+    CachePartRows(pool, *s.cache, last, offset, 2 * kd, seg_rows[si].data());
     flash[si] = flash_ok && s.n >= kFlashRows;
     first_job[si + 1] = first_job[si] + (flash[si] ? 0 : static_cast<size_t>(s.n) * H);
     for (int j = 0; j < s.n; ++j) flops += 4.0 * H * hd * static_cast<double>(s.pos0 + j + 1);

@@ -20,11 +20,6 @@ struct CacheLayout {
   int kv_lora, rope, index_dim;  // index_dim 0 for plain MLA
 };
 
-float* CacheRow(KvPool& pool, const SequenceCache& cache, int64_t pos, size_t offset) {
-  const int bt = pool.block_tokens();
-  return pool.TokenRow(cache.blocks[static_cast<size_t>(pos / bt)], static_cast<int>(pos % bt)) + offset;
-}
-
 float Dot(const float* a, const float* b, int n) {
   float s = 0.0f;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
@@ -155,10 +150,28 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
   const int qk = nope + rope, kvl = m.kv_lora_rank, ql = m.q_lora_rank;
   const int IH = dsa ? cfg.dsa.index_n_heads : 0, ID = dsa ? cfg.dsa.index_head_dim : 0;
   const float eps = static_cast<float>(cfg.rms_norm_eps);
-  const size_t off_c = ctx.cache_offset, off_pe = off_c + kvl, off_ik = off_pe + rope;
   // Int8 indexer scores (ModelOptions::indexer_scores): the key is written
   // to the cache quantised, each query quantised per head below.
   const bool int8_index = dsa && ctx.options.indexer_scores == IndexerScores::kInt8;
+  // The layer's cache parts (KvPool::PartRow): the latent row c | k_pe, and
+  // for DSA the indexer key, each part's rows of a block stored together, so
+  // that the indexer streams its keys. off_c, off_pe: within a latent row.
+  const size_t lat_part = ctx.cache_offset, lat_floats = static_cast<size_t>(kvl + rope);
+  const size_t key_part = lat_part + lat_floats,
+               key_floats = int8_index ? kernels::IndexerInt8KeyFloats(ID) : static_cast<size_t>(ID);
+  const size_t off_c = 0, off_pe = static_cast<size_t>(kvl);
+  const auto latent_row = [&](const SequenceCache& cache, int64_t pos) {
+    return CachePart(ctx.pool, cache, pos, lat_part, lat_floats);
+  };
+  // fp32 keys are rows of the part; int8 keys are stored by pool block
+  // (indexer_int8.hpp), so the VNNI kernel reads 16 keys as a vector.
+  const auto key_row = [&](const SequenceCache& cache, int64_t pos) {
+    return CachePart(ctx.pool, cache, pos, key_part, key_floats);
+  };
+  const int bt = ctx.pool.block_tokens();
+  const auto key_block = [&](const SequenceCache& cache, int64_t pos) {
+    return CachePart(ctx.pool, cache, pos / bt * bt, key_part, key_floats);
+  };
 
   // Every projection of x first, as one pass (LinearMany); then those of qr.
   // 1. Queries: qr = RMSNorm(wq_a x) [n, q_lora]; q = wq_b qr [n, H, nope|rope].
@@ -226,14 +239,14 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       const int r = seg.row0 + i;
       const int64_t pos = seg.pos0 + i;
       for (int h = 0; h < H; ++h) RopeInterleaved(&q[(static_cast<size_t>(r) * H + h) * qk + nope], rope, pos, ctx.rope_freqs);
-      float* row = CacheRow(ctx.pool, *seg.cache, pos, off_c);
+      float* row = latent_row(*seg.cache, pos);
       kc.rms_norm(&kv[static_cast<size_t>(r) * (kvl + rope)], w.kv_norm.data(), eps, static_cast<size_t>(kvl), row);
       std::copy_n(&kv[static_cast<size_t>(r) * (kvl + rope) + kvl], rope, row + kvl);
       RopeInterleaved(row + kvl, rope, pos, ctx.rope_freqs);
       if (dsa) {
         // The key in fp32: in the cache row itself, or (int8) in the row's
         // normalised indexer input, quantised into the cache row after.
-        float* ik = int8_index ? &ikraw[static_cast<size_t>(r) * ID] : CacheRow(ctx.pool, *seg.cache, pos, off_ik);
+        float* ik = int8_index ? &ikraw[static_cast<size_t>(r) * ID] : key_row(*seg.cache, pos);
         kernels::LayerNormRef(&ikraw[static_cast<size_t>(r) * ID], w.idx_k_norm_w.data(), w.idx_k_norm_b.data(), 1e-6f, ID, ik);
         RopeHalfSplit(ik, rope, pos, ctx.rope_freqs);
         for (int j = 0; j < IH; ++j) RopeHalfSplit(&iq[(static_cast<size_t>(r) * IH + j) * ID], rope, pos, ctx.rope_freqs);
@@ -242,7 +255,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
           for (int j = 0; j < IH; ++j) IndexHadamardFp8(&iq[(static_cast<size_t>(r) * IH + j) * ID], ID, cfg.dsa.index_fp8_ue8m0);
         }
         if (int8_index) {
-          kernels::QuantizeIndexerKeyInt8(ik, ID, CacheRow(ctx.pool, *seg.cache, pos, off_ik));
+          kernels::StoreIndexerKeyInt8Blocked(ik, ID, key_block(*seg.cache, pos), bt, static_cast<int>(pos % bt));
           const size_t g = static_cast<size_t>(r) * IH;
           kernels::QuantizeIndexerQueryInt8(&iq[g * ID], &iw[g], IH, ID, &iq8[g * ID], &iwt8[g], &ioff8[g]);
         }
@@ -284,7 +297,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       k_nope.resize(static_cast<size_t>(ctx_len) * H * nope);
       vals.resize(static_cast<size_t>(ctx_len) * H * vd);
       for (int64_t s = 0; s < ctx_len; ++s) {
-        const float* c = CacheRow(ctx.pool, *seg.cache, s, off_c);
+        const float* c = latent_row(*seg.cache, s);
         for (int h = 0; h < H; ++h) {
           const float* wb = &w.wkv_b.w[static_cast<size_t>(h) * (nope + vd) * kvl];
           for (int i = 0; i < nope; ++i) k_nope[(s * H + h) * nope + i] = Dot(wb + static_cast<size_t>(i) * kvl, c, kvl);
@@ -292,9 +305,24 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         }
       }
     }
-    // Row pointers of this sequence's cached tokens (the pool is paged).
-    std::vector<const float*> rows(static_cast<size_t>(ctx_len));
-    for (int64_t sidx = 0; sidx < ctx_len; ++sidx) rows[static_cast<size_t>(sidx)] = CacheRow(ctx.pool, *seg.cache, sidx, 0);
+    // Row pointers of this sequence's cached tokens (the pool is paged):
+    // latent rows, and once a query is sparse the indexer's keys, fp32 by
+    // row or int8 by pool block (one pointer a block).
+    std::vector<const float*> rows(static_cast<size_t>(ctx_len)), key_rows;
+    CachePartRows(ctx.pool, *seg.cache, ctx_len, lat_part, lat_floats, rows.data());
+    const auto keys_of_cache = [&]() -> const float* const* {
+      if (key_rows.empty()) {
+        if (int8_index) {
+          key_rows.resize(static_cast<size_t>((ctx_len + bt - 1) / bt));
+          for (size_t b = 0; b < key_rows.size(); ++b)
+            key_rows[b] = ctx.pool.PartRow(seg.cache->blocks[b], 0, key_part, key_floats);
+        } else {
+          key_rows.resize(static_cast<size_t>(ctx_len));
+          CachePartRows(ctx.pool, *seg.cache, ctx_len, key_part, key_floats, key_rows.data());
+        }
+      }
+      return key_rows.data();
+    };
     std::vector<float> scores;
     std::vector<int> keys;
     // The indexer's top-k of up to kSparseBlock sparse rows [block_r0,
@@ -311,7 +339,9 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     std::vector<std::vector<int>> block_sel;
     std::vector<kernels::TopKStream> block_streams;
     const int topk = dsa ? cfg.dsa.index_topk : 0;
-    const int tile = std::max(1, ctx.options.indexer_tile_keys);
+    // Int8 tiles start on pool blocks (the same selections whatever the tile).
+    const int tile = int8_index ? std::max(bt, ctx.options.indexer_tile_keys / bt * bt)
+                                : std::max(1, ctx.options.indexer_tile_keys);
     const auto select_block = [&](int r) {
       block_r0 = r;
       block_n = std::min(indexer_block, seg.row0 + seg.n - r);
@@ -320,19 +350,20 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       for (int b = 0; b < block_n; ++b) block_len[static_cast<size_t>(b)] = static_cast<int>(seg.pos0 + (r + b - seg.row0) + 1);
       const int longest = block_len.back();
       const size_t g0 = static_cast<size_t>(r) * IH;
-      // The block's rows' scores over keys `key_rows` [0, n[b]), row b's at scores + b * ld.
-      const auto score_keys = [&](const float* const* key_rows, const int* kn, float* out, size_t ld_out) {
+      // The block's rows' scores over the keys from t0 (int8: t0 a multiple of
+      // the pool block) to each row's kn, row b's at out + b * ld_out.
+      const auto score_keys = [&](int64_t t0, const int* kn, float* out, size_t ld_out) {
         if (int8_index)
-          kc.indexer_scores_int8(kernels::IndexerInt8Query{&iq8[g0 * ID], &iwt8[g0], &ioff8[g0]}, block_n, IH, ID,
-                                 key_rows, off_ik, kn, out, ld_out);
+          kc.indexer_scores_int8_blocked(kernels::IndexerInt8Query{&iq8[g0 * ID], &iwt8[g0], &ioff8[g0]}, block_n, IH,
+                                         ID, keys_of_cache() + t0 / bt, bt, kn, out, ld_out);
         else
-          kc.indexer_scores_batch(&iq[g0 * ID], &iw[g0], block_n, IH, ID, key_rows, off_ik, kn, out, ld_out);
+          kc.indexer_scores_batch(&iq[g0 * ID], &iw[g0], block_n, IH, ID, keys_of_cache() + t0, 0, kn, out, ld_out);
       };
       block_sel.resize(nb);
       if (longest <= tile) {  // one pass
         const size_t ld = static_cast<size_t>(longest);
         index_scores.resize(nb * ld);
-        score_keys(rows.data(), block_len.data(), index_scores.data(), ld);
+        score_keys(0, block_len.data(), index_scores.data(), ld);
         kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
           block_sel[j].resize(static_cast<size_t>(topk));
           kernels::TopKIndices(&index_scores[j * ld], block_len[j], topk, block_sel[j].data());
@@ -347,7 +378,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       for (size_t j = 0; j < nb; ++j) block_streams[j].Reset(topk);
       for (int t0 = 0; t0 < longest; t0 += tile) {
         for (size_t j = 0; j < nb; ++j) tile_n[j] = std::clamp(block_len[j] - t0, 0, tile);
-        score_keys(rows.data() + t0, tile_n.data(), index_scores.data(), ld);
+        score_keys(t0, tile_n.data(), index_scores.data(), ld);
         kernels::DefaultThreadPool().ParallelFor(nb, [&](size_t j) {
           if (tile_n[j] > 0) block_streams[j].Push(&index_scores[j * ld], tile_n[j], t0);
         });

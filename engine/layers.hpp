@@ -72,6 +72,28 @@ inline double LinearFlops(std::initializer_list<const Matrix*> ws, int n) {
   return f;
 }
 
+// Where position pos of the sequence keeps the cache part at per-token offset
+// part_offset, part_floats wide (KvPool::PartRow: a part's rows of a block
+// are stored together).
+inline float* CachePart(KvPool& pool, const SequenceCache& cache, int64_t pos, size_t part_offset, size_t part_floats) {
+  const int bt = pool.block_tokens();
+  return pool.PartRow(cache.blocks[static_cast<size_t>(pos / bt)], static_cast<int>(pos % bt), part_offset, part_floats);
+}
+
+// out[s] = CachePart(pool, cache, s, ...) for s < n, a block at a time
+// (a decode step at 1M tokens builds such a table per layer: one division
+// and product per position cost milliseconds there).
+inline void CachePartRows(KvPool& pool, const SequenceCache& cache, int64_t n, size_t part_offset, size_t part_floats,
+                          const float** out) {
+  const int bt = pool.block_tokens();
+  for (int64_t b = 0; b * bt < n; ++b) {
+    const float* row = pool.PartRow(cache.blocks[static_cast<size_t>(b)], 0, part_offset, part_floats);
+    const int64_t end = std::min<int64_t>(n - b * bt, bt);
+    const float** o = out + b * bt;
+    for (int64_t j = 0; j < end; ++j) o[j] = row + static_cast<size_t>(j) * part_floats;
+  }
+}
+
 struct LayerContext {
   const ModelConfig& config;
   const ModelOptions& options;
@@ -83,7 +105,7 @@ struct LayerContext {
   KvPool& pool;
   std::span<const SegmentRows> segments;
   int layer;
-  size_t cache_offset;                 // this layer's floats within a token row
+  size_t cache_offset;                 // this layer's first part's offset in the per-token floats (CachePart)
   const std::vector<float>& rope_freqs;  // this layer kind's: MLA/DSA (YaRN) or GQA
   float mla_scale;
   ForwardTrace* trace;

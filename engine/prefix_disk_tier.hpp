@@ -18,9 +18,11 @@
 //   "MOEPFXC1", u32 version, u32 block_tokens, u64 floats_per_token,
 //   u8[16] model id, u8 is_public, u32 partition bytes, u64 tokens,
 //   u32 delta layers, per layer u64 conv floats, u64 S floats, then the
-//   partition, the tokens (i32), the token rows (f32, tokens x
-//   floats_per_token), each layer's conv tail and S (f32), and last the
-//   SHA-256 of every byte before it.
+//   partition, the tokens (i32), the cache blocks as the pool holds them
+//   (f32, tokens x floats_per_token; version 2: each cache part's rows of a
+//   block together, KvPool::PartRow; version 1 files held token rows and are
+//   refused, then recomputed), each layer's conv tail and S (f32), and last
+//   the SHA-256 of every byte before it.
 // Every length is checked against fixed caps and against the file's size
 // before anything is allocated; a file whose header, size, model,
 // partition, tokens or checksum is not what the lookup expects is refused,
@@ -60,7 +62,7 @@ namespace moeserve::engine {
 
 class PrefixDiskTier {
  public:
-  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr uint32_t kFormatVersion = 2;
 
   struct Options {
     std::string dir;         // the tier's root; the model's folder is made under it

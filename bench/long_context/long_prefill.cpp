@@ -28,7 +28,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -37,29 +36,17 @@
 #include "moeserve/engine/context_bytes.hpp"
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
-#include "moeserve/engine/model_dir.hpp"
-#include "moeserve/engine/model_gen.hpp"
 #include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+#include "long_preset.hpp"
 
 namespace me = moeserve::engine;
+using moeserve::bench::ParseLength;
 
 namespace {
 
 const auto& kRowNames = me::kProfileRowNames;
 const auto& kPartNames = me::kProfilePartNames;
-
-// "32K", "1M", "131072" -> tokens; -1 when not a length.
-int64_t ParseLength(const std::string& s) {
-  if (s.empty()) return -1;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  int64_t mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1024, ++end;
-  else if (*end == 'M' || *end == 'm') mul = 1 << 20, ++end;
-  if (*end != '\0' || v <= 0) return -1;
-  return static_cast<int64_t>(v * static_cast<double>(mul));
-}
 
 int64_t StatusKb(const char* key) {
   std::ifstream in("/proc/self/status");
@@ -124,37 +111,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::sort(lengths.begin(), lengths.end());
-  std::filesystem::path tmp;
-  if (model_path.empty()) {
-    tmp = std::filesystem::temp_directory_path() / ("bench_long_prefill_" + std::to_string(getpid()));
-    me::ModelGenOptions go;
-    go.config = *me::PresetConfig("long");
-    go.seed = 1;
-    if (auto st = me::GenerateModel(go, tmp.string()); !st) {
-      std::fprintf(stderr, "generate: %s\n", st.error().ToString().c_str());
-      return 1;
-    }
-    model_path = tmp.string();
-  }
-  auto dir = me::OpenModelDir(model_path);
-  if (!dir) {
-    std::fprintf(stderr, "open: %s\n", dir.error().ToString().c_str());
-    return 1;
-  }
-  auto model = me::Model::Load(*dir, mo);
-  if (!model) {
-    std::fprintf(stderr, "load: %s\n", model.error().ToString().c_str());
-    return 1;
-  }
-  const me::ModelConfig& cfg = (*model)->config();
+  const moeserve::bench::LongModel long_model("bench_long_prefill", model_path, mo);
+  me::Model* const model = long_model.get();
+  if (model == nullptr) return 1;
+  model_path = long_model.path();
+  const me::ModelConfig& cfg = model->config();
   if (static_cast<int64_t>(lengths.back()) > cfg.max_position_embeddings) {
     std::fprintf(stderr, "--lengths: %lld exceeds max_position_embeddings %lld\n", static_cast<long long>(lengths.back()),
                  static_cast<long long>(cfg.max_position_embeddings));
     return 2;
   }
   constexpr int kBlockTokens = 16;  // EngineOptions::block_tokens
-  const size_t fpt = (*model)->cache_floats_per_token();
-  const int64_t state_bytes = me::RecurrentStateBytes((*model)->NewSequence());
+  const size_t fpt = model->cache_floats_per_token();
+  const int64_t state_bytes = me::RecurrentStateBytes(model->NewSequence());
   const bool int8 = mo.indexer_scores == me::IndexerScores::kInt8;
   std::printf("bench_long_prefill: %s, %d threads, chunks of %d tokens, %d-token blocks, %s indexer scores\n",
               model_path.c_str(), moeserve::kernels::DefaultThreadPool().size(), chunk, kBlockTokens,
@@ -176,11 +145,11 @@ int main(int argc, char** argv) {
   std::vector<float> logits;
   {  // one untimed chunk: page faults on the weights and the kernels' scratch
     me::KvPool wp((chunk + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, fpt);
-    me::SequenceCache wc = (*model)->NewSequence();
+    me::SequenceCache wc = model->NewSequence();
     std::vector<int> warm(static_cast<size_t>(chunk), 7);
     if (!me::EnsureBlocks(wp, wc, chunk)) return 1;
     me::ForwardSegment seg{&wc, warm, false};
-    if (!(*model)->Forward(wp, std::span(&seg, 1), &logits)) return 1;
+    if (!model->Forward(wp, std::span(&seg, 1), &logits)) return 1;
     me::ReleaseBlocks(wp, wc);
   }
   std::printf("%9s %10s %9s %11s %11s %12s %12s %8s %9s\n", "tokens", "seconds", "tok/s", "first ms", "last ms",
@@ -201,7 +170,7 @@ int main(int argc, char** argv) {
     double total = 0;
     {
       me::KvPool pool((L + kBlockTokens - 1) / kBlockTokens, kBlockTokens, fpt);
-      me::SequenceCache cache = (*model)->NewSequence();
+      me::SequenceCache cache = model->NewSequence();
       for (int64_t p = 0; p < L; p += chunk) {
         const int n = static_cast<int>(std::min<int64_t>(chunk, L - p));
         if (!me::EnsureBlocks(pool, cache, p + n)) {
@@ -210,7 +179,7 @@ int main(int argc, char** argv) {
         }
         me::ForwardSegment seg{&cache, std::span<const int>(prompt.data() + p, static_cast<size_t>(n)), false};
         const auto t0 = std::chrono::steady_clock::now();
-        if (auto st = (*model)->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
+        if (auto st = model->Forward(pool, std::span(&seg, 1), &logits, &trace); !st) {
           std::fprintf(stderr, "forward: %s\n", st.error().ToString().c_str());
           return 1;
         }
@@ -265,6 +234,5 @@ int main(int argc, char** argv) {
                 a * 1e3, b * 1e3 * 1024, m, static_cast<long long>(extrapolate), modelled, modelled / 60,
                 static_cast<double>(extrapolate) / modelled, (a + b * static_cast<double>(extrapolate - chunk)) * 1e3);
   }
-  if (!tmp.empty()) std::filesystem::remove_all(tmp);
   return 0;
 }

@@ -153,6 +153,7 @@ constexpr KernelSet kReferenceKernels = {
     .mxfp4_matvec_rows = {mxfp4_matvec_scalar, "mxfp4_matvec_rows_scalar"},
     .matmul_fp8_block = {MatMulFp8BlockRef, "matmul_fp8_block_ref"},
     .indexer_scores_int8 = {IndexerScoresInt8Ref, "indexer_scores_int8_ref"},
+    .indexer_scores_int8_blocked = {IndexerScoresInt8BlockedRef, "indexer_scores_int8_blocked_ref"},
 };
 
 // RMSNorm, the gates and the recurrent delta rule: the reference's loops are
@@ -177,6 +178,7 @@ constexpr KernelSet kScalarKernels = {
     .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_scalar),
     // The reference's expression key by key, keys across the pool.
     .indexer_scores_int8 = MOESERVE_KERNEL(indexer_scores_int8_scalar),
+    .indexer_scores_int8_blocked = MOESERVE_KERNEL(indexer_scores_int8_blocked_scalar),
 };
 
 // The MXFP4 activation quantiser: the scalar one (from the fallback).
@@ -202,6 +204,7 @@ constexpr KernelSet kAvx2Kernels = {
     .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_avx2),
     // vpmaddubsw + vpmaddwd (no VNNI on this row), the reference's bits.
     .indexer_scores_int8 = MOESERVE_KERNEL(indexer_scores_int8_avx2),
+    .indexer_scores_int8_blocked = MOESERVE_KERNEL(indexer_scores_int8_blocked_avx2),
 };
 
 constexpr KernelSet kAvx512Kernels = {
@@ -228,6 +231,7 @@ constexpr KernelSet kAvx512Kernels = {
     .mxfp4_matvec_rows = MOESERVE_KERNEL(mxfp4_matvec_rows_avx512),
     .matmul_fp8_block = MOESERVE_KERNEL(matmul_fp8_block_avx512),
     .indexer_scores_int8 = MOESERVE_KERNEL(indexer_scores_int8_avx512),
+    .indexer_scores_int8_blocked = MOESERVE_KERNEL(indexer_scores_int8_blocked_avx512),
 };
 
 // In its BF16-activation set, attention's products as BF16 dot products too.

@@ -84,11 +84,11 @@ inline void Heads(const int32_t* Kt, const int8_t* codes, const float* wt, int d
   }
 }
 
-void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const float* const* rows, size_t offset,
-           const int* n, float* scores, size_t ld, int kb, int nk, int32_t* Kt, float* scale) {
-  const int d4n = dim / 4;
-  // Stored bytes (code + 128) back to signed codes, four at a time.
-  constexpr uint32_t kFlip = 0x80808080u;
+// Stored bytes (code + 128) back to signed codes, four at a time.
+constexpr uint32_t kFlip = 0x80808080u;
+
+// Kt and scale of keys [kb, kb + nk) of a row-form cache (zeros past nk).
+void FillFromRows(const float* const* rows, size_t offset, int d4n, int kb, int nk, int32_t* Kt, float* scale) {
   for (int j = 0; j < kBlockKeys; ++j) {
     if (j < nk) {
       const float* row = rows[kb + j] + offset;
@@ -100,6 +100,27 @@ void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const
       scale[j] = 0.0f;
     }
   }
+}
+
+// The same from a cache by blocks (indexer_int8.hpp).
+void FillFromBlocks(const float* const* blocks, int block_keys, int d4n, int kb, int nk, int32_t* Kt, float* scale) {
+  for (int j = 0; j < kBlockKeys; ++j) {
+    if (j < nk) {
+      const int s = kb + j, slot = s % block_keys;
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(blocks[s / block_keys]);
+      for (int d4 = 0; d4 < d4n; ++d4)
+        Kt[d4 * 16 + j] = static_cast<int32_t>(src[static_cast<size_t>(d4) * block_keys + slot] ^ kFlip);
+      std::memcpy(&scale[j], src + static_cast<size_t>(d4n) * block_keys + slot, sizeof(float));
+    } else {
+      for (int d4 = 0; d4 < d4n; ++d4) Kt[d4 * 16 + j] = 0;
+      scale[j] = 0.0f;
+    }
+  }
+}
+
+// Every query's scores over the 16 keys at kb (nk of them valid) in Kt.
+void ScoreBlock(const IndexerInt8Query& query, int queries, int heads, int dim, const int* n, float* scores, size_t ld,
+                int kb, int nk, const int32_t* Kt, const float* scale) {
   const __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);
   for (int b = 0; b < queries; ++b) {
     if (kb >= n[b]) continue;
@@ -118,10 +139,12 @@ void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const
   }
 }
 
-}  // namespace
-
-void indexer_scores_int8_avx2(const IndexerInt8Query& query, int queries, int heads, int dim,
-                              const float* const* rows, size_t offset, const int* n, float* scores, size_t ld) {
+// The keys split in chunks of whole 16-key blocks across the pool; fill(kb,
+// nk, Kt, scale) transposes a block of keys, prefetch(kb, k1) asks for the
+// next one's.
+template <class Fill, class Prefetch>
+void Scores(const IndexerInt8Query& query, int queries, int heads, int dim, const int* n, float* scores, size_t ld,
+            Fill&& fill, Prefetch&& prefetch) {
   int n_max = 0;
   for (int b = 0; b < queries; ++b) n_max = std::max(n_max, n[b]);
   if (n_max <= 0) return;
@@ -138,12 +161,37 @@ void indexer_scores_int8_avx2(const IndexerInt8Query& query, int queries, int he
     float* scale = reinterpret_cast<float*>(Kt + kt_ints);
     const int k0 = static_cast<int>(c) * chunk, k1 = std::min(n_max, k0 + chunk);
     for (int kb = k0; kb < k1; kb += kBlockKeys) {
-      // The next block's rows on their way while this one is scored.
-      for (int j = kb + kBlockKeys; j < std::min(k1, kb + 2 * kBlockKeys); ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[j] + offset), _MM_HINT_T0);
-      Block(query, queries, heads, dim, rows, offset, n, scores, ld, kb, std::min(kBlockKeys, k1 - kb), Kt, scale);
+      prefetch(kb + kBlockKeys, std::min(k1, kb + 2 * kBlockKeys));
+      const int nk = std::min(kBlockKeys, k1 - kb);
+      fill(kb, nk, Kt, scale);
+      ScoreBlock(query, queries, heads, dim, n, scores, ld, kb, nk, Kt, scale);
     }
   });
+}
+
+}  // namespace
+
+void indexer_scores_int8_avx2(const IndexerInt8Query& query, int queries, int heads, int dim,
+                              const float* const* rows, size_t offset, const int* n, float* scores, size_t ld) {
+  Scores(
+      query, queries, heads, dim, n, scores, ld,
+      [&](int kb, int nk, int32_t* Kt, float* scale) { FillFromRows(rows, offset, dim / 4, kb, nk, Kt, scale); },
+      // The next block's rows on their way while this one is scored.
+      [&](int j0, int j1) {
+        for (int j = j0; j < j1; ++j) _mm_prefetch(reinterpret_cast<const char*>(rows[j] + offset), _MM_HINT_T0);
+      });
+}
+
+void indexer_scores_int8_blocked_avx2(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                      const float* const* blocks, int block_keys, const int* n, float* scores,
+                                      size_t ld) {
+  Scores(
+      query, queries, heads, dim, n, scores, ld,
+      [&](int kb, int nk, int32_t* Kt, float* scale) {
+        FillFromBlocks(blocks, block_keys, dim / 4, kb, nk, Kt, scale);
+      },
+      // The next 16 keys' dwords and scales on their way.
+      [&](int j0, int j1) { PrefetchBlockedKeys(blocks, block_keys, dim, j0, j1); });
 }
 
 }  // namespace moeserve::kernels::cpu

@@ -122,6 +122,15 @@ void indexer_scores_int8_avx2(const IndexerInt8Query& query, int queries, int he
                               const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
 void indexer_scores_int8_avx512(const IndexerInt8Query& query, int queries, int heads, int dim,
                                 const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
+void indexer_scores_int8_blocked_scalar(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                        const float* const* blocks, int block_keys, const int* n, float* scores,
+                                        size_t ld);
+void indexer_scores_int8_blocked_avx2(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                      const float* const* blocks, int block_keys, const int* n, float* scores,
+                                      size_t ld);
+void indexer_scores_int8_blocked_avx512(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                        const float* const* blocks, int block_keys, const int* n, float* scores,
+                                        size_t ld);
 MOESERVE_DECLARE_THREADED(avx2)
 MOESERVE_DECLARE_THREADED(avx512)
 #undef MOESERVE_DECLARE_THREADED

@@ -487,12 +487,14 @@ TEST(Mtp, ChunkedPrefillMatchesOneChunk) {
     }
     // Every MTP cache row but the last position's (written by the step
     // above in both) was written by the prefills: the same rows.
-    const size_t off = m->cache_floats_per_token() - static_cast<size_t>(m->config().mla.kv_lora_rank + m->config().mla.qk_rope_head_dim);
+    // The MTP block's latent part is the last of a token's floats.
+    const size_t part = static_cast<size_t>(m->config().mla.kv_lora_rank + m->config().mla.qk_rope_head_dim);
+    const size_t off = m->cache_floats_per_token() - part;
     double worst = 0;
     for (int64_t p = 0; p < 39; ++p) {
-      const float* r1 = pool.TokenRow(one.blocks[static_cast<size_t>(p / 16)], static_cast<int>(p % 16)) + off;
-      const float* r2 = pool.TokenRow(chunks.blocks[static_cast<size_t>(p / 16)], static_cast<int>(p % 16)) + off;
-      for (size_t j = 0; j < pool.floats_per_token() - off; ++j) worst = std::max(worst, static_cast<double>(std::fabs(r1[j] - r2[j])));
+      const float* r1 = pool.PartRow(one.blocks[static_cast<size_t>(p / 16)], static_cast<int>(p % 16), off, part);
+      const float* r2 = pool.PartRow(chunks.blocks[static_cast<size_t>(p / 16)], static_cast<int>(p % 16), off, part);
+      for (size_t j = 0; j < part; ++j) worst = std::max(worst, static_cast<double>(std::fabs(r1[j] - r2[j])));
     }
     if (deterministic) EXPECT_EQ(worst, 0.0);
     else EXPECT_LT(worst, 1e-3);

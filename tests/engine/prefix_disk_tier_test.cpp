@@ -286,6 +286,9 @@ TEST(DiskTier, HostileHeadersAreRefusedWithoutCrashing) {
   planted("0000000000000002.mpc", 41, 0xffffffffu, 4);       // a 4 GiB partition name
   planted("0000000000000003.mpc", 53, 0x7fffffffu, 4);       // 2^31 layers
   planted("0000000000000004.mpc", 16, uint64_t{1} << 62, 8);  // rows of 2^62 floats
+  // A file of format 1, whose blocks held token rows (the pool now keeps
+  // each cache part's rows together): its bytes would be misread.
+  planted("0000000000000007.mpc", 8, 1, 4);
   std::ofstream(folder + "/0000000000000005.mpc", std::ios::binary) << "MOEPFXC1";  // a header cut short
   std::ofstream(folder + "/0000000000000006.mpc", std::ios::binary) << std::string(4096, '\xff');
   auto e = Make(TinyModel(1), Options(dir));
@@ -293,7 +296,7 @@ TEST(DiskTier, HostileHeadersAreRefusedWithoutCrashing) {
   const Outcome r = Generate(*e, Request(NextTurn(51), "a", 6));
   EXPECT_EQ(r.cached, kCached);  // the genuine file still serves
   const PrefixCacheStats s = e->Metrics().prefix_cache;
-  EXPECT_EQ(s.disk_refused, 6u);
+  EXPECT_EQ(s.disk_refused, 7u);
   EXPECT_EQ(Files(folder).size(), 1u);
 }
 

@@ -181,6 +181,61 @@ TEST(IndexerInt8, EveryVariantMatchesTheReferenceBitForBit) {
   }
 }
 
+// The same keys stored by blocks (indexer_int8.hpp's second layout, the
+// engine pool's): every blocked variant gives the row form reference's
+// scores bit for bit, for block sizes on and off the VNNI kernel's 16-key
+// vectors, key counts that end mid-block, blocks visited out of order, and
+// several queries with their own lengths.
+TEST(IndexerInt8, BlockedKeysScoreAsTheRowsDoInEveryVariant) {
+  std::mt19937 rng(29);
+  for (auto [queries, heads, dim, n0, block_keys] :
+       {std::tuple{1, 64, 128, 3000, 16}, std::tuple{1, 4, 32, 1, 16}, std::tuple{3, 9, 36, 77, 16},
+        std::tuple{2, 4, 32, 1000, 32}, std::tuple{5, 3, 4, 31, 5}, std::tuple{2, 13, 128, 200, 1},
+        std::tuple{4, 8, 64, 517, 48}, std::tuple{1, 1, 1024, 40, 16}}) {
+    SCOPED_TRACE("queries " + std::to_string(queries) + ", heads " + std::to_string(heads) + ", dim " +
+                 std::to_string(dim) + ", keys " + std::to_string(n0) + ", block " + std::to_string(block_keys));
+    const int n_max = n0 + queries - 1;
+    Int8Cache cache(n_max, dim, rng);
+    // The blocks in shuffled order, each filled from the fp32 keys, with
+    // slots past the last key left as noise (-1 bits).
+    const int nb = (n_max + block_keys - 1) / block_keys;
+    const size_t block_floats = IndexerInt8KeyFloats(dim) * static_cast<size_t>(block_keys);
+    std::vector<float> storage(static_cast<size_t>(nb) * block_floats + 16, -1.0f);
+    std::vector<int> order(static_cast<size_t>(nb));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<const float*> blocks(static_cast<size_t>(nb));
+    for (int b = 0; b < nb; ++b) blocks[static_cast<size_t>(b)] = &storage[static_cast<size_t>(order[b]) * block_floats];
+    std::vector<float> back(IndexerInt8KeyFloats(dim));
+    for (int s = 0; s < n_max; ++s) {
+      float* block = const_cast<float*>(blocks[static_cast<size_t>(s / block_keys)]);
+      StoreIndexerKeyInt8Blocked(&cache.keys_f32[static_cast<size_t>(s) * dim], dim, block, block_keys, s % block_keys);
+      LoadIndexerKeyInt8Blocked(block, dim, block_keys, s % block_keys, back.data());
+      ASSERT_EQ(std::memcmp(back.data(), cache.rows[static_cast<size_t>(s)] + Int8Cache::kOffset, back.size() * 4), 0)
+          << "key " << s << " does not read back as its row form";
+    }
+    auto q = Random(static_cast<size_t>(queries) * heads * dim, rng);
+    auto w = Random(static_cast<size_t>(queries) * heads, rng);
+    Int8Queries iq(q, w, queries, heads, dim);
+    std::vector<int> n(static_cast<size_t>(queries));
+    for (int b = 0; b < queries; ++b) n[static_cast<size_t>(b)] = n0 + b;
+    const size_t ld = static_cast<size_t>(n_max) + 3;
+    std::vector<float> ref(static_cast<size_t>(queries) * ld, -7.0f);
+    IndexerScoresInt8Ref(iq.view(), queries, heads, dim, cache.rows.data(), Int8Cache::kOffset, n.data(), ref.data(), ld);
+    std::vector<float> blocked_ref(ref.size(), -7.0f);
+    IndexerScoresInt8BlockedRef(iq.view(), queries, heads, dim, blocks.data(), block_keys, n.data(), blocked_ref.data(), ld);
+    EXPECT_EQ(std::memcmp(blocked_ref.data(), ref.data(), ref.size() * sizeof(float)), 0);
+    ForEachVariant("indexer_scores_int8_blocked", [&](const KernelSet& k) {
+      SCOPED_TRACE(k.indexer_scores_int8_blocked.name);
+      std::vector<float> got(ref.size(), -7.0f);
+      k.indexer_scores_int8_blocked(iq.view(), queries, heads, dim, blocks.data(), block_keys, n.data(), got.data(), ld);
+      int differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "scores not bit-identical to the row form's reference (past each query's keys: untouched -7)";
+    });
+  }
+}
+
 TEST(IndexerInt8, ScoresAreCloseToTheFp32ScoresOfTheSameVectors) {
   std::mt19937 rng(14);
   const int heads = 16, dim = 128, n = 3000;

@@ -32,6 +32,18 @@ class KvPool {
   void Unref(int block);   // frees at refcount 0
   int refcount(int block) const { return refs_[static_cast<size_t>(block)]; }
 
+  // A block is block_tokens x floats_per_token floats. A family with one
+  // kind of row uses it token by token (TokenRow). The moe-dsa-v1 graph
+  // splits each token's floats into parts (a layer's MLA latent, a DSA
+  // layer's indexer key, a GQA layer's keys and values) and keeps each
+  // part's block_tokens rows together: the part at per-token offset o,
+  // `floats` wide, starts block_tokens x o floats into the block. A step that
+  // reads one part of every cached token (the DSA indexer) then streams it
+  // instead of touching one cache line in every token's row.
+  float* PartRow(int block, int slot, size_t part_offset, size_t part_floats) {
+    return data_ + static_cast<size_t>(block) * block_tokens_ * floats_per_token_ +
+           static_cast<size_t>(block_tokens_) * part_offset + static_cast<size_t>(slot) * part_floats;
+  }
   float* TokenRow(int block, int slot) {
     return data_ + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
   }

@@ -195,6 +195,10 @@ class Model final : public FamilyModel {
   void set_options(const ModelOptions& o);
   // Floats one token occupies in a KvPool row (all attention layers).
   size_t cache_floats_per_token() const override { return floats_per_token_; }
+  // Where attention layer `layer`'s slot starts within a token row (its
+  // latent c, then k_pe, then for DSA the indexer key); 0 for DeltaNet layers,
+  // which keep no row.
+  size_t layer_cache_offset(int layer) const { return layer_offset_[static_cast<size_t>(layer)]; }
   // A cache with zeroed DeltaNet state and no blocks.
   SequenceCache NewSequence() const override;
   int vocab_size() const override { return config_.vocab_size; }

@@ -134,6 +134,10 @@ using IndexerScoresBatchFn = void (*)(const float* iq, const float* w, int queri
 // queries as the batch form; one for decode).
 using IndexerScoresInt8Fn = void (*)(const IndexerInt8Query& query, int queries, int heads, int dim,
                                      const float* const* rows, size_t offset, const int* n, float* scores, size_t ld);
+// indexer_int8.hpp: the same over keys stored by blocks of block_keys.
+using IndexerScoresInt8BlockedFn = void (*)(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                            const float* const* blocks, int block_keys, const int* n, float* scores,
+                                            size_t ld);
 // delta_rule.hpp: the recurrent gated delta rule for one head.
 using DeltaRuleRecurrentFn = void (*)(const float* q, const float* k, const float* v, const float* beta,
                                       const float* g, int T, int dk, int dv, size_t qk_stride, size_t v_stride,
@@ -204,6 +208,9 @@ struct KernelSet {
   // The DSA indexer's scores over int8 keys (indexer_int8.hpp; vpdpbusd on
   // AVX-512 VNNI), bit-identical to IndexerScoresInt8Ref in every variant.
   Kernel<IndexerScoresInt8Fn> indexer_scores_int8;
+  // The same over keys stored by blocks (the engine's pool layout),
+  // bit-identical to IndexerScoresInt8BlockedRef and to the row form.
+  Kernel<IndexerScoresInt8BlockedFn> indexer_scores_int8_blocked;
 };
 
 // The set for isa. isa must be supported (IsaSupported): asking for a set
@@ -264,6 +271,7 @@ constexpr void ForEachFamily(Fn&& fn) {
   fn("mxfp4_matvec_rows", &KernelSet::mxfp4_matvec_rows);
   fn("matmul_fp8_block", &KernelSet::matmul_fp8_block);
   fn("indexer_scores_int8", &KernelSet::indexer_scores_int8);
+  fn("indexer_scores_int8_blocked", &KernelSet::indexer_scores_int8_blocked);
 }
 
 // Calls fn(family, variant name, whether the entry has a function) for every

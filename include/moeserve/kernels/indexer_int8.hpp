@@ -23,6 +23,14 @@
 // fixed order). |dot_h| <= dim * 127^2 < 2^24 for dim <= 1040: the integer
 // converts to float exactly.
 //
+// Keys by blocks (the engine's KV pool keeps a DSA layer's keys of one pool
+// block together, KvPool::PartRow): the block_keys keys of block g start at
+// blocks[g], transposed: dword Kt[d4 * block_keys + j] holds key j's stored
+// bytes 4 d4 .. 4 d4 + 3, then the block's scales [block_keys]. The same
+// floats as block_keys keys in rows, and the same scores; the VNNI kernel
+// loads 16 keys' four bytes as one vector, so it scores a block where it lies
+// instead of transposing every key first.
+//
 // Thread safety: pure functions over caller buffers.
 #pragma once
 
@@ -57,6 +65,19 @@ void QuantizeIndexerQueryInt8(const float* q, const float* w, int heads, int dim
 // rows[s] + offset, as above; single-threaded, the ground truth.
 void IndexerScoresInt8Ref(const IndexerInt8Query& query, int queries, int heads, int dim, const float* const* rows,
                           size_t offset, const int* n, float* scores, size_t ld);
+// Quantises key k [dim] into slot `slot` of a block of block_keys keys at
+// block (the layout above; IndexerInt8KeyFloats(dim) x block_keys floats).
+void StoreIndexerKeyInt8Blocked(const float* k, int dim, float* block, int block_keys, int slot);
+// Slot `slot`'s key in row form (IndexerInt8KeyFloats(dim) floats into row).
+void LoadIndexerKeyInt8Blocked(const float* block, int dim, int block_keys, int slot, float* row);
+// Prefetches the cache lines of keys [j0, j1) of a cache by blocks (per
+// block, each row of dwords and the scales: a run of the keys' slots).
+void PrefetchBlockedKeys(const float* const* blocks, int block_keys, int dim, int j0, int j1);
+// As IndexerScoresInt8Ref, key s in block s / block_keys, slot s % block_keys;
+// the same scores as the row form of the same keys.
+void IndexerScoresInt8BlockedRef(const IndexerInt8Query& query, int queries, int heads, int dim,
+                                 const float* const* blocks, int block_keys, const int* n, float* scores, size_t ld);
+
 // The integer part alone, for tests: dot_h(s) of one query and key.
 int32_t IndexerInt8Dot(const int8_t* codes, int32_t offset, const float* key_row, int dim);
 
