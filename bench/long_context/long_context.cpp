@@ -15,12 +15,12 @@
 // The same DSA step with the indexer's int8 scores (indexer_int8.hpp,
 // ModelOptions::indexer_scores kInt8: the query quantised per head, the keys
 // quantised once, as the cache write does) is timed beside it: its indexer
-// and step, and its DSA / dense ratio, against the same targets. Each row
-// holds the int8 key after the fp32 one (c | k_pe | ik fp32 | ik int8), so
-// both read their keys at the same 2,948-byte stride (the engine's int8
-// layout is 2,436 bytes). Its rate in multiply-adds per second is printed
-// beside a ceiling measured in the same run: a tight vpdpbusd loop on one
-// thread, times the threads.
+// and step, and its DSA / dense ratio, against the same targets. Its keys
+// are held as the engine's pool holds them: 16 tokens' keys together,
+// transposed (indexer_int8.hpp's blocks), the blocks in shuffled order; the
+// fp32 keys stay in the rows (c | k_pe | ik). Its rate in multiply-adds per
+// second is printed beside a ceiling measured in the same run: a tight
+// vpdpbusd loop on one thread, times the threads.
 //
 //   bench_long_context [--reps N] [--max-context 1048576] [--dense-max 262144] [--exact-only]
 #include <immintrin.h>
@@ -49,10 +49,11 @@ namespace {
 constexpr int kHeads = 128, kKvLora = 512, kRope = 64;
 constexpr int kIndexHeads = 64, kIndexDim = 128, kTopK = 2048;
 constexpr int kDeltaHeads = 64, kDk = 128, kDv = 128;
-constexpr int kInt8KeyOffset = kKvLora + kRope + kIndexDim;
-// One paged-cache row: c | k_pe | indexer key fp32 | indexer key int8.
-constexpr int kRowFloats = kInt8KeyOffset + static_cast<int>(IndexerInt8KeyFloats(kIndexDim));
+// One paged-cache row: c | k_pe | indexer key fp32.
+constexpr int kRowFloats = kKvLora + kRope + kIndexDim;
 constexpr int kBlockTokens = 64;
+// The int8 keys' blocks (the engine pool's 16 tokens).
+constexpr int kKeyBlockTokens = 16;
 
 // The compute ceiling the int8 indexer is held against: one thread's tight
 // loop of 16 independent vpdpbusd (64 multiply-adds each, the query's four
@@ -140,16 +141,32 @@ int main(int argc, char** argv) {
     x64 ^= x64 << 13, x64 ^= x64 >> 7, x64 ^= x64 << 17;
     x = (static_cast<float>(x64 >> 40) * (1.0f / 16777216.0f) - 0.5f) * 0.35f;
   }
-  // The int8 keys: each row's fp32 key quantised once, as a cache write does.
-  if (int8)
-    for (size_t r = 0; r < pool.size() / kRowFloats; ++r)
-      QuantizeIndexerKeyInt8(&pool[r * kRowFloats + kKvLora + kRope], kIndexDim, &pool[r * kRowFloats + kInt8KeyOffset]);
   std::vector<int> order(static_cast<size_t>(nblocks));
   for (int b = 0; b < nblocks; ++b) order[b] = b;
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<const float*> rows(static_cast<size_t>(max_context));
   for (int s = 0; s < max_context; ++s)
     rows[s] = &pool[(static_cast<size_t>(order[s / kBlockTokens]) * kBlockTokens + s % kBlockTokens) * kRowFloats];
+  // The int8 keys: each row's fp32 key quantised once, as a cache write
+  // does, into 16-key blocks visited out of order.
+  const int key_blocks = (max_context + kKeyBlockTokens - 1) / kKeyBlockTokens;
+  const size_t key_block_floats = IndexerInt8KeyFloats(kIndexDim) * kKeyBlockTokens;
+  const size_t key_pool_bytes = int8 ? static_cast<size_t>(key_blocks) * key_block_floats * sizeof(float) : 0;
+  float* key_pool = int8 ? static_cast<float*>(AllocateZeroedPages(key_pool_bytes)) : nullptr;
+  if (int8 && key_pool == nullptr) {
+    std::fprintf(stderr, "bench_long_context: could not map %zu bytes for the int8 keys\n", key_pool_bytes);
+    return 1;
+  }
+  std::vector<const float*> int8_blocks(int8 ? static_cast<size_t>(key_blocks) : 0);
+  if (int8) {
+    std::vector<int> key_order(static_cast<size_t>(key_blocks));
+    for (int b = 0; b < key_blocks; ++b) key_order[b] = b;
+    std::shuffle(key_order.begin(), key_order.end(), rng);
+    for (int b = 0; b < key_blocks; ++b) int8_blocks[b] = key_pool + static_cast<size_t>(key_order[b]) * key_block_floats;
+    for (int s = 0; s < max_context; ++s)
+      StoreIndexerKeyInt8Blocked(rows[s] + kKvLora + kRope, kIndexDim, const_cast<float*>(int8_blocks[s / kKeyBlockTokens]),
+                                 kKeyBlockTokens, s % kKeyBlockTokens);
+  }
 
   std::vector<float> q_abs(static_cast<size_t>(kHeads) * kKvLora), q_pe(static_cast<size_t>(kHeads) * kRope),
       lat(q_abs.size()), iq(static_cast<size_t>(kIndexHeads) * kIndexDim), iw(kIndexHeads), scores(static_cast<size_t>(max_context));
@@ -162,8 +179,8 @@ int main(int argc, char** argv) {
   std::vector<int32_t> ioff(kIndexHeads);
   const auto int8_scores = [&](int n) {
     QuantizeIndexerQueryInt8(iq.data(), iw.data(), kIndexHeads, kIndexDim, iq8.data(), iwt.data(), ioff.data());
-    k.indexer_scores_int8(IndexerInt8Query{iq8.data(), iwt.data(), ioff.data()}, 1, kIndexHeads, kIndexDim, rows.data(), kInt8KeyOffset,
-                          &n, scores.data(), static_cast<size_t>(n));
+    k.indexer_scores_int8_blocked(IndexerInt8Query{iq8.data(), iwt.data(), ioff.data()}, 1, kIndexHeads, kIndexDim,
+                                  int8_blocks.data(), kKeyBlockTokens, &n, scores.data(), static_cast<size_t>(n));
   };
   const MlaDecodeShape shape{kHeads, kKvLora, kRope, 0.1f};
 
@@ -233,7 +250,7 @@ int main(int argc, char** argv) {
                 modelled[c] ? "m" : " ", dsa[c] * 1e3, index_s[c] * 1e3, topk_s[c] * 1e3, attend_s[c] * 1e3,
                 delta[c] * 1e3, dsa[c] / dense[c]);
   if (int8) {
-    std::printf("\nint8 indexer scores (%s):\n%8s %12s %14s %12s %14s %12s %12s\n", k.indexer_scores_int8.name,
+    std::printf("\nint8 indexer scores (%s, keys by 16-token blocks):\n%8s %12s %14s %12s %14s %12s %12s\n", k.indexer_scores_int8_blocked.name,
                 "context", "DSA ms", "(indexer ms", "fp32 ms)", "DSA/dense", "x fp32 DSA", "G MAC/s");
     for (size_t c = 0; c < nc; ++c)
       std::printf("%8d %12.3f %14.3f %12.3f %14.4f %12.2f %12.1f\n", contexts[c], dsa8[c] * 1e3, index8[c] * 1e3,
@@ -278,5 +295,6 @@ int main(int argc, char** argv) {
   std::printf("DeltaNet at the longest context / at 4K: %.3f (limit 1.10) %s\n", delta_last / delta_4k,
               delta_last / delta_4k <= 1.1 ? "ok" : "OVER");
   FreeZeroedPages(pool_data, pool_floats * sizeof(float));
+  if (key_pool) FreeZeroedPages(key_pool, key_pool_bytes);
   return 0;
 }
