@@ -74,6 +74,11 @@ uint8_t* WeightArena::Adopt(WeightBuffer buffer) {
   return adopted_.back().data();
 }
 
+void WeightArena::KeepMapped(std::shared_ptr<const void> owner, size_t bytes) {
+  used_total_ += (bytes + 63) / 64 * 64;
+  mapped_owners_.push_back(std::move(owner));
+}
+
 size_t WeightArena::bytes_reserved() const {
   size_t total = 0;
   for (const Chunk& c : chunks_) total += c.size;

@@ -7,6 +7,7 @@
 // stay FP8 with their scales; kv_b_proj (indexed element-wise) is converted
 // exactly; routed experts are dequantised to BF16, optionally requantised to
 // MXFP4 (model.md 13).
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -72,6 +73,36 @@ void Populate(const TensorView& t) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) & ~(page - 1);
   const uintptr_t end = reinterpret_cast<uintptr_t>(t.data) + t.nbytes;
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+}
+
+// The shards of a checkpoint whose weights are read in place, mapped on
+// 2 MiB pages. Each first touch of a 4 KiB page costs this machine's
+// hypervisor a fault (0.4-0.7 GB/s over a warm page cache's small pages),
+// and decode streams weights faster from 2 MiB pages (weight_memory.hpp).
+// The page cache maps a file range by 2 MiB only where it holds it in
+// 2 MiB folios, which it makes when it reads the file for a mapping advised
+// MADV_HUGEPAGE; pages it already holds stay as they were. So the shards'
+// cached pages not mapped by anyone are dropped first (POSIX_FADV_DONTNEED:
+// clean pages only, never pages another process has mapped) and the
+// populating reads (Populate) read them again into huge folios. Advice only:
+// where the kernel refuses any of it, the shards map on small pages.
+void MapShardsOnHugePages(const Checkpoint& ck) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& shard : ck.shards()) {
+    if (shard->tensors().empty()) continue;
+    uintptr_t begin = UINTPTR_MAX, end = 0;
+    for (const TensorView& t : shard->tensors()) {
+      begin = std::min(begin, reinterpret_cast<uintptr_t>(t.data));
+      end = std::max(end, reinterpret_cast<uintptr_t>(t.data) + t.nbytes);
+    }
+    begin &= ~(page - 1);
+    if (end <= begin) continue;
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+    const int fd = ::open(shard->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
 }
 
 // fn(begin, end) over [0, n) in pieces of `piece`, taken in turn by the
@@ -220,6 +251,13 @@ class Source {
     DropPages(*p.t);
     DropPages(*p.scale);
     return Ok();
+  }
+
+  // An FP8 matrix read in place (Recipe::in_place): the checks KeepFp8
+  // makes, its pages mapped in one call and left mapped (decode reads them).
+  static Status CheckFp8InPlace(const Planned& p) {
+    Populate(*p.t);
+    return CheckFp8(p);
   }
 
   bool Has(const std::string& name) const { return ck_.Find(name) != nullptr; }
@@ -394,7 +432,7 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
     out.push_back({{{to, DType::kF32, {n}}}, [t](const std::vector<uint8_t*>& dst) -> Status {
                      Source::VecInto(*t, dst[0]);
                      return Ok();
-                   }});
+                   }, {}, nullptr});
     return Ok();
   };
   // A matrix the engine only multiplies through Linear(): FP8 kept as
@@ -407,11 +445,23 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
       ++src.kept_fp8;
       out.push_back({{{to, DType::kF8E4M3, {rows, cols}},
                       {to + "_scale_inv", DType::kF32, {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock}}},
-                     [p](const std::vector<uint8_t*>& dst) { return Source::KeepFp8(p, dst); }});
+                     [p](const std::vector<uint8_t*>& dst) { return Source::KeepFp8(p, dst); },
+                     {p.t, p.scale},
+                     [p] { return Source::CheckFp8InPlace(p); }});
       return Ok();
     }
-    out.push_back({{{to, DType::kBF16, {rows, cols}}},
-                   [p](const std::vector<uint8_t*>& dst) { return Source::Dequant(p, dst[0]); }});
+    Recipe r{{{to, DType::kBF16, {rows, cols}}},
+             [p](const std::vector<uint8_t*>& dst) { return Source::Dequant(p, dst[0]); },
+             {},
+             nullptr};
+    if (p.t->dtype == DType::kBF16) {  // as stored
+      r.in_place = {p.t};
+      r.check = [p] {
+        Populate(*p.t);  // mapped now, not at the first decode step
+        return Ok();
+      };
+    }
+    out.push_back(std::move(r));
     return Ok();
   };
   // A matrix whose elements the layers index (the embedding's rows, wkv_b's
@@ -427,7 +477,9 @@ Result<std::vector<Recipe>> Plan(Source& src, const Config& cfg, ExpertFormat ex
       ++(dtype == DType::kBF16 ? src.exact_bf16 : src.exact_f32);
     }
     out.push_back({{{to, dtype, {rows, cols}}},
-                   [p, dtype](const std::vector<uint8_t*>& dst) { return Source::Exact(p, dtype, dst[0]); }});
+                   [p, dtype](const std::vector<uint8_t*>& dst) { return Source::Exact(p, dtype, dst[0]); },
+                   {},
+                   nullptr});
     return Ok();
   };
   MOE_TRY(exact("model.embed_tokens.weight", "embed.weight", V, D));
@@ -586,6 +638,10 @@ namespace {
 
 // Converts each tensor when the loader asks for it. Outputs made together
 // with the one asked for (an MXFP4 stack's scales) wait until asked for.
+// Outputs whose published bytes are already what the kernels read
+// (Recipe::in_place) are handed out in place: views into the shards'
+// read-only mappings, with the conversion (which owns those mappings) as
+// their HeldTensor::mapping, so that the weights keep the shards mapped.
 class ConvertingSource final : public TensorSource {
  public:
   explicit ConvertingSource(std::unique_ptr<Conversion> cv) : cv_(std::move(cv)) {
@@ -602,6 +658,7 @@ class ConvertingSource final : public TensorSource {
     auto w = where_.find(name);
     if (w == where_.end()) return Fail(Error::NotFound("DeepSeek-V3.2 conversion: no tensor '" + name + "'"));
     const Recipe& recipe = cv_->recipes[w->second.first];
+    if (!recipe.in_place.empty()) return InPlace(recipe, w->second.second);
     std::vector<HeldTensor> made(recipe.outs.size());
     std::vector<uint8_t*> dst;
     for (size_t o = 0; o < recipe.outs.size(); ++o) {
@@ -618,7 +675,24 @@ class ConvertingSource final : public TensorSource {
   }
 
  private:
-  std::unique_ptr<Conversion> cv_;
+  Result<HeldTensor> InPlace(const Recipe& recipe, size_t asked) {
+    MOE_TRY(recipe.check());
+    std::vector<HeldTensor> made(recipe.outs.size());
+    for (size_t o = 0; o < recipe.outs.size(); ++o) {
+      const Output& out = recipe.outs[o];
+      const TensorView* t = recipe.in_place[o];
+      if (t->nbytes != out.nbytes())  // the plan's own invariant
+        return Fail(Error::Internal("DeepSeek-V3.2 conversion: '" + out.name + "' planned in place from '" + t->name +
+                                    "' of another size"));
+      made[o].view = TensorView{out.name, out.dtype, out.shape, t->data, t->nbytes, &cv_->published_name};
+      made[o].mapping = cv_;
+    }
+    for (size_t o = 0; o < made.size(); ++o)
+      if (o != asked) pending_[recipe.outs[o].name] = std::move(made[o]);
+    return std::move(made[asked]);
+  }
+
+  std::shared_ptr<Conversion> cv_;
   std::map<std::string, std::pair<size_t, size_t>> where_;  // output name -> (recipe, output)
   std::map<std::string, HeldTensor> pending_;
 };
@@ -691,6 +765,7 @@ Result<ModelDir> OpenDirStreamed(const std::string& dir, std::optional<ExpertFor
   MOE_ASSIGN_OR_RETURN(Config cfg, LoadConfig(dir));
   if (cfg.converted_experts) return OpenConverted(dir, std::move(cfg), experts);
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Conversion> cv, detail::PlanDir(dir, experts));
+  MapShardsOnHugePages(cv->published);
   ModelDir out{.path = dir,
                .config = cv->cfg.model,
                .checkpoint = Checkpoint(),

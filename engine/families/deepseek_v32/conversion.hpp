@@ -32,10 +32,17 @@ struct Output {
 
 // One or more outputs made together (an MXFP4 expert stack's blocks and
 // scales come from one encoding pass); fill writes outs[i].nbytes() bytes to
-// dst[i] (any alignment).
+// dst[i] (any alignment). When the published bytes already are the outputs
+// (an FP8 matrix kept FP8 with its scales, a BF16 matrix as stored),
+// `in_place` names them (in_place[i] holds outs[i]'s bytes exactly) and
+// `check` verifies them as fill would (no NaN code, positive finite
+// scales): a loader may then read them where they are mapped instead of
+// having them copied.
 struct Recipe {
   std::vector<Output> outs;
   std::function<Status(const std::vector<uint8_t*>& dst)> fill;
+  std::vector<const TensorView*> in_place;
+  std::function<Status()> check;
 };
 
 class Source;  // the published tensors, checked as planned (checkpoint.cpp)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,15 @@ namespace moeserve::engine {
 // into a mapped checkpoint that outlives the loader. `storage` is huge-page
 // weight memory that was never zeroed (a converting source writes it whole):
 // a loader may keep it as it is (WeightArena::Adopt) instead of copying.
+// `mapping`, when set, owns the read-only file mapping view.data points
+// into (a published shard whose bytes are already what the kernels read):
+// a loader may keep the view as the weight, in place, by keeping `mapping`
+// for the weights' life (WeightArena::KeepMapped) instead of copying.
 struct HeldTensor {
   TensorView view;
   std::vector<uint8_t> bytes;
   kernels::WeightBuffer storage;
+  std::shared_ptr<const void> mapping;
 
   HeldTensor() = default;
   HeldTensor(HeldTensor&&) = default;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace moeserve::kernels {
@@ -86,6 +87,10 @@ class WeightArena {
   // Keeps a buffer filled elsewhere (a loader's converted tensor) for the
   // arena's life instead of copying it in; returns its data.
   uint8_t* Adopt(WeightBuffer buffer);
+  // Keeps `owner` (what holds a mapping a weight is read from in place: a
+  // checkpoint's shard, mapped from its file) for the arena's life, and
+  // counts `bytes` of it as weights, as if they had been copied in.
+  void KeepMapped(std::shared_ptr<const void> owner, size_t bytes);
   // The chunks' capacity plus the adopted buffers.
   size_t bytes_reserved() const;
   // What the weights take: every allocation and adopted buffer rounded up to
@@ -100,6 +105,7 @@ class WeightArena {
   };
   std::vector<Chunk> chunks_;
   std::vector<WeightBuffer> adopted_;
+  std::vector<std::shared_ptr<const void>> mapped_owners_;
   size_t used_ = 0;  // in the last chunk
   size_t used_total_ = 0;
 };
