@@ -268,10 +268,11 @@ void ExpShiftedAccumulate(float* s, const float* mx, float* sum, int n, bool avx
   for (int h = 0; h < n; ++h) sum[h] += s[h] = std::exp(s[h] - mx[h]);
 }
 
-// Cached rows of one layer lie a whole token's row apart (the pool keeps every
-// layer's entry of a token together), too far apart for the hardware
-// prefetchers: without this, each row's lines arrive one demand miss at a time
-// and the attention passes wait on memory latency, not bandwidth.
+// Cached rows of one layer sit together only within a pool block of 16
+// tokens (KvPool::PartRow), the blocks anywhere in the pool and a sparse
+// query's keys anywhere in its context: too scattered for the hardware
+// prefetchers. Without this, each row's lines arrive one demand miss at a
+// time and the attention passes wait on memory latency, not bandwidth.
 constexpr int kRowsAhead = 8;
 inline void PrefetchFloats(const float* p, int n) {
   const char* c = reinterpret_cast<const char*>(p);
@@ -1010,9 +1011,9 @@ void GqaSinkTask(const GqaSinkShape& sh, const float* q, const float* const* row
       w.kp[jj] = rows[j0 + jj] + koff;
       w.vp[jj] = rows[j0 + jj];
     }
-    // The next tile's keys and values, while this one computes: rows lie a
-    // whole token's cache row apart, beyond the hardware prefetchers' reach,
-    // and a long context's rows are out of the caches.
+    // The next tile's keys and values, while this one computes: rows lie in
+    // pool blocks scattered through the pool, beyond the hardware
+    // prefetchers' reach, and a long context's rows are out of the caches.
     for (int j = j0 + kGqaTileKeys, end = std::min(hi + 1, j0 + 2 * kGqaTileKeys); j < end; ++j) {
       PrefetchFloats(rows[j] + koff, d);
       PrefetchFloats(rows[j] + voff, d);

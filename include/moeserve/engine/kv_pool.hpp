@@ -3,7 +3,7 @@
 // key (index_head_dim); Gated DeltaNet keeps O(1) state per sequence (conv
 // tails and S).
 //
-// KvPool is a paged allocator: fixed-size blocks of `block_tokens` token rows
+// KvPool is a paged allocator: fixed-size blocks of `block_tokens` tokens
 // shared by all sequences, reference-counted so that the prefix cache and
 // several sequences can hold the same full block. Allocation failure is an
 // error value, never an abort.

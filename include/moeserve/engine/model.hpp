@@ -195,9 +195,9 @@ class Model final : public FamilyModel {
   void set_options(const ModelOptions& o);
   // Floats one token occupies in a KvPool row (all attention layers).
   size_t cache_floats_per_token() const override { return floats_per_token_; }
-  // Where attention layer `layer`'s slot starts within a token row (its
-  // latent c, then k_pe, then for DSA the indexer key); 0 for DeltaNet layers,
-  // which keep no row.
+  // Where attention layer `layer`'s parts start in a token's floats (its
+  // latent c | k_pe, then for DSA the indexer key: KvPool::PartRow); 0 for
+  // DeltaNet layers, which keep nothing in the pool.
   size_t layer_cache_offset(int layer) const { return layer_offset_[static_cast<size_t>(layer)]; }
   // A cache with zeroed DeltaNet state and no blocks.
   SequenceCache NewSequence() const override;
@@ -282,11 +282,11 @@ class Model final : public FamilyModel {
   bool absorbed_prefill_ = false;                // from options_.mla_form and the kernels
   std::unique_ptr<ModelWeights> weights_;
   size_t floats_per_token_ = 0;
-  std::vector<size_t> layer_offset_;  // each attention layer's offset within a token row
+  std::vector<size_t> layer_offset_;  // each attention layer's first part's offset in a token's floats
   std::vector<float> rope_freqs_;     // qk_rope_head_dim / 2 YaRN frequencies
   std::vector<float> gqa_rope_freqs_; // gqa.rotary_dim / 2 frequencies (gated GQA layers)
   float mla_scale_ = 0;
-  size_t mtp_offset_ = 0;             // the MTP block's attention slot within a token row
+  size_t mtp_offset_ = 0;             // the MTP block's attention part's offset in a token's floats
   // x += Attn(RMSNorm(x)); x += FFN(RMSNorm(x)) for one decoder block over
   // the batch (the trunk's layers and the MTP block alike).
   Status RunBlock(const LayerWeights& w, int layer, size_t cache_offset, KvPool& pool, std::span<const SegmentRows> rows,
