@@ -6,8 +6,11 @@
 //
 // Sixty-four codes at a time are decoded exactly to fp32 by two byte-table
 // lookups (vpermi2b) and two rounds of unpacking (Decoder, below), then
-// multiplied by their block's scale (one fp32 rounding, as the reference);
-// each vector feeds the FMAs of up to 4 activation rows, each row with four
+// multiplied by their block's scale (one fp32 rounding, as the reference),
+// or, for a row block whose scales all lie in [2^-64, 2^64], multiply-added
+// as they are against activations multiplied by the scales once per row
+// block (RowTile's Fold: the same bits for power-of-two scales); each vector
+// feeds the FMAs of up to 4 activation rows, each row with four
 // accumulators; a single activation row (decode) takes four output rows at
 // a time, four weight streams. The unpacks leave the 64 weights in a fixed permutation, so
 // the activations are permuted the same way once per call
@@ -20,6 +23,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "cpu/variants.hpp"
 
@@ -120,8 +124,19 @@ struct Decoder {
 // more misses in flight than one stream a thread. Each weight is the decoded
 // value times its block's scale, one fp32 rounding, as the reference (exact
 // for any scale: no 2^8 fold here).
-template <size_t RO, size_t R>
-inline void RowTile(const Decoder& dec, const Fp8BlockView& w, const float* X, float* Y, size_t r) {
+//
+// Fold (the scales in the activations): the full 64-column groups read XS,
+// the activations already multiplied by the row block's scales (ScaleX),
+// and multiply-add the decoded values as they are: fma(v, fl(x s), acc)
+// instead of fma(fl(v s), x, acc), one rounding moved from the weight to
+// the activation. Power-of-two scales (the release's UE8M0) make both exact,
+// so the bits are the same; other scales stay within the reference's bound.
+// It saves the 4 multiplies per 64 weights and output row (a quarter of a
+// decode row's work), for n x cols multiplies per 128 output rows. Which
+// form a row takes depends only on its row block's scales (FoldableScales),
+// never on the tile, so batch invariance holds.
+template <size_t RO, size_t R, bool Fold>
+inline void RowTile(const Decoder& dec, const Fp8BlockView& w, const float* X, const float* XS, float* Y, size_t r) {
   const size_t cols = w.cols, rows = w.rows, scale_cols = (cols + kBlock - 1) / kBlock;
   const uint8_t* codes[RO];
   const float* srow[RO];
@@ -141,13 +156,15 @@ inline void RowTile(const Decoder& dec, const Fp8BlockView& w, const float* X, f
     for (; k + 64 <= k1; k += 64) {
       for (size_t o = 0; o < RO; ++o) {
         _mm_prefetch(reinterpret_cast<const char*>(codes[o] + k + kPrefetchAhead), _MM_HINT_T1);
-        const __m512 s = _mm512_set1_ps(srow[o][b]);
         __m512 v[4];
         dec.Decode(codes[o] + k, v);
-        for (int q = 0; q < 4; ++q) v[q] = _mm512_mul_ps(v[q], s);
+        if constexpr (!Fold) {
+          const __m512 s = _mm512_set1_ps(srow[o][b]);
+          for (int q = 0; q < 4; ++q) v[q] = _mm512_mul_ps(v[q], s);
+        }
         for (size_t j = 0; j < R; ++j)
           for (int q = 0; q < 4; ++q)
-            acc[o][j][q] = _mm512_fmadd_ps(v[q], _mm512_loadu_ps(X + j * cols + k + 16 * q), acc[o][j][q]);
+            acc[o][j][q] = _mm512_fmadd_ps(v[q], _mm512_loadu_ps(XS + j * cols + k + 16 * q), acc[o][j][q]);
       }
     }
     if (k == k1) continue;
@@ -257,22 +274,82 @@ void fp8_block_permute_x_avx512(const float* X, size_t n, size_t cols, float* XP
   }
 }
 
-void fp8_block_rows_avx512(const Fp8BlockView& w, const float* XP, size_t n, float* Y, size_t r_begin,
-                           size_t r_end) {
+namespace {
+
+// Whether row block rb's scales fold into the activations (RowTile's Fold):
+// all within [2^-64, 2^64], so x s neither overflows nor leaves the normal
+// range for any activation a layer makes (|x| < 2^64); the scales the
+// release and its conversions carry are 2^-20 .. 2^-5.
+bool FoldableScales(const Fp8BlockView& w, size_t rb) {
+  const size_t scale_cols = (w.cols + kBlock - 1) / kBlock;
+  const float* s = w.scales + rb * scale_cols;
+  for (size_t b = 0; b < scale_cols; ++b)
+    if (!(s[b] >= 0x1p-64f && s[b] <= 0x1p64f)) return false;
+  return true;
+}
+
+// XS = XP with each full 64-column group times its column block's scale in
+// row block rb (the ragged tails are left: RowTile reads them from XP).
+void ScaleX(const Fp8BlockView& w, size_t rb, const float* XP, size_t n, float* XS) {
+  const size_t cols = w.cols, scale_cols = (cols + kBlock - 1) / kBlock;
+  const float* srow = w.scales + rb * scale_cols;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k0 = 0, b = 0; k0 < cols; k0 += kBlock, ++b) {
+      const size_t k1 = k0 + kBlock < cols ? k0 + kBlock : cols;
+      const __m512 s = _mm512_set1_ps(srow[b]);
+      for (size_t k = k0; k + 64 <= k1; k += 64)
+        for (int q = 0; q < 4; ++q)
+          _mm512_storeu_ps(XS + i * cols + k + 16 * q, _mm512_mul_ps(_mm512_loadu_ps(XP + i * cols + k + 16 * q), s));
+    }
+}
+
+// Output rows [r_begin, r_end), all in one row block, in the form Fold says.
+template <bool Fold>
+void RowsOfBlock(const Decoder& dec, const Fp8BlockView& w, const float* XP, const float* XS, size_t n, float* Y,
+                 size_t r_begin, size_t r_end) {
   const size_t cols = w.cols, rows = w.rows;
-  const Decoder dec;
   size_t r = r_begin;
   if (n == 1)  // decode: four weight streams at a time
-    for (; r + 4 <= r_end; r += 4) RowTile<4, 1>(dec, w, XP, Y, r);
+    for (; r + 4 <= r_end; r += 4) RowTile<4, 1, Fold>(dec, w, XP, XS, Y, r);
   for (; r < r_end; ++r) {
     size_t i = 0;
-    for (; i + kTile <= n; i += kTile) RowTile<1, kTile>(dec, w, XP + i * cols, Y + i * rows, r);
+    for (; i + kTile <= n; i += kTile) RowTile<1, kTile, Fold>(dec, w, XP + i * cols, XS + i * cols, Y + i * rows, r);
     switch (n - i) {
-      case 3: RowTile<1, 3>(dec, w, XP + i * cols, Y + i * rows, r); break;
-      case 2: RowTile<1, 2>(dec, w, XP + i * cols, Y + i * rows, r); break;
-      case 1: RowTile<1, 1>(dec, w, XP + i * cols, Y + i * rows, r); break;
+      case 3: RowTile<1, 3, Fold>(dec, w, XP + i * cols, XS + i * cols, Y + i * rows, r); break;
+      case 2: RowTile<1, 2, Fold>(dec, w, XP + i * cols, XS + i * cols, Y + i * rows, r); break;
+      case 1: RowTile<1, 1, Fold>(dec, w, XP + i * cols, XS + i * cols, Y + i * rows, r); break;
       default: break;
     }
+  }
+}
+
+}  // namespace
+
+void fp8_block_rows_avx512(const Fp8BlockView& w, const float* XP, size_t n, float* Y, size_t r_begin,
+                           size_t r_end) {
+  const Decoder dec;
+  // The activations scaled per row block, in a buffer of this thread's that
+  // only grows (n x cols floats, the size of XP; held for the thread's life).
+  // malloc, not a std::vector: no library template may be instantiated with
+  // this file's AVX-512 flags (the header above).
+  thread_local float* xs = nullptr;
+  thread_local size_t xs_floats = 0;
+  for (size_t r = r_begin; r < r_end;) {
+    const size_t rb = r / kBlock, block_end = (rb + 1) * kBlock, end = r_end < block_end ? r_end : block_end;
+    bool fold = FoldableScales(w, rb);
+    if (fold && xs_floats < n * w.cols) {
+      std::free(xs);
+      xs = static_cast<float*>(std::malloc(n * w.cols * sizeof(float)));
+      xs_floats = xs ? n * w.cols : 0;
+      fold = xs != nullptr;  // no memory: the unfolded form, same bits for power-of-two scales
+    }
+    if (fold) {
+      ScaleX(w, rb, XP, n, xs);
+      RowsOfBlock<true>(dec, w, XP, xs, n, Y, r, end);
+    } else {
+      RowsOfBlock<false>(dec, w, XP, XP, n, Y, r, end);
+    }
+    r = end;
   }
 }
 

@@ -340,5 +340,48 @@ TEST(Fp8BlockVariants, ARowGetsTheSameBitsAloneAsInABatch) {
   });
 }
 
+// The AVX-512 rows fold a row block's scales into the activations when
+// they all lie in [2^-64, 2^64] (fma(v, x s) instead of fma(v s, x)) and
+// multiply the weights otherwise. With power-of-two scales both forms are
+// exact, so they must give the same bits: matrix `folded` has power-of-two
+// scales everywhere; `unfolded` the same codes and scales, except that in
+// each row block one column block holds zero codes under a scale of 2^80
+// (outside the fold's range, so those rows take the other form, while the
+// block adds nothing either way). Every variant must give both matrices the
+// same bits at 1 and 5 activation rows; shapes with ragged blocks included.
+TEST(Fp8BlockVariants, PowerOfTwoScalesGiveTheSameBitsInEitherForm) {
+  struct Shape {
+    size_t rows, cols;
+  };
+  for (const Shape s : {Shape{300, 1003}, Shape{256, 512}}) {
+    Case folded = RandomCase(s.rows, s.cols, static_cast<uint32_t>(s.rows ^ s.cols));
+    const size_t scale_cols = (s.cols + 127) / 128;
+    for (size_t i = 0; i < folded.scales.size(); ++i) folded.scales[i] = std::ldexp(1.0f, -static_cast<int>(i % 19) - 3);
+    for (size_t r = 0; r < s.rows; ++r)
+      for (size_t k = 0; k < 128; ++k) folded.codes[r * s.cols + k] = 0;  // column block 0 zero
+    Case unfolded = folded;
+    for (size_t rb = 0; rb < folded.scales.size() / scale_cols; ++rb) unfolded.scales[rb * scale_cols] = 0x1p80f;
+    for (size_t n : {size_t{1}, size_t{5}}) {
+      const std::vector<float> x = RandomX(n, s.cols, static_cast<uint32_t>(n + 3));
+      ForEachVariant("matmul_fp8_block folded or not", [&](const KernelSet& k) {
+        SCOPED_TRACE(std::string(k.matmul_fp8_block.name) + " " + std::to_string(s.rows) + " x " +
+                     std::to_string(s.cols) + ", " + std::to_string(n) + " rows");
+        std::vector<float> a(n * s.rows, std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> b(n * s.rows, std::numeric_limits<float>::quiet_NaN());
+        k.matmul_fp8_block(folded.view(), x.data(), n, a.data());
+        k.matmul_fp8_block(unfolded.view(), x.data(), n, b.data());
+        size_t differ = 0, nonzero = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && ++differ <= 5)
+            ADD_FAILURE() << "output " << i << ": " << a[i] << " folded, " << b[i] << " not";
+          nonzero += a[i] != 0.0f;
+        }
+        EXPECT_EQ(differ, 0u);
+        EXPECT_GT(nonzero, a.size() / 2);  // the products are not all zero
+      });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moeserve::kernels
