@@ -3,7 +3,9 @@
 // the recurrent step (decode) and the chunked WY form (prefill).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "layers.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
@@ -29,16 +31,107 @@ void SizeTrail(std::vector<std::vector<DeltaLayerState>>& trail, int tokens, int
 
 }  // namespace
 
+// Qwen3-Next's DeltaNet has fewer key heads than value heads (16 and 32 at
+// 80B): each key head's q and k serve nv / nk value heads, and the graph
+// gives every value head its own copy of those rows (q_proj, k_proj and
+// their conv rows), as the engine's delta layer holds one q and k per head.
+// Projected as held, a quarter of the layer's input projection (4096 of
+// 16,448 rows at 80B) recomputed what another head already had. Here each
+// set of heads whose q_proj, k_proj, q_conv and k_conv rows are equal bit for
+// bit is projected once (BF16 copies of the distinct heads' rows, made
+// when the model loads); every head still runs its own conv, state and
+// norms over its set's columns. The copies cost 2 x distinct dk x D BF16 per
+// layer (16 MiB at 80B) beside the held rows.
+struct DeltaDistinctHeads {
+  std::vector<int> column;  // per head: its distinct head (its q and k columns / dk)
+  int distinct = 0;
+  std::vector<uint16_t> q_rows, k_rows;  // [distinct dk, D] BF16
+  Matrix q, k;                           // views of q_rows and k_rows
+};
+
+namespace {
+
+// Whether head h's rows [h dk, (h + 1) dk) equal head j's in every matrix.
+bool SameHeadRows(const LayerWeights& w, int dk, int h, int j) {
+  const auto same_bf16 = [&](const Matrix& m) {
+    const size_t n = static_cast<size_t>(dk) * m.cols;
+    return std::memcmp(m.bf16 + h * n, m.bf16 + j * n, n * 2) == 0;
+  };
+  const auto same_f32 = [&](const Matrix& m) {
+    const size_t n = static_cast<size_t>(dk) * m.cols;
+    return std::memcmp(m.w.data() + h * n, m.w.data() + j * n, n * 4) == 0;
+  };
+  return same_bf16(w.q_proj) && same_bf16(w.k_proj) && same_f32(w.q_conv) && same_f32(w.k_conv);
+}
+
+std::mutex distinct_mu;  // guards LayerWeights::delta_distinct
+
+// Sets w.delta_distinct unless it is set (holding distinct_mu).
+void FindDistinctHeadsLocked(const LayerWeights& w, int Hd, int dk) {
+  auto d = std::make_shared<DeltaDistinctHeads>();
+  const bool checkable = w.q_proj.bf16 && w.k_proj.bf16 && w.q_proj.rows == Hd * dk && w.k_proj.rows == Hd * dk &&
+                         w.q_conv.rows == Hd * dk && w.k_conv.rows == Hd * dk && !w.q_conv.w.empty() &&
+                         !w.k_conv.w.empty();
+  std::vector<int> first;  // the first head of each distinct set
+  for (int h = 0; h < Hd && checkable; ++h) {
+    int c = 0;
+    while (c < static_cast<int>(first.size()) && !SameHeadRows(w, dk, h, first[static_cast<size_t>(c)])) ++c;
+    if (c == static_cast<int>(first.size())) first.push_back(h);
+    d->column.push_back(c);
+  }
+  d->distinct = static_cast<int>(first.size());
+  if (checkable && d->distinct < Hd) {
+    const size_t D = static_cast<size_t>(w.q_proj.cols), head = static_cast<size_t>(dk) * D;
+    d->q_rows.resize(first.size() * head);
+    d->k_rows.resize(first.size() * head);
+    for (size_t c = 0; c < first.size(); ++c) {
+      std::memcpy(&d->q_rows[c * head], w.q_proj.bf16 + first[c] * head, head * 2);
+      std::memcpy(&d->k_rows[c * head], w.k_proj.bf16 + first[c] * head, head * 2);
+    }
+    for (Matrix* m : {&d->q, &d->k}) {
+      m->rows = d->distinct * dk;
+      m->cols = w.q_proj.cols;
+    }
+    d->q.bf16 = d->q_rows.data();
+    d->k.bf16 = d->k_rows.data();
+  } else {
+    d->column.clear();  // none repeat: the held projections as they are
+  }
+  w.delta_distinct = std::move(d);
+}
+
+// The layer's distinct heads (found at load, or here on its first pass);
+// null when every head is its own (or q / k are not BF16): the full
+// projections run.
+const DeltaDistinctHeads* DistinctHeads(const LayerWeights& w, int Hd, int dk) {
+  std::lock_guard<std::mutex> lock(distinct_mu);
+  if (!w.delta_distinct) FindDistinctHeadsLocked(w, Hd, dk);
+  return w.delta_distinct->column.empty() ? nullptr : w.delta_distinct.get();
+}
+
+}  // namespace
+
+void FindDeltaDistinctHeads(const LayerWeights& w, int heads, int head_k_dim) {
+  std::lock_guard<std::mutex> lock(distinct_mu);
+  if (!w.delta_distinct) FindDistinctHeadsLocked(w, heads, head_k_dim);
+}
+
 void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* x, int n, float* out) {
   const DeltaConfig& d = ctx.config.delta;
   const int Hd = d.num_heads, dk = d.head_k_dim, dv = d.head_v_dim, K = d.conv_size;
   const int Cq = Hd * dk, Cv = Hd * dv, C = 2 * Cq + Cv;  // conv channels: q | k | v
 
-  // 1. Projections for the whole batch: q, k, v (pre-conv), a, b, g.
-  ScratchFloats pq(static_cast<size_t>(n) * Cq), pk(pq.size()), pv(static_cast<size_t>(n) * Cv),
+  // 1. Projections for the whole batch: q, k, v (pre-conv), a, b, g; q and k
+  // once per distinct head (Cqk columns: head h's are column[h] dk onwards).
+  const DeltaDistinctHeads* distinct = DistinctHeads(w, Hd, dk);
+  const Matrix& q_proj = distinct ? distinct->q : w.q_proj;
+  const Matrix& k_proj = distinct ? distinct->k : w.k_proj;
+  const int Cqk = q_proj.rows;
+  const auto qk_column = [&](int h) { return (distinct ? distinct->column[static_cast<size_t>(h)] : h) * dk; };
+  ScratchFloats pq(static_cast<size_t>(n) * Cqk), pk(pq.size()), pv(static_cast<size_t>(n) * Cv),
       a(static_cast<size_t>(n) * Hd), b(a.size()), gp(static_cast<size_t>(n) * Cv);
-  LinearMany({{&w.q_proj, x, pq.data()},
-              {&w.k_proj, x, pk.data()},
+  LinearMany({{&q_proj, x, pq.data()},
+              {&k_proj, x, pk.data()},
               {&w.v_proj, x, pv.data()},
               {&w.a_proj, x, a.data()},
               {&w.b_proj, x, b.data()},
@@ -46,7 +139,7 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
              n, ctx.kernels);
   PartClock& clock = ctx.clock;
   clock.Mark(ProfilePart::kProjections,
-             LinearFlops({&w.q_proj, &w.k_proj, &w.v_proj, &w.a_proj, &w.b_proj, &w.g_proj}, n));
+             LinearFlops({&q_proj, &k_proj, &w.v_proj, &w.a_proj, &w.b_proj, &w.g_proj}, n));
 
   ScratchFloats o(static_cast<size_t>(n) * Cv);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
@@ -94,11 +187,11 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
       // 2. Causal depthwise conv over [tail (K-1 rows) ; new rows], then silu;
       // the tail keeps the last K-1 inputs.
       // Channels [ch0, ch0 + count) of q|k|v (columns [col, col + count) of
-      // qkv) are channels [c0, c0 + count) of the projection `proj` (width
-      // `width`) and of its conv W.
+      // qkv) are columns [p0, p0 + count) of the projection `proj` (width
+      // `width`) and channels [c0, c0 + count) of its conv W.
       const auto conv_channels = [&](int ch0, int col, int count, const Matrix& W, const ScratchFloats& proj,
-                                     int width, int c0) {
-        const float* x = &proj[static_cast<size_t>(seg.row0) * width + c0];
+                                     int width, int p0, int c0) {
+        const float* x = &proj[static_cast<size_t>(seg.row0) * width + p0];
         ctx.kernels.causal_conv_silu(&st.conv_tail[ch0], C, x, width, T, count, &W.w[static_cast<size_t>(c0) * K], K,
                                      &qkv[col], Wh);
         // The trail's tails: after token t, rows t+1 .. t+K-1 of [tail ; new
@@ -122,9 +215,9 @@ void GatedDeltaNet(const LayerContext& ctx, const LayerWeights& w, const float* 
           std::copy(in, in + count, &st.conv_tail[static_cast<size_t>(u) * C + ch0]);
         }
       };
-      conv_channels(h * dk, 0, dk, w.q_conv, pq, Cq, h * dk);
-      conv_channels(Cq + h * dk, dk, dk, w.k_conv, pk, Cq, h * dk);
-      conv_channels(2 * Cq + h * dv, 2 * dk, dv, w.v_conv, pv, Cv, h * dv);
+      conv_channels(h * dk, 0, dk, w.q_conv, pq, Cqk, qk_column(h), h * dk);
+      conv_channels(Cq + h * dk, dk, dk, w.k_conv, pk, Cqk, qk_column(h), h * dk);
+      conv_channels(2 * Cq + h * dv, 2 * dk, dv, w.v_conv, pv, Cv, h * dv, h * dv);
       // 3. L2-normalise q and k (q also scaled by dk^-0.5); beta and g.
       // x / sqrt(|x|^2 + eps) is the set's RMSNorm with eps / dk and weight
       // dk^-0.5: w x / sqrt(|x|^2 / dk + eps / dk).

@@ -80,6 +80,9 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
                                        " is not a multiple of 4 up to 1024; use exact scores"));
   MOE_ASSIGN_OR_RETURN(ModelWeights w, LoadWeights(source, dir.config, model->ep_rank_, model->ep_world_, load_mtp));
   model->weights_ = std::make_unique<ModelWeights>(std::move(w));
+  for (const LayerWeights& lw : model->weights_->layers)
+    if (lw.kind == LayerKind::kDelta)
+      FindDeltaDistinctHeads(lw, dir.config.delta.num_heads, dir.config.delta.head_k_dim);
   const ModelConfig& c = model->config_;
   // Token row layout: for each mla/dsa layer [c | k_pe | indexer key (dsa):
   // index_head_dim floats, or with int8 scores index_head_dim / 4 + 1],

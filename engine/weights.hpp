@@ -61,6 +61,14 @@ struct ExpertStack {
   size_t bytes() const { return packed.bytes() + bf16.size(); }
 };
 
+// gated_deltanet.cpp: the DeltaNet heads whose q and k are computed once.
+struct DeltaDistinctHeads;
+struct LayerWeights;
+// Finds them for a DeltaNet layer of `heads` heads of head_k_dim (sets
+// delta_distinct): Model::Load calls it after the weights, so that the
+// copies it makes are not first touched in a prompt's time to first token.
+void FindDeltaDistinctHeads(const LayerWeights& w, int heads, int head_k_dim);
+
 struct LayerWeights {
   LayerKind kind;
   std::vector<float> attn_norm, ffn_norm;
@@ -87,6 +95,10 @@ struct LayerWeights {
   // Gated DeltaNet
   Matrix q_proj, k_proj, v_proj, a_proj, b_proj, g_proj, o_proj, q_conv, k_conv, v_conv;
   std::vector<float> A_log, dt_bias, o_norm;
+  // q_proj and k_proj with each set of heads that repeat one another's rows
+  // (and conv rows) once: Qwen3-Next's value heads share their key head's q
+  // and k. Set by FindDeltaDistinctHeads (gated_deltanet.cpp) at load.
+  mutable std::shared_ptr<const DeltaDistinctHeads> delta_distinct;
   // FFN
   bool moe = false;
   Matrix w1, w3, w2;                   // dense SwiGLU

@@ -134,6 +134,46 @@ TEST(Qwen3Next, LogitsMatchTheReferenceInEveryForm) {
   ExpectClose(f, EngineLogits(**fast, f.tokens, static_cast<int>(f.tokens.size())), 1e-3, "fast kernels");
 }
 
+// Each key head's q and k rows are projected once, not once per value head
+// that shares them (the graph repeats them per value head): the DeltaNet
+// layers' projection work in the forward's own profile is that of nk key
+// heads, and the logits above hold it to the reference.
+TEST(Qwen3Next, DeltaNetProjectsEachKeyHeadOnce) {
+  const Fixture& f = Shared();
+  ASSERT_FALSE(f.logits.empty());
+  auto cfg = qwen3_next::LoadConfig(f.model);
+  ASSERT_TRUE(cfg) << cfg.error().ToString();
+  const qwen3_next::Config& c = *cfg;
+  ASSERT_LT(c.linear_k_heads, c.linear_v_heads);  // the fixture repeats key heads
+  auto m = qwen3_next::LoadModel(f.model, ModelOptions{});
+  ASSERT_TRUE(m) << m.error().ToString();
+  const int n = static_cast<int>(f.tokens.size());
+  KvPool pool(64, 16, (*m)->cache_floats_per_token());
+  SequenceCache cache = (*m)->NewSequence();
+  ASSERT_TRUE(EnsureBlocks(pool, cache, n));
+  ForwardSegment seg{&cache, std::span<const int>(f.tokens.data(), f.tokens.size()), true};
+  ForwardProfile profile;
+  ForwardTrace trace;
+  trace.profile = &profile;
+  std::vector<float> logits;
+  auto st = (*m)->Forward(pool, std::span<ForwardSegment>(&seg, 1), &logits, &trace);
+  ASSERT_TRUE(st) << st.error().ToString();
+  ReleaseBlocks(pool, cache);
+  int delta_layers = 0;
+  for (bool full : c.full_attention) delta_layers += full ? 0 : 1;
+  ASSERT_GT(delta_layers, 0);
+  // Rows per layer: q and k (nk dk each), v and the gate (nv dv each), a
+  // and b (nv each), times D; the output projection D x nv dv.
+  const double D = c.hidden_size, nk = c.linear_k_heads, nv = c.linear_v_heads, dk = c.linear_k_dim,
+               dv = c.linear_v_dim;
+  const auto flops = [&](double q_heads) {
+    return 2.0 * n * delta_layers * (D * (2 * q_heads * dk + 2 * nv * dv + 2 * nv) + nv * dv * D);
+  };
+  const double got = profile.flops[static_cast<int>(LayerKind::kDelta)][static_cast<int>(ProfilePart::kProjections)];
+  EXPECT_DOUBLE_EQ(got, flops(nk));
+  EXPECT_LT(got, flops(nv));
+}
+
 // The published multi-token-prediction layer (mtp.fc, its norms,
 // mtp.layers.0: full attention with the MoE) as the graph's MTP module
 // (model.md 15), loaded with ModelOptions::mtp: a gated-GQA cache slot per
