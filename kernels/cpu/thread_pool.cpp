@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace moeserve::kernels {
 namespace {
@@ -29,6 +30,10 @@ void ThreadPool::RunTasks() {
     size_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= n_) break;
     (*fn_)(i);
+    if (pending_.fetch_sub(1) == 1) {  // the call's last task: wake a sleeping caller
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_done_.notify_one();
+    }
   }
   tl_in_pool_task = was;
 }
@@ -42,6 +47,9 @@ inline void CpuRelax() {
   __builtin_ia32_pause();
 #endif
 }
+constexpr uint64_t kDoorOpen = uint64_t{1} << 32;
+constexpr uint64_t kDoorInside = kDoorOpen - 1;
+uint64_t DoorOf(uint64_t generation) { return generation << 33; }
 }  // namespace
 
 void ThreadPool::WorkerLoop() {
@@ -63,11 +71,15 @@ void ThreadPool::WorkerLoop() {
     }
     if (stop_.load()) return;
     seen = generation_.load();
+    // Enter the call of generation `seen` if its door is still open; fn_ and
+    // n_ stay valid while this worker is inside.
+    const uint64_t mine = DoorOf(seen) | kDoorOpen;
+    uint64_t door = door_.load();
+    bool inside = false;
+    while ((door & ~kDoorInside) == mine && !inside) inside = door_.compare_exchange_weak(door, door + 1);
+    if (!inside) continue;
     RunTasks();
-    if (active_.fetch_sub(1) == 1) {
-      std::lock_guard<std::mutex> lk(mu_);
-      cv_done_.notify_one();
-    }
+    door_.fetch_sub(1);
   }
 }
 
@@ -82,26 +94,36 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   fn_ = &fn;
   n_ = n;
   next_.store(0);
-  active_.store(static_cast<int>(workers_.size()));
-  // Publishes fn_/n_ (seq_cst). A worker either sees the new generation
-  // before it sleeps, or is counted in sleepers_ and is woken here.
-  generation_.fetch_add(1);
+  pending_.store(n);
+  // Opens the door, then publishes the generation (seq_cst, after fn_/n_).
+  // A worker either sees the new generation before it sleeps, or is counted
+  // in sleepers_ and is woken here.
+  const uint64_t generation = generation_.load() + 1;
+  door_.store(DoorOf(generation) | kDoorOpen);
+  generation_.store(generation);
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(mu_);
     cv_start_.notify_all();
   }
   RunTasks();
+  // Every task done: the caller took the rest, so only a worker still
+  // running one of them is waited for.
   bool done = false;
-  for (int spin = 0; spin < kSpinIterations; ++spin) {
-    if (active_.load() == 0) {
-      done = true;
-      break;
-    }
-    CpuRelax();
+  for (int spin = 0; spin < kSpinIterations && !done; ++spin) {
+    done = pending_.load() == 0;
+    if (!done) CpuRelax();
   }
   if (!done) {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [&] { return active_.load() == 0; });
+    cv_done_.wait(lk, [&] { return pending_.load() == 0; });
+  }
+  // Close the door once nobody is inside: a worker inside has no task left
+  // and is on its way out.
+  for (int spin = 0;; ++spin) {
+    uint64_t open_empty = DoorOf(generation) | kDoorOpen;
+    if (door_.compare_exchange_weak(open_empty, DoorOf(generation))) break;
+    if (spin < kSpinIterations) CpuRelax();
+    else std::this_thread::yield();
   }
   fn_ = nullptr;
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();

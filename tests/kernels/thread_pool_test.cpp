@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 namespace moeserve::kernels {
 namespace {
@@ -39,6 +40,33 @@ TEST(DefaultThreadPool, ManyShortParallelForsComplete) {
     want += n * (n + 1) / 2;
   }
   EXPECT_EQ(sum.load(), want);
+}
+
+TEST(DefaultThreadPool, EveryIndexRunsExactlyOnceWhileWorkersArePreempted) {
+  // More threads than cores, and spinning threads beside them, so that
+  // workers are often descheduled between or inside calls: a call may
+  // finish without a worker that wakes late, which must then run nothing of
+  // it (its function is gone) and take part in a later call instead.
+  ThreadPool pool(6);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (int i = 0; i < 2; ++i)
+    spinners.emplace_back([&] {
+      while (!stop.load()) std::this_thread::yield();
+    });
+  long wrong = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const size_t n = 1 + static_cast<size_t>(round % 37);
+    std::vector<std::atomic<int>> ran(n);
+    pool.ParallelFor(n, [&](size_t i) {
+      ran[i].fetch_add(1);
+      if (i % 5 == 0) std::this_thread::yield();
+    });
+    for (size_t i = 0; i < n; ++i) wrong += ran[i].load() != 1;
+  }
+  stop.store(true);
+  for (auto& t : spinners) t.join();
+  EXPECT_EQ(wrong, 0) << "indices run other than exactly once";
 }
 
 }  // namespace

@@ -59,7 +59,15 @@ class ThreadPool {
   const std::function<void(size_t)>* fn_ = nullptr;
   size_t n_ = 0;
   std::atomic<size_t> next_{0};
-  std::atomic<int> active_{0};  // workers still inside the current generation
+  std::atomic<size_t> pending_{0};  // tasks of the current call not yet finished
+  // The call's door: its generation (bits 33 up), open (bit 32) and the
+  // workers inside it (the low 32 bits). A worker enters only an open door
+  // of the generation it woke for; the caller returns once every task is
+  // done and it has closed the door with nobody inside. A worker the
+  // machine has not scheduled yet is not waited for: it finds the door
+  // closed when it runs (on a loaded machine, waiting for it cost a
+  // scheduler time slice per call).
+  std::atomic<uint64_t> door_{0};
   std::atomic<uint64_t> regions_{0};
   std::atomic<uint64_t> region_ns_{0};
 };
