@@ -258,6 +258,7 @@ void BlockOfBlocked(const IndexerInt8Query& query, int queries, int heads, int d
                     float* scale) {
   const int d4n = dim / 4;
   const auto nothing = [] {};
+  const int p0 = std::min(k1, kb + kPrefetchBlocks * kBlockKeys), p1 = std::min(k1, p0 + kBlockKeys);
   if (block_keys % 16 == 0) {
     // Key s's dwords start at its block's base + its slot (a multiple of 16 here).
     const auto dwords = [&](int s) {
@@ -268,7 +269,24 @@ void BlockOfBlocked(const IndexerInt8Query& query, int queries, int heads, int d
     const auto scales = [&](const int32_t* K) {
       return _mm512_loadu_ps(reinterpret_cast<const float*>(K + static_cast<size_t>(d4n) * block_keys));
     };
-    ScoreKeys(query, queries, heads, dim, n, scores, ld, kb, nk, K0, K1, block_keys, scales(K0), scales(K1), nothing);
+    // The keys 8 blocks ahead: 16 keys' dwords of one d4 row (and their
+    // scales) are one line, 2 (d4n + 1) of them for the 32 keys, fetched a
+    // few per pass of heads: all at once they filled the miss buffers and
+    // the prefetches themselves stalled.
+    const int32_t* A[2] = {p0 < p1 ? dwords(p0) : nullptr, p0 + 16 < p1 ? dwords(p0 + 16) : nullptr};
+    const int lines = 2 * (d4n + 1), passes = std::max(1, heads / 8) * queries;
+    const int per_pass = (lines + passes - 1) / passes;
+    int next = 0;
+    const auto fetch = [&](int upto) {
+      for (; next < std::min(upto, lines); ++next) {
+        const int32_t* a = A[next & 1];
+        if (a) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<size_t>(next >> 1) * block_keys), _MM_HINT_T0);
+      }
+    };
+    ScoreKeys(query, queries, heads, dim, n, scores, ld, kb, nk, K0, K1, block_keys, scales(K0), scales(K1),
+              [&] { fetch(next + per_pass); });
+    fetch(lines);
+    return;
   } else {
     for (int j = 0; j < kBlockKeys; ++j) {
       const int s = kb + j, slot = s % block_keys;
@@ -283,8 +301,7 @@ void BlockOfBlocked(const IndexerInt8Query& query, int queries, int heads, int d
     ScoreKeys(query, queries, heads, dim, n, scores, ld, kb, nk, Kt, Kt + 16, 32, _mm512_loadu_ps(scale),
               _mm512_loadu_ps(scale + 16), nothing);
   }
-  const int p0 = std::min(k1, kb + kPrefetchBlocks * kBlockKeys);
-  PrefetchBlockedKeys(blocks, block_keys, dim, p0, std::min(k1, p0 + kBlockKeys));
+  PrefetchBlockedKeys(blocks, block_keys, dim, p0, p1);
 }
 
 // The keys [0, n_max) in chunks of whole 32-key blocks across the pool,
