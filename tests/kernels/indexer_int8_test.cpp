@@ -137,6 +137,24 @@ TEST(IndexerInt8, DotIsTheExactProductOfTheCodes) {
   }
 }
 
+// Random queries over the cache's keys (query b sees n0 + b of them) and
+// the row form reference's scores, -7 past each query's keys.
+struct ReferenceRun {
+  Int8Queries iq;
+  std::vector<int> n;
+  size_t ld;
+  std::vector<float> ref;
+  ReferenceRun(const Int8Cache& cache, int queries, int heads, int dim, int n0, std::mt19937& rng)
+      : iq(Random(static_cast<size_t>(queries) * heads * dim, rng), Random(static_cast<size_t>(queries) * heads, rng),
+           queries, heads, dim),
+        n(static_cast<size_t>(queries)),
+        ld(static_cast<size_t>(n0 + queries - 1) + 3),
+        ref(static_cast<size_t>(queries) * ld, -7.0f) {
+    for (int b = 0; b < queries; ++b) n[static_cast<size_t>(b)] = n0 + b;
+    IndexerScoresInt8Ref(iq.view(), queries, heads, dim, cache.rows.data(), Int8Cache::kOffset, n.data(), ref.data(), ld);
+  }
+};
+
 TEST(IndexerInt8, EveryVariantMatchesTheReferenceBitForBit) {
   std::mt19937 rng(13);
   // queries, heads, dim, keys of the first query (each next query one more).
@@ -147,14 +165,11 @@ TEST(IndexerInt8, EveryVariantMatchesTheReferenceBitForBit) {
                  std::to_string(dim) + ", keys " + std::to_string(n0));
     const int n_max = n0 + queries - 1;
     Int8Cache cache(n_max, dim, rng);
-    auto q = Random(static_cast<size_t>(queries) * heads * dim, rng);
-    auto w = Random(static_cast<size_t>(queries) * heads, rng);
-    Int8Queries iq(q, w, queries, heads, dim);
-    std::vector<int> n(static_cast<size_t>(queries));
-    for (int b = 0; b < queries; ++b) n[static_cast<size_t>(b)] = n0 + b;
-    const size_t ld = static_cast<size_t>(n_max) + 3;
-    std::vector<float> ref(static_cast<size_t>(queries) * ld, -7.0f);
-    IndexerScoresInt8Ref(iq.view(), queries, heads, dim, cache.rows.data(), Int8Cache::kOffset, n.data(), ref.data(), ld);
+    const ReferenceRun run(cache, queries, heads, dim, n0, rng);
+    const Int8Queries& iq = run.iq;
+    const std::vector<int>& n = run.n;
+    const size_t ld = run.ld;
+    const std::vector<float>& ref = run.ref;
     // The reference is the stated expression: integer dots, ReLU, the
     // heads' fmas in order, the key's scale last.
     for (int b = 0; b < queries; ++b)
@@ -214,14 +229,11 @@ TEST(IndexerInt8, BlockedKeysScoreAsTheRowsDoInEveryVariant) {
       ASSERT_EQ(std::memcmp(back.data(), cache.rows[static_cast<size_t>(s)] + Int8Cache::kOffset, back.size() * 4), 0)
           << "key " << s << " does not read back as its row form";
     }
-    auto q = Random(static_cast<size_t>(queries) * heads * dim, rng);
-    auto w = Random(static_cast<size_t>(queries) * heads, rng);
-    Int8Queries iq(q, w, queries, heads, dim);
-    std::vector<int> n(static_cast<size_t>(queries));
-    for (int b = 0; b < queries; ++b) n[static_cast<size_t>(b)] = n0 + b;
-    const size_t ld = static_cast<size_t>(n_max) + 3;
-    std::vector<float> ref(static_cast<size_t>(queries) * ld, -7.0f);
-    IndexerScoresInt8Ref(iq.view(), queries, heads, dim, cache.rows.data(), Int8Cache::kOffset, n.data(), ref.data(), ld);
+    const ReferenceRun run(cache, queries, heads, dim, n0, rng);
+    const Int8Queries& iq = run.iq;
+    const std::vector<int>& n = run.n;
+    const size_t ld = run.ld;
+    const std::vector<float>& ref = run.ref;
     std::vector<float> blocked_ref(ref.size(), -7.0f);
     IndexerScoresInt8BlockedRef(iq.view(), queries, heads, dim, blocks.data(), block_keys, n.data(), blocked_ref.data(), ld);
     EXPECT_EQ(std::memcmp(blocked_ref.data(), ref.data(), ref.size() * sizeof(float)), 0);
