@@ -26,8 +26,11 @@ namespace moeserve::engine {
 // directly (wkv_b, conv weights, the embedding) are fp32.
 struct Matrix {
   std::vector<float> w;            // fp32 elements, or empty when bf16 or fp8 is used
-  const uint16_t* bf16 = nullptr;  // BF16 elements in ModelWeights::arena, or null
-  const uint8_t* fp8 = nullptr;    // E4M3 codes [rows, cols] in ModelWeights::arena, or null
+  // BF16 elements / E4M3 codes [rows, cols] held by ModelWeights::arena: in
+  // its memory, or in place in a checkpoint shard's mapping it keeps alive
+  // (WeightArena::KeepMapped: any alignment); null when not held so.
+  const uint16_t* bf16 = nullptr;
+  const uint8_t* fp8 = nullptr;
   const float* fp8_scales = nullptr;  // with fp8: [ceil(rows/128), ceil(cols/128)] in the arena
   int rows = 0, cols = 0;
   kernels::Fp8BlockView fp8_view() const {
