@@ -196,8 +196,9 @@ class Model final : public FamilyModel {
   // Floats one token occupies in a KvPool row (all attention layers).
   size_t cache_floats_per_token() const override { return floats_per_token_; }
   // Where attention layer `layer`'s parts start in a token's floats (its
-  // latent c | k_pe, then for DSA the indexer key: KvPool::PartRow); 0 for
-  // DeltaNet layers, which keep nothing in the pool.
+  // latent c | k_pe, then for DSA the indexer key: KvPool::PartRow). A
+  // DeltaNet layer keeps nothing in the pool: its entry is the next
+  // attention layer's offset.
   size_t layer_cache_offset(int layer) const { return layer_offset_[static_cast<size_t>(layer)]; }
   // A cache with zeroed DeltaNet state and no blocks.
   SequenceCache NewSequence() const override;
