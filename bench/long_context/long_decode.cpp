@@ -37,7 +37,6 @@
 
 namespace me = moeserve::engine;
 namespace mk = moeserve::kernels;
-using moeserve::bench::ParseLength;
 
 namespace {
 
@@ -101,18 +100,7 @@ int main(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (!v) return Usage();
     if (a == "--lengths") {
-      lengths.clear();
-      const std::string list = v;
-      for (size_t p = 0; p <= list.size();) {
-        const size_t q = std::min(list.find(',', p), list.size());
-        const int64_t n = ParseLength(list.substr(p, q - p));
-        if (n <= 0) {
-          std::fprintf(stderr, "--lengths: '%s' is not a length (e.g. 4K,1M)\n", list.substr(p, q - p).c_str());
-          return 2;
-        }
-        lengths.push_back(n);
-        p = q + 1;
-      }
+      if (!moeserve::bench::ParseLengths(v, lengths)) return 2;
     } else if (a == "--steps") {
       steps = std::atoi(v);
     } else if (a == "--seed") {

@@ -79,18 +79,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (a == "--lengths" && v) {
-      lengths.clear();
-      std::string list = v;
-      for (size_t p = 0; p <= list.size();) {
-        const size_t q = std::min(list.find(',', p), list.size());
-        const int64_t n = ParseLength(list.substr(p, q - p));
-        if (n <= 0) {
-          std::fprintf(stderr, "--lengths: '%s' is not a length (e.g. 32K,128K,1M)\n", list.substr(p, q - p).c_str());
-          return 2;
-        }
-        lengths.push_back(n);
-        p = q + 1;
-      }
+      if (!moeserve::bench::ParseLengths(v, lengths)) return 2;
       ++i;
     } else if (a == "--chunk" && v) {
       chunk = std::atoi(v), ++i;

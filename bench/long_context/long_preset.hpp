@@ -1,16 +1,18 @@
 // What bench_long_prefill and bench_long_decode share: lengths written as
-// "32K" or "1M", and the `long` preset (model_config.cpp) generated into a
+// "32K" or "1M" (and lists of them), and the `long` preset (model_config.cpp) generated into a
 // temporary directory when no --model is given, removed when done.
 #pragma once
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "moeserve/engine/model.hpp"
 #include "moeserve/engine/model_dir.hpp"
@@ -28,6 +30,23 @@ inline int64_t ParseLength(const std::string& s) {
   else if (*end == 'M' || *end == 'm') mul = 1 << 20, ++end;
   if (*end != '\0' || v <= 0) return -1;
   return static_cast<int64_t>(v * static_cast<double>(mul));
+}
+
+// "4K,64K,1M" -> the lengths; false, after saying which item is not a
+// length, when one is not.
+inline bool ParseLengths(const std::string& list, std::vector<int64_t>& out) {
+  out.clear();
+  for (size_t p = 0; p <= list.size();) {
+    const size_t q = std::min(list.find(',', p), list.size());
+    const int64_t n = ParseLength(list.substr(p, q - p));
+    if (n <= 0) {
+      std::fprintf(stderr, "--lengths: '%s' is not a length (e.g. 4K,128K,1M)\n", list.substr(p, q - p).c_str());
+      return false;
+    }
+    out.push_back(n);
+    p = q + 1;
+  }
+  return true;
 }
 
 // The model at `path`, or the `long` preset (seed 1) generated for the run
