@@ -18,7 +18,7 @@
 // and step, and its DSA / dense ratio, against the same targets. Its keys
 // are held as the engine's pool holds them: 16 tokens' keys together,
 // transposed (indexer_int8.hpp's blocks), the blocks in shuffled order; the
-// fp32 keys stay in the rows (c | k_pe | ik). Its rate in multiply-adds per
+// fp32 keys as the pool holds those, each block's 16 after its latents. Its rate in multiply-adds per
 // second is printed beside a ceiling measured in the same run: a tight
 // vpdpbusd loop on one thread, times the threads.
 //
@@ -49,9 +49,9 @@ namespace {
 constexpr int kHeads = 128, kKvLora = 512, kRope = 64;
 constexpr int kIndexHeads = 64, kIndexDim = 128, kTopK = 2048;
 constexpr int kDeltaHeads = 64, kDk = 128, kDv = 128;
-// One paged-cache row: c | k_pe | indexer key fp32.
+// A token's floats in the paged cache: c | k_pe, and the fp32 indexer key.
 constexpr int kRowFloats = kKvLora + kRope + kIndexDim;
-constexpr int kBlockTokens = 64;
+constexpr int kBlockTokens = 16;  // the engine's block
 // The int8 keys' blocks (the engine pool's 16 tokens).
 constexpr int kKeyBlockTokens = 16;
 
@@ -145,8 +145,14 @@ int main(int argc, char** argv) {
   for (int b = 0; b < nblocks; ++b) order[b] = b;
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<const float*> rows(static_cast<size_t>(max_context));
-  for (int s = 0; s < max_context; ++s)
-    rows[s] = &pool[(static_cast<size_t>(order[s / kBlockTokens]) * kBlockTokens + s % kBlockTokens) * kRowFloats];
+  // Each block keeps its tokens' latents together, then their fp32 indexer
+  // keys (as the engine's pool keeps a DSA layer's parts: KvPool::PartRow).
+  std::vector<const float*> key_rows(static_cast<size_t>(max_context));
+  for (int s = 0; s < max_context; ++s) {
+    const float* block = &pool[static_cast<size_t>(order[s / kBlockTokens]) * kBlockTokens * kRowFloats];
+    rows[s] = block + static_cast<size_t>(s % kBlockTokens) * (kKvLora + kRope);
+    key_rows[s] = block + static_cast<size_t>(kBlockTokens) * (kKvLora + kRope) + static_cast<size_t>(s % kBlockTokens) * kIndexDim;
+  }
   // The int8 keys: each row's fp32 key quantised once, as a cache write
   // does, into 16-key blocks visited out of order.
   const int key_blocks = (max_context + kKeyBlockTokens - 1) / kKeyBlockTokens;
@@ -164,7 +170,7 @@ int main(int argc, char** argv) {
     std::shuffle(key_order.begin(), key_order.end(), rng);
     for (int b = 0; b < key_blocks; ++b) int8_blocks[b] = key_pool + static_cast<size_t>(key_order[b]) * key_block_floats;
     for (int s = 0; s < max_context; ++s)
-      StoreIndexerKeyInt8Blocked(rows[s] + kKvLora + kRope, kIndexDim, const_cast<float*>(int8_blocks[s / kKeyBlockTokens]),
+      StoreIndexerKeyInt8Blocked(key_rows[s], kIndexDim, const_cast<float*>(int8_blocks[s / kKeyBlockTokens]),
                                  kKeyBlockTokens, s % kKeyBlockTokens);
   }
 
@@ -220,14 +226,14 @@ int main(int argc, char** argv) {
     }
     const int top = std::min(kTopK, n);
     index_s[c] = BestSeconds(r, [&] {
-      k.indexer_scores(iq.data(), iw.data(), kIndexHeads, kIndexDim, rows.data(), kKvLora + kRope, n, scores.data());
+      k.indexer_scores(iq.data(), iw.data(), kIndexHeads, kIndexDim, key_rows.data(), 0, n, scores.data());
     });
     topk_s[c] = BestSeconds(r, [&] { TopKIndices(scores.data(), n, top, keys.data()); });
     attend_s[c] = BestSeconds(r, [&] {
       k.mla_decode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, keys.data(), top, lat.data());
     });
     dsa[c] = BestSeconds(r, [&] {
-      k.indexer_scores(iq.data(), iw.data(), kIndexHeads, kIndexDim, rows.data(), kKvLora + kRope, n, scores.data());
+      k.indexer_scores(iq.data(), iw.data(), kIndexHeads, kIndexDim, key_rows.data(), 0, n, scores.data());
       TopKIndices(scores.data(), n, top, keys.data());
       k.mla_decode(shape, q_abs.data(), q_pe.data(), rows.data(), 0, keys.data(), top, lat.data());
     });
