@@ -16,10 +16,6 @@ namespace moeserve::engine {
 
 namespace {
 
-struct CacheLayout {
-  int kv_lora, rope, index_dim;  // index_dim 0 for plain MLA
-};
-
 float Dot(const float* a, const float* b, int n) {
   float s = 0.0f;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];

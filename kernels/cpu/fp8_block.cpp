@@ -74,17 +74,28 @@ inline float DecodeE4m3Finite(uint8_t code) {
 
 }  // namespace
 
-void Fp8BlockToF32(const Fp8BlockView& w, size_t r_begin, size_t r_end, float* out) {
+namespace {
+
+// out[(r - r_begin) * cols + k] = convert(code x its block's scale) for rows
+// [r_begin, r_end): the one loop of the fp32 and the portable BF16 forms.
+template <class T, class Convert>
+void DecodeRows(const Fp8BlockView& w, size_t r_begin, size_t r_end, T* out, Convert convert) {
   for (size_t r = r_begin; r < r_end; ++r) {
     const uint8_t* codes = w.codes + r * w.cols;
     const float* srow = w.scales + (r / kFp8BlockSize) * w.scale_cols();
-    float* o = out + (r - r_begin) * w.cols;
+    T* o = out + (r - r_begin) * w.cols;
     for (size_t k0 = 0, b = 0; k0 < w.cols; k0 += kFp8BlockSize, ++b) {
       const float s = srow[b];
       const size_t k1 = std::min(w.cols, k0 + kFp8BlockSize);
-      for (size_t k = k0; k < k1; ++k) o[k] = DecodeE4m3Finite(codes[k]) * s;
+      for (size_t k = k0; k < k1; ++k) o[k] = convert(DecodeE4m3Finite(codes[k]) * s);
     }
   }
+}
+
+}  // namespace
+
+void Fp8BlockToF32(const Fp8BlockView& w, size_t r_begin, size_t r_end, float* out) {
+  DecodeRows(w, r_begin, r_end, out, [](float x) { return x; });
 }
 
 namespace {
@@ -110,16 +121,7 @@ void Fp8BlockToBf16(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_
   if (avx512 && IsaSupported(Isa::kAvx512)) return cpu::fp8_block_to_bf16_avx512(w, r_begin, r_end, out);
   // Portable: the decode and the rounding fused per element, branch-free so
   // that the compiler vectorises the inner loop.
-  for (size_t r = r_begin; r < r_end; ++r) {
-    const uint8_t* codes = w.codes + r * w.cols;
-    const float* srow = w.scales + (r / kFp8BlockSize) * w.scale_cols();
-    uint16_t* o = out + (r - r_begin) * w.cols;
-    for (size_t k0 = 0, b = 0; k0 < w.cols; k0 += kFp8BlockSize, ++b) {
-      const float s = srow[b];
-      const size_t k1 = std::min(w.cols, k0 + kFp8BlockSize);
-      for (size_t k = k0; k < k1; ++k) o[k] = Bf16BitsNearestEven(DecodeE4m3Finite(codes[k]) * s);
-    }
-  }
+  DecodeRows(w, r_begin, r_end, out, Bf16BitsNearestEven);
 }
 
 long long Fp8FindNan(const uint8_t* codes, size_t n) {

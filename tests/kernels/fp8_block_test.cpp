@@ -106,17 +106,24 @@ TEST(Fp8E4m3, EveryVariantDecodesEveryCodeTimesItsScale) {
   }
 }
 
+// rows x cols codes running through every finite E4M3 code (NaN codes moved
+// to their neighbour), shifted row by row.
+std::vector<uint8_t> EveryFiniteCode(size_t rows, size_t cols) {
+  std::vector<uint8_t> codes(rows * cols);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    codes[i] = static_cast<uint8_t>((i * 37 + i / cols) & 0xFF);
+    if (IsNanCode(codes[i])) codes[i] ^= 0x01;
+  }
+  return codes;
+}
+
 // The weights a loader converts to (Fp8BlockToF32): every finite code times
 // a block scale that is not a power of two, on a ragged shape (rows and
 // columns crossing block edges, each block its own scale), against the
 // definition's value rounded to fp32 once; a row range lands at out's start.
 TEST(Fp8BlockToF32, EveryFiniteCodeTimesItsBlocksScaleRoundedOnce) {
   const size_t rows = 130, cols = 300;  // 2 x 3 blocks, the last ones ragged
-  std::vector<uint8_t> codes(rows * cols);
-  for (size_t i = 0; i < codes.size(); ++i) {
-    codes[i] = static_cast<uint8_t>((i * 37 + i / cols) & 0xFF);
-    if (IsNanCode(codes[i])) codes[i] ^= 0x01;
-  }
+  const std::vector<uint8_t> codes = EveryFiniteCode(rows, cols);
   const std::vector<float> scales = {0.0173f, 3.7f, 1.0f / 3.0f, 1e-40f, 5.3e36f, 0.3f};
   const Fp8BlockView w = MakeFp8BlockView(codes, scales, rows, cols);
   std::vector<float> all(rows * cols, -1.0f);
@@ -151,11 +158,7 @@ uint16_t Bf16Definition(float f) {
 
 TEST(Fp8BlockToBf16, EveryCodeTimesItsBlocksScaleRoundedToNearestEven) {
   const size_t rows = 260, cols = 300;  // 3 x 3 blocks, the last ones ragged
-  std::vector<uint8_t> codes(rows * cols);
-  for (size_t i = 0; i < codes.size(); ++i) {
-    codes[i] = static_cast<uint8_t>((i * 37 + i / cols) & 0xFF);
-    if (IsNanCode(codes[i])) codes[i] ^= 0x01;
-  }
+  const std::vector<uint8_t> codes = EveryFiniteCode(rows, cols);
   const std::vector<float> scales = {0.0173f, 3.7f, 1.0f / 3.0f, 1e-40f, 5.3e36f, 0.3f, 1e38f, 2.0f, 0.000913f};
   const Fp8BlockView w = MakeFp8BlockView(codes, scales, rows, cols);
   std::vector<uint16_t> want(rows * cols);
