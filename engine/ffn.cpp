@@ -35,6 +35,13 @@ bool LinearFp8Gemm(const Matrix& W, const float* X, size_t n, float* Y, const ke
   if (n <= kernels::kSmallBatchMaxRows || rows == 0 || cols == 0 || k.isa == kernels::Isa::kReference ||
       &k == &kernels::KernelsBatchInvariant(k.isa))
     return false;
+  // The AVX-512 set: the same GEMM with each panel decoded from the codes as
+  // it is packed (Fp8BlockGemm, the bits of the blocks below).
+  if (kernels::IsaSupported(kernels::Isa::kAvx512) &&
+      k.f32_matmul_cols.fn == kernels::Kernels(kernels::Isa::kAvx512).f32_matmul_cols.fn) {
+    kernels::Fp8BlockGemm(W.fp8_view(), X, n, Y);
+    return true;
+  }
   kernels::ThreadPool& pool = kernels::DefaultThreadPool();
   const size_t threads = static_cast<size_t>(pool.size());
   // 128 output rows a task (one scale row), halved down to 32 (the GEMM's

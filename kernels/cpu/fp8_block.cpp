@@ -124,6 +124,43 @@ void Fp8BlockToBf16(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_
   DecodeRows(w, r_begin, r_end, out, Bf16BitsNearestEven);
 }
 
+void Fp8BlockGemmRef(const Fp8BlockView& w, const float* X, size_t n, float* Y) {
+  std::vector<float> wf(w.rows * w.cols);
+  Fp8BlockToF32(w, 0, w.rows, wf.data());
+  cpu::f32_matmul_cols_avx512(wf.data(), w.rows, w.cols, X, n, Y, 0, w.rows);
+}
+
+void Fp8BlockGemm(const Fp8BlockView& w, const float* X, size_t n, float* Y) {
+  if (n == 0 || w.rows == 0) return;
+  if (n <= kSmallBatchMaxRows) return Fp8BlockGemmRef(w, X, n, Y);
+  ThreadPool& pool = DefaultThreadPool();
+  const size_t threads = static_cast<size_t>(pool.size()), cols = w.cols, kc = cpu::kGemmPanelK;
+  // X chunked as the GEMM reads it (each chunk's rows contiguous), once for
+  // all the pieces below: per piece of rows, as the fp32 GEMM copies it,
+  // that copy was n x cols floats each time (14.7 MB at 512 x 7168).
+  thread_local std::vector<float> xc_buffer;
+  xc_buffer.resize(n * cols);
+  float* const xc = xc_buffer.data();  // the tasks name this thread's buffer, not their own
+  const size_t row_tasks = std::min(n, 8 * threads);
+  pool.ParallelFor(row_tasks, [&](size_t t) {
+    const size_t i0 = n * t / row_tasks, i1 = n * (t + 1) / row_tasks;
+    for (size_t k0 = 0; k0 < cols; k0 += kc) {
+      const size_t len = std::min(kc, cols - k0);
+      for (size_t i = i0; i < i1; ++i) std::copy_n(X + i * cols + k0, len, xc + n * k0 + i * len);
+    }
+  });
+  // Pieces of whole 32-row strips (the panel width), about 8 a thread: the
+  // threads finish within a piece of each other (576-row kv_a made 5 pieces
+  // of 128 rows for 2 threads), and each piece decodes its rows once.
+  const size_t strips = (w.rows + 31) / 32;
+  const size_t per_task = std::max<size_t>(1, strips / (8 * threads));
+  const size_t tasks = (strips + per_task - 1) / per_task;
+  pool.ParallelFor(tasks, [&](size_t t) {
+    const size_t o0 = t * per_task * 32, o1 = std::min(w.rows, (t + 1) * per_task * 32);
+    cpu::fp8_block_gemm_cols_avx512(w, xc, n, Y, o0, o1);
+  });
+}
+
 long long Fp8FindNan(const uint8_t* codes, size_t n) {
   if (IsaSupported(Isa::kAvx512)) return cpu::fp8_find_nan_avx512(codes, n);
   // Chunks scanned without an early exit (vectorised), the first hit then

@@ -25,7 +25,7 @@ constexpr size_t kMR = 8;    // activation rows per register tile
 // (interleaved runs, median): 169 / 170 GFLOP/s with 256 (L1-sized panels),
 // 184 / 182 with 512, 191 / 186 with 1024, 204 / 198 with 2048
 // (4096x14336 / 7168x2048; the last two in a faster window).
-constexpr size_t kKC = 2048;
+constexpr size_t kKC = kGemmPanelK;
 
 inline size_t Min(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -72,8 +72,25 @@ inline void MicroTail(size_t mr, const float* Wp, const float* X, size_t ldx, si
   }
 }
 
-// Y[:, o_begin:o_end] = X W^T with pack(Wp, o0, nr, k0, kc) producing the
-// k-major panel Wp[k * 32 + c] (zero beyond nr columns).
+// One k chunk [k0, k0 + kc) of Y[:, o_begin:o_end] = X W^T (the first chunk
+// stores, the others add): Xp holds the chunk's n rows, kc floats each,
+// contiguous; pack(Wp, o0, nr, k0, kc) produces the k-major panel
+// Wp[k * 32 + c] (zero beyond nr columns). A Y element's sum does not depend
+// on the column range or the strip it falls in.
+template <class Pack>
+inline void GemmChunk(Pack& pack, size_t out, const float* Xp, size_t n, size_t k0, size_t kc, float* Y,
+                      size_t o_begin, size_t o_end, float* Wp) {
+  for (size_t o0 = o_begin; o0 < o_end; o0 += kNR) {
+    const size_t nr = Min(kNR, o_end - o0);
+    pack(Wp, o0, nr, k0, kc);
+    const __mmask16 m0 = LaneMask(nr), m1 = nr > 16 ? LaneMask(nr - 16) : __mmask16(0);
+    size_t t = 0;
+    for (; t + kMR <= n; t += kMR) Micro<kMR>(Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, k0 == 0);
+    if (t < n) MicroTail(n - t, Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, k0 == 0);
+  }
+}
+
+// Y[:, o_begin:o_end] = X W^T, chunk by chunk of kKC (GemmChunk).
 template <class Pack>
 void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, size_t o_begin, size_t o_end) {
   // Sized to the panel actually used: a short k (most expert and attention
@@ -87,14 +104,7 @@ void Gemm(Pack pack, size_t out, size_t in, const float* X, size_t n, float* Y, 
     const size_t kc = Min(kKC, in - k0);
     for (size_t t = 0; t < n; ++t)
       for (size_t k = 0; k < kc; ++k) Xp[t * kc + k] = X[t * in + k0 + k];
-    for (size_t o0 = o_begin; o0 < o_end; o0 += kNR) {
-      const size_t nr = Min(kNR, o_end - o0);
-      pack(Wp, o0, nr, k0, kc);
-      const __mmask16 m0 = LaneMask(nr), m1 = nr > 16 ? LaneMask(nr - 16) : __mmask16(0);
-      size_t t = 0;
-      for (; t + kMR <= n; t += kMR) Micro<kMR>(Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, k0 == 0);
-      if (t < n) MicroTail(n - t, Wp, Xp + t * kc, kc, kc, Y + t * out + o0, out, m0, m1, k0 == 0);
-    }
+    GemmChunk(pack, out, Xp, n, k0, kc, Y, o_begin, o_end, Wp);
   }
   FreeScratch(Xp);
   FreeScratch(Wp);
@@ -412,6 +422,50 @@ void bf16_panel_gemm_cols_avx512(const uint16_t* W, size_t out, size_t in, const
         nr, kc, Wp);
   };
   Gemm(pack, out, in, X, n, Y, o_begin, o_end);
+}
+
+namespace {
+
+// 16 E4M3 codes (bytes) to their values in fp32, exactly: a normal code's
+// exponent and mantissa moved into fp32's fields with the bias moved from 7
+// to 127, a subnormal m * 2^-9 converted from the integer, the sign OR-ed in
+// (DecodeE4m3Finite in fp8_block.cpp, 16 lanes; a NaN code decodes as 480,
+// and those are refused at load).
+inline __m512 DecodeE4m3x16(__m128i codes) {
+  const __m512i c = _mm512_cvtepu8_epi32(codes);
+  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+  const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(mag, _mm512_set1_epi32(7))),
+                                   _mm512_set1_ps(0x1p-9f));
+  const __mmask16 is_normal = _mm512_test_epi32_mask(mag, _mm512_set1_epi32(0x78));
+  const __m512i bits = _mm512_mask_blend_epi32(is_normal, _mm512_castps_si512(sub), normal);
+  return _mm512_castsi512_ps(_mm512_or_si512(bits, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24)));
+}
+
+}  // namespace
+
+void fp8_block_gemm_cols_avx512(const Fp8BlockView& w, const float* Xc, size_t n, float* Y, size_t o_begin,
+                                size_t o_end) {
+  // Each weight is its code's value times its block's scale, one fp32
+  // rounding (Fp8BlockToF32's value), decoded 16 codes of a row at a time
+  // straight into the panel's layout: no fp32 copy of W, no pass over one.
+  // Fp8BlockView::scale is not used (no inline library code in this file).
+  const size_t cols = w.cols, scale_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
+  auto pack = [&](float* Wp, size_t o0, size_t nr, size_t k0, size_t kc) {
+    PackPanel(
+        [&](size_t c, size_t k, __mmask16 m) {
+          const size_t r = o0 + c, kk = k0 + k;  // a 16-column step never crosses a 128-column block
+          const __m512 s = _mm512_set1_ps(w.scales[r / kFp8BlockSize * scale_cols + kk / kFp8BlockSize]);
+          return _mm512_mul_ps(DecodeE4m3x16(_mm_maskz_loadu_epi8(m, w.codes + r * cols + kk)), s);
+        },
+        nr, kc, Wp);
+  };
+  float* Wp = AllocScratch(Min(kKC, cols) * kNR);
+  for (size_t k0 = 0; k0 < cols; k0 += kKC) {
+    const size_t kc = Min(kKC, cols - k0);
+    GemmChunk(pack, w.rows, Xc + n * k0, n, k0, kc, Y, o_begin, o_end, Wp);
+  }
+  FreeScratch(Wp);
 }
 
 void rms_norm_avx512(const float* x, const float* w, float eps, size_t d, float* y) {

@@ -240,6 +240,15 @@ void fp8_block_permute_x_avx512(const float* X, size_t n, size_t cols, float* XP
 void matmul_fp8_block_scalar(const Fp8BlockView& w, const float* X, size_t n, float* Y);
 void matmul_fp8_block_avx2(const Fp8BlockView& w, const float* X, size_t n, float* Y);
 void matmul_fp8_block_avx512(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+// Columns per k chunk of the AVX-512 fp32 GEMM's panels (matmul_avx512.cpp).
+inline constexpr size_t kGemmPanelK = 2048;
+// Fp8BlockGemm's single-threaded piece (matmul_avx512.cpp): output rows
+// [o_begin, o_end) of Y [n, w.rows] through the fp32 GEMM of
+// f32_matmul_cols_avx512, each panel decoded from the codes as it is packed.
+// Xc holds X chunked: columns [k0, k0 + kc) of all n rows at Xc + n * k0,
+// kc floats a row (kc = kGemmPanelK, the last chunk shorter).
+void fp8_block_gemm_cols_avx512(const Fp8BlockView& w, const float* Xc, size_t n, float* Y, size_t o_begin,
+                                size_t o_end);
 // Fp8BlockToBf16's and Fp8FindNan's AVX-512 code (fp8_block.hpp).
 void fp8_block_to_bf16_avx512(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out);
 long long fp8_find_nan_avx512(const uint8_t* codes, size_t n);

@@ -72,6 +72,21 @@ void Fp8BlockToF32(const Fp8BlockView& w, size_t r_begin, size_t r_end, float* o
 void Fp8BlockToBf16Ref(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out);
 void Fp8BlockToBf16(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out, bool avx512 = true);
 
+// Y[n, rows] = X[n, cols] W^T through the AVX-512 fp32 GEMM (the avx512
+// set's f32_matmul_cols), threaded over output rows on the kernel pool:
+// the bits of Fp8BlockGemmRef, without an fp32 copy of W (each 32-row
+// panel is decoded from the codes as the GEMM packs it) and with X
+// reordered once per call rather than once per block of rows. Requires
+// IsaSupported(Isa::kAvx512); meant for prefill row counts, more than
+// kSmallBatchMaxRows (64; fewer run Fp8BlockGemmRef itself, whose
+// f32_matmul_cols then takes its matrix-vector tiles). The GEMM sums in
+// another order than matmul_fp8_block's row kernels.
+// NaN codes must have been refused first (Fp8FindNan).
+void Fp8BlockGemm(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+// Its reference: Fp8BlockToF32 of all rows, then the avx512 set's
+// f32_matmul_cols over them on the calling thread.
+void Fp8BlockGemmRef(const Fp8BlockView& w, const float* X, size_t n, float* Y);
+
 // The index of the first NaN code (S.1111.111) in codes[0, n), or -1.
 long long Fp8FindNan(const uint8_t* codes, size_t n);
 
