@@ -32,7 +32,11 @@ constexpr int kHeadGemmRows = 16;
 // Causal rows per block however many heads: DeepSeek-V3.2's 128 heads made
 // kMaxHeadsPerCall blocks of 8 rows, too few to run the per-head products
 // as GEMMs (kHeadGemmRows) or to reuse a head's matrices across rows.
-constexpr int kMinRowsPerBlock = 64;
+// 128, not 64: the fp32 products take their GEMM only past
+// kSmallBatchMaxRows (64) rows, and at 64 ran the matrix-vector tiles (a
+// horizontal sum per output, after only 128 products for W_uk): at 64, the
+// attention's largest symbol under perf in a 512-token prefill.
+constexpr int kMinRowsPerBlock = 128;
 
 // The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
 // one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
