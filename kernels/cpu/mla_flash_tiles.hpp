@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "avx512_transpose.hpp"
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "variants.hpp"
@@ -121,11 +122,41 @@ struct Fp32Dot {
     Work(int W, int /*L*/) : Qt(AllocScratch(static_cast<size_t>(W) * kLanes)) {}
     ~Work() { FreeScratch(Qt); }
   };
-  // Qt[w][j] = q(j, w), already scaled; pad lanes zero.
+  // Qt[w][j] = q(j, w), already scaled; pad lanes zero. 512-bit lanes: each
+  // 16 lanes' rows copied out whole (Q::Row, contiguous), then transposed 16
+  // x 16 in registers (the same values): element by element, a strided
+  // load and store per element cost a 32-lane tile about as much as scoring
+  // 40-50 keys (perf: Tile::Run's own time, most of it this and WriteOut,
+  // was as large as its score and weighted-sum tiles together in a
+  // 512-token prefill, whose tiles see 256 keys on average).
   template <class Q>
   static void PackQ(Work& ws, int W, Q q) {
-    for (int w = 0; w < W; ++w)
-      for (int j = 0; j < kLanes; ++j) ws.Qt[w * kLanes + j] = q(j, w);
+    if constexpr (std::is_same_v<V, Zmm> && requires(float* row) { q.Row(0, row); }) {
+      const size_t w_pad = static_cast<size_t>(W + 15) / 16 * 16;
+      float* rows = AllocScratch(16 * w_pad);
+      for (int g = 0; g < NV; ++g) {
+        for (int i = 0; i < 16; ++i) {
+          float* row = rows + static_cast<size_t>(i) * w_pad;
+          if (g * 16 + i < q.lanes)
+            q.Row(g * 16 + i, row);
+          else
+            std::fill(row, row + W, 0.0f);
+        }
+        for (int w0 = 0; w0 < W; w0 += 16) {
+          const int valid = std::min(16, W - w0);
+          const __mmask16 m = static_cast<__mmask16>((1u << valid) - 1);
+          __m512 r[16];
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(m, rows + static_cast<size_t>(i) * w_pad + w0);
+          Transpose16(r);
+          for (int t = 0; t < valid; ++t) _mm512_store_ps(ws.Qt + static_cast<size_t>(w0 + t) * kLanes + g * 16, r[t]);
+        }
+      }
+      FreeScratch(rows);
+    } else {
+      for (int w = 0; w < W; ++w)
+        for (int j = 0; j < kLanes; ++j) ws.Qt[w * kLanes + j] = q(j, w);
+    }
   }
 
   // St[i][lane] = sum_w Qt[w][lane] k_i[w] for the KN keys k_i.
@@ -183,6 +214,29 @@ struct Fp32Dot {
   static size_t OtFloats(int L) { return static_cast<size_t>(L) * kLanes; }
   static void WriteOut(const float* Ot, int j, int L, float r, float* out) {
     for (int c = 0; c < L; ++c) out[c] = Ot[static_cast<size_t>(c) * kLanes + j] * r;
+  }
+  // WriteOut for lanes [0, lanes), lane j's columns into out + j L times
+  // r[j]: 512-bit lanes transposed back 16 x 16 in registers (the same
+  // products), for the reason PackQ does.
+  static void WriteOutAll(const float* Ot, int lanes, int L, const float* r, float* out) {
+    if constexpr (std::is_same_v<V, Zmm>) {
+      for (int g = 0; g * 16 < lanes; ++g)
+        for (int c0 = 0; c0 < L; c0 += 16) {
+          const int valid = std::min(16, L - c0);
+          const __mmask16 m = static_cast<__mmask16>((1u << valid) - 1);
+          __m512 t[16];
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i)
+            t[i] = i < valid ? _mm512_load_ps(Ot + static_cast<size_t>(c0 + i) * kLanes + g * 16) : _mm512_setzero_ps();
+          Transpose16(t);
+          for (int i = 0; i < 16 && g * 16 + i < lanes; ++i) {
+            const int j = g * 16 + i;
+            _mm512_mask_storeu_ps(out + static_cast<size_t>(j) * L + c0, m, _mm512_mul_ps(t[i], _mm512_set1_ps(r[j])));
+          }
+        }
+    } else {
+      for (int j = 0; j < lanes; ++j) WriteOut(Ot, j, L, r[j], out + static_cast<size_t>(j) * L);
+    }
   }
   static void Weighted(Work&, const float* P, const float* const* v, int n, int L, const R* alpha, float* Ot) {
     int l0 = 0;
@@ -320,7 +374,12 @@ struct Tile {
     }
     alignas(64) float inv[kLanes];
     for (int u = 0; u < NV; ++u) V::Store(inv + u * V::kWidth, l[u]);
-    for (int j = 0; j < lanes; ++j) Dot::WriteOut(Ot, j, L, 1.0f / inv[j], lat + static_cast<size_t>(hq0 + j) * L);
+    if constexpr (requires { Dot::WriteOutAll(Ot, lanes, L, inv, lat); }) {
+      for (int j = 0; j < lanes; ++j) inv[j] = 1.0f / inv[j];
+      Dot::WriteOutAll(Ot, lanes, L, inv, lat + static_cast<size_t>(hq0) * L);
+    } else {
+      for (int j = 0; j < lanes; ++j) Dot::WriteOut(Ot, j, L, 1.0f / inv[j], lat + static_cast<size_t>(hq0 + j) * L);
+    }
     FreeScratch(Ot);
     FreeScratch(St);
   }
