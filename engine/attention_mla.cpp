@@ -1,6 +1,7 @@
 // Gated MLA (model.md 5.1) and gated DSA (5.2): MLA whose keys are restricted
 // per query by the lightning indexer.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -37,6 +38,12 @@ constexpr int kHeadGemmRows = 16;
 // horizontal sum per output, after only 128 products for W_uk): at 64, the
 // attention's largest symbol under perf in a 512-token prefill.
 constexpr int kMinRowsPerBlock = 128;
+// Keys a decode step's indexer scores per call within its range
+// (select_ranges): 256 KB of scores, pushed to the range's top-k from L2
+// (calls of 16K keys, each range seeding its top-k from fewer scores, let
+// 1.6x more scores into the streams). Contexts of at least two such calls
+// take that path.
+constexpr int kRangeCallKeys = 65536;
 
 // The absorbed form (model.md 5.1's decode form) for rows [r0, r0 + nr) of
 // one segment, row j at position pos0 + j: q_abs = W_uk^T q_nope per head,
@@ -308,8 +315,16 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // Row pointers of this sequence's cached tokens (the pool is paged):
     // latent rows, and once a query is sparse the indexer's keys, fp32 by
     // row or int8 by pool block (one pointer a block).
-    std::vector<const float*> rows(static_cast<size_t>(ctx_len)), key_rows;
-    CachePartRows(ctx.pool, *seg.cache, ctx_len, lat_part, lat_floats, rows.data());
+    // Built when first needed: a decode step's sparse row passes only its
+    // selected rows (the whole table was 8 MB of writes a layer at 1M).
+    std::vector<const float*> rows, key_rows;
+    const auto latent_rows = [&]() -> const float* const* {
+      if (rows.empty()) {
+        rows.resize(static_cast<size_t>(ctx_len));
+        CachePartRows(ctx.pool, *seg.cache, ctx_len, lat_part, lat_floats, rows.data());
+      }
+      return rows.data();
+    };
     const auto keys_of_cache = [&]() -> const float* const* {
       if (key_rows.empty()) {
         if (int8_index) {
@@ -342,6 +357,49 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
     // Int8 tiles start on pool blocks (the same selections whatever the tile).
     const int tile = int8_index ? std::max(bt, ctx.options.indexer_tile_keys / bt * bt)
                                 : std::max(1, ctx.options.indexer_tile_keys);
+    // One query over a long context (a decode step): its keys split in
+    // ranges of whole pool blocks across the pool, each range scored a
+    // sub-range at a time and kept by its own TopKStream while the scores
+    // are in cache, then the ranges' best merged (TopKStream::FinishMerged):
+    // the same selection as one stream over all the keys, with the scoring
+    // and the top-k on every thread (the tiles' top-k ran on the calling
+    // thread alone, as long as the scoring at 1M tokens). A range's scores
+    // are independent of how the keys are split (each key's dot is its own).
+    std::vector<kernels::TopKStream> range_streams;
+    // Keys per scoring call within a range: at most a tile (int8: whole pool
+    // blocks, as the tile), so a test's small tiles take this path too.
+    const int sub = std::min(tile, std::max(bt, kRangeCallKeys / bt * bt));
+    const auto select_ranges = [&](const auto& score_keys, int longest) {
+      keys_of_cache();  // built here, not by the tasks at once
+      kernels::ThreadPool& pool = kernels::DefaultThreadPool();
+      // Two ranges a thread, so that a thread slowed by other work on the
+      // machine leaves some of its share to the other (each range's top-k
+      // costs about what one over all the keys does); each at least a call.
+      const int per_range = std::max(sub, (longest + 2 * pool.size() - 1) / (2 * pool.size()) / sub * sub);
+      const int ranges = (longest + per_range - 1) / per_range;
+      range_streams.resize(static_cast<size_t>(ranges));
+      // The best lower bound any range has found (TopKStream::LowerBound),
+      // raised into the others before each push: fewer scores enter them.
+      std::atomic<float> shared_bound{-std::numeric_limits<float>::infinity()};
+      pool.ParallelFor(static_cast<size_t>(ranges), [&](size_t i) {
+        kernels::TopKStream& stream = range_streams[i];
+        stream.Reset(topk);
+        ScratchFloats scores(static_cast<size_t>(sub));
+        const int r0 = static_cast<int>(i) * per_range, r1 = std::min(longest, r0 + per_range);
+        for (int t0 = r0; t0 < r1; t0 += sub) {
+          const int kn = std::min(sub, r1 - t0);
+          score_keys(t0, &kn, scores.data(), static_cast<size_t>(sub));  // inline: nested in the pool's call
+          stream.RaiseLowerBound(shared_bound.load(std::memory_order_relaxed));
+          stream.Push(scores.data(), kn, t0);
+          const float mine = stream.LowerBound();
+          float seen = shared_bound.load(std::memory_order_relaxed);
+          while (mine > seen && !shared_bound.compare_exchange_weak(seen, mine, std::memory_order_relaxed)) {
+          }
+        }
+      });
+      block_sel[0].resize(static_cast<size_t>(topk));
+      block_sel[0].resize(static_cast<size_t>(kernels::TopKStream::FinishMerged(range_streams, block_sel[0].data())));
+    };
     const auto select_block = [&](int r) {
       block_r0 = r;
       block_n = std::min(indexer_block, seg.row0 + seg.n - r);
@@ -360,6 +418,10 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
           kc.indexer_scores_batch(&iq[g0 * ID], &iw[g0], block_n, IH, ID, keys_of_cache() + t0, 0, kn, out, ld_out);
       };
       block_sel.resize(nb);
+      if (nb == 1 && longest >= 2 * sub) {
+        select_ranges(score_keys, longest);
+        return;
+      }
       if (longest <= tile) {  // one pass
         const size_t ld = static_cast<size_t>(longest);
         index_scores.resize(nb * ld);
@@ -423,7 +485,19 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
           clock.Mark(ProfilePart::kIndexer, indexer_flops);
           if (ctx.trace && ctx.trace->record_dsa)
             for (const std::vector<int>& kj : sparse_keys) ctx.trace->dsa_selected[ctx.layer].push_back(kj);
-          AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, nb, pos, &sparse_keys, o.data());
+          if (nb == 1) {
+            // Its selected rows alone, its keys renumbered in the same order:
+            // the kernel sees the same rows in the same order.
+            std::vector<int>& kj = sparse_keys[0];
+            std::vector<const float*> selected(kj.size());
+            for (size_t i = 0; i < kj.size(); ++i) {
+              selected[i] = CachePart(ctx.pool, *seg.cache, kj[i], lat_part, lat_floats);
+              kj[i] = static_cast<int>(i);
+            }
+            AbsorbedRows(ctx, w, q.data(), selected.data(), off_c, r, nb, pos, &sparse_keys, o.data());
+          } else {
+            AbsorbedRows(ctx, w, q.data(), latent_rows(), off_c, r, nb, pos, &sparse_keys, o.data());
+          }
           clock.Mark(ProfilePart::kAttention);
           r += nb;
           continue;
@@ -437,12 +511,13 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
           ++nr;
         }
         clock.Mark(ProfilePart::kGlue);
-        AbsorbedRows(ctx, w, q.data(), rows.data(), off_c, r, nr, pos, nullptr, o.data());
+        AbsorbedRows(ctx, w, q.data(), latent_rows(), off_c, r, nr, pos, nullptr, o.data());
         clock.Mark(ProfilePart::kAttention);
         r += nr;
       }
       return;
     }
+    const float* const* all_rows = latent_rows();
     for (int r = seg.row0; r < seg.row0 + seg.n; ++r) {
       const int64_t pos = seg.pos0 + (r - seg.row0);
       select_keys(r, pos);
@@ -453,7 +528,7 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
         float* oh = &o[(static_cast<size_t>(r) * H + h) * vd];
         for (size_t k = 0; k < keys.size(); ++k) {
           const int sidx = keys[k];
-          const float* pe = rows[static_cast<size_t>(sidx)] + off_pe;
+          const float* pe = all_rows[static_cast<size_t>(sidx)] + off_pe;
           scores[k] = ctx.mla_scale * (Dot(qh, &k_nope[(static_cast<size_t>(sidx) * H + h) * nope], nope) + Dot(qh + nope, pe, rope));
         }
         kernels::SoftmaxRef(scores.data(), scores.size());

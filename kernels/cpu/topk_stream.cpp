@@ -118,6 +118,7 @@ void TopKStream::Reset(int k) {
   k_ = std::max(1, k);
   full_ = false;
   threshold_ = 0;
+  floor_ = -std::numeric_limits<float>::infinity();
   size_ = 0;
   // 2k held at most, plus a block's unconditional writes past the end.
   buf_.resize(Capacity() + kBlock);
@@ -142,14 +143,31 @@ void TopKStream::Cut() {
   }
   size_ = w;
   full_ = true;
-  threshold_ = KeyScore(static_cast<uint32_t>(kth >> 32));
+  threshold_ = std::max(KeyScore(static_cast<uint32_t>(kth >> 32)), floor_);
+}
+
+float TopKStream::LowerBound() const {
+  // threshold_ is the k-th score held, one below a seeded bound, or one
+  // below another stream's: in each case k scores at or above it exist.
+  return full_ ? threshold_ : -std::numeric_limits<float>::infinity();
+}
+
+void TopKStream::RaiseLowerBound(float bound) {
+  if (!(bound > -std::numeric_limits<float>::infinity())) return;
+  // "> the float below bound" is ">= bound", as SeedLowerBound.
+  const float below = std::nextafter(bound, -std::numeric_limits<float>::infinity());
+  if (below <= floor_) return;
+  floor_ = below;
+  if (!full_ || threshold_ < floor_) threshold_ = floor_;
+  full_ = true;
 }
 
 void TopKStream::Push(const float* scores, int n, int first) {
   // A first push of many scores seeds the threshold from them (only those
   // above it can be among the best k of what they hold, let alone of the
   // whole stream), so that its first 2k scores do not all enter.
-  if (size_ == 0 && !full_ && n >= 4 * k_) SeedFrom(scores, n);
+  // (A bound raised from another stream may already hold: the higher wins.)
+  if (size_ == 0 && n >= 4 * k_) SeedFrom(scores, n);
   const size_t cap = Capacity();
   int i = 0;
   // Until k are held every score is a candidate.
@@ -172,12 +190,41 @@ int TopKStream::Finish(int* out) {
   return static_cast<int>(size_);
 }
 
+int TopKStream::FinishMerged(std::span<TopKStream> streams, int* out) {
+  if (streams.empty()) return 0;
+  // Entries are unique across the streams (their positions are), so the
+  // best k are those at or above the k-th largest; concatenated in stream
+  // order they are in position order, and a pass keeps them so.
+  thread_local std::vector<uint64_t> all, order;
+  all.clear();
+  for (TopKStream& s : streams) {
+    s.Cut();
+    all.insert(all.end(), s.buf_.begin(), s.buf_.begin() + static_cast<std::ptrdiff_t>(s.size_));
+  }
+  const size_t k = static_cast<size_t>(streams.front().k_);
+  size_t w = all.size();
+  if (all.size() > k) {
+    order.assign(all.begin(), all.end());
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
+                     std::greater<uint64_t>());
+    const uint64_t kth = order[k - 1];
+    w = 0;
+    for (const uint64_t e : all) {
+      all[w] = e;
+      w += e >= kth;
+    }
+  }
+  for (size_t i = 0; i < w; ++i) out[i] = static_cast<int>(~static_cast<uint32_t>(all[i]));
+  return static_cast<int>(w);
+}
+
 void TopKStream::SeedLowerBound(float bound) {
-  if (size_ != 0 || full_ || !(bound > -std::numeric_limits<float>::infinity())) return;
+  if (size_ != 0 || !(bound > -std::numeric_limits<float>::infinity())) return;
   // "> the float below bound" is ">= bound" (-0 and +0 alike: both above
   // the negative denormal below +0).
+  const float below = std::nextafter(bound, -std::numeric_limits<float>::infinity());
+  threshold_ = full_ ? std::max(threshold_, below) : below;
   full_ = true;
-  threshold_ = std::nextafter(bound, -std::numeric_limits<float>::infinity());
 }
 
 void TopKStream::SeedFrom(const float* scores, int n) {

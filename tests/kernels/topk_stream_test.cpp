@@ -95,6 +95,69 @@ TEST(TopKStream, MatchesTheReferenceOnAdversarialScoresAndTiles) {
   EXPECT_GT(checked, 1000);
 }
 
+// Streams over consecutive ranges of the scores (range r's positions
+// [bounds[r], bounds[r + 1])), each pushed in tiles, then merged. share: the
+// ranges' tiles pushed in turn, each stream raised to the best LowerBound
+// of all before its push (as threads sharing one bound would).
+std::vector<int> Merged(const std::vector<float>& s, int k, const std::vector<int>& bounds, int tile,
+                        bool share = false) {
+  std::vector<TopKStream> streams(bounds.size() - 1);
+  for (TopKStream& stream : streams) stream.Reset(k);
+  float shared = -kInf;
+  for (int step = 0;; ++step) {
+    bool pushed = false;
+    for (size_t r = 0; r + 1 < bounds.size(); ++r) {
+      const int t0 = bounds[r] + step * tile;
+      if (t0 >= bounds[r + 1]) continue;
+      if (share) streams[r].RaiseLowerBound(shared);
+      streams[r].Push(s.data() + t0, std::min(tile, bounds[r + 1] - t0), t0);
+      shared = std::max(shared, streams[r].LowerBound());
+      pushed = true;
+    }
+    if (!pushed) break;
+  }
+  const int n = static_cast<int>(s.size());
+  std::vector<int> out(static_cast<size_t>(std::min(k, n)), -1);
+  EXPECT_EQ(TopKStream::FinishMerged(streams, out.data()), std::min(k, n));
+  return out;
+}
+
+// FinishMerged over ranges (a decode step's indexer split across threads):
+// the reference's selection whatever the split, ties across a range's edge
+// to the lower position, ranges shorter than k and empty ones included,
+// with and without the streams sharing their lower bounds.
+TEST(TopKStream, RangesMergedMatchTheReference) {
+  std::mt19937 rng(23);
+  int checked = 0;
+  for (const char* kind : {"equal", "few_values", "signed_zeros", "ascending", "descending", "neg_inf", "normal",
+                           "dense_bin"}) {
+    for (int n : {1, 64, 1000, 9000, 40000}) {
+      const std::vector<float> s = MakeScores(kind, n, rng);
+      for (int k : {1, 7, 64, 2048}) {
+        std::vector<int> want(static_cast<size_t>(std::min(k, n)));
+        TopKIndicesRef(s.data(), n, std::min(k, n), want.data());
+        for (int ranges : {1, 2, 3, 8}) {
+          std::vector<int> bounds = {0};
+          for (int r = 1; r < ranges; ++r) bounds.push_back(static_cast<int>(static_cast<int64_t>(n) * r / ranges));
+          bounds.push_back(n);
+          ASSERT_EQ(Merged(s, k, bounds, 4096), want) << kind << " n " << n << " k " << k << " ranges " << ranges;
+          ASSERT_EQ(Merged(s, k, bounds, 1000, true), want)
+              << kind << " n " << n << " k " << k << " ranges " << ranges << " sharing bounds";
+          ++checked;
+        }
+        // Uneven ranges: one empty, one of a single score, the rest unequal.
+        if (n >= 10) {
+          const std::vector<int> bounds = {0, 0, 1, n / 7, n / 2, n};
+          ASSERT_EQ(Merged(s, k, bounds, 333), want) << kind << " n " << n << " k " << k << " uneven";
+          ASSERT_EQ(Merged(s, k, bounds, 333, true), want) << kind << " n " << n << " k " << k << " uneven, sharing";
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 150);
+}
+
 // The indexer's shape: k 2048 over tens of thousands of keys in tiles.
 TEST(TopKStream, MatchesTheReferenceAtTheIndexersShape) {
   std::mt19937 rng(5);

@@ -23,6 +23,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <vector>
 
 namespace moeserve::kernels {
@@ -31,14 +33,27 @@ class TopKStream {
  public:
   // Starts a selection of the best k (>= 1) of the scores pushed next.
   void Reset(int k);
-  // The scores of positions [first, first + n); first must be the number of
-  // scores pushed so far (positions ascend across calls). Scores are not NaN.
+  // The scores of positions [first, first + n); first is at least the end of
+  // the previous push (positions ascend across calls). Scores are not NaN.
   void Push(const float* scores, int n, int first);
-  // Before any Push: at least k of the scores to come are >= bound, so a
-  // score below it never enters (ignored for -inf or after a Push).
+  // While nothing is held: at least k of the scores to come are >= bound,
+  // so a score below it never enters (ignored for -inf or once a score is held).
   void SeedLowerBound(float bound);
+  // Streams merged by FinishMerged may share what each has learnt: at least
+  // k of all their scores are >= LowerBound() of any one (-inf until it has
+  // a threshold), so RaiseLowerBound(that) on another drops its scores below
+  // it (a score equal to it may still win a tie: it is kept). Any time.
+  float LowerBound() const;
+  void RaiseLowerBound(float bound);
   // Writes the best min(k, pushed) positions, ascending; returns how many.
   int Finish(int* out);
+  // Finish for several streams, each Reset with the same k, over ascending
+  // disjoint position ranges (every position of streams[i] below those of
+  // streams[i + 1]): the selection one stream over all their scores makes.
+  // Why: a long context's scores split in ranges across threads, each kept
+  // by its own stream while its scores are still in cache (a decode step's
+  // indexer at 1M tokens), then merged from at most k entries a stream.
+  static int FinishMerged(std::span<TopKStream> streams, int* out);
 
  private:
   static constexpr int kBlock = 16;  // scores compared at once
@@ -48,7 +63,8 @@ class TopKStream {
   int k_ = 0;
   size_t size_ = 0;  // entries held in buf_
   bool full_ = false;   // k entries held after a cut: the threshold applies
-  float threshold_ = 0; // the k-th best score held after the last cut
+  float threshold_ = 0; // the k-th best score held after the last cut, or floor_ if higher
+  float floor_ = -std::numeric_limits<float>::infinity();  // RaiseLowerBound's: only scores above it enter
   // (order key << 32 | ~position): larger is better, unique; in position order.
   std::vector<uint64_t> buf_, scratch_;
   std::vector<float> maxima_;  // SeedFrom's group maxima
