@@ -268,10 +268,13 @@ void matmul_fp8_block_avx512(const Fp8BlockView& w, const float* X, size_t n, fl
   // The activations in the order the row kernel decodes the weights in,
   // once per call on the calling thread (n x cols floats against rows x cols
   // weights decoded).
+  // Started at a 64-byte boundary, so that a row's 16-float loads do not
+  // straddle two cache lines (rows of a multiple of 16 columns).
   thread_local std::vector<float> permuted;
-  permuted.resize(n * w.cols);
-  fp8_block_permute_x_avx512(X, n, w.cols, permuted.data());
-  OverRows(fp8_block_rows_avx512, w, permuted.data(), n, Y);
+  permuted.resize(n * w.cols + 15);
+  float* xp = permuted.data() + (-reinterpret_cast<uintptr_t>(permuted.data()) / sizeof(float) & 15);
+  fp8_block_permute_x_avx512(X, n, w.cols, xp);
+  OverRows(fp8_block_rows_avx512, w, xp, n, Y);
 }
 
 }  // namespace cpu

@@ -339,7 +339,10 @@ void fp8_block_rows_avx512(const Fp8BlockView& w, const float* XP, size_t n, flo
     bool fold = FoldableScales(w, rb);
     if (fold && xs_floats < n * w.cols) {
       std::free(xs);
-      xs = static_cast<float*>(std::malloc(n * w.cols * sizeof(float)));
+      // 64-byte aligned: each 16-float load of a full group is then one
+      // cache line, not two (128 x 7168 in L1, one thread, on the 2-core
+      // EPYC: 44 GB/s of codes against 35 from malloc's 16-byte alignment).
+      xs = static_cast<float*>(std::aligned_alloc(64, (n * w.cols * sizeof(float) + 63) / 64 * 64));
       xs_floats = xs ? n * w.cols : 0;
       fold = xs != nullptr;  // no memory: the unfolded form, same bits for power-of-two scales
     }
