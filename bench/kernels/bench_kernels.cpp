@@ -280,6 +280,14 @@ int Register() {
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2)
               ->UseRealTime();
+      // A DeepSeek-V3.2 routed expert's BF16 projections at one row (the
+      // gate or up projection, 2048 x 7168, and the down one, 7168 x 2048).
+      for (const auto& s : {mb::MatShape{"2048x7168", 2048, 7168}, mb::MatShape{"7168x2048", 7168, 2048}})
+        benchmark::RegisterBenchmark(("decode_rows_bf16/" + v + "/" + s.name + "/n1").c_str(), BM_DecodeRowsBf16, isa,
+                                     s.out, s.in, size_t{1})
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.2)
+            ->UseRealTime();
     }
     for (const auto& s : mb::kMxfp4Shapes) {
       benchmark::RegisterBenchmark(("mxfp4_matmul/" + v + "/" + s.name + "/n1").c_str(), BM_Mxfp4MatMul, isa, s.out, s.in,

@@ -111,7 +111,7 @@ __attribute__((target("avx512f,avx512bw,fma"))) inline void TileBf16Avx512(const
   size_t k = 0;
   for (; k < full; k += 32) {
 #pragma GCC unroll 4
-    for (size_t r = 0; r < WR; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + k) + kAhead, _MM_HINT_T1);
+    for (size_t r = 0; r < WR; ++r) _mm_prefetch(reinterpret_cast<const char*>(w[r] + k) + kAhead, _MM_HINT_T0);
     StepTileBf16<WR, MR>(w, k, ~__mmask32{0}, xs, ldx, acc);
   }
   if (k < in) StepTileBf16<WR, MR>(w, k, static_cast<__mmask32>((uint64_t{1} << (in - full)) - 1), xs, ldx, acc);
