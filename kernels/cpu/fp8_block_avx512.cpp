@@ -17,8 +17,8 @@
 // (fp8_block_permute_x_avx512). About 17 instructions decode, scale and
 // multiply-add 64 weights for one row, where the FP16 route (ScaledWeights,
 // kept for ragged tails) took about 40: one thread's matrix-vector product
-// was compute-bound at ~11 GB/s of codes with it. The codes 4 KiB ahead are
-// prefetched into L2 (past a row's end: the next rows', harmless at the
+// was compute-bound at ~11 GB/s of codes with it. The codes 2 KiB ahead are
+// prefetched into L1 (past a row's end: the next rows', harmless at the
 // matrix's end).
 #include <immintrin.h>
 
@@ -36,11 +36,15 @@ namespace {
 
 constexpr size_t kBlock = 128;  // kFp8BlockSize
 constexpr size_t kTile = 4;  // activation rows per decoded group (16 accumulators)
-// Codes this far ahead go to L2 (prefetcht1): one sequential stream per
-// thread does not keep enough misses in flight on its own. At 18432 x 7168
+// Codes this far ahead are prefetched into L1 (prefetcht0): the hardware
+// prefetchers alone do not keep enough misses in flight. At 18432 x 7168
 // on the loaded 2-core EPYC here, one thread read 3.7 GB/s with none, 4.8 at
-// 1 KiB, 6.6 at 4 KiB, 6.2-6.4 at 8-16 KiB (in cache it computes 11.3).
-constexpr size_t kPrefetchAhead = 4096;
+// 1 KiB, 6.6 at 4 KiB, 6.2-6.4 at 8-16 KiB, all into L2 (prefetcht1; in
+// cache it computed 11.3). Later, with four rows a step and aligned
+// activations, 8192 x 7168, one thread, L1 at 2 KiB against L2 at 4 KiB
+// read 18.3-20.5 against 16.2-17.6 GB/s (1 KiB into L1 19.6-20.4; 8 and 16
+// KiB into L2 no better than 4).
+constexpr size_t kPrefetchAhead = 2048;
 
 // E4M3 and FP16 share the mantissa width's top and the exponent's layout:
 // the code's 7 magnitude bits shifted into an FP16's bits 7..13 are the
@@ -155,7 +159,7 @@ inline void RowTile(const Decoder& dec, const Fp8BlockView& w, const float* X, c
     size_t k = k0;
     for (; k + 64 <= k1; k += 64) {
       for (size_t o = 0; o < RO; ++o) {
-        _mm_prefetch(reinterpret_cast<const char*>(codes[o] + k + kPrefetchAhead), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(codes[o] + k + kPrefetchAhead), _MM_HINT_T0);
         __m512 v[4];
         dec.Decode(codes[o] + k, v);
         if constexpr (!Fold) {
