@@ -16,7 +16,10 @@
 //
 // Printed per length: the step (best and median of --steps), the same
 // steps with the profile on, split by layer kind and part, and the step /
-// the step at the shortest length against the target (at most 3x at 1M).
+// the step at the shortest length against the target (at most 3x at 1M);
+// then the floor under that ratio in the same run: the longest length's
+// indexer keys read once at the best read bandwidth, on top of the
+// shortest length's step.
 //
 //   bench_long_decode [--lengths 4K,16K,64K,256K,1M] [--steps 16] [--seed 2048] [--model DIR]
 //                     [--indexer-scores exact|int8]
@@ -33,6 +36,7 @@
 #include "moeserve/engine/kv_pool.hpp"
 #include "moeserve/engine/model.hpp"
 #include "moeserve/kernels/indexer_int8.hpp"
+#include "moeserve/kernels/read_bandwidth.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 
 namespace me = moeserve::engine;
@@ -208,6 +212,25 @@ int main(int argc, char** argv) {
   std::printf("median step at %lld / at %lld tokens: %.2f (target at most 3 at 1M) %s\n",
               static_cast<long long>(lengths.back()), static_cast<long long>(lengths.front()), last / first,
               last / first <= 3 ? "ok" : "OVER");
+  // The floor under that ratio, measured in the same run: a step at the
+  // longest length reads every cached indexer key of every DSA layer at
+  // least once, so it takes at least the shortest length's step plus those
+  // bytes at the machine's best read bandwidth (the probe's fastest pass on
+  // the same threads, over an array several times the last-level cache).
+  int dsa_layers = 0;
+  for (const me::LayerKind kind : cfg.layer_types) dsa_layers += kind == me::LayerKind::kDsa;
+  const double key_bytes = static_cast<double>(lengths.back()) * dsa_layers * sizeof(float) *
+                           static_cast<double>(mo.indexer_scores == me::IndexerScores::kInt8
+                                                   ? mk::IndexerInt8KeyFloats(cfg.dsa.index_head_dim)
+                                                   : static_cast<size_t>(cfg.dsa.index_head_dim));
+  const size_t probe_mib = mk::ProbeArrayMiB();
+  const mk::ReadBandwidth bw = mk::MeasureReadBandwidth(probe_mib, 1.0, 8);
+  const double floor_s = key_bytes / bw.best_bytes_per_s;
+  std::printf("floor: %.1f MB of indexer keys (%d DSA layers) at the best read pass %.1f GB/s (median %.1f; %zu MiB, "
+              "%d threads) = %.3f ms; step at %lld at least %.3f ms, at least %.2f x the step at %lld\n",
+              key_bytes / 1e6, dsa_layers, bw.best_bytes_per_s / 1e9, bw.median_bytes_per_s / 1e9, probe_mib,
+              mk::DefaultThreadPool().size(), floor_s * 1e3, static_cast<long long>(lengths.back()),
+              (first + floor_s) * 1e3, (first + floor_s) / first, static_cast<long long>(lengths.front()));
   me::ReleaseBlocks(pool, cache);
   return 0;
 }
