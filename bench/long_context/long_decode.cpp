@@ -22,7 +22,7 @@
 // shortest length's step.
 //
 //   bench_long_decode [--lengths 4K,16K,64K,256K,1M] [--steps 16] [--seed 2048] [--model DIR]
-//                     [--indexer-scores exact|int8]
+//                     [--indexer-scores exact|int8] [--block-tokens 16]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,7 +46,7 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr, "usage: bench_long_decode [--lengths 4K,16K,64K,256K,1M] [--steps 16] [--seed 2048] [--model DIR] "
-                       "[--indexer-scores exact|int8]\n");
+                       "[--indexer-scores exact|int8] [--block-tokens 16]\n");
   return 2;
 }
 
@@ -96,6 +96,7 @@ void ExtendCache(const me::Model& model, me::KvPool& pool, const me::SequenceCac
 int main(int argc, char** argv) {
   std::vector<int64_t> lengths = {4096, 16384, 65536, 262144, 1 << 20};
   int steps = 16, seed = 2048;
+  int block_tokens = 16;  // EngineOptions::block_tokens (the daemon's `block_tokens`)
   std::string model_path;
   me::ModelOptions mo;
   mo.indexer_scores = me::IndexerScores::kInt8;
@@ -109,6 +110,8 @@ int main(int argc, char** argv) {
       steps = std::atoi(v);
     } else if (a == "--seed") {
       seed = std::atoi(v);
+    } else if (a == "--block-tokens") {
+      block_tokens = std::atoi(v);
     } else if (a == "--model") {
       model_path = v;
     } else if (a == "--indexer-scores" && (std::string(v) == "exact" || std::string(v) == "int8")) {
@@ -119,8 +122,10 @@ int main(int argc, char** argv) {
     ++i;
   }
   std::sort(lengths.begin(), lengths.end());
-  if (steps < 1 || seed < 16 || seed % 16 != 0 || lengths.front() <= seed) {
-    std::fprintf(stderr, "--steps must be positive, --seed a multiple of 16 shorter than the shortest length\n");
+  if (steps < 1 || block_tokens < 1 || block_tokens > 4096 || seed < block_tokens || seed % block_tokens != 0 ||
+      lengths.front() <= seed) {
+    std::fprintf(stderr, "--steps must be positive, --block-tokens 1 to 4096, --seed a multiple of the block tokens "
+                         "shorter than the shortest length\n");
     return 2;
   }
   const moeserve::bench::LongModel long_model("bench_long_decode", model_path, mo);
@@ -132,9 +137,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(lengths.back()), static_cast<long long>(cfg.max_position_embeddings));
     return 2;
   }
-  constexpr int kBlockTokens = 16;  // EngineOptions::block_tokens
   const int64_t capacity = lengths.back();
-  me::KvPool pool((capacity + kBlockTokens - 1) / kBlockTokens, kBlockTokens, model->cache_floats_per_token());
+  me::KvPool pool((capacity + block_tokens - 1) / block_tokens, block_tokens, model->cache_floats_per_token());
   me::SequenceCache cache = model->NewSequence();
   if (auto st = me::EnsureBlocks(pool, cache, capacity); !st) {
     std::fprintf(stderr, "pool: %s\n", st.error().ToString().c_str());
@@ -151,10 +155,10 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("bench_long_decode: %s, %d threads, %s indexer scores, a %d-token prefill then copied rows, %d steps a "
-              "length\n",
+  std::printf("bench_long_decode: %s, %d threads, %s indexer scores, %d-token pool blocks, a %d-token prefill then "
+              "copied rows, %d steps a length\n",
               long_model.path().c_str(), mk::DefaultThreadPool().size(),
-              mo.indexer_scores == me::IndexerScores::kInt8 ? "int8" : "exact (fp32)", seed, steps);
+              mo.indexer_scores == me::IndexerScores::kInt8 ? "int8" : "exact (fp32)", block_tokens, seed, steps);
   std::printf("%9s %10s %10s %10s %10s %10s %10s %10s %9s\n", "context", "best ms", "median ms", "dsa ms", "(indexer",
               "attention)", "delta ms", "other ms", "x first");
   const me::ProfilePart kParts[] = {me::ProfilePart::kIndexer, me::ProfilePart::kAttention};
@@ -162,7 +166,7 @@ int main(int argc, char** argv) {
   int64_t filled = seed;
   for (int64_t L : lengths) {
     ExtendCache(*model, pool, cache, filled, L, seed, rng);
-    filled = (L + kBlockTokens - 1) / kBlockTokens * kBlockTokens;
+    filled = (L + block_tokens - 1) / block_tokens * block_tokens;
     std::vector<double> times;
     int token = prompt.back();
     // One untimed step, then the timed ones. Each is the context's L-th
