@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
@@ -98,6 +99,41 @@ TEST(EngineForms, AbsorbedEqualsExpandedAndChunkedEqualsRecurrent) {
     double d = MaxRelDiff(RunPieces(*f.model, tokens, {150}), ref, V);
     std::printf("form mla=%d delta=%d chunk=%d vs expanded+recurrent: %.3g\n", static_cast<int>(mla), static_cast<int>(delta), chunk, d);
     EXPECT_LE(d, 1e-4);
+  }
+}
+
+// The tiny preset with 16 attention heads: more than kMaxHeadsPerCall / 128,
+// so an absorbed prefill runs causal blocks of 128 rows (attention_mla.cpp's
+// kMinRowsPerBlock) and each block's per-head products as GEMMs, the path
+// DeepSeek-V3.2's 128 heads take. Dense (index_topk 2048) and sparse (16).
+TEST(EngineForms, AbsorbedEqualsExpandedWithManyHeads) {
+  for (const int topk : {2048, 16}) {
+    const std::string dir = TempPath("tiny_h16_k" + std::to_string(topk));
+    std::filesystem::remove_all(dir);
+    ModelGenOptions g;
+    g.config = *PresetConfig("tiny");
+    g.config.mla.num_heads = 16;
+    g.config.dsa.index_topk = topk;
+    g.seed = 5;
+    auto st = GenerateModel(g, dir);
+    ASSERT_TRUE(st) << st.error().ToString();
+    auto f = Load(dir);
+    ASSERT_EQ(f.dir.config.mla.num_heads, 16);
+    const auto tokens = TestPrompt(300);
+    const int V = f.dir.config.vocab_size;
+    ModelOptions o;
+    o.mla_form = MlaForm::kExpanded;
+    f.model->set_options(o);
+    const auto expanded = RunPieces(*f.model, tokens, {300});
+    o.mla_form = MlaForm::kAbsorbed;
+    f.model->set_options(o);
+    // One prefill of 300 rows (blocks of 128, 128, 44), then 150 + 150.
+    for (const std::vector<int>& pieces : {std::vector<int>{300}, std::vector<int>{150, 150}}) {
+      const double d = MaxRelDiff(RunPieces(*f.model, tokens, pieces), expanded, V);
+      std::printf("16 heads, topk %d, %zu pieces: absorbed vs expanded %.3g\n", topk, pieces.size(), d);
+      EXPECT_LE(d, 1e-4) << "topk " << topk << ", " << pieces.size() << " pieces";
+    }
+    std::filesystem::remove_all(dir);
   }
 }
 
