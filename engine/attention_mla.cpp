@@ -386,7 +386,10 @@ void MlaAttention(const LayerContext& ctx, const LayerWeights& w, const float* x
       pool.ParallelFor(static_cast<size_t>(ranges), [&](size_t i) {
         kernels::TopKStream& stream = range_streams[i];
         stream.Reset(topk);
-        ScratchFloats scores(static_cast<size_t>(sub));
+        // A thread's scores, kept between steps (256 KB: allocated and freed
+        // a range at a time it was four heap round trips a layer and step).
+        thread_local ScratchFloats scores;
+        if (scores.size() < static_cast<size_t>(sub)) scores.resize(static_cast<size_t>(sub));
         const int r0 = static_cast<int>(i) * per_range, r1 = std::min(longest, r0 + per_range);
         for (int t0 = r0; t0 < r1; t0 += sub) {
           const int kn = std::min(sub, r1 - t0);

@@ -147,14 +147,15 @@ void TopKStream::Cut() {
 }
 
 float TopKStream::LowerBound() const {
-  // threshold_ is the k-th score held, one below a seeded bound, or one
-  // below another stream's: in each case k scores at or above it exist.
+  // threshold_ is the k-th score held or one below a raised bound (seeded
+  // or another stream's): in each case k scores at or above it exist.
   return full_ ? threshold_ : -std::numeric_limits<float>::infinity();
 }
 
 void TopKStream::RaiseLowerBound(float bound) {
   if (!(bound > -std::numeric_limits<float>::infinity())) return;
-  // "> the float below bound" is ">= bound", as SeedLowerBound.
+  // "> the float below bound" is ">= bound" (-0 and +0 alike: both above
+  // the negative denormal below +0).
   const float below = std::nextafter(bound, -std::numeric_limits<float>::infinity());
   if (below <= floor_) return;
   floor_ = below;
@@ -218,15 +219,6 @@ int TopKStream::FinishMerged(std::span<TopKStream> streams, int* out) {
   return static_cast<int>(w);
 }
 
-void TopKStream::SeedLowerBound(float bound) {
-  if (size_ != 0 || !(bound > -std::numeric_limits<float>::infinity())) return;
-  // "> the float below bound" is ">= bound" (-0 and +0 alike: both above
-  // the negative denormal below +0).
-  const float below = std::nextafter(bound, -std::numeric_limits<float>::infinity());
-  threshold_ = full_ ? std::max(threshold_, below) : below;
-  full_ = true;
-}
-
 void TopKStream::SeedFrom(const float* scores, int n) {
   const int k = k_;
   // A lower bound on the k-th best score: the k-th largest of the maxima of
@@ -248,10 +240,10 @@ void TopKStream::SeedFrom(const float* scores, int n) {
       std::nth_element(maxima_.begin(), maxima_.begin() + (k - 1), maxima_.end(), std::greater<float>());
       bound = maxima_[static_cast<size_t>(k - 1)];
     }
-    SeedLowerBound(bound);
+    RaiseLowerBound(bound);
     return;
   }
-  if (KthLargestBinned(scores, n, k, &bound)) SeedLowerBound(bound);
+  if (KthLargestBinned(scores, n, k, &bound)) RaiseLowerBound(bound);
 }
 
 void TopKIndicesStreamed(const float* scores, int n, int k, int* out) {

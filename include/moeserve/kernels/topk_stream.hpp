@@ -36,15 +36,14 @@ class TopKStream {
   // The scores of positions [first, first + n); first is at least the end of
   // the previous push (positions ascend across calls). Scores are not NaN.
   void Push(const float* scores, int n, int first);
-  // While nothing is held: at least k of the scores to come are >= bound,
-  // so a score below it never enters (ignored for -inf or once a score is held).
-  void SeedLowerBound(float bound);
-  // Streams merged by FinishMerged may share what each has learnt: at least
-  // k of all their scores are >= LowerBound() of any one (-inf until it has
-  // a threshold), so RaiseLowerBound(that) on another drops its scores below
-  // it (a score equal to it may still win a tie: it is kept). Any time.
-  float LowerBound() const;
+  // A bound known to have at least k scores at or above it (among this
+  // stream's, or among all the streams FinishMerged will merge): a score
+  // below it never enters; one equal to it may (it can win a tie at a lower
+  // position). Any time; ignored for -inf or a bound below the last one.
+  // Streams share what each has learnt through LowerBound(): k of all their
+  // scores are at or above it (-inf until the stream has a threshold).
   void RaiseLowerBound(float bound);
+  float LowerBound() const;
   // Writes the best min(k, pushed) positions, ascending; returns how many.
   int Finish(int* out);
   // Finish for several streams, each Reset with the same k, over ascending
@@ -59,7 +58,7 @@ class TopKStream {
   static constexpr int kBlock = 16;  // scores compared at once
   size_t Capacity() const { return 2 * static_cast<size_t>(k_); }  // entries held before a cut
   void Cut();  // keeps the best k of buf_ (in position order), raises the threshold
-  void SeedFrom(const float* scores, int n);  // SeedLowerBound from n >= 4k scores about to be pushed
+  void SeedFrom(const float* scores, int n);  // RaiseLowerBound from n >= 4k scores about to be pushed
   int k_ = 0;
   size_t size_ = 0;  // entries held in buf_
   bool full_ = false;   // k entries held after a cut: the threshold applies
