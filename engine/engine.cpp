@@ -276,7 +276,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(FamilyParts parts, const EngineOp
   }
   const int64_t blocks = impl->options.cache_tokens / options.block_tokens;
   try {
-    impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token());
+    impl->pool = std::make_unique<KvPool>(blocks, options.block_tokens, impl->model->cache_floats_per_token(),
+                                          impl->model->cache_stripes());
   } catch (const std::bad_alloc&) {
     return Fail(Error::ResourceExhausted("KV cache pool of " + std::to_string(impl->options.cache_tokens) +
                                         " tokens could not be allocated; lower cache_tokens"));

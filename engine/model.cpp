@@ -97,14 +97,24 @@ Result<std::unique_ptr<Model>> Model::Load(const ModelDir& dir, const ModelOptio
       n += int8_index ? kernels::IndexerInt8KeyFloats(c.dsa.index_head_dim) : static_cast<size_t>(c.dsa.index_head_dim);
     return n;
   };
+  // Each part of a slot is a KvPool stripe of its own: the latent rows, a
+  // DSA layer's indexer keys, a GQA layer's keys and values.
   size_t off = 0;
+  const auto add_slot = [&](LayerKind kind) {
+    const size_t floats = slot_floats(kind);
+    if (floats == 0) return;
+    model->cache_stripes_.push_back(off);
+    if (kind == LayerKind::kDsa)
+      model->cache_stripes_.push_back(off + static_cast<size_t>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim));
+    off += floats;
+  };
   for (int i = 0; i < c.num_layers; ++i) {
     model->layer_offset_.push_back(off);
-    off += slot_floats(c.layer_types[i]);
+    add_slot(c.layer_types[i]);
   }
   if (model->weights_->mtp) {
     model->mtp_offset_ = off;
-    off += slot_floats(c.mtp_kind);
+    add_slot(c.mtp_kind);
   }
   model->floats_per_token_ = std::max<size_t>(off, 1);
   if (c.NeedsMla()) {

@@ -418,8 +418,11 @@ Status PrefixDiskTier::Write(const KvPool& pool, std::span<const int> tokens, st
   }
   w.Bytes(part.data(), part.size());
   w.Bytes(tokens.data(), static_cast<size_t>(n) * 4);
-  for (int64_t b = 0; b < n / bt; ++b)  // a block's rows are contiguous
-    w.Bytes(pool.TokenRow(blocks[static_cast<size_t>(b)], 0), static_cast<size_t>(bt) * fpt * 4);
+  for (int64_t b = 0; b < n / bt; ++b) {  // each block in the one-stripe layout (KvPool::CopyBlockOut)
+    const size_t at = buf.size();
+    buf.resize(at + pool.block_floats() * 4);
+    pool.CopyBlockOut(blocks[static_cast<size_t>(b)], buf.data() + at);
+  }
   for (const DeltaLayerState& d : delta) {
     w.Bytes(d.conv_tail.data(), d.conv_tail.size() * 4);
     w.Bytes(d.S.data(), d.S.size() * 4);
@@ -545,7 +548,7 @@ Result<PrefixDiskTier::Restored> PrefixDiskTier::Read(KvPool& pool, const Found&
       return Fail(block.error());
     }
     out.blocks.push_back(*block);
-    std::memcpy(pool.TokenRow(*block, 0), rows + static_cast<size_t>(b) * block_bytes, block_bytes);
+    pool.CopyBlockIn(*block, rows + static_cast<size_t>(b) * block_bytes);
   }
   Touch(found.key, known->second);
   ++counters_.disk_hits;

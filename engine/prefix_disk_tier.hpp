@@ -18,9 +18,10 @@
 //   "MOEPFXC1", u32 version, u32 block_tokens, u64 floats_per_token,
 //   u8[16] model id, u8 is_public, u32 partition bytes, u64 tokens,
 //   u32 delta layers, per layer u64 conv floats, u64 S floats, then the
-//   partition, the tokens (i32), the cache blocks as the pool holds them
-//   (f32, tokens x floats_per_token; version 2: each cache part's rows of a
-//   block together, KvPool::PartRow; version 1 files held token rows and are
+//   partition, the tokens (i32), the cache blocks in the pool's one-stripe
+//   layout, whatever the pool's stripes (f32, tokens x floats_per_token,
+//   KvPool::CopyBlockOut; version 2: each cache part's rows of a block
+//   together, KvPool::PartRow; version 1 files held token rows and are
 //   refused, then recomputed), each layer's conv tail and S (f32), and last
 //   the SHA-256 of every byte before it.
 // Every length is checked against fixed caps and against the file's size

@@ -76,7 +76,7 @@ namespace {
 // nothing else runs meanwhile). 0 when the family fills no profile.
 double DecodeFlopsPerToken(const me::FamilyModel& model, int prompt) {
   constexpr int kBlock = 16;
-  me::KvPool pool((prompt + 1 + kBlock - 1) / kBlock + 1, kBlock, model.cache_floats_per_token());
+  me::KvPool pool((prompt + 1 + kBlock - 1) / kBlock + 1, kBlock, model.cache_floats_per_token(), model.cache_stripes());
   me::SequenceCache cache = model.NewSequence();
   const std::vector<int> tokens = moeserve::bench::SyntheticPrompt(prompt + 1, 99, model.vocab_size());
   std::vector<float> logits;

@@ -63,12 +63,11 @@ void ExtendCache(const me::Model& model, me::KvPool& pool, const me::SequenceCac
   const bool int8 = model.options().indexer_scores == me::IndexerScores::kInt8;
   const size_t latent = static_cast<size_t>(cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim);
   const size_t key_floats = int8 ? mk::IndexerInt8KeyFloats(dim) : static_cast<size_t>(dim);
-  const size_t block_floats = static_cast<size_t>(bt) * pool.floats_per_token();
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> key(static_cast<size_t>(dim)), row(key_floats);
   for (int64_t b = from / bt; b * bt < to; ++b) {
     const int dst = cache.blocks[static_cast<size_t>(b)], src = cache.blocks[static_cast<size_t>(b % (seed / bt))];
-    std::memcpy(pool.TokenRow(dst, 0), pool.TokenRow(src, 0), block_floats * sizeof(float));
+    pool.CopyBlock(dst, src);
     for (int l = 0; l < cfg.num_layers; ++l) {
       if (cfg.layer_types[static_cast<size_t>(l)] != me::LayerKind::kDsa) continue;
       float* block = pool.PartRow(dst, 0, model.layer_cache_offset(l) + latent, key_floats);
@@ -138,7 +137,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t capacity = lengths.back();
-  me::KvPool pool((capacity + block_tokens - 1) / block_tokens, block_tokens, model->cache_floats_per_token());
+  me::KvPool pool((capacity + block_tokens - 1) / block_tokens, block_tokens, model->cache_floats_per_token(),
+                  model->cache_stripes());
   me::SequenceCache cache = model->NewSequence();
   if (auto st = me::EnsureBlocks(pool, cache, capacity); !st) {
     std::fprintf(stderr, "pool: %s\n", st.error().ToString().c_str());

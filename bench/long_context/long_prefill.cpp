@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   const int V = cfg.vocab_size;
   std::vector<float> logits;
   {  // one untimed chunk: page faults on the weights and the kernels' scratch
-    me::KvPool wp((chunk + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, fpt);
+    me::KvPool wp((chunk + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, fpt, model->cache_stripes());
     me::SequenceCache wc = model->NewSequence();
     std::vector<int> warm(static_cast<size_t>(chunk), 7);
     if (!me::EnsureBlocks(wp, wc, chunk)) return 1;
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     std::vector<double> chunk_pos;
     double total = 0;
     {
-      me::KvPool pool((L + kBlockTokens - 1) / kBlockTokens, kBlockTokens, fpt);
+      me::KvPool pool((L + kBlockTokens - 1) / kBlockTokens, kBlockTokens, fpt, model->cache_stripes());
       me::SequenceCache cache = model->NewSequence();
       for (int64_t p = 0; p < L; p += chunk) {
         const int n = static_cast<int>(std::min<int64_t>(chunk, L - p));

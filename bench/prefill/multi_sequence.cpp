@@ -34,7 +34,7 @@ class Prefiller {
   Prefiller(const me::FamilyModel& model, const MultiSequenceArgs& args, const std::vector<std::vector<int>>& prompts)
       : model_(model), args_(args), prompts_(prompts),
         pool_(args.sequences * ((args.tokens + kBlockTokens - 1) / kBlockTokens + 1) + 1, kBlockTokens,
-              model.cache_floats_per_token()) {}
+              model.cache_floats_per_token(), model.cache_stripes()) {}
 
   // As the engine's Advance with nothing decoding: every pass gives the
   // prompts, in submission order, rows until `chunk` are taken.

@@ -301,12 +301,14 @@ int main(int argc, char** argv) {
   std::vector<float> logits;
   for (int L : lengths) {
     constexpr int kBlockTokens = 16;
-    me::KvPool pool((L + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token());
+    me::KvPool pool((L + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token(),
+                    (*model)->cache_stripes());
     std::mt19937 rng(7);
     std::vector<int> prompt(static_cast<size_t>(L));
     for (int& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(V));
     if (!warm) {
-      me::KvPool wp((chunk + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token());
+      me::KvPool wp((chunk + kBlockTokens - 1) / kBlockTokens + 1, kBlockTokens, (*model)->cache_floats_per_token(),
+                    (*model)->cache_stripes());
       me::SequenceCache wc = (*model)->NewSequence();
       const int n = std::min(chunk, L);
       if (!me::EnsureBlocks(wp, wc, n)) return 1;

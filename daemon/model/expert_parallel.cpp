@@ -125,7 +125,7 @@ Result<std::unique_ptr<ExpertParallel>> ExpertParallel::Follow(const engine::Exp
     return Fail(Error::InvalidArgument("engine options: block_tokens and cache_tokens must be positive"));
   try {
     impl->pool = std::make_unique<engine::KvPool>(o.cache_tokens / o.block_tokens, o.block_tokens,
-                                                  impl->model->cache_floats_per_token());
+                                                  impl->model->cache_floats_per_token(), impl->model->cache_stripes());
   } catch (const std::bad_alloc&) {
     return Fail(Error::ResourceExhausted("KV cache pool of " + std::to_string(o.cache_tokens) + " tokens could not be allocated"));
   }

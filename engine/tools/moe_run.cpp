@@ -172,7 +172,8 @@ int RunFollower(const std::string& dir, const EngineOptions& eo, const ExpertGro
   auto model = LoadLayerGraph(dir, ModelOptionsFor(eo));
   if (!model) return std::fprintf(stderr, "moe-run: %s\n", model.error().ToString().c_str()), 1;
   PrintHeld(**model);
-  KvPool pool(eo.cache_tokens / eo.block_tokens, eo.block_tokens, (*model)->cache_floats_per_token());
+  KvPool pool(eo.cache_tokens / eo.block_tokens, eo.block_tokens, (*model)->cache_floats_per_token(),
+              (*model)->cache_stripes());
   auto st = ExpertGroup::FollowOnce(group, **model, pool, kGroupWait);
   if (!st) return std::fprintf(stderr, "moe-run: %s\n", st.error().ToString().c_str()), 1;
   return 0;

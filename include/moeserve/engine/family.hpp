@@ -111,6 +111,9 @@ class FamilyModel {
   virtual int64_t max_position() const = 0;
   // Floats one token occupies in a KvPool row, every layer together.
   virtual size_t cache_floats_per_token() const = 0;
+  // The KvPool stripes the family's parts want (KvPool::PartRow); none: the
+  // pool is one stripe, as TokenRow needs.
+  virtual std::vector<size_t> cache_stripes() const { return {}; }
   // A cache with no blocks (and zeroed recurrent state where the family has any).
   virtual SequenceCache NewSequence() const = 0;
   // Appends each segment's tokens to its cache (its blocks must already

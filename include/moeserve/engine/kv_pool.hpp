@@ -21,8 +21,11 @@ namespace moeserve::engine {
 class KvPool {
  public:
   // The pool's memory is mapped zeroed and touched only as blocks are used
-  // (kernels::AllocateZeroedPages); throws std::bad_alloc when it cannot be mapped.
-  KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token);
+  // (kernels::AllocateZeroedPages); throws std::bad_alloc when it cannot be
+  // mapped. `stripe_starts` (see PartRow): the per-token float offsets where
+  // a stripe begins, ascending, the first 0, all below floats_per_token;
+  // empty means one stripe. Invalid starts throw std::invalid_argument.
+  KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token, std::vector<size_t> stripe_starts = {});
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -40,27 +43,53 @@ class KvPool {
   // `floats` wide, starts block_tokens x o floats into the block. A step that
   // reads one part of every cached token (the DSA indexer) then streams it
   // instead of touching one cache line in every token's row.
+  //
+  // Stripes go one step further: the per-token floats are cut at the stripe
+  // starts, and each stripe keeps its share of every block in a region of
+  // its own, block after block. With a stripe per part, the indexer keys of
+  // a layer for consecutive blocks (a long sequence's blocks are handed out
+  // in order) are one contiguous stream, not a 576-byte run every 11 KB.
+  // Inside a stripe a block keeps the layout above, so one stripe is the
+  // plain block layout.
   float* PartRow(int block, int slot, size_t part_offset, size_t part_floats) {
-    return data_ + static_cast<size_t>(block) * block_tokens_ * floats_per_token_ +
-           static_cast<size_t>(block_tokens_) * part_offset + static_cast<size_t>(slot) * part_floats;
+    const Stripe& s = stripes_[stripe_of_[part_offset]];
+    return s.base + static_cast<size_t>(block) * block_tokens_ * s.floats +
+           static_cast<size_t>(block_tokens_) * (part_offset - s.start) + static_cast<size_t>(slot) * part_floats;
   }
+  // A token's whole row: only for a pool of one stripe (the families that
+  // use rows give none).
   float* TokenRow(int block, int slot) {
     return data_ + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
   }
   const float* TokenRow(int block, int slot) const {
     return data_ + (static_cast<size_t>(block) * block_tokens_ + static_cast<size_t>(slot)) * floats_per_token_;
   }
+  // A block's floats in the one-stripe layout (block_floats() of them, to or
+  // from bytes of any alignment), whatever the stripes: what the disk tier
+  // stores, so its files do not depend on how a pool is striped.
+  size_t block_floats() const { return static_cast<size_t>(block_tokens_) * floats_per_token_; }
+  void CopyBlockOut(int block, void* out) const;
+  void CopyBlockIn(int block, const void* in);
+  void CopyBlock(int dst, int src);
 
   int block_tokens() const { return block_tokens_; }
   int64_t num_blocks() const { return static_cast<int64_t>(refs_.size()); }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
   size_t floats_per_token() const { return floats_per_token_; }
+  size_t num_stripes() const { return stripes_.size(); }
 
  private:
+  struct Stripe {
+    size_t start;   // per-token float offset
+    size_t floats;  // per-token floats
+    float* base;    // block 0's share
+  };
   int block_tokens_;
   size_t floats_per_token_;
   size_t bytes_;
   float* data_;
+  std::vector<Stripe> stripes_;
+  std::vector<uint32_t> stripe_of_;  // per-token offset -> stripe
   std::vector<int> refs_;
   std::vector<int> free_;
 };

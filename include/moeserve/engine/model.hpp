@@ -200,6 +200,8 @@ class Model final : public FamilyModel {
   // DeltaNet layer keeps nothing in the pool: its entry is the next
   // attention layer's offset.
   size_t layer_cache_offset(int layer) const { return layer_offset_[static_cast<size_t>(layer)]; }
+  // Where each cache part starts in a token's floats: a KvPool stripe each.
+  std::vector<size_t> cache_stripes() const override { return cache_stripes_; }
   // A cache with zeroed DeltaNet state and no blocks.
   SequenceCache NewSequence() const override;
   int vocab_size() const override { return config_.vocab_size; }
@@ -284,6 +286,7 @@ class Model final : public FamilyModel {
   std::unique_ptr<ModelWeights> weights_;
   size_t floats_per_token_ = 0;
   std::vector<size_t> layer_offset_;  // each attention layer's first part's offset in a token's floats
+  std::vector<size_t> cache_stripes_;
   std::vector<float> rope_freqs_;     // qk_rope_head_dim / 2 YaRN frequencies
   std::vector<float> gqa_rope_freqs_; // gqa.rotary_dim / 2 frequencies (gated GQA layers)
   float mla_scale_ = 0;
