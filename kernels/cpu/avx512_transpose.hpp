@@ -1,7 +1,8 @@
-// A 16 x 16 block of floats transposed in registers, for the kernels that
-// reorder a matrix into the layout their tiles read (bf16_gemm_avx512.cpp,
-// matmul_avx512.cpp's panels). Include only from sources built with
-// -mavx512f.
+// A 16 x 16 block of 32-bit words transposed in registers, for the kernels
+// that reorder a matrix into the layout their tiles read (bf16_gemm_avx512.cpp,
+// matmul_avx512.cpp's panels, matmul_bf16dot.cpp's BF16 pairs, the int8
+// indexer's key dwords, the MLA flash tiles). Include only from sources
+// built with -mavx512f.
 #pragma once
 
 #include <immintrin.h>
@@ -33,6 +34,14 @@ inline void Transpose16(__m512 (&r)[16]) {
     r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
     r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
   }
+}
+
+// The same for integer words (a permutation: the casts cost nothing).
+inline void Transpose16(__m512i (&r)[16]) {
+  __m512 f[16];
+  for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(r[i]);
+  Transpose16(f);
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(f[i]);
 }
 
 }  // namespace moeserve::kernels::cpu

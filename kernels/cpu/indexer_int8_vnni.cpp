@@ -32,6 +32,7 @@
 #include <cstring>
 #include <vector>
 
+#include "avx512_transpose.hpp"
 #include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
 #include "variants.hpp"
@@ -124,36 +125,6 @@ inline void Heads(const int32_t* K0, const int32_t* K1, int stride, const int8_t
     Fold(a05, a15, wt[5], I0, I1);
     Fold(a06, a16, wt[6], I0, I1);
     Fold(a07, a17, wt[7], I0, I1);
-  }
-}
-
-// In-register transpose of 16 rows of 16 dwords: r[i] lane d -> r[d] lane i.
-inline void Transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  // r[4g + m] lane 4 c + l now holds row 4 c + (m's pair bits), dword 4 g' ...:
-  // within each 128-bit lane c, r[4g + m] holds dword m of rows 4 c .. 4 c + 3
-  // (g = which of the four row groups); the 128-bit lanes move next.
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "avx512_mxfp4_scales.hpp"
+#include "avx512_transpose.hpp"
 #include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
@@ -121,34 +122,6 @@ inline void DecodeGroupPairs(const Mxfp4PackedView& w, size_t g, size_t p0, size
   }
 }
 
-// r[j] = column j of the 16 x 16 matrix of 32-bit words whose rows were
-// r[0..16): pairs of rows interleaved by words, then by 64-bit halves, then
-// 128-bit lanes gathered across quads of rows twice.
-inline void Transpose16x16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // r[4q + j]: rows 4q .. 4q + 3 at columns j, j + 4, j + 8, j + 12 (a lane each).
-  for (int q = 0; q < 16; q += 4) {
-    r[q] = _mm512_unpacklo_epi64(t[q], t[q + 2]);
-    r[q + 1] = _mm512_unpackhi_epi64(t[q], t[q + 2]);
-    r[q + 2] = _mm512_unpacklo_epi64(t[q + 1], t[q + 3]);
-    r[q + 3] = _mm512_unpackhi_epi64(t[q + 1], t[q + 3]);
-  }
-  for (int h = 0; h < 16; h += 8)
-    for (int j = 0; j < 4; ++j) {
-      t[h + j] = _mm512_shuffle_i32x4(r[h + j], r[h + 4 + j], 0x88);      // columns j, j + 8
-      t[h + 4 + j] = _mm512_shuffle_i32x4(r[h + j], r[h + 4 + j], 0xDD);  // columns j + 4, j + 12
-    }
-  // t[j] (j < 8) holds columns j and j + 8 of rows 0-7, t[8 + j] of rows 8-15.
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
-    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xDD);
-  }
-}
-
 }  // namespace
 
 void round_bf16_rows_avx512bf16(const float* X, size_t n, size_t in, uint16_t* Xb, size_t ldx) {
@@ -216,7 +189,7 @@ void bf16_gemm_bf16dot(const uint16_t* W, size_t out, size_t in, const uint16_t*
         for (; p + 16 <= whole; p += 16) {
           __m512i r[16];
           for (size_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(W + (o0 + c0 + i) * in + 2 * p);
-          Transpose16x16(r);
+          Transpose16(r);
           for (size_t j = 0; j < 16; ++j) _mm512_storeu_si512(Wp + (p - p0 + j) * kNR + c0, r[j]);
         }
       for (size_t c = c0; c < c0 + 16; ++c) {
