@@ -45,11 +45,13 @@ constexpr int kBlockKeys = 32;
 // Blocks between the one scored and the one whose keys are prefetched,
 // whole keys and, further on, their first lines (for the TLB when keys sit
 // in separate pages). The engine's pool keeps a layer's keys of 16 tokens
-// together (KvPool::PartRow), 16 keys in a run of lines then a jump to the
-// next pool block: a one-thread probe of that pattern at 1M keys of 36 bytes
-// read them in 11.4 ms with the hardware's prefetch alone, 5.1 ms with
-// software prefetch 2 runs ahead and 2.3 ms 8-16 runs ahead (contiguous: 1.9
-// ms), so the whole keys are fetched 8 blocks (256 keys) ahead.
+// together (KvPool::PartRow), and a layer's keys in a stripe of their own,
+// so consecutive pool blocks' keys follow each other. A one-thread probe of
+// 16 keys in a run of lines then a jump to the next pool block, at 1M keys
+// of 36 bytes, read them in 11.4 ms with the hardware's prefetch alone, 5.1
+// ms with software prefetch 2 runs ahead and 2.3 ms 8-16 runs ahead
+// (contiguous: 1.9 ms); on the striped pool 8 blocks (256 keys) ahead is
+// still the best of 2 to 64 (bench/README.md, "Stripes").
 constexpr int kPrefetchBlocks = 8;
 constexpr int kPrefetchPageBlocks = 16;
 
@@ -220,59 +222,99 @@ void Block(const IndexerInt8Query& query, int queries, int heads, int dim, const
   PrefetchKeys(rows, offset, pg, ahead.pg1, 1);
 }
 
-// The same over a cache by blocks (indexer_int8.hpp). Blocks of a multiple of
-// 16 keys (the engine's pool: 16) are scored where they lie, 16 keys' dwords
-// a vector load; other sizes are gathered into Kt first. The keys 8 blocks
-// ahead are prefetched.
+// The same over a cache by blocks (indexer_int8.hpp) whose size is not a
+// multiple of 16 keys (GroupsOfBlocked scores the others where they lie):
+// the step's keys are gathered into Kt first, and the keys 8 steps ahead
+// prefetched.
 void BlockOfBlocked(const IndexerInt8Query& query, int queries, int heads, int dim, const float* const* blocks,
                     int block_keys, const int* n, float* scores, size_t ld, int kb, int nk, int k1, int32_t* Kt,
                     float* scale) {
   const int d4n = dim / 4;
-  const auto nothing = [] {};
   const int p0 = std::min(k1, kb + kPrefetchBlocks * kBlockKeys), p1 = std::min(k1, p0 + kBlockKeys);
-  if (block_keys % 16 == 0) {
-    // Key s's dwords start at its block's base + its slot (a multiple of 16 here).
-    const auto dwords = [&](int s) {
-      return reinterpret_cast<const int32_t*>(blocks[s / block_keys]) + s % block_keys;
-    };
-    const int32_t* K0 = dwords(kb);
-    const int32_t* K1 = nk > 16 ? dwords(kb + 16) : K0;
-    const auto scales = [&](const int32_t* K) {
-      return _mm512_loadu_ps(reinterpret_cast<const float*>(K + static_cast<size_t>(d4n) * block_keys));
-    };
-    // The keys 8 blocks ahead: 16 keys' dwords of one d4 row (and their
-    // scales) are one line, 2 (d4n + 1) of them for the 32 keys, fetched a
-    // few per pass of heads: all at once they filled the miss buffers and
-    // the prefetches themselves stalled.
-    const int32_t* A[2] = {p0 < p1 ? dwords(p0) : nullptr, p0 + 16 < p1 ? dwords(p0 + 16) : nullptr};
-    const int lines = 2 * (d4n + 1), passes = std::max(1, heads / 8) * queries;
-    const int per_pass = (lines + passes - 1) / passes;
+  for (int j = 0; j < kBlockKeys; ++j) {
+    const int s = kb + j, slot = s % block_keys;
+    const float* base = j < nk ? blocks[s / block_keys] : nullptr;
+    for (int d4 = 0; d4 <= d4n; ++d4) {
+      int32_t v = 0;
+      if (base) std::memcpy(&v, base + static_cast<size_t>(d4) * block_keys + slot, 4);
+      if (d4 < d4n) Kt[d4 * 32 + j] = v;
+      else std::memcpy(&scale[j], &v, 4);
+    }
+  }
+  ScoreKeys(query, queries, heads, dim, n, scores, ld, kb, nk, Kt, Kt + 16, 32, _mm512_loadu_ps(scale),
+            _mm512_loadu_ps(scale + 16), [] {});
+  PrefetchBlockedKeys(blocks, block_keys, dim, p0, p1);
+}
+
+// Walks a blocked cache's 16-key groups in key order without a division
+// per step (pool blocks of block_keys, a multiple of 16, keys from `key`).
+class GroupCursor {
+ public:
+  GroupCursor(const float* const* blocks, int block_keys, int key)
+      : blocks_(blocks), block_keys_(block_keys), block_(key / block_keys), slot_(key % block_keys) {}
+  // The group's dwords: key j's bytes 4 d4 .. 4 d4 + 3 at [d4 * block_keys + j].
+  const int32_t* dwords() const { return reinterpret_cast<const int32_t*>(blocks_[block_]) + slot_; }
+  void Next() {
+    slot_ += 16;
+    if (slot_ == block_keys_) slot_ = 0, ++block_;
+  }
+
+ private:
+  const float* const* blocks_;
+  int block_keys_, block_, slot_;
+};
+
+// Keys [k0, k1) of a cache by blocks of a multiple of 16 keys (k0 a multiple
+// of 16), scored where they lie: 16 keys' dwords a vector load. While a
+// 32-key step is scored, the two groups kPrefetchBlocks steps ahead are
+// prefetched, a few lines per pass of heads (all at once they filled the
+// miss buffers and the prefetches themselves stalled). Everything a step
+// needs is carried from the step before, no division or pointer table
+// arithmetic per step: at the long preset's 4 heads of 32 the products are
+// a quarter of the step, and the bookkeeping had been most of the rest.
+void GroupsOfBlocked(const IndexerInt8Query& query, int queries, int heads, int dim, const float* const* blocks,
+                     int block_keys, const int* n, float* scores, size_t ld, int k0, int k1) {
+  const int d4n = dim / 4;
+  const size_t row = static_cast<size_t>(block_keys);
+  const int lines = 2 * (d4n + 1), passes = std::max(1, heads / 8) * queries;
+  const int per_pass = (lines + passes - 1) / passes;
+  const auto scales = [&](const int32_t* K) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(K + static_cast<size_t>(d4n) * row));
+  };
+  const auto fetch_group = [&](const int32_t* g, int from, int to) {
+    for (int l = from; l < to; ++l) _mm_prefetch(reinterpret_cast<const char*>(g + static_cast<size_t>(l) * row), _MM_HINT_T0);
+  };
+  GroupCursor at(blocks, block_keys, k0), ahead(blocks, block_keys, k0);
+  int ahead_key = k0;
+  // The first steps' keys up front; after that each step fetches the
+  // groups kPrefetchBlocks steps on.
+  for (; ahead_key < std::min(k1, k0 + kPrefetchBlocks * kBlockKeys); ahead_key += 16, ahead.Next())
+    fetch_group(ahead.dwords(), 0, d4n + 1);
+  for (int kb = k0; kb < k1; kb += kBlockKeys) {
+    const int nk = std::min(kBlockKeys, k1 - kb);
+    const int32_t* K0 = at.dwords();
+    at.Next();
+    const int32_t* K1 = K0;
+    if (nk > 16) K1 = at.dwords(), at.Next();
+    // The two groups ahead (none past k1: the block table may end there).
+    const int32_t* A0 = nullptr;
+    const int32_t* A1 = nullptr;
+    if (ahead_key < k1) A0 = ahead.dwords(), ahead.Next(), ahead_key += 16;
+    if (ahead_key < k1) A1 = ahead.dwords(), ahead.Next(), ahead_key += 16;
     int next = 0;
     const auto fetch = [&](int upto) {
-      for (; next < std::min(upto, lines); ++next) {
-        const int32_t* a = A[next & 1];
-        if (a) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<size_t>(next >> 1) * block_keys), _MM_HINT_T0);
-      }
+      upto = std::min(upto, lines);
+      if (next >= upto) return;
+      // Lines [next, upto) of the pair: group A0's d4n + 1, then A1's.
+      const int split = d4n + 1;
+      if (A0 && next < split) fetch_group(A0, next, std::min(upto, split));
+      if (A1 && upto > split) fetch_group(A1, std::max(next, split) - split, upto - split);
+      next = upto;
     };
     ScoreKeys(query, queries, heads, dim, n, scores, ld, kb, nk, K0, K1, block_keys, scales(K0), scales(K1),
               [&] { fetch(next + per_pass); });
     fetch(lines);
-    return;
-  } else {
-    for (int j = 0; j < kBlockKeys; ++j) {
-      const int s = kb + j, slot = s % block_keys;
-      const float* base = j < nk ? blocks[s / block_keys] : nullptr;
-      for (int d4 = 0; d4 <= d4n; ++d4) {
-        int32_t v = 0;
-        if (base) std::memcpy(&v, base + static_cast<size_t>(d4) * block_keys + slot, 4);
-        if (d4 < d4n) Kt[d4 * 32 + j] = v;
-        else std::memcpy(&scale[j], &v, 4);
-      }
-    }
-    ScoreKeys(query, queries, heads, dim, n, scores, ld, kb, nk, Kt, Kt + 16, 32, _mm512_loadu_ps(scale),
-              _mm512_loadu_ps(scale + 16), nothing);
   }
-  PrefetchBlockedKeys(blocks, block_keys, dim, p0, p1);
 }
 
 // The keys [0, n_max) in chunks of whole 32-key blocks across the pool,
@@ -323,6 +365,7 @@ void indexer_scores_int8_blocked_avx512(const IndexerInt8Query& query, int queri
                                         const float* const* blocks, int block_keys, const int* n, float* scores,
                                         size_t ld) {
   SplitKeys(n, queries, dim, [&](int k0, int k1, int32_t* Kt, float* scale) {
+    if (block_keys % 16 == 0) return GroupsOfBlocked(query, queries, heads, dim, blocks, block_keys, n, scores, ld, k0, k1);
     PrefetchBlockedKeys(blocks, block_keys, dim, k0, std::min(k1, k0 + kPrefetchBlocks * kBlockKeys));
     for (int kb = k0; kb < k1; kb += kBlockKeys)
       BlockOfBlocked(query, queries, heads, dim, blocks, block_keys, n, scores, ld, kb, std::min(kBlockKeys, k1 - kb),
