@@ -50,8 +50,8 @@ constexpr int kBlockKeys = 32;
 // 16 keys in a run of lines then a jump to the next pool block, at 1M keys
 // of 36 bytes, read them in 11.4 ms with the hardware's prefetch alone, 5.1
 // ms with software prefetch 2 runs ahead and 2.3 ms 8-16 runs ahead
-// (contiguous: 1.9 ms); on the striped pool 8 blocks (256 keys) ahead is
-// still the best of 2 to 64 (bench/README.md, "Stripes").
+// (contiguous: 1.9 ms); on the striped pool 4 and 8 blocks ahead are the
+// best of 2 to 64, within the noise of each other (bench/README.md, "Stripes").
 constexpr int kPrefetchBlocks = 8;
 constexpr int kPrefetchPageBlocks = 16;
 
