@@ -6,13 +6,19 @@
 // activations read) and FLOP/s. `decode_rows/...` runs the products a
 // batched decode step makes (1 to 64 activation rows, weights cold: cycled
 // through copies larger than the last-level cache), for MXFP4 (the routed
-// experts) and BF16 (the dense projections) weights.
+// experts) and BF16 (the dense projections) weights. `indexer_int8_blocked/...`
+// a long-context decode step's indexer scores, with `read_keys/...` the same
+// bytes read plainly beside them.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <bit>
+#include <memory>
+#include <new>
+#include <span>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../kernels/shapes.hpp"
@@ -20,7 +26,10 @@
 #include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/delta_rule.hpp"
+#include "moeserve/kernels/indexer_int8.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
+#include "moeserve/kernels/thread_pool.hpp"
+#include "moeserve/kernels/weight_memory.hpp"
 
 namespace mb = moeserve::bench;
 namespace mk = moeserve::kernels;
@@ -257,6 +266,79 @@ void BM_IndexerBatch(benchmark::State& st, const mk::KernelSet* k) {
   SetCounters(st, 4.0 * kDim * kCtx, 2.0 * kHeads * (kDim + 1) * keys_seen);
 }
 
+// A decode step's int8 indexer over a blocked cache as the engine's striped
+// pool holds it (16-key pool blocks, consecutive), one query: the long
+// preset's 4 heads of 32 and the flagship's 64 of 128, over 64K keys (in the
+// last-level cache) and 4M keys (long-preset keys: 151 MB, from memory).
+// `read_keys/...` sums the same bytes with plain vector loads on the same
+// threads: the ceiling a memory-bound indexer would reach. bytes/s: the
+// keys' bytes (codes and scales).
+// The keys sit in memory mapped as the pool's (kernels::AllocateZeroedPages:
+// 2 MiB pages where the kernel gives them).
+struct Int8BlockedCache {
+  static constexpr int kBlockKeys = 16;
+  std::span<float> pool;
+  std::vector<const float*> blocks;
+  Int8BlockedCache(int keys, int dim) {
+    const size_t block_floats = mk::IndexerInt8KeyFloats(dim) * kBlockKeys;
+    const size_t floats = static_cast<size_t>(keys) / kBlockKeys * block_floats;
+    pool = {static_cast<float*>(mk::AllocateZeroedPages(floats * sizeof(float))), floats};
+    if (pool.data() == nullptr) throw std::bad_alloc();
+    const std::vector<float> k = mb::RandomFloats(static_cast<size_t>(dim) * 256, 13);
+    for (int s = 0; s < keys; ++s)
+      mk::StoreIndexerKeyInt8Blocked(&k[static_cast<size_t>(s % 256) * dim], dim, &pool[s / kBlockKeys * block_floats],
+                                     kBlockKeys, s % kBlockKeys);
+    for (size_t b = 0; b < pool.size(); b += block_floats) blocks.push_back(&pool[b]);
+  }
+  ~Int8BlockedCache() { mk::FreeZeroedPages(pool.data(), pool.size() * sizeof(float)); }
+  Int8BlockedCache(const Int8BlockedCache&) = delete;
+  Int8BlockedCache& operator=(const Int8BlockedCache&) = delete;
+  static const Int8BlockedCache& Get(int keys, int dim) {
+    static std::vector<std::pair<std::pair<int, int>, std::unique_ptr<Int8BlockedCache>>> made;
+    for (const auto& [key, c] : made)
+      if (key == std::pair{keys, dim}) return *c;
+    made.emplace_back(std::pair{keys, dim}, std::make_unique<Int8BlockedCache>(keys, dim));
+    return *made.back().second;
+  }
+};
+
+void BM_IndexerInt8Blocked(benchmark::State& st, const mk::KernelSet* k, int keys, int heads, int dim) {
+  const Int8BlockedCache& c = Int8BlockedCache::Get(keys, dim);
+  const std::vector<float> q = mb::RandomFloats(static_cast<size_t>(heads) * dim, 14),
+                           w = mb::RandomFloats(static_cast<size_t>(heads), 15);
+  std::vector<int8_t> codes(q.size());
+  std::vector<float> wt(static_cast<size_t>(heads));
+  std::vector<int32_t> offset(static_cast<size_t>(heads));
+  mk::QuantizeIndexerQueryInt8(q.data(), w.data(), heads, dim, codes.data(), wt.data(), offset.data());
+  std::vector<float> scores(static_cast<size_t>(keys));
+  for (auto _ : st) {
+    k->indexer_scores_int8_blocked(mk::IndexerInt8Query{codes.data(), wt.data(), offset.data()}, 1, heads, dim,
+                                   c.blocks.data(), Int8BlockedCache::kBlockKeys, &keys, scores.data(), scores.size());
+    benchmark::DoNotOptimize(scores.data());
+  }
+  SetCounters(st, 4.0 * static_cast<double>(c.pool.size()), 2.0 * heads * (dim + 1) * static_cast<double>(keys));
+}
+
+void BM_ReadKeys(benchmark::State& st, int keys, int dim) {
+  const Int8BlockedCache& c = Int8BlockedCache::Get(keys, dim);
+  constexpr size_t kPieces = 64;
+  const size_t per = c.pool.size() / kPieces;
+  std::vector<float> sums(kPieces);
+  for (auto _ : st) {
+    mk::DefaultThreadPool().ParallelFor(kPieces, [&](size_t i) {
+      const float* p = c.pool.data() + i * per;
+      float a[16] = {};
+      for (size_t j = 0; j + 16 <= per; j += 16)
+        for (int l = 0; l < 16; ++l) a[l] += p[j + static_cast<size_t>(l)];
+      float t = 0;
+      for (float x : a) t += x;
+      sums[i] = t;
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  SetCounters(st, 4.0 * static_cast<double>(c.pool.size()), 0);
+}
+
 int Register() {
   for (mk::Isa isa : mk::SupportedIsas()) {
     if (isa == mk::Isa::kReference) continue;  // the ground truth for tests, not a serving path
@@ -331,6 +413,13 @@ int Register() {
         ->Unit(benchmark::kMillisecond)
         ->MinTime(0.3)
         ->UseRealTime();
+    for (const auto& [keys, heads, dim, name] :
+         {std::tuple{65536, 4, 32, "4x32_64k"}, std::tuple{4194304, 4, 32, "4x32_4m"}, std::tuple{65536, 64, 128, "64x128_64k"}})
+      benchmark::RegisterBenchmark(("indexer_int8_blocked/" + v + "/" + name).c_str(), BM_IndexerInt8Blocked,
+                                   &mk::Kernels(isa), keys, heads, dim)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.3)
+          ->UseRealTime();
     if (isa != mk::Isa::kAvx512) continue;  // elsewhere the bf16act rows are the fp32 GEMM again
     if (mk::CpuHasAvx512Bf16())
       for (bool sparse : {true, false})
@@ -370,6 +459,11 @@ int Register() {
           ->MinTime(0.2)
           ->UseRealTime();
   }
+  for (const auto& [keys, dim, name] : {std::tuple{65536, 32, "4x32_64k"}, std::tuple{4194304, 32, "4x32_4m"}})
+    benchmark::RegisterBenchmark((std::string("read_keys/") + name).c_str(), BM_ReadKeys, keys, dim)
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3)
+        ->UseRealTime();
   return 0;
 }
 
