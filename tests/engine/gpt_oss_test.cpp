@@ -172,6 +172,25 @@ TEST(GptOss, ConformancePromptInChunks) {
 // forward alone, within the bound for batched against alone (1e-4 of the
 // largest logit), and the same greedy tokens: sequences at different
 // lengths, past the sliding window, with experts shared by several rows.
+// The family reads and writes whole token rows: a pool cut in stripes (the
+// moe-dsa-v1 graph's) is refused, not written at the wrong addresses.
+TEST(GptOss, AStripedPoolIsRefused) {
+  const std::string dir = WriteModel("striped", "--layers 1 --vocab 300 --seed 2");
+  auto model = GptOssModel::Load(dir);
+  ASSERT_TRUE(model) << model.error().ToString();
+  const GptOssModel& m = **model;
+  KvPool pool(8, 4, m.cache_floats_per_token(), {0, m.cache_floats_per_token() / 2});
+  SequenceCache cache;
+  const std::vector<int> prompt = {5, 17, 99};
+  ASSERT_TRUE(EnsureBlocks(pool, cache, 3));
+  ForwardSegment seg{&cache, prompt, false};
+  std::vector<float> logits;
+  auto st = m.Forward(pool, std::span<ForwardSegment>(&seg, 1), &logits);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.error().message().find("stripes"), std::string::npos) << st.error().ToString();
+}
+
 TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
   const std::string dir = WriteModel("batch", "--layers 3 --window 4 --vocab 1000 --seed 5");
   auto model = GptOssModel::Load(dir);

@@ -340,6 +340,10 @@ Status GptOssModel::Forward(KvPool& pool, std::span<ForwardSegment> segments, st
   if (pool.floats_per_token() != cache_floats_per_token())
     return Fail(Error::InvalidArgument("gpt-oss forward: the KV pool's rows hold " + std::to_string(pool.floats_per_token()) +
                                        " floats, this model needs " + std::to_string(cache_floats_per_token())));
+  // Whole token rows (TokenRow) are only where a pool of one stripe has them.
+  if (pool.num_stripes() != 1)
+    return Fail(Error::InvalidArgument("gpt-oss forward: the KV pool is cut in " + std::to_string(pool.num_stripes()) +
+                                       " stripes; this family keeps whole token rows (one stripe)"));
   const size_t bt = static_cast<size_t>(pool.block_tokens());
   size_t n = 0;
   for (size_t s = 0; s < segments.size(); ++s) {
