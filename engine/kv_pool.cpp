@@ -27,9 +27,11 @@ float* MapPool(size_t bytes) {
   return static_cast<float*>(p);
 }
 
+}  // namespace
+
 // Each stripe's (start, width), checked: ascending starts from 0, all inside
 // the row. Empty starts: the whole row as one stripe.
-std::vector<std::pair<size_t, size_t>> StripeSpans(size_t floats_per_token, const std::vector<size_t>& starts) {
+std::vector<std::pair<size_t, size_t>> KvPool::StripeSpans(size_t floats_per_token, const std::vector<size_t>& starts) {
   if (starts.empty()) return {{0, floats_per_token}};
   if (starts.front() != 0) throw std::invalid_argument("KV pool stripes must start at float 0");
   std::vector<std::pair<size_t, size_t>> spans;
@@ -42,23 +44,26 @@ std::vector<std::pair<size_t, size_t>> StripeSpans(size_t floats_per_token, cons
   }
   return spans;
 }
-}  // namespace
 
 // The mapping comes first: it is by far the largest allocation, so a pool the
 // machine cannot hold fails there, as an error, before the per-block tables
 // are sized (a throwing operator new of an impossible size aborts under
 // AddressSanitizer instead of throwing). The stripes are checked before it.
-KvPool::KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token, std::vector<size_t> stripe_starts)
+KvPool::KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token, const std::vector<size_t>& stripe_starts)
+    : KvPool(num_blocks, block_tokens, floats_per_token, StripeSpans(floats_per_token, stripe_starts)) {}
+
+KvPool::KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token,
+               const std::vector<std::pair<size_t, size_t>>& spans)
     : block_tokens_(block_tokens),
       floats_per_token_(floats_per_token),
-      bytes_((StripeSpans(floats_per_token, stripe_starts), PoolBytes(num_blocks, block_tokens, floats_per_token))),
+      bytes_(PoolBytes(num_blocks, block_tokens, floats_per_token)),
       data_(MapPool(bytes_)) {
   try {
     // Stripe s's region holds every block's share of it: it starts where the
     // stripes before it end, num_blocks x block_tokens x their widths.
     const size_t tokens = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_tokens);
     stripe_of_.assign(floats_per_token + 1, 0);
-    for (const auto& [start, floats] : StripeSpans(floats_per_token, stripe_starts)) {
+    for (const auto& [start, floats] : spans) {
       stripes_.push_back({start, floats, data_ + tokens * start});
       for (size_t o = start; o <= start + floats; ++o) stripe_of_[o] = static_cast<uint32_t>(stripes_.size() - 1);
     }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "moeserve/common/status.hpp"
@@ -25,7 +26,7 @@ class KvPool {
   // mapped. `stripe_starts` (see PartRow): the per-token float offsets where
   // a stripe begins, ascending, the first 0, all below floats_per_token;
   // empty means one stripe. Invalid starts throw std::invalid_argument.
-  KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token, std::vector<size_t> stripe_starts = {});
+  KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token, const std::vector<size_t>& stripe_starts = {});
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -79,6 +80,10 @@ class KvPool {
   size_t num_stripes() const { return stripes_.size(); }
 
  private:
+  // The checked (start, width) of each stripe, then the pool made from them.
+  static std::vector<std::pair<size_t, size_t>> StripeSpans(size_t floats_per_token, const std::vector<size_t>& starts);
+  KvPool(int64_t num_blocks, int block_tokens, size_t floats_per_token,
+         const std::vector<std::pair<size_t, size_t>>& spans);
   struct Stripe {
     size_t start;   // per-token float offset
     size_t floats;  // per-token floats
