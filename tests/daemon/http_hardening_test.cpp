@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
+#include "long_stream.hpp"
 #include "../support/sanitized_build.hpp"
 #include "moeserve/daemon/metrics.hpp"
 
@@ -180,21 +181,15 @@ TEST_F(HttpHardening, NonStreamingClientThatHangsUpStopsItsSequence) {
   const double before = count_499();
   int fd = ConnectLoopback(port_);
   ASSERT_GE(fd, 0);
-  // The answer is held to 64 rows of 64 integers, more than 3,500 tokens,
-  // so it cannot end before the hang-up is seen. Left free, the random
-  // model sometimes drew an end token within its first tokens, finished as
-  // 200 and left nothing to cancel (7 runs in 3,000).
-  const json row = {{"type", "array"}, {"minItems", 64}, {"maxItems", 64}, {"items", {{"type", "integer"}}}};
-  const json rows = {{"type", "array"}, {"minItems", 64}, {"maxItems", 64}, {"items", row}};
-  const json schema = {{"type", "object"},
-                       {"required", {"rows"}},
-                       {"additionalProperties", false},
-                       {"properties", {{"rows", rows}}}};
+  // The answer is held to more than 3,500 tokens, so it cannot end before
+  // the hang-up is seen. Left free, the random model sometimes drew an end
+  // token within its first tokens, finished as 200 and left nothing to
+  // cancel (7 runs in 3,000).
   std::string body = json{{"model", "tiny"},
                           {"messages", UserTurn("write a long story")},
                           {"max_tokens", 3500},
                           {"reasoning_effort", "low"},
-                          {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "rows"}, {"schema", schema}}}}}}
+                          {"response_format", LongAnswerFormat()}}
                          .dump();
   SendAll(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-tenant-a-0123456789\r\n"
               "Content-Type: application/json\r\nContent-Length: " +

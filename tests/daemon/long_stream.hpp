@@ -31,6 +31,20 @@ inline bool HasGeneratedText(const std::string& got) {
   return false;
 }
 
+// A response_format that holds the answer to 64 rows of 64 integers: more
+// than 3,500 tokens, so a request with max_tokens at or below that cannot
+// end early, whatever it samples. A free sampled answer of the random test
+// model may draw an end token within its first tokens.
+inline json LongAnswerFormat() {
+  const json row = {{"type", "array"}, {"minItems", 64}, {"maxItems", 64}, {"items", {{"type", "integer"}}}};
+  const json rows = {{"type", "array"}, {"minItems", 64}, {"maxItems", 64}, {"items", row}};
+  const json schema = {{"type", "object"},
+                       {"required", {"rows"}},
+                       {"additionalProperties", false},
+                       {"properties", {{"rows", rows}}}};
+  return {{"type", "json_schema"}, {"json_schema", {{"name", "rows"}, {"schema", schema}}}};
+}
+
 // A greedy chat request (the same answer on every run) whose whole answer,
 // asked once through Chat with key, is at least min_tokens long: prompts
 // are tried in turn because the random model's answers differ in length by

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
+#include "long_stream.hpp"
 #include "session_checks.hpp"
 
 namespace moeserve::daemon::testing {
@@ -166,7 +167,8 @@ TEST_F(SessionApi, ASecondTurnWhileOneRunsIsRefusedWith409) {
                {"max_tokens", 3000},
                {"thinking_budget", 0},
                {"stream", true},
-               {"temperature", 1.0}};
+               {"temperature", 1.0},
+               {"response_format", LongAnswerFormat()}};  // a sampled end could finish the turn at once
   int fd = ConnectLoopback(port_);
   ASSERT_GE(fd, 0);
   std::string b = body.dump();
