@@ -67,6 +67,34 @@ constexpr int kLatTile = NV == 1 ? 16 : 8;
 
 inline int KeyAt(const int* keys, int i) { return keys ? keys[i] : i; }
 
+// Whether a list's rows are short and too scattered for the hardware's
+// prefetch: the first and last rows (ascending) more than kSparseGap rows'
+// bytes apart per row on average. Judged by address, since a decode step
+// hands its selected rows over as a list of their own, numbered 0, 1, ... A
+// top-2048 list of a 64K context and up is scattered; at 4K it reads half
+// the rows, and the hardware keeps up. Long rows (the flagship's 576 floats,
+// 36 lines) are each a stream the hardware follows after its first lines,
+// and their products, 16 tiles of heads over the same rows, bound the step:
+// prefetching them cost 0.5-1 ms at 1M (bench_long_context's attend).
+constexpr int kSparseGap = 8;
+constexpr int kShortRowFloats = 128;  // 8 lines
+inline bool ScatteredShortRows(const float* const* rows, size_t offset, const int* keys, int n_keys, int W) {
+  if (!keys || n_keys < 2 || W > kShortRowFloats) return false;
+  const float* first = rows[keys[0]] + offset;
+  const float* last = rows[keys[n_keys - 1]] + offset;
+  const ptrdiff_t span = last > first ? last - first : first - last;
+  return span > static_cast<ptrdiff_t>(kSparseGap) * n_keys * W;
+}
+
+// Every line of rows [i0, i1) of a list (W floats each) requested into L2;
+// the block's scores and sums run while they come.
+inline void PrefetchListRows(const float* const* rows, size_t offset, const int* keys, int i0, int i1, int W) {
+  for (int i = i0; i < i1; ++i) {
+    const char* r = reinterpret_cast<const char*>(rows[keys[i]] + offset);
+    for (int b = 0; b < W * static_cast<int>(sizeof(float)); b += 64) _mm_prefetch(r + b, _MM_HINT_T1);
+  }
+}
+
 // A block's n keys through a policy's score micro-tiles: whole tiles of
 // kKeyTile keys, then the remainder through the tile of its size;
 // tile(std::integral_constant<int, KN>, i) scores keys [i, i + KN).
@@ -327,12 +355,19 @@ struct Tile {
       l[u] = V::Zero();
     }
     const float* k[kBlock];
+    const bool scattered = ScatteredShortRows(rows, offset, keys, furthest, W);
+    if (scattered) PrefetchListRows(rows, offset, keys, 0, std::min(furthest, kBlock), W);
     for (int b0 = 0; b0 < furthest; b0 += kBlock) {
       const int n = std::min(kBlock, furthest - b0);
-      // No software prefetch: lists are ascending (TopKIndices), so rows are
-      // read forwards and the hardware's prefetch keeps up; prefetching the
+      // Lists are ascending (TopKIndices), so rows are read forwards. Where
+      // they are dense the hardware's prefetch keeps up, and prefetching the
       // next block's rows measured 5-15 % slower (bench_kernels mla_rows).
+      // Where they are scattered (a long context) each row was a demand miss:
+      // the next block's rows are requested half before this block's scores
+      // and half before its sums.
       for (int i = 0; i < n; ++i) k[i] = rows[KeyAt(keys, b0 + i)] + offset;
+      const int next0 = b0 + n, next1 = std::min(furthest, next0 + kBlock), half = (next0 + next1) / 2;
+      if (scattered) PrefetchListRows(rows, offset, keys, next0, half, W);
       Dot::Score(ws, k, n, W, St);
       // Mask (only where a lane stops inside this block), the block maxima.
       if (b0 + n > nearest)
@@ -370,6 +405,7 @@ struct Tile {
           }
       }
       for (int u = 0; u < NV; ++u) l[u] = V::Fma(l[u], alpha[u], sum[u]);
+      if (scattered) PrefetchListRows(rows, offset, keys, half, next1, W);
       Dot::Weighted(ws, St, k, n, L, alpha, Ot);
     }
     alignas(64) float inv[kLanes];

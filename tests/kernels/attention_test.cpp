@@ -95,6 +95,41 @@ TEST(MlaDecodeKernel, FastMatchesReference) {
   }
 }
 
+TEST(MlaDecodeKernel, ScatteredShortRowsMatchReference) {
+  // A long context's top-k list: short rows (80 floats) far apart in one
+  // buffer, so the fast set prefetches each next block of rows itself;
+  // a list of 300 (three blocks of 96 and a part), as the engine passes it
+  // (its own rows, numbered 0, 1, ...) and as keys into the whole cache.
+  std::mt19937 rng(11);
+  const int heads = 4, kvl = 64, rope = 16, n = 300, gap = 4096, offset = 5;
+  std::vector<float> buffer(static_cast<size_t>(n) * gap);
+  for (float& v : buffer) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  std::vector<const float*> all(static_cast<size_t>(n) * 4), selected;
+  std::vector<int> keys, renumbered;
+  for (int i = 0; i < n; ++i) {
+    all[static_cast<size_t>(i) * 4] = &buffer[static_cast<size_t>(i) * gap];
+    keys.push_back(i * 4);
+    selected.push_back(all[static_cast<size_t>(i) * 4]);
+    renumbered.push_back(i);
+  }
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!all[i]) all[i] = &buffer[0];
+  auto q_abs = Random(static_cast<size_t>(heads) * kvl, rng, 0.3f);
+  auto q_pe = Random(static_cast<size_t>(heads) * rope, rng, 0.3f);
+  const MlaDecodeShape shape{heads, kvl, rope, 0.3f};
+  std::vector<float> ref(static_cast<size_t>(heads) * kvl), fast(ref.size());
+  MlaDecodeRef(shape, q_abs.data(), q_pe.data(), all.data(), offset, keys.data(), n, ref.data());
+  ForEachVariant("mla_decode", [&](const KernelSet& k) {
+    SCOPED_TRACE(k.mla_decode.name);
+    std::fill(fast.begin(), fast.end(), NAN);
+    k.mla_decode(shape, q_abs.data(), q_pe.data(), all.data(), offset, keys.data(), n, fast.data());
+    ExpectClose(fast, ref, 1e-5);
+    std::fill(fast.begin(), fast.end(), NAN);
+    k.mla_decode(shape, q_abs.data(), q_pe.data(), selected.data(), offset, renumbered.data(), n, fast.data());
+    ExpectClose(fast, ref, 1e-5);
+  });
+}
+
 TEST(MlaDecodeKernel, VisibleKeysPerHeadEqualSeparateCalls) {
   // Three queries of 8 heads each as one call of 24 heads, query j seeing the
   // first visible[j] keys (causal prefill), against one call per query.
