@@ -242,10 +242,9 @@ int TopKStream::FinishMerged(std::span<TopKStream> streams, int* out) {
   const size_t k = static_cast<size_t>(streams.front().k_);
   size_t w = all.size();
   if (all.size() > k) {
-    order.assign(all.begin(), all.end());
-    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
-                     std::greater<uint64_t>());
-    const uint64_t kth = order[k - 1];
+    // The bracketed selection, as a cut's (nth_element over the streams'
+    // 4-8K entries was 4% of a 1M decode step).
+    const uint64_t kth = KthLargest(all.data(), all.size(), k, order);
     w = 0;
     for (const uint64_t e : all) {
       all[w] = e;
