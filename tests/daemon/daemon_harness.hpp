@@ -65,6 +65,21 @@ inline std::unique_ptr<Daemon> StartDaemon(DaemonConfig c = TestConfig()) {
     return nullptr;
   }
   auto st = (*d)->Start();
+  // FreeLoopbackPort's port is free when picked, not when the daemon binds
+  // it: a test process beside this one (ctest -j2) may take it between the
+  // two. Such a start tries fresh ports; the tests read the port back from
+  // the daemon (PortOf).
+  for (int retry = 0; !st && retry < 4 && st.error().ToString().find("Address already in use") != std::string::npos;
+       ++retry) {
+    c.port = FreeLoopbackPort();
+    d->reset();  // its state (files, locks) released before the next one takes it
+    d = Daemon::Create(c);
+    if (!d) {
+      ADD_FAILURE() << d.error().ToString();
+      return nullptr;
+    }
+    st = (*d)->Start();
+  }
   if (!st) ADD_FAILURE() << st.error().ToString();
   st = (*d)->LoadModel();
   if (!st) ADD_FAILURE() << st.error().ToString();
