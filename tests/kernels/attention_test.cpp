@@ -97,9 +97,11 @@ TEST(MlaDecodeKernel, FastMatchesReference) {
 
 TEST(MlaDecodeKernel, ScatteredShortRowsMatchReference) {
   // A long context's top-k list: short rows (80 floats) far apart in one
-  // buffer, so the fast set prefetches each next block of rows itself;
-  // a list of 300 (three blocks of 96 and a part), as the engine passes it
-  // (its own rows, numbered 0, 1, ...) and as keys into the whole cache.
+  // buffer, so the AVX-512 set's flash tiles (mla_rows, a decode step's
+  // sparse attention) prefetch each next block of rows themselves; a list of
+  // 300 (three blocks of 96 and a part), as the engine passes it (its own
+  // rows, numbered 0, 1, ...) and as keys into the whole cache. mla_decode
+  // (the dense step, here its split over keys) is held to the same.
   std::mt19937 rng(11);
   const int heads = 4, kvl = 64, rope = 16, n = 300, gap = 4096, offset = 5;
   std::vector<float> buffer(static_cast<size_t>(n) * gap);
@@ -119,11 +121,19 @@ TEST(MlaDecodeKernel, ScatteredShortRowsMatchReference) {
   const MlaDecodeShape shape{heads, kvl, rope, 0.3f};
   std::vector<float> ref(static_cast<size_t>(heads) * kvl), fast(ref.size());
   MlaDecodeRef(shape, q_abs.data(), q_pe.data(), all.data(), offset, keys.data(), n, ref.data());
+  const int* key_list = keys.data();
+  const int* renumbered_list = renumbered.data();
+  ForEachVariant("mla_rows", [&](const KernelSet& k) {
+    SCOPED_TRACE(k.mla_rows.name);
+    std::fill(fast.begin(), fast.end(), NAN);
+    k.mla_rows(shape, 1, q_abs.data(), q_pe.data(), all.data(), offset, &key_list, &n, fast.data());
+    ExpectClose(fast, ref, 1e-5);
+    std::fill(fast.begin(), fast.end(), NAN);
+    k.mla_rows(shape, 1, q_abs.data(), q_pe.data(), selected.data(), offset, &renumbered_list, &n, fast.data());
+    ExpectClose(fast, ref, 1e-5);
+  });
   ForEachVariant("mla_decode", [&](const KernelSet& k) {
     SCOPED_TRACE(k.mla_decode.name);
-    std::fill(fast.begin(), fast.end(), NAN);
-    k.mla_decode(shape, q_abs.data(), q_pe.data(), all.data(), offset, keys.data(), n, fast.data());
-    ExpectClose(fast, ref, 1e-5);
     std::fill(fast.begin(), fast.end(), NAN);
     k.mla_decode(shape, q_abs.data(), q_pe.data(), selected.data(), offset, renumbered.data(), n, fast.data());
     ExpectClose(fast, ref, 1e-5);
