@@ -184,7 +184,7 @@ TEST_F(HttpHardening, NonStreamingClientThatHangsUpStopsItsSequence) {
   // The answer is held to more than 3,500 tokens, so it cannot end before
   // the hang-up is seen. Left free, the random model sometimes drew an end
   // token within its first tokens, finished as 200 and left nothing to
-  // cancel (7 runs in 3,000).
+  // cancel (8 runs in 3,000).
   std::string body = json{{"model", "tiny"},
                           {"messages", UserTurn("write a long story")},
                           {"max_tokens", 3500},
