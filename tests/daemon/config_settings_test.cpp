@@ -77,7 +77,8 @@ TEST(ConfigSettings, BothEndsOfEveryRangeLandInTheRowsField) {
 
 TEST(ConfigSettings, MessagesComeFromTheRow) {
   DaemonConfig c;
-  EXPECT_EQ(Apply(c, "port", "70000"), "daemon.yaml: port: must be between 1 and 65535 (got '70000')");
+  EXPECT_EQ(Apply(c, "port", "70000"), "daemon.yaml: port: must be between 0 and 65535 (got '70000')");
+  EXPECT_EQ(Apply(c, "port", "-1"), "daemon.yaml: port: must be between 0 and 65535 (got '-1')");
   EXPECT_EQ(Apply(c, "port", "80x"), "daemon.yaml: port: must be an integer (got '80x')");
   EXPECT_EQ(Apply(c, "prefix_cache_bytes", "-1"),
             "daemon.yaml: prefix_cache_bytes: must be between 0 and 1125899906842624 (got '-1')");

@@ -36,7 +36,7 @@ TEST(DaemonConfig, ClearMessages) {
   EXPECT_EQ(bad("port: abc"), "daemon.yaml: port: must be an integer, not text");
   EXPECT_EQ(bad("port: ~"), "daemon.yaml: port: must be an integer, not null (omit the key to keep its default)");
   EXPECT_EQ(bad("api_keys_file: \"\""), "daemon.yaml: api_keys_file: must be text, not empty text");
-  EXPECT_EQ(bad("port: 70000"), "daemon.yaml: port: must be between 1 and 65535 (got '70000')");
+  EXPECT_EQ(bad("port: 70000"), "daemon.yaml: port: must be between 0 and 65535 (got '70000')");
   EXPECT_NE(bad("prot: 80").find("unknown setting 'prot'"), std::string::npos);
   EXPECT_NE(bad("kernels: gpu").find("must be fast or reference"), std::string::npos);
   EXPECT_NE(bad("experts: fp8").find("experts: must be stored, mxfp4 or bf16"), std::string::npos);

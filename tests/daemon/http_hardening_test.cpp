@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "daemon_harness.hpp"
+#include "daemon_process.hpp"
 #include "long_stream.hpp"
 #include "../support/sanitized_build.hpp"
 #include "moeserve/daemon/metrics.hpp"
@@ -228,40 +229,23 @@ TEST_F(HttpHardening, MetricsNeedTheMetricsTokenOrAnAdminKey) {
   EXPECT_NE(admin.body.find("moe_http_open_connections"), std::string::npos);
 }
 
-// moe-daemon as its own process, so that its resident memory is its own.
-class DaemonProcess {
+// moe-daemon as its own process, so that its resident memory is its own, on
+// a port it binds itself (DaemonChild).
+class MeasuredDaemon {
  public:
-  explicit DaemonProcess(std::vector<std::string> extra_args) {
-    port_ = FreeLoopbackPort();
-    const char* bin = std::getenv("MOESERVE_BINARY_DIR");
-    std::string exe = std::string(bin ? bin : MOESERVE_BINARY_DIR_DEFAULT) + "/daemon/moe-daemon";
-    std::vector<std::string> args = {exe, "serve", "--model", TinyModelDir(), "--port", std::to_string(port_),
-                                     "--served-model-name", "tiny", "--max-context", "4096", "--threads", "1"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(exe.c_str(), argv.data());
-      std::_Exit(127);
-    }
+  explicit MeasuredDaemon(std::vector<std::string> extra_args)
+      : child_(Args(std::move(extra_args))) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
+    port_ = child_.WaitPort(std::chrono::seconds(60));
+    while (port_ != 0 && std::chrono::steady_clock::now() < deadline) {
       if (Http(port_, "GET", "/readyz").status == 200) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    ADD_FAILURE() << "moe-daemon did not become ready on port " << port_;
-  }
-  ~DaemonProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    ADD_FAILURE() << "moe-daemon did not become ready (port " << port_ << ")";
   }
   int port() const { return port_; }
   size_t ResidentBytes() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::ifstream in("/proc/" + std::to_string(child_.pid()) + "/status");
     std::string line;
     while (std::getline(in, line)) {
       if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
@@ -270,7 +254,13 @@ class DaemonProcess {
   }
 
  private:
-  pid_t pid_ = -1;
+  static std::vector<std::string> Args(std::vector<std::string> extra_args) {
+    std::vector<std::string> args = {"serve", "--model", TinyModelDir(), "--port", "0", "--served-model-name", "tiny",
+                                     "--max-context", "4096", "--threads", "1"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    return args;
+  }
+  DaemonChild child_;
   int port_ = 0;
 };
 
@@ -288,7 +278,7 @@ TEST(HttpSlowClients, TenThousandSlowHeaderConnectionsDoNotStopService) {
                  << "); each side of this test needs " << kConnections + 512;
   }
   const std::string keys = WriteKeys("slowloris_keys");
-  DaemonProcess daemon({"--api-keys-file", keys, "--header-timeout-seconds", "5"});
+  MeasuredDaemon daemon({"--api-keys-file", keys, "--header-timeout-seconds", "5"});
   const int port = daemon.port();
   // One request served first: what a first request maps for good (the KV
   // pool's first page of each stripe, the step's scratch) is not the
