@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,6 +28,16 @@
 #include "daemon_harness.hpp"
 
 namespace moeserve::daemon::testing {
+
+// Resident set of /proc/<proc> ("self" or a pid), in bytes; 0 if unreadable.
+inline size_t ResidentBytesOf(const std::string& proc) {
+  std::ifstream in("/proc/" + proc + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
 
 // A moe-daemon child started with `args` (after the executable; they must
 // say --port 0), its standard error read by a thread for the port it binds.
@@ -154,6 +165,7 @@ class DaemonProcess {
     return n;
   }
 
+  size_t ResidentBytes() const { return ResidentBytesOf(std::to_string(child_.pid())); }
   int port() const { return port_; }
   pid_t pid() const { return child_.pid(); }
 

@@ -23,14 +23,7 @@ namespace {
 constexpr size_t kBodyLimit = 256 << 10;
 
 // Resident set of this process (the daemon runs in it), in bytes.
-size_t ResidentBytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
+size_t ResidentBytes() { return ResidentBytesOf("self"); }
 
 std::string WriteKeys(const std::string& name) {
   std::string path = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid()) + ".yaml";
@@ -229,41 +222,6 @@ TEST_F(HttpHardening, MetricsNeedTheMetricsTokenOrAnAdminKey) {
   EXPECT_NE(admin.body.find("moe_http_open_connections"), std::string::npos);
 }
 
-// moe-daemon as its own process, so that its resident memory is its own, on
-// a port it binds itself (DaemonChild).
-class MeasuredDaemon {
- public:
-  explicit MeasuredDaemon(std::vector<std::string> extra_args)
-      : child_(Args(std::move(extra_args))) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    port_ = child_.WaitPort(std::chrono::seconds(60));
-    while (port_ != 0 && std::chrono::steady_clock::now() < deadline) {
-      if (Http(port_, "GET", "/readyz").status == 200) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ADD_FAILURE() << "moe-daemon did not become ready (port " << port_ << ")";
-  }
-  int port() const { return port_; }
-  size_t ResidentBytes() const {
-    std::ifstream in("/proc/" + std::to_string(child_.pid()) + "/status");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-    }
-    return 0;
-  }
-
- private:
-  static std::vector<std::string> Args(std::vector<std::string> extra_args) {
-    std::vector<std::string> args = {"serve", "--model", TinyModelDir(), "--port", "0", "--served-model-name", "tiny",
-                                     "--max-context", "4096", "--threads", "1"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    return args;
-  }
-  DaemonChild child_;
-  int port_ = 0;
-};
-
 TEST(HttpSlowClients, TenThousandSlowHeaderConnectionsDoNotStopService) {
   constexpr int kConnections = 10000;
   rlimit lim{};
@@ -278,7 +236,9 @@ TEST(HttpSlowClients, TenThousandSlowHeaderConnectionsDoNotStopService) {
                  << "); each side of this test needs " << kConnections + 512;
   }
   const std::string keys = WriteKeys("slowloris_keys");
-  MeasuredDaemon daemon({"--api-keys-file", keys, "--header-timeout-seconds", "5"});
+  // Its own process, so that its resident memory is its own.
+  DaemonProcess daemon({"--api-keys-file", keys, "--header-timeout-seconds", "5"});
+  ASSERT_TRUE(daemon.WaitReady()) << "moe-daemon did not become ready";
   const int port = daemon.port();
   // One request served first: what a first request maps for good (the KV
   // pool's first page of each stripe, the step's scratch) is not the
