@@ -166,12 +166,6 @@ TEST(GptOss, ConformancePromptInChunks) {
   Conformance(WriteModel("chunks", "--layers 2 --window 3 --vocab 1000 --seed 5"), 17, 6, 3, kernels::BestIsa(), 5);
 }
 
-// A batched decode step (one Forward over one segment per sequence, their
-// blocks in one KvPool: the projections and experts over all sequences' rows
-// at once, attention per sequence) gives each sequence the logits of its own
-// forward alone, within the bound for batched against alone (1e-4 of the
-// largest logit), and the same greedy tokens: sequences at different
-// lengths, past the sliding window, with experts shared by several rows.
 // The family reads and writes whole token rows: a pool cut in stripes (the
 // moe-dsa-v1 graph's) is refused, not written at the wrong addresses.
 TEST(GptOss, AStripedPoolIsRefused) {
@@ -191,6 +185,12 @@ TEST(GptOss, AStripedPoolIsRefused) {
   EXPECT_NE(st.error().message().find("stripes"), std::string::npos) << st.error().ToString();
 }
 
+// A batched decode step (one Forward over one segment per sequence, their
+// blocks in one KvPool: the projections and experts over all sequences' rows
+// at once, attention per sequence) gives each sequence the logits of its own
+// forward alone, within the bound for batched against alone (1e-4 of the
+// largest logit), and the same greedy tokens: sequences at different
+// lengths, past the sliding window, with experts shared by several rows.
 TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
   const std::string dir = WriteModel("batch", "--layers 3 --window 4 --vocab 1000 --seed 5");
   auto model = GptOssModel::Load(dir);
