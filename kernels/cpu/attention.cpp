@@ -105,6 +105,29 @@ __attribute__((target("avx512f"))) void DotsAvx512(const float* q, const float* 
   }
 }
 
+// Four heads' dot products with two rows, every piece of the rows and the
+// queries loaded once, the eight sums by one transposing tree (whose order
+// per sum is _mm512_reduce_add_ps's: the same bits as DotsAvx512<4> per row).
+__attribute__((target("avx512f"))) void Dots4x2Avx512(const float* q, const float* x0, const float* x1, int n, float* out0,
+                                                     float* out1) {
+  __m512 a[4], b[4];
+#pragma GCC unroll 4
+  for (int h = 0; h < 4; ++h) a[h] = b[h] = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask16(n - i);
+    const __m512 xv0 = _mm512_maskz_loadu_ps(m, x0 + i), xv1 = _mm512_maskz_loadu_ps(m, x1 + i);
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      const __m512 qv = _mm512_maskz_loadu_ps(m, q + static_cast<size_t>(h) * n + i);
+      a[h] = _mm512_fmadd_ps(qv, xv0, a[h]);
+      b[h] = _mm512_fmadd_ps(qv, xv1, b[h]);
+    }
+  }
+  const __m256 sums = SumLanes8(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]);
+  _mm_storeu_ps(out0, _mm256_castps256_ps128(sums));
+  _mm_storeu_ps(out1, _mm256_extractf128_ps(sums, 1));
+}
+
 // The same for two rows at once: each query piece loaded once for both (when
 // many heads' queries do not fit the L1 cache, their loads are the bound).
 __attribute__((target("avx512f"))) void Dots8x2Avx512(const float* q, const float* x0, const float* x1, int n, float* out0,
@@ -257,6 +280,43 @@ __attribute__((target("avx512f"))) void ExpShiftedAccumulateAvx512(float* s, con
     _mm512_mask_storeu_ps(sum + h, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, sum + h), e));
   }
 }
+
+// The same for `keys` consecutive keys' scores s[key * H + head] when whole
+// keys fill a vector (16 % H == 0, few heads): the exponentials 16 lanes at a
+// time over the run, then each head's sum added key by key in key order, so
+// the bits are those of one ExpShiftedAccumulate per key. With 4 heads that
+// is a quarter of the exponentials' vector passes, and no call per key.
+__attribute__((target("avx512f"))) void ExpShiftedAccumulateKeysAvx512(float* s, int keys, int H, const float* mx,
+                                                                      float* sum) {
+  alignas(64) float tiled[16];
+  for (int l = 0; l < 16; ++l) tiled[l] = mx[l % H];
+  const __m512 mxv = _mm512_load_ps(tiled);
+  const int n = keys * H;
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask16(n - i);
+    _mm512_mask_storeu_ps(s + i, m, simd::Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), mxv)));
+  }
+  const __mmask16 hm = TailMask16(H);
+  __m512 acc = _mm512_maskz_loadu_ps(hm, sum);
+  for (int k = 0; k < keys; ++k) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(hm, s + static_cast<size_t>(k) * H));
+  _mm512_mask_storeu_ps(sum, hm, acc);
+}
+
+// mx[h] = max(mx[h], s[key * H + h]) over `keys` consecutive keys, 16 % H ==
+// 0: one vector pass over the run instead of a chain through mx per key.
+// A NaN score leaves the maximum as std::max(mx, NaN) does (max_ps gives
+// its second operand when either is NaN).
+__attribute__((target("avx512f"))) void MaxOverKeysAvx512(const float* s, int keys, int H, float* mx) {
+  __m512 acc = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const int n = keys * H;
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask16(n - i);
+    acc = _mm512_mask_max_ps(acc, m, _mm512_maskz_loadu_ps(m, s + i), acc);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  for (int l = 0; l < 16; ++l) mx[l % H] = std::max(mx[l % H], lanes[l]);
+}
 #endif
 
 // s[h] = e^(s[h] - mx[h]); sum[h] += s[h], for h < n (a key's softmax weights
@@ -360,6 +420,8 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
         const int hn = std::min(8, H - h0);
         if (hn == 8) {
           Dots8x2Avx512(&q[static_cast<size_t>(h0) * W], row0, row1, W, s0 + h0, s1 + h0);
+        } else if (hn == 4) {
+          Dots4x2Avx512(&q[static_cast<size_t>(h0) * W], row0, row1, W, s0 + h0, s1 + h0);
         } else {
           DotsUpTo8Avx512(&q[static_cast<size_t>(h0) * W], hn, row0, W, s0 + h0);
           DotsUpTo8Avx512(&q[static_cast<size_t>(h0) * W], hn, row1, W, s1 + h0);
@@ -401,6 +463,12 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
   const float neg_inf = -std::numeric_limits<float>::infinity();
   std::vector<float> scores(static_cast<size_t>(n_keys) * H);  // [key, head]
   std::vector<float> chunk_max(static_cast<size_t>(chunks) * H, neg_inf), chunk_sum(chunk_max.size(), 0.0f);
+  // Few heads (16 % H == 0: 1, 2, 4, 8 or 16): a vector holds whole keys'
+  // scores, and the maxima and exponentials run over a chunk's scores as one
+  // array; per key, a 4-head model would use a quarter of each vector and
+  // chain every key's maxima through memory.
+  const bool whole_keys_per_vector = avx512 && 16 % H == 0;
+  const bool chunk_maxima_at_once = whole_keys_per_vector && !sh.visible;
   pool.ParallelFor(static_cast<size_t>(chunks), [&](size_t c) {
     const int b = static_cast<int>(c) * chunk, e = std::min(n_keys, b + chunk);
     float* mx = &chunk_max[c * static_cast<size_t>(H)];
@@ -411,6 +479,7 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
       float* s = &scores[static_cast<size_t>(i) * H];
       if (nr == 2) head_scores2(rows[KeyAt(keys, i)] + offset, rows[KeyAt(keys, i + 1)] + offset, s, s + H);
       else head_scores(rows[KeyAt(keys, i)] + offset, s);
+      if (chunk_maxima_at_once) continue;
       for (int r = 0; r < nr; ++r, s += H) {
         if (sh.visible)
           for (int h = 0; h < H; ++h)
@@ -418,6 +487,9 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
         for (int h = 0; h < H; ++h) mx[h] = std::max(mx[h], s[h]);
       }
     }
+#if defined(__x86_64__)
+    if (chunk_maxima_at_once) MaxOverKeysAvx512(&scores[static_cast<size_t>(b) * H], e - b, H, mx);
+#endif
   });
   std::vector<float> mx(static_cast<size_t>(H), neg_inf);
   for (int c = 0; c < chunks; ++c)
@@ -432,8 +504,9 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
       // The chunk's weights first, then the tiled weighted sums over its
       // rows (in L2 from the scores pass), 8 heads at a time.
       std::vector<const float*> row(static_cast<size_t>(e - b));
+      if (whole_keys_per_vector) ExpShiftedAccumulateKeysAvx512(&scores[static_cast<size_t>(b) * H], e - b, H, mx.data(), sum);
       for (int i = b; i < e; ++i) {
-        ExpShiftedAccumulate(&scores[static_cast<size_t>(i) * H], mx.data(), sum, H, true);
+        if (!whole_keys_per_vector) ExpShiftedAccumulate(&scores[static_cast<size_t>(i) * H], mx.data(), sum, H, true);
         row[static_cast<size_t>(i - b)] = rows[KeyAt(keys, i)] + offset;
       }
       for (int h0 = 0; h0 < H; h0 += 8)
@@ -510,7 +583,7 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
   pool.ParallelFor(static_cast<size_t>(chunks), [&](size_t c) {
     const int b = static_cast<int>(c) * chunk, e = std::min(n, b + chunk);
     float d[2][8];
-    // Two keys per pass over the queries with AVX-512 (Dots8x2Avx512).
+    // Two keys per pass over the queries with AVX-512 (Dots8x2Avx512, Dots4x2Avx512).
     for (int s = b; s < e; s += 2) {
       const int nk = std::min(2, e - s);
       for (int k = 0; k < nk; ++k)
@@ -521,6 +594,7 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
         const float* qh = iq + static_cast<size_t>(h0) * dim;
 #if defined(__x86_64__)
         if (avx512 && hn == 8 && nk == 2) Dots8x2Avx512(qh, rows[s] + offset, rows[s + 1] + offset, dim, d[0], d[1]);
+        else if (avx512 && hn == 4 && nk == 2) Dots4x2Avx512(qh, rows[s] + offset, rows[s + 1] + offset, dim, d[0], d[1]);
         else if (avx512)
           for (int k = 0; k < nk; ++k) DotsUpTo8Avx512(qh, hn, rows[s + k] + offset, dim, d[k]);
         else

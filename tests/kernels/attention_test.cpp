@@ -95,6 +95,49 @@ TEST(MlaDecodeKernel, FastMatchesReference) {
   }
 }
 
+TEST(MlaDecodeKernel, FewHeadsMatchReference) {
+  // 1, 2, 4, 8 and 16 heads: the AVX-512 set takes a chunk's scores as one
+  // array (a vector holds whole keys; maxima and exponentials over the run,
+  // two keys' four-head scores by one tree). Key counts odd and even, below,
+  // at and across the kernel's chunks; without and with per-head limits.
+  std::mt19937 rng(11);
+  for (int H : {1, 2, 4, 8, 16}) {
+    for (int n : {1, 2, 3, 255, 1001}) {
+      SCOPED_TRACE("heads " + std::to_string(H) + ", keys " + std::to_string(n));
+      const int kvl = 64, rope = 8, offset = 3;
+      HeadQueries b(1, H, kvl, rope, n, offset, rng);
+      std::vector<int> visible(static_cast<size_t>(H));
+      for (int h = 0; h < H; ++h) visible[static_cast<size_t>(h)] = 1 + (h * 7919) % n;
+      std::vector<int> keys;  // a sparse key set, descending
+      for (int i = n - 1; i >= 0; i -= 3) keys.push_back(i);
+      const int n_list = static_cast<int>(keys.size());
+      const MlaDecodeShape plain{H, kvl, rope, 0.3f}, limited{H, kvl, rope, 0.3f, visible.data()};
+      // Scores of hundreds: e^(s - max) overflows unless every head's max is
+      // its own true maximum (with small scores any shift gives the same
+      // weights). Their rounding moves the weights by about 1e-4 of the
+      // output; a wrong maximum makes it infinite.
+      std::vector<float> loud(b.q_abs);
+      for (float& x : loud) x *= 400.0f;
+      std::vector<float> ref(static_cast<size_t>(H) * kvl), fast(ref.size());
+      ForEachVariant("mla_decode", [&](const KernelSet& k) {
+        SCOPED_TRACE(k.mla_decode.name);
+        for (const MlaDecodeShape* shape : {&plain, &limited}) {
+          for (const std::vector<float>* q_abs : {&b.q_abs, &loud}) {
+            MlaDecodeRef(*shape, q_abs->data(), b.q_pe.data(), b.cache.rows.data(), offset, nullptr, n, ref.data());
+            std::fill(fast.begin(), fast.end(), NAN);
+            k.mla_decode(*shape, q_abs->data(), b.q_pe.data(), b.cache.rows.data(), offset, nullptr, n, fast.data());
+            ExpectClose(fast, ref, q_abs == &loud ? 1e-3 : 1e-5);
+          }
+        }
+        MlaDecodeRef(plain, b.q_abs.data(), b.q_pe.data(), b.cache.rows.data(), offset, keys.data(), n_list, ref.data());
+        std::fill(fast.begin(), fast.end(), NAN);
+        k.mla_decode(plain, b.q_abs.data(), b.q_pe.data(), b.cache.rows.data(), offset, keys.data(), n_list, fast.data());
+        ExpectClose(fast, ref, 1e-5);
+      });
+    }
+  }
+}
+
 TEST(MlaDecodeKernel, ScatteredShortRowsMatchReference) {
   // A long context's top-k list: short rows (80 floats) far apart in one
   // buffer, so the AVX-512 set's flash tiles (mla_rows, a decode step's
@@ -327,10 +370,11 @@ TEST(MlaDecodeKernel, ReferenceIsSoftmaxWeightedLatent) {
 
 TEST(IndexerKernel, FastMatchesReference) {
   std::mt19937 rng(2);
-  // Head counts around the AVX-512 variant's 8 per pass, key counts odd and
-  // even (it takes two keys per pass over the queries).
+  // Head counts around the AVX-512 variant's 8 per pass (and its 4-head
+  // pairs), key counts odd and even (it takes two keys per pass over the queries).
   for (auto [heads, dim, n] : {std::tuple{4, 32, 1}, std::tuple{64, 128, 5000}, std::tuple{3, 19, 77}, std::tuple{8, 64, 9},
-                               std::tuple{9, 17, 2}, std::tuple{16, 33, 300}, std::tuple{1, 1, 3}}) {
+                               std::tuple{9, 17, 2}, std::tuple{16, 33, 300}, std::tuple{1, 1, 3}, std::tuple{4, 16, 301},
+                               std::tuple{4, 40, 2}}) {
     PagedRows cache(n, dim + 5, rng);
     auto iq = Random(static_cast<size_t>(heads) * dim, rng);
     auto w = Random(static_cast<size_t>(heads), rng);
