@@ -105,48 +105,36 @@ __attribute__((target("avx512f"))) void DotsAvx512(const float* q, const float* 
   }
 }
 
-// Four heads' dot products with two rows, every piece of the rows and the
-// queries loaded once, the eight sums by one transposing tree (whose order
-// per sum is _mm512_reduce_add_ps's: the same bits as DotsAvx512<4> per row).
-__attribute__((target("avx512f"))) void Dots4x2Avx512(const float* q, const float* x0, const float* x1, int n, float* out0,
-                                                     float* out1) {
-  __m512 a[4], b[4];
-#pragma GCC unroll 4
-  for (int h = 0; h < 4; ++h) a[h] = b[h] = _mm512_setzero_ps();
+// HN (4 or 8) heads' dot products with two rows at once: each query piece
+// loaded once for both (when many heads' queries do not fit the L1 cache,
+// their loads are the bound). The sums go through one transposing tree per
+// eight (four heads: both rows' in one), whose order per sum is
+// _mm512_reduce_add_ps's: the same bits as DotsAvx512<HN> per row.
+template <int HN>
+__attribute__((target("avx512f"))) void DotsX2Avx512(const float* q, const float* x0, const float* x1, int n, float* out0,
+                                                    float* out1) {
+  static_assert(HN == 4 || HN == 8);
+  __m512 a[HN], b[HN];
+#pragma GCC unroll 8
+  for (int h = 0; h < HN; ++h) a[h] = b[h] = _mm512_setzero_ps();
   for (int i = 0; i < n; i += 16) {
     const __mmask16 m = TailMask16(n - i);
     const __m512 xv0 = _mm512_maskz_loadu_ps(m, x0 + i), xv1 = _mm512_maskz_loadu_ps(m, x1 + i);
-#pragma GCC unroll 4
-    for (int h = 0; h < 4; ++h) {
+#pragma GCC unroll 8
+    for (int h = 0; h < HN; ++h) {
       const __m512 qv = _mm512_maskz_loadu_ps(m, q + static_cast<size_t>(h) * n + i);
       a[h] = _mm512_fmadd_ps(qv, xv0, a[h]);
       b[h] = _mm512_fmadd_ps(qv, xv1, b[h]);
     }
   }
-  const __m256 sums = SumLanes8(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]);
-  _mm_storeu_ps(out0, _mm256_castps256_ps128(sums));
-  _mm_storeu_ps(out1, _mm256_extractf128_ps(sums, 1));
-}
-
-// The same for two rows at once: each query piece loaded once for both (when
-// many heads' queries do not fit the L1 cache, their loads are the bound).
-__attribute__((target("avx512f"))) void Dots8x2Avx512(const float* q, const float* x0, const float* x1, int n, float* out0,
-                                                     float* out1) {
-  __m512 a[8], b[8];
-#pragma GCC unroll 8
-  for (int h = 0; h < 8; ++h) a[h] = b[h] = _mm512_setzero_ps();
-  for (int i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask16(n - i);
-    const __m512 xv0 = _mm512_maskz_loadu_ps(m, x0 + i), xv1 = _mm512_maskz_loadu_ps(m, x1 + i);
-#pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h) {
-      const __m512 qv = _mm512_maskz_loadu_ps(m, q + static_cast<size_t>(h) * n + i);
-      a[h] = _mm512_fmadd_ps(qv, xv0, a[h]);
-      b[h] = _mm512_fmadd_ps(qv, xv1, b[h]);
-    }
+  if constexpr (HN == 8) {
+    _mm256_storeu_ps(out0, SumLanes8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
+    _mm256_storeu_ps(out1, SumLanes8(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]));
+  } else {
+    const __m256 sums = SumLanes8(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]);
+    _mm_storeu_ps(out0, _mm256_castps256_ps128(sums));
+    _mm_storeu_ps(out1, _mm256_extractf128_ps(sums, 1));
   }
-  _mm256_storeu_ps(out0, SumLanes8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
-  _mm256_storeu_ps(out1, SumLanes8(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]));
 }
 
 __attribute__((target("avx512f"))) void DotsUpTo8Avx512(const float* q, int heads, const float* x, int n, float* out) {
@@ -419,9 +407,9 @@ void MlaDecode(const MlaDecodeShape& sh, const float* q_abs, const float* q_pe, 
       for (int h0 = 0; h0 < H; h0 += 8) {
         const int hn = std::min(8, H - h0);
         if (hn == 8) {
-          Dots8x2Avx512(&q[static_cast<size_t>(h0) * W], row0, row1, W, s0 + h0, s1 + h0);
+          DotsX2Avx512<8>(&q[static_cast<size_t>(h0) * W], row0, row1, W, s0 + h0, s1 + h0);
         } else if (hn == 4) {
-          Dots4x2Avx512(&q[static_cast<size_t>(h0) * W], row0, row1, W, s0 + h0, s1 + h0);
+          DotsX2Avx512<4>(&q[static_cast<size_t>(h0) * W], row0, row1, W, s0 + h0, s1 + h0);
         } else {
           DotsUpTo8Avx512(&q[static_cast<size_t>(h0) * W], hn, row0, W, s0 + h0);
           DotsUpTo8Avx512(&q[static_cast<size_t>(h0) * W], hn, row1, W, s1 + h0);
@@ -583,7 +571,7 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
   pool.ParallelFor(static_cast<size_t>(chunks), [&](size_t c) {
     const int b = static_cast<int>(c) * chunk, e = std::min(n, b + chunk);
     float d[2][8];
-    // Two keys per pass over the queries with AVX-512 (Dots8x2Avx512, Dots4x2Avx512).
+    // Two keys per pass over the queries with AVX-512 (DotsX2Avx512).
     for (int s = b; s < e; s += 2) {
       const int nk = std::min(2, e - s);
       for (int k = 0; k < nk; ++k)
@@ -593,8 +581,8 @@ void IndexerScores(const float* iq, const float* w, int heads, int dim, const fl
         const int hn = std::min(8, heads - h0);
         const float* qh = iq + static_cast<size_t>(h0) * dim;
 #if defined(__x86_64__)
-        if (avx512 && hn == 8 && nk == 2) Dots8x2Avx512(qh, rows[s] + offset, rows[s + 1] + offset, dim, d[0], d[1]);
-        else if (avx512 && hn == 4 && nk == 2) Dots4x2Avx512(qh, rows[s] + offset, rows[s + 1] + offset, dim, d[0], d[1]);
+        if (avx512 && hn == 8 && nk == 2) DotsX2Avx512<8>(qh, rows[s] + offset, rows[s + 1] + offset, dim, d[0], d[1]);
+        else if (avx512 && hn == 4 && nk == 2) DotsX2Avx512<4>(qh, rows[s] + offset, rows[s + 1] + offset, dim, d[0], d[1]);
         else if (avx512)
           for (int k = 0; k < nk; ++k) DotsUpTo8Avx512(qh, hn, rows[s + k] + offset, dim, d[k]);
         else
