@@ -8,7 +8,8 @@
 // through copies larger than the last-level cache), for MXFP4 (the routed
 // experts) and BF16 (the dense projections) weights. `indexer_int8_blocked/...`
 // a long-context decode step's indexer scores, with `read_keys/...` the same
-// bytes read plainly beside them.
+// bytes read plainly beside them. `mla_decode/...` one decode query of 4 or
+// 8 heads over a 4,400-row latent cache.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -245,6 +246,22 @@ void BM_MlaAttention(benchmark::State& st, const mk::KernelSet* k, bool sparse) 
               2.0 * MlaCase::kHeads * keys_seen * (2.0 * MlaCase::kLat + MlaCase::kRope));
 }
 
+// One decode query of few heads (4: the tiny agent and the long preset; 8:
+// the small preset) over the same 4,400 cached rows: mla_decode's path below
+// the flash tiles' head count, a chunk's maxima and exponentials as one array
+// (kernels/README.md, "Attention decode with few heads").
+void BM_MlaDecodeFewHeads(benchmark::State& st, const mk::KernelSet* k, int heads) {
+  static const MlaCase c;
+  std::vector<float> lat(static_cast<size_t>(heads) * MlaCase::kLat);
+  const mk::MlaDecodeShape shape{heads, MlaCase::kLat, MlaCase::kRope, 0.06f, nullptr};
+  for (auto _ : st) {
+    k->mla_decode(shape, c.q_abs.data(), c.q_pe.data(), c.rows.data(), 0, nullptr, MlaCase::kCtx, lat.data());
+    benchmark::DoNotOptimize(lat.data());
+  }
+  SetCounters(st, 4.0 * MlaCase::kCtx * (MlaCase::kLat + MlaCase::kRope),
+              2.0 * heads * MlaCase::kCtx * (2.0 * MlaCase::kLat + MlaCase::kRope));
+}
+
 // The DSA indexer over the same cache: 64 queries' scores (8 heads of 64)
 // against their 4,337 .. 4,400 cached keys each, as one prefill block of
 // sparse rows. FLOP/s counts 2 heads (dim + 1) per query and key.
@@ -407,6 +424,12 @@ int Register() {
           ((sparse ? "mla_rows/" : "mla_causal/") + v + "/8h_64q_ctx4400" + (sparse ? "_top2048" : "")).c_str(),
           BM_MlaAttention, &mk::Kernels(isa), sparse)
           ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3)
+          ->UseRealTime();
+    for (int heads : {4, 8})
+      benchmark::RegisterBenchmark(("mla_decode/" + v + "/" + std::to_string(heads) + "h_ctx4400").c_str(),
+                                   BM_MlaDecodeFewHeads, &mk::Kernels(isa), heads)
+          ->Unit(benchmark::kMicrosecond)
           ->MinTime(0.3)
           ->UseRealTime();
     benchmark::RegisterBenchmark(("indexer_batch/" + v + "/8x64_64q_ctx4400").c_str(), BM_IndexerBatch, &mk::Kernels(isa))
