@@ -354,7 +354,9 @@ TEST(MlaBf16DotKernel, LongContextBufferIsReleasedAfterTheCall) {
     bf16.mla_rows(shape, 1, b.q_abs.data(), b.q_pe.data(), b.cache.rows.data(), 0, &list, &n, got.data());
     EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); }));
     EXPECT_LE(AttentionScratchHeldBytes(), kAttentionScratchKeepBytes) << n << " rows";
-    if (n < n_long) EXPECT_GT(AttentionScratchHeldBytes(), 0u) << "a short call keeps its buffer";
+    if (n < n_long) {
+      EXPECT_GT(AttentionScratchHeldBytes(), 0u) << "a short call keeps its buffer";
+    }
   }
 }
 
