@@ -443,6 +443,19 @@ int Register() {
           ->Unit(benchmark::kMicrosecond)
           ->MinTime(0.3)
           ->UseRealTime();
+    // BF16 experts with BF16 activations at Qwen3-Next-80B-A3B's shapes (its
+    // experts' up/gate 512 x 2048 and down 2048 x 512; ~80 rows an expert in
+    // a 512-token chunk): the AVX-512 vdpbf16ps GEMM and the amx row's tiles.
+    if (isa == mk::Isa::kAvx512 || isa == mk::Isa::kAmx)
+      for (const auto& [out, in] : {std::pair<size_t, size_t>{512, 2048}, std::pair<size_t, size_t>{2048, 512}})
+        for (size_t n : {size_t{80}, size_t{512}})
+          benchmark::RegisterBenchmark(("bf16_matmul_bf16act/" + v + "/" + std::to_string(out) + "x" +
+                                        std::to_string(in) + "/n" + std::to_string(n))
+                                           .c_str(),
+                                       BM_Bf16MatMul, isa, out, in, n, true)
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.2)
+              ->UseRealTime();
     if (isa != mk::Isa::kAvx512) continue;  // elsewhere the bf16act rows are the fp32 GEMM again
     if (mk::CpuHasAvx512Bf16())
       for (bool sparse : {true, false})

@@ -10,7 +10,10 @@
 // the fp32 FMA peak and the BF16 dot-product peak (vdpbf16ps) for the
 // products, read bandwidth for glue (over the hidden-state bytes its norms
 // and residual adds touch, an estimate). FLOPs are the logical work (2 M N K
-// for a product; the attention form that ran; see ForwardProfile).
+// for a product; the attention form that ran; see ForwardProfile). On the
+// amx row the BF16-activation products are held to the fp32 FMA peak (the
+// tiles have no probe of their own here): a share above 100% is how many
+// times the fp32 bound they run.
 //
 // A gpt-oss directory (--model) runs gpt_oss_prefill.hpp's whole-prefill
 // timing instead of the part-by-part breakdown. DeepSeek-V3.2 and Qwen3-Next

@@ -1117,7 +1117,9 @@ void GqaSinkAttention(const GqaSinkShape& sh, int queries, const float* q, const
   const int rep = sh.heads / sh.kv_heads;
   const int block = std::max(1, kGqaTaskVectors / rep);
   const int blocks = (queries + block - 1) / block;
-  const bool avx512 = isa == Isa::kAvx512;
+  // AVX-512 for its row and for any row that falls back to it (amx).
+  bool avx512 = false;
+  for (Isa row = isa; row != Isa::kReference && !avx512; row = IsaFallback(row)) avx512 = row == Isa::kAvx512;
   // The last blocks first: under a causal mask they read the most keys.
   DefaultThreadPool().ParallelFor(static_cast<size_t>(blocks) * sh.kv_heads, [&](size_t t) {
     const int b = blocks - 1 - static_cast<int>(t / static_cast<size_t>(sh.kv_heads));

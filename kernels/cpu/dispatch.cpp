@@ -15,6 +15,7 @@
 #include <string_view>
 #include <utility>
 
+#include "moeserve/kernels/amx_tiles.hpp"
 #include "moeserve/kernels/causal_conv.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/cpu_ops.hpp"
@@ -234,6 +235,15 @@ constexpr KernelSet kAvx512Kernels = {
     .indexer_scores_int8_blocked = MOESERVE_KERNEL(indexer_scores_int8_blocked_avx512),
 };
 
+// Tiles for the BF16-activation product of BF16 weights (amx_tiles.hpp);
+// everything else is the AVX-512 row's. Its MXFP4 BF16-activation product is
+// named here (rather than composed: round, then the fp32 product) so that it
+// stays the AVX-512 row's vdpbf16ps GEMM.
+constexpr KernelSet kAmxKernels = {
+    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_avx512),
+    .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_amx),
+};
+
 // In its BF16-activation set, attention's products as BF16 dot products too.
 constexpr KernelSet kAvx512Bf16ActKernels = {
     .mla_decode = {mla_decode_avx512_bf16act, "mla_decode_avx512+bf16act"},
@@ -283,6 +293,8 @@ constexpr IsaEntry kRegistry[] = {
     {.isa = Isa::kAvx512, .name = "avx512", .suffix = "avx512", .fallback = Isa::kAvx2,
      .detect = DetectAvx512, .serving = true, .kernels = kAvx512Kernels,
      .bf16act_kernels = kAvx512Bf16ActKernels, .extension = {"avx512_bf16", DetectAvx512Bf16}},
+    {.isa = Isa::kAmx, .name = "amx", .suffix = "amx", .fallback = Isa::kAvx512, .detect = DetectAmxBf16,
+     .serving = true, .kernels = kAmxKernels, .bf16act_kernels = kAvx512Bf16ActKernels},
 };
 
 #pragma GCC diagnostic pop
@@ -647,6 +659,8 @@ std::string IsaReport() {
 }
 
 bool CpuHasAvx512Bf16() { return Detection().extension[Index(Isa::kAvx512)]; }
+
+bool CpuHasAmxBf16() { return IsaSupported(Isa::kAmx); }
 
 const KernelSet& Kernels(Isa isa) {
   if (!IsaSupported(isa)) {

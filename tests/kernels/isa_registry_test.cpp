@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "moeserve/kernels/amx_tiles.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/mxfp4_activation_bits.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
@@ -80,7 +81,7 @@ TEST(IsaRegistryDeathTest, TheOverrideNamesARowAndCapsTheChoice) {
   // The reference set is for tests, and an unknown name is reported, not guessed.
   const std::string unchanged = std::string("best=") + IsaName(SupportedIsas().back());
   EXPECT_EXIT(best_with("reference"), ::testing::ExitedWithCode(0),
-              "MOESERVE_CPU_ISA=reference is not one of scalar.avx2.avx512; ignored.*" + unchanged);
+              "MOESERVE_CPU_ISA=reference is not one of scalar.avx2.avx512.amx; ignored.*" + unchanged);
   EXPECT_EXIT(best_with("avx9"), ::testing::ExitedWithCode(0), "MOESERVE_CPU_ISA=avx9 is not one of .*" + unchanged);
 }
 
@@ -114,6 +115,10 @@ TEST(IsaRegistry, DetectionAgreesWithTheKernelsCpuFlags) {
   EXPECT_EQ(IsaSupported(Isa::kAvx512),
             has({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512vbmi"}));
   EXPECT_EQ(CpuHasAvx512Bf16(), IsaSupported(Isa::kAvx512) && has({"avx512_bf16"}));
+  // The kernel lists amx_tile only where it manages the tile state; the row
+  // also needs the permission it grants (arch_prctl), which such a kernel gives.
+  EXPECT_EQ(IsaSupported(Isa::kAmx), IsaSupported(Isa::kAvx512) && has({"avx512_bf16", "amx_tile", "amx_bf16"}));
+  EXPECT_EQ(CpuHasAmxBf16(), IsaSupported(Isa::kAmx));
 #else
   EXPECT_FALSE(IsaSupported(Isa::kAvx2));
   EXPECT_FALSE(IsaSupported(Isa::kAvx512));

@@ -96,7 +96,7 @@ void GqaSinkAttentionRef(const GqaSinkShape& shape, int queries, const float* q,
 // head and a block of consecutive queries (all of their heads sharing it),
 // reads each key and value row once per block for all of them, in tiles
 // of 64 keys, with the queries' heads as the vector lanes (AVX-512 where
-// the Isa is kAvx512; plain loops otherwise). It differs from the
+// the Isa is kAvx512 or falls back to it; plain loops otherwise). It differs from the
 // reference by fp32 summation order and a float exponential (within 2 ulp).
 void GqaSinkAttention(const GqaSinkShape& shape, int queries, const float* q, const float* const* rows,
                       const int* first, const int* last, float* out, Isa isa);

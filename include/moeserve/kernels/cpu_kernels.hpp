@@ -3,8 +3,10 @@
 // Every kernel family (an operation: an fp32 matmul, a BF16 matrix-vector
 // pass, MLA decode, ...) has one function-pointer signature and one variant
 // per Isa: the plain reference (the ground truth, single-threaded loops), a
-// portable scalar variant (threaded), an AVX2+FMA variant and an AVX-512
-// (F/BW/VL/DQ + VNNI, VBMI) variant. A KernelSet holds one entry of every
+// portable scalar variant (threaded), an AVX2+FMA variant, an AVX-512
+// (F/BW/VL/DQ + VNNI, VBMI) variant, and an AMX row (tiles with BF16,
+// amx_tiles.hpp) that brings the BF16-activation product of BF16 weights
+// and takes the rest from AVX-512. A KernelSet holds one entry of every
 // family for one Isa; Kernels(isa) returns it. The sets are resolved at
 // compile time from the ISA registry (kernels/cpu/dispatch.cpp), one row per
 // Isa; which one a caller uses is its own choice, made once
@@ -53,10 +55,10 @@ namespace moeserve::kernels {
 // which set it falls back to for the rest, and where it ranks; every function
 // below reads that registry. Adding an ISA: a value here, a row there, its
 // kernel files (kernels/README.md, "Adding an ISA").
-enum class Isa { kReference = 0, kScalar = 1, kAvx2 = 2, kAvx512 = 3 };
-inline constexpr int kIsaCount = 4;
+enum class Isa { kReference = 0, kScalar = 1, kAvx2 = 2, kAvx512 = 3, kAmx = 4 };
+inline constexpr int kIsaCount = 5;
 
-// Its registry name: "reference", "scalar", "avx2", "avx512".
+// Its registry name: "reference", "scalar", "avx2", "avx512", "amx".
 const char* IsaName(Isa isa);
 // The suffix its own variants' names carry ("ref" for the reference set, the
 // name otherwise): matmul_f32_<suffix>.
