@@ -1,6 +1,7 @@
-// AmxTileModel (the tile instructions' semantics in C++), the BF16
-// product's tile configuration, the plain forms of its activation packing
-// and output writes, and the product run on the model (amx_tiles.hpp).
+// AmxTileModel (the tile instructions' semantics in C++), the products' tile
+// configuration, the plain forms of their activation packing, output writes
+// and MXFP4 decoding, and the products run on the model (amx_tiles.hpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -159,16 +160,46 @@ void AmxWriteTileTransposed(const float* tile, float* Y, size_t ldy, size_t rows
   cpu::amx_write_tile_transposed_avx512(tile, Y, ldy, rows, cols);
 }
 
+void AmxDecodeMxfp4GroupRef(const Mxfp4PackedView& w, size_t g, uint16_t* dst, size_t ld) {
+  std::vector<float> row(w.in);
+  for (size_t r = 0; r < kMxfp4PackRows; ++r) {
+    const size_t o = g * kMxfp4PackRows + r;
+    if (o >= w.out) {
+      std::fill(dst + r * ld, dst + r * ld + w.in, uint16_t{0});
+      continue;
+    }
+    DecodePackedRow(w, o, 0, w.in / 32, row.data(), 1);
+    for (size_t k = 0; k < w.in; ++k) {
+      uint32_t u;
+      std::memcpy(&u, &row[k], 4);
+      dst[r * ld + k] = static_cast<uint16_t>(u >> 16);  // exact: at most 3 significant bits
+    }
+  }
+}
+
+void AmxDecodeMxfp4Group(const Mxfp4PackedView& w, size_t g, uint16_t* dst, size_t ld) {
+  cpu::amx_decode_mxfp4_group_avx512bf16(w, g, dst, ld);
+}
+
 void MatMulBf16Bf16ActOnTileModel(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
                                   bool avx512_helpers) {
   if (out == 0 || n == 0) return;
-  std::vector<uint16_t> packed(AmxPackedActivationsElements(n, in));
-  const size_t token_blocks = cpu::AmxRoundUp(n, 2 * cpu::kAmxTokenBlock) / cpu::kAmxTokenBlock;
-  (avx512_helpers ? AmxPackActivations : AmxPackActivationsRef)(X, n, in, 0, token_blocks, packed.data());
-  AmxTileModel model;
-  const cpu::AmxBf16Operands ops{W, out, in, packed.data(), n, Y};
-  cpu::AmxBf16Strips(model, ops, 0, cpu::AmxRoundUp(out, cpu::kAmxStripOutputs) / cpu::kAmxStripOutputs,
-                     avx512_helpers ? AmxWriteTileTransposed : AmxWriteTileTransposedRef);
+  std::vector<uint16_t> packed;
+  cpu::AmxProduct<AmxTileModel>(
+      out, in, X, n, Y, [&] { return cpu::AmxBf16WeightRows(W, out, in); },
+      avx512_helpers ? AmxPackActivations : AmxPackActivationsRef,
+      avx512_helpers ? AmxWriteTileTransposed : AmxWriteTileTransposedRef, packed);
+}
+
+void MatMulMxfp4Bf16ActOnTileModel(const Mxfp4PackedView& w, const float* X, size_t n, float* Y,
+                                   bool avx512_helpers) {
+  if (w.out == 0 || n == 0) return;
+  std::vector<uint16_t> packed;
+  cpu::AmxProduct<AmxTileModel>(
+      w.out, w.in, X, n, Y,
+      [&] { return cpu::AmxMxfp4WeightRows(w, avx512_helpers ? AmxDecodeMxfp4Group : AmxDecodeMxfp4GroupRef); },
+      avx512_helpers ? AmxPackActivations : AmxPackActivationsRef,
+      avx512_helpers ? AmxWriteTileTransposed : AmxWriteTileTransposedRef, packed);
 }
 
 }  // namespace moeserve::kernels

@@ -235,12 +235,10 @@ constexpr KernelSet kAvx512Kernels = {
     .indexer_scores_int8_blocked = MOESERVE_KERNEL(indexer_scores_int8_blocked_avx512),
 };
 
-// Tiles for the BF16-activation product of BF16 weights (amx_tiles.hpp);
-// everything else is the AVX-512 row's. Its MXFP4 BF16-activation product is
-// named here (rather than composed: round, then the fp32 product) so that it
-// stays the AVX-512 row's vdpbf16ps GEMM.
+// Tiles for the BF16-activation products (amx_tiles.hpp); everything else
+// is the AVX-512 row's.
 constexpr KernelSet kAmxKernels = {
-    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_avx512),
+    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_amx),
     .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_amx),
 };
 

@@ -1,5 +1,5 @@
 // The amx row of the ISA registry: its detection (CPUID, XCR0, and the
-// kernel's permission for the tile data) and its product, the tile program
+// kernel's permission for the tile data) and its products, the tile program
 // of amx_bf16_program.hpp on the hardware's tiles, threaded.
 //
 // The instructions are written as inline assembly, each with its operands
@@ -27,7 +27,7 @@ namespace moeserve::kernels::cpu {
 namespace {
 
 #if defined(__x86_64__)
-// The tile backend of AmxBf16Strips: one instruction each.
+// The tile backend of AmxStrips: one instruction each.
 struct AmxHardwareTiles {
   void Configure(const AmxTileConfig& config) { asm volatile("ldtilecfg %0" : : "m"(config) : "memory"); }
   void Release() { asm volatile("tilerelease" : : : "memory"); }
@@ -82,26 +82,25 @@ void matmul_bf16_bf16act_amx(const uint16_t* W, size_t out, size_t in, const flo
 #if defined(__x86_64__)
   if (out == 0 || n == 0) return;
   if (n < kAmxMinRows || in == 0) return matmul_bf16_bf16act_avx512(W, out, in, X, n, Y);
-  thread_local std::vector<uint16_t> packed_rows;
-  packed_rows.resize(AmxPackedActivationsElements(n, in));
-  uint16_t* packed = packed_rows.data();  // workers must not name the thread_local
-  ThreadPool& pool = DefaultThreadPool();
-  const size_t token_blocks = AmxRoundUp(n, 2 * kAmxTokenBlock) / kAmxTokenBlock;
-  pool.ParallelFor(token_blocks / 2, [&](size_t i) {
-    amx_pack_activations_avx512bf16(X, n, in, 2 * i, 2 * i + 2, packed);
-  });
-  // One contiguous range of strips per thread (the tile configuration is
-  // loaded once per range).
-  const AmxBf16Operands ops{W, out, in, packed, n, Y};
-  const size_t strips = AmxRoundUp(out, kAmxStripOutputs) / kAmxStripOutputs;
-  const size_t threads = static_cast<size_t>(pool.size());
-  const size_t per = (strips + threads - 1) / threads;
-  pool.ParallelFor((strips + per - 1) / per, [&](size_t i) {
-    AmxHardwareTiles tiles;
-    AmxBf16Strips(tiles, ops, i * per, std::min(strips, (i + 1) * per), amx_write_tile_transposed_avx512);
-  });
+  thread_local std::vector<uint16_t> packed;
+  AmxProduct<AmxHardwareTiles>(
+      out, in, X, n, Y, [&] { return AmxBf16WeightRows(W, out, in); }, amx_pack_activations_avx512bf16,
+      amx_write_tile_transposed_avx512, packed);
 #else
   matmul_bf16_bf16act_avx512(W, out, in, X, n, Y);
+#endif
+}
+
+void matmul_mxfp4_bf16act_amx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+#if defined(__x86_64__)
+  if (w.out == 0 || n == 0) return;
+  if (n < kAmxMinRows || w.in == 0) return matmul_mxfp4_bf16act_avx512(w, X, n, Y);
+  thread_local std::vector<uint16_t> packed;
+  AmxProduct<AmxHardwareTiles>(
+      w.out, w.in, X, n, Y, [&] { return AmxMxfp4WeightRows(w, amx_decode_mxfp4_group_avx512bf16); },
+      amx_pack_activations_avx512bf16, amx_write_tile_transposed_avx512, packed);
+#else
+  matmul_mxfp4_bf16act_avx512(w, X, n, Y);
 #endif
 }
 

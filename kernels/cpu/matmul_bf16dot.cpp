@@ -92,33 +92,17 @@ void Gemm(Pack pack, size_t out, size_t pairs, const uint16_t* X, size_t ldx, si
   FreeScratch(reinterpret_cast<float*>(Wp));
 }
 
-// The even elements' BF16 in the low halves, the odd ones' in the high
-// halves (values exact in BF16: the upper 16 bits of their fp32).
-inline __m512i Pairs(__m512 even, __m512 odd) {
-  return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(_mm512_castps_si512(even), 16),
-                                 _mm512_castps_si512(odd));
-}
-
 // One 16-row group's pairs [p0, p0 + kp) into 16 columns of the panel
-// (stride kNR), a line of codes at a time (DecodeCodeLine).
+// (stride kNR), a block at a time (DecodeBlockPairs).
 inline void DecodeGroupPairs(const Mxfp4PackedView& w, size_t g, size_t p0, size_t kp, uint32_t* dst) {
   const size_t nb = w.in / 32;
   const __m512 lut = _mm512_loadu_ps(kE2M1Values);
   for (size_t b = p0 / 16; b < (p0 + kp) / 16; ++b) {
-    const uint8_t* codes = w.codes + (g * nb + b) * 256;
-    const __m512 sc = E8M0Scales16(w.scales + (g * nb + b) * 16);
+    __m512i pairs[16];
+    DecodeBlockPairs(w.codes + (g * nb + b) * 256, w.scales + (g * nb + b) * 16, lut, pairs);
     uint32_t* d = dst + (b * 16 - p0) * kNR;
-#pragma GCC unroll 4
-    for (size_t c = 0; c < 4; ++c) {
-      const __m512i v = _mm512_load_si512(codes + c * 64);
-      __m512 lo[4], hi[4];
-      DecodeCodeLine(v, lut, sc, lo, hi);
-      // Pairs 4c .. 4c + 3 of the block: (8c, 8c+1), (8c+2, 8c+3), (8c+4, 8c+5), (8c+6, 8c+7).
-      _mm512_storeu_si512(d + (4 * c + 0) * kNR, Pairs(lo[0], lo[1]));
-      _mm512_storeu_si512(d + (4 * c + 1) * kNR, Pairs(lo[2], lo[3]));
-      _mm512_storeu_si512(d + (4 * c + 2) * kNR, Pairs(hi[0], hi[1]));
-      _mm512_storeu_si512(d + (4 * c + 3) * kNR, Pairs(hi[2], hi[3]));
-    }
+#pragma GCC unroll 16
+    for (size_t p = 0; p < 16; ++p) _mm512_storeu_si512(d + p * kNR, pairs[p]);
   }
 }
 

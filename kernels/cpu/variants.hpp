@@ -249,15 +249,18 @@ inline constexpr size_t kGemmPanelK = 2048;
 // kc floats a row (kc = kGemmPanelK, the last chunk shorter).
 void fp8_block_gemm_cols_avx512(const Fp8BlockView& w, const float* Xc, size_t n, float* Y, size_t o_begin,
                                 size_t o_end);
-// The AMX BF16 product's AVX-512 helpers (amx_avx512.cpp; AVX-512 F/BW +
-// BF16 only): AmxPackActivations and AmxWriteTileTransposed (amx_tiles.hpp).
+// The AMX products' AVX-512 helpers (amx_avx512.cpp; AVX-512 F/BW + BF16
+// only): AmxPackActivations, AmxWriteTileTransposed, AmxDecodeMxfp4Group
+// (amx_tiles.hpp).
 void amx_pack_activations_avx512bf16(const float* X, size_t n, size_t in, size_t tb_begin, size_t tb_end,
                                      uint16_t* packed);
 void amx_write_tile_transposed_avx512(const float* tile, float* Y, size_t ldy, size_t rows, size_t cols);
+void amx_decode_mxfp4_group_avx512bf16(const Mxfp4PackedView& w, size_t g, uint16_t* dst, size_t ld);
 // The amx row (matmul_amx.cpp): its detection (CpuHasAmxBf16 reads it
-// through the registry) and its BF16-activation product.
+// through the registry) and its BF16-activation products.
 bool DetectAmxBf16();
 void matmul_bf16_bf16act_amx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
+void matmul_mxfp4_bf16act_amx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
 // Fp8BlockToBf16's and Fp8FindNan's AVX-512 code (fp8_block.hpp).
 void fp8_block_to_bf16_avx512(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out);
 long long fp8_find_nan_avx512(const uint8_t* codes, size_t n);

@@ -1,8 +1,9 @@
-// The AMX BF16 product (amx_tiles.hpp): the tile model against Intel's
-// pseudo-code, the model's faults, the AVX-512 helpers against their plain
-// loops (bit for bit), the tile program on the model against the
-// reference product on shapes off every tile size, and, on a CPU with AMX,
-// the registry's amx row against the reference and the model.
+// The AMX BF16-activation products (amx_tiles.hpp): the tile model against
+// Intel's pseudo-code, the model's faults, the AVX-512 helpers (packing,
+// output writes, MXFP4 decoding) against their plain loops bit for bit, the
+// tile program on the model (BF16 and MXFP4 weights) against the reference
+// products on shapes off every tile size, and, on a CPU with AMX, the
+// registry's amx row against the reference and the model.
 #include "moeserve/kernels/amx_tiles.hpp"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/bf16_matmul.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
+#include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
 namespace {
@@ -254,6 +256,24 @@ void ExpectNearReference(const std::vector<float>& got, const std::vector<uint16
     }
 }
 
+// The same bound for MXFP4 weights, their values dq [out, in].
+void ExpectNearMxfp4Reference(const std::vector<float>& got, const std::vector<float>& ref,
+                              const std::vector<float>& dq, const std::vector<float>& X, const Shape& s,
+                              const std::string& what) {
+  int bad = 0;
+  for (size_t t = 0; t < s.n && bad < 5; ++t)
+    for (size_t o = 0; o < s.out && bad < 5; ++o) {
+      double mag = 0;
+      for (size_t k = 0; k < s.in; ++k)
+        mag += std::fabs(static_cast<double>(dq[o * s.in + k]) * RoundToBf16(X[t * s.in + k]));
+      const float g = got[t * s.out + o], w = ref[t * s.out + o];
+      if (!(std::fabs(static_cast<double>(g) - w) <= 1e-5 * mag + 1e-30)) {
+        ADD_FAILURE() << what << " at token " << t << " output " << o << ": got " << g << " want " << w;
+        ++bad;
+      }
+    }
+}
+
 std::vector<uint16_t> RandomBf16(size_t count, std::mt19937& rng) {
   std::vector<uint16_t> w(count);
   const std::vector<float> f = Random(count, rng);
@@ -272,6 +292,67 @@ TEST(AmxBf16Program, OnTheTileModelMatchesTheReference) {
       std::vector<float> y(s.n * s.out, std::nanf(""));
       MatMulBf16Bf16ActOnTileModel(W.data(), s.out, s.in, X.data(), s.n, y.data(), avx512);
       ExpectNearReference(y, W, X, s, avx512 ? "model, AVX-512 helpers" : "model, plain helpers");
+    }
+  }
+}
+
+// Random packed MXFP4 [out, in]: random codes, scales 2^-4 .. 2^4 (and the
+// extremes where `extremes`: E8M0 0 and 1, the subnormal and smallest
+// normal powers).
+struct RandomMxfp4 {
+  std::vector<uint8_t> blocks, scales;
+  Mxfp4PackedStack packed;
+  RandomMxfp4(size_t out, size_t in, std::mt19937& rng, bool extremes = false)
+      : blocks(out * in / 2), scales(out * in / 32) {
+    for (uint8_t& b : blocks) b = static_cast<uint8_t>(rng() & 0xff);
+    for (uint8_t& e : scales) e = static_cast<uint8_t>(123 + rng() % 9);
+    if (extremes)
+      for (size_t i = 0; i < scales.size(); i += 5) scales[i] = static_cast<uint8_t>(i % 2);
+    packed = Mxfp4PackedStack(blocks.data(), scales.data(), 1, out, in);
+  }
+};
+
+TEST(AmxMxfp4Decode, RowsAreTheReferenceValuesAndAvx512MatchesThePlainLoop) {
+  std::mt19937 rng(75);
+  for (const auto& [out, in] : {std::pair<size_t, size_t>{16, 32}, {45, 96}, {70, 2080}}) {
+    SCOPED_TRACE("out " + std::to_string(out) + " in " + std::to_string(in));
+    RandomMxfp4 w(out, in, rng, true);
+    const Mxfp4PackedView v = w.packed.matrix(0);
+    const size_t groups = Mxfp4PackedGroups(out), ld = in + 8;
+    std::vector<uint16_t> want(groups * 16 * ld, 0x7777), got(groups * 16 * ld, 0x7777);
+    std::vector<float> row(in);
+    for (size_t g = 0; g < groups; ++g) AmxDecodeMxfp4GroupRef(v, g, want.data() + g * 16 * ld, ld);
+    // The plain loop's rows are the reference decode's values, and zero past out.
+    for (size_t o = 0; o < groups * 16; ++o)
+      for (size_t k = 0; k < in; k += 7) {
+        if (o < out) DecodePackedRow(v, o, k / 32, 1, row.data(), 1);
+        const float value = Value(want[o * ld + k]);
+        EXPECT_EQ(value, o < out ? row[k % 32] : 0.0f) << "row " << o << " k " << k;
+      }
+    if (!CpuHasAvx512Bf16()) continue;  // the packing test reports the skip
+    for (size_t g = 0; g < groups; ++g) AmxDecodeMxfp4Group(v, g, got.data() + g * 16 * ld, ld);
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(AmxMxfp4Program, OnTheTileModelMatchesTheReference) {
+  // n off the token blocks; out off the 16-row group and the 32-output strip
+  // (one group in the last strip); in past one 2048-long panel.
+  const Shape shapes[] = {{16, 32, 32}, {17, 45, 96}, {40, 70, 64}, {33, 16, 2080}, {100, 97, 288}};
+  std::mt19937 rng(76);
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE("n " + std::to_string(s.n) + " out " + std::to_string(s.out) + " in " + std::to_string(s.in));
+    RandomMxfp4 w(s.out, s.in, rng);
+    const Mxfp4PackedView v = w.packed.matrix(0);
+    const std::vector<float> X = Random(s.n * s.in, rng);
+    std::vector<float> ref(s.n * s.out), dq(s.out * s.in);
+    MatMulMxfp4Bf16ActRef(v, X.data(), s.n, ref.data());
+    for (size_t o = 0; o < s.out; ++o) DecodePackedRow(v, o, 0, s.in / 32, dq.data() + o * s.in, 1);
+    for (bool avx512 : {false, true}) {
+      if (avx512 && !CpuHasAvx512Bf16()) continue;  // reported by the packing test's skip
+      std::vector<float> y(s.n * s.out, std::nanf(""));
+      MatMulMxfp4Bf16ActOnTileModel(v, X.data(), s.n, y.data(), avx512);
+      ExpectNearMxfp4Reference(y, ref, dq, X, s, avx512 ? "model, AVX-512 helpers" : "model, plain helpers");
     }
   }
 }
@@ -296,6 +377,18 @@ TEST(AmxRow, TheHardwareMatchesTheReferenceAndTheModel) {
     if (s.n * s.out * s.in > 1u << 24) continue;  // the model is slow
     MatMulBf16Bf16ActOnTileModel(W.data(), s.out, s.in, X.data(), s.n, model.data(), true);
     ExpectNearReference(model, W, X, s, "model");
+  }
+  EXPECT_STREQ(k.matmul_mxfp4_bf16act.name, "matmul_mxfp4_bf16act_amx");
+  for (const Shape& s : {Shape{17, 45, 96}, Shape{100, 97, 288}, Shape{33, 16, 2080}, Shape{512, 512, 2048}}) {
+    SCOPED_TRACE("MXFP4 n " + std::to_string(s.n) + " out " + std::to_string(s.out) + " in " + std::to_string(s.in));
+    RandomMxfp4 w(s.out, s.in, rng);
+    const Mxfp4PackedView v = w.packed.matrix(0);
+    const std::vector<float> X = Random(s.n * s.in, rng);
+    std::vector<float> ref(s.n * s.out), dq(s.out * s.in), y(s.n * s.out, std::nanf(""));
+    MatMulMxfp4Bf16ActRef(v, X.data(), s.n, ref.data());
+    for (size_t o = 0; o < s.out; ++o) DecodePackedRow(v, o, 0, s.in / 32, dq.data() + o * s.in, 1);
+    k.matmul_mxfp4_bf16act(v, X.data(), s.n, y.data());
+    ExpectNearMxfp4Reference(y, ref, dq, X, s, "amx row");
   }
 }
 

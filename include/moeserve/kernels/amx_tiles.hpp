@@ -1,6 +1,7 @@
 // Intel AMX for the BF16-activation products (bf16_activations.hpp): the
-// registry's "amx" row (cpu_kernels.hpp) runs matmul_bf16_bf16act as one
-// tile program, TDPBF16PS over 16 x 16 fp32 accumulator tiles.
+// registry's "amx" row (cpu_kernels.hpp) runs matmul_bf16_bf16act and
+// matmul_mxfp4_bf16act as one tile program, TDPBF16PS over 16 x 16 fp32
+// accumulator tiles.
 //
 // The program is written against a tile backend with six operations
 // (configure, release, zero, load, store, BF16 dot product). Two backends
@@ -14,7 +15,9 @@
 // skip, saying so, elsewhere.
 //
 // The product, Y[n, out] = bf16(X)[n, in] W^T (W row-major BF16 [out, in]):
-//  - A tiles are W's rows as stored (16 outputs x 32 k), read in place;
+//  - A tiles are W's rows (16 outputs x 32 k): BF16 weights read in place;
+//    MXFP4 weights decoded to BF16 (exact) a 32-output strip at a time,
+//    then reused for every token;
 //  - B tiles are the activations rounded to BF16 and packed as TDPBF16PS
 //    wants its second operand: for 16 tokens and 32 k, row r holds each
 //    token's pair (k = 2r, 2r + 1), a 64-byte row (AmxPackActivations);
@@ -33,6 +36,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+
+#include "moeserve/kernels/mxfp4_packed.hpp"
 
 namespace moeserve::kernels {
 
@@ -119,10 +124,21 @@ void AmxPackActivations(const float* X, size_t n, size_t in, size_t tb_begin, si
 void AmxWriteTileTransposedRef(const float* tile, float* Y, size_t ldy, size_t rows, size_t cols);
 void AmxWriteTileTransposed(const float* tile, float* Y, size_t ldy, size_t rows, size_t cols);
 
-// matmul_bf16_bf16act's tile program on AmxTileModel, one thread: the
-// program the amx row runs, with the plain helpers or (`avx512_helpers`,
-// where CpuHasAvx512Bf16) the ones the row uses.
+// A packed MXFP4 group's 16 rows (rows 16 g .. 16 g + 15 of w, all of in)
+// as BF16 rows, dst[r * ld + k]: the values exactly (E2M1 times a power of
+// two; the upper half of the fp32 DecodePackedRow gives). The plain loop, and
+// the AVX-512 form (the same bits; the caller checks CpuHasAvx512Bf16). Rows
+// past w.out are zero.
+void AmxDecodeMxfp4GroupRef(const Mxfp4PackedView& w, size_t g, uint16_t* dst, size_t ld);
+void AmxDecodeMxfp4Group(const Mxfp4PackedView& w, size_t g, uint16_t* dst, size_t ld);
+
+// The amx row's products, matmul_bf16_bf16act and matmul_mxfp4_bf16act, as
+// the row runs them (the same tile program, packing, decoding and output
+// writes, threaded the same way) but on AmxTileModel: with the plain helpers
+// or (`avx512_helpers`, where CpuHasAvx512Bf16) the ones the row uses.
 void MatMulBf16Bf16ActOnTileModel(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
                                   bool avx512_helpers);
+void MatMulMxfp4Bf16ActOnTileModel(const Mxfp4PackedView& w, const float* X, size_t n, float* Y,
+                                   bool avx512_helpers);
 
 }  // namespace moeserve::kernels
