@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../kernels/shapes.hpp"
+#include "moeserve/kernels/amx_tiles.hpp"
 #include "moeserve/kernels/attention.hpp"
 #include "moeserve/kernels/bf16_activations.hpp"
 #include "moeserve/kernels/cpu_kernels.hpp"
@@ -76,6 +77,34 @@ void BM_Mxfp4MatMulBf16Act(benchmark::State& st, mk::Isa isa, size_t out, size_t
     benchmark::DoNotOptimize(y.data());
   }
   SetCounters(st, mb::Mxfp4Bytes(out, in, n), mb::MatMulFlops(out, in, n));
+}
+
+// The amx row's work that is not tiles (amx_tiles.hpp), on one thread:
+// activations rounded and packed as B tiles (elements of X a second), and an
+// MXFP4 matrix decoded to BF16 rows for the A tiles (weights a second). They
+// run on AVX-512 with BF16, so any such CPU measures them.
+void BM_AmxPackActivations(benchmark::State& st, size_t n, size_t in) {
+  const std::vector<float> x = mb::RandomFloats(n * in);
+  std::vector<uint16_t> packed(mk::AmxPackedActivationsElements(n, in));
+  const size_t blocks = packed.size() / 512 / ((in + 31) / 32);
+  for (auto _ : st) {
+    mk::AmxPackActivations(x.data(), n, in, 0, blocks, packed.data());
+    benchmark::DoNotOptimize(packed.data());
+  }
+  st.counters["elements/s"] =
+      benchmark::Counter(static_cast<double>(n * in) * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_AmxDecodeMxfp4(benchmark::State& st, size_t out, size_t in) {
+  const mb::Mxfp4Matrix m = mb::RandomMxfp4(out, in, 1);
+  std::vector<uint16_t> rows(mk::kMxfp4PackRows * in);
+  const size_t groups = mk::Mxfp4PackedGroups(out);
+  for (auto _ : st) {
+    for (size_t g = 0; g < groups; ++g) mk::AmxDecodeMxfp4Group(m.view(), g, rows.data(), in);
+    benchmark::DoNotOptimize(rows.data());
+  }
+  st.counters["elements/s"] =
+      benchmark::Counter(static_cast<double>(out * in) * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
 std::vector<uint16_t> RandomBf16(size_t count, uint32_t seed) {
@@ -358,7 +387,7 @@ void BM_ReadKeys(benchmark::State& st, int keys, int dim) {
 
 int Register() {
   for (mk::Isa isa : mk::SupportedIsas()) {
-    if (isa == mk::Isa::kReference) continue;  // the ground truth for tests, not a serving path
+    if (!mk::IsaServes(isa)) continue;  // the rows for tests (the reference, amx_model)
     const std::string v = mk::IsaName(isa);
     // Batched decode: the small preset's expert (768 x 1024) and gpt-oss-20b's
     // expert down projection (2880 x 2880) in MXFP4; projections of 1024 x
@@ -491,6 +520,19 @@ int Register() {
       benchmark::RegisterBenchmark(
           ((bf16act ? "bf16_matmul_bf16act/" : "bf16_matmul/") + v + "/1024x1024/n512").c_str(), BM_Bf16MatMul, isa,
           size_t{1024}, size_t{1024}, size_t{512}, bf16act)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
+  }
+  if (mk::CpuHasAvx512Bf16()) {
+    for (size_t in : {size_t{2048}, size_t{7168}})
+      benchmark::RegisterBenchmark(("amx_pack_activations/n512x" + std::to_string(in)).c_str(), BM_AmxPackActivations,
+                                   size_t{512}, in)
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
+    for (const auto& s : mb::kMxfp4Shapes)
+      benchmark::RegisterBenchmark((std::string("amx_decode_mxfp4/") + s.name).c_str(), BM_AmxDecodeMxfp4, s.out, s.in)
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.2)
           ->UseRealTime();

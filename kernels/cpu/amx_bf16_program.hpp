@@ -15,6 +15,7 @@
 #include "moeserve/kernels/amx_tiles.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 #include "moeserve/kernels/thread_pool.hpp"
+#include "variants.hpp"
 
 namespace moeserve::kernels::cpu {
 
@@ -161,6 +162,41 @@ void AmxProduct(size_t out, size_t in, const float* X, size_t n, float* Y, MakeW
     auto weights = make_weights();
     AmxStrips(tiles, ops, weights, i * per, std::min(strips, (i + 1) * per), write);
   });
+}
+
+// The helpers a product runs besides the tiles (AVX-512 on the amx row).
+struct AmxHelpers {
+  AmxPackFn pack;
+  AmxTileWriter write;
+  AmxMxfp4WeightRows::Decode decode_mxfp4;
+};
+
+// The AVX-512 BF16 ones (amx_avx512.cpp), which both registry rows use.
+inline constexpr AmxHelpers kAmxAvx512Helpers = {amx_pack_activations_avx512bf16, amx_write_tile_transposed_avx512,
+                                                 amx_decode_mxfp4_group_avx512bf16};
+
+// Below this many rows the registry rows' entries go to the AVX-512 row's
+// product: the tiles would multiply mostly padding.
+inline constexpr size_t kAmxMinRows = 16;
+
+// The two families' entries over a tile backend: the amx row's on the
+// hardware, the amx_model row's on AmxTileModel (the same code path).
+template <class Tiles>
+void AmxMatMulBf16Bf16Act(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y,
+                          const AmxHelpers& h) {
+  if (out == 0 || n == 0) return;
+  if (n < kAmxMinRows || in == 0) return matmul_bf16_bf16act_avx512(W, out, in, X, n, Y);
+  thread_local std::vector<uint16_t> packed;
+  AmxProduct<Tiles>(out, in, X, n, Y, [&] { return AmxBf16WeightRows(W, out, in); }, h.pack, h.write, packed);
+}
+
+template <class Tiles>
+void AmxMatMulMxfp4Bf16Act(const Mxfp4PackedView& w, const float* X, size_t n, float* Y, const AmxHelpers& h) {
+  if (w.out == 0 || n == 0) return;
+  if (n < kAmxMinRows || w.in == 0) return matmul_mxfp4_bf16act_avx512(w, X, n, Y);
+  thread_local std::vector<uint16_t> packed;
+  AmxProduct<Tiles>(
+      w.out, w.in, X, n, Y, [&] { return AmxMxfp4WeightRows(w, h.decode_mxfp4); }, h.pack, h.write, packed);
 }
 
 }  // namespace moeserve::kernels::cpu

@@ -202,4 +202,15 @@ void MatMulMxfp4Bf16ActOnTileModel(const Mxfp4PackedView& w, const float* X, siz
       avx512_helpers ? AmxWriteTileTransposed : AmxWriteTileTransposedRef, packed);
 }
 
+namespace cpu {
+
+void matmul_bf16_bf16act_amx_model(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
+  AmxMatMulBf16Bf16Act<AmxTileModel>(W, out, in, X, n, Y, kAmxAvx512Helpers);
+}
+
+void matmul_mxfp4_bf16act_amx_model(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
+  AmxMatMulMxfp4Bf16Act<AmxTileModel>(w, X, n, Y, kAmxAvx512Helpers);
+}
+
+}  // namespace cpu
 }  // namespace moeserve::kernels

@@ -242,6 +242,13 @@ constexpr KernelSet kAmxKernels = {
     .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_amx),
 };
 
+// The amx row's entries run on AmxTileModel: the same program, packing,
+// decoding, writes and threading, with the instructions in C++.
+constexpr KernelSet kAmxModelKernels = {
+    .matmul_mxfp4_bf16act = MOESERVE_KERNEL(matmul_mxfp4_bf16act_amx_model),
+    .matmul_bf16_bf16act = MOESERVE_KERNEL(matmul_bf16_bf16act_amx_model),
+};
+
 // In its BF16-activation set, attention's products as BF16 dot products too.
 constexpr KernelSet kAvx512Bf16ActKernels = {
     .mla_decode = {mla_decode_avx512_bf16act, "mla_decode_avx512+bf16act"},
@@ -280,7 +287,7 @@ struct IsaEntry {
 };
 
 // One row per Isa, in order of preference, least preferred first: BestIsa
-// picks the last row this CPU supports.
+// picks the last serving row this CPU supports.
 constexpr IsaEntry kRegistry[] = {
     {.isa = Isa::kReference, .name = "reference", .suffix = "ref", .fallback = Isa::kReference,
      .detect = Always, .serving = false, .kernels = kReferenceKernels, .composed_products = false},
@@ -293,6 +300,10 @@ constexpr IsaEntry kRegistry[] = {
      .bf16act_kernels = kAvx512Bf16ActKernels, .extension = {"avx512_bf16", DetectAvx512Bf16}},
     {.isa = Isa::kAmx, .name = "amx", .suffix = "amx", .fallback = Isa::kAvx512, .detect = DetectAmxBf16,
      .serving = true, .kernels = kAmxKernels, .bf16act_kernels = kAvx512Bf16ActKernels},
+    // For tests, as the reference: the amx row wherever its helpers run.
+    {.isa = Isa::kAmxModel, .name = "amx_model", .suffix = "amx_model", .fallback = Isa::kAvx512,
+     .detect = DetectAvx512Bf16, .serving = false, .kernels = kAmxModelKernels,
+     .bf16act_kernels = kAvx512Bf16ActKernels},
 };
 
 #pragma GCC diagnostic pop
@@ -613,6 +624,11 @@ std::optional<Isa> IsaByName(std::string_view name) {
 }
 
 std::span<const Isa> AllIsas() { return kAllRows; }
+
+bool IsaServes(Isa isa) {
+  const IsaEntry* e = Find(isa);
+  return e != nullptr && e->serving;
+}
 
 bool IsaSupported(Isa isa) {
   const int i = Index(isa);

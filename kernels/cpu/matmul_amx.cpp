@@ -51,10 +51,6 @@ struct AmxHardwareTiles {
 };
 #endif
 
-// Below this many rows a call goes to the AVX-512 row's product: the tiles
-// would multiply mostly padding.
-constexpr size_t kAmxMinRows = 16;
-
 }  // namespace
 
 bool DetectAmxBf16() {
@@ -80,12 +76,7 @@ bool DetectAmxBf16() {
 
 void matmul_bf16_bf16act_amx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y) {
 #if defined(__x86_64__)
-  if (out == 0 || n == 0) return;
-  if (n < kAmxMinRows || in == 0) return matmul_bf16_bf16act_avx512(W, out, in, X, n, Y);
-  thread_local std::vector<uint16_t> packed;
-  AmxProduct<AmxHardwareTiles>(
-      out, in, X, n, Y, [&] { return AmxBf16WeightRows(W, out, in); }, amx_pack_activations_avx512bf16,
-      amx_write_tile_transposed_avx512, packed);
+  AmxMatMulBf16Bf16Act<AmxHardwareTiles>(W, out, in, X, n, Y, kAmxAvx512Helpers);
 #else
   matmul_bf16_bf16act_avx512(W, out, in, X, n, Y);
 #endif
@@ -93,12 +84,7 @@ void matmul_bf16_bf16act_amx(const uint16_t* W, size_t out, size_t in, const flo
 
 void matmul_mxfp4_bf16act_amx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y) {
 #if defined(__x86_64__)
-  if (w.out == 0 || n == 0) return;
-  if (n < kAmxMinRows || w.in == 0) return matmul_mxfp4_bf16act_avx512(w, X, n, Y);
-  thread_local std::vector<uint16_t> packed;
-  AmxProduct<AmxHardwareTiles>(
-      w.out, w.in, X, n, Y, [&] { return AmxMxfp4WeightRows(w, amx_decode_mxfp4_group_avx512bf16); },
-      amx_pack_activations_avx512bf16, amx_write_tile_transposed_avx512, packed);
+  AmxMatMulMxfp4Bf16Act<AmxHardwareTiles>(w, X, n, Y, kAmxAvx512Helpers);
 #else
   matmul_mxfp4_bf16act_avx512(w, X, n, Y);
 #endif

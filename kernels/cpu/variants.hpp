@@ -261,6 +261,9 @@ void amx_decode_mxfp4_group_avx512bf16(const Mxfp4PackedView& w, size_t g, uint1
 bool DetectAmxBf16();
 void matmul_bf16_bf16act_amx(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
 void matmul_mxfp4_bf16act_amx(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
+// The amx_model row (amx_tile_model.cpp): the same entries on AmxTileModel.
+void matmul_bf16_bf16act_amx_model(const uint16_t* W, size_t out, size_t in, const float* X, size_t n, float* Y);
+void matmul_mxfp4_bf16act_amx_model(const Mxfp4PackedView& w, const float* X, size_t n, float* Y);
 // Fp8BlockToBf16's and Fp8FindNan's AVX-512 code (fp8_block.hpp).
 void fp8_block_to_bf16_avx512(const Fp8BlockView& w, size_t r_begin, size_t r_end, uint16_t* out);
 long long fp8_find_nan_avx512(const uint8_t* codes, size_t n);

@@ -311,6 +311,55 @@ TEST(GptOss, Bf16ActivationsReachTheFamilyLoad) {
   std::filesystem::remove_all(dir);
 }
 
+// The amx row's products (BF16 attention projections and head, MXFP4
+// experts, both with BF16 activations) serve a whole prefill: on the
+// amx_model row (the row's code on the software tiles, wherever AVX-512 BF16
+// runs) and, on a CPU with AMX, on the amx row itself, against the AVX-512
+// row's BF16-activation products (the same rounding; fp32 summation order
+// only).
+TEST(GptOss, TheAmxRowsProductsServeAPrefill) {
+  if (!kernels::IsaSupported(kernels::Isa::kAmxModel))
+    GTEST_SKIP() << "no avx512_bf16 here: the amx row's helpers (and so its model row) cannot run; "
+                 << kernels::IsaReport();
+  const std::string dir = WriteModel("amx", "--layers 2 --window 4 --seed 7");
+  auto base = GptOssModel::Load(dir, kernels::Isa::kAvx512, true);
+  ASSERT_TRUE(base) << base.error().ToString();
+  const int prompt_len = 2 * static_cast<int>(kernels::kBf16ActMinRows) + 5;
+  const std::vector<int> prompt = Prompt(prompt_len, (*base)->config().vocab);
+  std::vector<float> want;
+  SoloSequence sb(**base);
+  ASSERT_TRUE(sb.Forward(prompt, true, &want));
+  const size_t vocab = static_cast<size_t>((*base)->config().vocab);
+  int rows_run = 0;
+  for (kernels::Isa isa : {kernels::Isa::kAmxModel, kernels::Isa::kAmx}) {
+    if (!kernels::IsaSupported(isa)) continue;  // amx: reported by the kernels' AmxRow test
+    SCOPED_TRACE(kernels::IsaName(isa));
+    ++rows_run;
+    auto m = GptOssModel::Load(dir, isa, true);
+    ASSERT_TRUE(m) << m.error().ToString();
+    const std::string own = std::string("_") + kernels::IsaVariantSuffix(isa);
+    EXPECT_EQ(std::string((*m)->kernels().matmul_bf16.name), "matmul_bf16" + own + "+bf16act");
+    std::vector<float> got;
+    SoloSequence s(**m);
+    ASSERT_TRUE(s.Forward(prompt, true, &got));
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t p = 0; p < got.size() / vocab; ++p) {
+      double maxref = 0, maxdiff = 0;
+      for (size_t v = p * vocab; v < (p + 1) * vocab; ++v) {
+        maxref = std::max(maxref, std::fabs(static_cast<double>(want[v])));
+        maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(got[v]) - want[v]));
+      }
+      worst = std::max(worst, maxdiff / maxref);
+    }
+    std::printf("%s against avx512, BF16 activations, %d prefill positions: worst max|diff|/max|logit| = %.3g\n",
+                kernels::IsaName(isa), prompt_len, worst);
+    EXPECT_LT(worst, 1e-4);
+  }
+  EXPECT_GE(rows_run, 1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(GptOss, CheckpointCarriesRealTokenizerFiles) {
   std::string dir = WriteModel("tok", "--layers 1 --vocab 1000");
   EXPECT_TRUE(std::filesystem::exists(dir + "/tokenizer.json"));

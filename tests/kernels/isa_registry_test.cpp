@@ -65,9 +65,22 @@ TEST(IsaRegistry, RowsAreNamedRankedAndFallBackToEarlierRows) {
 
 // Without MOESERVE_CPU_ISA the choice is the registry's most preferred row
 // this CPU runs; with it, a lower row by name (and never the reference).
-TEST(IsaRegistry, BestIsTheLastRowThisCpuRuns) {
+// The last serving row this CPU runs.
+Isa LastServing() {
+  Isa best = Isa::kReference;
+  for (Isa isa : SupportedIsas())
+    if (IsaServes(isa)) best = isa;
+  return best;
+}
+
+TEST(IsaRegistry, BestIsTheLastServingRowThisCpuRuns) {
   if (std::getenv("MOESERVE_CPU_ISA") != nullptr) GTEST_SKIP() << "MOESERVE_CPU_ISA is set in this environment";
-  EXPECT_EQ(BestIsa(), SupportedIsas().back());
+  EXPECT_EQ(BestIsa(), LastServing());
+  EXPECT_NE(BestIsa(), Isa::kReference);
+  // The rows for tests never serve.
+  EXPECT_FALSE(IsaServes(Isa::kReference));
+  EXPECT_FALSE(IsaServes(Isa::kAmxModel));
+  EXPECT_TRUE(IsaServes(Isa::kScalar));
 }
 
 TEST(IsaRegistryDeathTest, TheOverrideNamesARowAndCapsTheChoice) {
@@ -79,9 +92,11 @@ TEST(IsaRegistryDeathTest, TheOverrideNamesARowAndCapsTheChoice) {
   };
   EXPECT_EXIT(best_with("scalar"), ::testing::ExitedWithCode(0), "best=scalar");
   // The reference set is for tests, and an unknown name is reported, not guessed.
-  const std::string unchanged = std::string("best=") + IsaName(SupportedIsas().back());
+  const std::string unchanged = std::string("best=") + IsaName(LastServing());
   EXPECT_EXIT(best_with("reference"), ::testing::ExitedWithCode(0),
               "MOESERVE_CPU_ISA=reference is not one of scalar.avx2.avx512.amx; ignored.*" + unchanged);
+  EXPECT_EXIT(best_with("amx_model"), ::testing::ExitedWithCode(0),
+              "MOESERVE_CPU_ISA=amx_model is not one of scalar.avx2.avx512.amx; ignored.*" + unchanged);
   EXPECT_EXIT(best_with("avx9"), ::testing::ExitedWithCode(0), "MOESERVE_CPU_ISA=avx9 is not one of .*" + unchanged);
 }
 
@@ -119,6 +134,7 @@ TEST(IsaRegistry, DetectionAgreesWithTheKernelsCpuFlags) {
   // also needs the permission it grants (arch_prctl), which such a kernel gives.
   EXPECT_EQ(IsaSupported(Isa::kAmx), IsaSupported(Isa::kAvx512) && has({"avx512_bf16", "amx_tile", "amx_bf16"}));
   EXPECT_EQ(CpuHasAmxBf16(), IsaSupported(Isa::kAmx));
+  EXPECT_EQ(IsaSupported(Isa::kAmxModel), IsaSupported(Isa::kAvx512) && has({"avx512_bf16"}));
 #else
   EXPECT_FALSE(IsaSupported(Isa::kAvx2));
   EXPECT_FALSE(IsaSupported(Isa::kAvx512));

@@ -31,6 +31,7 @@ std::string_view Suffix(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAmx: return "amx";
+    case Isa::kAmxModel: return "amx_model";
   }
   return "?";
 }

@@ -5,8 +5,10 @@
 // per Isa: the plain reference (the ground truth, single-threaded loops), a
 // portable scalar variant (threaded), an AVX2+FMA variant, an AVX-512
 // (F/BW/VL/DQ + VNNI, VBMI) variant, and an AMX row (tiles with BF16,
-// amx_tiles.hpp) that brings the BF16-activation product of BF16 weights
-// and takes the rest from AVX-512. A KernelSet holds one entry of every
+// amx_tiles.hpp) that brings the BF16-activation products and takes the
+// rest from AVX-512. A last row, amx_model, is for tests only (as the
+// reference): the AMX row's code on a software model of the tiles, so that
+// every CPU with AVX-512 BF16 runs it end to end. A KernelSet holds one entry of every
 // family for one Isa; Kernels(isa) returns it. The sets are resolved at
 // compile time from the ISA registry (kernels/cpu/dispatch.cpp), one row per
 // Isa; which one a caller uses is its own choice, made once
@@ -55,10 +57,10 @@ namespace moeserve::kernels {
 // which set it falls back to for the rest, and where it ranks; every function
 // below reads that registry. Adding an ISA: a value here, a row there, its
 // kernel files (kernels/README.md, "Adding an ISA").
-enum class Isa { kReference = 0, kScalar = 1, kAvx2 = 2, kAvx512 = 3, kAmx = 4 };
-inline constexpr int kIsaCount = 5;
+enum class Isa { kReference = 0, kScalar = 1, kAvx2 = 2, kAvx512 = 3, kAmx = 4, kAmxModel = 5 };
+inline constexpr int kIsaCount = 6;
 
-// Its registry name: "reference", "scalar", "avx2", "avx512", "amx".
+// Its registry name: "reference", "scalar", "avx2", "avx512", "amx", "amx_model".
 const char* IsaName(Isa isa);
 // The suffix its own variants' names carry ("ref" for the reference set, the
 // name otherwise): matmul_f32_<suffix>.
@@ -76,9 +78,12 @@ std::span<const Isa> AllIsas();
 bool IsaSupported(Isa isa);
 // Every Isa this CPU can run, in registry order (reference first).
 std::vector<Isa> SupportedIsas();
-// The most preferred Isa this CPU supports, capped by MOESERVE_CPU_ISA (a
-// registry name other than "reference"; read once, at the first call; an
-// unknown name is reported on stderr and ignored). Never kReference.
+// Whether BestIsa (and MOESERVE_CPU_ISA) may pick it: every row but the two
+// that exist for tests (the reference, and amx_model).
+bool IsaServes(Isa isa);
+// The most preferred serving Isa this CPU supports, capped by
+// MOESERVE_CPU_ISA (the name of a serving row; read once, at the first call;
+// any other name is reported on stderr and ignored). Never kReference.
 Isa BestIsa();
 // One line for logs: the Isas this CPU runs, the optional instructions their
 // kernels found, and the best ("supported: reference scalar avx2 avx512
