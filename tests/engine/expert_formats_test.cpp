@@ -164,7 +164,9 @@ std::unique_ptr<Model> Load(const std::string& dir, std::optional<ExpertFormat> 
   auto m = LoadLayerGraph(dir, mo);
   EXPECT_TRUE(m) << dir << ": " << m.error().ToString();
   if (!m) return nullptr;
-  if (experts) EXPECT_EQ((*m)->config().expert_format, *experts);
+  if (experts) {
+    EXPECT_EQ((*m)->config().expert_format, *experts);
+  }
   return std::move(*m);
 }
 

@@ -57,7 +57,9 @@ TEST(DeltaRule, EveryVariantMatchesTheReference) {
       std::vector<float> S = in.S, o(o_ref.size(), 0.0f);
       k.delta_rule_recurrent(in.q.data(), in.k.data(), in.v.data(), in.beta.data(), in.g.data(), T, dk, dv,
                              in.qk_stride, in.v_stride, S.data(), o.data(), in.o_stride);
-      if (k.isa != Isa::kAvx512) {
+      // The AVX-512 variant (its row's, and the rows that fall back to it)
+      // sums in another order; the others are the reference's loops.
+      if (std::string(k.delta_rule_recurrent.name) != "delta_rule_recurrent_avx512") {
         EXPECT_EQ(std::memcmp(S.data(), S_ref.data(), S.size() * 4), 0) << "state";
         EXPECT_EQ(std::memcmp(o.data(), o_ref.data(), o.size() * 4), 0) << "output";
         return;
