@@ -49,6 +49,7 @@ engine::EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   o.prefix_pin_share = config.sessions.pin_share;
   o.kernels = config.kernels == "reference" ? engine::KernelChoice::kReference : engine::KernelChoice::kFast;
   o.deterministic = config.deterministic;
+  o.bf16_activations = config.bf16_activations;
   o.indexer_scores = config.indexer_scores == "int8" ? engine::IndexerScores::kInt8 : engine::IndexerScores::kExact;
   o.speculative = config.speculative;
   o.draft_tokens = config.draft_tokens;

@@ -69,6 +69,7 @@ kernels: fast  # text kernels
 experts: stored  # text experts
 indexer_scores: exact  # text indexer_scores
 deterministic: false  # bool deterministic
+bf16_activations: false  # bool bf16_activations
 speculative: auto  # text speculative
 draft_tokens: 3  # int draft_tokens
 speculative_max_batch: 2  # int speculative_max_batch
@@ -308,7 +309,9 @@ TEST(ConfigScalars, EverySettingAndBudgetFieldIsCovered) {
   for (auto f : kPricingFields) EXPECT_TRUE(covered(f)) << "pricing field " << f;
   for (auto f : kBudgetFields) EXPECT_TRUE(covered(f)) << "budget field " << f;
   for (auto f : kHookFields) {
-    if (f != "secret") EXPECT_TRUE(covered(f)) << "hook field " << f;
+    if (f != "secret") {
+      EXPECT_TRUE(covered(f)) << "hook field " << f;
+    }
   }
   EXPECT_TRUE(covered("secret.secretRef.name"));
   EXPECT_TRUE(covered("secret.vault.path"));

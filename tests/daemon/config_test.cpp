@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "../../daemon/model/model_loading.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/keys/api_keys.hpp"
 #include "moeserve/daemon/config.hpp"
@@ -125,6 +126,29 @@ TEST(DaemonConfig, Deterministic) {
   auto bad = parse({"serve", "--model", "/m", "--deterministic", "maybe"});
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().message().find("must be true or false"), std::string::npos) << bad.error().message();
+}
+
+// bf16_activations: off by default; the flag, the YAML setting, and the
+// engine options the daemon loads its model with (so a CPU with AMX serves
+// prefill on its tiles only when asked); anything but a boolean is refused.
+TEST(DaemonConfig, Bf16ActivationsReachTheEngine) {
+  EXPECT_FALSE(DaemonConfig{}.bf16_activations);
+  EXPECT_FALSE(EngineOptionsFrom(DaemonConfig{}).bf16_activations);
+  const auto parse = [](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return ParseServeArgs(static_cast<int>(argv.size()), argv.data());
+  };
+  auto on = parse({"serve", "--model", "/m", "--bf16-activations", "true"});
+  ASSERT_TRUE(on.has_value()) << on.error().message();
+  EXPECT_TRUE(on->bf16_activations);
+  EXPECT_TRUE(EngineOptionsFrom(*on).bf16_activations);
+  auto yaml = ParseDaemonConfigYaml("bf16_activations: true\n", "daemon.yaml");
+  ASSERT_TRUE(yaml.has_value()) << yaml.error().message();
+  EXPECT_TRUE(EngineOptionsFrom(*yaml).bf16_activations);
+  auto bad = parse({"serve", "--model", "/m", "--bf16-activations", "fast"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("bf16_activations"), std::string::npos) << bad.error().message();
 }
 
 TEST(DaemonConfig, PrefillChunkWhenNothingDecodes) {

@@ -83,6 +83,7 @@ struct DaemonConfig {
   // EngineOptions::indexer_scores: "exact" or "int8" (DSA models).
   std::string indexer_scores = "exact";
   bool deterministic = false;  // EngineOptions::deterministic (not for gpt-oss models)
+  bool bf16_activations = false;  // EngineOptions::bf16_activations (prefill products in BF16)
   // Speculative decoding (EngineOptions::speculative, draft_tokens,
   // speculative_max_batch): the default of requests that name none.
   engine::SpeculativeMode speculative = engine::EngineOptions{}.speculative;
