@@ -12,6 +12,7 @@
 #include "model/model_loading.hpp"
 #include "http/route_table.hpp"
 #include "moeserve/common/log.hpp"
+#include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/common/rfc3339.hpp"
 #include "moeserve/common/sha256.hpp"
 #include "moeserve/daemon/keys/api_keys.hpp"
@@ -683,6 +684,10 @@ Status Daemon::LoadModel() {
   }
   log::Info("moe-daemon: serving " + family_name + " model " + facts->model_name + " (context " +
             std::to_string(facts->max_context) + ") on " + url());
+  // Which CPU kernels serve it (an SRE reading why prefill is as fast as it is).
+  log::Info("moe-daemon: kernels " +
+            (o.kernels == engine::KernelChoice::kReference ? std::string("reference") : kernels::IsaReport()) +
+            (o.bf16_activations && !o.deterministic ? "; prefill products with BF16 activations" : ""));
   return Ok();
 }
 

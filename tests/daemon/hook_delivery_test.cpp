@@ -427,7 +427,9 @@ TEST(HookDelivery, ABlockBudgetsRefusalFiresItsHundredPercentAlertOnceWithTheRef
   for (const auto& g : rx.got()) {
     json body = json::parse(g.body);
     EXPECT_TRUE(thresholds.insert(body["threshold"].get<double>()).second) << "fired twice: " << g.body;
-    if (body["threshold"] != 1.0) EXPECT_FALSE(body.contains("refused_usd")) << g.body;
+    if (body["threshold"] != 1.0) {
+      EXPECT_FALSE(body.contains("refused_usd")) << g.body;
+    }
   }
   EXPECT_TRUE(thresholds.contains(0.5));
   // GET /v1/usage lists the period's refusal (what an operator fires from).

@@ -134,8 +134,9 @@ TEST_F(HttpHardening, OversizedBodiesAreRefusedBeforeTheyAreBuffered) {
   }
   const size_t rss_after = ResidentBytes();
   // Buffering any of the 100x uploads whole would add 25 MiB.
-  if (!test_support::kSanitizedBuild)  // shadow memory and quarantine inflate resident memory
+  if (!test_support::kSanitizedBuild) {  // shadow memory and quarantine inflate resident memory
     EXPECT_LT(rss_after, rss_before + (16u << 20)) << "resident memory grew from " << rss_before << " to " << rss_after;
+  }
 }
 
 TEST_F(HttpHardening, BodyExactlyAtTheLimitIsRead) {
@@ -261,9 +262,10 @@ TEST(HttpSlowClients, TenThousandSlowHeaderConnectionsDoNotStopService) {
   const size_t rss_held = daemon.ResidentBytes();
   // The stated bound: under 8 KiB of the daemon's memory per idle connection
   // (socket, parser, buffer, strand, timer).
-  if (!test_support::kSanitizedBuild)  // shadow memory and quarantine inflate resident memory
+  if (!test_support::kSanitizedBuild) {  // shadow memory and quarantine inflate resident memory
     EXPECT_LT(rss_held, rss_before + kConnections * size_t{8 << 10})
         << "resident memory grew from " << rss_before << " to " << rss_held;
+  }
   // The header deadline closes them: each client end sees EOF.
   size_t closed = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);

@@ -109,7 +109,9 @@ TEST_F(SessionApi, CreateTurnGetDelete) {
   EXPECT_EQ(ToolChainProblem(s["entries"]), "");
   const json& last = s["entries"].back();
   EXPECT_EQ(last["role"], "assistant");
-  if (last["kind"] == "text") EXPECT_EQ(last["content"], content) << "the stored answer is the streamed one";
+  if (last["kind"] == "text") {
+    EXPECT_EQ(last["content"], content) << "the stored answer is the streamed one";
+  }
 
   // Turns are charged like stateless requests.
   auto usage_after = Http(port_, "GET", "/v1/usage", "", kAcme).Json();
@@ -138,7 +140,9 @@ TEST_F(SessionApi, EachTurnIsServedFromTheCacheUpToItsNewTokens) {
     const json usage = r.Json()["usage"];
     const int64_t prompt = usage["prompt_tokens"], cached = usage["prompt_tokens_details"]["cached_tokens"];
     // The last turn's prompt was cached up to its last whole block (16 tokens).
-    if (turn > 0) EXPECT_GE(cached, (last_prompt - 1) / 16 * 16) << "turn " << turn;
+    if (turn > 0) {
+      EXPECT_GE(cached, (last_prompt - 1) / 16 * 16) << "turn " << turn;
+    }
     EXPECT_GT(prompt, last_prompt);
     last_prompt = prompt;
   }

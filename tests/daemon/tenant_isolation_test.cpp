@@ -138,7 +138,9 @@ TEST_F(TenantIsolation, ParallelRequestsEndAtMostAtABlockBudget) {
   ASSERT_GT(answers[0].status, 0);
   if (served > 0) {  // the figures the comment above assumes
     for (const auto& r : answers)
-      if (r.status == 200) EXPECT_GT(r.Json()["usage"]["prompt_tokens"].get<int>(), 120);
+      if (r.status == 200) {
+        EXPECT_GT(r.Json()["usage"]["prompt_tokens"].get<int>(), 120);
+      }
   }
   EXPECT_GE(served, 1);
   EXPECT_GE(refused, 1);

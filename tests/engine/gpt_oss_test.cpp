@@ -254,6 +254,21 @@ TEST(GptOss, BatchedDecodeMatchesEachSequenceAlone) {
   std::filesystem::remove_all(dir);
 }
 
+// Over the positions of two runs' logits (`vocab` a position): the largest
+// max|got - want| / max|want|.
+double WorstPositionDiff(const std::vector<float>& want, const std::vector<float>& got, size_t vocab) {
+  double worst = 0;
+  for (size_t p = 0; p < want.size() / vocab; ++p) {
+    double maxref = 0, maxdiff = 0;
+    for (size_t v = p * vocab; v < (p + 1) * vocab; ++v) {
+      maxref = std::max(maxref, std::fabs(static_cast<double>(want[v])));
+      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(got[v]) - want[v]));
+    }
+    worst = std::max(worst, maxdiff / maxref);
+  }
+  return worst;
+}
+
 // ModelOptions::bf16_activations reaches gpt-oss through the family
 // registry (as the engine, the daemon and moe-run load it): a prefill of
 // more than kernels::kBf16ActMinRows rows runs the BF16-activation products,
@@ -291,15 +306,7 @@ TEST(GptOss, Bf16ActivationsReachTheFamilyLoad) {
   ASSERT_TRUE(s16.Forward(prompt, true, &b));
   ASSERT_EQ(a.size(), b.size());
   const size_t vocab = static_cast<size_t>(m32.config().vocab);
-  double worst = 0;
-  for (size_t p = 0; p < a.size() / vocab; ++p) {
-    double maxref = 0, maxdiff = 0;
-    for (size_t v = p * vocab; v < (p + 1) * vocab; ++v) {
-      maxref = std::max(maxref, std::fabs(static_cast<double>(a[v])));
-      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(b[v]) - a[v]));
-    }
-    worst = std::max(worst, maxdiff / maxref);
-  }
+  const double worst = WorstPositionDiff(a, b, vocab);
   std::printf("bf16 activations against fp32 over %d prefill positions: worst max|diff|/max|logit| = %.3g\n",
               prompt_len, worst);
   EXPECT_GT(worst, 0.0);  // the option ran other products
@@ -343,15 +350,7 @@ TEST(GptOss, TheAmxRowsProductsServeAPrefill) {
     SoloSequence s(**m);
     ASSERT_TRUE(s.Forward(prompt, true, &got));
     ASSERT_EQ(got.size(), want.size());
-    double worst = 0;
-    for (size_t p = 0; p < got.size() / vocab; ++p) {
-      double maxref = 0, maxdiff = 0;
-      for (size_t v = p * vocab; v < (p + 1) * vocab; ++v) {
-        maxref = std::max(maxref, std::fabs(static_cast<double>(want[v])));
-        maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(got[v]) - want[v]));
-      }
-      worst = std::max(worst, maxdiff / maxref);
-    }
+    const double worst = WorstPositionDiff(want, got, vocab);
     std::printf("%s against avx512, BF16 activations, %d prefill positions: worst max|diff|/max|logit| = %.3g\n",
                 kernels::IsaName(isa), prompt_len, worst);
     EXPECT_LT(worst, 1e-4);

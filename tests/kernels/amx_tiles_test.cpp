@@ -21,22 +21,10 @@
 #include "moeserve/kernels/cpu_kernels.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
+#include "bf16_bits.hpp"
+
 namespace moeserve::kernels {
 namespace {
-
-uint16_t Bits(float x) {
-  const float r = RoundToBf16(x);
-  uint32_t u;
-  std::memcpy(&u, &r, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float Value(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 std::vector<float> Random(size_t count, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -64,9 +52,9 @@ TEST(AmxTileModel, DotBf16PairsEachARowsPairWithBsRowOfThatPair) {
   const float b[3][4] = {{1, 10, 100, 1000}, {2, 20, 200, 2000}, {-1, 3, 7, -5}};
   uint16_t abits[2][6], bbits[3][4];
   for (int r = 0; r < 2; ++r)
-    for (int i = 0; i < 6; ++i) abits[r][i] = Bits(a[r][i]);
+    for (int i = 0; i < 6; ++i) abits[r][i] = ToBf16Bits(a[r][i]);
   for (int r = 0; r < 3; ++r)
-    for (int i = 0; i < 4; ++i) bbits[r][i] = Bits(b[r][i]);
+    for (int i = 0; i < 4; ++i) bbits[r][i] = ToBf16Bits(b[r][i]);
   const float c0[2][2] = {{0.5f, -1}, {4, 0}};
   m.Load<0>(c0, sizeof(c0[0]));
   m.Load<1>(abits, sizeof(abits[0]));
@@ -95,7 +83,8 @@ TEST(AmxTileModel, SumsOneProductAtATimeFlushingSubnormals) {
   // 1 + 2^-24 + 2^-24: each addition rounds back to 1 (ties to even); the
   // pair's exact sum would have reached 1 + 2^-23.
   const float one = 1.0f;
-  const uint16_t a[2] = {Bits(0x1p-12f), Bits(0x1p-12f)}, b[2] = {Bits(0x1p-12f), Bits(0x1p-12f)};
+  const uint16_t a[2] = {ToBf16Bits(0x1p-12f), ToBf16Bits(0x1p-12f)};
+  const uint16_t b[2] = {ToBf16Bits(0x1p-12f), ToBf16Bits(0x1p-12f)};
   m.Load<0>(&one, 4);
   m.Load<1>(a, 4);
   m.Load<2>(b, 4);
@@ -105,7 +94,7 @@ TEST(AmxTileModel, SumsOneProductAtATimeFlushingSubnormals) {
   EXPECT_EQ(c, 1.0f);
   // A subnormal input counts as zero.
   const float zero = 0.0f;
-  const uint16_t sub[2] = {0x0001, Bits(1.0f)}, ones[2] = {Bits(0x1p100f), Bits(2.0f)};
+  const uint16_t sub[2] = {0x0001, ToBf16Bits(1.0f)}, ones[2] = {ToBf16Bits(0x1p100f), ToBf16Bits(2.0f)};
   m.Load<0>(&zero, 4);
   m.Load<1>(sub, 4);
   m.Load<2>(ones, 4);
@@ -184,9 +173,9 @@ TEST(AmxPacking, LayoutIsTheDocumentedOne) {
   std::vector<uint16_t> packed(AmxPackedActivationsElements(n, in), 0xAAAA);
   ASSERT_EQ(packed.size(), 32u * 64u);
   AmxPackActivationsRef(X.data(), n, in, 0, 2, packed.data());
-  EXPECT_EQ(packed[((1 * 2 + 1) * 16 + 1) * 32 + 2 * 1 + 1], Bits(X[17 * in + 35]));
-  EXPECT_EQ(packed[((0 * 2 + 0) * 16 + 0) * 32 + 0], Bits(X[0]));
-  EXPECT_EQ(packed[((0 * 2 + 0) * 16 + 0) * 32 + 2 * 5], Bits(X[5 * in]));  // token 5, k 0
+  EXPECT_EQ(packed[((1 * 2 + 1) * 16 + 1) * 32 + 2 * 1 + 1], ToBf16Bits(X[17 * in + 35]));
+  EXPECT_EQ(packed[((0 * 2 + 0) * 16 + 0) * 32 + 0], ToBf16Bits(X[0]));
+  EXPECT_EQ(packed[((0 * 2 + 0) * 16 + 0) * 32 + 2 * 5], ToBf16Bits(X[5 * in]));  // token 5, k 0
   EXPECT_EQ(packed[((1 * 2 + 1) * 16 + 4) * 32 + 2 * 3], 0);               // token 19, k 40: past in
   EXPECT_EQ(packed[((1 * 2 + 0) * 16 + 0) * 32 + 2 * 4], 0);               // token 20: past n
 }
@@ -247,7 +236,7 @@ void ExpectNearReference(const std::vector<float>& got, const std::vector<uint16
     for (size_t o = 0; o < s.out && bad < 5; ++o) {
       double mag = 0;
       for (size_t k = 0; k < s.in; ++k)
-        mag += std::fabs(static_cast<double>(Value(W[o * s.in + k])) * RoundToBf16(X[t * s.in + k]));
+        mag += std::fabs(static_cast<double>(FromBf16Bits(W[o * s.in + k])) * RoundToBf16(X[t * s.in + k]));
       const float g = got[t * s.out + o], w = ref[t * s.out + o];
       if (!(std::fabs(static_cast<double>(g) - w) <= 1e-5 * mag + 1e-30)) {
         ADD_FAILURE() << what << " at token " << t << " output " << o << ": got " << g << " want " << w;
@@ -277,7 +266,7 @@ void ExpectNearMxfp4Reference(const std::vector<float>& got, const std::vector<f
 std::vector<uint16_t> RandomBf16(size_t count, std::mt19937& rng) {
   std::vector<uint16_t> w(count);
   const std::vector<float> f = Random(count, rng);
-  for (size_t i = 0; i < count; ++i) w[i] = Bits(f[i]);
+  for (size_t i = 0; i < count; ++i) w[i] = ToBf16Bits(f[i]);
   return w;
 }
 
@@ -326,7 +315,7 @@ TEST(AmxMxfp4Decode, RowsAreTheReferenceValuesAndAvx512MatchesThePlainLoop) {
     for (size_t o = 0; o < groups * 16; ++o)
       for (size_t k = 0; k < in; k += 7) {
         if (o < out) DecodePackedRow(v, o, k / 32, 1, row.data(), 1);
-        const float value = Value(want[o * ld + k]);
+        const float value = FromBf16Bits(want[o * ld + k]);
         EXPECT_EQ(value, o < out ? row[k % 32] : 0.0f) << "row " << o << " k " << k;
       }
     if (!CpuHasAvx512Bf16()) continue;  // the packing test reports the skip

@@ -26,6 +26,7 @@
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
+#include "bf16_bits.hpp"
 #include "each_variant.hpp"
 
 namespace moeserve::kernels {
@@ -40,20 +41,6 @@ std::vector<float> Random(size_t count, std::mt19937& rng) {
   std::vector<float> v(count);
   for (float& x : v) x = d(rng);
   return v;
-}
-
-uint16_t ToBf16Bits(float f) {
-  const float r = RoundToBf16(f);
-  uint32_t u;
-  std::memcpy(&u, &r, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float FromBf16Bits(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 // m[t * out + o] = sum_k |W[o][k] X[t][k]| (W dense fp32, [out, in]).
