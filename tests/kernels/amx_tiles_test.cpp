@@ -22,16 +22,10 @@
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 #include "bf16_bits.hpp"
+#include "random_inputs.hpp"
 
 namespace moeserve::kernels {
 namespace {
-
-std::vector<float> Random(size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // A configuration of three small tiles: C 2 x 2 fp32 (tile 0), A 2 rows of
 // 3 pairs (tile 1), B 3 pairs x 2 columns (tile 2).

@@ -15,15 +15,10 @@
 #include "moeserve/kernels/mxfp4.hpp"
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
+#include "random_inputs.hpp"
+
 namespace moeserve::kernels {
 namespace {
-
-std::vector<float> Random(size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 bool SameBits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 

@@ -28,6 +28,7 @@
 
 #include "bf16_bits.hpp"
 #include "each_variant.hpp"
+#include "random_inputs.hpp"
 
 namespace moeserve::kernels {
 namespace {
@@ -35,13 +36,6 @@ namespace {
 struct Shape {
   size_t n, out, in;
 };
-
-std::vector<float> Random(size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // m[t * out + o] = sum_k |W[o][k] X[t][k]| (W dense fp32, [out, in]).
 std::vector<float> Magnitudes(const std::vector<float>& W, const std::vector<float>& X, const Shape& s) {

@@ -26,6 +26,7 @@
 #include "moeserve/kernels/mxfp4_packed.hpp"
 
 #include "each_variant.hpp"
+#include "random_inputs.hpp"
 
 namespace moeserve::kernels {
 namespace {
@@ -200,13 +201,6 @@ TEST(IsaRegistry, EveryRowButTheReferenceHasTheFewerBitProducts) {
       }
     }
   }
-}
-
-std::vector<float> Random(size_t count, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = d(rng);
-  return v;
 }
 
 uint16_t Bf16Bits(float x) {
