@@ -7,6 +7,8 @@
 // families are held to their references by their own tests, which reach every
 // row through ForEachVariant.)
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -132,8 +134,13 @@ TEST(IsaRegistry, DetectionAgreesWithTheKernelsCpuFlags) {
             has({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512vbmi"}));
   EXPECT_EQ(CpuHasAvx512Bf16(), IsaSupported(Isa::kAvx512) && has({"avx512_bf16"}));
   // The kernel lists amx_tile only where it manages the tile state; the row
-  // also needs the permission it grants (arch_prctl), which such a kernel gives.
-  EXPECT_EQ(IsaSupported(Isa::kAmx), IsaSupported(Isa::kAvx512) && has({"avx512_bf16", "amx_tile", "amx_bf16"}));
+  // also needs the tile data it grants on request (which detection made),
+  // read back here on its own (ARCH_GET_XCOMP_PERM: the permitted features).
+  const bool amx = IsaSupported(Isa::kAmx);
+  uint64_t permitted = 0;
+  constexpr long kArchGetXcompPerm = 0x1022;
+  const bool tile_data = syscall(SYS_arch_prctl, kArchGetXcompPerm, &permitted) == 0 && (permitted >> 18 & 1) != 0;
+  EXPECT_EQ(amx, IsaSupported(Isa::kAvx512) && has({"avx512_bf16", "amx_tile", "amx_bf16"}) && tile_data);
   EXPECT_EQ(CpuHasAmxBf16(), IsaSupported(Isa::kAmx));
   EXPECT_EQ(IsaSupported(Isa::kAmxModel), IsaSupported(Isa::kAvx512) && has({"avx512_bf16"}));
 #else
