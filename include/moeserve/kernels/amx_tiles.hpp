@@ -8,8 +8,9 @@
 // run it:
 //  - the hardware (matmul_amx.cpp): each operation one instruction;
 //  - AmxTileModel (below): the instructions' documented semantics in plain
-//    C++, so that the program, its activation packing and its output
-//    writes are checked against the reference on every CPU, AMX or not.
+//    C++, so that the program, its activation packing, MXFP4 decoding and
+//    output writes are checked against the reference on every CPU, AMX or
+//    not (the registry's amx_model row runs the amx row's entries on it).
 // What only an AMX machine checks is the six one-instruction wrappers and
 // the operating system's permission; the tests that need the hardware
 // skip, saying so, elsewhere.
