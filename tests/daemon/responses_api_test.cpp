@@ -30,10 +30,13 @@ std::string WithoutIds(const std::string& body) {
   return std::regex_replace(body, std::regex("resp_[A-Za-z0-9_-]+"), "resp_ID");
 }
 
-// A schema that takes thousands of tokens to fill: a background run that is
-// still running when the test cancels it.
+// A schema that takes more tokens to fill than the run may make (3,900): a
+// background run that is still running when the test cancels it (60 arrays
+// of 32 six-digit integers). With arrays of 8 the schema filled in fewer
+// tokens; once decode ran twice as fast, such a run could end before a
+// cancel sent under load, and the cancel was a 400.
 json LongFormat() {
-  json ints = {{"type", "array"}, {"minItems", 8}, {"maxItems", 8},
+  json ints = {{"type", "array"}, {"minItems", 32}, {"maxItems", 32},
                {"items", {{"type", "integer"}, {"minimum", 100000}, {"maximum", 999999}}}};
   json schema = {{"type", "object"}, {"additionalProperties", false}, {"required", {"n"}},
                  {"properties", {{"n", {{"type", "array"}, {"minItems", 60}, {"maxItems", 60}, {"items", ints}}}}}};
@@ -50,6 +53,7 @@ keys:
   - {key: sk-other-0123456789, tenant: other}
 )");
     c.sessions.replica = "r1";
+    c.threads = 1;  // the background run's decode, slower: the cancels come well within it
     StartShared(c);
   }
   static HttpResponse Post(const json& body, const std::map<std::string, std::string>& key = kAcme) {
